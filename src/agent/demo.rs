@@ -1,0 +1,226 @@
+//! The built-in demo agent: no network, no key, deterministic replies.
+//!
+//! Each turn emits what the Claude CLI emits, in the same shape: a `system`/`init` carrying the
+//! conversation id, one `stream_event` text delta per word, one `assistant`, then a `result`
+//! with usage and duration. The reply is `Echo: <content> (turn N)`, N counting the user turns
+//! the agent remembers, so resume, rewind and fork can be seen from outside.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::{AgentConn, AgentEvent, AgentInput, AgentMessage, Backend, EVENT_QUEUE, INPUT_QUEUE, Launch, SpawnError, SpawnSpec};
+
+/// Cost the demo reports per turn, in US dollars.
+const COST_PER_TURN_USD: f64 = 0.0001;
+
+/// The demo backend.
+#[derive(Debug, Clone)]
+pub struct DemoBackend {
+    /// Pause after each word.
+    pub word_delay: Duration,
+}
+
+#[async_trait]
+impl Backend for DemoBackend {
+    fn name(&self) -> &'static str {
+        "demo"
+    }
+
+    async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
+        let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
+        let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
+        let session_id = match &spec.launch {
+            Launch::New { session_id } => session_id.clone(),
+            Launch::Resume { sdk_session_id } => sdk_session_id.clone(),
+        };
+        let agent = DemoAgent {
+            session_id,
+            model: spec.model.unwrap_or_else(|| "demo".into()),
+            turns: spec.prior_prompts,
+            cumulative_cost: 0.0,
+            word_delay: self.word_delay,
+            events: event_tx,
+        };
+        tokio::spawn(agent.run(input_rx));
+        Ok(AgentConn {
+            input: input_tx,
+            events: event_rx,
+        })
+    }
+}
+
+struct DemoAgent {
+    session_id: String,
+    model: String,
+    turns: i64,
+    cumulative_cost: f64,
+    word_delay: Duration,
+    events: mpsc::Sender<AgentEvent>,
+}
+
+/// How a turn ended.
+enum TurnEnd {
+    Completed,
+    Interrupted,
+    /// The session dropped its input: stop the agent.
+    Closed,
+}
+
+impl DemoAgent {
+    async fn run(mut self, mut input: mpsc::Receiver<AgentInput>) {
+        let mut pending = std::collections::VecDeque::new();
+        loop {
+            let prompt = match pending.pop_front() {
+                Some(p) => p,
+                None => match input.recv().await {
+                    Some(AgentInput::Prompt(p)) => p,
+                    Some(AgentInput::Interrupt) => continue,
+                    None => break,
+                },
+            };
+            match self.turn(&prompt, &mut input, &mut pending).await {
+                TurnEnd::Completed | TurnEnd::Interrupted => {}
+                TurnEnd::Closed => break,
+            }
+        }
+        let _ = self
+            .events
+            .send(AgentEvent::Exited {
+                detail: "stopped".into(),
+            })
+            .await;
+    }
+
+    async fn emit(&self, value: serde_json::Value) -> bool {
+        let message = AgentMessage {
+            kind: value["type"].as_str().unwrap_or_default().to_owned(),
+            subtype: value["subtype"].as_str().map(str::to_owned),
+            uuid: value["uuid"].as_str().map(str::to_owned),
+            session_id: Some(self.session_id.clone()),
+            raw: value.to_string(),
+        };
+        self.events.send(AgentEvent::Message(message)).await.is_ok()
+    }
+
+    async fn turn(
+        &mut self,
+        prompt: &str,
+        input: &mut mpsc::Receiver<AgentInput>,
+        pending: &mut std::collections::VecDeque<String>,
+    ) -> TurnEnd {
+        let started = Instant::now();
+        self.turns += 1;
+        let sid = self.session_id.clone();
+        let msg_id = format!("msg_demo_{}", uuid::Uuid::new_v4().simple());
+        self.emit(json!({
+            "type": "system", "subtype": "init", "session_id": sid, "uuid": uuid::Uuid::new_v4(),
+            "model": self.model, "tools": [], "permissionMode": "default", "apiKeySource": "none",
+            "claude_code_version": "demo",
+        }))
+        .await;
+        self.emit(stream(&sid, json!({"type": "message_start", "message": {"id": msg_id, "model": self.model}})))
+            .await;
+        let reply = format!("Echo: {prompt} (turn {})", self.turns);
+        let words: Vec<&str> = reply.split(' ').collect();
+        let mut said = String::with_capacity(reply.len());
+        let mut end = TurnEnd::Completed;
+        for (i, word) in words.iter().enumerate() {
+            let piece = if i + 1 < words.len() { format!("{word} ") } else { (*word).to_owned() };
+            match self.check_input(input, pending).await {
+                Some(e) => {
+                    end = e;
+                    break;
+                }
+                None => {}
+            }
+            said.push_str(&piece);
+            let delta = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}});
+            if !self.emit(stream(&sid, delta)).await {
+                return TurnEnd::Closed;
+            }
+            if !self.word_delay.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.word_delay) => {}
+                    got = input.recv() => match got {
+                        Some(AgentInput::Interrupt) => { end = TurnEnd::Interrupted; break; }
+                        Some(AgentInput::Prompt(p)) => pending.push_back(p),
+                        None => { end = TurnEnd::Closed; break; }
+                    }
+                }
+            }
+        }
+        let interrupted = !matches!(end, TurnEnd::Completed);
+        let output_tokens = said.split_whitespace().count();
+        let input_tokens = prompt.split_whitespace().count();
+        let mut assistant = json!({
+            "type": "assistant", "session_id": sid, "uuid": uuid::Uuid::new_v4(), "parent_tool_use_id": null,
+            "message": {
+                "id": msg_id, "type": "message", "role": "assistant", "model": self.model,
+                "content": [{"type": "text", "text": said}],
+                "stop_reason": null,
+                "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+            },
+        });
+        if interrupted {
+            assistant["aborted"] = json!(true);
+        }
+        self.emit(assistant).await;
+        if interrupted {
+            self.emit(json!({
+                "type": "user", "session_id": sid, "uuid": uuid::Uuid::new_v4(),
+                "message": {"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]},
+            }))
+            .await;
+        }
+        self.emit(stream(&sid, json!({"type": "content_block_stop", "index": 0}))).await;
+        self.emit(stream(&sid, json!({"type": "message_stop"}))).await;
+        self.cumulative_cost += COST_PER_TURN_USD;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let usage = json!({"input_tokens": input_tokens, "output_tokens": output_tokens});
+        let result = if interrupted {
+            json!({
+                "type": "result", "subtype": "error_during_execution", "is_error": true, "session_id": sid,
+                "uuid": uuid::Uuid::new_v4(), "num_turns": 1, "duration_ms": duration_ms, "duration_api_ms": 0,
+                "total_cost_usd": self.cumulative_cost, "stop_reason": null, "terminal_reason": "aborted_streaming",
+                "usage": usage, "errors": [],
+            })
+        } else {
+            json!({
+                "type": "result", "subtype": "success", "is_error": false, "result": reply, "session_id": sid,
+                "uuid": uuid::Uuid::new_v4(), "num_turns": 1, "duration_ms": duration_ms, "duration_api_ms": 0,
+                "total_cost_usd": self.cumulative_cost, "stop_reason": "end_turn", "terminal_reason": "completed",
+                "usage": usage,
+            })
+        };
+        if !self.emit(result).await {
+            return TurnEnd::Closed;
+        }
+        end
+    }
+
+    /// Takes inputs that arrived without waiting: prompts queue, an interrupt ends the turn.
+    async fn check_input(
+        &self,
+        input: &mut mpsc::Receiver<AgentInput>,
+        pending: &mut std::collections::VecDeque<String>,
+    ) -> Option<TurnEnd> {
+        loop {
+            match input.try_recv() {
+                Ok(AgentInput::Interrupt) => return Some(TurnEnd::Interrupted),
+                Ok(AgentInput::Prompt(p)) => pending.push_back(p),
+                Err(mpsc::error::TryRecvError::Empty) => return None,
+                Err(mpsc::error::TryRecvError::Disconnected) => return Some(TurnEnd::Closed),
+            }
+        }
+    }
+}
+
+fn stream(session_id: &str, event: serde_json::Value) -> serde_json::Value {
+    json!({
+        "type": "stream_event", "session_id": session_id, "uuid": uuid::Uuid::new_v4(),
+        "parent_tool_use_id": null, "event": event,
+    })
+}

@@ -1,0 +1,160 @@
+//! Agent backends: what runs behind a conversation.
+//!
+//! A backend spawns an [`AgentConn`]: a pair of bounded channels to one running agent. Inputs
+//! go in (prompts, interrupts), and the agent's messages come out as [`AgentEvent`]s in the
+//! shape of the Claude CLI's stream-json output, whichever backend produced them. Dropping the
+//! input side asks the agent to stop; the event channel closes once it has.
+
+pub mod demo;
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// Capacity of the channel of events from one agent to its session.
+pub const EVENT_QUEUE: usize = 256;
+/// Capacity of the channel of inputs to one agent.
+pub const INPUT_QUEUE: usize = 16;
+
+/// How the agent's conversation starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Launch {
+    /// A new conversation under this id (`--session-id`).
+    New {
+        /// The id the agent is asked to use.
+        session_id: String,
+    },
+    /// Continue the conversation the agent reported (`--resume`).
+    Resume {
+        /// The id the agent reported in its init message.
+        sdk_session_id: String,
+    },
+}
+
+/// Everything a backend needs to start an agent.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    /// The conversation's routing key (for logs).
+    pub agent_id: String,
+    /// Our id of the conversation.
+    pub session_id: String,
+    /// Working directory, `<data-dir>/workspaces/<session_id>`.
+    pub cwd: PathBuf,
+    /// New or resumed.
+    pub launch: Launch,
+    /// Model, if one was chosen.
+    pub model: Option<String>,
+    /// Permission mode, if one was chosen.
+    pub permission_mode: Option<String>,
+    /// User turns the conversation already holds (the demo agent's memory).
+    pub prior_prompts: i64,
+}
+
+/// An input for a running agent.
+#[derive(Debug, Clone)]
+pub enum AgentInput {
+    /// Start a turn with this user message.
+    Prompt(String),
+    /// Stop the running turn; the agent stays alive.
+    Interrupt,
+}
+
+/// One message from the agent, kept verbatim.
+#[derive(Debug, Clone)]
+pub struct AgentMessage {
+    /// The message's `type` (`system`, `assistant`, `user`, `result`, `stream_event`, ...).
+    pub kind: String,
+    /// The message's `subtype`, if any.
+    pub subtype: Option<String>,
+    /// The message's `uuid`, if any.
+    pub uuid: Option<String>,
+    /// The message's `session_id`, if any.
+    pub session_id: Option<String>,
+    /// The JSON object exactly as the agent wrote it.
+    pub raw: String,
+}
+
+impl AgentMessage {
+    /// Reads the routing fields of one JSON object line.
+    ///
+    /// # Errors
+    /// When the line is not a JSON object with a string `type`.
+    pub fn parse(raw: String) -> Result<Self, String> {
+        let value: Value = serde_json::from_str(&raw).map_err(|e| format!("not JSON: {e}"))?;
+        let field = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_owned);
+        let kind = field("type").ok_or("no string `type`")?;
+        Ok(AgentMessage {
+            subtype: field("subtype"),
+            uuid: field("uuid"),
+            session_id: field("session_id"),
+            kind,
+            raw,
+        })
+    }
+}
+
+/// What an agent reports.
+#[derive(Debug)]
+pub enum AgentEvent {
+    /// A stdout message.
+    Message(AgentMessage),
+    /// A recoverable problem (e.g. an over-long line that was skipped).
+    Warning(String),
+    /// The agent ended; `detail` says how.
+    Exited {
+        /// Exit status or reason.
+        detail: String,
+    },
+}
+
+/// A running agent.
+pub struct AgentConn {
+    /// Inputs to the agent. Dropping it asks the agent to stop.
+    pub input: mpsc::Sender<AgentInput>,
+    /// What the agent reports; closed once it has stopped.
+    pub events: mpsc::Receiver<AgentEvent>,
+}
+
+impl AgentConn {
+    /// Asks the agent to stop and waits until it has.
+    pub async fn stop(self) {
+        let AgentConn { input, mut events } = self;
+        drop(input);
+        while events.recv().await.is_some() {}
+    }
+}
+
+/// Why an agent could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SpawnError(pub String);
+
+/// Something that can start agents.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// `claude` or `demo`, as stored in `session_info.backend`.
+    fn name(&self) -> &'static str;
+
+    /// Starts an agent for a conversation.
+    async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError>;
+}
+
+/// A `result` message that ends a turn the agent could not finish, in the CLI's shape.
+pub fn error_result(session_id: &str, terminal_reason: &str) -> String {
+    serde_json::json!({
+        "type": "result",
+        "subtype": "error_during_execution",
+        "is_error": true,
+        "session_id": session_id,
+        "terminal_reason": terminal_reason,
+        "result": format!("The turn ended without a reply ({terminal_reason})."),
+        "errors": [terminal_reason],
+        "num_turns": 0,
+        "duration_ms": 0,
+        "total_cost_usd": 0,
+        "usage": { "input_tokens": 0, "output_tokens": 0 },
+    })
+    .to_string()
+}

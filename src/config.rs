@@ -1,0 +1,194 @@
+//! Settings, with compiled-in defaults that `config/default.toml` documents one by one.
+//!
+//! Precedence, lowest first: the defaults, the file named by `--config`, `AGENTMUX_*`
+//! variables, command-line flags. Secrets come only from the environment or the file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Which agent runs behind conversations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The Claude Code CLI, one process per live conversation.
+    Claude,
+    /// The built-in deterministic echo agent.
+    Demo,
+}
+
+/// All settings of the server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on; port 0 picks a free port.
+    pub bind: SocketAddr,
+    /// Directory of the database and the agents' workspaces.
+    pub data_dir: PathBuf,
+    /// Backend; when unset: `claude` if `claude.bin` is set, else `demo`.
+    pub backend: Option<BackendKind>,
+    /// Settings of the WebSocket endpoint.
+    pub socket: SocketConfig,
+    /// Settings of conversations.
+    pub session: SessionConfig,
+    /// Settings of the store.
+    pub store: StoreConfig,
+    /// Settings of the demo agent.
+    pub demo: DemoConfig,
+    /// Settings of the Claude Code CLI backend.
+    pub claude: ClaudeConfig,
+}
+
+/// Claude Code CLI settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClaudeConfig {
+    /// Path of the CLI binary; PATH is not searched.
+    pub bin: Option<PathBuf>,
+}
+
+/// WebSocket settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SocketConfig {
+    /// Largest accepted client frame, in bytes; a larger one closes the socket with 1009.
+    pub max_frame_bytes: usize,
+    /// Longest accepted `chat.content`, in bytes.
+    pub max_content_bytes: usize,
+    /// A socket that sends nothing (no frame, no ping) for this long is closed.
+    pub idle_timeout_secs: u64,
+    /// Frames a lagging socket may have in flight per conversation before it is told `lagged`
+    /// and replayed from the store.
+    pub session_buffer_frames: usize,
+}
+
+/// Conversation settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionConfig {
+    /// A conversation with nothing to do for this long is evicted from memory (its agent stopped).
+    pub idle_evict_secs: u64,
+    /// Turns that may wait behind a running one, per conversation.
+    pub max_queued_turns: usize,
+    /// How long an interrupted turn may take to end before its agent is killed.
+    pub interrupt_timeout_secs: u64,
+}
+
+/// Store settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// fsync every commit (`synchronous=FULL`) instead of relying on WAL with `NORMAL`.
+    pub synchronous_full: bool,
+    /// Most append requests stored in one transaction.
+    pub max_batch: usize,
+}
+
+/// Demo agent settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoConfig {
+    /// Pause after each streamed word, in milliseconds.
+    pub delay_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            data_dir: PathBuf::from("./data"),
+            backend: None,
+            socket: SocketConfig::default(),
+            session: SessionConfig::default(),
+            store: StoreConfig::default(),
+            demo: DemoConfig::default(),
+            claude: ClaudeConfig::default(),
+        }
+    }
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            max_frame_bytes: 1 << 20,
+            max_content_bytes: 256 << 10,
+            idle_timeout_secs: 120,
+            session_buffer_frames: 1024,
+        }
+    }
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            idle_evict_secs: 600,
+            max_queued_turns: 32,
+            interrupt_timeout_secs: 10,
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            synchronous_full: false,
+            max_batch: 512,
+        }
+    }
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        DemoConfig { delay_ms: 20 }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file over the defaults.
+    ///
+    /// # Errors
+    /// When the file can't be read or has unknown or mistyped settings.
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad config {}: {e}", path.display()))
+    }
+
+    /// The backend in force.
+    pub fn backend_kind(&self) -> BackendKind {
+        match (self.backend, &self.claude.bin) {
+            (Some(kind), _) => kind,
+            (None, Some(_)) => BackendKind::Claude,
+            (None, None) => BackendKind::Demo,
+        }
+    }
+
+    /// How long a conversation may idle before eviction.
+    pub fn idle_evict(&self) -> Duration {
+        Duration::from_secs(self.session.idle_evict_secs)
+    }
+
+    /// The database file.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("agentmux.db")
+    }
+
+    /// Root of the agents' working directories.
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.data_dir.join("workspaces")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_default_file_matches_the_compiled_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
+        let file = Config::from_file(&path).unwrap();
+        assert_eq!(format!("{file:?}"), format!("{:?}", Config::default()));
+    }
+}

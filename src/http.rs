@@ -1,0 +1,22 @@
+//! The HTTP surface: the WebSocket endpoint, health and metrics.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::{AppState, ws};
+
+/// The application's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
+        .route("/ws", get(ws::upgrade))
+        .with_state(state)
+}
+
+async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render())
+}

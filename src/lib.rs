@@ -1,0 +1,136 @@
+//! agentmux: one WebSocket, many AI agent sessions.
+//!
+//! A client sends `chat`, `interrupt` and `ping` frames tagged with an `agent_id`; the
+//! [`session::Manager`] lazily creates or resumes the conversation behind that id, its actor
+//! runs the agent, every message is committed to the store before any socket sees it, and
+//! frames stream back tagged with their conversation.
+//!
+//! # Layout
+//! - [`protocol`]: wire frames, decoding with typed errors, frame building. No I/O.
+//! - [`ws`]: one task per socket; subscriptions, replay from the store, lag handling.
+//! - [`http`]: the router (`/ws`, `/healthz`, `/metrics`).
+//! - [`session`]: the manager (single-flight create/resume, eviction) and the session actor.
+//! - [`agent`]: backends that run agents (the built-in demo agent).
+//! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
+//! - [`config`], [`metrics`]: settings and counters.
+
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod protocol;
+pub mod session;
+pub mod store;
+pub mod ws;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Backend;
+use crate::config::{BackendKind, Config};
+use crate::metrics::Metrics;
+use crate::session::Manager;
+use crate::store::Store;
+use crate::store::sqlite::{SqliteSettings, SqliteStore};
+
+/// What every request handler and socket shares; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// The registry of conversations.
+    pub manager: Manager,
+    /// Settings in force.
+    pub config: Arc<Config>,
+    /// Counters.
+    pub metrics: Metrics,
+    /// Fires when the server begins to shut down.
+    pub shutdown: CancellationToken,
+}
+
+/// A configured server, ready to run on a listener.
+pub struct Server {
+    state: AppState,
+    store: Arc<dyn Store>,
+}
+
+impl Server {
+    /// Opens the store (running migrations and closing turns a crash left open) and sets up
+    /// the backend.
+    ///
+    /// # Errors
+    /// When the data directory or database can't be opened, or the backend can't be set up.
+    pub async fn new(config: Config) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display()))?;
+        let metrics = Metrics::default();
+        let settings = SqliteSettings {
+            synchronous_full: config.store.synchronous_full,
+            max_batch: config.store.max_batch,
+            ..SqliteSettings::default()
+        };
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?);
+        let closed = store.close_unfinished_turns().await?;
+        if closed > 0 {
+            tracing::info!(turns = closed, "closed turns left unfinished by the last run");
+        }
+        let backend: Arc<dyn Backend> = match config.backend_kind() {
+            BackendKind::Demo => Arc::new(agent::demo::DemoBackend {
+                word_delay: Duration::from_millis(config.demo.delay_ms),
+            }),
+            BackendKind::Claude => anyhow::bail!("the claude backend is not available in this build"),
+        };
+        let config = Arc::new(config);
+        let manager = Manager::new(store.clone(), backend, config.clone(), metrics.clone());
+        Ok(Server {
+            state: AppState {
+                manager,
+                config,
+                metrics,
+                shutdown: CancellationToken::new(),
+            },
+            store,
+        })
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then shuts down in order: stop
+    /// accepting and close sockets (1001), end running turns, stop agents, flush the store.
+    ///
+    /// # Errors
+    /// When the listener fails.
+    pub async fn run(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let token = self.state.shutdown.clone();
+        self.state.manager.spawn_sweeper(token.clone());
+        let app = http::router(self.state.clone());
+        let signal_token = token.clone();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                signal_token.cancel();
+            })
+            .await?;
+        token.cancel();
+        self.state.manager.shutdown().await;
+        self.store.close().await;
+        Ok(())
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, so that many sockets fit.
+pub fn raise_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by reference.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

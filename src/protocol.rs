@@ -1,0 +1,587 @@
+//! Wire protocol v1: the JSON frames a client sends and the frames the server sends back.
+//!
+//! Plain data and pure functions, no I/O. Client frames are decoded by hand from a
+//! [`serde_json::Value`] so that every kind of bad input maps to its own stable error code.
+//! Server frames are serialized once into a [`Frame`] and shared by every subscriber.
+
+use axum::extract::ws::Utf8Bytes;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Longest accepted `agent_id`, in characters.
+pub const MAX_AGENT_ID_CHARS: usize = 128;
+/// Longest accepted `options.model`, in characters.
+pub const MAX_MODEL_CHARS: usize = 64;
+/// Permission modes the agent understands (`chat.options.permission_mode`).
+pub const PERMISSION_MODES: &[&str] = &[
+    "default",
+    "acceptEdits",
+    "bypassPermissions",
+    "plan",
+    "dontAsk",
+    "auto",
+    "manual",
+];
+
+/// Stable, snake_case error codes carried by `error` frames and REST errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not JSON, not an object, no `type`, a binary frame, or a field of the wrong type.
+    BadFrame,
+    /// A `type` this server does not know.
+    UnknownType,
+    /// A missing or malformed `agent_id`.
+    InvalidAgentId,
+    /// A missing, empty, too long or non-string `content`.
+    InvalidContent,
+    /// `options` that are not allowed.
+    InvalidOptions,
+    /// No conversation with that `agent_id` exists (for this principal).
+    UnknownAgent,
+    /// The agent could not be started.
+    BackendUnavailable,
+    /// A configured limit was hit (queue length, live sessions, ...).
+    LimitExceeded,
+    /// Too many frames per second on this socket.
+    RateLimited,
+    /// The store could not read or write.
+    StoreUnavailable,
+    /// Credentials are missing or wrong.
+    Unauthorized,
+}
+
+impl ErrorCode {
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadFrame => "bad_frame",
+            ErrorCode::UnknownType => "unknown_type",
+            ErrorCode::InvalidAgentId => "invalid_agent_id",
+            ErrorCode::InvalidContent => "invalid_content",
+            ErrorCode::InvalidOptions => "invalid_options",
+            ErrorCode::UnknownAgent => "unknown_agent",
+            ErrorCode::BackendUnavailable => "backend_unavailable",
+            ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::Unauthorized => "unauthorized",
+        }
+    }
+}
+
+/// A typed failure to act on a client frame; becomes an `error` frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrameError {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Human-readable explanation.
+    pub message: String,
+    /// The frame's `agent_id`, when it had a readable one.
+    pub agent_id: Option<String>,
+    /// The frame's `client_msg_id`, when it had one.
+    pub client_msg_id: Option<String>,
+}
+
+impl FrameError {
+    /// An error with no frame context.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        FrameError {
+            code,
+            message: message.into(),
+            agent_id: None,
+            client_msg_id: None,
+        }
+    }
+
+    /// Attaches the frame's `agent_id`.
+    pub fn for_agent(mut self, agent_id: Option<&str>) -> Self {
+        self.agent_id = agent_id.map(str::to_owned);
+        self
+    }
+}
+
+/// Options a `chat` may carry; only these reach the agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChatOptions {
+    /// Model name for the agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Permission mode for the agent, one of [`PERMISSION_MODES`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
+}
+
+/// A user turn sent to a conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chat {
+    /// Routing key of the conversation.
+    pub agent_id: String,
+    /// The user's message.
+    pub content: String,
+    /// Echoed in the `ack`.
+    pub client_msg_id: Option<String>,
+    /// Validated agent options.
+    pub options: ChatOptions,
+}
+
+/// A decoded client frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientFrame {
+    /// Send a user turn.
+    Chat(Chat),
+    /// Stop the running turn.
+    Interrupt {
+        /// The conversation.
+        agent_id: String,
+    },
+    /// Application-level heartbeat; `ts` is echoed.
+    Ping {
+        /// Any JSON value, echoed in the `pong`.
+        ts: Option<Value>,
+    },
+    /// Replay stored frames after `since_seq`, then follow live ones.
+    Subscribe {
+        /// The conversation.
+        agent_id: String,
+        /// The last `seq` the client has; 0 for everything.
+        since_seq: i64,
+    },
+    /// Stop following a conversation.
+    Unsubscribe {
+        /// The conversation.
+        agent_id: String,
+    },
+}
+
+/// Limits applied while decoding.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeLimits {
+    /// Longest accepted `content`, in bytes.
+    pub max_content_bytes: usize,
+}
+
+/// Checks an `agent_id`: 1–128 characters of `[A-Za-z0-9._:-]`.
+pub fn valid_agent_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_AGENT_ID_CHARS
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Checks a model name: 1–64 characters of `[A-Za-z0-9._:-]`, not starting with `-`.
+pub fn valid_model(model: &str) -> bool {
+    !model.is_empty()
+        && model.len() <= MAX_MODEL_CHARS
+        && !model.starts_with('-')
+        && !model.contains("..")
+        && model
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Decodes one text frame from a client.
+///
+/// # Errors
+/// A [`FrameError`] whose code says what was wrong; it never panics on any input.
+pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameError> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| FrameError::new(ErrorCode::BadFrame, format!("frame is not valid JSON: {e}")))?;
+    let Value::Object(obj) = value else {
+        return Err(FrameError::new(ErrorCode::BadFrame, "frame must be a JSON object"));
+    };
+    let ty = match obj.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(_) => return Err(FrameError::new(ErrorCode::BadFrame, "`type` must be a string")),
+        None => return Err(FrameError::new(ErrorCode::BadFrame, "frame has no `type`")),
+    };
+    let raw_agent = obj.get("agent_id").and_then(Value::as_str);
+    let client_msg_id = match obj.get("client_msg_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            return Err(
+                FrameError::new(ErrorCode::BadFrame, "`client_msg_id` must be a string")
+                    .for_agent(raw_agent),
+            );
+        }
+    };
+    let fail = |e: FrameError| FrameError {
+        agent_id: e.agent_id.or_else(|| raw_agent.map(str::to_owned)),
+        client_msg_id: client_msg_id.clone(),
+        ..e
+    };
+    match ty {
+        "chat" => {
+            let agent_id = agent_id(&obj).map_err(fail)?;
+            let content = match obj.get("content") {
+                Some(Value::String(s)) if s.trim().is_empty() => {
+                    return Err(fail(FrameError::new(ErrorCode::InvalidContent, "`content` is empty")));
+                }
+                Some(Value::String(s)) if s.len() > limits.max_content_bytes => {
+                    return Err(fail(FrameError::new(
+                        ErrorCode::InvalidContent,
+                        format!("`content` is longer than {} bytes", limits.max_content_bytes),
+                    )));
+                }
+                Some(Value::String(s)) => s.clone(),
+                Some(_) => {
+                    return Err(fail(FrameError::new(ErrorCode::InvalidContent, "`content` must be a string")));
+                }
+                None => return Err(fail(FrameError::new(ErrorCode::InvalidContent, "`content` is missing"))),
+            };
+            let options = chat_options(obj.get("options")).map_err(fail)?;
+            Ok(ClientFrame::Chat(Chat {
+                agent_id,
+                content,
+                client_msg_id: client_msg_id.clone(),
+                options,
+            }))
+        }
+        "interrupt" => Ok(ClientFrame::Interrupt {
+            agent_id: agent_id(&obj).map_err(fail)?,
+        }),
+        "ping" => Ok(ClientFrame::Ping {
+            ts: obj.get("ts").cloned(),
+        }),
+        "subscribe" => {
+            let agent_id = agent_id(&obj).map_err(fail)?;
+            let since_seq = match obj.get("since_seq") {
+                None | Some(Value::Null) => 0,
+                Some(v) => v.as_i64().filter(|n| *n >= 0).ok_or_else(|| {
+                    fail(FrameError::new(
+                        ErrorCode::BadFrame,
+                        "`since_seq` must be a non-negative integer",
+                    ))
+                })?,
+            };
+            Ok(ClientFrame::Subscribe { agent_id, since_seq })
+        }
+        "unsubscribe" => Ok(ClientFrame::Unsubscribe {
+            agent_id: agent_id(&obj).map_err(fail)?,
+        }),
+        other => Err(fail(FrameError::new(
+            ErrorCode::UnknownType,
+            format!("unknown frame type `{}`", truncate_chars(other, 64)),
+        ))),
+    }
+}
+
+fn agent_id(obj: &Map<String, Value>) -> Result<String, FrameError> {
+    match obj.get("agent_id") {
+        Some(Value::String(id)) if valid_agent_id(id) => Ok(id.clone()),
+        Some(Value::String(_)) => Err(FrameError::new(
+            ErrorCode::InvalidAgentId,
+            "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
+        )),
+        Some(_) => Err(FrameError::new(ErrorCode::InvalidAgentId, "`agent_id` must be a string")),
+        None => Err(FrameError::new(ErrorCode::InvalidAgentId, "`agent_id` is missing")),
+    }
+}
+
+fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
+    let obj = match value {
+        None | Some(Value::Null) => return Ok(ChatOptions::default()),
+        Some(Value::Object(obj)) => obj,
+        Some(_) => return Err(FrameError::new(ErrorCode::InvalidOptions, "`options` must be an object")),
+    };
+    let mut options = ChatOptions::default();
+    for (key, value) in obj {
+        match (key.as_str(), value) {
+            (_, Value::Null) => {}
+            ("model", Value::String(m)) if valid_model(m) => options.model = Some(m.clone()),
+            ("model", _) => {
+                return Err(FrameError::new(
+                    ErrorCode::InvalidOptions,
+                    "`options.model` must be 1-64 characters of [A-Za-z0-9._:-]",
+                ));
+            }
+            ("permission_mode", Value::String(m)) if PERMISSION_MODES.contains(&m.as_str()) => {
+                options.permission_mode = Some(m.clone());
+            }
+            ("permission_mode", _) => {
+                return Err(FrameError::new(
+                    ErrorCode::InvalidOptions,
+                    format!("`options.permission_mode` must be one of {}", PERMISSION_MODES.join(", ")),
+                ));
+            }
+            (other, _) => {
+                return Err(FrameError::new(
+                    ErrorCode::InvalidOptions,
+                    format!("unknown option `{}`", truncate_chars(other, 64)),
+                ));
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// The first `n` Unicode scalar values of `s`.
+pub fn truncate_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// One serialized server frame, shared cheaply between every socket that gets it.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// The stored sequence number, for frames that are stored.
+    pub seq: Option<i64>,
+    /// The JSON text sent on the wire.
+    pub text: Utf8Bytes,
+}
+
+impl Frame {
+    fn unstored(text: String) -> Self {
+        Frame {
+            seq: None,
+            text: text.into(),
+        }
+    }
+}
+
+/// Which conversation a frame belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct Tag<'a> {
+    /// The client's routing key.
+    pub agent_id: &'a str,
+    /// The server's conversation id.
+    pub session_id: &'a str,
+}
+
+#[derive(Serialize)]
+struct Header<'a> {
+    message_type: &'a str,
+    agent_id: &'a str,
+    session_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<i64>,
+    timestamp: &'a str,
+}
+
+/// Message types whose stored payload is the agent's message, sent under `message`.
+pub fn is_agent_message(message_type: &str) -> bool {
+    matches!(message_type, "user" | "system" | "assistant" | "result")
+}
+
+/// Builds a session frame: a header plus either `message: <payload>` (agent messages and
+/// stream events) or the payload object's own fields (status and other server frames).
+///
+/// `payload` must be a JSON object; it is spliced in as text, never re-parsed.
+pub fn session_frame(tag: Tag<'_>, message_type: &str, seq: Option<i64>, timestamp: &str, payload: &str) -> Frame {
+    let header = serde_json::to_string(&Header {
+        message_type,
+        agent_id: tag.agent_id,
+        session_id: tag.session_id,
+        seq,
+        timestamp,
+    })
+    .expect("header serializes");
+    let mut text = String::with_capacity(header.len() + payload.len() + 16);
+    text.push_str(&header[..header.len() - 1]);
+    if is_agent_message(message_type) || message_type == "stream_event" {
+        text.push_str(",\"message\":");
+        text.push_str(payload);
+        text.push('}');
+    } else {
+        let inner = payload.trim();
+        let inner = inner.strip_prefix('{').and_then(|s| s.strip_suffix('}')).unwrap_or("");
+        if !inner.trim().is_empty() {
+            text.push(',');
+            text.push_str(inner);
+        }
+        text.push('}');
+    }
+    Frame {
+        seq,
+        text: text.into(),
+    }
+}
+
+/// The current time as RFC 3339 with milliseconds, in UTC.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A `status` frame (not stored).
+pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
+    let payload = serde_json::json!({ "status": status, "detail": detail }).to_string();
+    session_frame(tag, "status", None, &now_rfc3339(), &payload)
+}
+
+/// A `status` frame for an `agent_id` that has no conversation yet.
+pub fn bare_status_frame(agent_id: &str, status: &str, detail: &str) -> Frame {
+    Frame::unstored(
+        serde_json::json!({
+            "message_type": "status",
+            "agent_id": agent_id,
+            "timestamp": now_rfc3339(),
+            "status": status,
+            "detail": detail,
+        })
+        .to_string(),
+    )
+}
+
+/// The `ack` frame sent to the socket that sent a `chat`.
+pub fn ack_frame(tag: Tag<'_>, client_msg_id: Option<&str>, seq: i64, queue_position: usize) -> Frame {
+    Frame::unstored(
+        serde_json::json!({
+            "message_type": "ack",
+            "agent_id": tag.agent_id,
+            "session_id": tag.session_id,
+            "timestamp": now_rfc3339(),
+            "client_msg_id": client_msg_id,
+            "seq": seq,
+            "queue_position": queue_position,
+        })
+        .to_string(),
+    )
+}
+
+/// The `error` frame for a failed client frame.
+pub fn error_frame(err: &FrameError) -> Frame {
+    let mut obj = Map::new();
+    obj.insert("message_type".into(), "error".into());
+    obj.insert("timestamp".into(), now_rfc3339().into());
+    obj.insert("code".into(), err.code.as_str().into());
+    obj.insert("error".into(), err.message.clone().into());
+    if let Some(agent_id) = &err.agent_id {
+        obj.insert("agent_id".into(), agent_id.clone().into());
+    }
+    if let Some(id) = &err.client_msg_id {
+        obj.insert("client_msg_id".into(), id.clone().into());
+    }
+    Frame::unstored(Value::Object(obj).to_string())
+}
+
+/// The `pong` answering a `ping`.
+pub fn pong_frame(ts: Option<&Value>) -> Frame {
+    Frame::unstored(
+        serde_json::json!({
+            "message_type": "pong",
+            "timestamp": now_rfc3339(),
+            "ts": ts,
+        })
+        .to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: DecodeLimits = DecodeLimits {
+        max_content_bytes: 1024,
+    };
+
+    fn code(text: &str) -> ErrorCode {
+        decode(text, LIMITS).unwrap_err().code
+    }
+
+    #[test]
+    fn decodes_every_client_frame() {
+        let chat = decode(
+            r#"{"type":"chat","agent_id":"a-1","content":"hi","client_msg_id":"c1","options":{"model":"m1"},"extra":1}"#,
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!(
+            chat,
+            ClientFrame::Chat(Chat {
+                agent_id: "a-1".into(),
+                content: "hi".into(),
+                client_msg_id: Some("c1".into()),
+                options: ChatOptions {
+                    model: Some("m1".into()),
+                    permission_mode: None
+                },
+            })
+        );
+        assert_eq!(
+            decode(r#"{"type":"subscribe","agent_id":"x"}"#, LIMITS).unwrap(),
+            ClientFrame::Subscribe {
+                agent_id: "x".into(),
+                since_seq: 0
+            }
+        );
+        assert_eq!(
+            decode(r#"{"type":"ping","ts":5}"#, LIMITS).unwrap(),
+            ClientFrame::Ping { ts: Some(5.into()) }
+        );
+    }
+
+    #[test]
+    fn every_bad_input_has_its_code() {
+        assert_eq!(code("not json"), ErrorCode::BadFrame);
+        assert_eq!(code("[1,2]"), ErrorCode::BadFrame);
+        assert_eq!(code(r#"{"agent_id":"a"}"#), ErrorCode::BadFrame);
+        assert_eq!(code(r#"{"type":7}"#), ErrorCode::BadFrame);
+        assert_eq!(code(r#"{"type":"dance","agent_id":"a"}"#), ErrorCode::UnknownType);
+        assert_eq!(code(r#"{"type":"chat","content":"x"}"#), ErrorCode::InvalidAgentId);
+        assert_eq!(code(r#"{"type":"chat","agent_id":"a b","content":"x"}"#), ErrorCode::InvalidAgentId);
+        assert_eq!(code(r#"{"type":"chat","agent_id":5,"content":"x"}"#), ErrorCode::InvalidAgentId);
+        let long = "a".repeat(129);
+        assert_eq!(
+            code(&format!(r#"{{"type":"chat","agent_id":"{long}","content":"x"}}"#)),
+            ErrorCode::InvalidAgentId
+        );
+        assert_eq!(code(r#"{"type":"chat","agent_id":"a","content":"  "}"#), ErrorCode::InvalidContent);
+        assert_eq!(code(r#"{"type":"chat","agent_id":"a","content":3}"#), ErrorCode::InvalidContent);
+        let big = "x".repeat(1025);
+        assert_eq!(
+            code(&format!(r#"{{"type":"chat","agent_id":"a","content":"{big}"}}"#)),
+            ErrorCode::InvalidContent
+        );
+        assert_eq!(
+            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"model":"--dangerously-skip-permissions"}}"#),
+            ErrorCode::InvalidOptions
+        );
+        assert_eq!(
+            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"model":"../../etc"}}"#),
+            ErrorCode::InvalidOptions
+        );
+        assert_eq!(
+            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"cwd":"/"}}"#),
+            ErrorCode::InvalidOptions
+        );
+        assert_eq!(
+            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"permission_mode":"yolo"}}"#),
+            ErrorCode::InvalidOptions
+        );
+        assert_eq!(code(r#"{"type":"subscribe","agent_id":"a","since_seq":-1}"#), ErrorCode::BadFrame);
+    }
+
+    #[test]
+    fn errors_echo_agent_and_client_msg_id() {
+        let err = decode(r#"{"type":"chat","agent_id":"a","content":"","client_msg_id":"m"}"#, LIMITS).unwrap_err();
+        assert_eq!(err.agent_id.as_deref(), Some("a"));
+        assert_eq!(err.client_msg_id.as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn session_frames_splice_payloads() {
+        let tag = Tag {
+            agent_id: "a",
+            session_id: "s",
+        };
+        let f = session_frame(tag, "assistant", Some(3), "t", r#"{"type":"assistant"}"#);
+        let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
+        assert_eq!(v["message"]["type"], "assistant");
+        assert_eq!(v["seq"], 3);
+        let f = session_frame(tag, "status", Some(4), "t", r#"{"status":"rewound","dropped_after_seq":2}"#);
+        let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
+        assert_eq!(v["status"], "rewound");
+        assert_eq!(v["dropped_after_seq"], 2);
+        assert_eq!(v["agent_id"], "a");
+    }
+
+    #[test]
+    fn truncates_on_scalar_values() {
+        assert_eq!(truncate_chars("héllo", 2), "hé");
+        assert_eq!(truncate_chars("hi", 5), "hi");
+    }
+}

@@ -1,0 +1,532 @@
+//! The session actor: one task per live conversation, owning its turn queue and its agent.
+//!
+//! Turns run one at a time, in the order they were acked. Every message the agent reports is
+//! stored first and published after the commit, so a frame with a `seq` is never seen before
+//! it is durable. Events that arrive together are stored in one append.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
+use tokio::time::{Instant, sleep_until};
+
+use super::{SessionRef, Shared, SlotState};
+use crate::agent::{AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec, error_result};
+use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError};
+use crate::store::{NewMessage, SessionRecord, Totals};
+
+/// Most agent events stored in one append.
+const EVENT_BATCH: usize = 128;
+
+/// What the manager asks of an actor.
+pub(crate) enum Command {
+    /// Store and queue a user turn; the reply is `(seq, queue_position)`.
+    Chat {
+        chat: Chat,
+        reply: oneshot::Sender<Result<(i64, usize), FrameError>>,
+    },
+    /// Stop the running turn; the reply says whether one was running.
+    Interrupt { reply: oneshot::Sender<bool> },
+    /// End the running turn and stop (server shutdown).
+    Stop { reply: oneshot::Sender<()> },
+}
+
+pub(crate) struct ActorInit {
+    pub shared: Arc<Shared>,
+    pub session: Arc<SessionRef>,
+    pub record: SessionRecord,
+    pub slot_state: Arc<Mutex<SlotState>>,
+    pub events: broadcast::Sender<Frame>,
+    pub commands: mpsc::Receiver<Command>,
+}
+
+struct Turn {
+    user_seq: i64,
+    content: String,
+}
+
+struct Running {
+    /// `seq` of the turn's user message.
+    user_seq: i64,
+    /// Set once an interrupt was sent: the agent is killed if the turn has not ended by then.
+    interrupt_deadline: Option<Instant>,
+    /// uuid of the latest assistant message of this turn (the rewind anchor).
+    last_assistant_uuid: Option<String>,
+}
+
+/// A frame to publish after the store has committed the batch it belongs to.
+enum Out {
+    Stored(NewMessage),
+    Live(&'static str, String),
+    Status(&'static str, String),
+}
+
+struct Actor {
+    shared: Arc<Shared>,
+    session: Arc<SessionRef>,
+    slot_state: Arc<Mutex<SlotState>>,
+    events: broadcast::Sender<Frame>,
+    commands: mpsc::Receiver<Command>,
+    cwd: std::path::PathBuf,
+    sdk_session_id: Option<String>,
+    model: Option<String>,
+    permission_mode: Option<String>,
+    queue: VecDeque<Turn>,
+    running: Option<Running>,
+    agent: Option<AgentConn>,
+    /// Cumulative cost the current agent process reported; results carry running totals.
+    process_cost: f64,
+    idle_since: Instant,
+    /// Set on shutdown: no further queued turn starts.
+    stopping: bool,
+}
+
+pub(crate) fn spawn(init: ActorInit) {
+    let ActorInit {
+        shared,
+        session,
+        record,
+        slot_state,
+        events,
+        commands,
+    } = init;
+    shared.metrics.live_sessions(1);
+    let actor = Actor {
+        cwd: record.cwd.clone().into(),
+        sdk_session_id: record.sdk_session_id.clone(),
+        model: record.model.clone(),
+        permission_mode: record.permission_mode.clone(),
+        shared,
+        session,
+        slot_state,
+        events,
+        commands,
+        queue: VecDeque::new(),
+        running: None,
+        agent: None,
+        process_cost: 0.0,
+        idle_since: Instant::now(),
+        stopping: false,
+    };
+    tokio::spawn(actor.run());
+}
+
+/// The next event of the agent, or never when there is none.
+async fn next_event(agent: &mut Option<AgentConn>) -> Option<AgentEvent> {
+    match agent {
+        Some(conn) => conn.events.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Actor {
+    async fn run(mut self) {
+        let evict_after = self.shared.config.idle_evict();
+        loop {
+            let idle = self.running.is_none() && self.queue.is_empty();
+            let deadline = self.running.as_ref().and_then(|r| r.interrupt_deadline);
+            tokio::select! {
+                cmd = self.commands.recv() => match cmd {
+                    Some(Command::Chat { chat, reply }) => self.on_chat(chat, reply).await,
+                    Some(Command::Interrupt { reply }) => {
+                        let _ = reply.send(self.interrupt());
+                    }
+                    Some(Command::Stop { reply }) => {
+                        self.stop().await;
+                        let _ = reply.send(());
+                        return;
+                    }
+                    None => {
+                        self.stop().await;
+                        return;
+                    }
+                },
+                event = next_event(&mut self.agent) => self.on_agent_events(event).await,
+                _ = sleep_until(self.idle_since + evict_after), if idle => {
+                    if self.try_evict().await {
+                        return;
+                    }
+                }
+                _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    self.kill_stuck_turn().await;
+                }
+            }
+        }
+    }
+
+    fn publish(&self, frame: Frame) {
+        // No receiver is fine: nobody is watching this conversation right now.
+        let _ = self.events.send(frame);
+    }
+
+    fn publish_status(&self, status: &str, detail: &str) {
+        self.publish(protocol::status_frame(self.session.tag(), status, detail));
+    }
+
+    fn store_failed(&self, err: &crate::store::StoreError) {
+        tracing::error!(agent_id = %self.session.agent_id, error = %err, "could not store agent output");
+        self.shared.metrics.error(ErrorCode::StoreUnavailable.as_str());
+        let err = FrameError::new(ErrorCode::StoreUnavailable, "the store is unavailable; agent output was not saved")
+            .for_agent(Some(&self.session.agent_id));
+        self.publish(protocol::error_frame(&err));
+    }
+
+    async fn on_chat(&mut self, chat: Chat, reply: oneshot::Sender<Result<(i64, usize), FrameError>>) {
+        let busy = self.running.is_some() || !self.queue.is_empty();
+        if busy && self.queue.len() >= self.shared.config.session.max_queued_turns {
+            let err = FrameError::new(
+                ErrorCode::LimitExceeded,
+                format!("{} turns are already queued", self.queue.len()),
+            )
+            .for_agent(Some(&chat.agent_id));
+            let _ = reply.send(Err(FrameError {
+                client_msg_id: chat.client_msg_id,
+                ..err
+            }));
+            return;
+        }
+        let payload = serde_json::json!({
+            "type": "user",
+            "message": { "role": "user", "content": chat.content },
+        })
+        .to_string();
+        let mut message = NewMessage::new("user", payload.clone());
+        message.prompt = true;
+        message.title = Some(protocol::truncate_chars(chat.content.trim(), 50).to_owned());
+        let created_at = message.created_at.clone();
+        let seq = match self.shared.store.append(self.session.id, vec![message]).await {
+            Ok(seq) => seq,
+            Err(err) => {
+                let mut e = super::store_error(err, &chat.agent_id);
+                e.client_msg_id = chat.client_msg_id;
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        if chat.options.model.is_some() {
+            self.model = chat.options.model.clone();
+        }
+        if chat.options.permission_mode.is_some() {
+            self.permission_mode = chat.options.permission_mode.clone();
+        }
+        let position = if busy {
+            self.queue.len() + usize::from(self.running.is_some())
+        } else {
+            0
+        };
+        let _ = reply.send(Ok((seq, position)));
+        self.publish(protocol::session_frame(self.session.tag(), "user", Some(seq), &created_at, &payload));
+        self.queue.push_back(Turn {
+            user_seq: seq,
+            content: chat.content,
+        });
+        if self.running.is_none() {
+            self.start_next_turn().await;
+        } else {
+            self.shared.metrics.queued_turns(1);
+            self.publish_status("queued", &format!("{position} turn(s) ahead"));
+        }
+    }
+
+    fn interrupt(&mut self) -> bool {
+        let Some(running) = self.running.as_mut() else {
+            return false;
+        };
+        if running.interrupt_deadline.is_none() {
+            if let Some(agent) = &self.agent {
+                let _ = agent.input.try_send(AgentInput::Interrupt);
+            }
+            running.interrupt_deadline =
+                Some(Instant::now() + std::time::Duration::from_secs(self.shared.config.session.interrupt_timeout_secs));
+            self.publish_status("interrupted", "the running turn is being stopped");
+        }
+        true
+    }
+
+    /// Starts queued turns until one is running (a turn whose agent can't start is closed).
+    async fn start_next_turn(&mut self) {
+        while let Some(turn) = self.queue.pop_front() {
+            if self.agent.is_none()
+                && let Err(detail) = self.spawn_agent(turn.user_seq).await
+            {
+                self.fail_turn(&turn, "backend_unavailable", &detail).await;
+                continue;
+            }
+            let agent = self.agent.as_ref().expect("spawned above");
+            if agent.input.send(AgentInput::Prompt(turn.content.clone())).await.is_err() {
+                self.agent = None;
+                self.fail_turn(&turn, "crashed", "the agent stopped before the turn started").await;
+                continue;
+            }
+            self.running = Some(Running {
+                user_seq: turn.user_seq,
+                interrupt_deadline: None,
+                last_assistant_uuid: None,
+            });
+            self.publish_status("busy", "a turn is running");
+            return;
+        }
+        self.idle_since = Instant::now();
+    }
+
+    async fn spawn_agent(&mut self, user_seq: i64) -> Result<(), String> {
+        let shared = self.shared.clone();
+        let launch = match &self.sdk_session_id {
+            Some(id) => Launch::Resume {
+                sdk_session_id: id.clone(),
+            },
+            None => Launch::New {
+                session_id: self.session.session_id.clone(),
+            },
+        };
+        let resumed = matches!(launch, Launch::Resume { .. });
+        self.publish_status(
+            if resumed { "resuming" } else { "creating" },
+            if resumed { "resuming the agent" } else { "starting the agent" },
+        );
+        let prior_prompts = shared
+            .store
+            .prompts_before(self.session.id, user_seq)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::fs::create_dir_all(&self.cwd)
+            .await
+            .map_err(|e| format!("cannot create the workspace: {e}"))?;
+        let spec = SpawnSpec {
+            agent_id: self.session.agent_id.clone(),
+            session_id: self.session.session_id.clone(),
+            cwd: self.cwd.clone(),
+            launch,
+            model: self.model.clone(),
+            permission_mode: self.permission_mode.clone(),
+            prior_prompts,
+        };
+        let conn = shared.backend.spawn(spec).await.map_err(|e| e.to_string())?;
+        shared.metrics.agent_spawned(resumed);
+        self.process_cost = 0.0;
+        self.agent = Some(conn);
+        self.publish_status("active", "the agent is running");
+        Ok(())
+    }
+
+    /// Closes a turn that could not run with a stored error result.
+    async fn fail_turn(&mut self, turn: &Turn, reason: &'static str, detail: &str) {
+        tracing::warn!(agent_id = %self.session.agent_id, seq = turn.user_seq, reason, detail, "turn failed");
+        self.shared.metrics.error(ErrorCode::BackendUnavailable.as_str());
+        let err = FrameError::new(ErrorCode::BackendUnavailable, format!("the agent could not run the turn: {detail}"))
+            .for_agent(Some(&self.session.agent_id));
+        self.publish(protocol::error_frame(&err));
+        let mut result = NewMessage::new("result", error_result(&self.session.session_id, reason));
+        result.totals = Some(Totals::default());
+        self.publish_batch(vec![Out::Stored(result)]).await;
+    }
+
+    /// Handles one agent event and whatever else the agent has already reported.
+    async fn on_agent_events(&mut self, first: Option<AgentEvent>) {
+        let mut outs = Vec::new();
+        let mut turn_ended = false;
+        let mut next = Some(first);
+        while let Some(event) = next.take() {
+            match event {
+                Some(AgentEvent::Message(message)) => {
+                    if let Some(out) = self.on_message(message, &mut turn_ended).await {
+                        outs.push(out);
+                    }
+                }
+                Some(AgentEvent::Warning(warning)) => {
+                    tracing::warn!(agent_id = %self.session.agent_id, %warning, "agent warning");
+                    outs.push(Out::Status("warning", warning));
+                }
+                Some(AgentEvent::Exited { detail }) => {
+                    self.on_exit(&detail, &mut outs, &mut turn_ended);
+                    break;
+                }
+                None => {
+                    self.on_exit("the agent stopped", &mut outs, &mut turn_ended);
+                    break;
+                }
+            }
+            if outs.len() < EVENT_BATCH
+                && let Some(agent) = self.agent.as_mut()
+                && let Ok(event) = agent.events.try_recv()
+            {
+                next = Some(Some(event));
+            }
+        }
+        self.publish_batch(outs).await;
+        if turn_ended {
+            self.running = None;
+            if self.queue.is_empty() || self.stopping {
+                self.idle_since = Instant::now();
+                self.publish_status("idle", "no turn is running");
+            } else {
+                self.shared.metrics.queued_turns(-1);
+                self.start_next_turn().await;
+            }
+        }
+    }
+
+    fn on_exit(&mut self, detail: &str, outs: &mut Vec<Out>, turn_ended: &mut bool) {
+        self.agent = None;
+        if self.running.is_some() {
+            tracing::warn!(agent_id = %self.session.agent_id, detail, "agent died mid-turn");
+            self.shared.metrics.agent_crashed();
+            outs.push(Out::Status("crashed", format!("the agent stopped mid-turn: {detail}")));
+            let mut result = NewMessage::new("result", error_result(&self.session.session_id, "crashed"));
+            result.totals = Some(Totals::default());
+            outs.push(Out::Stored(result));
+            *turn_ended = true;
+        }
+    }
+
+    async fn on_message(&mut self, message: AgentMessage, turn_ended: &mut bool) -> Option<Out> {
+        let AgentMessage {
+            kind,
+            subtype,
+            uuid,
+            session_id,
+            raw,
+        } = message;
+        let message_type: &'static str = match kind.as_str() {
+            "stream_event" => return Some(Out::Live("stream_event", raw)),
+            "user" => "user",
+            "assistant" => "assistant",
+            "result" => "result",
+            "system" => "system",
+            _ => return Some(Out::Live("agent_event", raw)),
+        };
+        if message_type == "system"
+            && subtype.as_deref() == Some("init")
+            && let Some(id) = session_id
+            && self.sdk_session_id.as_deref() != Some(id.as_str())
+        {
+            let unified = id == self.session.session_id;
+            if let Err(err) = self.shared.store.record_agent_session(self.session.id, &id, unified).await {
+                self.store_failed(&err);
+            }
+            self.sdk_session_id = Some(id);
+        }
+        let mut stored = NewMessage::new(message_type, raw);
+        if let Some(running) = self.running.as_mut()
+            && message_type == "assistant"
+        {
+            running.last_assistant_uuid = uuid.clone();
+        }
+        if message_type == "result" {
+            stored.totals = Some(self.result_totals(&stored.payload));
+            stored.turn_anchor = self.running.as_mut().and_then(|r| r.last_assistant_uuid.take());
+            *turn_ended = self.running.is_some();
+        }
+        stored.sdk_uuid = uuid;
+        Some(Out::Stored(stored))
+    }
+
+    /// What one result adds to the totals: the agent reports cost cumulatively per process.
+    fn result_totals(&mut self, raw: &str) -> Totals {
+        let Ok(v) = serde_json::from_str::<Value>(raw) else {
+            return Totals::default();
+        };
+        let cumulative = v["total_cost_usd"].as_f64().unwrap_or(0.0);
+        let cost = (cumulative - self.process_cost).max(0.0);
+        self.process_cost = cumulative.max(self.process_cost);
+        Totals {
+            cost_usd: cost,
+            input_tokens: v["usage"]["input_tokens"].as_i64().unwrap_or(0),
+            output_tokens: v["usage"]["output_tokens"].as_i64().unwrap_or(0),
+            duration_ms: v["duration_ms"].as_i64().unwrap_or(0),
+        }
+    }
+
+    /// Stores the stored frames of `outs` in one append, then publishes all in order.
+    async fn publish_batch(&mut self, outs: Vec<Out>) {
+        if outs.is_empty() {
+            return;
+        }
+        let stored: Vec<NewMessage> = outs
+            .iter()
+            .filter_map(|o| match o {
+                Out::Stored(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut seq = None;
+        if !stored.is_empty() {
+            match self.shared.store.append(self.session.id, stored).await {
+                Ok(first) => seq = Some(first),
+                Err(err) => self.store_failed(&err),
+            }
+        }
+        let tag = self.session.tag();
+        for out in outs {
+            match out {
+                Out::Stored(m) => {
+                    if let Some(s) = seq.as_mut() {
+                        self.publish(protocol::session_frame(tag, m.message_type, Some(*s), &m.created_at, &m.payload));
+                        *s += 1;
+                    }
+                }
+                Out::Live(kind, raw) => {
+                    self.publish(protocol::session_frame(tag, kind, None, &protocol::now_rfc3339(), &raw));
+                }
+                Out::Status(status, detail) => self.publish_status(status, &detail),
+            }
+        }
+    }
+
+    /// The interrupt deadline passed without the turn ending: kill the agent and close the
+    /// turn. The conversation resumes from the agent's own record on the next turn.
+    async fn kill_stuck_turn(&mut self) {
+        let seq = self.running.as_ref().map(|r| r.user_seq);
+        tracing::warn!(agent_id = %self.session.agent_id, ?seq, "interrupt not honoured in time; stopping the agent");
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        let mut result = NewMessage::new("result", error_result(&self.session.session_id, "interrupt_timeout"));
+        result.totals = Some(Totals::default());
+        self.publish_batch(vec![Out::Stored(result)]).await;
+        self.running = None;
+        self.start_next_turn().await;
+        if self.running.is_none() {
+            self.publish_status("idle", "no turn is running");
+        }
+    }
+
+    /// Evicts the conversation if nothing arrived meanwhile; true when the actor should end.
+    async fn try_evict(&mut self) -> bool {
+        let state = self.slot_state.clone();
+        let mut guard = state.lock().await;
+        if !self.commands.is_empty() {
+            return false;
+        }
+        self.commands.close();
+        *guard = SlotState::Dormant;
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        drop(guard);
+        self.shared.metrics.live_sessions(-1);
+        self.publish_status("evicted", "idle; the conversation resumes on the next message");
+        true
+    }
+
+    /// Server shutdown: interrupt the running turn, give it the interrupt timeout to end,
+    /// then stop the agent. Queued turns are closed at the next start-up.
+    async fn stop(&mut self) {
+        self.stopping = true;
+        if self.running.is_some() {
+            self.interrupt();
+            let deadline = self.running.as_ref().and_then(|r| r.interrupt_deadline).unwrap_or_else(Instant::now);
+            while self.running.is_some() && self.agent.is_some() {
+                tokio::select! {
+                    event = next_event(&mut self.agent) => self.on_agent_events(event).await,
+                    _ = sleep_until(deadline) => break,
+                }
+            }
+        }
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        self.shared.metrics.live_sessions(-1);
+    }
+}

@@ -1,0 +1,366 @@
+//! Conversations, independent of any transport: the [`Manager`] maps `(principal, agent_id)`
+//! to a live session actor, starting or resuming it on demand, and every client (WebSocket or
+//! REST) goes through it.
+//!
+//! Each key has a [`Slot`] that outlives the actor behind it: it holds the conversation's
+//! broadcast of frames (so subscribers stay attached across eviction and resume) and a mutex
+//! that serializes starting, commanding and evicting the actor. That mutex is what makes
+//! creation single-flight and guarantees at most one live actor, and so one agent process,
+//! per conversation.
+
+mod actor;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::{Mutex, OwnedMutexGuard, broadcast, mpsc, oneshot};
+
+use crate::agent::Backend;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::protocol::{Chat, ErrorCode, Frame, FrameError, Tag};
+use crate::store::{NewSession, SessionRecord, Store, StoreError};
+
+/// Commands waiting for one actor; a full queue answers `limit_exceeded`.
+const COMMAND_QUEUE: usize = 256;
+/// How often dormant slots without subscribers are dropped from memory.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// The identity of a conversation that frames are tagged with.
+#[derive(Debug)]
+pub struct SessionRef {
+    /// Row id in the store.
+    pub id: i64,
+    /// The client's routing key.
+    pub agent_id: String,
+    /// Our id of the conversation.
+    pub session_id: String,
+}
+
+impl SessionRef {
+    fn from_record(record: &SessionRecord) -> Arc<Self> {
+        Arc::new(SessionRef {
+            id: record.id,
+            agent_id: record.agent_id.clone(),
+            session_id: record.session_id.clone(),
+        })
+    }
+
+    /// The tag frames of this conversation carry.
+    pub fn tag(&self) -> Tag<'_> {
+        Tag {
+            agent_id: &self.agent_id,
+            session_id: &self.session_id,
+        }
+    }
+}
+
+type Key = (String, String);
+
+enum SlotState {
+    Dormant,
+    Live(SessionHandle),
+}
+
+#[derive(Clone)]
+struct SessionHandle {
+    tx: mpsc::Sender<actor::Command>,
+    session: Arc<SessionRef>,
+}
+
+/// Everything in memory about one conversation key.
+struct Slot {
+    events: broadcast::Sender<Frame>,
+    state: Arc<Mutex<SlotState>>,
+    /// Set (under `state`) when the slot is dropped from the map; holders must look again.
+    removed: AtomicBool,
+    session: std::sync::OnceLock<Arc<SessionRef>>,
+}
+
+/// A chat that was stored and queued.
+pub struct ChatAccepted {
+    /// The conversation.
+    pub session: Arc<SessionRef>,
+    /// `seq` of the stored user message.
+    pub seq: i64,
+    /// 0 when the turn runs now, else how many turns are ahead of it.
+    pub queue_position: usize,
+    /// The conversation's frames from before the user message on.
+    pub events: broadcast::Receiver<Frame>,
+}
+
+/// A subscription to a conversation's live frames.
+pub struct Subscription {
+    /// The conversation.
+    pub session: Arc<SessionRef>,
+    /// Live frames from now on.
+    pub events: broadcast::Receiver<Frame>,
+}
+
+/// The result of an `interrupt`.
+pub struct Interrupted {
+    /// The conversation.
+    pub session: Arc<SessionRef>,
+    /// Whether a turn was running (and is now being stopped).
+    pub was_running: bool,
+}
+
+pub(crate) struct Shared {
+    store: Arc<dyn Store>,
+    backend: Arc<dyn Backend>,
+    config: Arc<Config>,
+    metrics: Metrics,
+}
+
+/// The registry of conversations; cheap to clone.
+#[derive(Clone)]
+pub struct Manager {
+    slots: Arc<DashMap<Key, Arc<Slot>>>,
+    shared: Arc<Shared>,
+}
+
+fn unknown_agent(agent_id: &str) -> FrameError {
+    FrameError::new(ErrorCode::UnknownAgent, format!("no conversation with agent_id `{agent_id}`"))
+        .for_agent(Some(agent_id))
+}
+
+fn store_error(err: StoreError, agent_id: &str) -> FrameError {
+    match err {
+        StoreError::UnknownSession => unknown_agent(agent_id),
+        StoreError::Unavailable(e) => {
+            tracing::warn!(error = %e, agent_id, "store unavailable");
+            FrameError::new(ErrorCode::StoreUnavailable, "the store is unavailable; try again").for_agent(Some(agent_id))
+        }
+    }
+}
+
+impl Manager {
+    /// A manager over `store`, starting agents with `backend`.
+    pub fn new(store: Arc<dyn Store>, backend: Arc<dyn Backend>, config: Arc<Config>, metrics: Metrics) -> Self {
+        Manager {
+            slots: Arc::new(DashMap::new()),
+            shared: Arc::new(Shared {
+                store,
+                backend,
+                config,
+                metrics,
+            }),
+        }
+    }
+
+    /// Drops dormant, unwatched slots from memory now and then, until `stop` fires.
+    pub fn spawn_sweeper(&self, stop: tokio_util::sync::CancellationToken) {
+        let slots = Arc::downgrade(&self.slots);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let Some(slots) = slots.upgrade() else { return };
+                sweep(&slots);
+            }
+        });
+    }
+
+    fn key(principal: &str, agent_id: &str) -> Key {
+        (principal.to_owned(), agent_id.to_owned())
+    }
+
+    /// Locks the slot of `key`, creating it if needed.
+    async fn lock_slot(&self, key: &Key) -> (Arc<Slot>, OwnedMutexGuard<SlotState>) {
+        loop {
+            let slot = self
+                .slots
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    Arc::new(Slot {
+                        events: broadcast::channel(self.shared.config.socket.session_buffer_frames).0,
+                        state: Arc::new(Mutex::new(SlotState::Dormant)),
+                        removed: AtomicBool::new(false),
+                        session: std::sync::OnceLock::new(),
+                    })
+                })
+                .clone();
+            let guard = slot.state.clone().lock_owned().await;
+            if !slot.removed.load(Ordering::Acquire) {
+                return (slot, guard);
+            }
+        }
+    }
+
+    /// Stores a user turn for `chat.agent_id`, creating or resuming the conversation first.
+    ///
+    /// # Errors
+    /// `store_unavailable`, `limit_exceeded` (queue full) or `backend_unavailable`.
+    pub async fn chat(&self, principal: &str, chat: Chat) -> Result<ChatAccepted, FrameError> {
+        let agent_id = chat.agent_id.clone();
+        let key = Self::key(principal, &agent_id);
+        let (slot, mut guard) = self.lock_slot(&key).await;
+        let handle = match &*guard {
+            SlotState::Live(h) if !h.tx.is_closed() => h.clone(),
+            _ => {
+                let h = self.start(principal, &chat, &slot).await?;
+                *guard = SlotState::Live(h.clone());
+                h
+            }
+        };
+        let events = slot.events.subscribe();
+        let (reply, reply_rx) = oneshot::channel();
+        handle
+            .tx
+            .try_send(actor::Command::Chat { chat, reply })
+            .map_err(|_| FrameError::new(ErrorCode::LimitExceeded, "the conversation is overloaded; try again").for_agent(Some(&agent_id)))?;
+        drop(guard);
+        let (seq, queue_position) = reply_rx
+            .await
+            .map_err(|_| FrameError::new(ErrorCode::BackendUnavailable, "the conversation stopped").for_agent(Some(&agent_id)))??;
+        Ok(ChatAccepted {
+            session: handle.session,
+            seq,
+            queue_position,
+            events,
+        })
+    }
+
+    /// Starts the actor of a conversation, creating the conversation if it is new.
+    async fn start(&self, principal: &str, chat: &Chat, slot: &Slot) -> Result<SessionHandle, FrameError> {
+        let shared = &self.shared;
+        let store_err = |e| store_error(e, &chat.agent_id);
+        let record = match shared.store.find_session(principal, &chat.agent_id).await.map_err(store_err)? {
+            Some(record) => record,
+            None => {
+                let session_id = uuid::Uuid::new_v4().to_string();
+                let cwd = shared.config.workspaces_dir().join(&session_id);
+                shared
+                    .store
+                    .create_session(NewSession {
+                        principal: principal.to_owned(),
+                        agent_id: chat.agent_id.clone(),
+                        session_id,
+                        backend: shared.backend.name().to_owned(),
+                        cwd: cwd.to_string_lossy().into_owned(),
+                        model: chat.options.model.clone(),
+                        permission_mode: chat.options.permission_mode.clone(),
+                    })
+                    .await
+                    .map_err(store_err)?
+            }
+        };
+        let session = slot.session.get_or_init(|| SessionRef::from_record(&record)).clone();
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        actor::spawn(actor::ActorInit {
+            shared: self.shared.clone(),
+            session: session.clone(),
+            record,
+            slot_state: slot.state.clone(),
+            events: slot.events.clone(),
+            commands: rx,
+        });
+        Ok(SessionHandle { tx, session })
+    }
+
+    /// Finds the slot of a conversation that exists, without starting anything.
+    async fn existing_slot(&self, principal: &str, agent_id: &str) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), FrameError> {
+        let key = Self::key(principal, agent_id);
+        if !self.slots.contains_key(&key) {
+            self.shared
+                .store
+                .find_session(principal, agent_id)
+                .await
+                .map_err(|e| store_error(e, agent_id))?
+                .ok_or_else(|| unknown_agent(agent_id))?;
+        }
+        let (slot, guard) = self.lock_slot(&key).await;
+        if slot.session.get().is_none() {
+            let record = self
+                .shared
+                .store
+                .find_session(principal, agent_id)
+                .await
+                .map_err(|e| store_error(e, agent_id))?
+                .ok_or_else(|| unknown_agent(agent_id))?;
+            let _ = slot.session.set(SessionRef::from_record(&record));
+        }
+        Ok((slot, guard))
+    }
+
+    /// Follows a conversation's live frames. Never starts an agent.
+    ///
+    /// # Errors
+    /// `unknown_agent` when there is no such conversation.
+    pub async fn subscribe(&self, principal: &str, agent_id: &str) -> Result<Subscription, FrameError> {
+        let (slot, _guard) = self.existing_slot(principal, agent_id).await?;
+        Ok(Subscription {
+            session: slot.session.get().expect("set by existing_slot").clone(),
+            events: slot.events.subscribe(),
+        })
+    }
+
+    /// Stops the running turn of a conversation, if any.
+    ///
+    /// # Errors
+    /// `unknown_agent` when there is no such conversation.
+    pub async fn interrupt(&self, principal: &str, agent_id: &str) -> Result<Interrupted, FrameError> {
+        let (slot, guard) = self.existing_slot(principal, agent_id).await?;
+        let session = slot.session.get().expect("set by existing_slot").clone();
+        let SlotState::Live(handle) = &*guard else {
+            return Ok(Interrupted {
+                session,
+                was_running: false,
+            });
+        };
+        let (reply, rx) = oneshot::channel();
+        if handle.tx.try_send(actor::Command::Interrupt { reply }).is_err() {
+            return Err(FrameError::new(ErrorCode::LimitExceeded, "the conversation is overloaded; try again").for_agent(Some(agent_id)));
+        }
+        drop(guard);
+        Ok(Interrupted {
+            session,
+            was_running: rx.await.unwrap_or(false),
+        })
+    }
+
+    /// The store behind the manager.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    /// Ends every live conversation: running turns are interrupted and given the interrupt
+    /// timeout to end, then agents are stopped.
+    pub async fn shutdown(&self) {
+        let slots: Vec<Arc<Slot>> = self.slots.iter().map(|e| e.value().clone()).collect();
+        let stops = slots.into_iter().map(|slot| async move {
+            let mut guard = slot.state.clone().lock_owned().await;
+            if let SlotState::Live(handle) = std::mem::replace(&mut *guard, SlotState::Dormant) {
+                let (reply, rx) = oneshot::channel();
+                if handle.tx.send(actor::Command::Stop { reply }).await.is_ok() {
+                    let _ = rx.await;
+                }
+            }
+        });
+        futures_util::future::join_all(stops).await;
+    }
+}
+
+/// Drops slots that have no live actor and no subscriber.
+fn sweep(slots: &DashMap<Key, Arc<Slot>>) {
+    let mut idle = Vec::new();
+    for entry in slots.iter() {
+        let slot = entry.value();
+        if let Ok(state) = slot.state.try_lock()
+            && matches!(*state, SlotState::Dormant)
+            && slot.events.receiver_count() == 0
+        {
+            slot.removed.store(true, Ordering::Release);
+            idle.push((entry.key().clone(), slot.clone()));
+        }
+    }
+    for (key, slot) in idle {
+        slots.remove_if(&key, |_, s| Arc::ptr_eq(s, &slot));
+    }
+}

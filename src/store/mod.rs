@@ -1,0 +1,196 @@
+//! The store: conversations and their stored frames, behind the [`Store`] trait.
+//!
+//! SQLite ([`sqlite::SqliteStore`]) is the implementation; the trait keeps the door open for a
+//! shared PostgreSQL store. `seq` is assigned inside the same write that stores the rows.
+
+pub mod sqlite;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be read or written (disk full, I/O error, closed).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The conversation does not exist (any more).
+    #[error("unknown session")]
+    UnknownSession,
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(err: sqlx::Error) -> Self {
+        StoreError::Unavailable(err.to_string())
+    }
+}
+
+/// Result alias for store calls.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A conversation as stored in `session_info`.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct SessionRecord {
+    /// Row id; the foreign key of its messages.
+    #[serde(skip)]
+    pub id: i64,
+    /// Whose conversation this is.
+    #[serde(skip)]
+    pub principal: String,
+    /// The client's routing key.
+    pub agent_id: String,
+    /// Our id for the conversation.
+    pub session_id: String,
+    /// The id the agent reported; what `--resume` gets.
+    pub sdk_session_id: Option<String>,
+    /// Whether the agent adopted our `session_id`.
+    pub unified: bool,
+    /// `claude` or `demo`.
+    pub backend: String,
+    /// The first 50 characters of the first user message.
+    pub title: Option<String>,
+    /// The agent's working directory.
+    pub cwd: String,
+    /// Model the agent runs with, if one was chosen.
+    pub model: Option<String>,
+    /// Permission mode the agent runs with, if one was chosen.
+    pub permission_mode: Option<String>,
+    /// Last known status.
+    pub status: String,
+    /// When the conversation was created (RFC 3339).
+    pub created_at: String,
+    /// Last stored message (RFC 3339).
+    pub last_active_at: String,
+    /// Number of stored messages.
+    pub message_count: i64,
+    /// Highest `seq` ever assigned.
+    pub last_seq: i64,
+    /// User turns sent.
+    pub prompt_count: i64,
+    /// Result messages stored.
+    pub result_count: i64,
+    /// Total cost reported by the agent, in US dollars.
+    pub total_cost_usd: f64,
+    /// Total input tokens.
+    pub input_tokens: i64,
+    /// Total output tokens.
+    pub output_tokens: i64,
+    /// Total turn duration, in milliseconds.
+    pub duration_ms: i64,
+}
+
+/// What a new conversation starts with.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    /// Whose conversation.
+    pub principal: String,
+    /// The client's routing key.
+    pub agent_id: String,
+    /// Our id (UUID v4).
+    pub session_id: String,
+    /// Backend name.
+    pub backend: String,
+    /// Working directory of the agent.
+    pub cwd: String,
+    /// Chosen model.
+    pub model: Option<String>,
+    /// Chosen permission mode.
+    pub permission_mode: Option<String>,
+}
+
+/// Usage figures of one `result`, added to the conversation's totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    /// Cost in US dollars.
+    pub cost_usd: f64,
+    /// Input tokens.
+    pub input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Duration in milliseconds.
+    pub duration_ms: i64,
+}
+
+/// A frame to store; its `seq` is assigned by the store.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    /// `user`, `system`, `assistant`, `result`, `status`, ...
+    pub message_type: &'static str,
+    /// The JSON object stored (for agent messages: the message verbatim).
+    pub payload: String,
+    /// The agent's uuid for the message.
+    pub sdk_uuid: Option<String>,
+    /// True for the user's own chat message (starts a turn).
+    pub prompt: bool,
+    /// On a result: uuid of the turn's last assistant message.
+    pub turn_anchor: Option<String>,
+    /// Storage time (RFC 3339); also the frame's `timestamp`.
+    pub created_at: String,
+    /// Becomes the title if the conversation has none yet.
+    pub title: Option<String>,
+    /// On a result: what to add to the totals.
+    pub totals: Option<Totals>,
+}
+
+impl NewMessage {
+    /// A message with no extras, stamped now.
+    pub fn new(message_type: &'static str, payload: String) -> Self {
+        NewMessage {
+            message_type,
+            payload,
+            sdk_uuid: None,
+            prompt: false,
+            turn_anchor: None,
+            created_at: crate::protocol::now_rfc3339(),
+            title: None,
+            totals: None,
+        }
+    }
+}
+
+/// A stored frame, as read back.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct StoredMessage {
+    /// Position in the conversation.
+    pub seq: i64,
+    /// Frame type.
+    pub message_type: String,
+    /// The agent's uuid, if any.
+    pub sdk_uuid: Option<String>,
+    /// The stored JSON object.
+    pub payload: String,
+    /// Storage time (RFC 3339).
+    pub created_at: String,
+}
+
+/// Persistence of conversations and their frames.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Looks up a conversation by its key.
+    async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>>;
+
+    /// Creates a conversation, or returns the existing one with the same key.
+    async fn create_session(&self, new: NewSession) -> Result<SessionRecord>;
+
+    /// Stores `messages` in one commit and returns the `seq` of the first one; the rest follow
+    /// by one each. The call returns only once the rows are committed.
+    async fn append(&self, session: i64, messages: Vec<NewMessage>) -> Result<i64>;
+
+    /// Stored frames with `seq > after_seq`, in order, at most `limit`.
+    async fn messages_after(&self, session: i64, after_seq: i64, limit: u32) -> Result<Vec<StoredMessage>>;
+
+    /// Records the id the agent reported for the conversation.
+    async fn record_agent_session(&self, session: i64, sdk_session_id: &str, unified: bool) -> Result<()>;
+
+    /// Records the conversation's status.
+    async fn set_status(&self, session: i64, status: &str) -> Result<()>;
+
+    /// Number of user turns stored before `seq`.
+    async fn prompts_before(&self, session: i64, seq: i64) -> Result<i64>;
+
+    /// Closes turns left unfinished by a crash with an error `result`; returns how many.
+    async fn close_unfinished_turns(&self) -> Result<u64>;
+
+    /// Finishes pending writes and closes the database.
+    async fn close(&self);
+}

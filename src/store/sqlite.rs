@@ -1,0 +1,347 @@
+//! The SQLite store: WAL, migrations at start-up, and one writer task doing group commits.
+//!
+//! Every append goes through the writer. It takes whatever requests are queued (up to a batch
+//! limit), stores them all in one transaction, and only then answers each caller, so a frame
+//! is never sent before it is committed and a busy server pays one commit for many frames.
+//! Reads and the rare small updates use a separate pool; WAL lets them run beside the writer.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{NewMessage, NewSession, Result, SessionRecord, Store, StoreError, StoredMessage};
+use crate::metrics::Metrics;
+
+/// Rows per INSERT statement (each row binds 8 values; SQLite allows 32,766).
+const ROWS_PER_INSERT: usize = 256;
+
+/// Settings of the SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteSettings {
+    /// `synchronous=FULL` instead of `NORMAL` (fsync at every commit, not only at checkpoints).
+    pub synchronous_full: bool,
+    /// Most append requests stored in one transaction.
+    pub max_batch: usize,
+    /// Depth of the queue in front of the writer.
+    pub queue_depth: usize,
+}
+
+impl Default for SqliteSettings {
+    fn default() -> Self {
+        SqliteSettings {
+            synchronous_full: false,
+            max_batch: 512,
+            queue_depth: 4096,
+        }
+    }
+}
+
+struct Append {
+    session: i64,
+    messages: Vec<NewMessage>,
+    reply: oneshot::Sender<Result<i64>>,
+}
+
+enum WriteOp {
+    Append(Append),
+    Close(oneshot::Sender<()>),
+}
+
+/// The SQLite implementation of [`Store`].
+pub struct SqliteStore {
+    pool: SqlitePool,
+    writer: mpsc::Sender<WriteOp>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) `<path>`, runs the migrations and starts the writer.
+    ///
+    /// # Errors
+    /// When the file can't be opened or a migration fails.
+    pub async fn open(path: &Path, settings: SqliteSettings, metrics: Metrics) -> anyhow::Result<Self> {
+        let options = SqliteConnectOptions::from_str("sqlite:")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(if settings.synchronous_full {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        // Readers only: replays and lookups. Four is plenty on a small machine; the writer has
+        // its own connection.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options.clone())
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        let conn = options.connect().await?;
+        let (tx, rx) = mpsc::channel(settings.queue_depth);
+        tokio::spawn(run_writer(conn, rx, settings.max_batch, metrics));
+        Ok(SqliteStore { pool, writer: tx })
+    }
+
+    /// The read pool, for queries of other modules' own (REST listings, checks in tests).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+async fn run_writer(mut conn: SqliteConnection, mut rx: mpsc::Receiver<WriteOp>, max_batch: usize, metrics: Metrics) {
+    let mut batch: Vec<Append> = Vec::with_capacity(max_batch);
+    let mut closing = None;
+    while closing.is_none() {
+        let Some(op) = rx.recv().await else { break };
+        let mut next = Some(op);
+        while let Some(op) = next.take() {
+            match op {
+                WriteOp::Append(a) => batch.push(a),
+                WriteOp::Close(done) => {
+                    closing = Some(done);
+                    break;
+                }
+            }
+            if batch.len() < max_batch {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            let started = Instant::now();
+            let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
+            commit_batch(&mut conn, &mut batch).await;
+            metrics.record_commit(started.elapsed(), rows);
+        }
+    }
+    let _ = sqlx::query("pragma wal_checkpoint(truncate)").execute(&mut conn).await;
+    let _ = conn.close().await;
+    if let Some(done) = closing {
+        let _ = done.send(());
+    }
+}
+
+/// Stores every request of `batch` in one transaction, then answers each.
+async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Append>) {
+    let outcome = write_batch(conn, batch).await;
+    match outcome {
+        Ok(seqs) => {
+            for (append, seq) in batch.drain(..).zip(seqs) {
+                let _ = append.reply.send(seq);
+            }
+        }
+        Err(err) => {
+            let _ = sqlx::query("rollback").execute(&mut *conn).await;
+            tracing::error!(error = %err, "store commit failed");
+            for append in batch.drain(..) {
+                let _ = append.reply.send(Err(StoreError::Unavailable(err.to_string())));
+            }
+        }
+    }
+}
+
+async fn write_batch(conn: &mut SqliteConnection, batch: &[Append]) -> Result<Vec<Result<i64>>, sqlx::Error> {
+    sqlx::query("begin immediate").execute(&mut *conn).await?;
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for append in batch {
+        outcomes.push(write_append(conn, append).await?);
+    }
+    sqlx::query("commit").execute(&mut *conn).await?;
+    Ok(outcomes)
+}
+
+/// Assigns the seqs and stores the rows of one request. A vanished session is that request's
+/// own failure; a database error fails the whole batch.
+async fn write_append(conn: &mut SqliteConnection, append: &Append) -> Result<Result<i64>, sqlx::Error> {
+    let msgs = &append.messages;
+    if msgs.is_empty() {
+        return Ok(Err(StoreError::Unavailable("empty append".into())));
+    }
+    let n = msgs.len() as i64;
+    let prompts = msgs.iter().filter(|m| m.prompt).count() as i64;
+    let results = msgs.iter().filter(|m| m.message_type == "result").count() as i64;
+    let title = msgs.iter().find_map(|m| m.title.as_deref());
+    let totals = msgs.iter().filter_map(|m| m.totals).fold(super::Totals::default(), |a, t| super::Totals {
+        cost_usd: a.cost_usd + t.cost_usd,
+        input_tokens: a.input_tokens + t.input_tokens,
+        output_tokens: a.output_tokens + t.output_tokens,
+        duration_ms: a.duration_ms + t.duration_ms,
+    });
+    let last_active = &msgs[msgs.len() - 1].created_at;
+    let last_seq: Option<i64> = sqlx::query_scalar(
+        "update session_info set
+            last_seq = last_seq + ?1, message_count = message_count + ?1,
+            prompt_count = prompt_count + ?2, result_count = result_count + ?3,
+            last_active_at = ?4, title = coalesce(title, ?5),
+            total_cost_usd = total_cost_usd + ?6, input_tokens = input_tokens + ?7,
+            output_tokens = output_tokens + ?8, duration_ms = duration_ms + ?9
+         where id = ?10
+         returning last_seq",
+    )
+    .bind(n)
+    .bind(prompts)
+    .bind(results)
+    .bind(last_active)
+    .bind(title)
+    .bind(totals.cost_usd)
+    .bind(totals.input_tokens)
+    .bind(totals.output_tokens)
+    .bind(totals.duration_ms)
+    .bind(append.session)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(last_seq) = last_seq else {
+        return Ok(Err(StoreError::UnknownSession));
+    };
+    let first_seq = last_seq - n + 1;
+    for (chunk_index, chunk) in msgs.chunks(ROWS_PER_INSERT).enumerate() {
+        let base = first_seq + (chunk_index * ROWS_PER_INSERT) as i64;
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at) ",
+        );
+        qb.push_values(chunk.iter().enumerate(), |mut row, (i, m)| {
+            row.push_bind(append.session)
+                .push_bind(base + i as i64)
+                .push_bind(m.message_type)
+                .push_bind(m.sdk_uuid.as_deref())
+                .push_bind(m.prompt)
+                .push_bind(m.turn_anchor.as_deref())
+                .push_bind(m.payload.as_str())
+                .push_bind(m.created_at.as_str());
+        });
+        qb.build().persistent(true).execute(&mut *conn).await?;
+    }
+    Ok(Ok(first_seq))
+}
+
+const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
+     model, permission_mode, status, created_at, last_active_at, message_count, last_seq, prompt_count, \
+     result_count, total_cost_usd, input_tokens, output_tokens, duration_ms";
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>> {
+        let sql = format!("select {SESSION_COLUMNS} from session_info where principal = ? and agent_id = ?");
+        Ok(sqlx::query_as(&sql)
+            .bind(principal)
+            .bind(agent_id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn create_session(&self, new: NewSession) -> Result<SessionRecord> {
+        let now = crate::protocol::now_rfc3339();
+        sqlx::query(
+            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
+                created_at, last_active_at)
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?)
+             on conflict (principal, agent_id) do nothing",
+        )
+        .bind(&new.principal)
+        .bind(&new.agent_id)
+        .bind(&new.session_id)
+        .bind(&new.backend)
+        .bind(&new.cwd)
+        .bind(&new.model)
+        .bind(&new.permission_mode)
+        .bind(&now)
+        .bind(&now)
+        .execute(&self.pool)
+        .await?;
+        self.find_session(&new.principal, &new.agent_id)
+            .await?
+            .ok_or(StoreError::UnknownSession)
+    }
+
+    async fn append(&self, session: i64, messages: Vec<NewMessage>) -> Result<i64> {
+        let (reply, rx) = oneshot::channel();
+        self.writer
+            .send(WriteOp::Append(Append {
+                session,
+                messages,
+                reply,
+            }))
+            .await
+            .map_err(|_| StoreError::Unavailable("store is closed".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("store writer stopped".into()))?
+    }
+
+    async fn messages_after(&self, session: i64, after_seq: i64, limit: u32) -> Result<Vec<StoredMessage>> {
+        Ok(sqlx::query_as(
+            "select seq, message_type, sdk_uuid, payload, created_at from messages
+             where session_pk = ? and seq > ? order by seq limit ?",
+        )
+        .bind(session)
+        .bind(after_seq)
+        .bind(limit)
+        .persistent(true)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn record_agent_session(&self, session: i64, sdk_session_id: &str, unified: bool) -> Result<()> {
+        sqlx::query("update session_info set sdk_session_id = ?, unified = ? where id = ?")
+            .bind(sdk_session_id)
+            .bind(unified)
+            .bind(session)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_status(&self, session: i64, status: &str) -> Result<()> {
+        sqlx::query("update session_info set status = ? where id = ?")
+            .bind(status)
+            .bind(session)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn prompts_before(&self, session: i64, seq: i64) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("select count(*) from messages where session_pk = ? and seq < ? and prompt = 1")
+                .bind(session)
+                .bind(seq)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn close_unfinished_turns(&self) -> Result<u64> {
+        let open: Vec<(i64, String, i64)> = sqlx::query_as(
+            "select id, session_id, prompt_count - result_count from session_info where prompt_count > result_count",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut closed = 0;
+        for (id, session_id, unfinished) in open {
+            let messages = (0..unfinished)
+                .map(|_| {
+                    let mut m = NewMessage::new("result", crate::agent::error_result(&session_id, "server_restart"));
+                    m.totals = Some(Default::default());
+                    m
+                })
+                .collect();
+            self.append(id, messages).await?;
+            self.set_status(id, "idle").await?;
+            closed += unfinished as u64;
+        }
+        Ok(closed)
+    }
+
+    async fn close(&self) {
+        let (done, rx) = oneshot::channel();
+        if self.writer.send(WriteOp::Close(done)).await.is_ok() {
+            let _ = rx.await;
+        }
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,316 @@
+//! `GET /ws`: one task per socket, a single `select!` loop over the client's frames, the
+//! frames of every conversation the socket follows, the idle timer and shutdown.
+//!
+//! A socket follows a conversation through that conversation's broadcast and remembers the
+//! last `seq` it sent. When it falls behind the broadcast it is told (`status` `lagged`) and
+//! replayed from the store from that `seq`; stored frames it already has are skipped, so it
+//! sees every stored frame exactly once and in order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio::time::{Instant, sleep_until};
+use tokio_stream::StreamMap;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+use crate::AppState;
+use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
+use crate::session::SessionRef;
+
+/// Stored frames read per page during a replay.
+const REPLAY_PAGE: u32 = 1000;
+/// Most frames written before one flush.
+const WRITE_BATCH: usize = 256;
+
+/// Close code for a frame larger than the configured maximum.
+const CLOSE_TOO_BIG: u16 = 1009;
+/// Close code for server shutdown.
+const CLOSE_GOING_AWAY: u16 = 1001;
+/// Close code for an idle socket.
+const CLOSE_NORMAL: u16 = 1000;
+
+/// The principal of sockets and requests while authentication is off.
+pub const LOCAL_PRINCIPAL: &str = "local";
+
+/// Upgrades to a WebSocket speaking protocol v1.
+pub async fn upgrade(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
+    let max = app.config.socket.max_frame_bytes;
+    ws.max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| async move {
+            app.metrics.sockets(1);
+            Connection::new(socket, app.clone(), LOCAL_PRINCIPAL.to_owned()).run().await;
+            app.metrics.sockets(-1);
+        })
+}
+
+struct Cursor {
+    session: Arc<SessionRef>,
+    /// Highest stored `seq` sent to this socket.
+    last_seq: i64,
+}
+
+struct Connection {
+    socket: WebSocket,
+    app: AppState,
+    principal: String,
+    limits: DecodeLimits,
+    subs: StreamMap<String, BroadcastStream<Frame>>,
+    cursors: HashMap<String, Cursor>,
+}
+
+type SocketResult = Result<(), axum::Error>;
+
+impl Connection {
+    fn new(socket: WebSocket, app: AppState, principal: String) -> Self {
+        let limits = DecodeLimits {
+            max_content_bytes: app.config.socket.max_content_bytes,
+        };
+        Connection {
+            socket,
+            app,
+            principal,
+            limits,
+            subs: StreamMap::new(),
+            cursors: HashMap::new(),
+        }
+    }
+
+    async fn run(mut self) {
+        let idle = Duration::from_secs(self.app.config.socket.idle_timeout_secs);
+        let shutdown = self.app.shutdown.clone();
+        let mut deadline = Instant::now() + idle;
+        loop {
+            let outcome = tokio::select! {
+                _ = shutdown.cancelled() => {
+                    self.close(CLOSE_GOING_AWAY, "server shutdown").await;
+                    return;
+                }
+                _ = sleep_until(deadline) => {
+                    self.close(CLOSE_NORMAL, "idle_timeout").await;
+                    return;
+                }
+                msg = self.socket.recv() => {
+                    deadline = Instant::now() + idle;
+                    match msg {
+                        None | Some(Ok(Message::Close(_))) => return,
+                        Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
+                        Some(Ok(Message::Binary(_))) => {
+                            self.send_error(&FrameError::new(ErrorCode::BadFrame, "binary frames are not accepted; send JSON text")).await
+                        }
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => Ok(()),
+                        Some(Err(err)) => {
+                            if is_too_big(err) {
+                                self.close(CLOSE_TOO_BIG, "frame too large").await;
+                            }
+                            return;
+                        }
+                    }
+                }
+                Some(item) = self.subs.next() => self.forward(item).await,
+            };
+            if outcome.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn close(&mut self, code: u16, reason: &'static str) {
+        let frame = CloseFrame {
+            code,
+            reason: reason.into(),
+        };
+        let _ = self.socket.send(Message::Close(Some(frame))).await;
+    }
+
+    async fn send(&mut self, frame: Frame) -> SocketResult {
+        self.app.metrics.frames_out(1);
+        self.socket.send(Message::Text(frame.text)).await
+    }
+
+    async fn send_error(&mut self, err: &FrameError) -> SocketResult {
+        self.app.metrics.error(err.code.as_str());
+        self.send(protocol::error_frame(err)).await
+    }
+
+    async fn on_text(&mut self, text: &str) -> SocketResult {
+        let frame = match protocol::decode(text, self.limits) {
+            Ok(frame) => frame,
+            Err(err) => {
+                self.app.metrics.frame_in("invalid");
+                return self.send_error(&err).await;
+            }
+        };
+        let manager = self.app.manager.clone();
+        match frame {
+            ClientFrame::Chat(chat) => {
+                self.app.metrics.frame_in("chat");
+                let client_msg_id = chat.client_msg_id.clone();
+                let agent_id = chat.agent_id.clone();
+                match manager.chat(&self.principal, chat).await {
+                    Ok(accepted) => {
+                        let ack = protocol::ack_frame(
+                            accepted.session.tag(),
+                            client_msg_id.as_deref(),
+                            accepted.seq,
+                            accepted.queue_position,
+                        );
+                        self.send(ack).await?;
+                        if !self.cursors.contains_key(&agent_id) {
+                            self.cursors.insert(
+                                agent_id.clone(),
+                                Cursor {
+                                    session: accepted.session,
+                                    last_seq: accepted.seq - 1,
+                                },
+                            );
+                            self.subs.insert(agent_id, BroadcastStream::new(accepted.events));
+                        }
+                        Ok(())
+                    }
+                    Err(err) => {
+                        let err = FrameError {
+                            client_msg_id: err.client_msg_id.or(client_msg_id),
+                            ..err
+                        };
+                        self.send_error(&err).await
+                    }
+                }
+            }
+            ClientFrame::Interrupt { agent_id } => {
+                self.app.metrics.frame_in("interrupt");
+                match manager.interrupt(&self.principal, &agent_id).await {
+                    Ok(outcome) if !outcome.was_running => {
+                        self.send(protocol::status_frame(outcome.session.tag(), "idle", "no turn is running"))
+                            .await
+                    }
+                    Ok(_) => Ok(()),
+                    Err(err) => self.send_error(&err).await,
+                }
+            }
+            ClientFrame::Ping { ts } => {
+                self.app.metrics.frame_in("ping");
+                self.send(protocol::pong_frame(ts.as_ref())).await
+            }
+            ClientFrame::Subscribe { agent_id, since_seq } => {
+                self.app.metrics.frame_in("subscribe");
+                match manager.subscribe(&self.principal, &agent_id).await {
+                    Ok(sub) => {
+                        self.subs.insert(agent_id.clone(), BroadcastStream::new(sub.events));
+                        self.cursors.insert(
+                            agent_id.clone(),
+                            Cursor {
+                                session: sub.session,
+                                last_seq: since_seq,
+                            },
+                        );
+                        self.replay(&agent_id).await
+                    }
+                    Err(err) => self.send_error(&err).await,
+                }
+            }
+            ClientFrame::Unsubscribe { agent_id } => {
+                self.app.metrics.frame_in("unsubscribe");
+                self.subs.remove(&agent_id);
+                self.cursors.remove(&agent_id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends a live frame and whatever else is ready, then flushes once.
+    async fn forward(&mut self, first: (String, Result<Frame, BroadcastStreamRecvError>)) -> SocketResult {
+        let mut next = Some(first);
+        let mut written = 0;
+        while let Some((agent_id, item)) = next.take() {
+            match item {
+                Ok(frame) => {
+                    if self.is_new(&agent_id, &frame) {
+                        self.socket.feed(Message::Text(frame.text)).await?;
+                        written += 1;
+                    }
+                }
+                Err(BroadcastStreamRecvError::Lagged(missed)) => {
+                    self.socket.flush().await?;
+                    self.catch_up(&agent_id, missed).await?;
+                }
+            }
+            if written < WRITE_BATCH {
+                next = self.subs.next().now_or_never().flatten();
+            }
+        }
+        self.app.metrics.frames_out(written as u64);
+        self.socket.flush().await
+    }
+
+    /// Whether a live frame should be sent: stored frames already sent are skipped.
+    fn is_new(&mut self, agent_id: &str, frame: &Frame) -> bool {
+        let (Some(seq), Some(cursor)) = (frame.seq, self.cursors.get_mut(agent_id)) else {
+            return true;
+        };
+        if seq <= cursor.last_seq {
+            return false;
+        }
+        cursor.last_seq = seq;
+        true
+    }
+
+    async fn catch_up(&mut self, agent_id: &str, missed: u64) -> SocketResult {
+        let Some(cursor) = self.cursors.get(agent_id) else {
+            return Ok(());
+        };
+        let detail = format!("{missed} frame(s) were missed; replaying stored frames after seq {}", cursor.last_seq);
+        let status = protocol::status_frame(cursor.session.tag(), "lagged", &detail);
+        self.send(status).await?;
+        self.replay(agent_id).await
+    }
+
+    /// Sends the stored frames after the cursor of `agent_id`, page by page.
+    async fn replay(&mut self, agent_id: &str) -> SocketResult {
+        let Some(cursor) = self.cursors.get(agent_id) else {
+            return Ok(());
+        };
+        let session = cursor.session.clone();
+        let mut last = cursor.last_seq;
+        let store = self.app.manager.store().clone();
+        loop {
+            let rows = match store.messages_after(session.id, last, REPLAY_PAGE).await {
+                Ok(rows) => rows,
+                Err(err) => {
+                    tracing::warn!(error = %err, agent_id, "replay failed");
+                    let err = FrameError::new(ErrorCode::StoreUnavailable, "could not read stored frames; subscribe again")
+                        .for_agent(Some(agent_id));
+                    return self.send_error(&err).await;
+                }
+            };
+            let count = rows.len();
+            for row in rows {
+                let frame = protocol::session_frame(session.tag(), &row.message_type, Some(row.seq), &row.created_at, &row.payload);
+                self.socket.feed(Message::Text(frame.text)).await?;
+                last = row.seq;
+            }
+            self.app.metrics.frames_out(count as u64);
+            self.socket.flush().await?;
+            if let Some(cursor) = self.cursors.get_mut(agent_id) {
+                cursor.last_seq = cursor.last_seq.max(last);
+            }
+            if count < REPLAY_PAGE as usize {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Whether a read error is a frame over the size limit.
+fn is_too_big(err: axum::Error) -> bool {
+    match err.into_inner().downcast::<tungstenite::Error>() {
+        Ok(e) => matches!(*e, tungstenite::Error::Capacity(_)),
+        Err(_) => false,
+    }
+}
