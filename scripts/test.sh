@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs whatever the tests need and is missing, then runs every test.
+#
+#   scripts/test.sh            # everything
+#
+# Dependencies go to .deps/ (git-ignored) or the system package manager. With CI=true a
+# dependency that can't be installed fails the run instead of skipping the tests that need it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# shellcheck source=scripts/deps.sh
+. scripts/deps.sh
+
+ensure_rust_tools
+
+echo "== cargo test"
+cargo test --all-targets --locked
