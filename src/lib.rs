@@ -12,11 +12,13 @@
 //! - [`session`]: the manager (single-flight create/resume, eviction) and the session actor.
 //! - [`agent`]: backends that run agents (the built-in demo agent).
 //! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
+//! - [`auth`]: the principal every request and socket acts for.
 //! - [`config`], [`metrics`]: settings and counters.
 
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod auth;
 pub mod config;
 pub mod http;
 pub mod metrics;
@@ -65,24 +67,31 @@ impl Server {
     /// # Errors
     /// When the data directory or database can't be opened, or the backend can't be set up.
     pub async fn new(config: Config) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display()))?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
+        })?;
         let metrics = Metrics::default();
         let settings = SqliteSettings {
             synchronous_full: config.store.synchronous_full,
             max_batch: config.store.max_batch,
             ..SqliteSettings::default()
         };
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?);
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?);
         let closed = store.close_unfinished_turns().await?;
         if closed > 0 {
-            tracing::info!(turns = closed, "closed turns left unfinished by the last run");
+            tracing::info!(
+                turns = closed,
+                "closed turns left unfinished by the last run"
+            );
         }
         let backend: Arc<dyn Backend> = match config.backend_kind() {
             BackendKind::Demo => Arc::new(agent::demo::DemoBackend {
                 word_delay: Duration::from_millis(config.demo.delay_ms),
             }),
-            BackendKind::Claude => anyhow::bail!("the claude backend is not available in this build"),
+            BackendKind::Claude => {
+                anyhow::bail!("the claude backend is not available in this build")
+            }
         };
         let config = Arc::new(config);
         let manager = Manager::new(store.clone(), backend, config.clone(), metrics.clone());
@@ -102,7 +111,11 @@ impl Server {
     ///
     /// # Errors
     /// When the listener fails.
-    pub async fn run(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let token = self.state.shutdown.clone();
         self.state.manager.spawn_sweeper(token.clone());
         let app = http::router(self.state.clone());
@@ -128,7 +141,8 @@ pub fn raise_fd_limit() {
     };
     // SAFETY: getrlimit/setrlimit only read and write the struct passed by reference.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
             limit.rlim_cur = limit.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }

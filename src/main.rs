@@ -10,7 +10,11 @@ use agentmux::config::{BackendKind, Config};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "agentmux", version, about = "One WebSocket, many AI agent sessions")]
+#[command(
+    name = "agentmux",
+    version,
+    about = "One WebSocket, many AI agent sessions"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -72,7 +76,8 @@ impl ServeArgs {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "agentmux=info,warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "agentmux=info,warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

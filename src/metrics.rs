@@ -8,7 +8,9 @@ use std::time::Duration;
 use dashmap::DashMap;
 
 /// Upper bounds (seconds) of the store commit latency histogram.
-const COMMIT_BUCKETS: [f64; 10] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0];
+const COMMIT_BUCKETS: [f64; 10] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
+];
 
 /// Cheap cloneable handle to the server's metrics.
 #[derive(Clone, Default)]
@@ -69,7 +71,8 @@ impl Metrics {
         let i = &self.inner;
         i.commits.fetch_add(1, Relaxed);
         i.stored_frames.fetch_add(rows as u64, Relaxed);
-        i.commit_seconds_sum_us.fetch_add(elapsed.as_micros() as u64, Relaxed);
+        i.commit_seconds_sum_us
+            .fetch_add(elapsed.as_micros() as u64, Relaxed);
         let secs = elapsed.as_secs_f64();
         if let Some(b) = COMMIT_BUCKETS.iter().position(|le| secs <= *le) {
             i.commit_buckets[b].fetch_add(1, Relaxed);
@@ -78,7 +81,11 @@ impl Metrics {
 
     /// An agent process was started, fresh (`resumed == false`) or resuming.
     pub fn agent_spawned(&self, resumed: bool) {
-        let c = if resumed { &self.inner.agent_resumes } else { &self.inner.agent_spawns };
+        let c = if resumed {
+            &self.inner.agent_resumes
+        } else {
+            &self.inner.agent_spawns
+        };
         c.fetch_add(1, Relaxed);
     }
 
@@ -96,32 +103,100 @@ impl Metrics {
     pub fn render(&self) -> String {
         let i = &self.inner;
         let mut out = String::with_capacity(2048);
-        gauge(&mut out, "agentmux_sockets", "Open WebSockets.", i.sockets.load(Relaxed));
-        gauge(&mut out, "agentmux_live_sessions", "Sessions with a live actor.", i.live_sessions.load(Relaxed));
-        gauge(&mut out, "agentmux_queued_turns", "Turns waiting behind a running turn.", i.queued_turns.load(Relaxed));
-        labelled(&mut out, "agentmux_frames_in_total", "Client frames received, by type.", "type", &i.frames_in);
-        counter(&mut out, "agentmux_frames_out_total", "Frames written to sockets.", i.frames_out.load(Relaxed));
-        counter(&mut out, "agentmux_stored_frames_total", "Frames committed to the store.", i.stored_frames.load(Relaxed));
-        let _ = writeln!(out, "# HELP agentmux_store_commit_seconds Store commit latency (one commit per batch).");
+        gauge(
+            &mut out,
+            "agentmux_sockets",
+            "Open WebSockets.",
+            i.sockets.load(Relaxed),
+        );
+        gauge(
+            &mut out,
+            "agentmux_live_sessions",
+            "Sessions with a live actor.",
+            i.live_sessions.load(Relaxed),
+        );
+        gauge(
+            &mut out,
+            "agentmux_queued_turns",
+            "Turns waiting behind a running turn.",
+            i.queued_turns.load(Relaxed),
+        );
+        labelled(
+            &mut out,
+            "agentmux_frames_in_total",
+            "Client frames received, by type.",
+            "type",
+            &i.frames_in,
+        );
+        counter(
+            &mut out,
+            "agentmux_frames_out_total",
+            "Frames written to sockets.",
+            i.frames_out.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agentmux_stored_frames_total",
+            "Frames committed to the store.",
+            i.stored_frames.load(Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP agentmux_store_commit_seconds Store commit latency (one commit per batch)."
+        );
         let _ = writeln!(out, "# TYPE agentmux_store_commit_seconds histogram");
         let mut cumulative = 0;
         for (le, b) in COMMIT_BUCKETS.iter().zip(&i.commit_buckets) {
             cumulative += b.load(Relaxed);
-            let _ = writeln!(out, "agentmux_store_commit_seconds_bucket{{le=\"{le}\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "agentmux_store_commit_seconds_bucket{{le=\"{le}\"}} {cumulative}"
+            );
         }
         let commits = i.commits.load(Relaxed);
-        let _ = writeln!(out, "agentmux_store_commit_seconds_bucket{{le=\"+Inf\"}} {commits}");
+        let _ = writeln!(
+            out,
+            "agentmux_store_commit_seconds_bucket{{le=\"+Inf\"}} {commits}"
+        );
         let sum = i.commit_seconds_sum_us.load(Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "agentmux_store_commit_seconds_sum {sum}");
         let _ = writeln!(out, "agentmux_store_commit_seconds_count {commits}");
-        let batch = if commits == 0 { 0.0 } else { i.stored_frames.load(Relaxed) as f64 / commits as f64 };
-        let _ = writeln!(out, "# HELP agentmux_store_batch_rows_avg Average rows per commit.");
+        let batch = if commits == 0 {
+            0.0
+        } else {
+            i.stored_frames.load(Relaxed) as f64 / commits as f64
+        };
+        let _ = writeln!(
+            out,
+            "# HELP agentmux_store_batch_rows_avg Average rows per commit."
+        );
         let _ = writeln!(out, "# TYPE agentmux_store_batch_rows_avg gauge");
         let _ = writeln!(out, "agentmux_store_batch_rows_avg {batch}");
-        counter(&mut out, "agentmux_agent_spawns_total", "Agents started fresh.", i.agent_spawns.load(Relaxed));
-        counter(&mut out, "agentmux_agent_resumes_total", "Agents started with resume.", i.agent_resumes.load(Relaxed));
-        counter(&mut out, "agentmux_agent_crashes_total", "Agents that died unexpectedly.", i.agent_crashes.load(Relaxed));
-        labelled(&mut out, "agentmux_errors_total", "Error frames sent, by code.", "code", &i.errors);
+        counter(
+            &mut out,
+            "agentmux_agent_spawns_total",
+            "Agents started fresh.",
+            i.agent_spawns.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agentmux_agent_resumes_total",
+            "Agents started with resume.",
+            i.agent_resumes.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agentmux_agent_crashes_total",
+            "Agents that died unexpectedly.",
+            i.agent_crashes.load(Relaxed),
+        );
+        labelled(
+            &mut out,
+            "agentmux_errors_total",
+            "Error frames sent, by code.",
+            "code",
+            &i.errors,
+        );
         out
     }
 }
@@ -135,16 +210,31 @@ fn bump(map: &DashMap<&'static str, AtomicU64>, key: &'static str) {
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: i64) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+    );
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
 }
 
-fn labelled(out: &mut String, name: &str, help: &str, label: &str, map: &DashMap<&'static str, AtomicU64>) {
+fn labelled(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    map: &DashMap<&'static str, AtomicU64>,
+) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-    let mut rows: Vec<_> = map.iter().map(|e| (*e.key(), e.value().load(Relaxed))).collect();
+    let mut rows: Vec<_> = map
+        .iter()
+        .map(|e| (*e.key(), e.value().load(Relaxed)))
+        .collect();
     rows.sort_unstable();
     for (key, value) in rows {
         let _ = writeln!(out, "{name}{{{label}=\"{key}\"}} {value}");

@@ -186,14 +186,23 @@ pub fn valid_model(model: &str) -> bool {
 /// # Errors
 /// A [`FrameError`] whose code says what was wrong; it never panics on any input.
 pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameError> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| FrameError::new(ErrorCode::BadFrame, format!("frame is not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        FrameError::new(ErrorCode::BadFrame, format!("frame is not valid JSON: {e}"))
+    })?;
     let Value::Object(obj) = value else {
-        return Err(FrameError::new(ErrorCode::BadFrame, "frame must be a JSON object"));
+        return Err(FrameError::new(
+            ErrorCode::BadFrame,
+            "frame must be a JSON object",
+        ));
     };
     let ty = match obj.get("type") {
         Some(Value::String(t)) => t.as_str(),
-        Some(_) => return Err(FrameError::new(ErrorCode::BadFrame, "`type` must be a string")),
+        Some(_) => {
+            return Err(FrameError::new(
+                ErrorCode::BadFrame,
+                "`type` must be a string",
+            ));
+        }
         None => return Err(FrameError::new(ErrorCode::BadFrame, "frame has no `type`")),
     };
     let raw_agent = obj.get("agent_id").and_then(Value::as_str);
@@ -217,19 +226,33 @@ pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameErro
             let agent_id = agent_id(&obj).map_err(fail)?;
             let content = match obj.get("content") {
                 Some(Value::String(s)) if s.trim().is_empty() => {
-                    return Err(fail(FrameError::new(ErrorCode::InvalidContent, "`content` is empty")));
+                    return Err(fail(FrameError::new(
+                        ErrorCode::InvalidContent,
+                        "`content` is empty",
+                    )));
                 }
                 Some(Value::String(s)) if s.len() > limits.max_content_bytes => {
                     return Err(fail(FrameError::new(
                         ErrorCode::InvalidContent,
-                        format!("`content` is longer than {} bytes", limits.max_content_bytes),
+                        format!(
+                            "`content` is longer than {} bytes",
+                            limits.max_content_bytes
+                        ),
                     )));
                 }
                 Some(Value::String(s)) => s.clone(),
                 Some(_) => {
-                    return Err(fail(FrameError::new(ErrorCode::InvalidContent, "`content` must be a string")));
+                    return Err(fail(FrameError::new(
+                        ErrorCode::InvalidContent,
+                        "`content` must be a string",
+                    )));
                 }
-                None => return Err(fail(FrameError::new(ErrorCode::InvalidContent, "`content` is missing"))),
+                None => {
+                    return Err(fail(FrameError::new(
+                        ErrorCode::InvalidContent,
+                        "`content` is missing",
+                    )));
+                }
             };
             let options = chat_options(obj.get("options")).map_err(fail)?;
             Ok(ClientFrame::Chat(Chat {
@@ -256,7 +279,10 @@ pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameErro
                     ))
                 })?,
             };
-            Ok(ClientFrame::Subscribe { agent_id, since_seq })
+            Ok(ClientFrame::Subscribe {
+                agent_id,
+                since_seq,
+            })
         }
         "unsubscribe" => Ok(ClientFrame::Unsubscribe {
             agent_id: agent_id(&obj).map_err(fail)?,
@@ -275,8 +301,14 @@ fn agent_id(obj: &Map<String, Value>) -> Result<String, FrameError> {
             ErrorCode::InvalidAgentId,
             "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
         )),
-        Some(_) => Err(FrameError::new(ErrorCode::InvalidAgentId, "`agent_id` must be a string")),
-        None => Err(FrameError::new(ErrorCode::InvalidAgentId, "`agent_id` is missing")),
+        Some(_) => Err(FrameError::new(
+            ErrorCode::InvalidAgentId,
+            "`agent_id` must be a string",
+        )),
+        None => Err(FrameError::new(
+            ErrorCode::InvalidAgentId,
+            "`agent_id` is missing",
+        )),
     }
 }
 
@@ -284,7 +316,12 @@ fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
     let obj = match value {
         None | Some(Value::Null) => return Ok(ChatOptions::default()),
         Some(Value::Object(obj)) => obj,
-        Some(_) => return Err(FrameError::new(ErrorCode::InvalidOptions, "`options` must be an object")),
+        Some(_) => {
+            return Err(FrameError::new(
+                ErrorCode::InvalidOptions,
+                "`options` must be an object",
+            ));
+        }
     };
     let mut options = ChatOptions::default();
     for (key, value) in obj {
@@ -303,7 +340,10 @@ fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
             ("permission_mode", _) => {
                 return Err(FrameError::new(
                     ErrorCode::InvalidOptions,
-                    format!("`options.permission_mode` must be one of {}", PERMISSION_MODES.join(", ")),
+                    format!(
+                        "`options.permission_mode` must be one of {}",
+                        PERMISSION_MODES.join(", ")
+                    ),
                 ));
             }
             (other, _) => {
@@ -371,7 +411,13 @@ pub fn is_agent_message(message_type: &str) -> bool {
 /// stream events) or the payload object's own fields (status and other server frames).
 ///
 /// `payload` must be a JSON object; it is spliced in as text, never re-parsed.
-pub fn session_frame(tag: Tag<'_>, message_type: &str, seq: Option<i64>, timestamp: &str, payload: &str) -> Frame {
+pub fn session_frame(
+    tag: Tag<'_>,
+    message_type: &str,
+    seq: Option<i64>,
+    timestamp: &str,
+    payload: &str,
+) -> Frame {
     let header = serde_json::to_string(&Header {
         message_type,
         agent_id: tag.agent_id,
@@ -388,7 +434,10 @@ pub fn session_frame(tag: Tag<'_>, message_type: &str, seq: Option<i64>, timesta
         text.push('}');
     } else {
         let inner = payload.trim();
-        let inner = inner.strip_prefix('{').and_then(|s| s.strip_suffix('}')).unwrap_or("");
+        let inner = inner
+            .strip_prefix('{')
+            .and_then(|s| s.strip_suffix('}'))
+            .unwrap_or("");
         if !inner.trim().is_empty() {
             text.push(',');
             text.push_str(inner);
@@ -427,7 +476,12 @@ pub fn bare_status_frame(agent_id: &str, status: &str, detail: &str) -> Frame {
 }
 
 /// The `ack` frame sent to the socket that sent a `chat`.
-pub fn ack_frame(tag: Tag<'_>, client_msg_id: Option<&str>, seq: i64, queue_position: usize) -> Frame {
+pub fn ack_frame(
+    tag: Tag<'_>,
+    client_msg_id: Option<&str>,
+    seq: i64,
+    queue_position: usize,
+) -> Frame {
     Frame::unstored(
         serde_json::json!({
             "message_type": "ack",
@@ -520,24 +574,48 @@ mod tests {
         assert_eq!(code("[1,2]"), ErrorCode::BadFrame);
         assert_eq!(code(r#"{"agent_id":"a"}"#), ErrorCode::BadFrame);
         assert_eq!(code(r#"{"type":7}"#), ErrorCode::BadFrame);
-        assert_eq!(code(r#"{"type":"dance","agent_id":"a"}"#), ErrorCode::UnknownType);
-        assert_eq!(code(r#"{"type":"chat","content":"x"}"#), ErrorCode::InvalidAgentId);
-        assert_eq!(code(r#"{"type":"chat","agent_id":"a b","content":"x"}"#), ErrorCode::InvalidAgentId);
-        assert_eq!(code(r#"{"type":"chat","agent_id":5,"content":"x"}"#), ErrorCode::InvalidAgentId);
-        let long = "a".repeat(129);
         assert_eq!(
-            code(&format!(r#"{{"type":"chat","agent_id":"{long}","content":"x"}}"#)),
+            code(r#"{"type":"dance","agent_id":"a"}"#),
+            ErrorCode::UnknownType
+        );
+        assert_eq!(
+            code(r#"{"type":"chat","content":"x"}"#),
             ErrorCode::InvalidAgentId
         );
-        assert_eq!(code(r#"{"type":"chat","agent_id":"a","content":"  "}"#), ErrorCode::InvalidContent);
-        assert_eq!(code(r#"{"type":"chat","agent_id":"a","content":3}"#), ErrorCode::InvalidContent);
-        let big = "x".repeat(1025);
         assert_eq!(
-            code(&format!(r#"{{"type":"chat","agent_id":"a","content":"{big}"}}"#)),
+            code(r#"{"type":"chat","agent_id":"a b","content":"x"}"#),
+            ErrorCode::InvalidAgentId
+        );
+        assert_eq!(
+            code(r#"{"type":"chat","agent_id":5,"content":"x"}"#),
+            ErrorCode::InvalidAgentId
+        );
+        let long = "a".repeat(129);
+        assert_eq!(
+            code(&format!(
+                r#"{{"type":"chat","agent_id":"{long}","content":"x"}}"#
+            )),
+            ErrorCode::InvalidAgentId
+        );
+        assert_eq!(
+            code(r#"{"type":"chat","agent_id":"a","content":"  "}"#),
             ErrorCode::InvalidContent
         );
         assert_eq!(
-            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"model":"--dangerously-skip-permissions"}}"#),
+            code(r#"{"type":"chat","agent_id":"a","content":3}"#),
+            ErrorCode::InvalidContent
+        );
+        let big = "x".repeat(1025);
+        assert_eq!(
+            code(&format!(
+                r#"{{"type":"chat","agent_id":"a","content":"{big}"}}"#
+            )),
+            ErrorCode::InvalidContent
+        );
+        assert_eq!(
+            code(
+                r#"{"type":"chat","agent_id":"a","content":"x","options":{"model":"--dangerously-skip-permissions"}}"#
+            ),
             ErrorCode::InvalidOptions
         );
         assert_eq!(
@@ -549,15 +627,24 @@ mod tests {
             ErrorCode::InvalidOptions
         );
         assert_eq!(
-            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"permission_mode":"yolo"}}"#),
+            code(
+                r#"{"type":"chat","agent_id":"a","content":"x","options":{"permission_mode":"yolo"}}"#
+            ),
             ErrorCode::InvalidOptions
         );
-        assert_eq!(code(r#"{"type":"subscribe","agent_id":"a","since_seq":-1}"#), ErrorCode::BadFrame);
+        assert_eq!(
+            code(r#"{"type":"subscribe","agent_id":"a","since_seq":-1}"#),
+            ErrorCode::BadFrame
+        );
     }
 
     #[test]
     fn errors_echo_agent_and_client_msg_id() {
-        let err = decode(r#"{"type":"chat","agent_id":"a","content":"","client_msg_id":"m"}"#, LIMITS).unwrap_err();
+        let err = decode(
+            r#"{"type":"chat","agent_id":"a","content":"","client_msg_id":"m"}"#,
+            LIMITS,
+        )
+        .unwrap_err();
         assert_eq!(err.agent_id.as_deref(), Some("a"));
         assert_eq!(err.client_msg_id.as_deref(), Some("m"));
     }
@@ -572,7 +659,13 @@ mod tests {
         let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
         assert_eq!(v["message"]["type"], "assistant");
         assert_eq!(v["seq"], 3);
-        let f = session_frame(tag, "status", Some(4), "t", r#"{"status":"rewound","dropped_after_seq":2}"#);
+        let f = session_frame(
+            tag,
+            "status",
+            Some(4),
+            "t",
+            r#"{"status":"rewound","dropped_after_seq":2}"#,
+        );
         let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
         assert_eq!(v["status"], "rewound");
         assert_eq!(v["dropped_after_seq"], 2);

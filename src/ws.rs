@@ -20,6 +20,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::AppState;
+use crate::auth::Principal;
 use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
 use crate::session::SessionRef;
 
@@ -35,17 +36,18 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 /// Close code for an idle socket.
 const CLOSE_NORMAL: u16 = 1000;
 
-/// The principal of sockets and requests while authentication is off.
-pub const LOCAL_PRINCIPAL: &str = "local";
-
 /// Upgrades to a WebSocket speaking protocol v1.
-pub async fn upgrade(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
+pub async fn upgrade(
+    ws: WebSocketUpgrade,
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+) -> Response {
     let max = app.config.socket.max_frame_bytes;
     ws.max_message_size(max)
         .max_frame_size(max)
         .on_upgrade(move |socket| async move {
             app.metrics.sockets(1);
-            Connection::new(socket, app.clone(), LOCAL_PRINCIPAL.to_owned()).run().await;
+            Connection::new(socket, app.clone(), principal).run().await;
             app.metrics.sockets(-1);
         })
 }
@@ -170,7 +172,8 @@ impl Connection {
                                     last_seq: accepted.seq - 1,
                                 },
                             );
-                            self.subs.insert(agent_id, BroadcastStream::new(accepted.events));
+                            self.subs
+                                .insert(agent_id, BroadcastStream::new(accepted.events));
                         }
                         Ok(())
                     }
@@ -187,8 +190,12 @@ impl Connection {
                 self.app.metrics.frame_in("interrupt");
                 match manager.interrupt(&self.principal, &agent_id).await {
                     Ok(outcome) if !outcome.was_running => {
-                        self.send(protocol::status_frame(outcome.session.tag(), "idle", "no turn is running"))
-                            .await
+                        self.send(protocol::status_frame(
+                            outcome.session.tag(),
+                            "idle",
+                            "no turn is running",
+                        ))
+                        .await
                     }
                     Ok(_) => Ok(()),
                     Err(err) => self.send_error(&err).await,
@@ -198,11 +205,15 @@ impl Connection {
                 self.app.metrics.frame_in("ping");
                 self.send(protocol::pong_frame(ts.as_ref())).await
             }
-            ClientFrame::Subscribe { agent_id, since_seq } => {
+            ClientFrame::Subscribe {
+                agent_id,
+                since_seq,
+            } => {
                 self.app.metrics.frame_in("subscribe");
                 match manager.subscribe(&self.principal, &agent_id).await {
                     Ok(sub) => {
-                        self.subs.insert(agent_id.clone(), BroadcastStream::new(sub.events));
+                        self.subs
+                            .insert(agent_id.clone(), BroadcastStream::new(sub.events));
                         self.cursors.insert(
                             agent_id.clone(),
                             Cursor {
@@ -225,7 +236,10 @@ impl Connection {
     }
 
     /// Sends a live frame and whatever else is ready, then flushes once.
-    async fn forward(&mut self, first: (String, Result<Frame, BroadcastStreamRecvError>)) -> SocketResult {
+    async fn forward(
+        &mut self,
+        first: (String, Result<Frame, BroadcastStreamRecvError>),
+    ) -> SocketResult {
         let mut next = Some(first);
         let mut written = 0;
         while let Some((agent_id, item)) = next.take() {
@@ -265,7 +279,10 @@ impl Connection {
         let Some(cursor) = self.cursors.get(agent_id) else {
             return Ok(());
         };
-        let detail = format!("{missed} frame(s) were missed; replaying stored frames after seq {}", cursor.last_seq);
+        let detail = format!(
+            "{missed} frame(s) were missed; replaying stored frames after seq {}",
+            cursor.last_seq
+        );
         let status = protocol::status_frame(cursor.session.tag(), "lagged", &detail);
         self.send(status).await?;
         self.replay(agent_id).await
@@ -284,14 +301,23 @@ impl Connection {
                 Ok(rows) => rows,
                 Err(err) => {
                     tracing::warn!(error = %err, agent_id, "replay failed");
-                    let err = FrameError::new(ErrorCode::StoreUnavailable, "could not read stored frames; subscribe again")
-                        .for_agent(Some(agent_id));
+                    let err = FrameError::new(
+                        ErrorCode::StoreUnavailable,
+                        "could not read stored frames; subscribe again",
+                    )
+                    .for_agent(Some(agent_id));
                     return self.send_error(&err).await;
                 }
             };
             let count = rows.len();
             for row in rows {
-                let frame = protocol::session_frame(session.tag(), &row.message_type, Some(row.seq), &row.created_at, &row.payload);
+                let frame = protocol::session_frame(
+                    session.tag(),
+                    &row.message_type,
+                    Some(row.seq),
+                    &row.created_at,
+                    &row.payload,
+                );
                 self.socket.feed(Message::Text(frame.text)).await?;
                 last = row.seq;
             }

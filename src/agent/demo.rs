@@ -11,7 +11,10 @@ use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::{AgentConn, AgentEvent, AgentInput, AgentMessage, Backend, EVENT_QUEUE, INPUT_QUEUE, Launch, SpawnError, SpawnSpec};
+use super::{
+    AgentConn, AgentEvent, AgentInput, AgentMessage, Backend, EVENT_QUEUE, INPUT_QUEUE, Launch,
+    SpawnError, SpawnSpec,
+};
 
 /// Cost the demo reports per turn, in US dollars.
 const COST_PER_TURN_USD: f64 = 0.0001;
@@ -121,14 +124,21 @@ impl DemoAgent {
             "claude_code_version": "demo",
         }))
         .await;
-        self.emit(stream(&sid, json!({"type": "message_start", "message": {"id": msg_id, "model": self.model}})))
-            .await;
+        self.emit(stream(
+            &sid,
+            json!({"type": "message_start", "message": {"id": msg_id, "model": self.model}}),
+        ))
+        .await;
         let reply = format!("Echo: {prompt} (turn {})", self.turns);
         let words: Vec<&str> = reply.split(' ').collect();
         let mut said = String::with_capacity(reply.len());
         let mut end = TurnEnd::Completed;
         for (i, word) in words.iter().enumerate() {
-            let piece = if i + 1 < words.len() { format!("{word} ") } else { (*word).to_owned() };
+            let piece = if i + 1 < words.len() {
+                format!("{word} ")
+            } else {
+                (*word).to_owned()
+            };
             match self.check_input(input, pending).await {
                 Some(e) => {
                     end = e;
@@ -175,8 +185,13 @@ impl DemoAgent {
             }))
             .await;
         }
-        self.emit(stream(&sid, json!({"type": "content_block_stop", "index": 0}))).await;
-        self.emit(stream(&sid, json!({"type": "message_stop"}))).await;
+        self.emit(stream(
+            &sid,
+            json!({"type": "content_block_stop", "index": 0}),
+        ))
+        .await;
+        self.emit(stream(&sid, json!({"type": "message_stop"})))
+            .await;
         self.cumulative_cost += COST_PER_TURN_USD;
         let duration_ms = started.elapsed().as_millis() as u64;
         let usage = json!({"input_tokens": input_tokens, "output_tokens": output_tokens});

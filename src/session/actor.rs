@@ -12,7 +12,9 @@ use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
 use super::{SessionRef, Shared, SlotState};
-use crate::agent::{AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec, error_result};
+use crate::agent::{
+    AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec, error_result,
+};
 use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError};
 use crate::store::{NewMessage, SessionRecord, Totals};
 
@@ -166,13 +168,22 @@ impl Actor {
 
     fn store_failed(&self, err: &crate::store::StoreError) {
         tracing::error!(agent_id = %self.session.agent_id, error = %err, "could not store agent output");
-        self.shared.metrics.error(ErrorCode::StoreUnavailable.as_str());
-        let err = FrameError::new(ErrorCode::StoreUnavailable, "the store is unavailable; agent output was not saved")
-            .for_agent(Some(&self.session.agent_id));
+        self.shared
+            .metrics
+            .error(ErrorCode::StoreUnavailable.as_str());
+        let err = FrameError::new(
+            ErrorCode::StoreUnavailable,
+            "the store is unavailable; agent output was not saved",
+        )
+        .for_agent(Some(&self.session.agent_id));
         self.publish(protocol::error_frame(&err));
     }
 
-    async fn on_chat(&mut self, chat: Chat, reply: oneshot::Sender<Result<(i64, usize), FrameError>>) {
+    async fn on_chat(
+        &mut self,
+        chat: Chat,
+        reply: oneshot::Sender<Result<(i64, usize), FrameError>>,
+    ) {
         let busy = self.running.is_some() || !self.queue.is_empty();
         if busy && self.queue.len() >= self.shared.config.session.max_queued_turns {
             let err = FrameError::new(
@@ -195,7 +206,12 @@ impl Actor {
         message.prompt = true;
         message.title = Some(protocol::truncate_chars(chat.content.trim(), 50).to_owned());
         let created_at = message.created_at.clone();
-        let seq = match self.shared.store.append(self.session.id, vec![message]).await {
+        let seq = match self
+            .shared
+            .store
+            .append(self.session.id, vec![message])
+            .await
+        {
             Ok(seq) => seq,
             Err(err) => {
                 let mut e = super::store_error(err, &chat.agent_id);
@@ -216,7 +232,13 @@ impl Actor {
             0
         };
         let _ = reply.send(Ok((seq, position)));
-        self.publish(protocol::session_frame(self.session.tag(), "user", Some(seq), &created_at, &payload));
+        self.publish(protocol::session_frame(
+            self.session.tag(),
+            "user",
+            Some(seq),
+            &created_at,
+            &payload,
+        ));
         self.queue.push_back(Turn {
             user_seq: seq,
             content: chat.content,
@@ -237,8 +259,12 @@ impl Actor {
             if let Some(agent) = &self.agent {
                 let _ = agent.input.try_send(AgentInput::Interrupt);
             }
-            running.interrupt_deadline =
-                Some(Instant::now() + std::time::Duration::from_secs(self.shared.config.session.interrupt_timeout_secs));
+            running.interrupt_deadline = Some(
+                Instant::now()
+                    + std::time::Duration::from_secs(
+                        self.shared.config.session.interrupt_timeout_secs,
+                    ),
+            );
             self.publish_status("interrupted", "the running turn is being stopped");
         }
         true
@@ -254,9 +280,19 @@ impl Actor {
                 continue;
             }
             let agent = self.agent.as_ref().expect("spawned above");
-            if agent.input.send(AgentInput::Prompt(turn.content.clone())).await.is_err() {
+            if agent
+                .input
+                .send(AgentInput::Prompt(turn.content.clone()))
+                .await
+                .is_err()
+            {
                 self.agent = None;
-                self.fail_turn(&turn, "crashed", "the agent stopped before the turn started").await;
+                self.fail_turn(
+                    &turn,
+                    "crashed",
+                    "the agent stopped before the turn started",
+                )
+                .await;
                 continue;
             }
             self.running = Some(Running {
@@ -283,7 +319,11 @@ impl Actor {
         let resumed = matches!(launch, Launch::Resume { .. });
         self.publish_status(
             if resumed { "resuming" } else { "creating" },
-            if resumed { "resuming the agent" } else { "starting the agent" },
+            if resumed {
+                "resuming the agent"
+            } else {
+                "starting the agent"
+            },
         );
         let prior_prompts = shared
             .store
@@ -302,7 +342,11 @@ impl Actor {
             permission_mode: self.permission_mode.clone(),
             prior_prompts,
         };
-        let conn = shared.backend.spawn(spec).await.map_err(|e| e.to_string())?;
+        let conn = shared
+            .backend
+            .spawn(spec)
+            .await
+            .map_err(|e| e.to_string())?;
         shared.metrics.agent_spawned(resumed);
         self.process_cost = 0.0;
         self.agent = Some(conn);
@@ -313,9 +357,14 @@ impl Actor {
     /// Closes a turn that could not run with a stored error result.
     async fn fail_turn(&mut self, turn: &Turn, reason: &'static str, detail: &str) {
         tracing::warn!(agent_id = %self.session.agent_id, seq = turn.user_seq, reason, detail, "turn failed");
-        self.shared.metrics.error(ErrorCode::BackendUnavailable.as_str());
-        let err = FrameError::new(ErrorCode::BackendUnavailable, format!("the agent could not run the turn: {detail}"))
-            .for_agent(Some(&self.session.agent_id));
+        self.shared
+            .metrics
+            .error(ErrorCode::BackendUnavailable.as_str());
+        let err = FrameError::new(
+            ErrorCode::BackendUnavailable,
+            format!("the agent could not run the turn: {detail}"),
+        )
+        .for_agent(Some(&self.session.agent_id));
         self.publish(protocol::error_frame(&err));
         let mut result = NewMessage::new("result", error_result(&self.session.session_id, reason));
         result.totals = Some(Totals::default());
@@ -372,8 +421,12 @@ impl Actor {
         if self.running.is_some() {
             tracing::warn!(agent_id = %self.session.agent_id, detail, "agent died mid-turn");
             self.shared.metrics.agent_crashed();
-            outs.push(Out::Status("crashed", format!("the agent stopped mid-turn: {detail}")));
-            let mut result = NewMessage::new("result", error_result(&self.session.session_id, "crashed"));
+            outs.push(Out::Status(
+                "crashed",
+                format!("the agent stopped mid-turn: {detail}"),
+            ));
+            let mut result =
+                NewMessage::new("result", error_result(&self.session.session_id, "crashed"));
             result.totals = Some(Totals::default());
             outs.push(Out::Stored(result));
             *turn_ended = true;
@@ -402,7 +455,12 @@ impl Actor {
             && self.sdk_session_id.as_deref() != Some(id.as_str())
         {
             let unified = id == self.session.session_id;
-            if let Err(err) = self.shared.store.record_agent_session(self.session.id, &id, unified).await {
+            if let Err(err) = self
+                .shared
+                .store
+                .record_agent_session(self.session.id, &id, unified)
+                .await
+            {
                 self.store_failed(&err);
             }
             self.sdk_session_id = Some(id);
@@ -415,7 +473,10 @@ impl Actor {
         }
         if message_type == "result" {
             stored.totals = Some(self.result_totals(&stored.payload));
-            stored.turn_anchor = self.running.as_mut().and_then(|r| r.last_assistant_uuid.take());
+            stored.turn_anchor = self
+                .running
+                .as_mut()
+                .and_then(|r| r.last_assistant_uuid.take());
             *turn_ended = self.running.is_some();
         }
         stored.sdk_uuid = uuid;
@@ -462,12 +523,24 @@ impl Actor {
             match out {
                 Out::Stored(m) => {
                     if let Some(s) = seq.as_mut() {
-                        self.publish(protocol::session_frame(tag, m.message_type, Some(*s), &m.created_at, &m.payload));
+                        self.publish(protocol::session_frame(
+                            tag,
+                            m.message_type,
+                            Some(*s),
+                            &m.created_at,
+                            &m.payload,
+                        ));
                         *s += 1;
                     }
                 }
                 Out::Live(kind, raw) => {
-                    self.publish(protocol::session_frame(tag, kind, None, &protocol::now_rfc3339(), &raw));
+                    self.publish(protocol::session_frame(
+                        tag,
+                        kind,
+                        None,
+                        &protocol::now_rfc3339(),
+                        &raw,
+                    ));
                 }
                 Out::Status(status, detail) => self.publish_status(status, &detail),
             }
@@ -482,7 +555,10 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        let mut result = NewMessage::new("result", error_result(&self.session.session_id, "interrupt_timeout"));
+        let mut result = NewMessage::new(
+            "result",
+            error_result(&self.session.session_id, "interrupt_timeout"),
+        );
         result.totals = Some(Totals::default());
         self.publish_batch(vec![Out::Stored(result)]).await;
         self.running = None;
@@ -506,7 +582,10 @@ impl Actor {
         }
         drop(guard);
         self.shared.metrics.live_sessions(-1);
-        self.publish_status("evicted", "idle; the conversation resumes on the next message");
+        self.publish_status(
+            "evicted",
+            "idle; the conversation resumes on the next message",
+        );
         true
     }
 
@@ -516,7 +595,11 @@ impl Actor {
         self.stopping = true;
         if self.running.is_some() {
             self.interrupt();
-            let deadline = self.running.as_ref().and_then(|r| r.interrupt_deadline).unwrap_or_else(Instant::now);
+            let deadline = self
+                .running
+                .as_ref()
+                .and_then(|r| r.interrupt_deadline)
+                .unwrap_or_else(Instant::now);
             while self.running.is_some() && self.agent.is_some() {
                 tokio::select! {
                     event = next_event(&mut self.agent) => self.on_agent_events(event).await,

@@ -122,8 +122,11 @@ pub struct Manager {
 }
 
 fn unknown_agent(agent_id: &str) -> FrameError {
-    FrameError::new(ErrorCode::UnknownAgent, format!("no conversation with agent_id `{agent_id}`"))
-        .for_agent(Some(agent_id))
+    FrameError::new(
+        ErrorCode::UnknownAgent,
+        format!("no conversation with agent_id `{agent_id}`"),
+    )
+    .for_agent(Some(agent_id))
 }
 
 fn store_error(err: StoreError, agent_id: &str) -> FrameError {
@@ -131,14 +134,23 @@ fn store_error(err: StoreError, agent_id: &str) -> FrameError {
         StoreError::UnknownSession => unknown_agent(agent_id),
         StoreError::Unavailable(e) => {
             tracing::warn!(error = %e, agent_id, "store unavailable");
-            FrameError::new(ErrorCode::StoreUnavailable, "the store is unavailable; try again").for_agent(Some(agent_id))
+            FrameError::new(
+                ErrorCode::StoreUnavailable,
+                "the store is unavailable; try again",
+            )
+            .for_agent(Some(agent_id))
         }
     }
 }
 
 impl Manager {
     /// A manager over `store`, starting agents with `backend`.
-    pub fn new(store: Arc<dyn Store>, backend: Arc<dyn Backend>, config: Arc<Config>, metrics: Metrics) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        backend: Arc<dyn Backend>,
+        config: Arc<Config>,
+        metrics: Metrics,
+    ) -> Self {
         Manager {
             slots: Arc::new(DashMap::new()),
             shared: Arc::new(Shared {
@@ -179,7 +191,8 @@ impl Manager {
                 .entry(key.clone())
                 .or_insert_with(|| {
                     Arc::new(Slot {
-                        events: broadcast::channel(self.shared.config.socket.session_buffer_frames).0,
+                        events: broadcast::channel(self.shared.config.socket.session_buffer_frames)
+                            .0,
                         state: Arc::new(Mutex::new(SlotState::Dormant)),
                         removed: AtomicBool::new(false),
                         session: std::sync::OnceLock::new(),
@@ -214,11 +227,18 @@ impl Manager {
         handle
             .tx
             .try_send(actor::Command::Chat { chat, reply })
-            .map_err(|_| FrameError::new(ErrorCode::LimitExceeded, "the conversation is overloaded; try again").for_agent(Some(&agent_id)))?;
+            .map_err(|_| {
+                FrameError::new(
+                    ErrorCode::LimitExceeded,
+                    "the conversation is overloaded; try again",
+                )
+                .for_agent(Some(&agent_id))
+            })?;
         drop(guard);
-        let (seq, queue_position) = reply_rx
-            .await
-            .map_err(|_| FrameError::new(ErrorCode::BackendUnavailable, "the conversation stopped").for_agent(Some(&agent_id)))??;
+        let (seq, queue_position) = reply_rx.await.map_err(|_| {
+            FrameError::new(ErrorCode::BackendUnavailable, "the conversation stopped")
+                .for_agent(Some(&agent_id))
+        })??;
         Ok(ChatAccepted {
             session: handle.session,
             seq,
@@ -228,10 +248,20 @@ impl Manager {
     }
 
     /// Starts the actor of a conversation, creating the conversation if it is new.
-    async fn start(&self, principal: &str, chat: &Chat, slot: &Slot) -> Result<SessionHandle, FrameError> {
+    async fn start(
+        &self,
+        principal: &str,
+        chat: &Chat,
+        slot: &Slot,
+    ) -> Result<SessionHandle, FrameError> {
         let shared = &self.shared;
         let store_err = |e| store_error(e, &chat.agent_id);
-        let record = match shared.store.find_session(principal, &chat.agent_id).await.map_err(store_err)? {
+        let record = match shared
+            .store
+            .find_session(principal, &chat.agent_id)
+            .await
+            .map_err(store_err)?
+        {
             Some(record) => record,
             None => {
                 let session_id = uuid::Uuid::new_v4().to_string();
@@ -251,7 +281,10 @@ impl Manager {
                     .map_err(store_err)?
             }
         };
-        let session = slot.session.get_or_init(|| SessionRef::from_record(&record)).clone();
+        let session = slot
+            .session
+            .get_or_init(|| SessionRef::from_record(&record))
+            .clone();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         actor::spawn(actor::ActorInit {
             shared: self.shared.clone(),
@@ -265,7 +298,11 @@ impl Manager {
     }
 
     /// Finds the slot of a conversation that exists, without starting anything.
-    async fn existing_slot(&self, principal: &str, agent_id: &str) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), FrameError> {
+    async fn existing_slot(
+        &self,
+        principal: &str,
+        agent_id: &str,
+    ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), FrameError> {
         let key = Self::key(principal, agent_id);
         if !self.slots.contains_key(&key) {
             self.shared
@@ -293,7 +330,11 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent` when there is no such conversation.
-    pub async fn subscribe(&self, principal: &str, agent_id: &str) -> Result<Subscription, FrameError> {
+    pub async fn subscribe(
+        &self,
+        principal: &str,
+        agent_id: &str,
+    ) -> Result<Subscription, FrameError> {
         let (slot, _guard) = self.existing_slot(principal, agent_id).await?;
         Ok(Subscription {
             session: slot.session.get().expect("set by existing_slot").clone(),
@@ -305,7 +346,11 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent` when there is no such conversation.
-    pub async fn interrupt(&self, principal: &str, agent_id: &str) -> Result<Interrupted, FrameError> {
+    pub async fn interrupt(
+        &self,
+        principal: &str,
+        agent_id: &str,
+    ) -> Result<Interrupted, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
         let session = slot.session.get().expect("set by existing_slot").clone();
         let SlotState::Live(handle) = &*guard else {
@@ -315,8 +360,16 @@ impl Manager {
             });
         };
         let (reply, rx) = oneshot::channel();
-        if handle.tx.try_send(actor::Command::Interrupt { reply }).is_err() {
-            return Err(FrameError::new(ErrorCode::LimitExceeded, "the conversation is overloaded; try again").for_agent(Some(agent_id)));
+        if handle
+            .tx
+            .try_send(actor::Command::Interrupt { reply })
+            .is_err()
+        {
+            return Err(FrameError::new(
+                ErrorCode::LimitExceeded,
+                "the conversation is overloaded; try again",
+            )
+            .for_agent(Some(agent_id)));
         }
         drop(guard);
         Ok(Interrupted {

@@ -177,10 +177,20 @@ pub trait Store: Send + Sync + 'static {
     async fn append(&self, session: i64, messages: Vec<NewMessage>) -> Result<i64>;
 
     /// Stored frames with `seq > after_seq`, in order, at most `limit`.
-    async fn messages_after(&self, session: i64, after_seq: i64, limit: u32) -> Result<Vec<StoredMessage>>;
+    async fn messages_after(
+        &self,
+        session: i64,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>>;
 
     /// Records the id the agent reported for the conversation.
-    async fn record_agent_session(&self, session: i64, sdk_session_id: &str, unified: bool) -> Result<()>;
+    async fn record_agent_session(
+        &self,
+        session: i64,
+        sdk_session_id: &str,
+        unified: bool,
+    ) -> Result<()>;
 
     /// Records the conversation's status.
     async fn set_status(&self, session: i64, status: &str) -> Result<()>;

@@ -63,7 +63,11 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file can't be opened or a migration fails.
-    pub async fn open(path: &Path, settings: SqliteSettings, metrics: Metrics) -> anyhow::Result<Self> {
+    pub async fn open(
+        path: &Path,
+        settings: SqliteSettings,
+        metrics: Metrics,
+    ) -> anyhow::Result<Self> {
         let options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
             .create_if_missing(true)
@@ -95,7 +99,12 @@ impl SqliteStore {
     }
 }
 
-async fn run_writer(mut conn: SqliteConnection, mut rx: mpsc::Receiver<WriteOp>, max_batch: usize, metrics: Metrics) {
+async fn run_writer(
+    mut conn: SqliteConnection,
+    mut rx: mpsc::Receiver<WriteOp>,
+    max_batch: usize,
+    metrics: Metrics,
+) {
     let mut batch: Vec<Append> = Vec::with_capacity(max_batch);
     let mut closing = None;
     while closing.is_none() {
@@ -120,7 +129,9 @@ async fn run_writer(mut conn: SqliteConnection, mut rx: mpsc::Receiver<WriteOp>,
             metrics.record_commit(started.elapsed(), rows);
         }
     }
-    let _ = sqlx::query("pragma wal_checkpoint(truncate)").execute(&mut conn).await;
+    let _ = sqlx::query("pragma wal_checkpoint(truncate)")
+        .execute(&mut conn)
+        .await;
     let _ = conn.close().await;
     if let Some(done) = closing {
         let _ = done.send(());
@@ -140,13 +151,18 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Append>) {
             let _ = sqlx::query("rollback").execute(&mut *conn).await;
             tracing::error!(error = %err, "store commit failed");
             for append in batch.drain(..) {
-                let _ = append.reply.send(Err(StoreError::Unavailable(err.to_string())));
+                let _ = append
+                    .reply
+                    .send(Err(StoreError::Unavailable(err.to_string())));
             }
         }
     }
 }
 
-async fn write_batch(conn: &mut SqliteConnection, batch: &[Append]) -> Result<Vec<Result<i64>>, sqlx::Error> {
+async fn write_batch(
+    conn: &mut SqliteConnection,
+    batch: &[Append],
+) -> Result<Vec<Result<i64>>, sqlx::Error> {
     sqlx::query("begin immediate").execute(&mut *conn).await?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for append in batch {
@@ -158,7 +174,10 @@ async fn write_batch(conn: &mut SqliteConnection, batch: &[Append]) -> Result<Ve
 
 /// Assigns the seqs and stores the rows of one request. A vanished session is that request's
 /// own failure; a database error fails the whole batch.
-async fn write_append(conn: &mut SqliteConnection, append: &Append) -> Result<Result<i64>, sqlx::Error> {
+async fn write_append(
+    conn: &mut SqliteConnection,
+    append: &Append,
+) -> Result<Result<i64>, sqlx::Error> {
     let msgs = &append.messages;
     if msgs.is_empty() {
         return Ok(Err(StoreError::Unavailable("empty append".into())));
@@ -167,12 +186,15 @@ async fn write_append(conn: &mut SqliteConnection, append: &Append) -> Result<Re
     let prompts = msgs.iter().filter(|m| m.prompt).count() as i64;
     let results = msgs.iter().filter(|m| m.message_type == "result").count() as i64;
     let title = msgs.iter().find_map(|m| m.title.as_deref());
-    let totals = msgs.iter().filter_map(|m| m.totals).fold(super::Totals::default(), |a, t| super::Totals {
-        cost_usd: a.cost_usd + t.cost_usd,
-        input_tokens: a.input_tokens + t.input_tokens,
-        output_tokens: a.output_tokens + t.output_tokens,
-        duration_ms: a.duration_ms + t.duration_ms,
-    });
+    let totals = msgs
+        .iter()
+        .filter_map(|m| m.totals)
+        .fold(super::Totals::default(), |a, t| super::Totals {
+            cost_usd: a.cost_usd + t.cost_usd,
+            input_tokens: a.input_tokens + t.input_tokens,
+            output_tokens: a.output_tokens + t.output_tokens,
+            duration_ms: a.duration_ms + t.duration_ms,
+        });
     let last_active = &msgs[msgs.len() - 1].created_at;
     let last_seq: Option<i64> = sqlx::query_scalar(
         "update session_info set
@@ -227,7 +249,9 @@ const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_
 #[async_trait]
 impl Store for SqliteStore {
     async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>> {
-        let sql = format!("select {SESSION_COLUMNS} from session_info where principal = ? and agent_id = ?");
+        let sql = format!(
+            "select {SESSION_COLUMNS} from session_info where principal = ? and agent_id = ?"
+        );
         Ok(sqlx::query_as(&sql)
             .bind(principal)
             .bind(agent_id)
@@ -273,7 +297,12 @@ impl Store for SqliteStore {
             .map_err(|_| StoreError::Unavailable("store writer stopped".into()))?
     }
 
-    async fn messages_after(&self, session: i64, after_seq: i64, limit: u32) -> Result<Vec<StoredMessage>> {
+    async fn messages_after(
+        &self,
+        session: i64,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>> {
         Ok(sqlx::query_as(
             "select seq, message_type, sdk_uuid, payload, created_at from messages
              where session_pk = ? and seq > ? order by seq limit ?",
@@ -286,7 +315,12 @@ impl Store for SqliteStore {
         .await?)
     }
 
-    async fn record_agent_session(&self, session: i64, sdk_session_id: &str, unified: bool) -> Result<()> {
+    async fn record_agent_session(
+        &self,
+        session: i64,
+        sdk_session_id: &str,
+        unified: bool,
+    ) -> Result<()> {
         sqlx::query("update session_info set sdk_session_id = ?, unified = ? where id = ?")
             .bind(sdk_session_id)
             .bind(unified)
@@ -306,13 +340,13 @@ impl Store for SqliteStore {
     }
 
     async fn prompts_before(&self, session: i64, seq: i64) -> Result<i64> {
-        Ok(
-            sqlx::query_scalar("select count(*) from messages where session_pk = ? and seq < ? and prompt = 1")
-                .bind(session)
-                .bind(seq)
-                .fetch_one(&self.pool)
-                .await?,
+        Ok(sqlx::query_scalar(
+            "select count(*) from messages where session_pk = ? and seq < ? and prompt = 1",
         )
+        .bind(session)
+        .bind(seq)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     async fn close_unfinished_turns(&self) -> Result<u64> {
@@ -325,7 +359,10 @@ impl Store for SqliteStore {
         for (id, session_id, unfinished) in open {
             let messages = (0..unfinished)
                 .map(|_| {
-                    let mut m = NewMessage::new("result", crate::agent::error_result(&session_id, "server_restart"));
+                    let mut m = NewMessage::new(
+                        "result",
+                        crate::agent::error_result(&session_id, "server_restart"),
+                    );
                     m.totals = Some(Default::default());
                     m
                 })

@@ -117,11 +117,19 @@ pub async fn open_db(data_dir: &Path) -> sqlx::SqlitePool {
     let opts = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(data_dir.join("agentmux.db"))
         .busy_timeout(Duration::from_secs(10));
-    sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.unwrap()
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(opts)
+        .await
+        .unwrap()
 }
 
 fn unsafe_kill(pid: i32, sig: i32) {
-    std::process::Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
+    std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
 }
 
 /// A WebSocket client speaking protocol v1.
@@ -131,12 +139,17 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(addr: &str) -> Self {
-        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws")).await.expect("connect");
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+            .await
+            .expect("connect");
         Client { ws }
     }
 
     pub async fn send(&mut self, frame: Value) {
-        self.ws.send(Message::text(frame.to_string())).await.unwrap();
+        self.ws
+            .send(Message::text(frame.to_string()))
+            .await
+            .unwrap();
     }
 
     pub async fn send_raw(&mut self, msg: Message) {
@@ -144,7 +157,8 @@ impl Client {
     }
 
     pub async fn chat(&mut self, agent_id: &str, content: &str) {
-        self.send(json!({"type": "chat", "agent_id": agent_id, "content": content})).await;
+        self.send(json!({"type": "chat", "agent_id": agent_id, "content": content}))
+            .await;
     }
 
     /// The next text frame as JSON.
@@ -178,13 +192,17 @@ impl Client {
 
     /// Frames until the `result` of `agent_id`, inclusive.
     pub async fn until_result(&mut self, agent_id: &str) -> Vec<Value> {
-        self.recv_until(|v| v["message_type"] == "result" && v["agent_id"] == agent_id).await
+        self.recv_until(|v| v["message_type"] == "result" && v["agent_id"] == agent_id)
+            .await
     }
 
     /// Waits for the close frame and returns its code.
     pub async fn expect_close(&mut self) -> u16 {
         loop {
-            match tokio::time::timeout(WAIT, self.ws.next()).await.expect("close in time") {
+            match tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("close in time")
+            {
                 Some(Ok(Message::Close(Some(frame)))) => return frame.code.into(),
                 Some(Ok(Message::Close(None))) | None => return 1005,
                 Some(Ok(_)) => continue,
@@ -207,5 +225,9 @@ pub fn reply_text(frames: &[Value]) -> String {
 
 /// `seq`s of the stored frames in `frames`.
 pub fn seqs(frames: &[Value]) -> Vec<i64> {
-    frames.iter().filter(|f| f["message_type"] != "ack").filter_map(|f| f["seq"].as_i64()).collect()
+    frames
+        .iter()
+        .filter(|f| f["message_type"] != "ack")
+        .filter_map(|f| f["seq"].as_i64())
+        .collect()
 }

@@ -9,14 +9,20 @@ use crate::common::*;
 async fn a_turn_streams_and_is_stored_in_order() {
     let server = TestServer::start().await;
     let mut c = server.client().await;
-    c.send(json!({"type": "chat", "agent_id": "a1", "content": "hello world", "client_msg_id": "m1"})).await;
+    c.send(
+        json!({"type": "chat", "agent_id": "a1", "content": "hello world", "client_msg_id": "m1"}),
+    )
+    .await;
     let ack = c.recv().await;
     assert_eq!(ack["message_type"], "ack");
     assert_eq!(ack["client_msg_id"], "m1");
     assert_eq!(ack["seq"], 1);
     assert_eq!(ack["queue_position"], 0);
     let frames = c.until_result("a1").await;
-    let types: Vec<&str> = frames.iter().filter_map(|f| f["message_type"].as_str()).collect();
+    let types: Vec<&str> = frames
+        .iter()
+        .filter_map(|f| f["message_type"].as_str())
+        .collect();
     assert_eq!(types.iter().filter(|t| **t == "user").count(), 1);
     assert!(types.contains(&"stream_event"));
     assert!(types.contains(&"assistant"));
