@@ -231,3 +231,19 @@ pub fn seqs(frames: &[Value]) -> Vec<i64> {
         .filter_map(|f| f["seq"].as_i64())
         .collect()
 }
+
+/// Writes a TOML config into a temp file that lives as long as the returned guard.
+pub fn config_file(toml: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agentmux.toml");
+    std::fs::write(&path, toml).unwrap();
+    let path = path.to_string_lossy().into_owned();
+    (dir, path)
+}
+
+/// Sends a chat and returns its ack.
+pub async fn chat_ack(c: &mut Client, agent_id: &str, content: &str) -> Value {
+    c.chat(agent_id, content).await;
+    let frames = c.recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error").await;
+    frames.last().unwrap().clone()
+}

@@ -1,6 +1,9 @@
 //! The core gateway over a real socket: turns, fan-out, replay, errors, restarts.
 
-use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::*;
 
@@ -9,20 +12,14 @@ use crate::common::*;
 async fn a_turn_streams_and_is_stored_in_order() {
     let server = TestServer::start().await;
     let mut c = server.client().await;
-    c.send(
-        json!({"type": "chat", "agent_id": "a1", "content": "hello world", "client_msg_id": "m1"}),
-    )
-    .await;
+    c.send(json!({"type": "chat", "agent_id": "a1", "content": "hello world", "client_msg_id": "m1"})).await;
     let ack = c.recv().await;
     assert_eq!(ack["message_type"], "ack");
     assert_eq!(ack["client_msg_id"], "m1");
     assert_eq!(ack["seq"], 1);
     assert_eq!(ack["queue_position"], 0);
     let frames = c.until_result("a1").await;
-    let types: Vec<&str> = frames
-        .iter()
-        .filter_map(|f| f["message_type"].as_str())
-        .collect();
+    let types: Vec<&str> = frames.iter().filter_map(|f| f["message_type"].as_str()).collect();
     assert_eq!(types.iter().filter(|t| **t == "user").count(), 1);
     assert!(types.contains(&"stream_event"));
     assert!(types.contains(&"assistant"));
@@ -39,4 +36,463 @@ async fn a_turn_streams_and_is_stored_in_order() {
         assert_eq!(f["session_id"], ack["session_id"]);
         assert!(f["timestamp"].is_string());
     }
+    // The store has the conversation with its title and totals.
+    let db = server.db().await;
+    let (title, count, results, cost, sdk, unified): (String, i64, i64, f64, String, bool) = sqlx::query_as(
+        "select title, message_count, result_count, total_cost_usd, sdk_session_id, unified from session_info where agent_id = 'a1'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(title, "hello world");
+    assert_eq!(count, 4);
+    assert_eq!(results, 1);
+    assert!(cost > 0.0);
+    assert_eq!(sdk, ack["session_id"].as_str().unwrap());
+    assert!(unified);
+}
+
+/// One socket talks to several conversations; each keeps its own history and tags.
+#[tokio::test]
+async fn one_socket_switches_between_sessions() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    let mut sessions = HashMap::new();
+    for round in 1..=2 {
+        for agent in ["alpha", "beta", "gamma"] {
+            let ack = chat_ack(&mut c, agent, &format!("{agent} {round}")).await;
+            sessions.entry(agent).or_insert_with(|| ack["session_id"].clone());
+            assert_eq!(sessions[agent], ack["session_id"], "same session_id for the same agent_id");
+            let frames = c.until_result(agent).await;
+            assert_eq!(reply_text(&frames), format!("Echo: {agent} {round} (turn {round})"));
+        }
+    }
+    let ids: std::collections::HashSet<_> = sessions.values().collect();
+    assert_eq!(ids.len(), 3);
+}
+
+/// 50 sockets drive 20 conversations at once: every socket that chats with a conversation
+/// sees only that conversation's frames, replies echo the right content, seqs have no gaps.
+#[tokio::test]
+async fn interleaved_turns_do_not_mix() {
+    let server = TestServer::start().await;
+    let mut tasks = Vec::new();
+    for s in 0..50 {
+        let addr = server.addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::connect(&addr).await;
+            let agent = format!("agent-{}", s % 20);
+            let content = format!("from socket {s}");
+            c.chat(&agent, &content).await;
+            let mut frames = Vec::new();
+            let mut my_result = false;
+            // Wait until this socket's own turn has its result.
+            let mut user_seq = None;
+            while !my_result {
+                let f = c.recv().await;
+                assert_eq!(f["agent_id"].as_str().unwrap_or(&agent), agent, "foreign frame on socket {s}");
+                if f["message_type"] == "ack" {
+                    user_seq = f["seq"].as_i64();
+                }
+                if f["message_type"] == "result"
+                    && f["message"]["result"].as_str().is_some_and(|r| r.starts_with(&format!("Echo: {content} ")))
+                {
+                    my_result = true;
+                }
+                frames.push(f);
+            }
+            (agent, user_seq.unwrap(), frames)
+        }));
+    }
+    for t in tasks {
+        let (agent, user_seq, frames) = t.await.unwrap();
+        let stored = seqs(&frames);
+        assert!(stored.windows(2).all(|w| w[1] == w[0] + 1), "{agent}: gap in {stored:?}");
+        assert_eq!(stored[0], user_seq);
+    }
+    // In the store: 20 conversations, 50 turns, each conversation's seqs 1..=n.
+    let db = server.db().await;
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "select s.agent_id, s.last_seq, count(m.seq), max(m.seq) from session_info s join messages m on m.session_pk = s.id group by s.id",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 20);
+    let mut prompts = 0;
+    for (agent, last_seq, count, max) in rows {
+        assert_eq!(count, last_seq, "{agent}");
+        assert_eq!(max, last_seq, "{agent}");
+        let contents: Vec<(String,)> = sqlx::query_as(
+            "select json_extract(payload, '$.message.content') from messages m join session_info s on s.id = m.session_pk
+             where s.agent_id = ? and m.prompt = 1",
+        )
+        .bind(&agent)
+        .fetch_all(&db)
+        .await
+        .unwrap();
+        let n: usize = agent.trim_start_matches("agent-").parse().unwrap();
+        for (content,) in &contents {
+            let socket: usize = content.trim_start_matches("from socket ").parse().unwrap();
+            assert_eq!(socket % 20, n, "{content} stored under {agent}");
+        }
+        prompts += contents.len();
+    }
+    assert_eq!(prompts, 50);
+}
+
+/// A client that reconnects and subscribes with the last seq it saw gets exactly the frames it
+/// missed, and other subscribers see every frame of the conversation.
+#[tokio::test]
+async fn subscribe_replays_exactly_the_missed_frames() {
+    let server = TestServer::start().await;
+    let mut a = server.client().await;
+    chat_ack(&mut a, "r1", "first").await;
+    let first = a.until_result("r1").await;
+    let last_seen = *seqs(&first).last().unwrap();
+    drop(a);
+
+    let mut b = server.client().await;
+    chat_ack(&mut b, "r1", "second").await;
+    let second = b.until_result("r1").await;
+    let missed = seqs(&second);
+
+    let mut a = server.client().await;
+    a.send(json!({"type": "subscribe", "agent_id": "r1", "since_seq": last_seen})).await;
+    let replay = a.until_result("r1").await;
+    assert_eq!(seqs(&replay), missed);
+    // Identical to the live frames, timestamps included.
+    let live: Vec<&Value> = second.iter().filter(|f| f["seq"].is_i64() && f["message_type"] != "ack").collect();
+    let replayed: Vec<&Value> = replay.iter().filter(|f| f["seq"].is_i64()).collect();
+    assert_eq!(live, replayed);
+
+    // A subscriber sees the next turn live, alongside the chatting socket.
+    let mut watcher = server.client().await;
+    watcher.send(json!({"type": "subscribe", "agent_id": "r1", "since_seq": *missed.last().unwrap()})).await;
+    chat_ack(&mut b, "r1", "third").await;
+    let from_b = b.until_result("r1").await;
+    let from_watcher = watcher.until_result("r1").await;
+    assert_eq!(seqs(&from_watcher), seqs(&from_b));
+    assert_eq!(reply_text(&from_watcher), "Echo: third (turn 3)");
+
+    // Subscribing to an unknown conversation is a typed error and starts nothing.
+    watcher.send(json!({"type": "subscribe", "agent_id": "nobody"})).await;
+    let err = watcher.recv_until(|f| f["message_type"] == "error").await.pop().unwrap();
+    assert_eq!(err["code"], "unknown_agent");
+    assert_eq!(err["agent_id"], "nobody");
+    let db = server.db().await;
+    let n: i64 = sqlx::query_scalar("select count(*) from session_info where agent_id = 'nobody'")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+/// Every bad input gets its typed error, the socket stays open, and another session on the
+/// same socket is undisturbed.
+#[tokio::test]
+async fn bad_input_gets_typed_errors_and_the_socket_stays_open() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    let long_id = "x".repeat(129);
+    let cases: Vec<(Message, &str)> = vec![
+        (Message::text("{not json"), "bad_frame"),
+        (Message::text("[1,2,3]"), "bad_frame"),
+        (Message::text("\"chat\""), "bad_frame"),
+        (Message::text(r#"{"agent_id":"a","content":"x"}"#), "bad_frame"),
+        (Message::text(r#"{"type":"dance","agent_id":"a"}"#), "unknown_type"),
+        (Message::text(r#"{"type":"chat","content":"x"}"#), "invalid_agent_id"),
+        (Message::text(r#"{"type":"chat","agent_id":"has space","content":"x"}"#), "invalid_agent_id"),
+        (Message::text(format!(r#"{{"type":"chat","agent_id":"{long_id}","content":"x"}}"#)), "invalid_agent_id"),
+        (Message::text(r#"{"type":"chat","agent_id":42,"content":"x"}"#), "invalid_agent_id"),
+        (Message::text(r#"{"type":"chat","agent_id":"a","content":""}"#), "invalid_content"),
+        (Message::text(r#"{"type":"chat","agent_id":"a"}"#), "invalid_content"),
+        (Message::text(r#"{"type":"chat","agent_id":"a","content":["x"]}"#), "invalid_content"),
+        (Message::text(r#"{"type":"chat","agent_id":"a","content":"x","options":{"model":"--dangerously-skip-permissions"}}"#), "invalid_options"),
+        (Message::text(r#"{"type":"chat","agent_id":"a","content":"x","options":"fast"}"#), "invalid_options"),
+        (Message::text(r#"{"type":"subscribe","agent_id":"a","since_seq":"zero"}"#), "bad_frame"),
+        (Message::text(r#"{"type":"interrupt"}"#), "invalid_agent_id"),
+        (Message::binary(vec![1u8, 2, 3]), "bad_frame"),
+    ];
+    for (msg, code) in cases {
+        let shown = format!("{msg:?}");
+        c.send_raw(msg).await;
+        let err = c.recv().await;
+        assert_eq!(err["message_type"], "error", "{shown}");
+        assert_eq!(err["code"], code, "{shown}");
+        assert!(err["error"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+    // The error echoes agent_id and client_msg_id.
+    c.send(json!({"type":"chat","agent_id":"ok-1","content":"  ","client_msg_id":"c9"})).await;
+    let err = c.recv().await;
+    assert_eq!((err["agent_id"].as_str(), err["client_msg_id"].as_str()), (Some("ok-1"), Some("c9")));
+    // Nothing was stored for the bad frames, and the same socket still works.
+    chat_ack(&mut c, "ok-1", "still here").await;
+    assert_eq!(reply_text(&c.until_result("ok-1").await), "Echo: still here (turn 1)");
+    let db = server.db().await;
+    let n: i64 = sqlx::query_scalar("select count(*) from session_info").fetch_one(&db).await.unwrap();
+    assert_eq!(n, 1);
+    // Ping/pong echoes ts.
+    c.send(json!({"type": "ping", "ts": 12345})).await;
+    let pong = c.recv_until(|f| f["message_type"] == "pong").await.pop().unwrap();
+    assert_eq!(pong["ts"], 12345);
+}
+
+/// Unicode agent ids are refused, unicode content round-trips, titles cut at 50 characters.
+#[tokio::test]
+async fn unicode_and_long_content() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    c.chat("agént", "x").await;
+    assert_eq!(c.recv().await["code"], "invalid_agent_id");
+    let content = "日本語のテキスト 🚀 ".repeat(10);
+    chat_ack(&mut c, "uni", &content).await;
+    let frames = c.until_result("uni").await;
+    assert_eq!(reply_text(&frames), format!("Echo: {content} (turn 1)"));
+    let long = "word ".repeat(40_000);
+    chat_ack(&mut c, "long", &long).await;
+    let frames = c.until_result("long").await;
+    assert!(reply_text(&frames).starts_with("Echo: word word"));
+    let too_long = "y".repeat(300_000);
+    c.chat("long", &too_long).await;
+    let err = c.recv_until(|f| f["message_type"] == "error").await.pop().unwrap();
+    assert_eq!(err["code"], "invalid_content");
+    let db = server.db().await;
+    let title: String = sqlx::query_scalar("select title from session_info where agent_id = 'uni'")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(title.chars().count(), 50);
+    assert!(content.starts_with(&title));
+}
+
+/// A frame over the configured maximum closes the socket with 1009; others are unaffected.
+#[tokio::test]
+async fn oversized_frame_closes_with_1009() {
+    let (_dir, cfg) = config_file("[socket]\nmax_frame_bytes = 4096\nmax_content_bytes = 2048\n");
+    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    let mut other = server.client().await;
+    let mut c = server.client().await;
+    c.chat("big", &"z".repeat(10_000)).await;
+    assert_eq!(c.expect_close().await, 1009);
+    chat_ack(&mut other, "fine", "hi").await;
+    assert_eq!(reply_text(&other.until_result("fine").await), "Echo: hi (turn 1)");
+}
+
+/// A socket that sends nothing for the idle timeout is closed with 1000.
+#[tokio::test]
+async fn idle_socket_is_closed() {
+    let (_dir, cfg) = config_file("[socket]\nidle_timeout_secs = 1\n");
+    let server = TestServer::start_with(&["--config", &cfg]).await;
+    let mut c = server.client().await;
+    assert_eq!(c.expect_close().await, 1000);
+}
+
+/// A chat sent while a turn runs is acked with its queue position and runs after, in order.
+#[tokio::test]
+async fn queued_turns_run_in_order() {
+    let server = TestServer::start_with(&["--demo-delay-ms", "30"]).await;
+    let mut c = server.client().await;
+    for i in 0..3 {
+        c.send(json!({"type":"chat","agent_id":"q","content":format!("msg {i}"),"client_msg_id":format!("c{i}")})).await;
+    }
+    let mut acks = BTreeMap::new();
+    let mut results = Vec::new();
+    while results.len() < 3 {
+        let f = c.recv().await;
+        match f["message_type"].as_str() {
+            Some("ack") => {
+                acks.insert(f["client_msg_id"].as_str().unwrap().to_owned(), f["queue_position"].as_i64().unwrap());
+            }
+            Some("result") => results.push(f["message"]["result"].as_str().unwrap().to_owned()),
+            _ => {}
+        }
+    }
+    assert_eq!(acks.into_iter().collect::<Vec<_>>(), vec![("c0".into(), 0), ("c1".into(), 1), ("c2".into(), 2)]);
+    assert_eq!(results, vec!["Echo: msg 0 (turn 1)", "Echo: msg 1 (turn 2)", "Echo: msg 2 (turn 3)"]);
+}
+
+/// Interrupt stops the running turn (status interrupted, an error result), the next queued turn
+/// runs, and an interrupt with nothing running answers idle.
+#[tokio::test]
+async fn interrupt_mid_turn() {
+    let server = TestServer::start_with(&["--demo-delay-ms", "100"]).await;
+    let mut c = server.client().await;
+    let long = "one two three four five six seven eight nine ten eleven twelve";
+    chat_ack(&mut c, "i1", long).await;
+    chat_ack(&mut c, "i1", "after").await;
+    c.recv_until(|f| f["message_type"] == "stream_event").await;
+    c.send(json!({"type": "interrupt", "agent_id": "i1"})).await;
+    let frames = c.until_result("i1").await;
+    assert!(frames.iter().any(|f| f["message_type"] == "status" && f["status"] == "interrupted"));
+    let result = frames.last().unwrap();
+    assert_eq!(result["message"]["is_error"], true);
+    assert_eq!(result["message"]["terminal_reason"], "aborted_streaming");
+    let partial = frames
+        .iter()
+        .rfind(|f| f["message_type"] == "assistant")
+        .and_then(|f| f["message"]["message"]["content"][0]["text"].as_str())
+        .unwrap()
+        .to_owned();
+    assert!(partial.len() < format!("Echo: {long} (turn 1)").len(), "the reply was cut: {partial}");
+    // The queued turn runs next and the session remembers both turns.
+    let next = c.until_result("i1").await;
+    assert_eq!(reply_text(&next), "Echo: after (turn 2)");
+    c.send(json!({"type": "interrupt", "agent_id": "i1"})).await;
+    let idle = c.recv_until(|f| f["message_type"] == "status" && f["status"] == "idle").await.pop().unwrap();
+    assert_eq!(idle["agent_id"], "i1");
+    c.send(json!({"type": "interrupt", "agent_id": "never-seen"})).await;
+    let err = c.recv_until(|f| f["message_type"] == "error").await.pop().unwrap();
+    assert_eq!(err["code"], "unknown_agent");
+}
+
+/// 100 concurrent first chats to one new agent_id make one conversation, one agent, 100 turns.
+#[tokio::test]
+async fn creation_is_single_flight() {
+    let (_dir, cfg) = config_file("[session]\nmax_queued_turns = 200\n");
+    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let addr = server.addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::connect(&addr).await;
+            let ack = chat_ack(&mut c, "same", &format!("hello {i}")).await;
+            assert_eq!(ack["message_type"], "ack", "{ack}");
+            ack["session_id"].as_str().unwrap().to_owned()
+        }));
+    }
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        ids.insert(t.await.unwrap());
+    }
+    assert_eq!(ids.len(), 1);
+    let db = server.db().await;
+    let rows: i64 = sqlx::query_scalar("select count(*) from session_info").fetch_one(&db).await.unwrap();
+    assert_eq!(rows, 1);
+    // One agent: its turn counter runs 1..=100 over the whole queue.
+    let mut c = server.client().await;
+    c.send(json!({"type": "subscribe", "agent_id": "same"})).await;
+    let mut turns = Vec::new();
+    while turns.len() < 100 {
+        let f = c.recv().await;
+        if f["message_type"] == "result" {
+            let text = f["message"]["result"].as_str().unwrap();
+            let n: usize = text.rsplit("(turn ").next().unwrap().trim_end_matches(')').parse().unwrap();
+            turns.push(n);
+        }
+    }
+    assert_eq!(turns, (1..=100).collect::<Vec<_>>());
+}
+
+/// A socket that stops reading does not stall the conversation or other sockets; when it reads
+/// again it is told it lagged and gets every stored frame, in order, without gaps.
+#[tokio::test]
+async fn a_stalled_socket_lags_and_catches_up() {
+    let (_dir, cfg) = config_file("[socket]\nsession_buffer_frames = 16\n");
+    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    let mut driver = server.client().await;
+    chat_ack(&mut driver, "lag", "warm up").await;
+    driver.until_result("lag").await;
+    let mut stalled = server.client().await;
+    stalled.send(json!({"type": "subscribe", "agent_id": "lag", "since_seq": 0})).await;
+    // Large turns, so the stalled socket's buffers fill up while it reads nothing.
+    let big = "data ".repeat(40_000);
+    for _ in 0..15 {
+        chat_ack(&mut driver, "lag", &big).await;
+        driver.until_result("lag").await;
+    }
+    let db = server.db().await;
+    let last_seq: i64 = sqlx::query_scalar("select last_seq from session_info where agent_id = 'lag'")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut lagged = false;
+    while got.last() != Some(&last_seq) {
+        let f = stalled.recv().await;
+        if f["message_type"] == "status" && f["status"] == "lagged" {
+            lagged = true;
+        }
+        if let Some(seq) = f["seq"].as_i64() {
+            got.push(seq);
+        }
+    }
+    assert!(lagged, "the stalled socket was told it lagged");
+    assert_eq!(got, (1..=last_seq).collect::<Vec<_>>());
+}
+
+/// Idle conversations are evicted and resume with the same session_id and their history.
+#[tokio::test]
+async fn idle_sessions_are_evicted_and_resumed() {
+    let (_dir, cfg) = config_file("[session]\nidle_evict_secs = 1\n");
+    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "ev", "one").await;
+    c.until_result("ev").await;
+    let evicted = c.recv_until(|f| f["message_type"] == "status" && f["status"] != "idle").await.pop().unwrap();
+    assert_eq!(evicted["status"], "evicted");
+    let ack2 = chat_ack(&mut c, "ev", "two").await;
+    assert_eq!(ack2["session_id"], ack["session_id"]);
+    let frames = c.until_result("ev").await;
+    assert!(frames.iter().any(|f| f["status"] == "resuming"));
+    assert_eq!(reply_text(&frames), "Echo: two (turn 2)");
+    let init = frames.iter().find(|f| f["message_type"] == "system").unwrap();
+    assert_eq!(init["message"]["session_id"], ack["session_id"], "resumed with the reported id");
+}
+
+/// A restart on the same data dir resumes with the same session_id, continues seq, and keeps
+/// the agent's memory; SIGTERM exits 0 and closes sockets with 1001.
+#[tokio::test]
+async fn restart_resumes_and_continues_seq() {
+    let mut server = TestServer::start().await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "rs", "before").await;
+    let before = c.until_result("rs").await;
+    let last = *seqs(&before).last().unwrap();
+    let status = server.terminate().await;
+    assert!(status.success(), "graceful shutdown exits 0: {status:?}");
+    assert_eq!(c.expect_close().await, 1001);
+
+    let server2 = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    let mut c = server2.client().await;
+    let ack2 = chat_ack(&mut c, "rs", "after").await;
+    assert_eq!(ack2["session_id"], ack["session_id"]);
+    assert_eq!(ack2["seq"].as_i64().unwrap(), last + 1);
+    let after = c.until_result("rs").await;
+    assert_eq!(reply_text(&after), "Echo: after (turn 2)");
+    let init = after.iter().find(|f| f["message_type"] == "system").unwrap();
+    assert_eq!(init["message"]["session_id"], ack["session_id"]);
+    assert_ne!(init["message"]["session_id"], "rs", "never resumed with the agent_id");
+}
+
+/// After kill -9 mid-turn every frame a client had received is in the store, the unfinished
+/// turn is closed with a server_restart result, and the conversation goes on.
+#[tokio::test]
+async fn kill9_mid_turn_loses_no_received_frame() {
+    let mut server = TestServer::start_with(&["--demo-delay-ms", "50"]).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "k9", "done turn").await;
+    let mut received = c.until_result("k9").await;
+    chat_ack(&mut c, "k9", "a long turn that will never finish because the server dies").await;
+    received.extend(c.recv_until(|f| f["message_type"] == "stream_event").await);
+    received.extend(c.recv_until(|f| f["message_type"] == "stream_event").await);
+    server.kill9().await;
+
+    let server2 = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    let mut c = server2.client().await;
+    c.send(json!({"type": "subscribe", "agent_id": "k9"})).await;
+    let replay = c.until_result("k9").await;
+    let replay = [replay, c.until_result("k9").await].concat();
+    for frame in received.iter().filter(|f| f["seq"].is_i64() && f["message_type"] != "ack") {
+        assert!(replay.contains(frame), "lost after kill -9: {frame}");
+    }
+    let closing = replay.last().unwrap();
+    assert_eq!(closing["message"]["terminal_reason"], "server_restart");
+    let seqs = seqs(&replay);
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    chat_ack(&mut c, "k9", "next").await;
+    assert_eq!(reply_text(&c.until_result("k9").await), "Echo: next (turn 3)");
+    let db = server2.db().await;
+    let check: String = sqlx::query_scalar("pragma integrity_check").fetch_one(&db).await.unwrap();
+    assert_eq!(check, "ok");
 }
