@@ -1,0 +1,3 @@
+//! The project's integration tests.
+
+mod fake_cli;
