@@ -21,6 +21,14 @@
 //! request unless the permission mode is `bypassPermissions` or `acceptEdits`. The command is never
 //! executed: the tool result is `ran: <command>` when allowed and `denied: <message>` otherwise.
 //!
+//! Also as in the real CLI: a user line carrying a `uuid` keeps it (transcript, replay) and gets
+//! `command_lifecycle` frames (`queued`/`started`/`completed`); `--replay-user-messages` echoes
+//! each prompt with `"isReplay": true`; running as root with `bypassPermissions` (or
+//! `--dangerously-skip-permissions`) is refused unless `IS_SANDBOX=1`; without
+//! `--permission-prompt-tool stdio` (or in `dontAsk` mode) a tool call is denied without asking.
+//! Transcript entries are appended (and flushed) as they happen: the prompt when the turn starts,
+//! each assistant message and tool result when it is complete.
+//!
 //! Switches (environment variables):
 //!
 //! * `FAKE_CLAUDE_DELAY_MS=N`: sleep N ms before each streamed word (default 0).
@@ -239,6 +247,7 @@ impl Config {
 }
 
 /// Which conversation the process works on; resolved when the first prompt arrives.
+#[derive(Debug)]
 enum Plan {
     New {
         session_id: String,
@@ -248,6 +257,19 @@ enum Plan {
         at: Option<String>,
         fork_to: Option<String>,
     },
+}
+
+impl Plan {
+    /// The session id the frames will carry.
+    fn session_id(&self) -> Option<String> {
+        match self {
+            Plan::New { session_id } => Some(session_id.clone()),
+            Plan::Resume {
+                fork_to: Some(id), ..
+            } => Some(id.clone()),
+            Plan::Resume { source, .. } => source.clone(),
+        }
+    }
 }
 
 fn fail(message: &str) -> ! {
@@ -761,10 +783,7 @@ async fn run_turns(sh: Arc<Shared>, plan: Plan) {
         let conv = match &mut conversation {
             Some(conv) => conv,
             None => match open_conversation(&sh.cfg, &plan) {
-                Ok(conv) => {
-                    sh.state().session_id = Some(conv.session_id.clone());
-                    conversation.insert(conv)
-                }
+                Ok(conv) => conversation.insert(conv),
                 Err(err) => {
                     sh.out.send(json!({
                         "type": "result",
@@ -1418,7 +1437,7 @@ async fn main() {
         state: Mutex::new(State {
             model,
             mode,
-            session_id: None,
+            session_id: plan.session_id(),
             queue: VecDeque::new(),
             stdin_closed: false,
             running: false,

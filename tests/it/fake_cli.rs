@@ -349,7 +349,7 @@ async fn fake_claude_answers_control_requests() {
 #[tokio::test]
 async fn fake_claude_interrupts_a_streaming_turn() {
     let home = Home::new();
-    let mut cli = home.spawn(&[], &[("FAKE_CLAUDE_DELAY_MS", "40")]);
+    let mut cli = home.spawn(&[], &[("FAKE_CLAUDE_DELAY_MS", "100")]);
     cli.prompt("please stream a long answer").await;
     cli.until(|f| f["event"]["type"] == "content_block_delta")
         .await;
@@ -431,6 +431,38 @@ async fn fake_claude_asks_permission_for_tools() {
         home.workspace.canonicalize().unwrap()
     );
     assert!(calls[1]["stdin"].as_str().unwrap().contains("TOOL:touch_x"));
+}
+
+#[tokio::test]
+async fn fake_claude_switches() {
+    let home = Home::new();
+    let mut cli = home.spawn(
+        &[],
+        &[
+            ("FAKE_CLAUDE_UNKNOWN_TYPES", "1"),
+            ("FAKE_CLAUDE_HUGE_LINE_BYTES", "200000"),
+        ],
+    );
+    let frames = cli.turn("hello").await;
+    assert!(frames.iter().any(|f| f["type"] == "rate_limit_event"));
+    assert!(frames.iter().any(|f| f["type"] == "command_lifecycle"));
+    let huge = frames.iter().find(|f| f["subtype"] == "huge").unwrap();
+    assert_eq!(huge.to_string().len(), 200_000);
+    let (status, rest, _) = cli.finish().await;
+    assert!(status.success());
+    assert!(rest.iter().any(|f| f["subtype"] == "session_state_changed"));
+
+    let mut cli = home.spawn(&[], &[("FAKE_CLAUDE_CRASH_AFTER_WORDS", "2")]);
+    cli.prompt("one two three four").await;
+    let (status, rest, stderr) = cli.finish().await;
+    assert_eq!(status.code(), Some(1));
+    let deltas = rest
+        .iter()
+        .filter(|f| f["event"]["type"] == "content_block_delta")
+        .count();
+    assert_eq!(deltas, 2);
+    assert!(rest.iter().all(|f| f["type"] != "result"));
+    assert!(!stderr.is_empty());
 }
 
 /// Sends one raw HTTP/1.1 request and returns the status code and the de-chunked body.
