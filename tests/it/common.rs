@@ -244,6 +244,8 @@ pub fn config_file(toml: &str) -> (tempfile::TempDir, String) {
 /// Sends a chat and returns its ack.
 pub async fn chat_ack(c: &mut Client, agent_id: &str, content: &str) -> Value {
     c.chat(agent_id, content).await;
-    let frames = c.recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error").await;
+    let frames = c
+        .recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error")
+        .await;
     frames.last().unwrap().clone()
 }

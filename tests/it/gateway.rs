@@ -12,14 +12,20 @@ use crate::common::*;
 async fn a_turn_streams_and_is_stored_in_order() {
     let server = TestServer::start().await;
     let mut c = server.client().await;
-    c.send(json!({"type": "chat", "agent_id": "a1", "content": "hello world", "client_msg_id": "m1"})).await;
+    c.send(
+        json!({"type": "chat", "agent_id": "a1", "content": "hello world", "client_msg_id": "m1"}),
+    )
+    .await;
     let ack = c.recv().await;
     assert_eq!(ack["message_type"], "ack");
     assert_eq!(ack["client_msg_id"], "m1");
     assert_eq!(ack["seq"], 1);
     assert_eq!(ack["queue_position"], 0);
     let frames = c.until_result("a1").await;
-    let types: Vec<&str> = frames.iter().filter_map(|f| f["message_type"].as_str()).collect();
+    let types: Vec<&str> = frames
+        .iter()
+        .filter_map(|f| f["message_type"].as_str())
+        .collect();
     assert_eq!(types.iter().filter(|t| **t == "user").count(), 1);
     assert!(types.contains(&"stream_event"));
     assert!(types.contains(&"assistant"));
@@ -61,10 +67,18 @@ async fn one_socket_switches_between_sessions() {
     for round in 1..=2 {
         for agent in ["alpha", "beta", "gamma"] {
             let ack = chat_ack(&mut c, agent, &format!("{agent} {round}")).await;
-            sessions.entry(agent).or_insert_with(|| ack["session_id"].clone());
-            assert_eq!(sessions[agent], ack["session_id"], "same session_id for the same agent_id");
+            sessions
+                .entry(agent)
+                .or_insert_with(|| ack["session_id"].clone());
+            assert_eq!(
+                sessions[agent], ack["session_id"],
+                "same session_id for the same agent_id"
+            );
             let frames = c.until_result(agent).await;
-            assert_eq!(reply_text(&frames), format!("Echo: {agent} {round} (turn {round})"));
+            assert_eq!(
+                reply_text(&frames),
+                format!("Echo: {agent} {round} (turn {round})")
+            );
         }
     }
     let ids: std::collections::HashSet<_> = sessions.values().collect();
@@ -90,12 +104,18 @@ async fn interleaved_turns_do_not_mix() {
             let mut user_seq = None;
             while !my_result {
                 let f = c.recv().await;
-                assert_eq!(f["agent_id"].as_str().unwrap_or(&agent), agent, "foreign frame on socket {s}");
+                assert_eq!(
+                    f["agent_id"].as_str().unwrap_or(&agent),
+                    agent,
+                    "foreign frame on socket {s}"
+                );
                 if f["message_type"] == "ack" {
                     user_seq = f["seq"].as_i64();
                 }
                 if f["message_type"] == "result"
-                    && f["message"]["result"].as_str().is_some_and(|r| r.starts_with(&format!("Echo: {content} ")))
+                    && f["message"]["result"]
+                        .as_str()
+                        .is_some_and(|r| r.starts_with(&format!("Echo: {content} ")))
                 {
                     my_result = true;
                 }
@@ -107,7 +127,10 @@ async fn interleaved_turns_do_not_mix() {
     for t in tasks {
         let (agent, user_seq, frames) = t.await.unwrap();
         let stored = seqs(&frames);
-        assert!(stored.windows(2).all(|w| w[1] == w[0] + 1), "{agent}: gap in {stored:?}");
+        assert!(
+            stored.windows(2).all(|w| w[1] == w[0] + 1),
+            "{agent}: gap in {stored:?}"
+        );
         assert_eq!(stored[0], user_seq);
     }
     // In the store: 20 conversations, 50 turns, each conversation's seqs 1..=n.
@@ -158,17 +181,23 @@ async fn subscribe_replays_exactly_the_missed_frames() {
     let missed = seqs(&second);
 
     let mut a = server.client().await;
-    a.send(json!({"type": "subscribe", "agent_id": "r1", "since_seq": last_seen})).await;
+    a.send(json!({"type": "subscribe", "agent_id": "r1", "since_seq": last_seen}))
+        .await;
     let replay = a.until_result("r1").await;
     assert_eq!(seqs(&replay), missed);
     // Identical to the live frames, timestamps included.
-    let live: Vec<&Value> = second.iter().filter(|f| f["seq"].is_i64() && f["message_type"] != "ack").collect();
+    let live: Vec<&Value> = second
+        .iter()
+        .filter(|f| f["seq"].is_i64() && f["message_type"] != "ack")
+        .collect();
     let replayed: Vec<&Value> = replay.iter().filter(|f| f["seq"].is_i64()).collect();
     assert_eq!(live, replayed);
 
     // A subscriber sees the next turn live, alongside the chatting socket.
     let mut watcher = server.client().await;
-    watcher.send(json!({"type": "subscribe", "agent_id": "r1", "since_seq": *missed.last().unwrap()})).await;
+    watcher
+        .send(json!({"type": "subscribe", "agent_id": "r1", "since_seq": *missed.last().unwrap()}))
+        .await;
     chat_ack(&mut b, "r1", "third").await;
     let from_b = b.until_result("r1").await;
     let from_watcher = watcher.until_result("r1").await;
@@ -176,8 +205,14 @@ async fn subscribe_replays_exactly_the_missed_frames() {
     assert_eq!(reply_text(&from_watcher), "Echo: third (turn 3)");
 
     // Subscribing to an unknown conversation is a typed error and starts nothing.
-    watcher.send(json!({"type": "subscribe", "agent_id": "nobody"})).await;
-    let err = watcher.recv_until(|f| f["message_type"] == "error").await.pop().unwrap();
+    watcher
+        .send(json!({"type": "subscribe", "agent_id": "nobody"}))
+        .await;
+    let err = watcher
+        .recv_until(|f| f["message_type"] == "error")
+        .await
+        .pop()
+        .unwrap();
     assert_eq!(err["code"], "unknown_agent");
     assert_eq!(err["agent_id"], "nobody");
     let db = server.db().await;
@@ -199,18 +234,58 @@ async fn bad_input_gets_typed_errors_and_the_socket_stays_open() {
         (Message::text("{not json"), "bad_frame"),
         (Message::text("[1,2,3]"), "bad_frame"),
         (Message::text("\"chat\""), "bad_frame"),
-        (Message::text(r#"{"agent_id":"a","content":"x"}"#), "bad_frame"),
-        (Message::text(r#"{"type":"dance","agent_id":"a"}"#), "unknown_type"),
-        (Message::text(r#"{"type":"chat","content":"x"}"#), "invalid_agent_id"),
-        (Message::text(r#"{"type":"chat","agent_id":"has space","content":"x"}"#), "invalid_agent_id"),
-        (Message::text(format!(r#"{{"type":"chat","agent_id":"{long_id}","content":"x"}}"#)), "invalid_agent_id"),
-        (Message::text(r#"{"type":"chat","agent_id":42,"content":"x"}"#), "invalid_agent_id"),
-        (Message::text(r#"{"type":"chat","agent_id":"a","content":""}"#), "invalid_content"),
-        (Message::text(r#"{"type":"chat","agent_id":"a"}"#), "invalid_content"),
-        (Message::text(r#"{"type":"chat","agent_id":"a","content":["x"]}"#), "invalid_content"),
-        (Message::text(r#"{"type":"chat","agent_id":"a","content":"x","options":{"model":"--dangerously-skip-permissions"}}"#), "invalid_options"),
-        (Message::text(r#"{"type":"chat","agent_id":"a","content":"x","options":"fast"}"#), "invalid_options"),
-        (Message::text(r#"{"type":"subscribe","agent_id":"a","since_seq":"zero"}"#), "bad_frame"),
+        (
+            Message::text(r#"{"agent_id":"a","content":"x"}"#),
+            "bad_frame",
+        ),
+        (
+            Message::text(r#"{"type":"dance","agent_id":"a"}"#),
+            "unknown_type",
+        ),
+        (
+            Message::text(r#"{"type":"chat","content":"x"}"#),
+            "invalid_agent_id",
+        ),
+        (
+            Message::text(r#"{"type":"chat","agent_id":"has space","content":"x"}"#),
+            "invalid_agent_id",
+        ),
+        (
+            Message::text(format!(
+                r#"{{"type":"chat","agent_id":"{long_id}","content":"x"}}"#
+            )),
+            "invalid_agent_id",
+        ),
+        (
+            Message::text(r#"{"type":"chat","agent_id":42,"content":"x"}"#),
+            "invalid_agent_id",
+        ),
+        (
+            Message::text(r#"{"type":"chat","agent_id":"a","content":""}"#),
+            "invalid_content",
+        ),
+        (
+            Message::text(r#"{"type":"chat","agent_id":"a"}"#),
+            "invalid_content",
+        ),
+        (
+            Message::text(r#"{"type":"chat","agent_id":"a","content":["x"]}"#),
+            "invalid_content",
+        ),
+        (
+            Message::text(
+                r#"{"type":"chat","agent_id":"a","content":"x","options":{"model":"--dangerously-skip-permissions"}}"#,
+            ),
+            "invalid_options",
+        ),
+        (
+            Message::text(r#"{"type":"chat","agent_id":"a","content":"x","options":"fast"}"#),
+            "invalid_options",
+        ),
+        (
+            Message::text(r#"{"type":"subscribe","agent_id":"a","since_seq":"zero"}"#),
+            "bad_frame",
+        ),
         (Message::text(r#"{"type":"interrupt"}"#), "invalid_agent_id"),
         (Message::binary(vec![1u8, 2, 3]), "bad_frame"),
     ];
@@ -223,18 +298,32 @@ async fn bad_input_gets_typed_errors_and_the_socket_stays_open() {
         assert!(err["error"].as_str().is_some_and(|e| !e.is_empty()));
     }
     // The error echoes agent_id and client_msg_id.
-    c.send(json!({"type":"chat","agent_id":"ok-1","content":"  ","client_msg_id":"c9"})).await;
+    c.send(json!({"type":"chat","agent_id":"ok-1","content":"  ","client_msg_id":"c9"}))
+        .await;
     let err = c.recv().await;
-    assert_eq!((err["agent_id"].as_str(), err["client_msg_id"].as_str()), (Some("ok-1"), Some("c9")));
+    assert_eq!(
+        (err["agent_id"].as_str(), err["client_msg_id"].as_str()),
+        (Some("ok-1"), Some("c9"))
+    );
     // Nothing was stored for the bad frames, and the same socket still works.
     chat_ack(&mut c, "ok-1", "still here").await;
-    assert_eq!(reply_text(&c.until_result("ok-1").await), "Echo: still here (turn 1)");
+    assert_eq!(
+        reply_text(&c.until_result("ok-1").await),
+        "Echo: still here (turn 1)"
+    );
     let db = server.db().await;
-    let n: i64 = sqlx::query_scalar("select count(*) from session_info").fetch_one(&db).await.unwrap();
+    let n: i64 = sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&db)
+        .await
+        .unwrap();
     assert_eq!(n, 1);
     // Ping/pong echoes ts.
     c.send(json!({"type": "ping", "ts": 12345})).await;
-    let pong = c.recv_until(|f| f["message_type"] == "pong").await.pop().unwrap();
+    let pong = c
+        .recv_until(|f| f["message_type"] == "pong")
+        .await
+        .pop()
+        .unwrap();
     assert_eq!(pong["ts"], 12345);
 }
 
@@ -255,7 +344,11 @@ async fn unicode_and_long_content() {
     assert!(reply_text(&frames).starts_with("Echo: word word"));
     let too_long = "y".repeat(300_000);
     c.chat("long", &too_long).await;
-    let err = c.recv_until(|f| f["message_type"] == "error").await.pop().unwrap();
+    let err = c
+        .recv_until(|f| f["message_type"] == "error")
+        .await
+        .pop()
+        .unwrap();
     assert_eq!(err["code"], "invalid_content");
     let db = server.db().await;
     let title: String = sqlx::query_scalar("select title from session_info where agent_id = 'uni'")
@@ -276,7 +369,10 @@ async fn oversized_frame_closes_with_1009() {
     c.chat("big", &"z".repeat(10_000)).await;
     assert_eq!(c.expect_close().await, 1009);
     chat_ack(&mut other, "fine", "hi").await;
-    assert_eq!(reply_text(&other.until_result("fine").await), "Echo: hi (turn 1)");
+    assert_eq!(
+        reply_text(&other.until_result("fine").await),
+        "Echo: hi (turn 1)"
+    );
 }
 
 /// A socket that sends nothing for the idle timeout is closed with 1000.
@@ -302,14 +398,27 @@ async fn queued_turns_run_in_order() {
         let f = c.recv().await;
         match f["message_type"].as_str() {
             Some("ack") => {
-                acks.insert(f["client_msg_id"].as_str().unwrap().to_owned(), f["queue_position"].as_i64().unwrap());
+                acks.insert(
+                    f["client_msg_id"].as_str().unwrap().to_owned(),
+                    f["queue_position"].as_i64().unwrap(),
+                );
             }
             Some("result") => results.push(f["message"]["result"].as_str().unwrap().to_owned()),
             _ => {}
         }
     }
-    assert_eq!(acks.into_iter().collect::<Vec<_>>(), vec![("c0".into(), 0), ("c1".into(), 1), ("c2".into(), 2)]);
-    assert_eq!(results, vec!["Echo: msg 0 (turn 1)", "Echo: msg 1 (turn 2)", "Echo: msg 2 (turn 3)"]);
+    assert_eq!(
+        acks.into_iter().collect::<Vec<_>>(),
+        vec![("c0".into(), 0), ("c1".into(), 1), ("c2".into(), 2)]
+    );
+    assert_eq!(
+        results,
+        vec![
+            "Echo: msg 0 (turn 1)",
+            "Echo: msg 1 (turn 2)",
+            "Echo: msg 2 (turn 3)"
+        ]
+    );
 }
 
 /// Interrupt stops the running turn (status interrupted, an error result), the next queued turn
@@ -324,7 +433,11 @@ async fn interrupt_mid_turn() {
     c.recv_until(|f| f["message_type"] == "stream_event").await;
     c.send(json!({"type": "interrupt", "agent_id": "i1"})).await;
     let frames = c.until_result("i1").await;
-    assert!(frames.iter().any(|f| f["message_type"] == "status" && f["status"] == "interrupted"));
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["message_type"] == "status" && f["status"] == "interrupted")
+    );
     let result = frames.last().unwrap();
     assert_eq!(result["message"]["is_error"], true);
     assert_eq!(result["message"]["terminal_reason"], "aborted_streaming");
@@ -334,15 +447,27 @@ async fn interrupt_mid_turn() {
         .and_then(|f| f["message"]["message"]["content"][0]["text"].as_str())
         .unwrap()
         .to_owned();
-    assert!(partial.len() < format!("Echo: {long} (turn 1)").len(), "the reply was cut: {partial}");
+    assert!(
+        partial.len() < format!("Echo: {long} (turn 1)").len(),
+        "the reply was cut: {partial}"
+    );
     // The queued turn runs next and the session remembers both turns.
     let next = c.until_result("i1").await;
     assert_eq!(reply_text(&next), "Echo: after (turn 2)");
     c.send(json!({"type": "interrupt", "agent_id": "i1"})).await;
-    let idle = c.recv_until(|f| f["message_type"] == "status" && f["status"] == "idle").await.pop().unwrap();
+    let idle = c
+        .recv_until(|f| f["message_type"] == "status" && f["status"] == "idle")
+        .await
+        .pop()
+        .unwrap();
     assert_eq!(idle["agent_id"], "i1");
-    c.send(json!({"type": "interrupt", "agent_id": "never-seen"})).await;
-    let err = c.recv_until(|f| f["message_type"] == "error").await.pop().unwrap();
+    c.send(json!({"type": "interrupt", "agent_id": "never-seen"}))
+        .await;
+    let err = c
+        .recv_until(|f| f["message_type"] == "error")
+        .await
+        .pop()
+        .unwrap();
     assert_eq!(err["code"], "unknown_agent");
 }
 
@@ -367,17 +492,27 @@ async fn creation_is_single_flight() {
     }
     assert_eq!(ids.len(), 1);
     let db = server.db().await;
-    let rows: i64 = sqlx::query_scalar("select count(*) from session_info").fetch_one(&db).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&db)
+        .await
+        .unwrap();
     assert_eq!(rows, 1);
     // One agent: its turn counter runs 1..=100 over the whole queue.
     let mut c = server.client().await;
-    c.send(json!({"type": "subscribe", "agent_id": "same"})).await;
+    c.send(json!({"type": "subscribe", "agent_id": "same"}))
+        .await;
     let mut turns = Vec::new();
     while turns.len() < 100 {
         let f = c.recv().await;
         if f["message_type"] == "result" {
             let text = f["message"]["result"].as_str().unwrap();
-            let n: usize = text.rsplit("(turn ").next().unwrap().trim_end_matches(')').parse().unwrap();
+            let n: usize = text
+                .rsplit("(turn ")
+                .next()
+                .unwrap()
+                .trim_end_matches(')')
+                .parse()
+                .unwrap();
             turns.push(n);
         }
     }
@@ -394,7 +529,9 @@ async fn a_stalled_socket_lags_and_catches_up() {
     chat_ack(&mut driver, "lag", "warm up").await;
     driver.until_result("lag").await;
     let mut stalled = server.client().await;
-    stalled.send(json!({"type": "subscribe", "agent_id": "lag", "since_seq": 0})).await;
+    stalled
+        .send(json!({"type": "subscribe", "agent_id": "lag", "since_seq": 0}))
+        .await;
     // Large turns, so the stalled socket's buffers fill up while it reads nothing.
     let big = "data ".repeat(40_000);
     for _ in 0..15 {
@@ -402,10 +539,11 @@ async fn a_stalled_socket_lags_and_catches_up() {
         driver.until_result("lag").await;
     }
     let db = server.db().await;
-    let last_seq: i64 = sqlx::query_scalar("select last_seq from session_info where agent_id = 'lag'")
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let last_seq: i64 =
+        sqlx::query_scalar("select last_seq from session_info where agent_id = 'lag'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
     let mut got = Vec::new();
     let mut lagged = false;
     while got.last() != Some(&last_seq) {
@@ -429,15 +567,25 @@ async fn idle_sessions_are_evicted_and_resumed() {
     let mut c = server.client().await;
     let ack = chat_ack(&mut c, "ev", "one").await;
     c.until_result("ev").await;
-    let evicted = c.recv_until(|f| f["message_type"] == "status" && f["status"] != "idle").await.pop().unwrap();
+    let evicted = c
+        .recv_until(|f| f["message_type"] == "status" && f["status"] != "idle")
+        .await
+        .pop()
+        .unwrap();
     assert_eq!(evicted["status"], "evicted");
     let ack2 = chat_ack(&mut c, "ev", "two").await;
     assert_eq!(ack2["session_id"], ack["session_id"]);
     let frames = c.until_result("ev").await;
     assert!(frames.iter().any(|f| f["status"] == "resuming"));
     assert_eq!(reply_text(&frames), "Echo: two (turn 2)");
-    let init = frames.iter().find(|f| f["message_type"] == "system").unwrap();
-    assert_eq!(init["message"]["session_id"], ack["session_id"], "resumed with the reported id");
+    let init = frames
+        .iter()
+        .find(|f| f["message_type"] == "system")
+        .unwrap();
+    assert_eq!(
+        init["message"]["session_id"], ack["session_id"],
+        "resumed with the reported id"
+    );
 }
 
 /// A restart on the same data dir resumes with the same session_id, continues seq, and keeps
@@ -460,9 +608,15 @@ async fn restart_resumes_and_continues_seq() {
     assert_eq!(ack2["seq"].as_i64().unwrap(), last + 1);
     let after = c.until_result("rs").await;
     assert_eq!(reply_text(&after), "Echo: after (turn 2)");
-    let init = after.iter().find(|f| f["message_type"] == "system").unwrap();
+    let init = after
+        .iter()
+        .find(|f| f["message_type"] == "system")
+        .unwrap();
     assert_eq!(init["message"]["session_id"], ack["session_id"]);
-    assert_ne!(init["message"]["session_id"], "rs", "never resumed with the agent_id");
+    assert_ne!(
+        init["message"]["session_id"], "rs",
+        "never resumed with the agent_id"
+    );
 }
 
 /// After kill -9 mid-turn every frame a client had received is in the store, the unfinished
@@ -473,7 +627,12 @@ async fn kill9_mid_turn_loses_no_received_frame() {
     let mut c = server.client().await;
     chat_ack(&mut c, "k9", "done turn").await;
     let mut received = c.until_result("k9").await;
-    chat_ack(&mut c, "k9", "a long turn that will never finish because the server dies").await;
+    chat_ack(
+        &mut c,
+        "k9",
+        "a long turn that will never finish because the server dies",
+    )
+    .await;
     received.extend(c.recv_until(|f| f["message_type"] == "stream_event").await);
     received.extend(c.recv_until(|f| f["message_type"] == "stream_event").await);
     server.kill9().await;
@@ -483,7 +642,10 @@ async fn kill9_mid_turn_loses_no_received_frame() {
     c.send(json!({"type": "subscribe", "agent_id": "k9"})).await;
     let replay = c.until_result("k9").await;
     let replay = [replay, c.until_result("k9").await].concat();
-    for frame in received.iter().filter(|f| f["seq"].is_i64() && f["message_type"] != "ack") {
+    for frame in received
+        .iter()
+        .filter(|f| f["seq"].is_i64() && f["message_type"] != "ack")
+    {
         assert!(replay.contains(frame), "lost after kill -9: {frame}");
     }
     let closing = replay.last().unwrap();
@@ -491,8 +653,14 @@ async fn kill9_mid_turn_loses_no_received_frame() {
     let seqs = seqs(&replay);
     assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
     chat_ack(&mut c, "k9", "next").await;
-    assert_eq!(reply_text(&c.until_result("k9").await), "Echo: next (turn 3)");
+    assert_eq!(
+        reply_text(&c.until_result("k9").await),
+        "Echo: next (turn 3)"
+    );
     let db = server2.db().await;
-    let check: String = sqlx::query_scalar("pragma integrity_check").fetch_one(&db).await.unwrap();
+    let check: String = sqlx::query_scalar("pragma integrity_check")
+        .fetch_one(&db)
+        .await
+        .unwrap();
     assert_eq!(check, "ok");
 }

@@ -1,5 +1,6 @@
 //! Integration tests: a real `agentmux serve` process on an ephemeral port, real WebSocket
-//! clients, a real SQLite file.
+//! clients, a real SQLite file; and the fakes that stand in for the Claude CLI and its API.
 
 mod common;
+mod fake_cli;
 mod gateway;

@@ -1,0 +1,1453 @@
+//! `fake-claude`: a stand-in for the Claude Code CLI (version 2.1.330) used by the tests.
+//!
+//! It is spawned exactly like the real CLI in stream-json mode:
+//!
+//! ```text
+//! fake-claude -p --input-format stream-json --output-format stream-json --verbose \
+//!   --include-partial-messages --permission-prompt-tool stdio \
+//!   [--session-id=U | --resume=S [--resume-session-at=A] [--fork-session] [--session-id=U]] \
+//!   [--model=M] [--permission-mode=P] [other flags, ignored]
+//! ```
+//!
+//! and reproduces what the real CLI does on stdin/stdout: NDJSON frames, one `system/init` per turn,
+//! `stream_event` partial messages, `assistant`/`user`/`result` frames, the control protocol
+//! (`initialize`, `interrupt`, `set_model`, `set_permission_mode`, `can_use_tool`), queued turns,
+//! transcripts under `$CLAUDE_CONFIG_DIR/projects/<sanitized cwd>/<session id>.jsonl`
+//! (or `$HOME/.claude/projects/...`), resume, fork, rewind, and the same refusals and exit codes.
+//!
+//! The reply to a prompt is `Echo: <user text> (history <N>)`, where N counts the user prompts of
+//! the conversation including the current one. A prompt containing `TOOL:<command>` first asks to
+//! run `<command>` with the `Bash` tool; the permission is requested with a `can_use_tool` control
+//! request unless the permission mode is `bypassPermissions` or `acceptEdits`. The command is never
+//! executed: the tool result is `ran: <command>` when allowed and `denied: <message>` otherwise.
+//!
+//! Also as in the real CLI: a user line carrying a `uuid` keeps it (transcript, replay) and gets
+//! `command_lifecycle` frames (`queued`/`started`/`completed`); `--replay-user-messages` echoes
+//! each prompt with `"isReplay": true`; running as root with `bypassPermissions` (or
+//! `--dangerously-skip-permissions`) is refused unless `IS_SANDBOX=1`; without
+//! `--permission-prompt-tool stdio` (or in `dontAsk` mode) a tool call is denied without asking.
+//! Transcript entries are appended (and flushed) as they happen: the prompt when the turn starts,
+//! each assistant message and tool result when it is complete.
+//!
+//! Switches (environment variables):
+//!
+//! * `FAKE_CLAUDE_DELAY_MS=N`: sleep N ms before each streamed word (default 0).
+//! * `FAKE_CLAUDE_LOG=<file>`: append one JSON line per spawn, `{"argv":[..],"cwd":..,"pid":..}`
+//!   (argv includes the program path), and one per stdin line, `{"pid":..,"stdin":"<line>"}`.
+//! * `FAKE_CLAUDE_CRASH_AFTER_WORDS=N`: exit abruptly with code 1 after N streamed words of a
+//!   turn, with a message on stderr and no `result` frame.
+//! * `FAKE_CLAUDE_IGNORE_INTERRUPT=1`: acknowledge `interrupt` requests but keep streaming; the
+//!   turn ends normally.
+//! * `FAKE_CLAUDE_UNKNOWN_TYPES=1`: each turn also emits frames the host does not know:
+//!   `rate_limit_event`, `command_lifecycle` and `system/session_state_changed`.
+//! * `FAKE_CLAUDE_HUGE_LINE_BYTES=N`: each turn emits one `system/huge` frame whose line is N
+//!   bytes long (without the newline), before the text `assistant` frame.
+//! * `FAKE_CLAUDE_REFUSE_RESUME=1`: every `--resume` fails with "No conversation found".
+//! * `FAKE_CLAUDE_ENV_DUMP=<file>`: write the process environment as a JSON object at start.
+//! * `FAKE_CLAUDE_CANCEL_PERMISSION_MS=N`: N ms after a `can_use_tool` request, withdraw it with a
+//!   `control_cancel_request` and go on as if it had been denied.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use uuid::Uuid;
+
+const VERSION: &str = "2.1.330";
+const DEFAULT_MODEL: &str = "claude-opus-5-5";
+const INTERRUPT_MARKER: &str = "[Request interrupted by user]";
+const TOOL_INTERRUPT_MARKER: &str = "[Request interrupted by user for tool use]";
+const PERMISSION_MODES: &[&str] = &[
+    "default",
+    "acceptEdits",
+    "bypassPermissions",
+    "plan",
+    "dontAsk",
+    "auto",
+    "manual",
+];
+const TOOLS: &[&str] = &[
+    "Task",
+    "Bash",
+    "Glob",
+    "Grep",
+    "LS",
+    "Read",
+    "Edit",
+    "MultiEdit",
+    "Write",
+    "NotebookEdit",
+    "WebFetch",
+    "TodoWrite",
+    "WebSearch",
+];
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct Args {
+    print: bool,
+    verbose: bool,
+    partial: bool,
+    replay: bool,
+    fork: bool,
+    skip_permissions: bool,
+    output_format: Option<String>,
+    prompt_tool: Option<String>,
+    session_id: Option<String>,
+    resume: Option<Option<String>>,
+    resume_at: Option<String>,
+    model: Option<String>,
+    permission_mode: Option<String>,
+}
+
+/// Parses the flags the fake cares about. Accepts `--flag=value` and `--flag value`; unknown flags
+/// are skipped together with a following value that does not look like a flag.
+fn parse_args(argv: &[String]) -> Args {
+    let mut args = Args::default();
+    let mut i = 0;
+    while i < argv.len() {
+        let arg = argv[i].as_str();
+        i += 1;
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
+            _ => (arg, None),
+        };
+        let boolean = matches!(
+            name,
+            "-p" | "--print"
+                | "--verbose"
+                | "--include-partial-messages"
+                | "--replay-user-messages"
+                | "--fork-session"
+                | "--dangerously-skip-permissions"
+                | "--continue"
+                | "-c"
+                | "--include-hook-events"
+                | "--strict-mcp-config"
+        );
+        if !name.starts_with('-') {
+            continue;
+        }
+        let value = if inline.is_some() || boolean {
+            inline
+        } else if argv.get(i).is_some_and(|next| !next.starts_with('-')) {
+            i += 1;
+            Some(argv[i - 1].clone())
+        } else {
+            None
+        };
+        match name {
+            "-p" | "--print" => args.print = true,
+            "--verbose" => args.verbose = true,
+            "--include-partial-messages" => args.partial = true,
+            "--replay-user-messages" => args.replay = true,
+            "--fork-session" => args.fork = true,
+            "--dangerously-skip-permissions" => args.skip_permissions = true,
+            "--output-format" => args.output_format = value,
+            "--permission-prompt-tool" => args.prompt_tool = value,
+            "--session-id" => args.session_id = value,
+            "--resume" | "-r" => args.resume = Some(value),
+            "--resume-session-at" => args.resume_at = value,
+            "--model" => args.model = value,
+            "--permission-mode" => args.permission_mode = value,
+            _ => {}
+        }
+    }
+    args
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36 && Uuid::try_parse(s).is_ok()
+}
+
+fn new_uuid() -> String {
+    Uuid::new_v4().to_string()
+}
+
+fn short_id() -> String {
+    Uuid::new_v4().simple().to_string()
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The transcript folder name for a working directory: every non-alphanumeric char becomes `-`.
+fn sanitize(path: &Path) -> String {
+    path.to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+fn append_line(path: &Path, value: &Value) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut line = value.to_string();
+    line.push('\n');
+    file.write_all(line.as_bytes())?;
+    file.flush()
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration and startup checks
+// ---------------------------------------------------------------------------------------------
+
+struct Config {
+    cwd: PathBuf,
+    projects: PathBuf,
+    pid: u32,
+    partial: bool,
+    replay: bool,
+    prompt_stdio: bool,
+    delay: Duration,
+    crash_after: Option<u64>,
+    ignore_interrupt: bool,
+    unknown_types: bool,
+    huge_line: Option<usize>,
+    refuse_resume: bool,
+    cancel_permission: Option<Duration>,
+    log: Option<PathBuf>,
+    api_key_source: &'static str,
+    analytics_disabled: bool,
+}
+
+impl Config {
+    fn project_dir(&self) -> PathBuf {
+        self.projects.join(sanitize(&self.cwd))
+    }
+
+    fn log(&self, value: Value) {
+        if let Some(path) = &self.log {
+            let _ = append_line(path, &value);
+        }
+    }
+}
+
+/// Which conversation the process works on; resolved when the first prompt arrives.
+#[derive(Debug)]
+enum Plan {
+    New {
+        session_id: String,
+    },
+    Resume {
+        source: Option<String>,
+        at: Option<String>,
+        fork_to: Option<String>,
+    },
+}
+
+impl Plan {
+    /// The session id the frames will carry.
+    fn session_id(&self) -> Option<String> {
+        match self {
+            Plan::New { session_id } => Some(session_id.clone()),
+            Plan::Resume {
+                fork_to: Some(id), ..
+            } => Some(id.clone()),
+            Plan::Resume { source, .. } => source.clone(),
+        }
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("{message}");
+    std::process::exit(1);
+}
+
+fn startup_plan(args: &Args, cfg: &Config) -> Plan {
+    if args.print && args.output_format.as_deref() == Some("stream-json") && !args.verbose {
+        fail("Error: When using --print, --output-format=stream-json requires --verbose");
+    }
+    if let Some(id) = &args.session_id
+        && !is_uuid(id)
+    {
+        fail("Error: Invalid session ID. Must be a valid UUID.");
+    }
+    if let Some(mode) = &args.permission_mode
+        && !PERMISSION_MODES.contains(&mode.as_str())
+    {
+        fail(&format!(
+            "Error: Invalid permission mode '{mode}'. Valid modes: {}",
+            PERMISSION_MODES.join(", ")
+        ));
+    }
+    let bypass =
+        args.skip_permissions || args.permission_mode.as_deref() == Some("bypassPermissions");
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if bypass && root && !env_flag("IS_SANDBOX") {
+        fail(
+            "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons",
+        );
+    }
+    if args.session_id.is_some() && args.resume.is_some() && !args.fork {
+        fail(
+            "Error: --session-id can only be used with --continue or --resume if --fork-session is also specified.",
+        );
+    }
+    if let Some(id) = &args.session_id
+        && cfg.project_dir().join(format!("{id}.jsonl")).exists()
+    {
+        fail(&format!("Error: Session ID {id} is already in use."));
+    }
+    match &args.resume {
+        Some(source) => Plan::Resume {
+            source: source.clone(),
+            at: args.resume_at.clone(),
+            fork_to: args
+                .fork
+                .then(|| args.session_id.clone().unwrap_or_else(new_uuid)),
+        },
+        None => Plan::New {
+            session_id: args.session_id.clone().unwrap_or_else(new_uuid),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transcripts
+// ---------------------------------------------------------------------------------------------
+
+struct Conversation {
+    session_id: String,
+    file: PathBuf,
+    cwd: String,
+    leaf: Option<String>,
+    prompts: usize,
+}
+
+/// A refused resume: reported as an error `result` frame when the first prompt arrives.
+struct ResumeError {
+    session_id: String,
+    message: String,
+}
+
+/// A transcript `user` entry (or stdin user message) counts as a prompt when it holds real text,
+/// not only tool results or the interruption marker.
+fn is_prompt(message: &Value) -> bool {
+    match &message["content"] {
+        Value::String(s) => s != INTERRUPT_MARKER,
+        Value::Array(blocks) => blocks.iter().any(|b| {
+            b["type"] == "text" && b["text"].as_str().is_some_and(|t| t != INTERRUPT_MARKER)
+        }),
+        _ => false,
+    }
+}
+
+/// The text of a user message: the string content, or its text blocks joined by newlines.
+fn message_text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn read_entries(path: &Path) -> Vec<Value> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            matches!(e["type"].as_str(), Some("user" | "assistant")) && e["uuid"].is_string()
+        })
+        .collect()
+}
+
+/// The entries from the root of the conversation down to `leaf`, following `parentUuid`.
+fn chain(entries: &[Value], leaf: &str) -> Vec<Value> {
+    let by_uuid: HashMap<&str, &Value> = entries
+        .iter()
+        .filter_map(|e| Some((e["uuid"].as_str()?, e)))
+        .collect();
+    let mut out = Vec::new();
+    let mut next = Some(leaf);
+    while let Some(id) = next {
+        let Some(entry) = by_uuid.get(id) else { break };
+        if out.len() > entries.len() {
+            break;
+        }
+        out.push((*entry).clone());
+        next = entry["parentUuid"].as_str();
+    }
+    out.reverse();
+    out
+}
+
+fn find_transcript(cfg: &Config, id: &str) -> Option<PathBuf> {
+    let name = format!("{id}.jsonl");
+    let own = cfg.project_dir().join(&name);
+    if own.exists() {
+        return Some(own);
+    }
+    std::fs::read_dir(&cfg.projects)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|d| d.path().join(&name))
+        .find(|p| p.exists())
+}
+
+fn open_conversation(cfg: &Config, plan: &Plan) -> Result<Conversation, ResumeError> {
+    let cwd = cfg.cwd.to_string_lossy().into_owned();
+    let (source, at, fork_to) = match plan {
+        Plan::New { session_id } => {
+            return Ok(Conversation {
+                session_id: session_id.clone(),
+                file: cfg.project_dir().join(format!("{session_id}.jsonl")),
+                cwd,
+                leaf: None,
+                prompts: 0,
+            });
+        }
+        Plan::Resume {
+            source,
+            at,
+            fork_to,
+        } => (source.clone().unwrap_or_default(), at, fork_to),
+    };
+    if !is_uuid(&source) {
+        return Err(ResumeError {
+            message: format!(
+                "Error: --resume requires a valid session ID or session title when used with --print. \
+                 Usage: claude -p --resume <session-id|title>. Provided value \"{source}\" is not a UUID \
+                 and does not match any session title."
+            ),
+            session_id: source,
+        });
+    }
+    let not_found = || ResumeError {
+        session_id: source.clone(),
+        message: format!("No conversation found with session ID: {source}"),
+    };
+    if cfg.refuse_resume {
+        return Err(not_found());
+    }
+    let file = find_transcript(cfg, &source).ok_or_else(not_found)?;
+    let entries = read_entries(&file);
+    let leaf = match at {
+        Some(at) => {
+            if !entries.iter().any(|e| e["uuid"] == at.as_str()) {
+                return Err(ResumeError {
+                    session_id: source.clone(),
+                    message: format!("No message found with message.uuid of: {at}"),
+                });
+            }
+            at.clone()
+        }
+        None => match entries.last().and_then(|e| e["uuid"].as_str()) {
+            Some(id) => id.to_string(),
+            None => return Err(not_found()),
+        },
+    };
+    let history = chain(&entries, &leaf);
+    let prompts = history
+        .iter()
+        .filter(|e| e["type"] == "user" && is_prompt(&e["message"]))
+        .count();
+    let (session_id, file) = match fork_to {
+        Some(new_id) => {
+            let new_file = cfg.project_dir().join(format!("{new_id}.jsonl"));
+            for mut entry in history {
+                entry["sessionId"] = json!(new_id);
+                if let Err(e) = append_line(&new_file, &entry) {
+                    eprintln!("failed to write transcript {}: {e}", new_file.display());
+                }
+            }
+            (new_id.clone(), new_file)
+        }
+        None => (source, file),
+    };
+    Ok(Conversation {
+        session_id,
+        file,
+        cwd,
+        leaf: Some(leaf),
+        prompts,
+    })
+}
+
+impl Conversation {
+    fn append(&mut self, kind: &str, uuid: &str, message: &Value, extra: Value) {
+        let mut entry = json!({
+            "type": kind,
+            "uuid": uuid,
+            "parentUuid": self.leaf,
+            "sessionId": self.session_id,
+            "message": message,
+            "timestamp": now(),
+            "cwd": self.cwd,
+            "version": VERSION,
+            "isSidechain": false,
+            "userType": "external",
+        });
+        if let (Some(map), Value::Object(more)) = (entry.as_object_mut(), extra) {
+            map.extend(more);
+        }
+        if let Err(e) = append_line(&self.file, &entry) {
+            eprintln!("failed to write transcript {}: {e}", self.file.display());
+        }
+        self.leaf = Some(uuid.to_string());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+// ---------------------------------------------------------------------------------------------
+
+enum OutMsg {
+    Line(String),
+    Exit(i32),
+}
+
+/// Stdout, owned by one writer task so that reading stdin never waits on output. Lines are
+/// written in the order they are sent, each with one write and a flush.
+#[derive(Clone)]
+struct Out(mpsc::UnboundedSender<OutMsg>);
+
+impl Out {
+    fn start() -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut stdout = tokio::io::stdout();
+            while let Some(msg) = rx.recv().await {
+                match msg {
+                    OutMsg::Line(mut line) => {
+                        line.push('\n');
+                        if stdout.write_all(line.as_bytes()).await.is_err()
+                            || stdout.flush().await.is_err()
+                        {
+                            std::process::exit(1);
+                        }
+                    }
+                    OutMsg::Exit(code) => {
+                        let _ = stdout.flush().await;
+                        std::process::exit(code);
+                    }
+                }
+            }
+        });
+        Out(tx)
+    }
+
+    fn send(&self, frame: Value) {
+        let _ = self.0.send(OutMsg::Line(frame.to_string()));
+    }
+
+    /// Exits with `code` once every line sent before has been written. Never returns.
+    async fn exit(&self, code: i32) {
+        let _ = self.0.send(OutMsg::Exit(code));
+        std::future::pending::<()>().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared state between the stdin reader and the turn runner
+// ---------------------------------------------------------------------------------------------
+
+struct State {
+    model: String,
+    mode: String,
+    session_id: Option<String>,
+    queue: VecDeque<Value>,
+    stdin_closed: bool,
+    running: bool,
+    interrupt: Option<watch::Sender<bool>>,
+    pending: HashMap<String, oneshot::Sender<Value>>,
+}
+
+struct Shared {
+    cfg: Config,
+    out: Out,
+    state: Mutex<State>,
+    wake: Notify,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn control_success(&self, request_id: &Value, response: Value) {
+        self.out.send(json!({
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": request_id, "response": response},
+        }));
+    }
+
+    fn control_error(&self, request_id: &Value, error: String, code: Option<&str>) {
+        let mut response = json!({"subtype": "error", "request_id": request_id, "error": error});
+        if let Some(code) = code {
+            response["error_code"] = json!(code);
+        }
+        self.out
+            .send(json!({"type": "control_response", "response": response}));
+    }
+
+    fn lifecycle(&self, session_id: &str, command_uuid: &str, state: &str) {
+        self.out.send(json!({
+            "type": "command_lifecycle",
+            "command_uuid": command_uuid,
+            "state": state,
+            "session_id": session_id,
+            "uuid": new_uuid(),
+        }));
+    }
+
+    fn on_user(&self, mut msg: Value) {
+        let wants_lifecycle = msg["uuid"].is_string() || self.cfg.unknown_types;
+        if wants_lifecycle && !msg["uuid"].is_string() {
+            msg["uuid"] = json!(new_uuid());
+        }
+        let mut st = self.state();
+        if wants_lifecycle && let Some(sid) = &st.session_id {
+            self.lifecycle(sid, msg["uuid"].as_str().unwrap_or_default(), "queued");
+        }
+        st.queue.push_back(msg);
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    fn on_control_request(&self, msg: &Value) {
+        let request_id = &msg["request_id"];
+        let request = &msg["request"];
+        let subtype = request["subtype"].as_str().unwrap_or_default();
+        let mut st = self.state();
+        match subtype {
+            "initialize" => {
+                let response = json!({
+                    "commands": [],
+                    "agents": [],
+                    "output_style": "default",
+                    "available_output_styles": ["default"],
+                    "models": [],
+                    "account": {
+                        "apiKeySource": self.cfg.api_key_source,
+                        "apiProvider": "firstParty",
+                    },
+                    "pid": self.cfg.pid,
+                    "claude_code_version": VERSION,
+                    "session_state": if st.running { "running" } else { "idle" },
+                });
+                self.control_success(request_id, response);
+            }
+            "interrupt" => {
+                let still_queued: Vec<Value> = st
+                    .queue
+                    .iter()
+                    .filter(|m| m["uuid"].is_string())
+                    .map(|m| m["uuid"].clone())
+                    .collect();
+                self.control_success(request_id, json!({"still_queued": still_queued}));
+                if !self.cfg.ignore_interrupt
+                    && let Some(tx) = &st.interrupt
+                {
+                    let _ = tx.send(true);
+                }
+            }
+            "set_model" => {
+                st.model = request["model"]
+                    .as_str()
+                    .filter(|m| !m.is_empty() && *m != "default")
+                    .unwrap_or(DEFAULT_MODEL)
+                    .to_string();
+                self.control_success(request_id, json!({}));
+            }
+            "set_permission_mode" => match request["mode"].as_str() {
+                Some(mode) if PERMISSION_MODES.contains(&mode) => {
+                    st.mode = mode.to_string();
+                    self.control_success(request_id, json!({}));
+                }
+                other => self.control_error(
+                    request_id,
+                    format!("Invalid permission mode: {}", other.unwrap_or("null")),
+                    None,
+                ),
+            },
+            _ => self.control_error(
+                request_id,
+                format!("Unsupported control request subtype: {subtype}"),
+                Some("unsupported_request"),
+            ),
+        }
+    }
+
+    fn on_control_response(&self, msg: Value) {
+        let Some(id) = msg["response"]["request_id"].as_str() else {
+            return;
+        };
+        if let Some(tx) = self.state().pending.remove(id) {
+            let _ = tx.send(msg);
+        }
+    }
+
+    fn on_eof(&self) {
+        let mut st = self.state();
+        st.stdin_closed = true;
+        // Pending permission requests can no longer be answered.
+        st.pending.clear();
+        drop(st);
+        self.wake.notify_one();
+    }
+}
+
+async fn read_stdin(sh: Arc<Shared>) {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                eprintln!("Error parsing streaming input line (type=unknown): {e}");
+                sh.out.exit(1).await;
+                return;
+            }
+            Err(_) => break,
+        };
+        sh.cfg.log(json!({"pid": sh.cfg.pid, "stdin": line}));
+        if line.trim().is_empty() {
+            continue;
+        }
+        let msg: Value = match serde_json::from_str(&line) {
+            Ok(msg) => msg,
+            Err(_) => {
+                eprintln!(
+                    "Error parsing streaming input line (type=unknown, {} chars): SyntaxError",
+                    line.chars().count()
+                );
+                sh.out.exit(1).await;
+                return;
+            }
+        };
+        match msg["type"].as_str() {
+            Some("user") => sh.on_user(msg),
+            Some("control_request") => sh.on_control_request(&msg),
+            Some("control_response") => sh.on_control_response(msg),
+            _ => {}
+        }
+    }
+    sh.on_eof();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Turns
+// ---------------------------------------------------------------------------------------------
+
+/// Runs queued prompts one after the other until stdin is closed and the queue is empty.
+async fn run_turns(sh: Arc<Shared>, plan: Plan) {
+    let mut conversation: Option<Conversation> = None;
+    let mut billed_turns: u64 = 0;
+    loop {
+        let (msg, interrupt) = loop {
+            {
+                let mut st = sh.state();
+                if let Some(msg) = st.queue.pop_front() {
+                    let (tx, rx) = watch::channel(false);
+                    st.interrupt = Some(tx);
+                    st.running = true;
+                    break (msg, rx);
+                }
+                if st.stdin_closed {
+                    return;
+                }
+            }
+            sh.wake.notified().await;
+        };
+        let conv = match &mut conversation {
+            Some(conv) => conv,
+            None => match open_conversation(&sh.cfg, &plan) {
+                Ok(conv) => conversation.insert(conv),
+                Err(err) => {
+                    sh.out.send(json!({
+                        "type": "result",
+                        "subtype": "error_during_execution",
+                        "is_error": true,
+                        "duration_ms": 0,
+                        "duration_api_ms": 0,
+                        "num_turns": 0,
+                        "session_id": err.session_id,
+                        "total_cost_usd": 0,
+                        "usage": {"input_tokens": 0, "output_tokens": 0},
+                        "modelUsage": {},
+                        "permission_denials": [],
+                        "stop_reason": null,
+                        "errors": [err.message],
+                        "uuid": new_uuid(),
+                    }));
+                    eprintln!("{}", err.message);
+                    sh.out.exit(1).await;
+                    return;
+                }
+            },
+        };
+        billed_turns += 1;
+        let (model, mode) = {
+            let st = sh.state();
+            (st.model.clone(), st.mode.clone())
+        };
+        let mut turn = Turn {
+            sh: &sh,
+            session_id: conv.session_id.clone(),
+            conv,
+            interrupt,
+            started: Instant::now(),
+            model,
+            mode,
+            words: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            num_turns: 1,
+            denials: Vec::new(),
+            cost: billed_turns as f64 / 1000.0,
+        };
+        turn.run(msg).await;
+        let mut st = sh.state();
+        st.running = false;
+        st.interrupt = None;
+    }
+}
+
+enum Block {
+    Text(String),
+    ToolUse { id: String, input: Value },
+}
+
+enum Permission {
+    Allow(String),
+    Deny(String),
+    Interrupted,
+}
+
+struct Turn<'a> {
+    sh: &'a Shared,
+    conv: &'a mut Conversation,
+    session_id: String,
+    interrupt: watch::Receiver<bool>,
+    started: Instant,
+    model: String,
+    mode: String,
+    words: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    num_turns: u32,
+    denials: Vec<Value>,
+    cost: f64,
+}
+
+/// Resolves once an interrupt has been signalled for the running turn.
+async fn interrupted(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|v| *v).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The command of the first `TOOL:<command>` word in a prompt.
+fn tool_command(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("TOOL:"))
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+}
+
+impl Turn<'_> {
+    fn cfg(&self) -> &Config {
+        &self.sh.cfg
+    }
+
+    fn emit(&self, mut frame: Value) {
+        if let Some(map) = frame.as_object_mut() {
+            map.entry("session_id")
+                .or_insert_with(|| json!(self.session_id));
+            map.entry("uuid").or_insert_with(|| json!(new_uuid()));
+        }
+        self.sh.out.send(frame);
+    }
+
+    fn event(&self, event: Value) {
+        if self.cfg().partial {
+            self.emit(json!({
+                "type": "stream_event",
+                "event": event,
+                "parent_tool_use_id": null,
+            }));
+        }
+    }
+
+    fn system(&self, subtype: &str, fields: Value) {
+        let mut frame = json!({"type": "system", "subtype": subtype});
+        if let (Some(map), Value::Object(more)) = (frame.as_object_mut(), fields) {
+            map.extend(more);
+        }
+        self.emit(frame);
+    }
+
+    async fn crash_check(&self) {
+        if self.cfg().crash_after == Some(self.words) {
+            eprintln!("fake-claude: simulated crash after {} words", self.words);
+            self.sh.out.exit(1).await;
+        }
+    }
+
+    /// Waits the configured per-word delay; true when the turn has been interrupted.
+    async fn pause(&mut self) -> bool {
+        let delay = self.cfg().delay;
+        if !delay.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = interrupted(&mut self.interrupt) => {}
+            }
+        } else {
+            tokio::task::yield_now().await;
+        }
+        *self.interrupt.borrow()
+    }
+
+    async fn run(&mut self, msg: Value) {
+        let message = json!({"role": "user", "content": msg["message"]["content"].clone()});
+        let text = message_text(&message);
+        let prompt_uuid = msg["uuid"].as_str().map_or_else(new_uuid, str::to_string);
+        let lifecycle = msg["uuid"].is_string();
+
+        self.system(
+            "init",
+            json!({
+                "cwd": self.conv.cwd,
+                "tools": TOOLS,
+                "mcp_servers": [],
+                "model": self.model,
+                "permissionMode": self.mode,
+                "slash_commands": ["compact", "context", "cost", "init", "review"],
+                "apiKeySource": self.cfg().api_key_source,
+                "claude_code_version": VERSION,
+                "output_style": "default",
+                "agents": ["general-purpose"],
+                "skills": [],
+                "plugins": [],
+                "capabilities": ["interrupt_receipt_v1"],
+                "analytics_disabled": self.cfg().analytics_disabled,
+                "memory_paths": {},
+                "messaging_socket_path": format!("/tmp/cc-socks/{}.sock", self.cfg().pid),
+            }),
+        );
+        if lifecycle {
+            self.sh.lifecycle(&self.session_id, &prompt_uuid, "started");
+        }
+        if self.cfg().replay {
+            self.emit(json!({
+                "type": "user",
+                "message": message,
+                "uuid": prompt_uuid,
+                "isReplay": true,
+                "parent_tool_use_id": null,
+            }));
+        }
+        self.conv.append("user", &prompt_uuid, &message, json!({}));
+        if is_prompt(&message) {
+            self.conv.prompts += 1;
+        }
+        let history = self.conv.prompts;
+        self.input_tokens = 50 + 10 * history as u64;
+
+        self.system("status", json!({"status": "requesting"}));
+        if self.cfg().unknown_types {
+            self.emit(json!({
+                "type": "rate_limit_event",
+                "rate_limit_info": {
+                    "status": "allowed",
+                    "resetsAt": chrono::Utc::now().timestamp() + 3600,
+                    "rateLimitType": "five_hour",
+                    "utilization": 0.1,
+                },
+            }));
+        }
+
+        let terminal = self.body(&text, history).await;
+        match terminal {
+            Ok(reply) => self.result(json!({
+                "subtype": "success",
+                "is_error": false,
+                "result": reply,
+                "stop_reason": "end_turn",
+                "terminal_reason": "completed",
+                "api_error_status": null,
+            })),
+            Err(reason) => {
+                let diagnostic = if reason == "aborted_tools" {
+                    "[ede_diagnostic] result_type=user last_content_type=tool_result stop_reason=tool_use"
+                } else {
+                    "[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"
+                };
+                self.result(json!({
+                    "subtype": "error_during_execution",
+                    "is_error": true,
+                    "stop_reason": null,
+                    "terminal_reason": reason,
+                    "errors": [diagnostic],
+                }));
+            }
+        }
+        if self.cfg().unknown_types {
+            self.system("session_state_changed", json!({"state": "idle"}));
+        }
+        if lifecycle {
+            self.sh
+                .lifecycle(&self.session_id, &prompt_uuid, "completed");
+        }
+    }
+
+    /// Emits the `result` frame ending the turn, with the fields every result carries.
+    fn result(&self, fields: Value) {
+        let duration = self.started.elapsed().as_millis() as u64;
+        let mut frame = json!({
+            "type": "result",
+            "num_turns": self.num_turns,
+            "duration_ms": duration,
+            "duration_api_ms": duration,
+            "total_cost_usd": self.cost,
+            "usage": {
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+            "modelUsage": {
+                self.model.clone(): {
+                    "inputTokens": self.input_tokens,
+                    "outputTokens": self.output_tokens,
+                    "costUSD": self.cost,
+                },
+            },
+            "permission_denials": self.denials,
+        });
+        if let (Some(map), Value::Object(more)) = (frame.as_object_mut(), fields) {
+            map.extend(more);
+        }
+        self.emit(frame);
+    }
+
+    /// The model side of the turn: an optional tool call, then the text reply. Returns the reply
+    /// text, or the terminal reason of an interrupted turn.
+    async fn body(&mut self, text: &str, history: usize) -> Result<String, &'static str> {
+        if let Some(command) = tool_command(text) {
+            let id = format!("toolu_fake_{}", short_id());
+            let input = json!({"command": command});
+            self.stream(Block::ToolUse {
+                id: id.clone(),
+                input: input.clone(),
+            })
+            .await?;
+            let (content, is_error) = match self.permission(&id, &input).await {
+                Permission::Allow(command) => (format!("ran: {command}"), false),
+                Permission::Deny(message) => {
+                    self.denials.push(json!({
+                        "tool_name": "Bash",
+                        "tool_use_id": id,
+                        "tool_input": input,
+                    }));
+                    (format!("denied: {message}"), true)
+                }
+                Permission::Interrupted => {
+                    self.tool_result(&id, TOOL_INTERRUPT_MARKER, true);
+                    return Err("aborted_tools");
+                }
+            };
+            self.tool_result(&id, &content, is_error);
+            self.num_turns = 2;
+        }
+        let reply = format!("Echo: {text} (history {history})");
+        self.stream(Block::Text(reply.clone())).await?;
+        Ok(reply)
+    }
+
+    fn tool_result(&mut self, tool_use_id: &str, content: &str, is_error: bool) {
+        let uuid = new_uuid();
+        let message = json!({
+            "role": "user",
+            "content": [{
+                "tool_use_id": tool_use_id,
+                "type": "tool_result",
+                "content": content,
+                "is_error": is_error,
+            }],
+        });
+        let tool_use_result = if is_error {
+            json!(format!("Error: {content}"))
+        } else {
+            json!({"stdout": content, "stderr": "", "interrupted": false, "isImage": false})
+        };
+        self.emit(json!({
+            "type": "user",
+            "message": message,
+            "parent_tool_use_id": null,
+            "uuid": uuid,
+            "timestamp": now(),
+            "tool_use_result": tool_use_result,
+        }));
+        self.conv.append(
+            "user",
+            &uuid,
+            &message,
+            json!({"toolUseResult": tool_use_result}),
+        );
+    }
+
+    async fn permission(&mut self, tool_use_id: &str, input: &Value) -> Permission {
+        let command = input["command"].as_str().unwrap_or_default().to_string();
+        let mode = self.sh.state().mode.clone();
+        if mode == "bypassPermissions" || mode == "acceptEdits" {
+            return Permission::Allow(command);
+        }
+        if mode == "dontAsk" || !self.cfg().prompt_stdio {
+            return Permission::Deny(format!("{command} in '{}' needs approval.", self.conv.cwd));
+        }
+        let request_id = new_uuid();
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut st = self.sh.state();
+            if st.stdin_closed {
+                return Permission::Deny("Stream closed".to_string());
+            }
+            st.pending.insert(request_id.clone(), tx);
+        }
+        self.sh.out.send(json!({
+            "type": "control_request",
+            "request_id": request_id,
+            "request": {
+                "subtype": "can_use_tool",
+                "tool_name": "Bash",
+                "display_name": "Bash",
+                "input": input,
+                "permission_suggestions": [],
+                "tool_use_id": tool_use_id,
+            },
+        }));
+        let cancel_after = self.cfg().cancel_permission;
+        let cancel = async {
+            match cancel_after {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            answer = rx => match answer {
+                Ok(answer) => decision(&answer, &command),
+                Err(_) => Permission::Deny("Stream closed".to_string()),
+            },
+            _ = interrupted(&mut self.interrupt) => {
+                self.sh.state().pending.remove(&request_id);
+                Permission::Interrupted
+            }
+            _ = cancel => {
+                self.sh.state().pending.remove(&request_id);
+                self.sh.out.send(json!({
+                    "type": "control_cancel_request",
+                    "request_id": request_id,
+                }));
+                Permission::Deny("Permission request was cancelled".to_string())
+            }
+        }
+    }
+
+    /// Streams one assistant message. On interrupt, emits the aborted frames and returns the
+    /// terminal reason.
+    async fn stream(&mut self, block: Block) -> Result<(), &'static str> {
+        let message_id = format!("msg_fake_{}", short_id());
+        let request_id = format!("req_fake_{}", short_id());
+        self.event(json!({
+            "type": "message_start",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": [],
+                "stop_reason": null,
+                "stop_sequence": null,
+                "usage": {"input_tokens": self.input_tokens, "output_tokens": 1},
+            },
+        }));
+        let (content, stop_reason, words) = match block {
+            Block::Text(text) => {
+                self.event(json!({
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                }));
+                let mut sent = String::new();
+                let mut words = 0;
+                for word in text.split_inclusive(' ') {
+                    self.crash_check().await;
+                    if self.pause().await {
+                        return Err(self.abort(&message_id, &request_id, &sent));
+                    }
+                    self.event(json!({
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": word},
+                    }));
+                    sent.push_str(word);
+                    self.words += 1;
+                    words += 1;
+                }
+                self.crash_check().await;
+                if let Some(size) = self.cfg().huge_line {
+                    self.huge_frame(size);
+                }
+                (json!([{"type": "text", "text": text}]), "end_turn", words)
+            }
+            Block::ToolUse { id, input } => {
+                if self.pause().await {
+                    return Err(self.abort(&message_id, &request_id, ""));
+                }
+                self.event(json!({
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "tool_use", "id": id, "name": "Bash", "input": {}},
+                }));
+                self.event(json!({
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": input.to_string()},
+                }));
+                let content =
+                    json!([{"type": "tool_use", "id": id, "name": "Bash", "input": input}]);
+                (content, "tool_use", 1)
+            }
+        };
+        self.output_tokens += words;
+        let uuid = new_uuid();
+        let message = json!({
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": words},
+        });
+        self.emit(json!({
+            "type": "assistant",
+            "message": message,
+            "parent_tool_use_id": null,
+            "uuid": uuid,
+            "timestamp": now(),
+            "request_id": request_id,
+        }));
+        self.conv.append(
+            "assistant",
+            &uuid,
+            &message,
+            json!({"requestId": request_id}),
+        );
+        self.event(json!({"type": "content_block_stop", "index": 0}));
+        self.event(json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+            "usage": {"output_tokens": words},
+        }));
+        self.event(json!({"type": "message_stop"}));
+        Ok(())
+    }
+
+    /// The frames of a turn interrupted while streaming `partial`.
+    fn abort(&mut self, message_id: &str, request_id: &str, partial: &str) -> &'static str {
+        let uuid = new_uuid();
+        let message = json!({
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [{"type": "text", "text": partial}],
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.words},
+        });
+        self.emit(json!({
+            "type": "assistant",
+            "message": message,
+            "parent_tool_use_id": null,
+            "uuid": uuid,
+            "timestamp": now(),
+            "request_id": request_id,
+            "aborted": true,
+        }));
+        self.conv
+            .append("assistant", &uuid, &message, json!({"aborted": true}));
+        let marker_uuid = new_uuid();
+        let marker =
+            json!({"role": "user", "content": [{"type": "text", "text": INTERRUPT_MARKER}]});
+        self.emit(json!({
+            "type": "user",
+            "message": marker,
+            "parent_tool_use_id": null,
+            "uuid": marker_uuid,
+            "timestamp": now(),
+        }));
+        self.conv.append("user", &marker_uuid, &marker, json!({}));
+        self.event(json!({"type": "content_block_stop", "index": 0}));
+        self.event(json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": null, "stop_sequence": null},
+            "usage": {"output_tokens": self.words},
+        }));
+        self.event(json!({"type": "message_stop"}));
+        "aborted_streaming"
+    }
+
+    /// A `system/huge` frame whose serialized line is exactly `size` bytes when possible.
+    fn huge_frame(&self, size: usize) {
+        let mut frame = json!({
+            "type": "system",
+            "subtype": "huge",
+            "session_id": self.session_id,
+            "uuid": new_uuid(),
+            "padding": "",
+        });
+        let base = frame.to_string().len();
+        frame["padding"] = json!("x".repeat(size.saturating_sub(base)));
+        self.sh.out.send(frame);
+    }
+}
+
+fn decision(answer: &Value, command: &str) -> Permission {
+    let response = &answer["response"];
+    if response["subtype"] == "error" {
+        let error = response["error"]
+            .as_str()
+            .unwrap_or("permission request failed");
+        return Permission::Deny(error.to_string());
+    }
+    let body = &response["response"];
+    if body["behavior"] == "allow" {
+        let command = body["updatedInput"]["command"]
+            .as_str()
+            .unwrap_or(command)
+            .to_string();
+        Permission::Allow(command)
+    } else {
+        Permission::Deny(body["message"].as_str().unwrap_or_default().to_string())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let config_dir = match std::env::var_os("CLAUDE_CONFIG_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".claude"),
+    };
+    let cfg = Config {
+        projects: config_dir.join("projects"),
+        pid: std::process::id(),
+        partial: false,
+        replay: false,
+        prompt_stdio: false,
+        delay: Duration::from_millis(env_number("FAKE_CLAUDE_DELAY_MS").unwrap_or(0)),
+        crash_after: env_number("FAKE_CLAUDE_CRASH_AFTER_WORDS"),
+        ignore_interrupt: env_flag("FAKE_CLAUDE_IGNORE_INTERRUPT"),
+        unknown_types: env_flag("FAKE_CLAUDE_UNKNOWN_TYPES"),
+        huge_line: env_number("FAKE_CLAUDE_HUGE_LINE_BYTES").map(|n| n as usize),
+        refuse_resume: env_flag("FAKE_CLAUDE_REFUSE_RESUME"),
+        cancel_permission: env_number("FAKE_CLAUDE_CANCEL_PERMISSION_MS")
+            .map(Duration::from_millis),
+        log: std::env::var_os("FAKE_CLAUDE_LOG")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from),
+        api_key_source: if std::env::var_os("ANTHROPIC_API_KEY").is_some() {
+            "ANTHROPIC_API_KEY"
+        } else {
+            "none"
+        },
+        analytics_disabled: env_flag("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"),
+        cwd,
+    };
+    cfg.log(json!({"argv": argv, "cwd": cfg.cwd, "pid": cfg.pid}));
+    if let Some(path) = std::env::var_os("FAKE_CLAUDE_ENV_DUMP").filter(|p| !p.is_empty()) {
+        let env: Map<String, Value> = std::env::vars_os()
+            .map(|(k, v)| {
+                let value = v.to_string_lossy().into_owned();
+                (k.to_string_lossy().into_owned(), Value::String(value))
+            })
+            .collect();
+        if let Err(e) = std::fs::write(&path, Value::Object(env).to_string()) {
+            eprintln!("failed to write environment dump: {e}");
+        }
+    }
+
+    let args = parse_args(&argv[1.min(argv.len())..]);
+    let cfg = Config {
+        partial: args.partial,
+        replay: args.replay,
+        prompt_stdio: args.prompt_tool.as_deref() == Some("stdio"),
+        ..cfg
+    };
+    let plan = startup_plan(&args, &cfg);
+    let model = args.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into());
+    if !model.starts_with("claude-") {
+        eprintln!(
+            "[claude-code:unrecognized_model] {}",
+            json!({"model": model})
+        );
+    }
+    let mode = if args.skip_permissions {
+        "bypassPermissions".to_string()
+    } else {
+        args.permission_mode
+            .clone()
+            .unwrap_or_else(|| "default".into())
+    };
+
+    let out = Out::start();
+    let shared = Arc::new(Shared {
+        cfg,
+        out: out.clone(),
+        state: Mutex::new(State {
+            model,
+            mode,
+            session_id: plan.session_id(),
+            queue: VecDeque::new(),
+            stdin_closed: false,
+            running: false,
+            interrupt: None,
+            pending: HashMap::new(),
+        }),
+        wake: Notify::new(),
+    });
+    let runner = tokio::spawn(run_turns(shared.clone(), plan));
+    tokio::spawn(read_stdin(shared));
+    let _ = runner.await;
+    out.exit(0).await;
+}
