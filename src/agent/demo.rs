@@ -139,12 +139,9 @@ impl DemoAgent {
             } else {
                 (*word).to_owned()
             };
-            match self.check_input(input, pending).await {
-                Some(e) => {
-                    end = e;
-                    break;
-                }
-                None => {}
+            if let Some(e) = check_input(input, pending) {
+                end = e;
+                break;
             }
             said.push_str(&piece);
             let delta = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}});
@@ -215,20 +212,19 @@ impl DemoAgent {
         }
         end
     }
+}
 
-    /// Takes inputs that arrived without waiting: prompts queue, an interrupt ends the turn.
-    async fn check_input(
-        &self,
-        input: &mut mpsc::Receiver<AgentInput>,
-        pending: &mut std::collections::VecDeque<String>,
-    ) -> Option<TurnEnd> {
-        loop {
-            match input.try_recv() {
-                Ok(AgentInput::Interrupt) => return Some(TurnEnd::Interrupted),
-                Ok(AgentInput::Prompt(p)) => pending.push_back(p),
-                Err(mpsc::error::TryRecvError::Empty) => return None,
-                Err(mpsc::error::TryRecvError::Disconnected) => return Some(TurnEnd::Closed),
-            }
+/// Takes inputs that arrived without waiting: prompts queue, an interrupt ends the turn.
+fn check_input(
+    input: &mut mpsc::Receiver<AgentInput>,
+    pending: &mut std::collections::VecDeque<String>,
+) -> Option<TurnEnd> {
+    loop {
+        match input.try_recv() {
+            Ok(AgentInput::Interrupt) => return Some(TurnEnd::Interrupted),
+            Ok(AgentInput::Prompt(p)) => pending.push_back(p),
+            Err(mpsc::error::TryRecvError::Empty) => return None,
+            Err(mpsc::error::TryRecvError::Disconnected) => return Some(TurnEnd::Closed),
         }
     }
 }
