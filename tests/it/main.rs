@@ -4,3 +4,4 @@
 mod common;
 mod fake_cli;
 mod gateway;
+mod store;

@@ -1,0 +1,206 @@
+//! The store's identity invariants, on a real SQLite file: NULL detection, capture, resume
+//! data, foreign keys and cascades, seq assignment, and closing unfinished turns.
+
+use agentmux::metrics::Metrics;
+use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
+use agentmux::store::{NewMessage, NewSession, Store};
+
+async fn open(dir: &std::path::Path) -> SqliteStore {
+    SqliteStore::open(
+        &dir.join("agentmux.db"),
+        SqliteSettings::default(),
+        Metrics::default(),
+    )
+    .await
+    .unwrap()
+}
+
+fn new_session(principal: &str, agent_id: &str) -> NewSession {
+    NewSession {
+        principal: principal.into(),
+        agent_id: agent_id.into(),
+        session_id: uuid::Uuid::new_v4().to_string(),
+        backend: "demo".into(),
+        cwd: "/tmp/x".into(),
+        model: None,
+        permission_mode: None,
+    }
+}
+
+fn prompt(text: &str) -> NewMessage {
+    let mut m = NewMessage::new(
+        "user",
+        serde_json::json!({"type": "user", "message": {"role": "user", "content": text}})
+            .to_string(),
+    );
+    m.prompt = true;
+    m.title = Some(text.into());
+    m
+}
+
+/// sdk_session_id is NULL until the agent reports one; then it is captured, unified when equal.
+#[tokio::test]
+async fn sdk_session_id_is_null_until_captured() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let s = store
+        .create_session(new_session("local", "a"))
+        .await
+        .unwrap();
+    assert_eq!(s.sdk_session_id, None);
+    assert!(!s.unified);
+    store
+        .record_agent_session(s.id, &s.session_id, true)
+        .await
+        .unwrap();
+    let s2 = store.find_session("local", "a").await.unwrap().unwrap();
+    assert_eq!(s2.sdk_session_id.as_deref(), Some(s.session_id.as_str()));
+    assert!(s2.unified);
+    // Another id reported: recorded as not unified; resume must use it.
+    store
+        .record_agent_session(s.id, "other-id", false)
+        .await
+        .unwrap();
+    let s3 = store.find_session("local", "a").await.unwrap().unwrap();
+    assert_eq!(s3.sdk_session_id.as_deref(), Some("other-id"));
+    assert!(!s3.unified);
+    assert_eq!(s3.session_id, s.session_id, "our id never changes");
+    store.close().await;
+}
+
+/// The same key twice is one conversation; the same agent_id under two principals is two.
+#[tokio::test]
+async fn keys_are_per_principal_and_unique() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = store
+        .create_session(new_session("alice", "same"))
+        .await
+        .unwrap();
+    let again = store
+        .create_session(new_session("alice", "same"))
+        .await
+        .unwrap();
+    assert_eq!(a.session_id, again.session_id);
+    let b = store
+        .create_session(new_session("bob", "same"))
+        .await
+        .unwrap();
+    assert_ne!(a.session_id, b.session_id);
+    assert!(store.find_session("carol", "same").await.unwrap().is_none());
+    store.close().await;
+}
+
+/// seqs rise by one per conversation, independently, and appends to a vanished conversation fail.
+#[tokio::test]
+async fn seqs_are_per_conversation_and_gap_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(open(dir.path()).await);
+    let a = store
+        .create_session(new_session("local", "a"))
+        .await
+        .unwrap();
+    let b = store
+        .create_session(new_session("local", "b"))
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let store = store.clone();
+        let id = if i % 2 == 0 { a.id } else { b.id };
+        tasks.push(tokio::spawn(async move {
+            store
+                .append(
+                    id,
+                    vec![
+                        prompt(&format!("m{i}")),
+                        NewMessage::new("system", "{}".into()),
+                    ],
+                )
+                .await
+                .unwrap()
+        }));
+    }
+    let mut firsts = Vec::new();
+    for t in tasks {
+        firsts.push(t.await.unwrap());
+    }
+    for s in [&a, &b] {
+        let rows = store.messages_after(s.id, 0, 1000).await.unwrap();
+        let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (1..=40).collect::<Vec<_>>());
+    }
+    assert!(
+        firsts.iter().all(|f| f % 2 == 1),
+        "each append's rows are contiguous"
+    );
+    let missing = store.append(999_999, vec![prompt("x")]).await;
+    assert!(missing.is_err());
+    store.close().await;
+}
+
+/// Messages can't exist without their conversation, and deleting it deletes them.
+#[tokio::test]
+async fn foreign_keys_hold_and_delete_cascades() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let s = store
+        .create_session(new_session("local", "fk"))
+        .await
+        .unwrap();
+    store.append(s.id, vec![prompt("hi")]).await.unwrap();
+    let pool = store.pool();
+    let orphan = sqlx::query("insert into messages (session_pk, seq, message_type, payload, created_at) values (424242, 1, 'user', '{}', 'now')")
+        .execute(pool)
+        .await;
+    assert!(orphan.is_err(), "an orphan row is refused");
+    sqlx::query("delete from session_info where id = ?")
+        .bind(s.id)
+        .execute(pool)
+        .await
+        .unwrap();
+    let left: i64 = sqlx::query_scalar("select count(*) from messages")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    let violations: Vec<(String,)> = sqlx::query_as("pragma foreign_key_check")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert!(violations.is_empty());
+    store.close().await;
+}
+
+/// Turns acked but unfinished when the server died are closed with a server_restart result,
+/// once, and the title comes from the first prompt.
+#[tokio::test]
+async fn unfinished_turns_are_closed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let s = store
+        .create_session(new_session("local", "u"))
+        .await
+        .unwrap();
+    store
+        .append(s.id, vec![prompt("first prompt")])
+        .await
+        .unwrap();
+    store
+        .append(s.id, vec![prompt("second prompt")])
+        .await
+        .unwrap();
+    store.close().await;
+
+    let store = open(dir.path()).await;
+    assert_eq!(store.close_unfinished_turns().await.unwrap(), 2);
+    assert_eq!(store.close_unfinished_turns().await.unwrap(), 0);
+    let rows = store.messages_after(s.id, 0, 100).await.unwrap();
+    let types: Vec<&str> = rows.iter().map(|r| r.message_type.as_str()).collect();
+    assert_eq!(types, ["user", "user", "result", "result"]);
+    assert!(rows[3].payload.contains("server_restart"));
+    let s = store.find_session("local", "u").await.unwrap().unwrap();
+    assert_eq!(s.title.as_deref(), Some("first prompt"));
+    assert_eq!((s.prompt_count, s.result_count, s.last_seq), (2, 2, 4));
+    store.close().await;
+}
