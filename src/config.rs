@@ -42,11 +42,52 @@ pub struct Config {
 }
 
 /// Claude Code CLI settings.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClaudeConfig {
     /// Path of the CLI binary; PATH is not searched.
     pub bin: Option<PathBuf>,
+    /// Extra arguments appended to every CLI command line.
+    pub extra_args: Vec<String>,
+    /// Model for new conversations (`--model`), unless a chat chooses one.
+    pub model: Option<String>,
+    /// Permission mode (`--permission-mode`), unless a chat chooses one; `acceptEdits` or
+    /// `bypassPermissions` skip the permission prompts.
+    pub permission_mode: Option<String>,
+    /// `CLAUDE_CONFIG_DIR` for the CLI (where it keeps its transcripts); inherited when unset.
+    pub config_dir: Option<PathBuf>,
+    /// Extra environment variable names passed to the CLI, besides `PATH`, `HOME`, `LANG`,
+    /// `ANTHROPIC_*`, `CLAUDE_CODE_*` and `CLAUDE_CONFIG_DIR`.
+    pub env_allow: Vec<String>,
+    /// Longest stdout line accepted from the CLI, in bytes; a longer one is skipped with a warning.
+    pub max_line_bytes: usize,
+    /// How long the CLI may take to answer the `initialize` request.
+    pub init_timeout_secs: u64,
+    /// Each step of stopping a CLI (close stdin, TERM, KILL) waits this long.
+    pub stop_grace_secs: u64,
+    /// Most CLI processes alive at once; beyond it the least recently used idle one is
+    /// stopped, and when all are busy new turns wait.
+    pub max_live_processes: usize,
+    /// Keep one initialized spare CLI so a new conversation's first reply skips start-up.
+    pub prewarm: bool,
+}
+
+impl Default for ClaudeConfig {
+    fn default() -> Self {
+        ClaudeConfig {
+            bin: None,
+            extra_args: Vec::new(),
+            model: None,
+            permission_mode: None,
+            config_dir: None,
+            env_allow: Vec::new(),
+            max_line_bytes: 64 << 20,
+            init_timeout_secs: 60,
+            stop_grace_secs: 5,
+            max_live_processes: 16,
+            prewarm: false,
+        }
+    }
 }
 
 /// WebSocket settings.
@@ -74,6 +115,8 @@ pub struct SessionConfig {
     pub max_queued_turns: usize,
     /// How long an interrupted turn may take to end before its agent is killed.
     pub interrupt_timeout_secs: u64,
+    /// A tool permission request nobody answers is denied after this long.
+    pub permission_timeout_secs: u64,
 }
 
 /// Store settings.
@@ -126,6 +169,7 @@ impl Default for SessionConfig {
             idle_evict_secs: 600,
             max_queued_turns: 32,
             interrupt_timeout_secs: 10,
+            permission_timeout_secs: 300,
         }
     }
 }

@@ -90,7 +90,15 @@ impl Server {
                 word_delay: Duration::from_millis(config.demo.delay_ms),
             }),
             BackendKind::Claude => {
-                anyhow::bail!("the claude backend is not available in this build")
+                let bin = config.claude.bin.clone().ok_or_else(|| {
+                    anyhow::anyhow!("the claude backend needs the CLI's path: --claude-bin or AGENTMUX_CLAUDE_BIN")
+                })?;
+                let settings = agent::claude::ClaudeSettings::from_config(
+                    &config.claude,
+                    bin,
+                    config.workspaces_dir(),
+                );
+                Arc::new(agent::claude::ClaudeBackend::new(settings))
             }
         };
         let config = Arc::new(config);

@@ -49,6 +49,8 @@ pub enum ErrorCode {
     StoreUnavailable,
     /// Credentials are missing or wrong.
     Unauthorized,
+    /// A `permission_response` names no pending request.
+    UnknownRequest,
 }
 
 impl ErrorCode {
@@ -66,6 +68,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::UnknownRequest => "unknown_request",
         }
     }
 }
@@ -151,6 +154,15 @@ pub enum ClientFrame {
     Unsubscribe {
         /// The conversation.
         agent_id: String,
+    },
+    /// Answer a pending tool permission request.
+    PermissionResponse {
+        /// The conversation.
+        agent_id: String,
+        /// The request being answered.
+        request_id: String,
+        /// Allow (optionally with edited input) or deny (optionally with a message).
+        decision: crate::agent::PermissionDecision,
     },
 }
 
@@ -287,6 +299,37 @@ pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameErro
         "unsubscribe" => Ok(ClientFrame::Unsubscribe {
             agent_id: agent_id(&obj).map_err(fail)?,
         }),
+        "permission_response" => {
+            let agent_id = agent_id(&obj).map_err(fail)?;
+            let bad = |m: &str| fail(FrameError::new(ErrorCode::BadFrame, m));
+            let request_id = match obj.get("request_id") {
+                Some(Value::String(id)) if !id.is_empty() && id.len() <= 256 => id.clone(),
+                _ => return Err(bad("`request_id` must be a non-empty string")),
+            };
+            let message = match obj.get("message") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(m)) => Some(m.clone()),
+                Some(_) => return Err(bad("`message` must be a string")),
+            };
+            let decision = match obj.get("behavior").and_then(Value::as_str) {
+                Some("allow") => crate::agent::PermissionDecision::Allow {
+                    updated_input: match obj.get("updated_input") {
+                        None | Some(Value::Null) => None,
+                        Some(v @ Value::Object(_)) => Some(v.clone()),
+                        Some(_) => return Err(bad("`updated_input` must be an object")),
+                    },
+                },
+                Some("deny") => crate::agent::PermissionDecision::Deny {
+                    message: message.unwrap_or_else(|| "The user denied this tool use.".into()),
+                },
+                _ => return Err(bad("`behavior` must be \"allow\" or \"deny\"")),
+            };
+            Ok(ClientFrame::PermissionResponse {
+                agent_id,
+                request_id,
+                decision,
+            })
+        }
         other => Err(fail(FrameError::new(
             ErrorCode::UnknownType,
             format!("unknown frame type `{}`", truncate_chars(other, 64)),
@@ -428,7 +471,7 @@ pub fn session_frame(
     .expect("header serializes");
     let mut text = String::with_capacity(header.len() + payload.len() + 16);
     text.push_str(&header[..header.len() - 1]);
-    if is_agent_message(message_type) || message_type == "stream_event" {
+    if is_agent_message(message_type) || matches!(message_type, "stream_event" | "agent_event") {
         text.push_str(",\"message\":");
         text.push_str(payload);
         text.push('}');

@@ -226,6 +226,20 @@ impl Connection {
                     Err(err) => self.send_error(&err).await,
                 }
             }
+            ClientFrame::PermissionResponse {
+                agent_id,
+                request_id,
+                decision,
+            } => {
+                self.app.metrics.frame_in("permission_response");
+                match manager
+                    .answer_permission(&self.principal, &agent_id, request_id, decision)
+                    .await
+                {
+                    Ok(()) => Ok(()),
+                    Err(err) => self.send_error(&err).await,
+                }
+            }
             ClientFrame::Unsubscribe { agent_id } => {
                 self.app.metrics.frame_in("unsubscribe");
                 self.subs.remove(&agent_id);

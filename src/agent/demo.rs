@@ -80,7 +80,8 @@ impl DemoAgent {
                 Some(p) => p,
                 None => match input.recv().await {
                     Some(AgentInput::Prompt(p)) => p,
-                    Some(AgentInput::Interrupt) => continue,
+                    // Nothing to stop, and the demo never asks for permissions.
+                    Some(AgentInput::Interrupt | AgentInput::Permission { .. }) => continue,
                     None => break,
                 },
             };
@@ -154,6 +155,7 @@ impl DemoAgent {
                     got = input.recv() => match got {
                         Some(AgentInput::Interrupt) => { end = TurnEnd::Interrupted; break; }
                         Some(AgentInput::Prompt(p)) => pending.push_back(p),
+                        Some(AgentInput::Permission { .. }) => {}
                         None => { end = TurnEnd::Closed; break; }
                     }
                 }
@@ -223,6 +225,7 @@ fn check_input(
         match input.try_recv() {
             Ok(AgentInput::Interrupt) => return Some(TurnEnd::Interrupted),
             Ok(AgentInput::Prompt(p)) => pending.push_back(p),
+            Ok(AgentInput::Permission { .. }) => {}
             Err(mpsc::error::TryRecvError::Empty) => return None,
             Err(mpsc::error::TryRecvError::Disconnected) => return Some(TurnEnd::Closed),
         }

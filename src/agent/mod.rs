@@ -5,6 +5,7 @@
 //! shape of the Claude CLI's stream-json output, whichever backend produced them. Dropping the
 //! input side asks the agent to stop; the event channel closes once it has.
 
+pub mod claude;
 pub mod demo;
 
 use std::path::PathBuf;
@@ -59,6 +60,28 @@ pub enum AgentInput {
     Prompt(String),
     /// Stop the running turn; the agent stays alive.
     Interrupt,
+    /// Answer a tool permission request.
+    Permission {
+        /// The agent's id of the request.
+        request_id: String,
+        /// What the user decided.
+        decision: PermissionDecision,
+    },
+}
+
+/// The answer to a tool permission request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PermissionDecision {
+    /// Run the tool, with the input as the user edited it (or as asked).
+    Allow {
+        /// The edited tool input, when the user changed it.
+        updated_input: Option<Value>,
+    },
+    /// Don't run the tool; the agent is told why.
+    Deny {
+        /// Shown to the agent.
+        message: String,
+    },
 }
 
 /// One message from the agent, kept verbatim.
@@ -100,8 +123,31 @@ impl AgentMessage {
 pub enum AgentEvent {
     /// A stdout message.
     Message(AgentMessage),
-    /// A recoverable problem (e.g. an over-long line that was skipped).
-    Warning(String),
+    /// News for the conversation's subscribers (`status` frame), e.g. `warning` for an
+    /// over-long line that was skipped, `resume_failed`, or `queued` while waiting for a
+    /// free agent process.
+    Status {
+        /// The `status` value.
+        status: &'static str,
+        /// Human-readable detail.
+        detail: String,
+    },
+    /// The agent asks whether it may use a tool.
+    PermissionRequest {
+        /// The agent's id of the request, echoed in the answer.
+        request_id: String,
+        /// Tool name, e.g. `Bash`.
+        tool_name: String,
+        /// The tool's input as the agent proposes it.
+        input: Value,
+        /// Permission suggestions the agent offers.
+        suggestions: Value,
+    },
+    /// The agent withdrew a permission request.
+    PermissionCancelled {
+        /// The withdrawn request.
+        request_id: String,
+    },
     /// The agent ended; `detail` says how.
     Exited {
         /// Exit status or reason.
@@ -137,8 +183,15 @@ pub trait Backend: Send + Sync + 'static {
     /// `claude` or `demo`, as stored in `session_info.backend`.
     fn name(&self) -> &'static str;
 
-    /// Starts an agent for a conversation.
+    /// Starts an agent for a conversation. It returns at once: a backend that needs time to
+    /// get ready buffers inputs meanwhile, so the conversation keeps answering its clients.
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError>;
+
+    /// An id for a new conversation whose agent is already warm, if the backend keeps one;
+    /// the conversation must use it as its `session_id` (and its workspace directory name).
+    fn take_prewarmed(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A `result` message that ends a turn the agent could not finish, in the CLI's shape.

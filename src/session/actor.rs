@@ -4,7 +4,7 @@
 //! stored first and published after the commit, so a frame with a `seq` is never seen before
 //! it is durable. Events that arrive together are stored in one append.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -13,7 +13,8 @@ use tokio::time::{Instant, sleep_until};
 
 use super::{SessionRef, Shared, SlotState};
 use crate::agent::{
-    AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec, error_result,
+    AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, PermissionDecision, SpawnSpec,
+    error_result,
 };
 use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError};
 use crate::store::{NewMessage, SessionRecord, Totals};
@@ -30,6 +31,12 @@ pub(crate) enum Command {
     },
     /// Stop the running turn; the reply says whether one was running.
     Interrupt { reply: oneshot::Sender<bool> },
+    /// Answer a pending tool permission request.
+    Permission {
+        request_id: String,
+        decision: PermissionDecision,
+        reply: oneshot::Sender<Result<(), FrameError>>,
+    },
     /// End the running turn and stop (server shutdown).
     Stop { reply: oneshot::Sender<()> },
 }
@@ -82,6 +89,8 @@ struct Actor {
     idle_since: Instant,
     /// Set on shutdown: no further queued turn starts.
     stopping: bool,
+    /// Tool permission requests awaiting an answer, with the time they are denied.
+    pending_permissions: HashMap<String, Instant>,
 }
 
 pub(crate) fn spawn(init: ActorInit) {
@@ -110,6 +119,7 @@ pub(crate) fn spawn(init: ActorInit) {
         process_cost: 0.0,
         idle_since: Instant::now(),
         stopping: false,
+        pending_permissions: HashMap::new(),
     };
     tokio::spawn(actor.run());
 }
@@ -128,11 +138,15 @@ impl Actor {
         loop {
             let idle = self.running.is_none() && self.queue.is_empty();
             let deadline = self.running.as_ref().and_then(|r| r.interrupt_deadline);
+            let permission_deadline = self.pending_permissions.values().min().copied();
             tokio::select! {
                 cmd = self.commands.recv() => match cmd {
                     Some(Command::Chat { chat, reply }) => self.on_chat(chat, reply).await,
                     Some(Command::Interrupt { reply }) => {
                         let _ = reply.send(self.interrupt());
+                    }
+                    Some(Command::Permission { request_id, decision, reply }) => {
+                        let _ = reply.send(self.answer_permission(request_id, decision).await);
                     }
                     Some(Command::Stop { reply }) => {
                         self.stop().await;
@@ -152,6 +166,9 @@ impl Actor {
                 }
                 _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.kill_stuck_turn().await;
+                }
+                _ = sleep_until(permission_deadline.unwrap_or_else(Instant::now)), if permission_deadline.is_some() => {
+                    self.expire_permissions().await;
                 }
             }
         }
@@ -383,9 +400,33 @@ impl Actor {
                         outs.push(out);
                     }
                 }
-                Some(AgentEvent::Warning(warning)) => {
-                    tracing::warn!(agent_id = %self.session.agent_id, %warning, "agent warning");
-                    outs.push(Out::Status("warning", warning));
+                Some(AgentEvent::Status { status, detail }) => {
+                    tracing::info!(agent_id = %self.session.agent_id, status, %detail, "agent status");
+                    outs.push(Out::Status(status, detail));
+                }
+                Some(AgentEvent::PermissionRequest {
+                    request_id,
+                    tool_name,
+                    input,
+                    suggestions,
+                }) => {
+                    let payload = serde_json::json!({
+                        "request_id": request_id, "tool_name": tool_name, "input": input, "suggestions": suggestions,
+                    });
+                    let timeout = std::time::Duration::from_secs(
+                        self.shared.config.session.permission_timeout_secs,
+                    );
+                    self.pending_permissions
+                        .insert(request_id, Instant::now() + timeout);
+                    outs.push(Out::Stored(NewMessage::new(
+                        "permission_request",
+                        payload.to_string(),
+                    )));
+                }
+                Some(AgentEvent::PermissionCancelled { request_id }) => {
+                    if self.pending_permissions.remove(&request_id).is_some() {
+                        outs.push(Out::Stored(resolved(&request_id, "cancelled")));
+                    }
                 }
                 Some(AgentEvent::Exited { detail }) => {
                     self.on_exit(&detail, &mut outs, &mut turn_ended);
@@ -401,6 +442,12 @@ impl Actor {
                 && let Ok(event) = agent.events.try_recv()
             {
                 next = Some(Some(event));
+            }
+        }
+        if turn_ended {
+            // A turn's open questions end with it.
+            for request_id in std::mem::take(&mut self.pending_permissions).into_keys() {
+                outs.push(Out::Stored(resolved(&request_id, "cancelled")));
             }
         }
         self.publish_batch(outs).await;
@@ -447,23 +494,21 @@ impl Actor {
             "assistant" => "assistant",
             "result" => "result",
             "system" => "system",
+            "conversation_reset" => {
+                if let Ok(v) = serde_json::from_str::<Value>(&raw)
+                    && let Some(id) = v["new_conversation_id"].as_str()
+                {
+                    self.record_agent_session(id.to_owned()).await;
+                }
+                return Some(Out::Live("agent_event", raw));
+            }
             _ => return Some(Out::Live("agent_event", raw)),
         };
         if message_type == "system"
             && subtype.as_deref() == Some("init")
             && let Some(id) = session_id
-            && self.sdk_session_id.as_deref() != Some(id.as_str())
         {
-            let unified = id == self.session.session_id;
-            if let Err(err) = self
-                .shared
-                .store
-                .record_agent_session(self.session.id, &id, unified)
-                .await
-            {
-                self.store_failed(&err);
-            }
-            self.sdk_session_id = Some(id);
+            self.record_agent_session(id).await;
         }
         let mut stored = NewMessage::new(message_type, raw);
         if let Some(running) = self.running.as_mut()
@@ -481,6 +526,77 @@ impl Actor {
         }
         stored.sdk_uuid = uuid;
         Some(Out::Stored(stored))
+    }
+
+    /// Records the id the agent reports for the conversation: what the next resume uses.
+    async fn record_agent_session(&mut self, id: String) {
+        if self.sdk_session_id.as_deref() == Some(id.as_str()) {
+            return;
+        }
+        let unified = id == self.session.session_id;
+        if let Err(err) = self
+            .shared
+            .store
+            .record_agent_session(self.session.id, &id, unified)
+            .await
+        {
+            self.store_failed(&err);
+        }
+        self.sdk_session_id = Some(id);
+    }
+
+    async fn answer_permission(
+        &mut self,
+        request_id: String,
+        decision: PermissionDecision,
+    ) -> Result<(), FrameError> {
+        if self.pending_permissions.remove(&request_id).is_none() {
+            return Err(FrameError::new(
+                ErrorCode::UnknownRequest,
+                "no pending permission request with that id",
+            )
+            .for_agent(Some(&self.session.agent_id)));
+        }
+        let outcome = match decision {
+            PermissionDecision::Allow { .. } => "allowed",
+            PermissionDecision::Deny { .. } => "denied",
+        };
+        self.send_decision(request_id.clone(), decision).await;
+        self.publish_batch(vec![Out::Stored(resolved(&request_id, outcome))])
+            .await;
+        Ok(())
+    }
+
+    async fn send_decision(&self, request_id: String, decision: PermissionDecision) {
+        if let Some(agent) = &self.agent {
+            let _ = agent
+                .input
+                .send(AgentInput::Permission {
+                    request_id,
+                    decision,
+                })
+                .await;
+        }
+    }
+
+    /// Denies the permission requests nobody answered in time.
+    async fn expire_permissions(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .pending_permissions
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut outs = Vec::new();
+        for request_id in expired {
+            self.pending_permissions.remove(&request_id);
+            let message = "Nobody answered the permission request in time.".to_owned();
+            self.send_decision(request_id.clone(), PermissionDecision::Deny { message })
+                .await;
+            outs.push(Out::Stored(resolved(&request_id, "timed_out")));
+        }
+        self.publish_batch(outs).await;
     }
 
     /// What one result adds to the totals: the agent reports cost cumulatively per process.
@@ -612,4 +728,10 @@ impl Actor {
         }
         self.shared.metrics.live_sessions(-1);
     }
+}
+
+/// A stored `permission_resolved` frame.
+fn resolved(request_id: &str, outcome: &str) -> NewMessage {
+    let payload = serde_json::json!({ "request_id": request_id, "outcome": outcome });
+    NewMessage::new("permission_resolved", payload.to_string())
 }

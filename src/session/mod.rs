@@ -264,7 +264,10 @@ impl Manager {
         {
             Some(record) => record,
             None => {
-                let session_id = uuid::Uuid::new_v4().to_string();
+                let session_id = shared
+                    .backend
+                    .take_prewarmed()
+                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
                 let cwd = shared.config.workspaces_dir().join(&session_id);
                 shared
                     .store
@@ -376,6 +379,45 @@ impl Manager {
             session,
             was_running: rx.await.unwrap_or(false),
         })
+    }
+
+    /// Answers a pending tool permission request of a conversation.
+    ///
+    /// # Errors
+    /// `unknown_agent`, or `unknown_request` when no such request is pending.
+    pub async fn answer_permission(
+        &self,
+        principal: &str,
+        agent_id: &str,
+        request_id: String,
+        decision: crate::agent::PermissionDecision,
+    ) -> Result<(), FrameError> {
+        let no_request = || {
+            FrameError::new(
+                ErrorCode::UnknownRequest,
+                "no pending permission request with that id",
+            )
+            .for_agent(Some(agent_id))
+        };
+        let (_slot, guard) = self.existing_slot(principal, agent_id).await?;
+        let SlotState::Live(handle) = &*guard else {
+            return Err(no_request());
+        };
+        let (reply, rx) = oneshot::channel();
+        let command = actor::Command::Permission {
+            request_id,
+            decision,
+            reply,
+        };
+        handle.tx.try_send(command).map_err(|_| {
+            FrameError::new(
+                ErrorCode::LimitExceeded,
+                "the conversation is overloaded; try again",
+            )
+            .for_agent(Some(agent_id))
+        })?;
+        drop(guard);
+        rx.await.unwrap_or_else(|_| Err(no_request()))
     }
 
     /// The store behind the manager.

@@ -35,7 +35,8 @@
 //! * `FAKE_CLAUDE_LOG=<file>`: append one JSON line per spawn, `{"argv":[..],"cwd":..,"pid":..}`
 //!   (argv includes the program path), and one per stdin line, `{"pid":..,"stdin":"<line>"}`.
 //! * `FAKE_CLAUDE_CRASH_AFTER_WORDS=N`: exit abruptly with code 1 after N streamed words of a
-//!   turn, with a message on stderr and no `result` frame.
+//!   turn, with a message on stderr and no `result` frame. A prompt containing `CRASH` does the
+//!   same after two words, whatever the environment says.
 //! * `FAKE_CLAUDE_IGNORE_INTERRUPT=1`: acknowledge `interrupt` requests but keep streaming; the
 //!   turn ends normally.
 //! * `FAKE_CLAUDE_UNKNOWN_TYPES=1`: each turn also emits frames the host does not know:
@@ -821,6 +822,7 @@ async fn run_turns(sh: Arc<Shared>, plan: Plan) {
             model,
             mode,
             words: 0,
+            crash_word: msg["message"]["content"].to_string().contains("CRASH"),
             input_tokens: 0,
             output_tokens: 0,
             num_turns: 1,
@@ -854,6 +856,8 @@ struct Turn<'a> {
     model: String,
     mode: String,
     words: u64,
+    /// The prompt contains `CRASH`: die after two words.
+    crash_word: bool,
     input_tokens: u64,
     output_tokens: u64,
     num_turns: u32,
@@ -909,7 +913,12 @@ impl Turn<'_> {
     }
 
     async fn crash_check(&self) {
-        if self.cfg().crash_after == Some(self.words) {
+        let crash_after = if self.crash_word {
+            Some(2)
+        } else {
+            self.cfg().crash_after
+        };
+        if crash_after == Some(self.words) {
             eprintln!("fake-claude: simulated crash after {} words", self.words);
             self.sh.out.exit(1).await;
         }

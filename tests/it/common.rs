@@ -53,7 +53,7 @@ impl TestServer {
             .env_remove("AGENTMUX_BACKEND")
             .env_remove("AGENTMUX_CLAUDE_BIN")
             .env_remove("AGENTMUX_CONFIG")
-            .env("RUST_LOG", "agentmux=debug")
+            .env("RUST_LOG", "agentmux=warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
@@ -139,7 +139,11 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(addr: &str) -> Self {
-        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(64 << 20))
+            .max_frame_size(Some(64 << 20));
+        let url = format!("ws://{addr}/ws");
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), false)
             .await
             .expect("connect");
         Client { ws }

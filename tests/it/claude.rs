@@ -1,0 +1,743 @@
+//! The Claude CLI backend, through the fake CLI that reproduces the real one's stream-json
+//! behaviour: identity, resume, refusal, interrupts, crashes, permissions, the process cap,
+//! the pre-warmed spare and process hygiene.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// Every switch of the fake that a test may set through the server's environment.
+const FAKE_SWITCHES: &[&str] = &[
+    "FAKE_CLAUDE_DELAY_MS",
+    "FAKE_CLAUDE_LOG",
+    "FAKE_CLAUDE_IGNORE_INTERRUPT",
+    "FAKE_CLAUDE_UNKNOWN_TYPES",
+    "FAKE_CLAUDE_HUGE_LINE_BYTES",
+    "FAKE_CLAUDE_REFUSE_RESUME",
+    "FAKE_CLAUDE_ENV_DUMP",
+    "FAKE_CLAUDE_CANCEL_PERMISSION_MS",
+];
+
+/// A data dir, a CLI home and a log of everything the fake CLI saw.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub log: PathBuf,
+    pub config: PathBuf,
+}
+
+impl Fixture {
+    pub fn new(extra_toml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("fake.log");
+        let config = dir.path().join("agentmux.toml");
+        let allow: Vec<String> = FAKE_SWITCHES.iter().map(|s| format!("\"{s}\"")).collect();
+        let home = dir.path().join("claude-home");
+        let toml = format!(
+            "{extra_toml}\n[claude]\nconfig_dir = \"{}\"\nenv_allow = [{}]\nstop_grace_secs = 1\n",
+            home.display(),
+            allow.join(", ")
+        );
+        let toml = merge_claude_section(&toml);
+        std::fs::write(&config, toml).unwrap();
+        Fixture { log, config, dir }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub async fn start(&self, env: &[(&str, &str)]) -> TestServer {
+        let log = self.log.to_string_lossy().into_owned();
+        let mut all: Vec<(&str, &str)> = vec![("FAKE_CLAUDE_LOG", &log)];
+        all.extend_from_slice(env);
+        let config = self.config.to_string_lossy().into_owned();
+        TestServer::start_in(
+            &self.data_dir(),
+            &[
+                "--backend",
+                "claude",
+                "--claude-bin",
+                env!("CARGO_BIN_EXE_fake-claude"),
+                "--config",
+                &config,
+            ],
+            &all,
+        )
+        .await
+    }
+
+    fn entries(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Each process the server started: its argv and cwd.
+    pub fn spawns(&self) -> Vec<Value> {
+        self.entries()
+            .into_iter()
+            .filter(|e| e["argv"].is_array())
+            .collect()
+    }
+
+    /// Every stdin line the fake got, with its pid.
+    pub fn stdin(&self) -> Vec<(i64, Value)> {
+        self.entries()
+            .into_iter()
+            .filter_map(|e| {
+                Some((
+                    e["pid"].as_i64()?,
+                    serde_json::from_str(e["stdin"].as_str()?).ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// pids of the processes that got a user turn.
+    pub fn prompt_pids(&self) -> Vec<i64> {
+        self.stdin()
+            .into_iter()
+            .filter(|(_, v)| v["type"] == "user")
+            .map(|(p, _)| p)
+            .collect()
+    }
+}
+
+/// Folds an extra `[claude]` table from the test into the fixture's own.
+fn merge_claude_section(toml: &str) -> String {
+    let mut value: toml_edit_free::Table = toml_edit_free::parse(toml);
+    value.fold_claude();
+    value.render()
+}
+
+/// Minimal TOML table merging for test configs: lines under repeated `[claude]` headers are
+/// gathered under one.
+mod toml_edit_free {
+    pub struct Table {
+        top: Vec<String>,
+        sections: Vec<(String, Vec<String>)>,
+    }
+
+    pub fn parse(text: &str) -> Table {
+        let mut table = Table {
+            top: Vec::new(),
+            sections: Vec::new(),
+        };
+        for line in text.lines() {
+            if line.starts_with('[') {
+                table.sections.push((line.to_owned(), Vec::new()));
+            } else if let Some((_, lines)) = table.sections.last_mut() {
+                lines.push(line.to_owned());
+            } else {
+                table.top.push(line.to_owned());
+            }
+        }
+        table
+    }
+
+    impl Table {
+        pub fn fold_claude(&mut self) {
+            let mut merged: Vec<(String, Vec<String>)> = Vec::new();
+            for (header, lines) in self.sections.drain(..) {
+                match merged.iter_mut().find(|(h, _)| *h == header) {
+                    Some((_, existing)) => existing.extend(lines),
+                    None => merged.push((header, lines)),
+                }
+            }
+            self.sections = merged;
+        }
+
+        pub fn render(&self) -> String {
+            let mut out = self.top.join("\n");
+            for (header, lines) in &self.sections {
+                out.push_str(&format!("\n{header}\n{}\n", lines.join("\n")));
+            }
+            out
+        }
+    }
+}
+
+fn arg<'a>(spawn: &'a Value, prefix: &str) -> Option<&'a str> {
+    spawn["argv"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix(prefix))
+}
+
+fn alive(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .chars()
+                .next();
+            state != Some('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// No process the server started is still running.
+async fn assert_no_leftovers(fixture: &Fixture) {
+    for spawn in fixture.spawns() {
+        let pid = spawn["pid"].as_i64().unwrap();
+        let mut tries = 0;
+        while alive(pid) && tries < 50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            tries += 1;
+        }
+        assert!(!alive(pid), "CLI process {pid} outlived the server");
+    }
+}
+
+async fn stop(mut server: TestServer, fixture: &Fixture) {
+    assert!(server.terminate().await.success());
+    assert_no_leftovers(fixture).await;
+}
+
+/// A new conversation starts the CLI with the exact command line, our session_id as its id and
+/// its own workspace; the init id is recorded as unified; two turns share one process.
+#[tokio::test]
+async fn new_conversation_is_unified_and_one_process_serves_many_turns() {
+    let fx = Fixture::new("");
+    let server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "u1", "hello").await;
+    let session_id = ack["session_id"].as_str().unwrap().to_owned();
+    let first = c.until_result("u1").await;
+    assert_eq!(reply_text(&first), "Echo: hello (history 1)");
+    let init = first
+        .iter()
+        .find(|f| f["message_type"] == "system")
+        .unwrap();
+    assert_eq!(init["message"]["session_id"], session_id.as_str());
+    chat_ack(&mut c, "u1", "again").await;
+    assert_eq!(
+        reply_text(&c.until_result("u1").await),
+        "Echo: again (history 2)"
+    );
+
+    let spawns = fx.spawns();
+    assert_eq!(spawns.len(), 1, "one process for both turns");
+    let argv: Vec<&str> = spawns[0]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let expected = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--include-partial-messages",
+        "--permission-prompt-tool",
+        "stdio",
+    ];
+    assert_eq!(&argv[1..10], &expected);
+    assert_eq!(argv[10], format!("--session-id={session_id}"));
+    let cwd = Path::new(spawns[0]["cwd"].as_str().unwrap());
+    assert_eq!(
+        cwd,
+        server
+            .data_dir
+            .join("workspaces")
+            .join(&session_id)
+            .canonicalize()
+            .unwrap()
+    );
+    let prompts = fx.prompt_pids();
+    assert_eq!(prompts.len(), 2);
+    assert_eq!(prompts[0], prompts[1]);
+    // initialize went first.
+    let first_line = &fx.stdin()[0].1;
+    assert_eq!(first_line["request"]["subtype"], "initialize");
+
+    let db = server.db().await;
+    let (sdk, unified): (String, bool) =
+        sqlx::query_as("select sdk_session_id, unified from session_info where agent_id = 'u1'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(sdk, session_id);
+    assert!(unified);
+    stop(server, &fx).await;
+}
+
+/// After eviction and after a server restart the CLI is resumed with --resume=<reported id> in
+/// the same workspace, and the model sees the earlier turns.
+#[tokio::test]
+async fn resume_after_eviction_and_restart() {
+    let fx = Fixture::new("[session]\nidle_evict_secs = 1\n");
+    let mut server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "r", "one").await;
+    let sid = ack["session_id"].as_str().unwrap().to_owned();
+    c.until_result("r").await;
+    c.recv_until(|f| f["status"] == "evicted").await;
+    chat_ack(&mut c, "r", "two").await;
+    assert_eq!(
+        reply_text(&c.until_result("r").await),
+        "Echo: two (history 2)"
+    );
+    assert!(server.terminate().await.success());
+
+    let server2 = fx.start(&[]).await;
+    let mut c = server2.client().await;
+    chat_ack(&mut c, "r", "three").await;
+    assert_eq!(
+        reply_text(&c.until_result("r").await),
+        "Echo: three (history 3)"
+    );
+    let spawns = fx.spawns();
+    assert_eq!(spawns.len(), 3);
+    assert_eq!(arg(&spawns[0], "--session-id="), Some(sid.as_str()));
+    for s in &spawns[1..] {
+        assert_eq!(arg(s, "--resume="), Some(sid.as_str()));
+        assert_eq!(
+            arg(s, "--session-id="),
+            None,
+            "--session-id is never reused"
+        );
+        assert_eq!(s["cwd"], spawns[0]["cwd"]);
+    }
+    stop(server2, &fx).await;
+}
+
+/// When the CLI can't find the conversation to resume, a fresh one starts under a new id, the
+/// client is told, the new id is recorded, and the stored history stays.
+#[tokio::test]
+async fn refused_resume_starts_fresh() {
+    let fx = Fixture::new("");
+    let mut server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "rf", "one").await;
+    let sid = ack["session_id"].as_str().unwrap().to_owned();
+    c.until_result("rf").await;
+    assert!(server.terminate().await.success());
+
+    let server2 = fx.start(&[("FAKE_CLAUDE_REFUSE_RESUME", "1")]).await;
+    let mut c = server2.client().await;
+    chat_ack(&mut c, "rf", "two").await;
+    let frames = c.until_result("rf").await;
+    assert!(
+        frames.iter().any(|f| f["status"] == "resume_failed"),
+        "{frames:?}"
+    );
+    assert_eq!(reply_text(&frames), "Echo: two (history 1)");
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f["message_type"] == "result" && f["message"]["is_error"] == true)
+    );
+    let spawns = fx.spawns();
+    let fresh = arg(spawns.last().unwrap(), "--session-id=")
+        .unwrap()
+        .to_owned();
+    assert_ne!(fresh, sid);
+    let db = server2.db().await;
+    let (sdk, unified, session_id, count): (String, bool, String, i64) = sqlx::query_as(
+        "select sdk_session_id, unified, session_id, message_count from session_info where agent_id = 'rf'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(
+        (sdk.as_str(), unified, session_id.as_str()),
+        (fresh.as_str(), false, sid.as_str())
+    );
+    assert!(count > 4, "the stored history is kept");
+    stop(server2, &fx).await;
+}
+
+/// An interrupt mid-stream ends the turn through the control protocol; the same process runs
+/// the next turn.
+#[tokio::test]
+async fn interrupt_is_honoured() {
+    let fx = Fixture::new("");
+    let server = fx.start(&[("FAKE_CLAUDE_DELAY_MS", "100")]).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "int", "a b c d e f g h i j k l m n o p").await;
+    c.recv_until(|f| {
+        f["message_type"] == "stream_event"
+            && f["message"]["event"]["type"] == "content_block_delta"
+    })
+    .await;
+    c.send(json!({"type": "interrupt", "agent_id": "int"}))
+        .await;
+    let frames = c.until_result("int").await;
+    assert_eq!(
+        frames.last().unwrap()["message"]["terminal_reason"],
+        "aborted_streaming"
+    );
+    chat_ack(&mut c, "int", "next").await;
+    assert!(reply_text(&c.until_result("int").await).starts_with("Echo: next"));
+    assert_eq!(fx.spawns().len(), 1);
+    let interrupts = fx
+        .stdin()
+        .iter()
+        .filter(|(_, v)| v["request"]["subtype"] == "interrupt")
+        .count();
+    assert_eq!(interrupts, 1);
+    stop(server, &fx).await;
+}
+
+/// An interrupt sent before the turn has started is held and applied, not lost.
+#[tokio::test]
+async fn early_interrupt_is_held() {
+    let fx = Fixture::new("");
+    let server = fx.start(&[("FAKE_CLAUDE_DELAY_MS", "100")]).await;
+    let mut c = server.client().await;
+    c.chat("early", "a b c d e f g h i j k l m n o p q r s t")
+        .await;
+    c.send(json!({"type": "interrupt", "agent_id": "early"}))
+        .await;
+    let frames = c.until_result("early").await;
+    let result = frames.last().unwrap();
+    assert_eq!(result["message"]["is_error"], true, "{result}");
+    stop(server, &fx).await;
+}
+
+/// A CLI that ignores the interrupt is stopped after the deadline; the next chat resumes it.
+#[tokio::test]
+async fn ignored_interrupt_escalates() {
+    let fx = Fixture::new("[session]\ninterrupt_timeout_secs = 1\n");
+    let server = fx
+        .start(&[
+            ("FAKE_CLAUDE_DELAY_MS", "100"),
+            ("FAKE_CLAUDE_IGNORE_INTERRUPT", "1"),
+        ])
+        .await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "ig", &"word ".repeat(100)).await;
+    c.recv_until(|f| f["message_type"] == "stream_event").await;
+    c.send(json!({"type": "interrupt", "agent_id": "ig"})).await;
+    let frames = c.until_result("ig").await;
+    assert_eq!(
+        frames.last().unwrap()["message"]["terminal_reason"],
+        "interrupt_timeout"
+    );
+    let first_pid = fx.spawns()[0]["pid"].as_i64().unwrap();
+    assert!(!alive(first_pid), "the stuck CLI was stopped");
+    chat_ack(&mut c, "ig", "after").await;
+    let next = c.until_result("ig").await;
+    assert!(reply_text(&next).starts_with("Echo: after"));
+    let spawns = fx.spawns();
+    assert_eq!(
+        arg(spawns.last().unwrap(), "--resume="),
+        ack["session_id"].as_str()
+    );
+    stop(server, &fx).await;
+}
+
+/// A CLI that dies mid-turn: `crashed`, an error result, and the next chat resumes.
+#[tokio::test]
+async fn crash_mid_turn_then_resume() {
+    let fx = Fixture::new("");
+    let server = fx.start(&[("FAKE_CLAUDE_DELAY_MS", "20")]).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "cr", "first").await;
+    c.until_result("cr").await;
+    chat_ack(&mut c, "cr", "please CRASH now with many words here").await;
+    let frames = c.until_result("cr").await;
+    assert!(frames.iter().any(|f| f["status"] == "crashed"));
+    assert_eq!(
+        frames.last().unwrap()["message"]["terminal_reason"],
+        "crashed"
+    );
+    chat_ack(&mut c, "cr", "third").await;
+    let next = c.until_result("cr").await;
+    assert_eq!(reply_text(&next), "Echo: third (history 3)");
+    assert_eq!(
+        arg(fx.spawns().last().unwrap(), "--resume="),
+        ack["session_id"].as_str()
+    );
+    stop(server, &fx).await;
+}
+
+/// Tool permissions: allow (with edited input) and deny round-trip through the client; an
+/// unanswered request times out to deny; a pending request is replayed to a new socket.
+#[tokio::test]
+async fn permissions_round_trip() {
+    let fx = Fixture::new("[session]\npermission_timeout_secs = 2\n");
+    let server = fx.start(&[]).await;
+    let mut c = server.client().await;
+
+    chat_ack(&mut c, "p", "please run TOOL:touch_x").await;
+    let req = c
+        .recv_until(|f| f["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(req["tool_name"], "Bash");
+    assert_eq!(req["input"]["command"], "touch_x");
+    assert!(req["seq"].is_i64(), "permission requests are stored");
+    c.send(
+        json!({"type": "permission_response", "agent_id": "p", "request_id": req["request_id"],
+        "behavior": "allow", "updated_input": {"command": "touch_y"}}),
+    )
+    .await;
+    let frames = c.until_result("p").await;
+    let resolved = frames
+        .iter()
+        .find(|f| f["message_type"] == "permission_resolved")
+        .unwrap();
+    assert_eq!(resolved["outcome"], "allowed");
+    let tool_result = frames.iter().find(|f| f["message_type"] == "user").unwrap();
+    assert!(
+        tool_result.to_string().contains("ran: touch_y"),
+        "{tool_result}"
+    );
+
+    chat_ack(&mut c, "p", "please run TOOL:rm_it").await;
+    let req = c
+        .recv_until(|f| f["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    c.send(
+        json!({"type": "permission_response", "agent_id": "p", "request_id": req["request_id"],
+        "behavior": "deny", "message": "not today"}),
+    )
+    .await;
+    let frames = c.until_result("p").await;
+    assert!(frames.iter().any(|f| f["outcome"] == "denied"));
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.to_string().contains("denied: not today"))
+    );
+
+    // Unknown request ids are a typed error.
+    c.send(json!({"type": "permission_response", "agent_id": "p", "request_id": "nope", "behavior": "allow"})).await;
+    assert_eq!(
+        c.recv_until(|f| f["message_type"] == "error")
+            .await
+            .pop()
+            .unwrap()["code"],
+        "unknown_request"
+    );
+
+    // Pending across a reconnect: a new socket subscribes, sees the request, answers it.
+    let ack = chat_ack(&mut c, "p", "please run TOOL:ls_it").await;
+    let req = c
+        .recv_until(|f| f["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    drop(c);
+    let mut c2 = server.client().await;
+    c2.send(json!({"type": "subscribe", "agent_id": "p", "since_seq": ack["seq"].as_i64().unwrap() - 1})).await;
+    let replayed = c2
+        .recv_until(|f| f["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(replayed, req);
+    c2.send(json!({"type": "permission_response", "agent_id": "p", "request_id": req["request_id"], "behavior": "allow"}))
+        .await;
+    let frames = c2.until_result("p").await;
+    assert!(frames.iter().any(|f| f.to_string().contains("ran: ls_it")));
+
+    // Nobody answers: denied after the timeout.
+    chat_ack(&mut c2, "p", "please run TOOL:wait_it").await;
+    let frames = c2.until_result("p").await;
+    assert!(
+        frames.iter().any(|f| f["outcome"] == "timed_out"),
+        "{frames:?}"
+    );
+    stop(server, &fx).await;
+}
+
+/// A request the CLI withdraws is resolved as cancelled.
+#[tokio::test]
+async fn cancelled_permission() {
+    let fx = Fixture::new("");
+    let server = fx
+        .start(&[("FAKE_CLAUDE_CANCEL_PERMISSION_MS", "200")])
+        .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "pc", "please run TOOL:slow_one").await;
+    let frames = c.until_result("pc").await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["message_type"] == "permission_resolved" && f["outcome"] == "cancelled")
+    );
+    stop(server, &fx).await;
+}
+
+/// A configured permission mode that skips prompts means no permission request reaches clients.
+#[tokio::test]
+async fn accept_edits_mode_skips_prompts() {
+    let fx = Fixture::new("[claude]\npermission_mode = \"acceptEdits\"\n");
+    let server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "ae", "please run TOOL:touch_z").await;
+    let frames = c.until_result("ae").await;
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f["message_type"] == "permission_request")
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.to_string().contains("ran: touch_z"))
+    );
+    assert_eq!(
+        arg(&fx.spawns()[0], "--permission-mode="),
+        Some("acceptEdits")
+    );
+    stop(server, &fx).await;
+}
+
+/// Unknown message types are forwarded untouched; a line over the cap is a warning and the
+/// session goes on; a large line under the cap passes.
+#[tokio::test]
+async fn unknown_types_and_huge_lines() {
+    let fx = Fixture::new("[claude]\nmax_line_bytes = 100000\n");
+    let server = fx
+        .start(&[
+            ("FAKE_CLAUDE_UNKNOWN_TYPES", "1"),
+            ("FAKE_CLAUDE_HUGE_LINE_BYTES", "200000"),
+        ])
+        .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "odd", "hi").await;
+    let frames = c.until_result("odd").await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["message_type"] == "agent_event"
+                && f["message"]["type"] == "rate_limit_event")
+    );
+    assert!(frames.iter().any(|f| f["status"] == "warning"));
+    assert_eq!(reply_text(&frames), "Echo: hi (history 1)");
+    stop(server, &fx).await;
+
+    let fx = Fixture::new("");
+    let server = fx
+        .start(&[("FAKE_CLAUDE_HUGE_LINE_BYTES", "17000000")])
+        .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "big", "hi").await;
+    let frames = c.until_result("big").await;
+    let huge = frames
+        .iter()
+        .find(|f| f["message"]["subtype"] == "huge")
+        .expect("a 17 MB line passes");
+    assert!(huge.to_string().len() > 17_000_000);
+    stop(server, &fx).await;
+}
+
+/// The CLI's environment is an allow-list: model API settings reach it, server secrets don't.
+#[tokio::test]
+async fn environment_is_an_allow_list() {
+    let fx = Fixture::new("");
+    let dump = fx.dir.path().join("env.json");
+    let dump_s = dump.to_string_lossy().into_owned();
+    let server = fx
+        .start(&[
+            ("FAKE_CLAUDE_ENV_DUMP", &dump_s),
+            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9"),
+            ("AGENTMUX_SECRET_TOKEN", "hunter2"),
+            ("AWS_SECRET_ACCESS_KEY", "nope"),
+            ("CLAUDE_CODE_CHILD_SESSION", "1"),
+        ])
+        .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "env", "hi").await;
+    c.until_result("env").await;
+    let env: Value = serde_json::from_str(&std::fs::read_to_string(&dump).unwrap()).unwrap();
+    assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:9");
+    assert!(
+        env["CLAUDE_CONFIG_DIR"]
+            .as_str()
+            .unwrap()
+            .ends_with("claude-home")
+    );
+    for secret in [
+        "AGENTMUX_SECRET_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "CLAUDE_CODE_CHILD_SESSION",
+    ] {
+        assert!(env.get(secret).is_none(), "{secret} leaked to the CLI");
+    }
+    stop(server, &fx).await;
+}
+
+/// With a cap of two live processes, a third conversation evicts the least recently used idle
+/// one, which resumes when it is used again.
+#[tokio::test]
+async fn live_process_cap_evicts_lru() {
+    let fx = Fixture::new("[claude]\nmax_live_processes = 2\n");
+    let server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    let mut ids = std::collections::HashMap::new();
+    for agent in ["a", "b", "c"] {
+        let ack = chat_ack(&mut c, agent, "hi").await;
+        ids.insert(agent, ack["session_id"].as_str().unwrap().to_owned());
+        c.until_result(agent).await;
+    }
+    let live: Vec<i64> = fx
+        .spawns()
+        .iter()
+        .filter_map(|s| s["pid"].as_i64())
+        .filter(|p| alive(*p))
+        .collect();
+    assert_eq!(live.len(), 2, "at most two live CLIs");
+    let a_pid = fx.spawns()[0]["pid"].as_i64().unwrap();
+    assert!(!alive(a_pid), "the least recently used one was stopped");
+    chat_ack(&mut c, "a", "back").await;
+    assert_eq!(
+        reply_text(&c.until_result("a").await),
+        "Echo: back (history 2)"
+    );
+    assert_eq!(
+        arg(fx.spawns().last().unwrap(), "--resume="),
+        Some(ids["a"].as_str())
+    );
+    stop(server, &fx).await;
+}
+
+/// With pre-warming, a new conversation adopts the spare: its session_id is the spare's id and
+/// its first turn starts no process.
+#[tokio::test]
+async fn prewarmed_spare_is_adopted() {
+    let fx = Fixture::new("[claude]\nprewarm = true\n");
+    let server = fx.start(&[]).await;
+    let mut tries = 0;
+    while fx.spawns().is_empty() && tries < 100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tries += 1;
+    }
+    let spare = fx.spawns()[0].clone();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "warm", "hi").await;
+    assert_eq!(arg(&spare, "--session-id="), ack["session_id"].as_str());
+    assert_eq!(
+        reply_text(&c.until_result("warm").await),
+        "Echo: hi (history 1)"
+    );
+    assert_eq!(fx.prompt_pids(), vec![spare["pid"].as_i64().unwrap()]);
+    // A replacement spare is started right away.
+    let mut tries = 0;
+    while fx.spawns().len() < 2 && tries < 100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tries += 1;
+    }
+    assert_eq!(fx.spawns().len(), 2);
+    stop(server, &fx).await;
+}
