@@ -29,3 +29,29 @@ apt_install() {
 ensure_rust_tools() {
   command -v cargo >/dev/null 2>&1 || { echo "error: cargo is required" >&2; exit 1; }
 }
+
+# The pinned Claude Code CLI for the end-to-end tests (a native binary from the npm registry).
+CLAUDE_CLI_PACKAGE="@anthropic-ai/claude-code-linux-x64"
+CLAUDE_CLI_VERSION="2.1.330"
+
+ensure_node() {
+  command -v npm >/dev/null 2>&1 && return 0
+  apt_install nodejs npm || return 1
+}
+
+ensure_claude_cli() {
+  local dir="$DEPS_DIR/claude-$CLAUDE_CLI_VERSION"
+  local bin="$dir/node_modules/$CLAUDE_CLI_PACKAGE/claude"
+  if [ ! -x "$bin" ]; then
+    ensure_node || return 1
+    echo "== installing $CLAUDE_CLI_PACKAGE@$CLAUDE_CLI_VERSION"
+    mkdir -p "$dir"
+    if ! (cd "$dir" && npm install --no-save --no-audit --no-fund --ignore-scripts \
+          "$CLAUDE_CLI_PACKAGE@$CLAUDE_CLI_VERSION" >/dev/null); then
+      missing "could not install the Claude CLI from the npm registry"
+      return 1
+    fi
+  fi
+  "$bin" --version >/dev/null 2>&1 || { missing "the installed Claude CLI does not run"; return 1; }
+  export AGENTMUX_TEST_CLAUDE_BIN="$bin"
+}

@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 . scripts/deps.sh
 
 ensure_rust_tools
+ensure_claude_cli || true
 
 echo "== cargo test"
 cargo test --all-targets --locked

@@ -18,7 +18,7 @@
 //!
 //! * the last user message holds a `tool_result` → `Tool said: <tool result text>`;
 //! * the prompt contains `TOOL:<cmd>` → a `Bash` tool call `{"command":"<cmd>","description":"run it"}`
-//!   with `stop_reason: "tool_use"`;
+//!   with `stop_reason: "tool_use"` (`+` in `<cmd>` stands for a space: `TOOL:touch+a.txt`);
 //! * the prompt contains `HTTPERR:<status>` → that HTTP status with an API error body
 //!   (`fake server: forced <status>`);
 //! * otherwise `Echo: <prompt> (history <N>)`, where N is the number of user messages holding real
@@ -158,7 +158,7 @@ fn choose_reply(request: &Value) -> Reply {
     }
     if let Some(command) = keyword(&prompt, "TOOL:") {
         return Reply::Tool {
-            command: command.to_string(),
+            command: command.replace('+', " "),
         };
     }
     let slow = prompt.contains("SLOW");

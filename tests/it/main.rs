@@ -5,4 +5,5 @@ mod claude;
 mod common;
 mod fake_cli;
 mod gateway;
+mod real_cli;
 mod store;

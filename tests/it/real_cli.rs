@@ -1,0 +1,217 @@
+//! End to end with the real Claude Code CLI (the pinned version `scripts/test.sh` installs),
+//! talking to the fake Messages API on loopback: no network, no key.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::common::*;
+
+/// The real CLI, from `AGENTMUX_TEST_CLAUDE_BIN`. Missing is a failure under CI.
+fn real_cli() -> Option<PathBuf> {
+    match std::env::var("AGENTMUX_TEST_CLAUDE_BIN") {
+        Ok(path) if Path::new(&path).is_file() => Some(PathBuf::from(path)),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!(
+                "AGENTMUX_TEST_CLAUDE_BIN must name the Claude CLI under CI (scripts/test.sh installs it)"
+            )
+        }
+        _ => {
+            eprintln!(
+                "skipping the real-CLI test: AGENTMUX_TEST_CLAUDE_BIN is not set (scripts/test.sh sets it)"
+            );
+            None
+        }
+    }
+}
+
+/// The fake Messages API, its URL and its request log.
+struct FakeApi {
+    _child: Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl FakeApi {
+    async fn start(dir: &Path) -> Self {
+        let log = dir.join("api.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fake-anthropic"))
+            .args(["--port", "0", "--log"])
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let url = line.strip_prefix("listening on ").unwrap().to_owned();
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        FakeApi {
+            _child: child,
+            url,
+            log,
+        }
+    }
+
+    /// The `messages` of every request the model got.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|r| r["messages"].clone())
+            .collect()
+    }
+}
+
+/// pids of running processes whose executable is `bin`.
+fn processes_of(bin: &Path) -> Vec<u32> {
+    let bin = bin.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == bin))
+        .collect()
+}
+
+async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) -> TestServer {
+    TestServer::start_in(
+        data_dir,
+        &[
+            "--backend",
+            "claude",
+            "--claude-bin",
+            cli.to_str().unwrap(),
+            "--config",
+            config,
+        ],
+        &[
+            ("ANTHROPIC_BASE_URL", api.url.as_str()),
+            ("ANTHROPIC_API_KEY", "dummy"),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("CLAUDE_CODE_MAX_RETRIES", "0"),
+        ],
+    )
+    .await
+}
+
+async fn wait_gone(cli: &Path) {
+    for _ in 0..100 {
+        if processes_of(cli).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "CLI processes left after the server stopped: {:?}",
+        processes_of(cli)
+    );
+}
+
+/// Two turns on one process with our session_id as the CLI's id; an interrupt during a slow
+/// stream; a tool call approved through permission_request/permission_response; a restart that
+/// resumes with the earlier turns sent to the model; no CLI left when the server stops.
+#[tokio::test]
+async fn real_cli_end_to_end() {
+    let Some(cli) = real_cli() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApi::start(dir.path()).await;
+    let home = dir.path().join("claude-home");
+    let (_cfg_dir, config) =
+        config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
+    let data_dir = dir.path().join("data");
+    let mut server = start_server(&data_dir, &cli, &api, &config).await;
+    let mut c = server.client().await;
+
+    let ack = chat_ack(&mut c, "real", "hello one").await;
+    let session_id = ack["session_id"].as_str().unwrap().to_owned();
+    let first = c.until_result("real").await;
+    assert_eq!(reply_text(&first), "Echo: hello one (history 1)");
+    let init = first
+        .iter()
+        .find(|f| f["message_type"] == "system" && f["message"]["subtype"] == "init")
+        .unwrap();
+    assert_eq!(
+        init["message"]["session_id"],
+        session_id.as_str(),
+        "the CLI adopted our id"
+    );
+    assert!(
+        first.iter().any(|f| f["message_type"] == "stream_event"),
+        "partial messages stream"
+    );
+    chat_ack(&mut c, "real", "hello two").await;
+    assert_eq!(
+        reply_text(&c.until_result("real").await),
+        "Echo: hello two (history 2)"
+    );
+    assert_eq!(processes_of(&cli).len(), 1, "one live process across turns");
+
+    // Interrupt during a slow stream; the next turn works on the same process.
+    chat_ack(&mut c, "real", "SLOW story please").await;
+    c.recv_until(|f| {
+        f["message_type"] == "stream_event"
+            && f["message"]["event"]["type"] == "content_block_delta"
+    })
+    .await;
+    c.send(json!({"type": "interrupt", "agent_id": "real"}))
+        .await;
+    let interrupted = c.until_result("real").await;
+    let result = &interrupted.last().unwrap()["message"];
+    assert_eq!(result["is_error"], true, "{result}");
+    chat_ack(&mut c, "real", "after the stop").await;
+    assert!(reply_text(&c.until_result("real").await).starts_with("Echo: after the stop"));
+    assert_eq!(processes_of(&cli).len(), 1);
+
+    // A tool call that needs approval round-trips through the client.
+    chat_ack(&mut c, "real", "TOOL:touch+made_by_tool.txt").await;
+    let request = c
+        .recv_until(|f| f["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(request["tool_name"], "Bash");
+    c.send(json!({"type": "permission_response", "agent_id": "real", "request_id": request["request_id"], "behavior": "allow"}))
+        .await;
+    let tool_turn = c.until_result("real").await;
+    assert!(
+        tool_turn
+            .iter()
+            .any(|f| f["message_type"] == "permission_resolved" && f["outcome"] == "allowed")
+    );
+    assert!(
+        data_dir
+            .join("workspaces")
+            .join(&session_id)
+            .join("made_by_tool.txt")
+            .exists(),
+        "the tool ran in the workspace"
+    );
+
+    assert!(server.terminate().await.success());
+    wait_gone(&cli).await;
+
+    // Restart: the conversation resumes and the model gets the earlier turns.
+    let server = start_server(&data_dir, &cli, &api, &config).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "real", "hello three").await;
+    assert_eq!(ack["session_id"], session_id.as_str());
+    let reply = reply_text(&c.until_result("real").await);
+    assert!(reply.starts_with("Echo: hello three (history "), "{reply}");
+    let last = api.requests().pop().unwrap().to_string();
+    assert!(
+        last.contains("hello one") && last.contains("hello two"),
+        "earlier turns reached the model"
+    );
+    let mut server = server;
+    assert!(server.terminate().await.success());
+    wait_gone(&cli).await;
+}
