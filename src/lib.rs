@@ -93,11 +93,11 @@ impl Server {
                 let bin = config.claude.bin.clone().ok_or_else(|| {
                     anyhow::anyhow!("the claude backend needs the CLI's path: --claude-bin or AGENTMUX_CLAUDE_BIN")
                 })?;
-                let settings = agent::claude::ClaudeSettings::from_config(
-                    &config.claude,
+                let settings = agent::claude::ClaudeSettings {
+                    config: config.claude.clone(),
                     bin,
-                    config.workspaces_dir(),
-                );
+                    workspaces: config.workspaces_dir(),
+                };
                 Arc::new(agent::claude::ClaudeBackend::new(settings))
             }
         };

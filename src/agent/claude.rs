@@ -33,52 +33,24 @@ const STDERR_TAIL_BYTES: usize = 4096;
 /// How often the spare process is checked for life.
 const SPARE_CHECK: Duration = Duration::from_secs(1);
 
-/// Settings of the backend, resolved from [`ClaudeConfig`].
+/// Settings of the backend: the configuration plus what it resolves to.
 #[derive(Debug, Clone)]
 pub struct ClaudeSettings {
+    /// The `[claude]` configuration.
+    pub config: ClaudeConfig,
     /// The CLI binary.
     pub bin: PathBuf,
-    /// Arguments appended to every command line.
-    pub extra_args: Vec<String>,
-    /// Default model.
-    pub model: Option<String>,
-    /// Default permission mode.
-    pub permission_mode: Option<String>,
-    /// `CLAUDE_CONFIG_DIR` for the CLI.
-    pub config_dir: Option<PathBuf>,
-    /// Extra environment variable names passed through.
-    pub env_allow: Vec<String>,
-    /// Longest accepted stdout line.
-    pub max_line_bytes: usize,
-    /// Time allowed for `initialize`.
-    pub init_timeout: Duration,
-    /// Each step of a stop waits this long.
-    pub stop_grace: Duration,
-    /// Most live processes.
-    pub max_live: usize,
-    /// Keep a pre-warmed spare.
-    pub prewarm: bool,
     /// Root of the workspaces (`<data-dir>/workspaces`).
     pub workspaces: PathBuf,
 }
 
 impl ClaudeSettings {
-    /// Settings from the configuration.
-    pub fn from_config(config: &ClaudeConfig, bin: PathBuf, workspaces: PathBuf) -> Self {
-        ClaudeSettings {
-            bin,
-            extra_args: config.extra_args.clone(),
-            model: config.model.clone(),
-            permission_mode: config.permission_mode.clone(),
-            config_dir: config.config_dir.clone(),
-            env_allow: config.env_allow.clone(),
-            max_line_bytes: config.max_line_bytes,
-            init_timeout: Duration::from_secs(config.init_timeout_secs),
-            stop_grace: Duration::from_secs(config.stop_grace_secs),
-            max_live: config.max_live_processes.max(1),
-            prewarm: config.prewarm,
-            workspaces,
-        }
+    fn init_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.init_timeout_secs)
+    }
+
+    fn stop_grace(&self) -> Duration {
+        Duration::from_secs(self.config.stop_grace_secs)
     }
 
     /// The CLI's command line for a launch, ids always in `--flag=value` form.
@@ -105,13 +77,13 @@ impl ClaudeSettings {
             Launch::New { session_id } => args.push(format!("--session-id={session_id}")),
             Launch::Resume { sdk_session_id } => args.push(format!("--resume={sdk_session_id}")),
         }
-        if let Some(model) = model.or(self.model.as_deref()) {
+        if let Some(model) = model.or(self.config.model.as_deref()) {
             args.push(format!("--model={model}"));
         }
-        if let Some(mode) = permission_mode.or(self.permission_mode.as_deref()) {
+        if let Some(mode) = permission_mode.or(self.config.permission_mode.as_deref()) {
             args.push(format!("--permission-mode={mode}"));
         }
-        args.extend(self.extra_args.iter().cloned());
+        args.extend(self.config.extra_args.iter().cloned());
         args
     }
 
@@ -124,10 +96,10 @@ impl ClaudeSettings {
                     "PATH" | "HOME" | "LANG" | "CLAUDE_CONFIG_DIR"
                 ) || name.starts_with("ANTHROPIC_")
                     || (name.starts_with("CLAUDE_CODE_") && name != "CLAUDE_CODE_CHILD_SESSION")
-                    || self.env_allow.iter().any(|allowed| allowed == name)
+                    || self.config.env_allow.iter().any(|allowed| allowed == name)
             })
             .collect();
-        if let Some(dir) = &self.config_dir {
+        if let Some(dir) = &self.config.config_dir {
             env.retain(|(name, _)| name != "CLAUDE_CONFIG_DIR");
             env.push((
                 "CLAUDE_CONFIG_DIR".into(),
@@ -150,11 +122,11 @@ impl ClaudeBackend {
     pub fn new(settings: ClaudeSettings) -> Self {
         let settings = Arc::new(settings);
         let backend = ClaudeBackend {
-            pool: Arc::new(Pool::new(settings.max_live)),
+            pool: Arc::new(Pool::new(settings.config.max_live_processes.max(1))),
             spare: Arc::new(Spare::default()),
             settings,
         };
-        if backend.settings.prewarm {
+        if backend.settings.config.prewarm {
             tokio::spawn(keep_spare(
                 backend.settings.clone(),
                 Arc::downgrade(&backend.spare),
@@ -254,7 +226,7 @@ impl Proc {
             child,
             pid,
             stdin,
-            stdout: LineReader::new(stdout, settings.max_line_bytes),
+            stdout: LineReader::new(stdout, settings.config.max_line_bytes),
             stderr_tail,
             spoke: false,
         })
@@ -589,7 +561,7 @@ impl AgentTask {
                     told = true;
                     let detail = format!(
                         "all {} agent processes are busy; this turn starts when one is free",
-                        self.settings.max_live
+                        self.settings.config.max_live_processes
                     );
                     self.status("queued", detail).await;
                 }
@@ -606,7 +578,7 @@ impl AgentTask {
         );
         let mut proc = Proc::start(&self.settings, &args, &self.spec.cwd, &self.spec.agent_id)
             .map_err(|e| format!("cannot start the Claude CLI: {e}"))?;
-        let timeout = self.settings.init_timeout;
+        let timeout = self.settings.init_timeout();
         let outcome = {
             let init = proc.initialize(timeout);
             tokio::pin!(init);
@@ -624,11 +596,11 @@ impl AgentTask {
         match outcome {
             Some(Ok(())) => Ok(Some(proc)),
             Some(Err(detail)) => {
-                proc.stop(self.settings.stop_grace).await;
+                proc.stop(self.settings.stop_grace()).await;
                 Err(detail)
             }
             None => {
-                proc.stop(self.settings.stop_grace).await;
+                proc.stop(self.settings.stop_grace()).await;
                 Ok(None)
             }
         }
@@ -637,14 +609,14 @@ impl AgentTask {
     /// A pre-warmed process runs with the default model and mode; switch if asked otherwise.
     async fn adopt_options(&self, proc: &mut Proc) {
         if let Some(model) = &self.spec.model
-            && self.settings.model.as_ref() != Some(model)
+            && self.settings.config.model.as_ref() != Some(model)
         {
             let request = json!({"type": "control_request", "request_id": "set_model",
                 "request": {"subtype": "set_model", "model": model}});
             let _ = proc.write(&request).await;
         }
         if let Some(mode) = &self.spec.permission_mode
-            && self.settings.permission_mode.as_ref() != Some(mode)
+            && self.settings.config.permission_mode.as_ref() != Some(mode)
         {
             let request = json!({"type": "control_request", "request_id": "set_permission_mode",
                 "request": {"subtype": "set_permission_mode", "mode": mode}});
@@ -733,7 +705,7 @@ impl AgentTask {
                     Ok(Some(Line::TooLong(bytes))) => {
                         self.status("warning", format!(
                             "the agent wrote a line of {bytes} bytes, over the {} byte limit; it was skipped",
-                            self.settings.max_line_bytes
+                            self.settings.config.max_line_bytes
                         )).await;
                     }
                     Ok(None) | Err(_) => {
@@ -751,7 +723,7 @@ impl AgentTask {
         {
             self.prompts.push_front(prompt);
         }
-        proc.stop(self.settings.stop_grace).await;
+        proc.stop(self.settings.stop_grace()).await;
         end
     }
 
@@ -1004,11 +976,11 @@ async fn keep_spare(settings: Arc<ClaudeSettings>, spare: std::sync::Weak<Spare>
                 None,
             );
             match Proc::start(&settings, &args, &cwd, "spare") {
-                Ok(mut proc) => match proc.initialize(settings.init_timeout).await {
+                Ok(mut proc) => match proc.initialize(settings.init_timeout()).await {
                     Ok(()) => *slot.ready.lock().expect("spare lock") = Some((id, proc)),
                     Err(e) => {
                         tracing::warn!(error = %e, "the spare CLI did not start");
-                        proc.stop(settings.stop_grace).await;
+                        proc.stop(settings.stop_grace()).await;
                         let _ = std::fs::remove_dir(&cwd);
                         tokio::time::sleep(Duration::from_secs(5)).await;
                         continue;
