@@ -1,4 +1,4 @@
-//! The HTTP surface: the WebSocket endpoint, health and metrics.
+//! The HTTP surface: the WebSocket endpoint, the REST API, health and metrics.
 
 use axum::Router;
 use axum::extract::State;
@@ -6,7 +6,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::{AppState, ws};
+use crate::{AppState, api, ws};
 
 /// The application's routes.
 pub fn router(state: AppState) -> Router {
@@ -14,6 +14,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route("/ws", get(ws::upgrade))
+        .merge(api::router())
         .with_state(state)
 }
 

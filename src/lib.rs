@@ -8,6 +8,11 @@
 //! # Layout
 //! - [`protocol`]: wire frames, decoding with typed errors, frame building. No I/O.
 //! - [`ws`]: one task per socket; subscriptions, replay from the store, lag handling.
+//! - [`api`]: the REST API under `/api/sessions` (history, rename, delete, export/import,
+//!   rewind, fork, chat and Server-Sent Events for clients without a socket) and its OpenAPI
+//!   document.
+//! - [`replay`]: reading stored frames back by `seq`; the cursor every follower keeps.
+//! - [`cli_chat`]: `agentmux chat`, the terminal client.
 //! - [`http`]: the router (`/ws`, `/healthz`, `/metrics`).
 //! - [`session`]: the manager (single-flight create/resume, eviction) and the session actor.
 //! - [`agent`]: backends that run agents (the built-in demo agent).
@@ -18,11 +23,14 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod api;
 pub mod auth;
+pub mod cli_chat;
 pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod protocol;
+pub mod replay;
 pub mod session;
 pub mod store;
 pub mod ws;

@@ -1,4 +1,5 @@
-//! The `agentmux` command: `agentmux serve` runs the server.
+//! The `agentmux` command: `agentmux serve` runs the server, `agentmux chat` is a terminal
+//! client of one.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -24,6 +25,37 @@ struct Cli {
 enum Command {
     /// Run the server.
     Serve(ServeArgs),
+    /// Chat with a running server from the terminal.
+    Chat(ChatArgs),
+}
+
+#[derive(Args)]
+struct ChatArgs {
+    /// WebSocket URL of the server
+    #[arg(long, env = "AGENTMUX_URL", default_value = "ws://127.0.0.1:7878/ws")]
+    url: String,
+    /// Resume a session: by agent_id, session_id or a unique prefix; without a value, pick
+    /// from a list (or, with --last, the most recent)
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    resume: Option<String>,
+    /// With --resume: the session with the most recent activity
+    #[arg(long)]
+    last: bool,
+}
+
+impl ChatArgs {
+    fn into_options(self) -> agentmux::cli_chat::ChatOptions {
+        use agentmux::cli_chat::Resume;
+        let resume = match (self.resume, self.last) {
+            (_, true) => Some(Resume::Last),
+            (Some(id), false) => Some(Resume::parse(&id)),
+            (None, false) => None,
+        };
+        agentmux::cli_chat::ChatOptions {
+            url: self.url,
+            resume,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -91,6 +123,7 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Chat(args) => runtime.block_on(agentmux::cli_chat::run(args.into_options())),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

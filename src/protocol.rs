@@ -24,7 +24,7 @@ pub const PERMISSION_MODES: &[&str] = &[
 ];
 
 /// Stable, snake_case error codes carried by `error` frames and REST errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// Not JSON, not an object, no `type`, a binary frame, or a field of the wrong type.
@@ -51,6 +51,15 @@ pub enum ErrorCode {
     Unauthorized,
     /// A `permission_response` names no pending request.
     UnknownRequest,
+    /// A `seq` that does not name what the request needs (a rewind or fork point must be the
+    /// `seq` of a stored `result`).
+    InvalidSeq,
+    /// The conversation is running or queueing a turn; the request needs it idle.
+    Busy,
+    /// Another conversation already has that `agent_id`.
+    AgentExists,
+    /// A REST request whose query, path or body is malformed.
+    InvalidRequest,
 }
 
 impl ErrorCode {
@@ -69,6 +78,10 @@ impl ErrorCode {
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::UnknownRequest => "unknown_request",
+            ErrorCode::InvalidSeq => "invalid_seq",
+            ErrorCode::Busy => "busy",
+            ErrorCode::AgentExists => "agent_exists",
+            ErrorCode::InvalidRequest => "invalid_request",
         }
     }
 }
@@ -163,6 +176,23 @@ pub enum ClientFrame {
         request_id: String,
         /// Allow (optionally with edited input) or deny (optionally with a message).
         decision: crate::agent::PermissionDecision,
+    },
+    /// Drop every stored message after `to_seq` (the `seq` of a `result`) and make the agent
+    /// forget them.
+    Rewind {
+        /// The conversation.
+        agent_id: String,
+        /// The `seq` of the `result` that ends the turn to go back to.
+        to_seq: i64,
+    },
+    /// Start conversation `new_agent_id` from `agent_id`'s history up to `at_seq`.
+    Fork {
+        /// The conversation to fork.
+        agent_id: String,
+        /// The new conversation's routing key.
+        new_agent_id: String,
+        /// The `seq` of the `result` to fork at; the latest when absent.
+        at_seq: Option<i64>,
     },
 }
 
@@ -330,6 +360,32 @@ pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameErro
                 decision,
             })
         }
+        "rewind" => Ok(ClientFrame::Rewind {
+            agent_id: agent_id(&obj).map_err(fail)?,
+            to_seq: seq_field(&obj, "to_seq").map_err(fail)?.ok_or_else(|| {
+                fail(FrameError::new(
+                    ErrorCode::InvalidSeq,
+                    "`to_seq` is missing",
+                ))
+            })?,
+        }),
+        "fork" => {
+            let agent_id = agent_id(&obj).map_err(fail)?;
+            let new_agent_id = match obj.get("new_agent_id") {
+                Some(Value::String(id)) if valid_agent_id(id) && *id != agent_id => id.clone(),
+                _ => {
+                    return Err(fail(FrameError::new(
+                        ErrorCode::InvalidAgentId,
+                        "`new_agent_id` must be 1-128 characters of [A-Za-z0-9._:-], other than `agent_id`",
+                    )));
+                }
+            };
+            Ok(ClientFrame::Fork {
+                agent_id,
+                new_agent_id,
+                at_seq: seq_field(&obj, "at_seq").map_err(fail)?,
+            })
+        }
         other => Err(fail(FrameError::new(
             ErrorCode::UnknownType,
             format!("unknown frame type `{}`", truncate_chars(other, 64)),
@@ -352,6 +408,19 @@ fn agent_id(obj: &Map<String, Value>) -> Result<String, FrameError> {
             ErrorCode::InvalidAgentId,
             "`agent_id` is missing",
         )),
+    }
+}
+
+/// An optional positive `seq` field.
+fn seq_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, FrameError> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_i64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+            FrameError::new(
+                ErrorCode::InvalidSeq,
+                format!("`{name}` must be a positive integer"),
+            )
+        }),
     }
 }
 
@@ -518,6 +587,24 @@ pub fn bare_status_frame(agent_id: &str, status: &str, detail: &str) -> Frame {
     )
 }
 
+/// The `status` `forked` answering a `fork`: tagged with the new conversation, it names the
+/// original and the `seq` the copied history ends at (the fork's own `last_seq`).
+pub fn forked_frame(fork: &crate::store::SessionRecord, forked_from: &str) -> Frame {
+    Frame::unstored(
+        serde_json::json!({
+            "message_type": "status",
+            "agent_id": fork.agent_id,
+            "session_id": fork.session_id,
+            "timestamp": now_rfc3339(),
+            "status": "forked",
+            "detail": format!("forked from `{forked_from}` at seq {}", fork.last_seq),
+            "forked_from": forked_from,
+            "at_seq": fork.last_seq,
+        })
+        .to_string(),
+    )
+}
+
 /// The `ack` frame sent to the socket that sent a `chat`.
 pub fn ack_frame(
     tag: Tag<'_>,
@@ -608,6 +695,45 @@ mod tests {
         assert_eq!(
             decode(r#"{"type":"ping","ts":5}"#, LIMITS).unwrap(),
             ClientFrame::Ping { ts: Some(5.into()) }
+        );
+        assert_eq!(
+            decode(r#"{"type":"rewind","agent_id":"x","to_seq":4}"#, LIMITS).unwrap(),
+            ClientFrame::Rewind {
+                agent_id: "x".into(),
+                to_seq: 4
+            }
+        );
+        assert_eq!(
+            decode(
+                r#"{"type":"fork","agent_id":"x","new_agent_id":"y"}"#,
+                LIMITS
+            )
+            .unwrap(),
+            ClientFrame::Fork {
+                agent_id: "x".into(),
+                new_agent_id: "y".into(),
+                at_seq: None
+            }
+        );
+    }
+
+    #[test]
+    fn bad_rewind_and_fork_frames_have_their_codes() {
+        assert_eq!(
+            code(r#"{"type":"rewind","agent_id":"x"}"#),
+            ErrorCode::InvalidSeq
+        );
+        assert_eq!(
+            code(r#"{"type":"rewind","agent_id":"x","to_seq":"3"}"#),
+            ErrorCode::InvalidSeq
+        );
+        assert_eq!(
+            code(r#"{"type":"fork","agent_id":"x","new_agent_id":"x"}"#),
+            ErrorCode::InvalidAgentId
+        );
+        assert_eq!(
+            code(r#"{"type":"fork","agent_id":"x","new_agent_id":"y","at_seq":0}"#),
+            ErrorCode::InvalidSeq
         );
     }
 

@@ -7,7 +7,6 @@
 //! sees every stored frame exactly once and in order.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -22,10 +21,7 @@ use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use crate::AppState;
 use crate::auth::Principal;
 use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
-use crate::session::SessionRef;
-
-/// Stored frames read per page during a replay.
-const REPLAY_PAGE: u32 = 1000;
+use crate::replay::Cursor;
 /// Most frames written before one flush.
 const WRITE_BATCH: usize = 256;
 
@@ -50,12 +46,6 @@ pub async fn upgrade(
             Connection::new(socket, app.clone(), principal).run().await;
             app.metrics.sockets(-1);
         })
-}
-
-struct Cursor {
-    session: Arc<SessionRef>,
-    /// Highest stored `seq` sent to this socket.
-    last_seq: i64,
 }
 
 struct Connection {
@@ -164,7 +154,14 @@ impl Connection {
                             accepted.queue_position,
                         );
                         self.send(ack).await?;
-                        if !self.cursors.contains_key(&agent_id) {
+                        // A cursor of an earlier conversation under this agent_id (deleted
+                        // since, its subscription ended) is replaced.
+                        if !self.subs.contains_key(&agent_id)
+                            || self
+                                .cursors
+                                .get(&agent_id)
+                                .is_none_or(|c| c.session.session_id != accepted.session.session_id)
+                        {
                             self.cursors.insert(
                                 agent_id.clone(),
                                 Cursor {
@@ -246,6 +243,29 @@ impl Connection {
                 self.cursors.remove(&agent_id);
                 Ok(())
             }
+            ClientFrame::Rewind { agent_id, to_seq } => {
+                self.app.metrics.frame_in("rewind");
+                match manager.rewind(&self.principal, &agent_id, to_seq).await {
+                    // A follower gets the stored status through its subscription.
+                    Ok(_) if self.subs.contains_key(&agent_id) => Ok(()),
+                    Ok(status) => self.send(status).await,
+                    Err(err) => self.send_error(&err).await,
+                }
+            }
+            ClientFrame::Fork {
+                agent_id,
+                new_agent_id,
+                at_seq,
+            } => {
+                self.app.metrics.frame_in("fork");
+                match manager
+                    .fork(&self.principal, &agent_id, &new_agent_id, at_seq)
+                    .await
+                {
+                    Ok(fork) => self.send(protocol::forked_frame(&fork, &agent_id)).await,
+                    Err(err) => self.send_error(&err).await,
+                }
+            }
         }
     }
 
@@ -279,14 +299,9 @@ impl Connection {
 
     /// Whether a live frame should be sent: stored frames already sent are skipped.
     fn is_new(&mut self, agent_id: &str, frame: &Frame) -> bool {
-        let (Some(seq), Some(cursor)) = (frame.seq, self.cursors.get_mut(agent_id)) else {
-            return true;
-        };
-        if seq <= cursor.last_seq {
-            return false;
-        }
-        cursor.last_seq = seq;
-        true
+        self.cursors
+            .get_mut(agent_id)
+            .is_none_or(|cursor| cursor.admit(frame))
     }
 
     async fn catch_up(&mut self, agent_id: &str, missed: u64) -> SocketResult {
@@ -307,12 +322,11 @@ impl Connection {
         let Some(cursor) = self.cursors.get(agent_id) else {
             return Ok(());
         };
-        let session = cursor.session.clone();
         let mut last = cursor.last_seq;
-        let store = self.app.manager.store().clone();
-        loop {
-            let rows = match store.messages_after(session.id, last, REPLAY_PAGE).await {
-                Ok(rows) => rows,
+        let mut pages = std::pin::pin!(cursor.replay(self.app.manager.store().clone()));
+        while let Some(page) = pages.next().await {
+            let frames = match page {
+                Ok(frames) => frames,
                 Err(err) => {
                     tracing::warn!(error = %err, agent_id, "replay failed");
                     let err = FrameError::new(
@@ -323,27 +337,18 @@ impl Connection {
                     return self.send_error(&err).await;
                 }
             };
-            let count = rows.len();
-            for row in rows {
-                let frame = protocol::session_frame(
-                    session.tag(),
-                    &row.message_type,
-                    Some(row.seq),
-                    &row.created_at,
-                    &row.payload,
-                );
+            let count = frames.len();
+            for frame in frames {
+                last = frame.seq.unwrap_or(last);
                 self.socket.feed(Message::Text(frame.text)).await?;
-                last = row.seq;
             }
             self.app.metrics.frames_out(count as u64);
             self.socket.flush().await?;
             if let Some(cursor) = self.cursors.get_mut(agent_id) {
                 cursor.last_seq = cursor.last_seq.max(last);
             }
-            if count < REPLAY_PAGE as usize {
-                return Ok(());
-            }
         }
+        Ok(())
     }
 }
 

@@ -76,6 +76,24 @@ impl ClaudeSettings {
         match launch {
             Launch::New { session_id } => args.push(format!("--session-id={session_id}")),
             Launch::Resume { sdk_session_id } => args.push(format!("--resume={sdk_session_id}")),
+            Launch::ResumeAt {
+                sdk_session_id,
+                at_message_uuid,
+                new_session_id,
+            } => args.extend([
+                format!("--resume={sdk_session_id}"),
+                format!("--resume-session-at={at_message_uuid}"),
+                "--fork-session".into(),
+                format!("--session-id={new_session_id}"),
+            ]),
+            Launch::Fork {
+                sdk_session_id,
+                new_session_id,
+            } => args.extend([
+                format!("--resume={sdk_session_id}"),
+                "--fork-session".into(),
+                format!("--session-id={new_session_id}"),
+            ]),
         }
         if let Some(model) = model.or(self.config.model.as_deref()) {
             args.push(format!("--model={model}"));
@@ -151,7 +169,7 @@ impl Backend for ClaudeBackend {
         }
         let warm = match &spec.launch {
             Launch::New { session_id } => self.spare.claim(session_id),
-            Launch::Resume { .. } => None,
+            Launch::Resume { .. } | Launch::ResumeAt { .. } | Launch::Fork { .. } => None,
         };
         let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
         let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
@@ -163,6 +181,10 @@ impl Backend for ClaudeBackend {
             events: event_tx,
             prompts: VecDeque::new(),
             tool_inputs: HashMap::new(),
+            applied: (None, None),
+            options_pending: 0,
+            options_refused: None,
+            reported_session_id: None,
         };
         tokio::spawn(task.run(warm));
         Ok(AgentConn {
@@ -438,6 +460,9 @@ enum End {
     Evicted,
     /// The CLI refused to resume or reuse the id; start a fresh conversation.
     Refused(String),
+    /// The CLI refused a model or permission mode between turns: start it again, resuming,
+    /// under the new settings.
+    Restart(String),
 }
 
 struct AgentTask {
@@ -450,6 +475,14 @@ struct AgentTask {
     prompts: VecDeque<String>,
     /// The proposed input of each open permission request (an `allow` without edits sends it back).
     tool_inputs: HashMap<String, Value>,
+    /// The model and permission mode the running process was started with or switched to.
+    applied: (Option<String>, Option<String>),
+    /// `set_model` / `set_permission_mode` requests not answered yet; prompts wait for them.
+    options_pending: usize,
+    /// Why the CLI refused a change of settings, when it did.
+    options_refused: Option<String>,
+    /// The id the CLI reported in its last init: what a restart resumes.
+    reported_session_id: Option<String>,
 }
 
 impl AgentTask {
@@ -481,6 +514,69 @@ impl AgentTask {
                 true
             }
             Some(AgentInput::Permission { .. }) => true,
+            Some(AgentInput::SetOptions {
+                model,
+                permission_mode,
+            }) => {
+                self.spec.model = model;
+                self.spec.permission_mode = permission_mode;
+                true
+            }
+        }
+    }
+
+    /// The model and permission mode the session wants (the configured ones by default).
+    fn wanted_options(&self) -> (Option<String>, Option<String>) {
+        (
+            self.spec
+                .model
+                .clone()
+                .or_else(|| self.settings.config.model.clone()),
+            self.spec
+                .permission_mode
+                .clone()
+                .or_else(|| self.settings.config.permission_mode.clone()),
+        )
+    }
+
+    /// Between turns: asks the CLI to switch to the settings the session now wants, through
+    /// the control protocol. Prompts wait until the CLI has answered.
+    async fn switch_options(&mut self, proc: &mut Proc) -> io::Result<()> {
+        let wanted = self.wanted_options();
+        if wanted.0 != self.applied.0 {
+            let model = wanted.0.as_deref().unwrap_or("default");
+            let request = json!({"type": "control_request", "request_id": "options_model",
+                "request": {"subtype": "set_model", "model": model}});
+            proc.write(&request).await?;
+            self.options_pending += 1;
+        }
+        if wanted.1 != self.applied.1 {
+            let mode = wanted.1.as_deref().unwrap_or("default");
+            let request = json!({"type": "control_request", "request_id": "options_mode",
+                "request": {"subtype": "set_permission_mode", "mode": mode}});
+            proc.write(&request).await?;
+            self.options_pending += 1;
+        }
+        self.applied = wanted;
+        Ok(())
+    }
+
+    /// Counts an answer to [`Self::switch_options`]; a refusal is kept for the main loop.
+    fn on_options_answer(&mut self, raw: &str) {
+        let Ok(v) = serde_json::from_str::<Value>(raw) else {
+            return;
+        };
+        let response = &v["response"];
+        if !matches!(
+            response["request_id"].as_str(),
+            Some("options_model" | "options_mode")
+        ) {
+            return;
+        }
+        self.options_pending = self.options_pending.saturating_sub(1);
+        if response["subtype"] == "error" {
+            let why = response["error"].as_str().unwrap_or("refused");
+            self.options_refused = Some(format!("the agent refused the new settings ({why})"));
         }
     }
 
@@ -506,6 +602,7 @@ impl AgentTask {
             let proc = match warm.take() {
                 Some(mut proc) => {
                     self.adopt_options(&mut proc).await;
+                    self.applied = self.wanted_options();
                     proc
                 }
                 None => match self.start().await {
@@ -529,6 +626,19 @@ impl AgentTask {
                 End::Exited(detail) => {
                     self.emit(AgentEvent::Exited { detail }).await;
                     return;
+                }
+                End::Restart(reason) => {
+                    self.status(
+                        "restarting",
+                        format!(
+                            "{reason}; restarting the agent with resume under the new settings"
+                        ),
+                    )
+                    .await;
+                    self.options_pending = 0;
+                    if let Some(id) = self.reported_session_id.clone() {
+                        self.spec.launch = Launch::Resume { sdk_session_id: id };
+                    }
                 }
                 End::Refused(reason) => {
                     let fresh = uuid::Uuid::new_v4().to_string();
@@ -576,6 +686,7 @@ impl AgentTask {
             self.spec.model.as_deref(),
             self.spec.permission_mode.as_deref(),
         );
+        self.applied = self.wanted_options();
         let mut proc = Proc::start(&self.settings, &args, &self.spec.cwd, &self.spec.agent_id)
             .map_err(|e| format!("cannot start the Claude CLI: {e}"))?;
         let timeout = self.settings.init_timeout();
@@ -633,6 +744,16 @@ impl AgentTask {
         let mut current: Option<String> = None;
         let end = loop {
             if turn == Turn::Idle
+                && self.wanted_options() != self.applied
+                && let Err(e) = self.switch_options(&mut proc).await
+            {
+                break End::Exited(format!(
+                    "cannot write to the CLI: {e}; {}",
+                    proc.exit_detail().await
+                ));
+            }
+            if turn == Turn::Idle
+                && self.options_pending == 0
                 && let Some(prompt) = self.prompts.pop_front()
             {
                 let line = json!({
@@ -654,6 +775,10 @@ impl AgentTask {
                 input = self.inputs.recv() => match input {
                     None => break End::Stopped,
                     Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
+                    Some(AgentInput::SetOptions { model, permission_mode }) => {
+                        self.spec.model = model;
+                        self.spec.permission_mode = permission_mode;
+                    }
                     Some(AgentInput::Interrupt) => match turn {
                         Turn::Sent { started: true } => {
                             interrupts += 1;
@@ -687,6 +812,9 @@ impl AgentTask {
                         proc.spoke = true;
                         match self.on_line(&mut proc, text, &mut turn, &mut seen_init).await {
                             Some(refusal) => break End::Refused(refusal),
+                            None if self.options_refused.is_some() => {
+                                break End::Restart(self.options_refused.take().unwrap_or_default());
+                            }
                             None => {
                                 if turn == (Turn::Sent { started: true }) && interrupt_held {
                                     interrupt_held = false;
@@ -754,7 +882,10 @@ impl AgentTask {
             }
         };
         match message.kind.as_str() {
-            "control_response" => None,
+            "control_response" => {
+                self.on_options_answer(&message.raw);
+                None
+            }
             "control_request" => {
                 self.on_control_request(proc, &message.raw).await;
                 None
@@ -773,6 +904,7 @@ impl AgentTask {
             }
             "system" if message.subtype.as_deref() == Some("init") => {
                 *seen_init = true;
+                self.reported_session_id.clone_from(&message.session_id);
                 if *turn == (Turn::Sent { started: false }) {
                     *turn = Turn::Sent { started: true };
                 }
@@ -781,8 +913,9 @@ impl AgentTask {
             }
             "result" => {
                 if !*seen_init
-                    && matches!(self.spec.launch, Launch::Resume { .. })
-                    && message.raw.contains("No conversation found")
+                    && !matches!(self.spec.launch, Launch::New { .. })
+                    && (message.raw.contains("No conversation found")
+                        || message.raw.contains("No message found"))
                 {
                     return Some("the agent could not find the conversation to resume".into());
                 }

@@ -16,6 +16,8 @@ use super::{
     SpawnError, SpawnSpec,
 };
 
+/// Model the demo reports when none was chosen.
+const DEFAULT_MODEL: &str = "demo";
 /// Cost the demo reports per turn, in US dollars.
 const COST_PER_TURN_USD: f64 = 0.0001;
 
@@ -35,13 +37,18 @@ impl Backend for DemoBackend {
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
         let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
         let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
+        // The demo's memory is the number of turns it has seen: `prior_prompts` counts the
+        // stored turns it remembers, which a rewind cuts and a fork inherits.
         let session_id = match &spec.launch {
             Launch::New { session_id } => session_id.clone(),
             Launch::Resume { sdk_session_id } => sdk_session_id.clone(),
+            Launch::ResumeAt { new_session_id, .. } | Launch::Fork { new_session_id, .. } => {
+                new_session_id.clone()
+            }
         };
         let agent = DemoAgent {
             session_id,
-            model: spec.model.unwrap_or_else(|| "demo".into()),
+            model: spec.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
             turns: spec.prior_prompts,
             cumulative_cost: 0.0,
             word_delay: self.word_delay,
@@ -76,14 +83,21 @@ impl DemoAgent {
     async fn run(mut self, mut input: mpsc::Receiver<AgentInput>) {
         let mut pending = std::collections::VecDeque::new();
         loop {
-            let prompt = match pending.pop_front() {
-                Some(p) => p,
+            let next = match pending.pop_front() {
+                Some(next) => next,
                 None => match input.recv().await {
-                    Some(AgentInput::Prompt(p)) => p,
-                    // Nothing to stop, and the demo never asks for permissions.
-                    Some(AgentInput::Interrupt | AgentInput::Permission { .. }) => continue,
+                    Some(next) => next,
                     None => break,
                 },
+            };
+            let prompt = match next {
+                AgentInput::Prompt(p) => p,
+                // Nothing to stop, and the demo never asks for permissions.
+                AgentInput::Interrupt | AgentInput::Permission { .. } => continue,
+                AgentInput::SetOptions { model, .. } => {
+                    self.model = model.unwrap_or_else(|| DEFAULT_MODEL.into());
+                    continue;
+                }
             };
             match self.turn(&prompt, &mut input, &mut pending).await {
                 TurnEnd::Completed | TurnEnd::Interrupted => {}
@@ -113,7 +127,7 @@ impl DemoAgent {
         &mut self,
         prompt: &str,
         input: &mut mpsc::Receiver<AgentInput>,
-        pending: &mut std::collections::VecDeque<String>,
+        pending: &mut std::collections::VecDeque<AgentInput>,
     ) -> TurnEnd {
         let started = Instant::now();
         self.turns += 1;
@@ -154,8 +168,8 @@ impl DemoAgent {
                     _ = tokio::time::sleep(self.word_delay) => {}
                     got = input.recv() => match got {
                         Some(AgentInput::Interrupt) => { end = TurnEnd::Interrupted; break; }
-                        Some(AgentInput::Prompt(p)) => pending.push_back(p),
                         Some(AgentInput::Permission { .. }) => {}
+                        Some(later) => pending.push_back(later),
                         None => { end = TurnEnd::Closed; break; }
                     }
                 }
@@ -216,16 +230,17 @@ impl DemoAgent {
     }
 }
 
-/// Takes inputs that arrived without waiting: prompts queue, an interrupt ends the turn.
+/// Takes inputs that arrived without waiting: an interrupt ends the turn, a permission
+/// answer is ignored (the demo never asks), anything else waits for the turn to end.
 fn check_input(
     input: &mut mpsc::Receiver<AgentInput>,
-    pending: &mut std::collections::VecDeque<String>,
+    pending: &mut std::collections::VecDeque<AgentInput>,
 ) -> Option<TurnEnd> {
     loop {
         match input.try_recv() {
             Ok(AgentInput::Interrupt) => return Some(TurnEnd::Interrupted),
-            Ok(AgentInput::Prompt(p)) => pending.push_back(p),
             Ok(AgentInput::Permission { .. }) => {}
+            Ok(later) => pending.push_back(later),
             Err(mpsc::error::TryRecvError::Empty) => return None,
             Err(mpsc::error::TryRecvError::Disconnected) => return Some(TurnEnd::Closed),
         }

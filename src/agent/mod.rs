@@ -32,6 +32,29 @@ pub enum Launch {
         /// The id the agent reported in its init message.
         sdk_session_id: String,
     },
+    /// After a rewind, or for a fork at an earlier turn: a new agent session holding the
+    /// history of `sdk_session_id` up to and including the assistant message `at_message_uuid`,
+    /// and nothing after it. For the Claude CLI: `--resume=<sdk_session_id>
+    /// --resume-session-at=<at_message_uuid> --fork-session --session-id=<new_session_id>`
+    /// (always in the `=` form). The agent reports `new_session_id` in its init message, and
+    /// that is what later launches resume.
+    ResumeAt {
+        /// The agent session to branch from (an id the agent reported).
+        sdk_session_id: String,
+        /// uuid of the last assistant message to keep (a `result`'s turn anchor).
+        at_message_uuid: String,
+        /// A fresh UUID for the new agent session.
+        new_session_id: String,
+    },
+    /// For a fork of a whole conversation: a new agent session holding all of
+    /// `sdk_session_id`'s history. For the Claude CLI: `--resume=<sdk_session_id>
+    /// --fork-session --session-id=<new_session_id>`.
+    Fork {
+        /// The agent session to copy (an id the agent reported).
+        sdk_session_id: String,
+        /// A fresh UUID for the new agent session.
+        new_session_id: String,
+    },
 }
 
 /// Everything a backend needs to start an agent.
@@ -60,6 +83,17 @@ pub enum AgentInput {
     Prompt(String),
     /// Stop the running turn; the agent stays alive.
     Interrupt,
+    /// Between turns: run the next turns with this model and permission mode (`None`: the
+    /// agent's default). Sent before the `Prompt` of the turn that asked for them. The Claude
+    /// CLI backend maps them to the `set_model` / `set_permission_mode` control requests; when
+    /// the agent refuses one it ends with [`AgentEvent::Exited`], and the session starts it
+    /// again with resume under the new settings.
+    SetOptions {
+        /// Model for the next turns.
+        model: Option<String>,
+        /// Permission mode for the next turns.
+        permission_mode: Option<String>,
+    },
     /// Answer a tool permission request.
     Permission {
         /// The agent's id of the request.

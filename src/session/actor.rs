@@ -16,8 +16,8 @@ use crate::agent::{
     AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, PermissionDecision, SpawnSpec,
     error_result,
 };
-use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError};
-use crate::store::{NewMessage, SessionRecord, Totals};
+use crate::protocol::{self, Chat, ChatOptions, ErrorCode, Frame, FrameError};
+use crate::store::{NewMessage, NextLaunch, SessionRecord, Totals};
 
 /// Most agent events stored in one append.
 const EVENT_BATCH: usize = 128;
@@ -39,6 +39,14 @@ pub(crate) enum Command {
     },
     /// End the running turn and stop (server shutdown).
     Stop { reply: oneshot::Sender<()> },
+    /// Drop the stored messages after a `result` and make the agent forget them; the reply is
+    /// the stored `rewound` status frame.
+    Rewind {
+        to_seq: i64,
+        reply: oneshot::Sender<Result<Frame, FrameError>>,
+    },
+    /// Stop the agent at once, whatever it is doing, and end (the conversation is deleted).
+    Abandon { reply: oneshot::Sender<()> },
 }
 
 pub(crate) struct ActorInit {
@@ -53,6 +61,8 @@ pub(crate) struct ActorInit {
 struct Turn {
     user_seq: i64,
     content: String,
+    /// Model and permission mode asked for with this turn; applied when it starts.
+    options: ChatOptions,
 }
 
 struct Running {
@@ -81,6 +91,9 @@ struct Actor {
     sdk_session_id: Option<String>,
     model: Option<String>,
     permission_mode: Option<String>,
+    /// How the next agent launch starts, when a rewind or fork decided it; cleared once the
+    /// agent reports its new id.
+    next_launch: Option<NextLaunch>,
     queue: VecDeque<Turn>,
     running: Option<Running>,
     agent: Option<AgentConn>,
@@ -108,6 +121,7 @@ pub(crate) fn spawn(init: ActorInit) {
         sdk_session_id: record.sdk_session_id.clone(),
         model: record.model.clone(),
         permission_mode: record.permission_mode.clone(),
+        next_launch: record.next_launch(),
         shared,
         session,
         slot_state,
@@ -150,6 +164,14 @@ impl Actor {
                     }
                     Some(Command::Stop { reply }) => {
                         self.stop().await;
+                        let _ = reply.send(());
+                        return;
+                    }
+                    Some(Command::Rewind { to_seq, reply }) => {
+                        let _ = reply.send(self.rewind(to_seq).await);
+                    }
+                    Some(Command::Abandon { reply }) => {
+                        self.abandon().await;
                         let _ = reply.send(());
                         return;
                     }
@@ -237,12 +259,6 @@ impl Actor {
                 return;
             }
         };
-        if chat.options.model.is_some() {
-            self.model = chat.options.model.clone();
-        }
-        if chat.options.permission_mode.is_some() {
-            self.permission_mode = chat.options.permission_mode.clone();
-        }
         let position = if busy {
             self.queue.len() + usize::from(self.running.is_some())
         } else {
@@ -259,6 +275,7 @@ impl Actor {
         self.queue.push_back(Turn {
             user_seq: seq,
             content: chat.content,
+            options: chat.options,
         });
         if self.running.is_none() {
             self.start_next_turn().await;
@@ -290,6 +307,7 @@ impl Actor {
     /// Starts queued turns until one is running (a turn whose agent can't start is closed).
     async fn start_next_turn(&mut self) {
         while let Some(turn) = self.queue.pop_front() {
+            self.apply_options(&turn.options).await;
             if self.agent.is_none()
                 && let Err(detail) = self.spawn_agent(turn.user_seq).await
             {
@@ -323,17 +341,76 @@ impl Actor {
         self.idle_since = Instant::now();
     }
 
-    async fn spawn_agent(&mut self, user_seq: i64) -> Result<(), String> {
-        let shared = self.shared.clone();
-        let launch = match &self.sdk_session_id {
-            Some(id) => Launch::Resume {
+    /// Runs the next turns under the model and permission mode a turn asked for: a live agent
+    /// is told between turns, a new one starts with them, and they are stored.
+    async fn apply_options(&mut self, options: &ChatOptions) {
+        let model = options.model.clone().or_else(|| self.model.clone());
+        let permission_mode = options
+            .permission_mode
+            .clone()
+            .or_else(|| self.permission_mode.clone());
+        if model == self.model && permission_mode == self.permission_mode {
+            return;
+        }
+        self.model = model.clone();
+        self.permission_mode = permission_mode.clone();
+        if let Err(err) = self
+            .shared
+            .store
+            .set_options(
+                self.session.id,
+                model.as_deref(),
+                permission_mode.as_deref(),
+            )
+            .await
+        {
+            self.store_failed(&err);
+        }
+        if let Some(agent) = &self.agent
+            && agent
+                .input
+                .send(AgentInput::SetOptions {
+                    model,
+                    permission_mode,
+                })
+                .await
+                .is_err()
+        {
+            self.agent = None;
+        }
+    }
+
+    /// How the next agent starts: as a rewind or fork decided, else resuming the id the agent
+    /// reported, else new under our own id.
+    fn launch(&self) -> Launch {
+        let new_session_id = || uuid::Uuid::new_v4().to_string();
+        match (&self.next_launch, &self.sdk_session_id) {
+            (Some(NextLaunch::ForkAt { from, at }), _) => Launch::ResumeAt {
+                sdk_session_id: from.clone(),
+                at_message_uuid: at.clone(),
+                new_session_id: new_session_id(),
+            },
+            (Some(NextLaunch::Fork { from }), _) => Launch::Fork {
+                sdk_session_id: from.clone(),
+                new_session_id: new_session_id(),
+            },
+            (Some(NextLaunch::Fresh), _) => Launch::New {
+                session_id: new_session_id(),
+            },
+            (None, Some(id)) => Launch::Resume {
                 sdk_session_id: id.clone(),
             },
-            None => Launch::New {
+            (None, None) => Launch::New {
                 session_id: self.session.session_id.clone(),
             },
-        };
-        let resumed = matches!(launch, Launch::Resume { .. });
+        }
+    }
+
+    async fn spawn_agent(&mut self, user_seq: i64) -> Result<(), String> {
+        let shared = self.shared.clone();
+        let launch = self.launch();
+        // A fork after a rewind resumes the agent's own history too.
+        let resumed = !matches!(launch, Launch::New { .. });
         self.publish_status(
             if resumed { "resuming" } else { "creating" },
             if resumed {
@@ -543,6 +620,7 @@ impl Actor {
             self.store_failed(&err);
         }
         self.sdk_session_id = Some(id);
+        self.next_launch = None;
     }
 
     async fn answer_permission(
@@ -687,7 +765,12 @@ impl Actor {
     /// Evicts the conversation if nothing arrived meanwhile; true when the actor should end.
     async fn try_evict(&mut self) -> bool {
         let state = self.slot_state.clone();
-        let mut guard = state.lock().await;
+        // A held slot means a command for this actor is on its way (and its sender may be
+        // waiting for the reply): stay, and look again after another idle period.
+        let Ok(mut guard) = state.try_lock() else {
+            self.idle_since = Instant::now();
+            return false;
+        };
         if !self.commands.is_empty() {
             return false;
         }
@@ -703,6 +786,61 @@ impl Actor {
             "idle; the conversation resumes on the next message",
         );
         true
+    }
+
+    /// Drops the stored messages after `to_seq` and makes the agent forget them: the live
+    /// agent is stopped, and the next one starts as the store decided (a fork of the agent's
+    /// session at the turn's anchor). Only while no turn is running or queued.
+    async fn rewind(&mut self, to_seq: i64) -> Result<Frame, FrameError> {
+        let agent_id = self.session.agent_id.as_str();
+        if self.running.is_some() || !self.queue.is_empty() {
+            return Err(FrameError::new(
+                ErrorCode::Busy,
+                "a turn is running or queued; interrupt it or wait for it to end, then rewind",
+            )
+            .for_agent(Some(agent_id)));
+        }
+        let payload = serde_json::json!({
+            "status": "rewound",
+            "detail": format!("messages after seq {to_seq} were dropped; the agent no longer remembers them"),
+            "dropped_after_seq": to_seq,
+        })
+        .to_string();
+        let status = NewMessage::new("status", payload.clone());
+        let created_at = status.created_at.clone();
+        let rewound = self
+            .shared
+            .store
+            .rewind(self.session.id, to_seq, status)
+            .await
+            .map_err(|e| super::store_error(e, agent_id))?;
+        tracing::info!(agent_id, to_seq, dropped = rewound.dropped, launch = ?rewound.next_launch, "rewound");
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        self.next_launch = Some(rewound.next_launch);
+        let frame = protocol::session_frame(
+            self.session.tag(),
+            "status",
+            Some(rewound.status_seq),
+            &created_at,
+            &payload,
+        );
+        self.publish(frame.clone());
+        Ok(frame)
+    }
+
+    /// The conversation is being deleted: stop the agent mid-turn without storing anything
+    /// more, and drop the queue.
+    async fn abandon(&mut self) {
+        self.commands.close();
+        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
+        self.queue.clear();
+        self.running = None;
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        self.shared.metrics.live_sessions(-1);
     }
 
     /// Server shutdown: interrupt the running turn, give it the interrupt timeout to end,

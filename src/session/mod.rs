@@ -20,7 +20,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard, broadcast, mpsc, oneshot};
 use crate::agent::Backend;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::protocol::{Chat, ErrorCode, Frame, FrameError, Tag};
+use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError, Tag};
 use crate::store::{NewSession, SessionRecord, Store, StoreError};
 
 /// Commands waiting for one actor; a full queue answers `limit_exceeded`.
@@ -40,7 +40,8 @@ pub struct SessionRef {
 }
 
 impl SessionRef {
-    fn from_record(record: &SessionRecord) -> Arc<Self> {
+    /// The identity of a stored conversation.
+    pub fn from_record(record: &SessionRecord) -> Arc<Self> {
         Arc::new(SessionRef {
             id: record.id,
             agent_id: record.agent_id.clone(),
@@ -129,9 +130,26 @@ fn unknown_agent(agent_id: &str) -> FrameError {
     .for_agent(Some(agent_id))
 }
 
+/// A failed store call that concerns no one conversation, as a typed error.
+pub fn store_failure(err: StoreError) -> FrameError {
+    tracing::warn!(error = %err, "store unavailable");
+    FrameError::new(
+        ErrorCode::StoreUnavailable,
+        "the store is unavailable; try again",
+    )
+}
+
 fn store_error(err: StoreError, agent_id: &str) -> FrameError {
     match err {
         StoreError::UnknownSession => unknown_agent(agent_id),
+        StoreError::InvalidSeq(detail) => {
+            FrameError::new(ErrorCode::InvalidSeq, detail).for_agent(Some(agent_id))
+        }
+        StoreError::AgentExists => FrameError::new(
+            ErrorCode::AgentExists,
+            format!("a conversation with agent_id `{agent_id}` already exists"),
+        )
+        .for_agent(Some(agent_id)),
         StoreError::Unavailable(e) => {
             tracing::warn!(error = %e, agent_id, "store unavailable");
             FrameError::new(
@@ -284,6 +302,11 @@ impl Manager {
                     .map_err(store_err)?
             }
         };
+        Ok(self.spawn_actor(record, slot))
+    }
+
+    /// Starts the actor of a stored conversation.
+    fn spawn_actor(&self, record: SessionRecord, slot: &Slot) -> SessionHandle {
         let session = slot
             .session
             .get_or_init(|| SessionRef::from_record(&record))
@@ -297,7 +320,132 @@ impl Manager {
             events: slot.events.clone(),
             commands: rx,
         });
-        Ok(SessionHandle { tx, session })
+        SessionHandle { tx, session }
+    }
+
+    /// The actor of a conversation that exists, started (without an agent) if it is dormant.
+    async fn live_actor(
+        &self,
+        principal: &str,
+        agent_id: &str,
+    ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>, SessionHandle), FrameError> {
+        let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
+        let handle = match &*guard {
+            SlotState::Live(h) if !h.tx.is_closed() => h.clone(),
+            _ => {
+                let record = self
+                    .shared
+                    .store
+                    .find_session(principal, agent_id)
+                    .await
+                    .map_err(|e| store_error(e, agent_id))?
+                    .ok_or_else(|| unknown_agent(agent_id))?;
+                let h = self.spawn_actor(record, &slot);
+                *guard = SlotState::Live(h.clone());
+                h
+            }
+        };
+        Ok((slot, guard, handle))
+    }
+
+    /// Drops the stored messages of a conversation after `to_seq` (the `seq` of a `result`)
+    /// and makes its agent forget them. Returns the stored `rewound` status, which every
+    /// subscriber also gets.
+    ///
+    /// # Errors
+    /// `unknown_agent`, `invalid_seq` (not a `result`'s seq), `busy` (a turn is running or
+    /// queued) or `store_unavailable`.
+    pub async fn rewind(
+        &self,
+        principal: &str,
+        agent_id: &str,
+        to_seq: i64,
+    ) -> Result<Frame, FrameError> {
+        let (_slot, guard, handle) = self.live_actor(principal, agent_id).await?;
+        let (reply, rx) = oneshot::channel();
+        send_command(&handle, agent_id, actor::Command::Rewind { to_seq, reply })?;
+        drop(guard);
+        rx.await.map_err(|_| stopped(agent_id))?
+    }
+
+    /// Creates conversation `new_agent_id` from `agent_id`'s stored history up to `at_seq`
+    /// (a `result`'s `seq`; the latest by default). The copied messages keep their `seq`s;
+    /// the fork's agent forks the original's session at that turn, so the two diverge from
+    /// there and never see each other's later messages.
+    ///
+    /// # Errors
+    /// `unknown_agent`, `invalid_seq`, `agent_exists` or `store_unavailable`.
+    pub async fn fork(
+        &self,
+        principal: &str,
+        agent_id: &str,
+        new_agent_id: &str,
+        at_seq: Option<i64>,
+    ) -> Result<SessionRecord, FrameError> {
+        let store = &self.shared.store;
+        let source = store
+            .find_session(principal, agent_id)
+            .await
+            .map_err(|e| store_error(e, agent_id))?
+            .ok_or_else(|| unknown_agent(agent_id))?;
+        let session_id = uuid::Uuid::new_v4().to_string();
+        let cwd = self.shared.config.workspaces_dir().join(&session_id);
+        let new = NewSession {
+            principal: principal.to_owned(),
+            agent_id: new_agent_id.to_owned(),
+            session_id,
+            backend: source.backend.clone(),
+            cwd: cwd.to_string_lossy().into_owned(),
+            model: source.model.clone(),
+            permission_mode: source.permission_mode.clone(),
+        };
+        // Holding the new key's slot keeps a concurrent chat from creating it meanwhile.
+        let (_slot, _guard) = self.lock_slot(&Self::key(principal, new_agent_id)).await;
+        store
+            .fork(source.id, at_seq, new)
+            .await
+            .map_err(|e| match e {
+                StoreError::AgentExists => store_error(e, new_agent_id),
+                e => store_error(e, agent_id),
+            })
+    }
+
+    /// Deletes a conversation: a running turn is abandoned and its agent stopped, every stored
+    /// message is removed, and subscribers get a `status` `deleted` before their subscription
+    /// ends. The `agent_id` is free again afterwards.
+    ///
+    /// # Errors
+    /// `unknown_agent` or `store_unavailable`.
+    pub async fn delete(&self, principal: &str, agent_id: &str) -> Result<(), FrameError> {
+        let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
+        let session = slot.session.get().expect("set by existing_slot").clone();
+        if let SlotState::Live(handle) = std::mem::replace(&mut *guard, SlotState::Dormant) {
+            let (reply, rx) = oneshot::channel();
+            if handle
+                .tx
+                .send(actor::Command::Abandon { reply })
+                .await
+                .is_ok()
+            {
+                let _ = rx.await;
+            }
+        }
+        self.shared
+            .store
+            .delete_session(session.id)
+            .await
+            .map_err(|e| store_error(e, agent_id))?;
+        let _ = slot.events.send(protocol::status_frame(
+            session.tag(),
+            "deleted",
+            "the conversation was deleted",
+        ));
+        slot.removed.store(true, Ordering::Release);
+        self.slots
+            .remove_if(&Self::key(principal, agent_id), |_, s| {
+                Arc::ptr_eq(s, &slot)
+            });
+        Ok(())
     }
 
     /// Finds the slot of a conversation that exists, without starting anything.
@@ -420,6 +568,68 @@ impl Manager {
         rx.await.unwrap_or_else(|_| Err(no_request()))
     }
 
+    /// Looks up a conversation of `principal`.
+    ///
+    /// # Errors
+    /// `store_unavailable`.
+    pub async fn find(
+        &self,
+        principal: &str,
+        agent_id: &str,
+    ) -> Result<Option<SessionRecord>, FrameError> {
+        self.shared
+            .store
+            .find_session(principal, agent_id)
+            .await
+            .map_err(|e| store_error(e, agent_id))
+    }
+
+    /// Whether a conversation is loaded in memory now (its actor running).
+    pub fn is_live(&self, principal: &str, agent_id: &str) -> bool {
+        let Some(slot) = self
+            .slots
+            .get(&Self::key(principal, agent_id))
+            .map(|s| s.clone())
+        else {
+            return false;
+        };
+        // A held slot is being started, commanded or evicted: report what it most likely is.
+        match slot.state.try_lock() {
+            Ok(state) => matches!(&*state, SlotState::Live(h) if !h.tx.is_closed()),
+            Err(_) => true,
+        }
+    }
+
+    /// Creates conversation `agent_id` holding an imported transcript; its agent starts
+    /// fresh.
+    ///
+    /// # Errors
+    /// `agent_exists` or `store_unavailable`.
+    pub async fn import(
+        &self,
+        principal: &str,
+        agent_id: &str,
+        messages: Vec<crate::store::NewMessage>,
+    ) -> Result<SessionRecord, FrameError> {
+        let session_id = uuid::Uuid::new_v4().to_string();
+        let cwd = self.shared.config.workspaces_dir().join(&session_id);
+        let new = NewSession {
+            principal: principal.to_owned(),
+            agent_id: agent_id.to_owned(),
+            session_id,
+            backend: self.shared.backend.name().to_owned(),
+            cwd: cwd.to_string_lossy().into_owned(),
+            model: None,
+            permission_mode: None,
+        };
+        let (_slot, _guard) = self.lock_slot(&Self::key(principal, agent_id)).await;
+        self.shared
+            .store
+            .import_session(new, messages)
+            .await
+            .map_err(|e| store_error(e, agent_id))
+    }
+
     /// The store behind the manager.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.shared.store
@@ -440,6 +650,26 @@ impl Manager {
         });
         futures_util::future::join_all(stops).await;
     }
+}
+
+/// Queues a command for an actor without waiting for room.
+fn send_command(
+    handle: &SessionHandle,
+    agent_id: &str,
+    command: actor::Command,
+) -> Result<(), FrameError> {
+    handle.tx.try_send(command).map_err(|_| {
+        FrameError::new(
+            ErrorCode::LimitExceeded,
+            "the conversation is overloaded; try again",
+        )
+        .for_agent(Some(agent_id))
+    })
+}
+
+fn stopped(agent_id: &str) -> FrameError {
+    FrameError::new(ErrorCode::BackendUnavailable, "the conversation stopped")
+        .for_agent(Some(agent_id))
 }
 
 /// Drops slots that have no live actor and no subscriber.

@@ -6,7 +6,7 @@
 pub mod sqlite;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +17,13 @@ pub enum StoreError {
     /// The conversation does not exist (any more).
     #[error("unknown session")]
     UnknownSession,
+    /// A `seq` that does not name what the call needs (a rewind or fork point must be the
+    /// `seq` of a stored `result`).
+    #[error("{0}")]
+    InvalidSeq(String),
+    /// Another conversation of the principal already has that `agent_id`.
+    #[error("agent_id is taken")]
+    AgentExists,
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -77,6 +84,74 @@ pub struct SessionRecord {
     pub output_tokens: i64,
     /// Total turn duration, in milliseconds.
     pub duration_ms: i64,
+    /// JSON of the [`NextLaunch`] a rewind, fork or import left for the agent's next start.
+    #[serde(skip)]
+    pub next_launch: Option<String>,
+    /// Stored messages up to this `seq` are not in the agent's own memory.
+    #[serde(skip)]
+    pub memory_from_seq: i64,
+}
+
+impl SessionRecord {
+    /// How the agent's next launch must start, when a rewind or fork decided it.
+    pub fn next_launch(&self) -> Option<NextLaunch> {
+        self.next_launch
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+    }
+}
+
+/// How the agent's next launch starts after a rewind or a fork; stored until the agent
+/// reports its new id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NextLaunch {
+    /// Fork the agent's session `from`, keeping its history up to the assistant message `at`.
+    ForkAt {
+        /// The agent's session id to fork.
+        from: String,
+        /// uuid of the last assistant message the fork keeps.
+        at: String,
+    },
+    /// Fork the agent's whole session `from`.
+    Fork {
+        /// The agent's session id to fork.
+        from: String,
+    },
+    /// Start a new agent session that remembers nothing.
+    Fresh,
+}
+
+impl NextLaunch {
+    /// The agent session this launch forks, if any.
+    pub fn from(&self) -> Option<&str> {
+        match self {
+            NextLaunch::ForkAt { from, .. } | NextLaunch::Fork { from } => Some(from),
+            NextLaunch::Fresh => None,
+        }
+    }
+}
+
+/// A page of a principal's conversations.
+#[derive(Debug, Clone)]
+pub struct SessionQuery {
+    /// Most conversations returned.
+    pub limit: u32,
+    /// Conversations skipped (newest activity first).
+    pub offset: u32,
+    /// Only titles containing this text (case-insensitive for ASCII).
+    pub title_contains: Option<String>,
+}
+
+/// What a rewind did.
+#[derive(Debug, Clone)]
+pub struct Rewound {
+    /// `seq` of the stored `rewound` status.
+    pub status_seq: i64,
+    /// How the agent starts next.
+    pub next_launch: NextLaunch,
+    /// Stored messages removed.
+    pub dropped: u64,
 }
 
 /// What a new conversation starts with.
@@ -195,8 +270,63 @@ pub trait Store: Send + Sync + 'static {
     /// Records the conversation's status.
     async fn set_status(&self, session: i64, status: &str) -> Result<()>;
 
-    /// Number of user turns stored before `seq`.
+    /// Number of user turns stored before `seq` that the agent remembers (those after the
+    /// conversation's `memory_from_seq`).
     async fn prompts_before(&self, session: i64, seq: i64) -> Result<i64>;
+
+    /// The principal's conversations, newest activity first, and how many match in all.
+    async fn list_sessions(
+        &self,
+        principal: &str,
+        query: &SessionQuery,
+    ) -> Result<(Vec<SessionRecord>, i64)>;
+
+    /// Sets the title of a conversation.
+    async fn rename_session(&self, session: i64, title: &str) -> Result<()>;
+
+    /// Deletes a conversation and (by cascade) every stored message of it.
+    async fn delete_session(&self, session: i64) -> Result<()>;
+
+    /// Records the model and permission mode the agent runs with.
+    async fn set_options(
+        &self,
+        session: i64,
+        model: Option<&str>,
+        permission_mode: Option<&str>,
+    ) -> Result<()>;
+
+    /// Drops every stored message after `to_seq` (the `seq` of a `result`), stores `status`
+    /// after them in the same transaction, and records how the agent's next launch forgets the
+    /// dropped turns. `seq`s are never reused.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidSeq`] when `to_seq` is not the `seq` of a stored `result`.
+    async fn rewind(&self, session: i64, to_seq: i64, status: NewMessage) -> Result<Rewound>;
+
+    /// Creates conversation `new` holding a copy of `source`'s stored messages up to `at_seq`
+    /// (a `result`'s `seq`; default the latest), with the same `seq`s; its agent forks the
+    /// source's.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidSeq`] for a bad `at_seq`, [`StoreError::AgentExists`] when the new
+    /// `agent_id` is taken.
+    async fn fork(
+        &self,
+        source: i64,
+        at_seq: Option<i64>,
+        new: NewSession,
+    ) -> Result<SessionRecord>;
+
+    /// Creates conversation `new` holding `messages` (an imported transcript) that its agent
+    /// does not remember.
+    ///
+    /// # Errors
+    /// [`StoreError::AgentExists`] when the `agent_id` is taken.
+    async fn import_session(
+        &self,
+        new: NewSession,
+        messages: Vec<NewMessage>,
+    ) -> Result<SessionRecord>;
 
     /// Closes turns left unfinished by a crash with an error `result`; returns how many.
     async fn close_unfinished_turns(&self) -> Result<u64>;

@@ -14,7 +14,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{NewMessage, NewSession, Result, SessionRecord, Store, StoreError, StoredMessage};
+use super::{
+    NewMessage, NewSession, NextLaunch, Result, Rewound, SessionQuery, SessionRecord, Store,
+    StoreError, StoredMessage,
+};
 use crate::metrics::Metrics;
 
 /// Rows per INSERT statement (each row binds 8 values; SQLite allows 32,766).
@@ -166,7 +169,7 @@ async fn write_batch(
     sqlx::query("begin immediate").execute(&mut *conn).await?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for append in batch {
-        outcomes.push(write_append(conn, append).await?);
+        outcomes.push(write_append(conn, append.session, &append.messages).await?);
     }
     sqlx::query("commit").execute(&mut *conn).await?;
     Ok(outcomes)
@@ -176,9 +179,9 @@ async fn write_batch(
 /// own failure; a database error fails the whole batch.
 async fn write_append(
     conn: &mut SqliteConnection,
-    append: &Append,
+    session: i64,
+    msgs: &[NewMessage],
 ) -> Result<Result<i64>, sqlx::Error> {
-    let msgs = &append.messages;
     if msgs.is_empty() {
         return Ok(Err(StoreError::Unavailable("empty append".into())));
     }
@@ -215,7 +218,7 @@ async fn write_append(
     .bind(totals.input_tokens)
     .bind(totals.output_tokens)
     .bind(totals.duration_ms)
-    .bind(append.session)
+    .bind(session)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(last_seq) = last_seq else {
@@ -228,7 +231,7 @@ async fn write_append(
             "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at) ",
         );
         qb.push_values(chunk.iter().enumerate(), |mut row, (i, m)| {
-            row.push_bind(append.session)
+            row.push_bind(session)
                 .push_bind(base + i as i64)
                 .push_bind(m.message_type)
                 .push_bind(m.sdk_uuid.as_deref())
@@ -242,9 +245,205 @@ async fn write_append(
     Ok(Ok(first_seq))
 }
 
+/// Commits when `outcome` is a success, rolls back otherwise.
+async fn finish<T>(conn: &mut SqliteConnection, outcome: Result<T>) -> Result<T> {
+    match outcome {
+        Ok(value) => {
+            sqlx::query("commit").execute(&mut *conn).await?;
+            Ok(value)
+        }
+        Err(err) => {
+            let _ = sqlx::query("rollback").execute(&mut *conn).await;
+            Err(err)
+        }
+    }
+}
+
+/// Checks that `seq` is the `seq` of a stored `result` of `session`.
+async fn check_result_seq(conn: &mut SqliteConnection, session: i64, seq: i64) -> Result<()> {
+    let kind: Option<String> =
+        sqlx::query_scalar("select message_type from messages where session_pk = ? and seq = ?")
+            .bind(session)
+            .bind(seq)
+            .fetch_optional(&mut *conn)
+            .await?;
+    match kind.as_deref() {
+        Some("result") => Ok(()),
+        Some(other) => Err(StoreError::InvalidSeq(format!(
+            "seq {seq} is a `{other}`, not the `result` that ends a turn"
+        ))),
+        None => Err(StoreError::InvalidSeq(format!(
+            "no stored message has seq {seq}"
+        ))),
+    }
+}
+
+/// The uuid of the last assistant message at or before `seq` (the latest turn anchor).
+async fn anchor_at(conn: &mut SqliteConnection, session: i64, seq: i64) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar(
+        "select turn_anchor from messages where session_pk = ? and seq <= ?
+           and message_type = 'result' and turn_anchor is not null
+         order by seq desc limit 1",
+    )
+    .bind(session)
+    .bind(seq)
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+/// The agent session a launch of `session` continues, and the pending launch, if any.
+async fn agent_base(
+    conn: &mut SqliteConnection,
+    session: i64,
+) -> Result<(Option<String>, Option<NextLaunch>, i64)> {
+    let row: Option<(Option<String>, Option<String>, i64)> = sqlx::query_as(
+        "select sdk_session_id, next_launch, memory_from_seq from session_info where id = ?",
+    )
+    .bind(session)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let (sdk, pending, memory_from) = row.ok_or(StoreError::UnknownSession)?;
+    let pending: Option<NextLaunch> = pending.and_then(|p| serde_json::from_str(&p).ok());
+    let base = sdk.or_else(|| pending.as_ref().and_then(|p| p.from().map(str::to_owned)));
+    Ok((base, pending, memory_from))
+}
+
+/// Recomputes the counters of `session` from its rows.
+async fn recount(conn: &mut SqliteConnection, session: i64) -> Result<()> {
+    sqlx::query(
+        "update session_info set
+            message_count = (select count(*) from messages where session_pk = ?1),
+            prompt_count = (select count(*) from messages where session_pk = ?1 and prompt = 1),
+            result_count = (select count(*) from messages where session_pk = ?1 and message_type = 'result')
+         where id = ?1",
+    )
+    .bind(session)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+async fn rewind_in(
+    conn: &mut SqliteConnection,
+    session: i64,
+    to_seq: i64,
+    status: NewMessage,
+) -> Result<Rewound> {
+    check_result_seq(conn, session, to_seq).await?;
+    let (base, _, memory_from) = agent_base(conn, session).await?;
+    let next_launch = match (base, anchor_at(conn, session, to_seq).await?) {
+        (Some(from), Some(at)) => NextLaunch::ForkAt { from, at },
+        _ => NextLaunch::Fresh,
+    };
+    let memory_from = match next_launch {
+        NextLaunch::Fresh => to_seq,
+        _ => memory_from.min(to_seq),
+    };
+    let dropped = sqlx::query("delete from messages where session_pk = ? and seq > ?")
+        .bind(session)
+        .bind(to_seq)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    sqlx::query("update session_info set next_launch = ?, memory_from_seq = ? where id = ?")
+        .bind(serde_json::to_string(&next_launch).expect("serializes"))
+        .bind(memory_from)
+        .bind(session)
+        .execute(&mut *conn)
+        .await?;
+    recount(conn, session).await?;
+    let status_seq = write_append(conn, session, std::slice::from_ref(&status)).await??;
+    Ok(Rewound {
+        status_seq,
+        next_launch,
+        dropped,
+    })
+}
+
+async fn fork_in(
+    conn: &mut SqliteConnection,
+    source: i64,
+    at_seq: Option<i64>,
+    new: &NewSession,
+) -> Result<()> {
+    let at = match at_seq {
+        Some(seq) => {
+            check_result_seq(conn, source, seq).await?;
+            seq
+        }
+        None => sqlx::query_scalar::<_, Option<i64>>(
+            "select max(seq) from messages where session_pk = ? and message_type = 'result'",
+        )
+        .bind(source)
+        .fetch_one(&mut *conn)
+        .await?
+        .ok_or_else(|| {
+            StoreError::InvalidSeq("the conversation has no finished turn to fork".into())
+        })?,
+    };
+    let (base, pending, memory_from) = agent_base(conn, source).await?;
+    // Forking whole is only right when nothing the agent did follows the fork point and no
+    // earlier rewind is waiting to cut the agent's own history.
+    let later: i64 = sqlx::query_scalar(
+        "select count(*) from messages where session_pk = ? and seq > ?
+           and message_type in ('user', 'assistant', 'system', 'result')",
+    )
+    .bind(source)
+    .bind(at)
+    .fetch_one(&mut *conn)
+    .await?;
+    let next_launch = match (base, anchor_at(conn, source, at).await?) {
+        (_, _) if matches!(pending, Some(NextLaunch::Fresh)) => NextLaunch::Fresh,
+        (Some(from), _) if later == 0 && pending.is_none() => NextLaunch::Fork { from },
+        (Some(from), Some(at)) => NextLaunch::ForkAt { from, at },
+        _ => NextLaunch::Fresh,
+    };
+    let memory_from = match next_launch {
+        NextLaunch::Fresh => at,
+        _ => memory_from.min(at),
+    };
+    let now = crate::protocol::now_rfc3339();
+    let created = sqlx::query(
+        "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
+            title, created_at, last_active_at, last_seq, next_launch, memory_from_seq)
+         select ?, ?, ?, ?, ?, ?, ?, title, ?, ?, ?, ?, ? from session_info where id = ?
+         on conflict (principal, agent_id) do nothing",
+    )
+    .bind(&new.principal)
+    .bind(&new.agent_id)
+    .bind(&new.session_id)
+    .bind(&new.backend)
+    .bind(&new.cwd)
+    .bind(&new.model)
+    .bind(&new.permission_mode)
+    .bind(&now)
+    .bind(&now)
+    .bind(at)
+    .bind(serde_json::to_string(&next_launch).expect("serializes"))
+    .bind(memory_from)
+    .bind(source)
+    .execute(&mut *conn)
+    .await?;
+    if created.rows_affected() == 0 {
+        return Err(StoreError::AgentExists);
+    }
+    let fork = created.last_insert_rowid();
+    sqlx::query(
+        "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at)
+         select ?, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at
+         from messages where session_pk = ? and seq <= ?",
+    )
+    .bind(fork)
+    .bind(source)
+    .bind(at)
+    .execute(&mut *conn)
+    .await?;
+    recount(conn, fork).await
+}
+
 const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
      model, permission_mode, status, created_at, last_active_at, message_count, last_seq, prompt_count, \
-     result_count, total_cost_usd, input_tokens, output_tokens, duration_ms";
+     result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq";
 
 #[async_trait]
 impl Store for SqliteStore {
@@ -321,7 +520,9 @@ impl Store for SqliteStore {
         sdk_session_id: &str,
         unified: bool,
     ) -> Result<()> {
-        sqlx::query("update session_info set sdk_session_id = ?, unified = ? where id = ?")
+        sqlx::query(
+            "update session_info set sdk_session_id = ?, unified = ?, next_launch = null where id = ?",
+        )
             .bind(sdk_session_id)
             .bind(unified)
             .bind(session)
@@ -341,12 +542,126 @@ impl Store for SqliteStore {
 
     async fn prompts_before(&self, session: i64, seq: i64) -> Result<i64> {
         Ok(sqlx::query_scalar(
-            "select count(*) from messages where session_pk = ? and seq < ? and prompt = 1",
+            "select count(*) from messages where session_pk = ?1 and seq < ?2 and prompt = 1
+               and seq > (select memory_from_seq from session_info where id = ?1)",
         )
         .bind(session)
         .bind(seq)
         .fetch_one(&self.pool)
         .await?)
+    }
+
+    async fn list_sessions(
+        &self,
+        principal: &str,
+        query: &SessionQuery,
+    ) -> Result<(Vec<SessionRecord>, i64)> {
+        // `instr(lower(..))` rather than LIKE: the filter is literal text, `%` and `_` included.
+        let filter =
+            "principal = ?1 and (?2 is null or instr(lower(coalesce(title, '')), lower(?2)) > 0)";
+        let total: i64 =
+            sqlx::query_scalar(&format!("select count(*) from session_info where {filter}"))
+                .bind(principal)
+                .bind(query.title_contains.as_deref())
+                .fetch_one(&self.pool)
+                .await?;
+        let sql = format!(
+            "select {SESSION_COLUMNS} from session_info where {filter}
+             order by last_active_at desc, id desc limit ?3 offset ?4"
+        );
+        let rows = sqlx::query_as(&sql)
+            .bind(principal)
+            .bind(query.title_contains.as_deref())
+            .bind(query.limit)
+            .bind(query.offset)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok((rows, total))
+    }
+
+    async fn rename_session(&self, session: i64, title: &str) -> Result<()> {
+        let done = sqlx::query("update session_info set title = ? where id = ?")
+            .bind(title)
+            .bind(session)
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::UnknownSession);
+        }
+        Ok(())
+    }
+
+    async fn delete_session(&self, session: i64) -> Result<()> {
+        sqlx::query("delete from session_info where id = ?")
+            .bind(session)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_options(
+        &self,
+        session: i64,
+        model: Option<&str>,
+        permission_mode: Option<&str>,
+    ) -> Result<()> {
+        sqlx::query("update session_info set model = ?, permission_mode = ? where id = ?")
+            .bind(model)
+            .bind(permission_mode)
+            .bind(session)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn rewind(&self, session: i64, to_seq: i64, status: NewMessage) -> Result<Rewound> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("begin immediate").execute(&mut *conn).await?;
+        let outcome = rewind_in(&mut conn, session, to_seq, status).await;
+        finish(&mut conn, outcome).await
+    }
+
+    async fn fork(
+        &self,
+        source: i64,
+        at_seq: Option<i64>,
+        new: NewSession,
+    ) -> Result<SessionRecord> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("begin immediate").execute(&mut *conn).await?;
+        let outcome = fork_in(&mut conn, source, at_seq, &new).await;
+        finish(&mut conn, outcome).await?;
+        self.find_session(&new.principal, &new.agent_id)
+            .await?
+            .ok_or(StoreError::UnknownSession)
+    }
+
+    async fn import_session(
+        &self,
+        new: NewSession,
+        messages: Vec<NewMessage>,
+    ) -> Result<SessionRecord> {
+        if self
+            .find_session(&new.principal, &new.agent_id)
+            .await?
+            .is_some()
+        {
+            return Err(StoreError::AgentExists);
+        }
+        let record = self.create_session(new.clone()).await?;
+        if record.session_id != new.session_id {
+            return Err(StoreError::AgentExists);
+        }
+        if !messages.is_empty() {
+            self.append(record.id, messages).await?;
+        }
+        sqlx::query("update session_info set memory_from_seq = last_seq where id = ?")
+            .bind(record.id)
+            .execute(&self.pool)
+            .await?;
+        self.find_session(&new.principal, &new.agent_id)
+            .await?
+            .ok_or(StoreError::UnknownSession)
     }
 
     async fn close_unfinished_turns(&self) -> Result<u64> {

@@ -1,0 +1,89 @@
+//! REST errors: the stable codes of the wire protocol, as JSON `{"code": "...", "error": "..."}`
+//! with a matching HTTP status.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection, StringRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::protocol::{ErrorCode, FrameError};
+
+/// The body of every REST error.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable, snake_case code (the same codes as the WebSocket's `error` frames).
+    pub code: ErrorCode,
+    /// Human-readable explanation.
+    pub error: String,
+}
+
+/// A failed REST request.
+#[derive(Debug, Clone)]
+pub struct ApiError(pub ErrorBody);
+
+impl ApiError {
+    /// An error with `code` and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError(ErrorBody {
+            code,
+            error: message.into(),
+        })
+    }
+
+    /// A malformed request (`invalid_request`).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+
+    /// The HTTP status a code is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self.0.code {
+            ErrorCode::BadFrame
+            | ErrorCode::UnknownType
+            | ErrorCode::InvalidAgentId
+            | ErrorCode::InvalidContent
+            | ErrorCode::InvalidOptions
+            | ErrorCode::InvalidSeq
+            | ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
+            ErrorCode::UnknownAgent | ErrorCode::UnknownRequest => StatusCode::NOT_FOUND,
+            ErrorCode::Busy | ErrorCode::AgentExists => StatusCode::CONFLICT,
+            ErrorCode::LimitExceeded | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::BackendUnavailable | ErrorCode::StoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+        }
+    }
+}
+
+impl From<FrameError> for ApiError {
+    fn from(err: FrameError) -> Self {
+        ApiError::new(err.code, err.message)
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(err: QueryRejection) -> Self {
+        ApiError::invalid(err.body_text())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(err: JsonRejection) -> Self {
+        ApiError::invalid(err.body_text())
+    }
+}
+
+impl From<StringRejection> for ApiError {
+    fn from(err: StringRejection) -> Self {
+        ApiError::invalid(err.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status(), Json(self.0)).into_response()
+    }
+}

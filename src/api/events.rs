@@ -1,0 +1,141 @@
+//! `GET /api/sessions/{agent_id}/events`: a conversation's frames as Server-Sent Events, for
+//! clients that can't hold a WebSocket. Each stored frame is an event with `id: <seq>`; a
+//! client that reconnects with `Last-Event-ID` (or `?since_seq=`) gets every stored frame after
+//! it, then the live ones — the same replay and cursor as a WebSocket `subscribe`.
+
+use std::convert::Infallible;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use utoipa::IntoParams;
+
+use super::error::{ApiError, ErrorBody};
+use super::sessions::last_event_id;
+use crate::AppState;
+use crate::auth::Principal;
+use crate::protocol::{self, Frame};
+use crate::replay::Cursor;
+use crate::store::Store;
+
+/// Events buffered for one slow client before it falls behind the conversation (and is
+/// replayed from the store).
+const EVENT_BUFFER: usize = 256;
+
+/// Where the stream starts.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct EventsParams {
+    /// Replay stored frames with a greater `seq` first (default 0); `Last-Event-ID` wins.
+    since_seq: Option<i64>,
+}
+
+/// Streams a conversation's frames as Server-Sent Events; never starts an agent.
+#[utoipa::path(get, path = "/api/sessions/{agent_id}/events",
+    params(("agent_id" = String, Path, description = "The conversation"), EventsParams,
+        ("Last-Event-ID" = Option<i64>, Header, description = "The last `seq` received")),
+    responses((status = 200, description = "Each frame as the `data` of an event; stored ones with `id: <seq>`", content_type = "text/event-stream"),
+        (status = 404, body = ErrorBody)))]
+pub async fn events(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+    params: Result<Query<EventsParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let Query(params) = params?;
+    if !protocol::valid_agent_id(&id) {
+        return Err(ApiError::new(
+            protocol::ErrorCode::InvalidAgentId,
+            "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
+        ));
+    }
+    let since = match last_event_id(&headers)? {
+        Some(seq) => seq,
+        None => params.since_seq.unwrap_or(0).max(0),
+    };
+    let sub = app.manager.subscribe(&principal, &id).await?;
+    let cursor = Cursor {
+        session: sub.session,
+        last_seq: since,
+    };
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    let follower = Follower {
+        cursor,
+        store: app.manager.store().clone(),
+        out: tx,
+    };
+    let shutdown = app.shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = follower.run(sub.events) => {}
+            _ = shutdown.cancelled() => {}
+        }
+    });
+    let stream = ReceiverStream::new(rx).map(|frame: Frame| {
+        let event = Event::default().data(frame.text.as_str());
+        Ok(match frame.seq {
+            Some(seq) => event.id(seq.to_string()),
+            None => event,
+        })
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Feeds one event stream: replay after the cursor, then live frames, replaying again after
+/// falling behind.
+struct Follower {
+    cursor: Cursor,
+    store: std::sync::Arc<dyn Store>,
+    out: mpsc::Sender<Frame>,
+}
+
+impl Follower {
+    async fn run(mut self, mut live: broadcast::Receiver<Frame>) {
+        if self.replay().await.is_err() {
+            return;
+        }
+        loop {
+            match live.recv().await {
+                Ok(frame) => {
+                    if self.cursor.admit(&frame) && self.out.send(frame).await.is_err() {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    let detail = format!(
+                        "{missed} frame(s) were missed; replaying stored frames after seq {}",
+                        self.cursor.last_seq
+                    );
+                    let status =
+                        protocol::status_frame(self.cursor.session.tag(), "lagged", &detail);
+                    if self.out.send(status).await.is_err() || self.replay().await.is_err() {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Sends the stored frames after the cursor; `Err` when the client is gone or the store
+    /// failed (the stream then ends, and the client reconnects with `Last-Event-ID`).
+    async fn replay(&mut self) -> Result<(), ()> {
+        let mut pages = std::pin::pin!(self.cursor.replay(self.store.clone()));
+        while let Some(page) = pages.next().await {
+            let frames = page.map_err(|err| {
+                tracing::warn!(error = %err, agent_id = %self.cursor.session.agent_id, "event replay failed");
+            })?;
+            for frame in frames {
+                if self.cursor.admit(&frame) {
+                    self.out.send(frame).await.map_err(|_| ())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

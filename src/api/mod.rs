@@ -1,0 +1,84 @@
+//! The REST API under `/api/sessions`, and its OpenAPI document at `/api/openapi.json`,
+//! generated from the handlers' own types.
+//!
+//! Every handler acts for the caller's [`Principal`](crate::auth::Principal) and sees only
+//! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
+//! stable codes of the WebSocket protocol.
+
+mod error;
+mod events;
+mod sessions;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use utoipa::OpenApi;
+
+pub use error::{ApiError, ErrorBody};
+
+use crate::AppState;
+
+/// The OpenAPI description of the REST API.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "agentmux",
+        description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events."
+    ),
+    paths(
+        sessions::list,
+        sessions::get_one,
+        sessions::messages,
+        sessions::rename,
+        sessions::delete,
+        sessions::export,
+        sessions::import,
+        sessions::chat,
+        sessions::rewind,
+        sessions::fork,
+        events::events,
+    ),
+    components(schemas(
+        ErrorBody,
+        crate::protocol::ErrorCode,
+        sessions::SessionSummary,
+        sessions::SessionList,
+        sessions::MessagesPage,
+        sessions::RenameBody,
+        sessions::ChatBody,
+        sessions::Ack,
+        sessions::RewindBody,
+        sessions::RewoundStatus,
+        sessions::ForkBody,
+        sessions::ExportLine,
+    ))
+)]
+pub struct ApiDoc;
+
+/// The routes of the REST API.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/openapi.json",
+            get(|| async { Json(ApiDoc::openapi()) }),
+        )
+        .route("/api/sessions", get(sessions::list))
+        .route(
+            "/api/sessions/import",
+            post(sessions::import).layer(DefaultBodyLimit::max(sessions::MAX_IMPORT_BYTES)),
+        )
+        .route(
+            "/api/sessions/{agent_id}",
+            get(sessions::get_one)
+                .patch(sessions::rename)
+                .delete(sessions::delete),
+        )
+        .route(
+            "/api/sessions/{agent_id}/messages",
+            get(sessions::messages).post(sessions::chat),
+        )
+        .route("/api/sessions/{agent_id}/export", get(sessions::export))
+        .route("/api/sessions/{agent_id}/rewind", post(sessions::rewind))
+        .route("/api/sessions/{agent_id}/fork", post(sessions::fork))
+        .route("/api/sessions/{agent_id}/events", get(events::events))
+}

@@ -1,0 +1,666 @@
+//! Handlers of `/api/sessions`: every query is scoped to the caller's principal, and another
+//! principal's conversation is answered as unknown.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection, StringRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ErrorBody};
+use crate::AppState;
+use crate::auth::Principal;
+use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame};
+use crate::session::SessionRef;
+use crate::store::{NewMessage, SessionQuery, SessionRecord};
+
+/// Largest accepted import, in bytes.
+pub const MAX_IMPORT_BYTES: usize = 64 << 20; // 64 MiB
+/// Most conversations one list request returns.
+const MAX_LIST: u32 = 500;
+/// Most messages one messages request returns.
+const MAX_MESSAGES: u32 = 1000;
+/// Longest title, in characters.
+const MAX_TITLE_CHARS: usize = 200;
+/// Stored messages read per page while exporting.
+const EXPORT_PAGE: u32 = 1000;
+
+/// One conversation, as listed and fetched.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionSummary {
+    /// The client's routing key.
+    pub agent_id: String,
+    /// The server's id of the conversation.
+    pub session_id: String,
+    /// The agent's own session id (what a resume continues); null until reported.
+    pub sdk_session_id: Option<String>,
+    /// Title: the start of the first user message, or what it was renamed to.
+    pub title: Option<String>,
+    /// Last stored status.
+    pub status: String,
+    /// Whether the conversation is loaded in memory now (its actor is running).
+    pub live: bool,
+    /// `claude` or `demo`.
+    pub backend: String,
+    /// Model the agent runs with, if one was chosen.
+    pub model: Option<String>,
+    /// Permission mode the agent runs with, if one was chosen.
+    pub permission_mode: Option<String>,
+    /// Stored messages.
+    pub message_count: i64,
+    /// User turns stored.
+    pub turn_count: i64,
+    /// Highest `seq` ever assigned (never reused, even after a rewind).
+    pub last_seq: i64,
+    /// Creation time (RFC 3339).
+    pub created_at: String,
+    /// Time of the last stored message (RFC 3339).
+    pub last_active_at: String,
+    /// Total cost reported by the agent, in US dollars.
+    pub total_cost_usd: f64,
+    /// Total input tokens.
+    pub input_tokens: i64,
+    /// Total output tokens.
+    pub output_tokens: i64,
+    /// Total turn duration, in milliseconds.
+    pub duration_ms: i64,
+}
+
+impl SessionSummary {
+    fn new(record: SessionRecord, live: bool) -> Self {
+        SessionSummary {
+            agent_id: record.agent_id,
+            session_id: record.session_id,
+            sdk_session_id: record.sdk_session_id,
+            title: record.title,
+            status: record.status,
+            live,
+            backend: record.backend,
+            model: record.model,
+            permission_mode: record.permission_mode,
+            message_count: record.message_count,
+            turn_count: record.prompt_count,
+            last_seq: record.last_seq,
+            created_at: record.created_at,
+            last_active_at: record.last_active_at,
+            total_cost_usd: record.total_cost_usd,
+            input_tokens: record.input_tokens,
+            output_tokens: record.output_tokens,
+            duration_ms: record.duration_ms,
+        }
+    }
+}
+
+/// A page of conversations.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionList {
+    /// Newest activity first.
+    pub sessions: Vec<SessionSummary>,
+    /// How many conversations match in all.
+    pub total: i64,
+}
+
+/// Paging and filtering of the list.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ListParams {
+    /// Most conversations returned (1-500, default 50).
+    limit: Option<u32>,
+    /// Conversations skipped (default 0).
+    offset: Option<u32>,
+    /// Only titles containing this text (ASCII case-insensitive).
+    q: Option<String>,
+}
+
+/// A range of stored messages.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct MessagesParams {
+    /// Only messages with a greater `seq` (default 0: from the start).
+    after_seq: Option<i64>,
+    /// Most messages returned (1-1000, default 200).
+    limit: Option<u32>,
+}
+
+/// Stored messages, each exactly the frame a WebSocket subscriber gets for it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessagesPage {
+    /// Frames in `seq` order: `seq`, `message_type`, `timestamp`, `agent_id`, `session_id`
+    /// and either `message` (agent messages) or the frame's own fields (`status`, ...).
+    #[schema(value_type = Vec<Object>)]
+    pub messages: Vec<Box<serde_json::value::RawValue>>,
+    /// Whether more messages follow the last one returned.
+    pub has_more: bool,
+}
+
+/// A new title.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RenameBody {
+    /// 1-200 characters.
+    pub title: String,
+}
+
+/// A user turn sent over REST; the fields of a WebSocket `chat` frame.
+// Describes the body in the OpenAPI document; the body itself is decoded by
+// `protocol::decode`, like the WebSocket frame of the same name.
+#[allow(dead_code)]
+#[derive(Debug, ToSchema)]
+pub struct ChatBody {
+    /// The user's message.
+    pub content: String,
+    /// Echoed in the ack.
+    pub client_msg_id: Option<String>,
+    /// Only `model` and `permission_mode`; applied from this turn on.
+    #[schema(value_type = Option<Object>)]
+    pub options: Option<Value>,
+}
+
+/// The ack of a chat: exactly the WebSocket `ack` frame.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Ack {
+    /// Always `ack`.
+    pub message_type: String,
+    /// The conversation.
+    pub agent_id: String,
+    /// The server's id of the conversation.
+    pub session_id: String,
+    /// Echo of the request's `client_msg_id`.
+    pub client_msg_id: Option<String>,
+    /// `seq` of the stored user message.
+    pub seq: i64,
+    /// 0 when the turn runs now, else how many turns are ahead of it.
+    pub queue_position: u64,
+    /// RFC 3339.
+    pub timestamp: String,
+}
+
+/// Where to rewind to.
+// Describes the body in the OpenAPI document; the body itself is decoded by
+// `protocol::decode`, like the WebSocket frame of the same name.
+#[allow(dead_code)]
+#[derive(Debug, ToSchema)]
+pub struct RewindBody {
+    /// The `seq` of the `result` that ends the turn to go back to.
+    pub to_seq: i64,
+}
+
+/// The stored `rewound` status: exactly the frame subscribers get.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RewoundStatus {
+    /// Always `status`.
+    pub message_type: String,
+    /// Always `rewound`.
+    pub status: String,
+    /// Its own `seq` (after every earlier one; `seq`s are never reused).
+    pub seq: i64,
+    /// Every stored message after this `seq` was dropped.
+    pub dropped_after_seq: i64,
+    /// Human-readable explanation.
+    pub detail: String,
+}
+
+/// Where to fork and under which new `agent_id`.
+// Describes the body in the OpenAPI document; the body itself is decoded by
+// `protocol::decode`, like the WebSocket frame of the same name.
+#[allow(dead_code)]
+#[derive(Debug, ToSchema)]
+pub struct ForkBody {
+    /// The new conversation's routing key.
+    pub new_agent_id: String,
+    /// The `seq` of the `result` to fork at; the latest when absent.
+    pub at_seq: Option<i64>,
+}
+
+/// The conversation an import creates.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ImportParams {
+    /// Routing key of the new conversation.
+    agent_id: String,
+}
+
+/// One line of an export (JSONL).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ExportLine {
+    /// Position in the conversation.
+    pub seq: i64,
+    /// `user`, `system`, `assistant`, `result`, `status`, ...
+    pub message_type: String,
+    /// `user` or `assistant`, for messages that have a role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The message's text, for messages that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// The stored JSON object verbatim.
+    #[schema(value_type = Object)]
+    pub payload: Value,
+}
+
+/// Checks the `agent_id` of a path.
+fn agent_id(raw: String) -> Result<String, ApiError> {
+    if protocol::valid_agent_id(&raw) {
+        Ok(raw)
+    } else {
+        Err(ApiError::new(
+            ErrorCode::InvalidAgentId,
+            "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
+        ))
+    }
+}
+
+async fn find(app: &AppState, principal: &str, agent_id: &str) -> Result<SessionRecord, ApiError> {
+    app.manager.find(principal, agent_id).await?.ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::UnknownAgent,
+            format!("no conversation with agent_id `{agent_id}`"),
+        )
+    })
+}
+
+fn summary(app: &AppState, principal: &str, record: SessionRecord) -> SessionSummary {
+    let live = app.manager.is_live(principal, &record.agent_id);
+    SessionSummary::new(record, live)
+}
+
+/// Decodes a REST body as the WebSocket frame `ty` for `agent_id`, so that both transports
+/// share one validation.
+fn decode_as(
+    app: &AppState,
+    ty: &str,
+    agent_id: &str,
+    body: &str,
+) -> Result<ClientFrame, ApiError> {
+    let mut obj: Map<String, Value> = match serde_json::from_str(body) {
+        Ok(Value::Object(obj)) => obj,
+        Ok(_) => return Err(ApiError::invalid("the body must be a JSON object")),
+        Err(e) => {
+            return Err(ApiError::invalid(format!(
+                "the body is not valid JSON: {e}"
+            )));
+        }
+    };
+    obj.insert("type".into(), ty.into());
+    obj.insert("agent_id".into(), agent_id.into());
+    let limits = DecodeLimits {
+        max_content_bytes: app.config.socket.max_content_bytes,
+    };
+    Ok(protocol::decode(&Value::Object(obj).to_string(), limits)?)
+}
+
+/// A frame that is already JSON text, as the response body.
+fn frame_response(status: StatusCode, frame: Frame) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        frame.text.as_str().to_owned(),
+    )
+        .into_response()
+}
+
+/// Lists the caller's conversations, newest activity first.
+#[utoipa::path(get, path = "/api/sessions", params(ListParams),
+    responses((status = 200, body = SessionList), (status = 400, body = ErrorBody)))]
+pub async fn list(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Json<SessionList>, ApiError> {
+    let Query(params) = params?;
+    let limit = params.limit.unwrap_or(50);
+    if limit == 0 || limit > MAX_LIST {
+        return Err(ApiError::invalid(format!("`limit` must be 1-{MAX_LIST}")));
+    }
+    let query = SessionQuery {
+        limit,
+        offset: params.offset.unwrap_or(0),
+        title_contains: params.q.filter(|q| !q.is_empty()),
+    };
+    let (records, total) = app
+        .manager
+        .store()
+        .list_sessions(&principal, &query)
+        .await
+        .map_err(|e| ApiError::from(crate::session::store_failure(e)))?;
+    let sessions = records
+        .into_iter()
+        .map(|r| summary(&app, &principal, r))
+        .collect();
+    Ok(Json(SessionList { sessions, total }))
+}
+
+/// One conversation.
+#[utoipa::path(get, path = "/api/sessions/{agent_id}",
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 200, body = SessionSummary), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+) -> Result<Json<SessionSummary>, ApiError> {
+    let id = agent_id(id)?;
+    let record = find(&app, &principal, &id).await?;
+    Ok(Json(summary(&app, &principal, record)))
+}
+
+/// Stored messages by `seq` range.
+#[utoipa::path(get, path = "/api/sessions/{agent_id}/messages",
+    params(("agent_id" = String, Path, description = "The conversation"), MessagesParams),
+    responses((status = 200, body = MessagesPage), (status = 404, body = ErrorBody)))]
+pub async fn messages(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+    params: Result<Query<MessagesParams>, QueryRejection>,
+) -> Result<Json<MessagesPage>, ApiError> {
+    let id = agent_id(id)?;
+    let Query(params) = params?;
+    let limit = params.limit.unwrap_or(200);
+    if limit == 0 || limit > MAX_MESSAGES {
+        return Err(ApiError::invalid(format!(
+            "`limit` must be 1-{MAX_MESSAGES}"
+        )));
+    }
+    let record = find(&app, &principal, &id).await?;
+    let session = SessionRef::from_record(&record);
+    // One more than asked tells whether more follow.
+    let rows = app
+        .manager
+        .store()
+        .messages_after(record.id, params.after_seq.unwrap_or(0), limit + 1)
+        .await
+        .map_err(|e| ApiError::from(crate::session::store_failure(e)))?;
+    let has_more = rows.len() > limit as usize;
+    let messages = rows
+        .iter()
+        .take(limit as usize)
+        .map(|row| {
+            let frame = protocol::session_frame(
+                session.tag(),
+                &row.message_type,
+                Some(row.seq),
+                &row.created_at,
+                &row.payload,
+            );
+            serde_json::value::RawValue::from_string(frame.text.as_str().to_owned())
+                .expect("frames are JSON")
+        })
+        .collect();
+    Ok(Json(MessagesPage { messages, has_more }))
+}
+
+/// Renames a conversation.
+#[utoipa::path(patch, path = "/api/sessions/{agent_id}", request_body = RenameBody,
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn rename(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+    body: Result<Json<RenameBody>, JsonRejection>,
+) -> Result<Json<SessionSummary>, ApiError> {
+    let id = agent_id(id)?;
+    let Json(body) = body?;
+    let title = body.title.trim();
+    if title.is_empty() || title.chars().count() > MAX_TITLE_CHARS {
+        return Err(ApiError::invalid(format!(
+            "`title` must be 1-{MAX_TITLE_CHARS} characters"
+        )));
+    }
+    let record = find(&app, &principal, &id).await?;
+    app.manager
+        .store()
+        .rename_session(record.id, title)
+        .await
+        .map_err(|e| ApiError::from(crate::session::store_failure(e)))?;
+    let record = find(&app, &principal, &id).await?;
+    Ok(Json(summary(&app, &principal, record)))
+}
+
+/// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message.
+#[utoipa::path(delete, path = "/api/sessions/{agent_id}",
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = agent_id(id)?;
+    app.manager.delete(&principal, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The role and text of a stored message, where it has them.
+fn role_and_content(payload: &Value) -> (Option<String>, Option<String>) {
+    let message = &payload["message"];
+    let role = message["role"].as_str().map(str::to_owned);
+    let content = match &message["content"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => {
+            let text: Vec<&str> = blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str())
+                .collect();
+            (!text.is_empty()).then(|| text.join(""))
+        }
+        _ => None,
+    };
+    (role, content)
+}
+
+/// The conversation as JSONL, one stored message a line.
+#[utoipa::path(get, path = "/api/sessions/{agent_id}/export",
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 200, description = "One `ExportLine` a line", content_type = "application/x-ndjson", body = ExportLine),
+        (status = 404, body = ErrorBody)))]
+pub async fn export(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = agent_id(id)?;
+    let record = find(&app, &principal, &id).await?;
+    let store = app.manager.store();
+    let mut out = String::new();
+    let mut after = 0;
+    loop {
+        let rows = store
+            .messages_after(record.id, after, EXPORT_PAGE)
+            .await
+            .map_err(|e| ApiError::from(crate::session::store_failure(e)))?;
+        for row in &rows {
+            let payload: Value = serde_json::from_str(&row.payload).unwrap_or(Value::Null);
+            let (role, content) = role_and_content(&payload);
+            let line = ExportLine {
+                seq: row.seq,
+                message_type: row.message_type.clone(),
+                role,
+                content,
+                payload,
+            };
+            out.push_str(&serde_json::to_string(&line).expect("serializes"));
+            out.push('\n');
+            after = row.seq;
+        }
+        if rows.len() < EXPORT_PAGE as usize {
+            break;
+        }
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{id}.jsonl\""),
+            ),
+        ],
+        out,
+    )
+        .into_response())
+}
+
+/// The stored type of an imported line, for the types a conversation can hold.
+fn stored_type(message_type: &str) -> Option<&'static str> {
+    Some(match message_type {
+        "user" => "user",
+        "system" => "system",
+        "assistant" => "assistant",
+        "result" => "result",
+        "status" => "status",
+        "permission_request" => "permission_request",
+        "permission_resolved" => "permission_resolved",
+        _ => return None,
+    })
+}
+
+/// Creates a conversation from an export (JSONL). Its messages keep their order and content
+/// (`seq`s are assigned anew from 1); its agent starts fresh, and a stored `status`
+/// `imported` says so.
+#[utoipa::path(post, path = "/api/sessions/import", params(ImportParams),
+    request_body(content = String, content_type = "application/x-ndjson", description = "An export: one `ExportLine` a line"),
+    responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn import(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    params: Result<Query<ImportParams>, QueryRejection>,
+    body: Result<String, StringRejection>,
+) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
+    let body = body?;
+    let Query(params) = params?;
+    let id = agent_id(params.agent_id)?;
+    let mut messages = Vec::new();
+    for (i, line) in body
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let line: ExportLine = serde_json::from_str(line)
+            .map_err(|e| ApiError::invalid(format!("line {}: {e}", i + 1)))?;
+        let Some(message_type) = stored_type(&line.message_type) else {
+            return Err(ApiError::invalid(format!(
+                "line {}: unknown message_type `{}`",
+                i + 1,
+                protocol::truncate_chars(&line.message_type, 64)
+            )));
+        };
+        if !line.payload.is_object() {
+            return Err(ApiError::invalid(format!(
+                "line {}: `payload` must be an object",
+                i + 1
+            )));
+        }
+        let mut message = NewMessage::new(message_type, line.payload.to_string());
+        // The user's own chat is the user message whose content is plain text.
+        if let ("user", Value::String(text)) = (message_type, &line.payload["message"]["content"]) {
+            message.prompt = true;
+            message.title = Some(protocol::truncate_chars(text.trim(), 50).to_owned());
+        }
+        message.sdk_uuid = line.payload["uuid"].as_str().map(str::to_owned);
+        messages.push(message);
+    }
+    if messages.is_empty() {
+        return Err(ApiError::invalid("the body holds no message"));
+    }
+    let count = messages.len();
+    messages.push(NewMessage::new(
+        "status",
+        serde_json::json!({
+            "status": "imported",
+            "detail": format!("{count} message(s) imported; the agent starts fresh and does not remember them"),
+        })
+        .to_string(),
+    ));
+    let record = app.manager.import(&principal, &id, messages).await?;
+    Ok((StatusCode::CREATED, Json(summary(&app, &principal, record))))
+}
+
+/// Sends a user turn, as a WebSocket `chat` does (same validation, same ack). Creates the
+/// conversation when it is new. Follow the reply with `GET .../events`.
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/messages", request_body = ChatBody,
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 202, body = Ack), (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
+pub async fn chat(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+    body: Result<String, StringRejection>,
+) -> Result<Response, ApiError> {
+    let body = body?;
+    let id = agent_id(id)?;
+    let ClientFrame::Chat(chat) = decode_as(&app, "chat", &id, &body)? else {
+        unreachable!("decoded as a chat");
+    };
+    let client_msg_id = chat.client_msg_id.clone();
+    let accepted = app.manager.chat(&principal, chat).await?;
+    let ack = protocol::ack_frame(
+        accepted.session.tag(),
+        client_msg_id.as_deref(),
+        accepted.seq,
+        accepted.queue_position,
+    );
+    Ok(frame_response(StatusCode::ACCEPTED, ack))
+}
+
+/// Drops every stored message after a turn's `result` and makes the agent forget them.
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/rewind", request_body = RewindBody,
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 200, body = RewoundStatus), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn rewind(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+    body: Result<String, StringRejection>,
+) -> Result<Response, ApiError> {
+    let body = body?;
+    let id = agent_id(id)?;
+    let ClientFrame::Rewind { agent_id, to_seq } = decode_as(&app, "rewind", &id, &body)? else {
+        unreachable!("decoded as a rewind");
+    };
+    let status = app.manager.rewind(&principal, &agent_id, to_seq).await?;
+    Ok(frame_response(StatusCode::OK, status))
+}
+
+/// Creates a new conversation from this one's history up to a turn.
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/fork", request_body = ForkBody,
+    params(("agent_id" = String, Path, description = "The conversation to fork")),
+    responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn fork(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+    body: Result<String, StringRejection>,
+) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
+    let body = body?;
+    let id = agent_id(id)?;
+    let ClientFrame::Fork {
+        agent_id,
+        new_agent_id,
+        at_seq,
+    } = decode_as(&app, "fork", &id, &body)?
+    else {
+        unreachable!("decoded as a fork");
+    };
+    let record = app
+        .manager
+        .fork(&principal, &agent_id, &new_agent_id, at_seq)
+        .await?;
+    Ok((StatusCode::CREATED, Json(summary(&app, &principal, record))))
+}
+
+/// The `Last-Event-ID` header: the last `seq` an event stream client saw.
+pub(super) fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    match headers.get("last-event-id") {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .filter(|n| *n >= 0)
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid("`Last-Event-ID` must be a non-negative integer")),
+    }
+}
