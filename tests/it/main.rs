@@ -2,8 +2,11 @@
 //! clients, a real SQLite file; and the fakes that stand in for the Claude CLI and its API.
 
 mod claude;
+mod cli_chat;
 mod common;
 mod fake_cli;
 mod gateway;
+mod history;
 mod real_cli;
+mod rest;
 mod store;

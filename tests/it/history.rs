@@ -1,0 +1,397 @@
+//! Rewind, fork, delete and option changes over real sockets, checked at the agent boundary
+//! with the demo agent (its reply counts the turns it remembers).
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::rest::{Rest, turn};
+
+/// `seq` of the `result` in a turn's frames.
+fn result_seq(frames: &[Value]) -> i64 {
+    frames
+        .iter()
+        .find(|f| f["message_type"] == "result")
+        .and_then(|f| f["seq"].as_i64())
+        .expect("a stored result")
+}
+
+/// Subscribes a fresh socket from seq 0 and collects frames until `last` holds.
+async fn history(server: &TestServer, agent_id: &str, last: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut c = server.client().await;
+    c.send(json!({"type": "subscribe", "agent_id": agent_id, "since_seq": 0}))
+        .await;
+    c.recv_until(last).await
+}
+
+/// The texts users typed, as stored.
+fn prompts(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f["message_type"] == "user")
+        .filter_map(|f| f["message"]["message"]["content"].as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// After a rewind to the end of turn 1, turns 2 and 3 are gone from the store and from the
+/// agent's memory: the next reply is turn 2 again, the agent runs under a new id, and a later
+/// subscribe from 0 sees turn 1, the stored `rewound` status, then the new turn.
+#[tokio::test]
+async fn rewind_drops_later_turns_and_the_agent_forgets_them() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let t1 = turn(&mut c, "rw", "alpha").await;
+    turn(&mut c, "rw", "beta").await;
+    let t3 = turn(&mut c, "rw", "gamma").await;
+    assert_eq!(reply_text(&t3), "Echo: gamma (turn 3)");
+    let (_, before) = rest.get("/api/sessions/rw").await;
+    let last_seq = before["last_seq"].as_i64().unwrap();
+    let anchor = result_seq(&t1);
+
+    c.send(json!({"type": "rewind", "agent_id": "rw", "to_seq": anchor - 1}))
+        .await;
+    let err = c.recv_until(|f| f["message_type"] == "error").await;
+    assert_eq!(err.last().unwrap()["code"], "invalid_seq");
+
+    c.send(json!({"type": "rewind", "agent_id": "rw", "to_seq": anchor}))
+        .await;
+    let got = c
+        .recv_until(|f| f["message_type"] == "status" && f["status"] == "rewound")
+        .await;
+    let rewound = got.last().unwrap();
+    assert_eq!(rewound["dropped_after_seq"], anchor);
+    assert_eq!(rewound["seq"], last_seq + 1, "seqs are never reused");
+
+    let t2 = turn(&mut c, "rw", "delta").await;
+    assert_eq!(reply_text(&t2), "Echo: delta (turn 2)");
+    let init = t2
+        .iter()
+        .find(|f| f["message_type"] == "system")
+        .expect("init");
+    let (_, after) = rest.get("/api/sessions/rw").await;
+    assert_eq!(after["sdk_session_id"], init["message"]["session_id"]);
+    assert_ne!(
+        after["sdk_session_id"], before["sdk_session_id"],
+        "the agent forked at the anchor"
+    );
+    assert_eq!(after["turn_count"], 2);
+
+    let all = history(&server, "rw", |f| {
+        f["message_type"] == "result" && f["seq"].as_i64() > Some(anchor)
+    })
+    .await;
+    assert_eq!(prompts(&all), vec!["alpha", "delta"]);
+    let stored: Vec<i64> = seqs(&all);
+    let mut expected: Vec<i64> = (1..=anchor).collect();
+    expected.extend(last_seq + 1..=last_seq + 5);
+    assert_eq!(stored, expected);
+    let status = all.iter().find(|f| f["status"] == "rewound").unwrap();
+    assert_eq!(status["seq"], last_seq + 1);
+    assert_eq!(status["dropped_after_seq"], anchor);
+
+    // REST: the same rewind is reachable, with typed errors.
+    let (status, body) = rest
+        .post("/api/sessions/rw/rewind", json!({"to_seq": anchor}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["status"], "rewound");
+    let t = turn(&mut c, "rw", "epsilon").await;
+    assert_eq!(reply_text(&t), "Echo: epsilon (turn 2)");
+    let (status, err) = rest
+        .post("/api/sessions/rw/rewind", json!({"to_seq": 1}))
+        .await;
+    assert_eq!((status, err["code"].as_str()), (400, Some("invalid_seq")));
+    let (status, err) = rest.post("/api/sessions/rw/rewind", json!({})).await;
+    assert_eq!((status, err["code"].as_str()), (400, Some("invalid_seq")));
+    let (status, err) = rest
+        .post("/api/sessions/none/rewind", json!({"to_seq": 4}))
+        .await;
+    assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
+}
+
+/// A rewind while a turn runs is refused with `busy`; nothing is dropped.
+#[tokio::test]
+async fn rewind_during_a_turn_is_refused() {
+    let server = TestServer::start_with(&["--demo-delay-ms", "100"]).await;
+    let mut c = server.client().await;
+    let t1 = turn(&mut c, "rb", "one").await;
+    c.chat(
+        "rb",
+        "a reply that takes a while to stream out word by word",
+    )
+    .await;
+    c.recv_until(|f| f["message_type"] == "stream_event").await;
+    c.send(json!({"type": "rewind", "agent_id": "rb", "to_seq": result_seq(&t1)}))
+        .await;
+    let got = c.recv_until(|f| f["message_type"] == "error").await;
+    assert_eq!(got.last().unwrap()["code"], "busy");
+    let rest = c.until_result("rb").await;
+    assert!(reply_text(&rest).ends_with("(turn 2)"));
+}
+
+/// A fork starts from the original's history up to a turn and then diverges: writes to the
+/// fork never show in the original and the reverse, and each agent remembers its own turns.
+#[tokio::test]
+async fn fork_is_isolated_both_ways() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let t1 = turn(&mut c, "orig", "shared start").await;
+    turn(&mut c, "orig", "original only").await;
+    let at = result_seq(&t1);
+
+    c.send(json!({"type": "fork", "agent_id": "orig", "new_agent_id": "branch", "at_seq": at}))
+        .await;
+    let got = c.recv_until(|f| f["status"] == "forked").await;
+    let forked = got.last().unwrap();
+    assert_eq!(forked["agent_id"], "branch");
+    assert_eq!(forked["forked_from"], "orig");
+    assert_eq!(forked["at_seq"], at);
+
+    let b = turn(&mut c, "branch", "fork write").await;
+    assert_eq!(reply_text(&b), "Echo: fork write (turn 2)");
+    assert_eq!(
+        b.iter().find(|f| f["message_type"] == "user").unwrap()["seq"],
+        at + 1
+    );
+    let o = turn(&mut c, "orig", "original write").await;
+    assert_eq!(reply_text(&o), "Echo: original write (turn 3)");
+    let ack = |frames: &[Value]| {
+        frames.iter().find(|f| f["message_type"] == "ack").unwrap()["session_id"].clone()
+    };
+    assert_ne!(ack(&b), ack(&o));
+
+    let orig = history(&server, "orig", |f| {
+        f["message_type"] == "result"
+            && reply_text(std::slice::from_ref(f)).contains("original write")
+    })
+    .await;
+    assert_eq!(
+        prompts(&orig),
+        vec!["shared start", "original only", "original write"]
+    );
+    let branch = history(&server, "branch", |f| {
+        f["message_type"] == "result" && reply_text(std::slice::from_ref(f)).contains("fork write")
+    })
+    .await;
+    assert_eq!(prompts(&branch), vec!["shared start", "fork write"]);
+    assert!(branch.iter().all(|f| f["agent_id"] == "branch"));
+
+    // Forking the latest turn by default, over REST; the new agent_id must be free.
+    let (status, whole) = rest
+        .post(
+            "/api/sessions/orig/fork",
+            json!({"new_agent_id": "branch2"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    assert_eq!(whole["turn_count"], 3);
+    let w = turn(&mut c, "branch2", "later").await;
+    assert_eq!(reply_text(&w), "Echo: later (turn 4)");
+    let (status, err) = rest
+        .post("/api/sessions/orig/fork", json!({"new_agent_id": "branch"}))
+        .await;
+    assert_eq!((status, err["code"].as_str()), (409, Some("agent_exists")));
+    c.send(json!({"type": "fork", "agent_id": "orig", "new_agent_id": "b3", "at_seq": 1}))
+        .await;
+    let got = c.recv_until(|f| f["message_type"] == "error").await;
+    assert_eq!(got.last().unwrap()["code"], "invalid_seq");
+}
+
+/// Deleting a conversation in the middle of a turn stops its agent, leaves no row behind (no
+/// orphan messages either), tells the subscribed socket, and frees the agent_id for a fresh
+/// conversation.
+#[tokio::test]
+async fn delete_of_a_live_session_mid_turn() {
+    let server = TestServer::start_with(&["--demo-delay-ms", "100"]).await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    turn(&mut c, "keep", "unrelated").await;
+    c.chat(
+        "doomed",
+        "a long reply that keeps streaming for a good while yet",
+    )
+    .await;
+    let first = c.recv_until(|f| f["message_type"] == "stream_event").await;
+    let old_session = first[0]["session_id"].clone();
+
+    assert_eq!(rest.delete("/api/sessions/doomed").await, 204);
+    let got = c.recv_until(|f| f["status"] == "deleted").await;
+    assert!(
+        got.iter().all(|f| f["message_type"] != "result"),
+        "the turn was abandoned, not finished"
+    );
+
+    let (status, err) = rest.get("/api/sessions/doomed").await;
+    assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
+    let db = server.db().await;
+    let sessions: i64 =
+        sqlx::query_scalar("select count(*) from session_info where agent_id = 'doomed'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    let orphans: i64 = sqlx::query_scalar(
+        "select count(*) from messages where session_pk not in (select id from session_info)",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    let kept: i64 = sqlx::query_scalar("select count(*) from messages")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!((sessions, orphans, kept), (0, 0, 4));
+
+    c.chat("doomed", "again").await;
+    let ack = c.recv_until(|f| f["message_type"] == "ack").await;
+    let ack = ack.last().unwrap();
+    assert_eq!(ack["seq"], 1);
+    assert_ne!(ack["session_id"], old_session);
+    let fresh = c.until_result("doomed").await;
+    assert_eq!(reply_text(&fresh), "Echo: again (turn 1)");
+    let (_, list) = rest.get("/api/sessions").await;
+    assert_eq!(list["total"], 2);
+}
+
+/// A new model in `chat.options` applies from that turn on (the demo reports its model in the
+/// init and assistant messages), is stored, and survives a restart.
+#[tokio::test]
+async fn options_change_between_turns() {
+    let mut server = TestServer::start().await;
+    let mut c = server.client().await;
+    let model_of = |frames: &[Value]| {
+        let init = frames
+            .iter()
+            .find(|f| f["message_type"] == "system")
+            .unwrap();
+        let assistant = frames
+            .iter()
+            .find(|f| f["message_type"] == "assistant")
+            .unwrap();
+        (
+            init["message"]["model"].as_str().unwrap().to_owned(),
+            assistant["message"]["message"]["model"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        )
+    };
+    let t1 = turn(&mut c, "opt", "one").await;
+    assert_eq!(model_of(&t1), ("demo".into(), "demo".into()));
+    c.send(json!({"type": "chat", "agent_id": "opt", "content": "two",
+        "options": {"model": "model-b", "permission_mode": "plan"}}))
+        .await;
+    let t2 = c.until_result("opt").await;
+    assert_eq!(model_of(&t2), ("model-b".into(), "model-b".into()));
+    assert_eq!(
+        reply_text(&t2),
+        "Echo: two (turn 2)",
+        "the same agent conversation goes on"
+    );
+    let (_, got) = Rest::new(&server).get("/api/sessions/opt").await;
+    assert_eq!(got["model"], "model-b");
+    assert_eq!(got["permission_mode"], "plan");
+
+    server.terminate().await;
+    let restarted = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    let mut c = restarted.client().await;
+    let t3 = turn(&mut c, "opt", "three").await;
+    assert_eq!(model_of(&t3).0, "model-b");
+    assert_eq!(reply_text(&t3), "Echo: three (turn 3)");
+}
+
+/// The argument of the spawn's `prefix` flag (`--resume=` ...), if given.
+fn flag<'a>(spawn: &'a Value, prefix: &str) -> Option<&'a str> {
+    spawn["argv"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix(prefix))
+}
+
+/// At the agent boundary with the (fake) Claude CLI, whose reply counts the prompts the model
+/// was sent: after a rewind the CLI is resumed at the turn's last assistant message as a fork
+/// under a new id, so the dropped turns are no longer sent; a fork forks the CLI session and
+/// leaves the original's alone; a new model goes through `set_model` between turns, in the
+/// same process.
+#[tokio::test]
+async fn claude_cli_forgets_rewound_turns_and_forks_its_session() {
+    let fx = crate::claude::Fixture::new("");
+    let server = fx.start(&[]).await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let t1 = turn(&mut c, "cl", "one").await;
+    let two = turn(&mut c, "cl", "two").await;
+    assert_eq!(reply_text(&two), "Echo: two (history 2)");
+    let anchor_uuid = t1
+        .iter()
+        .rfind(|f| f["message_type"] == "assistant")
+        .unwrap()["message"]["uuid"]
+        .clone();
+    let (_, before) = rest.get("/api/sessions/cl").await;
+
+    c.send(json!({"type": "rewind", "agent_id": "cl", "to_seq": result_seq(&t1)}))
+        .await;
+    c.recv_until(|f| f["status"] == "rewound").await;
+    let three = turn(&mut c, "cl", "three").await;
+    assert_eq!(
+        reply_text(&three),
+        "Echo: three (history 2)",
+        "turn two is forgotten"
+    );
+    let (_, after) = rest.get("/api/sessions/cl").await;
+    let spawn = fx.spawns().last().unwrap().clone();
+    assert_eq!(flag(&spawn, "--resume="), before["sdk_session_id"].as_str());
+    assert_eq!(flag(&spawn, "--resume-session-at="), anchor_uuid.as_str());
+    assert_eq!(flag(&spawn, "--fork-session"), Some(""));
+    assert_eq!(
+        flag(&spawn, "--session-id="),
+        after["sdk_session_id"].as_str()
+    );
+    assert_ne!(after["sdk_session_id"], before["sdk_session_id"]);
+
+    let (status, _) = rest
+        .post("/api/sessions/cl/fork", json!({"new_agent_id": "cl-fork"}))
+        .await;
+    assert_eq!(status, 201);
+    let four = turn(&mut c, "cl-fork", "four").await;
+    assert_eq!(reply_text(&four), "Echo: four (history 3)");
+    let spawn = fx.spawns().last().unwrap().clone();
+    let (_, fork) = rest.get("/api/sessions/cl-fork").await;
+    assert_eq!(flag(&spawn, "--resume="), after["sdk_session_id"].as_str());
+    assert_eq!(
+        flag(&spawn, "--resume-session-at="),
+        None,
+        "a fork of the whole session"
+    );
+    assert_eq!(
+        flag(&spawn, "--session-id="),
+        fork["sdk_session_id"].as_str()
+    );
+    let five = turn(&mut c, "cl", "five").await;
+    assert_eq!(
+        reply_text(&five),
+        "Echo: five (history 3)",
+        "the fork's turn is not in the original"
+    );
+
+    let spawns_before = fx.spawns().len();
+    c.send(json!({"type": "chat", "agent_id": "cl", "content": "six", "options": {"model": "claude-other"}}))
+        .await;
+    let six = c.until_result("cl").await;
+    let init = six.iter().find(|f| f["message_type"] == "system").unwrap();
+    assert_eq!(init["message"]["model"], "claude-other");
+    assert_eq!(reply_text(&six), "Echo: six (history 4)");
+    assert_eq!(
+        fx.spawns().len(),
+        spawns_before,
+        "switched in the running process"
+    );
+    assert!(
+        fx.stdin()
+            .iter()
+            .any(|(_, line)| line["request"]["subtype"] == "set_model"
+                && line["request"]["model"] == "claude-other")
+    );
+}

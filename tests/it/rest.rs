@@ -1,0 +1,415 @@
+//! The REST API against a real server: listing, paging, rename, errors, chat over REST,
+//! Server-Sent Events with `Last-Event-ID`, export and import, and the OpenAPI document.
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// A small JSON client of the REST API.
+pub struct Rest {
+    pub http: reqwest::Client,
+    pub base: String,
+}
+
+impl Rest {
+    pub fn new(server: &TestServer) -> Self {
+        Rest {
+            http: reqwest::Client::new(),
+            base: server.url(""),
+        }
+    }
+
+    /// `(status, body as JSON or Null)`.
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> (u16, Value) {
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.http.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.http.post(format!("{}{path}", self.base)).json(&body))
+            .await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.http.patch(format!("{}{path}", self.base)).json(&body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> u16 {
+        self.send(self.http.delete(format!("{}{path}", self.base)))
+            .await
+            .0
+    }
+
+    pub async fn text(&self, path: &str) -> String {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
+/// Runs one turn over a socket and returns its frames (ack first).
+pub async fn turn(c: &mut Client, agent_id: &str, content: &str) -> Vec<Value> {
+    c.chat(agent_id, content).await;
+    c.until_result(agent_id).await
+}
+
+/// The list is newest activity first with totals, `q` filters titles, paging works, one
+/// conversation and its messages read back exactly as the socket sent them, rename sticks,
+/// and bad requests get typed errors.
+#[tokio::test]
+async fn rest_lists_reads_renames_and_answers_typed_errors() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let first = turn(&mut c, "r-one", "hello there").await;
+    turn(&mut c, "r-two", "general kenobi").await;
+
+    let (status, list) = rest.get("/api/sessions").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["total"], 2);
+    let sessions = list["sessions"].as_array().unwrap();
+    assert_eq!(sessions[0]["agent_id"], "r-two");
+    assert_eq!(sessions[1]["agent_id"], "r-one");
+    let one = &sessions[1];
+    assert_eq!(one["title"], "hello there");
+    assert_eq!(one["message_count"], 4);
+    assert_eq!(one["last_seq"], 4);
+    assert_eq!(one["turn_count"], 1);
+    assert_eq!(one["live"], true);
+    assert_eq!(one["model"], Value::Null);
+    assert!(one["total_cost_usd"].as_f64().unwrap() > 0.0);
+    assert!(one["output_tokens"].as_i64().unwrap() > 0);
+    for field in ["session_id", "status", "created_at", "last_active_at"] {
+        assert!(one[field].is_string(), "{field} in {one}");
+    }
+
+    let (_, filtered) = rest.get("/api/sessions?q=HELLO").await;
+    assert_eq!(filtered["total"], 1);
+    assert_eq!(filtered["sessions"][0]["agent_id"], "r-one");
+    let (_, paged) = rest.get("/api/sessions?limit=1&offset=1").await;
+    assert_eq!(paged["total"], 2);
+    assert_eq!(paged["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(paged["sessions"][0]["agent_id"], "r-one");
+
+    let (status, got) = rest.get("/api/sessions/r-one").await;
+    assert_eq!(status, 200);
+    assert_eq!(got["session_id"], one["session_id"]);
+
+    let (status, page) = rest
+        .get("/api/sessions/r-one/messages?after_seq=1&limit=2")
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(page["has_more"], true);
+    let stored: Vec<&Value> = first
+        .iter()
+        .filter(|f| f["seq"].is_i64() && f["message_type"] != "ack")
+        .collect();
+    assert_eq!(
+        page["messages"].as_array().unwrap(),
+        &vec![stored[1].clone(), stored[2].clone()]
+    );
+    let (_, rest_of) = rest.get("/api/sessions/r-one/messages?after_seq=3").await;
+    assert_eq!(rest_of["has_more"], false);
+    assert_eq!(rest_of["messages"][0]["message_type"], "result");
+
+    let (status, renamed) = rest
+        .patch("/api/sessions/r-one", json!({"title": "  Greetings  "}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(renamed["title"], "Greetings");
+    let (_, list) = rest.get("/api/sessions?q=greet").await;
+    assert_eq!(list["sessions"][0]["agent_id"], "r-one");
+
+    let (status, err) = rest.get("/api/sessions/nobody").await;
+    assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
+    assert!(err["error"].is_string());
+    let (status, err) = rest.get("/api/sessions?limit=lots").await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, err) = rest.get("/api/sessions?limit=0").await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, err) = rest.get("/api/sessions/bad%20id").await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_agent_id"))
+    );
+    let (status, err) = rest
+        .patch("/api/sessions/r-one", json!({"title": " "}))
+        .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, err) = rest
+        .patch("/api/sessions/nobody", json!({"title": "x"}))
+        .await;
+    assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
+    assert_eq!(rest.delete("/api/sessions/nobody").await, 404);
+}
+
+/// The OpenAPI document is served and covers the handlers and their types.
+#[tokio::test]
+async fn openapi_document_describes_the_api() {
+    let server = TestServer::start().await;
+    let (status, doc) = Rest::new(&server).get("/api/openapi.json").await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for path in [
+        "/api/sessions",
+        "/api/sessions/{agent_id}",
+        "/api/sessions/{agent_id}/messages",
+        "/api/sessions/{agent_id}/export",
+        "/api/sessions/import",
+        "/api/sessions/{agent_id}/rewind",
+        "/api/sessions/{agent_id}/fork",
+        "/api/sessions/{agent_id}/events",
+    ] {
+        assert!(paths.contains_key(path), "{path} missing");
+    }
+    for method in ["get", "patch", "delete"] {
+        assert!(paths["/api/sessions/{agent_id}"][method].is_object());
+    }
+    let schemas = &doc["components"]["schemas"];
+    let summary = schemas["SessionSummary"]["properties"].as_object().unwrap();
+    for field in [
+        "agent_id",
+        "session_id",
+        "title",
+        "live",
+        "message_count",
+        "last_seq",
+        "total_cost_usd",
+    ] {
+        assert!(summary.contains_key(field), "SessionSummary.{field}");
+    }
+    let codes = schemas["ErrorCode"]["enum"].as_array().unwrap();
+    assert!(codes.contains(&json!("unknown_agent")));
+    assert!(codes.contains(&json!("invalid_seq")));
+}
+
+/// Reads Server-Sent Events from a response until `stop` holds for an event's data.
+async fn sse_until(
+    resp: &mut reqwest::Response,
+    stop: impl Fn(&Value) -> bool,
+) -> Vec<(Option<i64>, Value)> {
+    let mut events = Vec::new();
+    let mut buf = String::new();
+    loop {
+        let chunk = tokio::time::timeout(WAIT, resp.chunk())
+            .await
+            .expect("an event in time")
+            .unwrap()
+            .expect("stream open");
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let mut id = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = v.parse().ok();
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = Some(serde_json::from_str::<Value>(v).unwrap());
+                }
+            }
+            if let Some(data) = data {
+                let done = stop(&data);
+                events.push((id, data));
+                if done {
+                    return events;
+                }
+            }
+        }
+    }
+}
+
+/// A chat over REST is validated and acked like a socket chat; its frames stream as events
+/// with `id: <seq>`, and a reconnect with `Last-Event-ID` resumes right after that seq and
+/// then follows live frames.
+#[tokio::test]
+async fn rest_chat_and_events_resume_from_last_event_id() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let (status, ack) = rest
+        .post(
+            "/api/sessions/e1/messages",
+            json!({"content": "one two", "client_msg_id": "m1"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    assert_eq!(ack["message_type"], "ack");
+    assert_eq!(ack["seq"], 1);
+    assert_eq!(ack["client_msg_id"], "m1");
+    for (body, code) in [
+        (json!({"content": ""}), "invalid_content"),
+        (
+            json!({"content": "x", "options": {"model": "--evil"}}),
+            "invalid_options",
+        ),
+        (
+            json!({"content": "x", "options": {"cwd": "/"}}),
+            "invalid_options",
+        ),
+        (json!([1]), "invalid_request"),
+    ] {
+        let (status, err) = rest.post("/api/sessions/e1/messages", body).await;
+        assert_eq!((status, err["code"].as_str()), (400, Some(code)));
+    }
+
+    let url = server.url("/api/sessions/e1/events");
+    let mut resp = rest.http.get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let events = sse_until(&mut resp, |d| d["message_type"] == "result").await;
+    let ids: Vec<i64> = events.iter().filter_map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    for (id, data) in &events {
+        assert_eq!(data["seq"].as_i64(), *id);
+    }
+    assert_eq!(
+        events.last().unwrap().1["message"]["result"],
+        "Echo: one two (turn 1)"
+    );
+    drop(resp);
+
+    let mut resp = rest
+        .http
+        .get(&url)
+        .header("Last-Event-ID", "2")
+        .send()
+        .await
+        .unwrap();
+    let replayed = sse_until(&mut resp, |d| d["seq"] == 4).await;
+    let ids: Vec<i64> = replayed.iter().filter_map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![3, 4]);
+    let (status, _) = rest
+        .post("/api/sessions/e1/messages", json!({"content": "three"}))
+        .await;
+    assert_eq!(status, 202);
+    let live = sse_until(&mut resp, |d| d["message_type"] == "result").await;
+    let ids: Vec<i64> = live.iter().filter_map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![5, 6, 7, 8]);
+    assert!(
+        live.iter()
+            .any(|(_, d)| d["message_type"] == "stream_event")
+    );
+    assert_eq!(
+        live.last().unwrap().1["message"]["result"],
+        "Echo: three (turn 2)"
+    );
+
+    let (status, err) = rest.get("/api/sessions/nobody/events").await;
+    assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
+    let bad = rest
+        .http
+        .get(&url)
+        .header("Last-Event-ID", "soon")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+}
+
+/// (message_type, payload) of every line of an export.
+fn content_of(export: &str) -> Vec<(String, Value)> {
+    export
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["message_type"].as_str().unwrap().to_owned(),
+                v["payload"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// An export imported as a new conversation holds the same messages in the same order (plus
+/// a status saying its agent starts fresh); the imported agent indeed starts fresh.
+#[tokio::test]
+async fn export_then_import_round_trips_by_content() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    turn(&mut c, "x1", "first message").await;
+    turn(&mut c, "x1", "second message").await;
+
+    let export = rest.text("/api/sessions/x1/export").await;
+    let lines: Vec<Value> = export
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 8);
+    assert_eq!(lines[0]["seq"], 1);
+    assert_eq!(lines[0]["role"], "user");
+    assert_eq!(lines[0]["content"], "first message");
+    let assistant = lines
+        .iter()
+        .find(|l| l["message_type"] == "assistant")
+        .unwrap();
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(assistant["content"], "Echo: first message (turn 1)");
+
+    let resp = rest
+        .http
+        .post(server.url("/api/sessions/import?agent_id=x2"))
+        .body(export.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let imported: Value = resp.json().await.unwrap();
+    assert_eq!(imported["agent_id"], "x2");
+    assert_eq!(imported["title"], "first message");
+    assert_eq!(imported["message_count"], 9);
+    assert_ne!(imported["session_id"], lines[0]["payload"]["session_id"]);
+
+    let again = content_of(&rest.text("/api/sessions/x2/export").await);
+    assert_eq!(again[..8], content_of(&export)[..]);
+    assert_eq!(again[8].0, "status");
+    assert_eq!(again[8].1["status"], "imported");
+
+    let frames = turn(&mut c, "x2", "hello again").await;
+    assert_eq!(reply_text(&frames), "Echo: hello again (turn 1)");
+
+    let (status, err) = rest
+        .send(
+            rest.http
+                .post(server.url("/api/sessions/import?agent_id=x2"))
+                .body(export),
+        )
+        .await;
+    assert_eq!((status, err["code"].as_str()), (409, Some("agent_exists")));
+    let (status, err) = rest
+        .send(
+            rest.http
+                .post(server.url("/api/sessions/import?agent_id=x3"))
+                .body("{\"nope\": 1}\n"),
+        )
+        .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+}
