@@ -55,3 +55,10 @@ ensure_claude_cli() {
   "$bin" --version >/dev/null 2>&1 || { missing "the installed Claude CLI does not run"; return 1; }
   export AGENTMUX_TEST_CLAUDE_BIN="$bin"
 }
+
+# tmux drives `agentmux chat` in a real terminal in the tests.
+ensure_tmux() {
+  command -v tmux >/dev/null 2>&1 && return 0
+  echo "== installing tmux"
+  apt_install tmux || missing "tmux could not be installed"
+}

@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 
 ensure_rust_tools
 ensure_claude_cli || true
+ensure_tmux || true
 
 echo "== cargo test"
 cargo test --all-targets --locked
