@@ -1,4 +1,4 @@
-//! The HTTP surface: the WebSocket endpoint, the REST API, health and metrics.
+//! The HTTP surface: the WebSocket endpoint, the REST API, health, metrics and the web UI.
 
 use axum::Router;
 use axum::extract::State;
@@ -6,7 +6,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::{AppState, api, ws};
+use crate::{AppState, api, web, ws};
 
 /// The application's routes.
 pub fn router(state: AppState) -> Router {
@@ -15,6 +15,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/ws", get(ws::upgrade))
         .merge(api::router())
+        .merge(web::router())
         .with_state(state)
 }
 

@@ -13,7 +13,8 @@
 //!   document.
 //! - [`replay`]: reading stored frames back by `seq`; the cursor every follower keeps.
 //! - [`cli_chat`]: `agentmux chat`, the terminal client.
-//! - [`http`]: the router (`/ws`, `/healthz`, `/metrics`).
+//! - [`http`]: the router (`/ws`, `/healthz`, `/metrics`, `/api`, and the [`web`] UI at `/`).
+//! - [`web`]: the browser UI, embedded in the binary.
 //! - [`session`]: the manager (single-flight create/resume, eviction) and the session actor.
 //! - [`agent`]: backends that run agents (the built-in demo agent).
 //! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
@@ -33,6 +34,7 @@ pub mod protocol;
 pub mod replay;
 pub mod session;
 pub mod store;
+pub mod web;
 pub mod ws;
 
 use std::future::Future;

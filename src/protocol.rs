@@ -3,6 +3,10 @@
 //! Plain data and pure functions, no I/O. Client frames are decoded by hand from a
 //! [`serde_json::Value`] so that every kind of bad input maps to its own stable error code.
 //! Server frames are serialized once into a [`Frame`] and shared by every subscriber.
+//!
+//! The typed frames here are the single source of truth for the wire format: the browser
+//! client's TypeScript declarations (`web/protocol.d.ts`) are generated from them by a unit
+//! test, which fails when the committed file is stale.
 
 use axum::extract::ws::Utf8Bytes;
 use serde::Serialize;
@@ -25,6 +29,7 @@ pub const PERMISSION_MODES: &[&str] = &[
 
 /// Stable, snake_case error codes carried by `error` frames and REST errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// Not JSON, not an object, no `type`, a binary frame, or a field of the wrong type.
@@ -119,30 +124,47 @@ impl FrameError {
 
 /// Options a `chat` may carry; only these reach the agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct ChatOptions {
     /// Model name for the agent.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
     pub model: Option<String>,
     /// Permission mode for the agent, one of [`PERMISSION_MODES`].
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
     pub permission_mode: Option<String>,
 }
 
+impl ChatOptions {
+    /// Whether no option is set.
+    pub fn is_empty(&self) -> bool {
+        self.model.is_none() && self.permission_mode.is_none()
+    }
+}
+
 /// A user turn sent to a conversation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct Chat {
     /// Routing key of the conversation.
     pub agent_id: String,
     /// The user's message.
     pub content: String,
     /// Echoed in the `ack`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
     pub client_msg_id: Option<String>,
     /// Validated agent options.
+    #[serde(skip_serializing_if = "ChatOptions::is_empty")]
+    #[cfg_attr(test, ts(as = "Option<ChatOptions>", optional))]
     pub options: ChatOptions,
 }
 
-/// A decoded client frame.
-#[derive(Debug, Clone, PartialEq)]
+/// A decoded client frame; serializing it gives the JSON text [`decode`] accepts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientFrame {
     /// Send a user turn.
     Chat(Chat),
@@ -154,6 +176,8 @@ pub enum ClientFrame {
     /// Application-level heartbeat; `ts` is echoed.
     Ping {
         /// Any JSON value, echoed in the `pong`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(type = "unknown", optional))]
         ts: Option<Value>,
     },
     /// Replay stored frames after `since_seq`, then follow live ones.
@@ -175,6 +199,7 @@ pub enum ClientFrame {
         /// The request being answered.
         request_id: String,
         /// Allow (optionally with edited input) or deny (optionally with a message).
+        #[serde(flatten)]
         decision: crate::agent::PermissionDecision,
     },
     /// Drop every stored message after `to_seq` (the `seq` of a `result`) and make the agent
@@ -192,6 +217,8 @@ pub enum ClientFrame {
         /// The new conversation's routing key.
         new_agent_id: String,
         /// The `seq` of the `result` to fork at; the latest when absent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(optional))]
         at_seq: Option<i64>,
     },
 }
@@ -504,19 +531,35 @@ pub struct Tag<'a> {
     pub session_id: &'a str,
 }
 
+/// The fields every conversation frame built by [`session_frame`] starts with; the payload
+/// follows.
 #[derive(Serialize)]
-struct Header<'a> {
-    message_type: &'a str,
-    agent_id: &'a str,
-    session_id: &'a str,
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct SessionHeader<'a> {
+    /// What the frame is.
+    pub message_type: &'a str,
+    /// The client's routing key.
+    pub agent_id: &'a str,
+    /// The server's conversation id.
+    pub session_id: &'a str,
+    /// The stored sequence number; absent on frames that are not stored.
     #[serde(skip_serializing_if = "Option::is_none")]
-    seq: Option<i64>,
-    timestamp: &'a str,
+    #[cfg_attr(test, ts(optional))]
+    pub seq: Option<i64>,
+    /// RFC 3339; for a stored frame, when it was stored.
+    pub timestamp: &'a str,
 }
 
 /// Message types whose stored payload is the agent's message, sent under `message`.
+pub const AGENT_MESSAGE_TYPES: &[&str] = &["user", "system", "assistant", "result"];
+
+/// Message types sent under `message` and never stored: token-streaming deltas, and agent
+/// messages of types this server does not know.
+pub const LIVE_AGENT_MESSAGE_TYPES: &[&str] = &["stream_event", "agent_event"];
+
+/// Message types whose stored payload is the agent's message, sent under `message`.
 pub fn is_agent_message(message_type: &str) -> bool {
-    matches!(message_type, "user" | "system" | "assistant" | "result")
+    AGENT_MESSAGE_TYPES.contains(&message_type)
 }
 
 /// Builds a session frame: a header plus either `message: <payload>` (agent messages and
@@ -530,7 +573,7 @@ pub fn session_frame(
     timestamp: &str,
     payload: &str,
 ) -> Frame {
-    let header = serde_json::to_string(&Header {
+    let header = serde_json::to_string(&SessionHeader {
         message_type,
         agent_id: tag.agent_id,
         session_id: tag.session_id,
@@ -540,7 +583,7 @@ pub fn session_frame(
     .expect("header serializes");
     let mut text = String::with_capacity(header.len() + payload.len() + 16);
     text.push_str(&header[..header.len() - 1]);
-    if is_agent_message(message_type) || matches!(message_type, "stream_event" | "agent_event") {
+    if is_agent_message(message_type) || LIVE_AGENT_MESSAGE_TYPES.contains(&message_type) {
         text.push_str(",\"message\":");
         text.push_str(payload);
         text.push('}');
@@ -567,42 +610,144 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// A server frame that is not an agent message, tagged by `message_type`.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(tag = "message_type", rename_all = "snake_case")]
+pub enum ControlFrame<'a> {
+    /// A `chat` was stored.
+    Ack(AckFrame<'a>),
+    /// A client frame failed.
+    Error(ErrorFrame<'a>),
+    /// The answer to a `ping`.
+    Pong(PongFrame<'a>),
+    /// A conversation changed state.
+    Status(StatusFrame<'a>),
+}
+
+impl ControlFrame<'_> {
+    fn to_frame(&self) -> Frame {
+        Frame::unstored(serde_json::to_string(self).expect("control frames serialize"))
+    }
+}
+
+/// Sent to the socket that sent a `chat` once the user message is stored.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct AckFrame<'a> {
+    /// The conversation.
+    pub agent_id: &'a str,
+    /// The server's conversation id.
+    pub session_id: &'a str,
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// The `chat`'s `client_msg_id`, or null.
+    pub client_msg_id: Option<&'a str>,
+    /// The `seq` of the stored user message.
+    pub seq: i64,
+    /// Turns ahead of this one; 0 when it runs now.
+    pub queue_position: usize,
+}
+
+/// A client frame that could not be acted on; the socket stays open.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct ErrorFrame<'a> {
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Human-readable explanation.
+    pub error: &'a str,
+    /// The failed frame's `agent_id`, when it had a readable one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub agent_id: Option<&'a str>,
+    /// The failed frame's `client_msg_id`, when it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub client_msg_id: Option<&'a str>,
+}
+
+/// The answer to a `ping`.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct PongFrame<'a> {
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// The `ping`'s `ts`, or null.
+    #[cfg_attr(test, ts(type = "unknown"))]
+    pub ts: Option<&'a Value>,
+}
+
+/// A conversation's state: `creating`, `resuming`, `active`, `busy`, `idle`, `queued`,
+/// `interrupted`, `crashed`, `evicted`, `lagged`, ...
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct StatusFrame<'a> {
+    /// The conversation.
+    pub agent_id: &'a str,
+    /// The server's conversation id; absent when the conversation does not exist yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub session_id: Option<&'a str>,
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// The state.
+    pub status: &'a str,
+    /// Human-readable detail.
+    pub detail: &'a str,
+    /// For `forked`: the conversation this one was forked from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub forked_from: Option<&'a str>,
+    /// For `forked`: the `seq` the copied history ends at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub at_seq: Option<i64>,
+}
+
 /// A `status` frame (not stored).
 pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
-    let payload = serde_json::json!({ "status": status, "detail": detail }).to_string();
-    session_frame(tag, "status", None, &now_rfc3339(), &payload)
+    ControlFrame::Status(StatusFrame {
+        agent_id: tag.agent_id,
+        session_id: Some(tag.session_id),
+        timestamp: &now_rfc3339(),
+        status,
+        detail,
+        forked_from: None,
+        at_seq: None,
+    })
+    .to_frame()
 }
 
 /// A `status` frame for an `agent_id` that has no conversation yet.
 pub fn bare_status_frame(agent_id: &str, status: &str, detail: &str) -> Frame {
-    Frame::unstored(
-        serde_json::json!({
-            "message_type": "status",
-            "agent_id": agent_id,
-            "timestamp": now_rfc3339(),
-            "status": status,
-            "detail": detail,
-        })
-        .to_string(),
-    )
+    ControlFrame::Status(StatusFrame {
+        agent_id,
+        session_id: None,
+        timestamp: &now_rfc3339(),
+        status,
+        detail,
+        forked_from: None,
+        at_seq: None,
+    })
+    .to_frame()
 }
 
 /// The `status` `forked` answering a `fork`: tagged with the new conversation, it names the
 /// original and the `seq` the copied history ends at (the fork's own `last_seq`).
 pub fn forked_frame(fork: &crate::store::SessionRecord, forked_from: &str) -> Frame {
-    Frame::unstored(
-        serde_json::json!({
-            "message_type": "status",
-            "agent_id": fork.agent_id,
-            "session_id": fork.session_id,
-            "timestamp": now_rfc3339(),
-            "status": "forked",
-            "detail": format!("forked from `{forked_from}` at seq {}", fork.last_seq),
-            "forked_from": forked_from,
-            "at_seq": fork.last_seq,
-        })
-        .to_string(),
-    )
+    ControlFrame::Status(StatusFrame {
+        agent_id: &fork.agent_id,
+        session_id: Some(&fork.session_id),
+        timestamp: &now_rfc3339(),
+        status: "forked",
+        detail: &format!("forked from `{forked_from}` at seq {}", fork.last_seq),
+        forked_from: Some(forked_from),
+        at_seq: Some(fork.last_seq),
+    })
+    .to_frame()
 }
 
 /// The `ack` frame sent to the socket that sent a `chat`.
@@ -612,47 +757,40 @@ pub fn ack_frame(
     seq: i64,
     queue_position: usize,
 ) -> Frame {
-    Frame::unstored(
-        serde_json::json!({
-            "message_type": "ack",
-            "agent_id": tag.agent_id,
-            "session_id": tag.session_id,
-            "timestamp": now_rfc3339(),
-            "client_msg_id": client_msg_id,
-            "seq": seq,
-            "queue_position": queue_position,
-        })
-        .to_string(),
-    )
+    ControlFrame::Ack(AckFrame {
+        agent_id: tag.agent_id,
+        session_id: tag.session_id,
+        timestamp: &now_rfc3339(),
+        client_msg_id,
+        seq,
+        queue_position,
+    })
+    .to_frame()
 }
 
 /// The `error` frame for a failed client frame.
 pub fn error_frame(err: &FrameError) -> Frame {
-    let mut obj = Map::new();
-    obj.insert("message_type".into(), "error".into());
-    obj.insert("timestamp".into(), now_rfc3339().into());
-    obj.insert("code".into(), err.code.as_str().into());
-    obj.insert("error".into(), err.message.clone().into());
-    if let Some(agent_id) = &err.agent_id {
-        obj.insert("agent_id".into(), agent_id.clone().into());
-    }
-    if let Some(id) = &err.client_msg_id {
-        obj.insert("client_msg_id".into(), id.clone().into());
-    }
-    Frame::unstored(Value::Object(obj).to_string())
+    ControlFrame::Error(ErrorFrame {
+        timestamp: &now_rfc3339(),
+        code: err.code,
+        error: &err.message,
+        agent_id: err.agent_id.as_deref(),
+        client_msg_id: err.client_msg_id.as_deref(),
+    })
+    .to_frame()
 }
 
 /// The `pong` answering a `ping`.
 pub fn pong_frame(ts: Option<&Value>) -> Frame {
-    Frame::unstored(
-        serde_json::json!({
-            "message_type": "pong",
-            "timestamp": now_rfc3339(),
-            "ts": ts,
-        })
-        .to_string(),
-    )
+    ControlFrame::Pong(PongFrame {
+        timestamp: &now_rfc3339(),
+        ts,
+    })
+    .to_frame()
 }
+
+#[cfg(test)]
+mod typescript;
 
 #[cfg(test)]
 mod tests {
@@ -735,6 +873,96 @@ mod tests {
             code(r#"{"type":"fork","agent_id":"x","new_agent_id":"y","at_seq":0}"#),
             ErrorCode::InvalidSeq
         );
+    }
+
+    #[test]
+    fn serialized_client_frames_decode_to_themselves() {
+        let frames = [
+            ClientFrame::Chat(Chat {
+                agent_id: "a".into(),
+                content: "hi".into(),
+                client_msg_id: Some("c".into()),
+                options: ChatOptions {
+                    model: Some("m".into()),
+                    permission_mode: Some("plan".into()),
+                },
+            }),
+            ClientFrame::Chat(Chat {
+                agent_id: "a".into(),
+                content: "hi".into(),
+                client_msg_id: None,
+                options: ChatOptions::default(),
+            }),
+            ClientFrame::Interrupt {
+                agent_id: "a".into(),
+            },
+            ClientFrame::Ping { ts: Some(7.into()) },
+            ClientFrame::Ping { ts: None },
+            ClientFrame::Subscribe {
+                agent_id: "a".into(),
+                since_seq: 4,
+            },
+            ClientFrame::Unsubscribe {
+                agent_id: "a".into(),
+            },
+            ClientFrame::PermissionResponse {
+                agent_id: "a".into(),
+                request_id: "r".into(),
+                decision: crate::agent::PermissionDecision::Allow {
+                    updated_input: Some(serde_json::json!({"command": "ls"})),
+                },
+            },
+            ClientFrame::PermissionResponse {
+                agent_id: "a".into(),
+                request_id: "r".into(),
+                decision: crate::agent::PermissionDecision::Deny {
+                    message: "no".into(),
+                },
+            },
+            ClientFrame::Rewind {
+                agent_id: "a".into(),
+                to_seq: 3,
+            },
+            ClientFrame::Fork {
+                agent_id: "a".into(),
+                new_agent_id: "b".into(),
+                at_seq: Some(3),
+            },
+            ClientFrame::Fork {
+                agent_id: "a".into(),
+                new_agent_id: "b".into(),
+                at_seq: None,
+            },
+        ];
+        for frame in frames {
+            let text = serde_json::to_string(&frame).unwrap();
+            assert_eq!(decode(&text, LIMITS).unwrap(), frame, "{text}");
+        }
+    }
+
+    #[test]
+    fn control_frames_have_their_fields() {
+        let tag = Tag {
+            agent_id: "a",
+            session_id: "s",
+        };
+        let v: Value = serde_json::from_str(ack_frame(tag, None, 3, 1).text.as_str()).unwrap();
+        assert_eq!(v["message_type"], "ack");
+        assert_eq!(v["client_msg_id"], Value::Null);
+        assert_eq!((v["seq"].as_i64(), v["queue_position"].as_i64()), (Some(3), Some(1)));
+        let err = FrameError::new(ErrorCode::UnknownAgent, "no such agent").for_agent(Some("a"));
+        let v: Value = serde_json::from_str(error_frame(&err).text.as_str()).unwrap();
+        assert_eq!(v["code"], "unknown_agent");
+        assert_eq!(v["agent_id"], "a");
+        assert!(v.get("client_msg_id").is_none());
+        let v: Value =
+            serde_json::from_str(status_frame(tag, "idle", "done").text.as_str()).unwrap();
+        assert_eq!((&v["status"], &v["session_id"]), (&"idle".into(), &"s".into()));
+        let v: Value =
+            serde_json::from_str(bare_status_frame("a", "evicted", "").text.as_str()).unwrap();
+        assert!(v.get("session_id").is_none());
+        let v: Value = serde_json::from_str(pong_frame(Some(&5.into())).text.as_str()).unwrap();
+        assert_eq!((&v["message_type"], &v["ts"]), (&"pong".into(), &5.into()));
     }
 
     #[test]

@@ -103,12 +103,16 @@ pub enum AgentInput {
     },
 }
 
-/// The answer to a tool permission request.
-#[derive(Debug, Clone, PartialEq)]
+/// The answer to a tool permission request; on the wire, `behavior` says which.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(tag = "behavior", rename_all = "snake_case")]
 pub enum PermissionDecision {
     /// Run the tool, with the input as the user edited it (or as asked).
     Allow {
         /// The edited tool input, when the user changed it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(type = "Record<string, unknown>", optional))]
         updated_input: Option<Value>,
     },
     /// Don't run the tool; the agent is told why.

@@ -1,0 +1,594 @@
+// @ts-check
+/**
+ * @file The agentmux web UI: a session sidebar and one conversation pane, all over one
+ * WebSocket (see client.js). Every piece of model output, user input and title is put into
+ * the page as text nodes; Markdown is rendered by markdown.js, which builds elements too.
+ */
+
+import { AgentmuxClient, randomId } from './client.js';
+import { renderMarkdown } from './markdown.js';
+
+/** @typedef {import('./protocol').ServerFrame} ServerFrame */
+/** @typedef {import('./protocol').MessageFrame} MessageFrame */
+/** @typedef {import('./client.js').ConnectionState} ConnectionState */
+
+/**
+ * A conversation as the sidebar knows it: from `GET /api/sessions` when the server has it,
+ * else from this browser's own list.
+ * @typedef {object} SessionInfo
+ * @property {string} agent_id
+ * @property {string} title
+ * @property {string} created_at RFC 3339.
+ * @property {string} last_active_at RFC 3339.
+ * @property {boolean} [live] Whether its agent is in the server's memory: from the API, or
+ *   from the last `status` frame seen.
+ */
+
+/**
+ * The parts of the agent's stream-json messages the UI reads (Claude Code CLI shapes).
+ * @typedef {{type: 'text', text: string}
+ *   | {type: 'thinking', thinking: string}
+ *   | {type: 'tool_use', id: string, name: string, input: unknown}
+ *   | {type: 'tool_result', tool_use_id: string, content: string | {type: string, text?: string}[], is_error?: boolean}} ContentBlock
+ * @typedef {{message?: {content?: string | ContentBlock[]}, aborted?: boolean}} ChatMessage
+ * @typedef {{event?: {type?: string, delta?: {type?: string, text?: string}}}} StreamEvent
+ * @typedef {{input_tokens?: number, output_tokens?: number, cache_read_input_tokens?: number,
+ *   cache_creation_input_tokens?: number}} Usage
+ * @typedef {{is_error?: boolean, subtype?: string, terminal_reason?: string,
+ *   total_cost_usd?: number, duration_ms?: number, usage?: Usage}} ResultMessage
+ */
+
+const SESSIONS_KEY = 'agentmux.sessions.v1';
+const CURRENT_KEY = 'agentmux.current';
+/** How often the sidebar is refreshed from the server, in milliseconds. */
+const SIDEBAR_REFRESH_MS = 30_000;
+/** States after which a conversation's agent is no longer in the server's memory. */
+const GONE = new Set(['evicted', 'crashed']);
+/** Titles are the first 50 characters of the first message, as the server stores them. */
+const TITLE_CHARS = 50;
+
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {string} [className]
+ * @param {string} [text]
+ * @returns {HTMLElementTagNameMap[K]}
+ */
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/**
+ * @param {string} id
+ * @returns {HTMLElement}
+ */
+function byId(id) {
+  const node = document.getElementById(id);
+  if (!node) throw new Error(`missing #${id}`);
+  return node;
+}
+
+const ui = {
+  sessions: byId('sessions'),
+  newSession: byId('new-session'),
+  toggleSidebar: byId('toggle-sidebar'),
+  title: byId('title'),
+  conn: byId('conn'),
+  messages: byId('messages'),
+  composer: /** @type {HTMLFormElement} */ (byId('composer')),
+  input: /** @type {HTMLTextAreaElement} */ (byId('input')),
+  stop: /** @type {HTMLButtonElement} */ (byId('stop')),
+};
+
+const client = new AgentmuxClient();
+
+/** @type {Map<string, SessionInfo>} */
+const sessions = new Map();
+/** @type {Map<string, View>} */
+const views = new Map();
+/** @type {string | null} */
+let current = null;
+/** Whether `GET /api/sessions` exists on this server (unknown until asked). */
+let sessionsApi = true;
+
+// ---- the sidebar --------------------------------------------------------------------------
+
+function loadLocalSessions() {
+  try {
+    const list = JSON.parse(localStorage.getItem(SESSIONS_KEY) ?? '[]');
+    if (Array.isArray(list)) {
+      for (const s of list) if (s && typeof s.agent_id === 'string') sessions.set(s.agent_id, s);
+    }
+  } catch {
+    // A corrupt list is dropped; the server's list still shows.
+  }
+}
+
+function saveLocalSessions() {
+  const list = [...sessions.values()].map(({ agent_id, title, created_at, last_active_at }) => ({
+    agent_id,
+    title,
+    created_at,
+    last_active_at,
+  }));
+  localStorage.setItem(SESSIONS_KEY, JSON.stringify(list));
+}
+
+/** Merges the server's list into the sidebar; a 404 means this server has no such API. */
+async function refreshSessions() {
+  if (!sessionsApi) return;
+  try {
+    const response = await fetch('/api/sessions?limit=100', { headers: { accept: 'application/json' } });
+    if (response.status === 404) {
+      sessionsApi = false;
+      return;
+    }
+    if (!response.ok) return;
+    /** @type {{sessions: SessionInfo[], total: number}} */
+    const body = await response.json();
+    for (const s of body.sessions) {
+      const known = sessions.get(s.agent_id);
+      sessions.set(s.agent_id, {
+        agent_id: s.agent_id,
+        title: s.title || known?.title || '',
+        created_at: s.created_at,
+        last_active_at: s.last_active_at,
+        live: s.live,
+      });
+    }
+    renderSidebar();
+  } catch {
+    // Offline or restarting: the socket's state already says so.
+  }
+}
+
+/**
+ * @param {string} iso
+ * @param {number} now
+ */
+function age(iso, now) {
+  const seconds = Math.max(0, (now - Date.parse(iso)) / 1000);
+  if (!Number.isFinite(seconds) || seconds < 45) return 'just now';
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return `${minutes} min`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 48) return `${hours} h`;
+  return `${Math.round(hours / 24)} d`;
+}
+
+/** @param {SessionInfo} info */
+function badge(info) {
+  if (views.get(info.agent_id)?.busy) return 'busy';
+  return info.live ? 'live' : 'idle';
+}
+
+function renderSidebar() {
+  const now = Date.now();
+  const list = [...sessions.values()].sort((a, b) =>
+    (b.last_active_at || b.created_at).localeCompare(a.last_active_at || a.created_at),
+  );
+  ui.sessions.replaceChildren(
+    ...list.map((info) => {
+      const li = el('li');
+      const button = li.appendChild(el('button', 'session'));
+      button.type = 'button';
+      button.dataset.agentId = info.agent_id;
+      if (info.agent_id === current) button.setAttribute('aria-current', 'true');
+      button.append(el('span', 'session-title', info.title || 'New session'));
+      const meta = button.appendChild(el('span', 'session-meta'));
+      const state = badge(info);
+      meta.append(
+        el('span', `badge badge-${state}`, state),
+        el('span', 'session-age', age(info.last_active_at || info.created_at, now)),
+      );
+      button.addEventListener('click', () => openSession(info.agent_id));
+      return li;
+    }),
+  );
+}
+
+/**
+ * Records activity seen in a conversation.
+ * @param {string} agentId
+ * @param {Partial<SessionInfo>} change
+ */
+function touchSession(agentId, change) {
+  const info = sessions.get(agentId);
+  if (!info) return;
+  Object.assign(info, change);
+  saveLocalSessions();
+  renderSidebar();
+  if (agentId === current) renderHeader();
+}
+
+// ---- a conversation -----------------------------------------------------------------------
+
+/** One conversation's pane, kept while the page lives so switching back is instant. */
+class View {
+  /** @param {string} agentId */
+  constructor(agentId) {
+    this.agentId = agentId;
+    this.root = el('div', 'conversation');
+    /** @type {HTMLElement | null} the reply being streamed */
+    this.streaming = null;
+    this.streamText = '';
+    this.renderQueued = false;
+    /** @type {HTMLElement[]} user turns not yet answered by a `result`, oldest first */
+    this.open = [];
+    /** @type {Map<string, HTMLDetailsElement>} tool_use id → its element */
+    this.tools = new Map();
+    client.open(agentId, (frame) => this.onFrame(frame));
+  }
+
+  /** Whether a turn is running (or waiting in the queue). */
+  get busy() {
+    return this.open.length > 0;
+  }
+
+  /** @param {ServerFrame} frame */
+  onFrame(frame) {
+    const stick = this.atBottom();
+    const wasBusy = this.busy;
+    switch (frame.message_type) {
+      case 'user':
+        this.onUser(frame, /** @type {ChatMessage} */ (frame.message));
+        break;
+      case 'assistant':
+        this.onAssistant(frame, /** @type {ChatMessage} */ (frame.message));
+        break;
+      case 'stream_event':
+        this.onStreamEvent(/** @type {StreamEvent} */ (frame.message));
+        break;
+      case 'result':
+        this.onResult(frame, /** @type {ResultMessage} */ (frame.message));
+        break;
+      case 'status':
+        this.onStatus(frame.status, frame.detail);
+        break;
+      case 'error':
+        if (frame.code !== 'unknown_agent' || this.root.childElementCount > 0) {
+          this.append(el('div', 'msg notice error', `Error (${frame.code}): ${frame.error}`));
+        }
+        break;
+    }
+    if (stick) this.scrollToEnd();
+    if (wasBusy !== this.busy) {
+      renderSidebar();
+      if (this.agentId === current) renderControls();
+    }
+  }
+
+  /**
+   * @param {MessageFrame} frame
+   * @param {ChatMessage} message
+   */
+  onUser(frame, message) {
+    const content = message.message?.content;
+    if (typeof content === 'string') {
+      const msg = this.append(this.bubble('user', frame), frame);
+      msg.lastElementChild?.append(content);
+      this.open.push(msg);
+      if (this.open.length > 1) setQueued(msg, true);
+      const info = sessions.get(this.agentId);
+      touchSession(this.agentId, {
+        title: info?.title || content.trim().slice(0, TITLE_CHARS),
+        last_active_at: frame.timestamp,
+      });
+      return;
+    }
+    for (const block of content ?? []) {
+      if (block.type === 'tool_result') {
+        this.onToolResult(block);
+      } else if (block.type === 'text' && block.text.startsWith('[Request interrupted')) {
+        this.append(el('div', 'msg notice', 'Interrupted'), frame);
+      } else if (block.type === 'text') {
+        this.append(el('div', 'msg notice', block.text), frame);
+      }
+    }
+  }
+
+  /**
+   * @param {MessageFrame} frame
+   * @param {ChatMessage} message
+   */
+  onAssistant(frame, message) {
+    this.endStream();
+    const content = message.message?.content;
+    for (const block of Array.isArray(content) ? content : []) {
+      if (block.type === 'text' && block.text) {
+        const msg = this.append(this.bubble('assistant', frame), frame);
+        if (message.aborted) msg.classList.add('aborted');
+        msg.lastElementChild?.append(renderMarkdown(block.text));
+      } else if (block.type === 'tool_use') {
+        const details = el('details', 'msg tool');
+        details.append(el('summary', undefined, `Tool: ${block.name}`));
+        details.append(el('pre', 'tool-input', JSON.stringify(block.input, null, 2)));
+        this.tools.set(block.id, details);
+        this.append(details, frame);
+      } else if (block.type === 'thinking' && block.thinking) {
+        const details = el('details', 'msg thinking');
+        details.append(el('summary', undefined, 'Thinking'), el('div', 'thinking-text', block.thinking));
+        this.append(details, frame);
+      }
+    }
+  }
+
+  /** @param {Extract<ContentBlock, {type: 'tool_result'}>} block */
+  onToolResult(block) {
+    const text =
+      typeof block.content === 'string'
+        ? block.content
+        : (block.content ?? []).map((c) => c.text ?? `[${c.type}]`).join('\n');
+    let details = this.tools.get(block.tool_use_id);
+    if (!details) {
+      details = el('details', 'msg tool');
+      details.append(el('summary', undefined, 'Tool result'));
+      this.append(details);
+    }
+    if (block.is_error) details.classList.add('error');
+    details.append(el('div', 'tool-label', block.is_error ? 'Error' : 'Result'));
+    details.append(el('pre', 'tool-output', text));
+  }
+
+  /** @param {StreamEvent} message */
+  onStreamEvent(message) {
+    const event = message.event;
+    if (event?.type !== 'content_block_delta' || event.delta?.type !== 'text_delta') return;
+    if (!this.streaming) {
+      this.streaming = this.append(el('div', 'msg assistant streaming'));
+      this.streaming.append(el('div', 'bubble'));
+      this.streamText = '';
+    }
+    this.streamText += event.delta.text ?? '';
+    if (!this.renderQueued) {
+      this.renderQueued = true;
+      requestAnimationFrame(() => {
+        this.renderQueued = false;
+        const stick = this.atBottom();
+        this.streaming?.lastElementChild?.replaceChildren(renderMarkdown(this.streamText));
+        if (stick) this.scrollToEnd();
+      });
+    }
+  }
+
+  /** Drops the streamed reply: the stored message replaces it, or a reconnect cut it. */
+  endStream() {
+    this.streaming?.remove();
+    this.streaming = null;
+    this.streamText = '';
+  }
+
+  /**
+   * @param {MessageFrame} frame
+   * @param {ResultMessage} result
+   */
+  onResult(frame, result) {
+    this.endStream();
+    const answered = this.open.shift();
+    if (answered) setQueued(answered, false);
+    if (this.open[0]) setQueued(this.open[0], false);
+    const footer = this.append(el('div', 'msg result'), frame);
+    if (result.is_error) footer.classList.add('error');
+    footer.textContent = resultSummary(result);
+    touchSession(this.agentId, { last_active_at: frame.timestamp });
+  }
+
+  /**
+   * @param {string} status
+   * @param {string} detail
+   */
+  onStatus(status, detail) {
+    if (status === 'idle') {
+      for (const msg of this.open) setQueued(msg, false);
+      this.open = [];
+    }
+    if (status === 'crashed' || status === 'resume_failed' || status === 'warning') {
+      this.append(el('div', 'msg notice error', `${status}: ${detail}`));
+    }
+    if (status !== 'lagged') touchSession(this.agentId, { live: !GONE.has(status) });
+  }
+
+  /**
+   * @param {'user' | 'assistant'} role
+   * @param {MessageFrame} frame
+   */
+  bubble(role, frame) {
+    const msg = el('div', `msg ${role}`);
+    msg.append(el('div', 'bubble'));
+    msg.title = new Date(frame.timestamp).toLocaleString();
+    return msg;
+  }
+
+  /**
+   * Adds a stored message in `seq` order, before the streamed reply.
+   * @template {HTMLElement} E
+   * @param {E} node
+   * @param {MessageFrame} [frame]
+   * @returns {E}
+   */
+  append(node, frame) {
+    if (frame?.seq) node.dataset.seq = String(frame.seq);
+    if (this.streaming && node !== this.streaming) this.root.insertBefore(node, this.streaming);
+    else this.root.append(node);
+    return node;
+  }
+
+  atBottom() {
+    const box = ui.messages;
+    return this.agentId !== current || box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+  }
+
+  scrollToEnd() {
+    if (this.agentId === current) ui.messages.scrollTop = ui.messages.scrollHeight;
+  }
+}
+
+/**
+ * Marks a user message as waiting for earlier turns.
+ * @param {HTMLElement} msg
+ * @param {boolean} queued
+ */
+function setQueued(msg, queued) {
+  msg.classList.toggle('queued', queued);
+  msg.querySelector('.queued-tag')?.remove();
+  if (queued) msg.append(el('span', 'queued-tag', 'queued'));
+}
+
+/** @param {ResultMessage} result */
+function resultSummary(result) {
+  const parts = [];
+  if (!result.is_error) parts.push('Done');
+  else if (result.terminal_reason?.startsWith('aborted')) parts.push('Interrupted');
+  else if (result.terminal_reason === 'server_restart') parts.push('Stopped by a server restart');
+  else parts.push(`Error (${result.subtype ?? 'unknown'})`);
+  if (typeof result.total_cost_usd === 'number') parts.push(`$${result.total_cost_usd.toFixed(4)}`);
+  const usage = result.usage;
+  if (usage) {
+    const input =
+      (usage.input_tokens ?? 0) +
+      (usage.cache_read_input_tokens ?? 0) +
+      (usage.cache_creation_input_tokens ?? 0);
+    parts.push(`${input} in / ${usage.output_tokens ?? 0} out tokens`);
+  }
+  if (typeof result.duration_ms === 'number') parts.push(duration(result.duration_ms));
+  return parts.join(' · ');
+}
+
+/** @param {number} ms */
+function duration(ms) {
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
+}
+
+// ---- the page -----------------------------------------------------------------------------
+
+/** @param {string} agentId */
+function openSession(agentId) {
+  const previous = current ? sessions.get(current) : undefined;
+  if (previous && !previous.title && previous.agent_id !== agentId) {
+    // A new session left without a message is not worth a sidebar entry.
+    sessions.delete(previous.agent_id);
+    saveLocalSessions();
+  }
+  if (!sessions.has(agentId)) {
+    const now = new Date().toISOString();
+    sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now });
+    saveLocalSessions();
+  }
+  current = agentId;
+  localStorage.setItem(CURRENT_KEY, agentId);
+  if (decodeURIComponent(location.hash.slice(1)) !== agentId) {
+    history.replaceState(null, '', `#${encodeURIComponent(agentId)}`);
+  }
+  let view = views.get(agentId);
+  if (!view) {
+    view = new View(agentId);
+    views.set(agentId, view);
+  }
+  ui.messages.replaceChildren(view.root);
+  view.scrollToEnd();
+  document.body.classList.remove('sidebar-open');
+  renderHeader();
+  renderControls();
+  renderSidebar();
+  ui.input.focus();
+}
+
+function newSession() {
+  openSession(`web-${randomId()}`);
+}
+
+function renderHeader() {
+  const info = current ? sessions.get(current) : undefined;
+  ui.title.textContent = info?.title || 'New session';
+}
+
+function renderControls() {
+  const busy = current ? (views.get(current)?.busy ?? false) : false;
+  ui.stop.hidden = !busy;
+  document.body.classList.toggle('busy', busy);
+}
+
+/** @param {ConnectionState} state */
+function renderConnection(state) {
+  const labels = {
+    connecting: 'Connecting…',
+    open: 'Connected',
+    reconnecting: 'Reconnecting…',
+    closed: 'Disconnected',
+  };
+  ui.conn.textContent = labels[state];
+  ui.conn.dataset.state = state;
+}
+
+function send() {
+  const text = ui.input.value;
+  if (!text.trim()) return;
+  if (!current) newSession();
+  const agentId = /** @type {string} */ (current);
+  ui.input.value = '';
+  autosize();
+  client.chat(agentId, text).catch((err) => {
+    views.get(agentId)?.append(el('div', 'msg notice error', `Not sent: ${err.message}`));
+  });
+}
+
+function interrupt() {
+  if (current && views.get(current)?.busy) client.interrupt(current);
+}
+
+function autosize() {
+  ui.input.style.height = 'auto';
+  ui.input.style.height = `${Math.min(ui.input.scrollHeight, 240)}px`;
+}
+
+ui.composer.addEventListener('submit', (event) => {
+  event.preventDefault();
+  send();
+});
+ui.input.addEventListener('keydown', (event) => {
+  if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    send();
+  }
+});
+ui.input.addEventListener('input', autosize);
+document.addEventListener('keydown', (event) => {
+  if (event.key === 'Escape') interrupt();
+});
+ui.stop.addEventListener('click', interrupt);
+ui.newSession.addEventListener('click', newSession);
+ui.toggleSidebar.addEventListener('click', () => document.body.classList.toggle('sidebar-open'));
+window.addEventListener('hashchange', () => {
+  const agentId = decodeURIComponent(location.hash.slice(1));
+  if (agentId && agentId !== current) openSession(agentId);
+});
+
+let wasConnected = false;
+client.onState((state) => {
+  renderConnection(state);
+  if (state === 'open') {
+    // A reply that was streaming when the socket dropped is replaced by the stored one.
+    if (wasConnected) for (const view of views.values()) view.endStream();
+    wasConnected = true;
+    refreshSessions();
+  }
+});
+
+loadLocalSessions();
+renderConnection(client.state);
+client.connect();
+const initial =
+  decodeURIComponent(location.hash.slice(1)) ||
+  localStorage.getItem(CURRENT_KEY) ||
+  [...sessions.values()].sort((a, b) => b.last_active_at.localeCompare(a.last_active_at))[0]
+    ?.agent_id;
+if (initial) openSession(initial);
+else newSession();
+setInterval(() => {
+  refreshSessions();
+  renderSidebar();
+}, SIDEBAR_REFRESH_MS);

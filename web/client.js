@@ -1,0 +1,370 @@
+// @ts-check
+/**
+ * @file A small client for agentmux's WebSocket protocol v1, usable as it is by any frontend.
+ *
+ * One socket carries any number of conversations. The client sends `ping` every 15 s and
+ * treats a socket that answers nothing for a whole interval as dead; it reconnects with
+ * exponential backoff and then sends `subscribe` with the last `seq` it saw for every open
+ * conversation, so nothing is missed; frames whose `seq` it has already delivered are dropped,
+ * so nothing shows twice. Frame types come from `protocol.d.ts`, generated from the server's
+ * Rust types.
+ *
+ * ```js
+ * import { AgentmuxClient } from '/assets/client.js';
+ * const client = new AgentmuxClient();
+ * client.onState((state) => console.log(state));
+ * client.open('my-agent', (frame) => console.log(frame));
+ * const ack = await client.chat('my-agent', 'Hello');
+ * ```
+ */
+
+/** @typedef {import('./protocol').ServerFrame} ServerFrame */
+/** @typedef {import('./protocol').ClientFrame} ClientFrame */
+/** @typedef {import('./protocol').AckFrame} AckFrame */
+/** @typedef {import('./protocol').ErrorFrame} ErrorFrame */
+/** @typedef {import('./protocol').ErrorCode} ErrorCode */
+/** @typedef {import('./protocol').ChatOptions} ChatOptions */
+
+/**
+ * `connecting`: the first attempt; `open`: frames flow; `reconnecting`: the socket was lost and
+ * the client is trying again; `closed`: {@link AgentmuxClient#close} was called.
+ * @typedef {'connecting' | 'open' | 'reconnecting' | 'closed'} ConnectionState
+ */
+
+/**
+ * @typedef {object} ClientOptions
+ * @property {string} [url] WebSocket URL; default `ws(s)://<this page's host>/ws`.
+ * @property {number} [pingIntervalMs] Heartbeat period; default 15000.
+ * @property {number} [minBackoffMs] First reconnect delay; default 250.
+ * @property {number} [maxBackoffMs] Longest reconnect delay; default 10000.
+ * @property {typeof WebSocket} [WebSocket] WebSocket implementation; default the global one.
+ */
+
+/** @typedef {(frame: ServerFrame) => void} FrameListener */
+
+/**
+ * The server refused a frame (an `error` frame), or the socket closed before it answered.
+ */
+export class ClientError extends Error {
+  /**
+   * @param {ErrorCode | 'disconnected'} code
+   * @param {string} message
+   */
+  constructor(code, message) {
+    super(message);
+    this.name = 'ClientError';
+    /** A stable code: one of the server's error codes, or `disconnected`. */
+    this.code = code;
+  }
+}
+
+/**
+ * @typedef {object} Conversation
+ * @property {number} lastSeq Highest stored `seq` delivered.
+ * @property {Set<FrameListener>} listeners
+ */
+
+/**
+ * @typedef {object} PendingChat
+ * @property {(ack: AckFrame) => void} resolve
+ * @property {(err: ClientError) => void} reject
+ */
+
+/** One socket for many conversations. */
+export class AgentmuxClient {
+  /** @param {ClientOptions} [options] */
+  constructor(options = {}) {
+    /** @private */
+    this.url = options.url ?? defaultUrl();
+    /** @private */
+    this.pingIntervalMs = options.pingIntervalMs ?? 15000;
+    /** @private */
+    this.minBackoffMs = options.minBackoffMs ?? 250;
+    /** @private */
+    this.maxBackoffMs = options.maxBackoffMs ?? 10000;
+    /** @private */
+    this.WebSocketImpl = options.WebSocket ?? globalThis.WebSocket;
+    /** @private @type {WebSocket | null} */
+    this.socket = null;
+    /** @private @type {ConnectionState} */
+    this.currentState = 'connecting';
+    /** @private @type {Set<(state: ConnectionState) => void>} */
+    this.stateListeners = new Set();
+    /** @private @type {Map<string, Conversation>} */
+    this.conversations = new Map();
+    /** @private @type {Map<string, PendingChat>} client_msg_id → waiting `chat` */
+    this.pending = new Map();
+    /** @private @type {string[]} frames written while the socket was not open */
+    this.outbox = [];
+    /** @private */
+    this.attempt = 0;
+    /** @private @type {ReturnType<typeof setTimeout> | undefined} */
+    this.retryTimer = undefined;
+    /** @private @type {ReturnType<typeof setInterval> | undefined} */
+    this.pingTimer = undefined;
+    /** @private Whether anything arrived since the last ping. */
+    this.heardSincePing = true;
+    /** @private */
+    this.stopped = false;
+  }
+
+  /** The connection's state. */
+  get state() {
+    return this.currentState;
+  }
+
+  /**
+   * Calls `listener` with every new connection state; returns a function that stops it.
+   * @param {(state: ConnectionState) => void} listener
+   * @returns {() => void}
+   */
+  onState(listener) {
+    this.stateListeners.add(listener);
+    return () => this.stateListeners.delete(listener);
+  }
+
+  /** Opens the socket (once; later reconnects are automatic). */
+  connect() {
+    if (this.socket || this.stopped) return;
+    const socket = new this.WebSocketImpl(this.url);
+    this.socket = socket;
+    socket.onopen = () => this.onOpen();
+    socket.onmessage = (event) => this.onMessage(String(event.data));
+    socket.onclose = () => this.onClose(socket);
+  }
+
+  /** Closes the socket for good. */
+  close() {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    clearInterval(this.pingTimer);
+    this.socket?.close(1000, 'client closed');
+    this.socket = null;
+    this.failPending();
+    this.setState('closed');
+  }
+
+  /**
+   * Follows a conversation: `listener` gets its frames, each stored frame once and in order.
+   * The first time an `agent_id` is opened it is replayed from the start; later (and after
+   * every reconnect) from the last `seq` seen. Returns a function that stops following.
+   * @param {string} agentId
+   * @param {FrameListener} listener
+   * @returns {() => void}
+   */
+  open(agentId, listener) {
+    const conversation = this.conversation(agentId);
+    conversation.listeners.add(listener);
+    if (conversation.listeners.size === 1) this.subscribe(agentId, conversation);
+    return () => {
+      conversation.listeners.delete(listener);
+      if (conversation.listeners.size === 0) {
+        this.send({ type: 'unsubscribe', agent_id: agentId });
+      }
+    };
+  }
+
+  /**
+   * The highest stored `seq` delivered for a conversation; 0 before any.
+   * @param {string} agentId
+   */
+  lastSeq(agentId) {
+    return this.conversations.get(agentId)?.lastSeq ?? 0;
+  }
+
+  /**
+   * Sends a user turn. Resolves with the `ack` once the server has stored it; rejects with a
+   * {@link ClientError} on an `error` frame or when the socket closes first (the turn may or
+   * may not have been stored: the conversation's frames will tell).
+   * @param {string} agentId
+   * @param {string} content
+   * @param {{clientMsgId?: string, options?: ChatOptions}} [extra]
+   * @returns {Promise<AckFrame>}
+   */
+  chat(agentId, content, extra = {}) {
+    const clientMsgId = extra.clientMsgId ?? randomId();
+    this.conversation(agentId);
+    return new Promise((resolve, reject) => {
+      this.pending.set(clientMsgId, { resolve, reject });
+      this.send({
+        type: 'chat',
+        agent_id: agentId,
+        content,
+        client_msg_id: clientMsgId,
+        ...(extra.options ? { options: extra.options } : {}),
+      });
+    });
+  }
+
+  /**
+   * Stops the turn running in a conversation; queued turns run next.
+   * @param {string} agentId
+   */
+  interrupt(agentId) {
+    this.send({ type: 'interrupt', agent_id: agentId });
+  }
+
+  /**
+   * @private
+   * @param {string} agentId
+   * @returns {Conversation}
+   */
+  conversation(agentId) {
+    let conversation = this.conversations.get(agentId);
+    if (!conversation) {
+      conversation = { lastSeq: 0, listeners: new Set() };
+      this.conversations.set(agentId, conversation);
+    }
+    return conversation;
+  }
+
+  /**
+   * @private
+   * @param {string} agentId
+   * @param {Conversation} conversation
+   */
+  subscribe(agentId, conversation) {
+    this.send({ type: 'subscribe', agent_id: agentId, since_seq: conversation.lastSeq });
+  }
+
+  /**
+   * Writes a frame now, or when the socket opens.
+   * @private
+   * @param {ClientFrame} frame
+   */
+  send(frame) {
+    const text = JSON.stringify(frame);
+    if (this.socket && this.socket.readyState === this.WebSocketImpl.OPEN) {
+      this.socket.send(text);
+    } else if (frame.type === 'chat' || frame.type === 'interrupt') {
+      // Subscriptions are re-sent from `conversations` on open; only user actions wait here.
+      this.outbox.push(text);
+    }
+  }
+
+  /** @private */
+  onOpen() {
+    this.attempt = 0;
+    this.heardSincePing = true;
+    clearInterval(this.pingTimer);
+    this.pingTimer = setInterval(() => this.heartbeat(), this.pingIntervalMs);
+    this.setState('open');
+    for (const [agentId, conversation] of this.conversations) {
+      if (conversation.listeners.size > 0) this.subscribe(agentId, conversation);
+    }
+    const outbox = this.outbox.splice(0);
+    for (const text of outbox) this.socket?.send(text);
+  }
+
+  /** @private */
+  heartbeat() {
+    if (!this.heardSincePing) {
+      // Nothing came back for a whole interval: the connection is dead even if the browser
+      // has not noticed yet.
+      this.socket?.close(4000, 'heartbeat timeout');
+      if (this.socket) this.onClose(this.socket);
+      return;
+    }
+    this.heardSincePing = false;
+    this.send({ type: 'ping', ts: Date.now() });
+  }
+
+  /**
+   * @private
+   * @param {WebSocket} socket
+   */
+  onClose(socket) {
+    if (this.socket !== socket) return;
+    socket.onmessage = null;
+    this.socket = null;
+    clearInterval(this.pingTimer);
+    this.failPending();
+    if (this.stopped) return;
+    this.setState('reconnecting');
+    const ceiling = Math.min(this.maxBackoffMs, this.minBackoffMs * 2 ** this.attempt);
+    this.attempt += 1;
+    // Jitter spreads the reconnects of many tabs after a server restart.
+    const delay = ceiling / 2 + Math.random() * (ceiling / 2);
+    this.retryTimer = setTimeout(() => this.connect(), delay);
+  }
+
+  /** @private */
+  failPending() {
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of pending) {
+      p.reject(new ClientError('disconnected', 'the connection closed before the server answered'));
+    }
+  }
+
+  /**
+   * @private
+   * @param {string} text
+   */
+  onMessage(text) {
+    this.heardSincePing = true;
+    /** @type {ServerFrame} */
+    let frame;
+    try {
+      frame = JSON.parse(text);
+    } catch {
+      return;
+    }
+    switch (frame.message_type) {
+      case 'pong':
+        return;
+      case 'ack':
+        this.settle(frame.client_msg_id, (p) => p.resolve(frame));
+        break;
+      case 'error':
+        this.settle(frame.client_msg_id, (p) => p.reject(new ClientError(frame.code, frame.error)));
+        break;
+    }
+    if (!('agent_id' in frame) || !frame.agent_id) return;
+    const conversation = this.conversations.get(frame.agent_id);
+    if (!conversation) return;
+    if ('seq' in frame && typeof frame.seq === 'number' && frame.message_type !== 'ack') {
+      if (frame.seq <= conversation.lastSeq) return;
+      conversation.lastSeq = frame.seq;
+    }
+    for (const listener of conversation.listeners) listener(frame);
+  }
+
+  /**
+   * @private
+   * @param {string | null | undefined} clientMsgId
+   * @param {(pending: PendingChat) => void} action
+   */
+  settle(clientMsgId, action) {
+    if (!clientMsgId) return;
+    const pending = this.pending.get(clientMsgId);
+    if (!pending) return;
+    this.pending.delete(clientMsgId);
+    action(pending);
+  }
+
+  /**
+   * @private
+   * @param {ConnectionState} state
+   */
+  setState(state) {
+    if (this.currentState === state) return;
+    this.currentState = state;
+    for (const listener of this.stateListeners) listener(state);
+  }
+}
+
+/** `ws(s)://<host>/ws` for the page this runs in. */
+function defaultUrl() {
+  const { protocol, host } = globalThis.location;
+  return `${protocol === 'https:' ? 'wss' : 'ws'}://${host}/ws`;
+}
+
+/**
+ * A random id for `client_msg_id` and new conversations: 32 hex digits. (`crypto.randomUUID`
+ * exists only in secure contexts, and a server on a LAN address is reached over plain http.)
+ */
+export function randomId() {
+  const bytes = globalThis.crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}

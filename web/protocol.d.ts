@@ -1,0 +1,221 @@
+// Generated from src/protocol.rs by its unit tests; do not edit.
+// Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
+
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request";
+
+export type ChatOptions = { 
+/**
+ * Model name for the agent.
+ */
+model?: string, 
+/**
+ * Permission mode for the agent, one of [`PERMISSION_MODES`].
+ */
+permission_mode?: string, };
+
+export type PermissionDecision = { "behavior": "allow", 
+/**
+ * The edited tool input, when the user changed it.
+ */
+updated_input?: Record<string, unknown>, } | { "behavior": "deny", 
+/**
+ * Shown to the agent.
+ */
+message: string, };
+
+export type Chat = { 
+/**
+ * Routing key of the conversation.
+ */
+agent_id: string, 
+/**
+ * The user's message.
+ */
+content: string, 
+/**
+ * Echoed in the `ack`.
+ */
+client_msg_id?: string, 
+/**
+ * Validated agent options.
+ */
+options?: ChatOptions, };
+
+export type ClientFrame = { "type": "chat" } & Chat | { "type": "interrupt", 
+/**
+ * The conversation.
+ */
+agent_id: string, } | { "type": "ping", 
+/**
+ * Any JSON value, echoed in the `pong`.
+ */
+ts?: unknown, } | { "type": "subscribe", 
+/**
+ * The conversation.
+ */
+agent_id: string, 
+/**
+ * The last `seq` the client has; 0 for everything.
+ */
+since_seq: number, } | { "type": "unsubscribe", 
+/**
+ * The conversation.
+ */
+agent_id: string, } | { "type": "permission_response", 
+/**
+ * The conversation.
+ */
+agent_id: string, 
+/**
+ * The request being answered.
+ */
+request_id: string, } & ({ "behavior": "allow", 
+/**
+ * The edited tool input, when the user changed it.
+ */
+updated_input?: Record<string, unknown>, } | { "behavior": "deny", 
+/**
+ * Shown to the agent.
+ */
+message: string, }) | { "type": "rewind", 
+/**
+ * The conversation.
+ */
+agent_id: string, 
+/**
+ * The `seq` of the `result` that ends the turn to go back to.
+ */
+to_seq: number, } | { "type": "fork", 
+/**
+ * The conversation to fork.
+ */
+agent_id: string, 
+/**
+ * The new conversation's routing key.
+ */
+new_agent_id: string, 
+/**
+ * The `seq` of the `result` to fork at; the latest when absent.
+ */
+at_seq?: number, };
+
+export type SessionHeader = { 
+/**
+ * What the frame is.
+ */
+message_type: string, 
+/**
+ * The client's routing key.
+ */
+agent_id: string, 
+/**
+ * The server's conversation id.
+ */
+session_id: string, 
+/**
+ * The stored sequence number; absent on frames that are not stored.
+ */
+seq?: number, 
+/**
+ * RFC 3339; for a stored frame, when it was stored.
+ */
+timestamp: string, };
+
+export type AckFrame = { 
+/**
+ * The conversation.
+ */
+agent_id: string, 
+/**
+ * The server's conversation id.
+ */
+session_id: string, 
+/**
+ * RFC 3339.
+ */
+timestamp: string, 
+/**
+ * The `chat`'s `client_msg_id`, or null.
+ */
+client_msg_id: string | null, 
+/**
+ * The `seq` of the stored user message.
+ */
+seq: number, 
+/**
+ * Turns ahead of this one; 0 when it runs now.
+ */
+queue_position: number, };
+
+export type ErrorFrame = { 
+/**
+ * RFC 3339.
+ */
+timestamp: string, 
+/**
+ * Stable code.
+ */
+code: ErrorCode, 
+/**
+ * Human-readable explanation.
+ */
+error: string, 
+/**
+ * The failed frame's `agent_id`, when it had a readable one.
+ */
+agent_id?: string, 
+/**
+ * The failed frame's `client_msg_id`, when it had one.
+ */
+client_msg_id?: string, };
+
+export type PongFrame = { 
+/**
+ * RFC 3339.
+ */
+timestamp: string, 
+/**
+ * The `ping`'s `ts`, or null.
+ */
+ts: unknown, };
+
+export type StatusFrame = { 
+/**
+ * The conversation.
+ */
+agent_id: string, 
+/**
+ * The server's conversation id; absent when the conversation does not exist yet.
+ */
+session_id?: string, 
+/**
+ * RFC 3339.
+ */
+timestamp: string, 
+/**
+ * The state.
+ */
+status: string, 
+/**
+ * Human-readable detail.
+ */
+detail: string, 
+/**
+ * For `forked`: the conversation this one was forked from.
+ */
+forked_from?: string, 
+/**
+ * For `forked`: the `seq` the copied history ends at.
+ */
+at_seq?: number, };
+
+export type ControlFrame = { "message_type": "ack" } & AckFrame | { "message_type": "error" } & ErrorFrame | { "message_type": "pong" } & PongFrame | { "message_type": "status" } & StatusFrame;
+
+/** Message types whose frame carries the agent's own message under `message`. */
+export type AgentMessageType = "user" | "system" | "assistant" | "result" | "stream_event" | "agent_event";
+
+/** A conversation frame carrying the agent's message verbatim; `seq` is absent on `stream_event`. */
+export type MessageFrame = Omit<SessionHeader, "message_type"> & { message_type: AgentMessageType, message: unknown };
+
+/** Every frame the server sends. */
+export type ServerFrame = ControlFrame | MessageFrame;
