@@ -62,3 +62,19 @@ ensure_tmux() {
   echo "== installing tmux"
   apt_install tmux || missing "tmux could not be installed"
 }
+
+# The web UI's type check and browser tests: Node.js 20+, Debian's Chromium, and the npm
+# packages pinned in web/package-lock.json (installed into web/node_modules).
+ensure_web_tools() {
+  ensure_node || { missing "could not install Node.js"; return 1; }
+  if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+    missing "the web tests need Node.js 20 or later, found $(node --version)"
+    return 1
+  fi
+  if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+    apt_install chromium || { missing "could not install chromium"; return 1; }
+  fi
+  if ! (cd web && npm ls --depth=0 >/dev/null 2>&1); then
+    (cd web && npm ci --no-audit --no-fund) || { missing "npm ci failed in web/"; return 1; }
+  fi
+}

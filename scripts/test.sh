@@ -17,3 +17,11 @@ ensure_tmux || true
 
 echo "== cargo test"
 cargo test --all-targets --locked
+
+if ensure_web_tools; then
+  echo "== web: type check"
+  (cd web && npx --no-install tsc -p .)
+  echo "== web: unit and browser tests"
+  cargo build --locked
+  (cd web && node --test tests/*.test.mjs)
+fi

@@ -1,0 +1,114 @@
+// Unit tests of client.js against a scripted in-memory WebSocket: resubscribe by `seq` after a
+// reconnect, de-duplication, acks and errors, heartbeats.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { AgentmuxClient, ClientError } from '../client.js';
+
+/** A WebSocket stand-in: records what the client sends and lets the test play the server. */
+class FakeSocket {
+  static OPEN = 1;
+  /** @type {FakeSocket[]} */
+  static all = [];
+  constructor(url) {
+    this.url = url;
+    this.readyState = 0;
+    this.sent = [];
+    this.onopen = null;
+    this.onmessage = null;
+    this.onclose = null;
+    FakeSocket.all.push(this);
+  }
+  send(text) {
+    this.sent.push(JSON.parse(text));
+  }
+  close() {
+    this.readyState = 3;
+  }
+  /** The server accepts the connection. */
+  accept() {
+    this.readyState = FakeSocket.OPEN;
+    this.onopen?.();
+  }
+  /** The server sends a frame. */
+  push(frame) {
+    this.onmessage?.({ data: JSON.stringify(frame) });
+  }
+  /** The connection drops. */
+  drop() {
+    this.readyState = 3;
+    this.onclose?.();
+  }
+}
+
+function client(options = {}) {
+  FakeSocket.all = [];
+  const c = new AgentmuxClient({ url: 'ws://test/ws', WebSocket: /** @type {any} */ (FakeSocket), minBackoffMs: 1, maxBackoffMs: 2, ...options });
+  c.connect();
+  return c;
+}
+
+const stored = (seq, text) => ({
+  message_type: 'assistant', agent_id: 'a', session_id: 's', seq, timestamp: 't',
+  message: { type: 'assistant', message: { content: [{ type: 'text', text }] } },
+});
+
+const nextSocket = (count) =>
+  new Promise((done) => {
+    const poll = () => (FakeSocket.all.length >= count ? done(FakeSocket.all[count - 1]) : setTimeout(poll, 1));
+    poll();
+  });
+
+test('subscribes from 0, drops replayed frames, resubscribes from the last seq after a reconnect', async () => {
+  const c = client();
+  const states = [];
+  c.onState((s) => states.push(s));
+  const seen = [];
+  c.open('a', (f) => seen.push(f.seq ?? f.message_type));
+  const first = FakeSocket.all[0];
+  first.accept();
+  assert.deepEqual(first.sent, [{ type: 'subscribe', agent_id: 'a', since_seq: 0 }]);
+  first.push(stored(1, 'one'));
+  first.push(stored(2, 'two'));
+  first.push(stored(2, 'two again'));
+  first.push({ message_type: 'stream_event', agent_id: 'a', session_id: 's', timestamp: 't', message: {} });
+  first.drop();
+  const second = await nextSocket(2);
+  second.accept();
+  assert.deepEqual(second.sent, [{ type: 'subscribe', agent_id: 'a', since_seq: 2 }]);
+  second.push(stored(2, 'two, replayed'));
+  second.push(stored(3, 'three'));
+  assert.deepEqual(seen, [1, 2, 'stream_event', 3]);
+  assert.equal(c.lastSeq('a'), 3);
+  assert.deepEqual(states, ['open', 'reconnecting', 'open']);
+  c.close();
+  assert.equal(c.state, 'closed');
+});
+
+test('chat resolves with its ack, rejects with its error, and waits for the socket', async () => {
+  const c = client();
+  const acked = c.chat('a', 'hi', { clientMsgId: 'm1' });
+  const refused = c.chat('a', 'hi', { clientMsgId: 'm2' });
+  const socket = FakeSocket.all[0];
+  socket.accept();
+  assert.deepEqual(socket.sent.map((f) => f.client_msg_id), ['m1', 'm2']);
+  socket.push({ message_type: 'ack', agent_id: 'a', session_id: 's', timestamp: 't', client_msg_id: 'm1', seq: 1, queue_position: 0 });
+  socket.push({ message_type: 'error', timestamp: 't', code: 'limit_exceeded', error: 'full', agent_id: 'a', client_msg_id: 'm2' });
+  assert.equal((await acked).seq, 1);
+  await assert.rejects(refused, (err) => err instanceof ClientError && err.code === 'limit_exceeded');
+  const lost = c.chat('a', 'hi');
+  socket.drop();
+  await assert.rejects(lost, (err) => err instanceof ClientError && err.code === 'disconnected');
+  c.close();
+});
+
+test('pings on schedule and reconnects when nothing answers', async () => {
+  const c = client({ pingIntervalMs: 5 });
+  const socket = FakeSocket.all[0];
+  socket.accept();
+  const second = await nextSocket(2);
+  assert.ok(socket.sent.some((f) => f.type === 'ping'), 'a ping was sent');
+  assert.notEqual(second, socket);
+  c.close();
+});

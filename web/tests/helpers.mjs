@@ -1,0 +1,134 @@
+// Test support: a real `agentmux serve` with the demo agent, and headless Chromium.
+
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+import { chromium } from 'playwright-core';
+
+export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const BINARY = join(process.env.CARGO_TARGET_DIR ?? join(REPO, 'target'), 'debug', 'agentmux');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+/** How long any one expectation may take before the test fails. */
+export const WAIT_MS = 15_000;
+
+/**
+ * A running server; `stop()` kills it (SIGKILL unless told otherwise) and waits for the exit.
+ * @typedef {{url: string, port: number, dataDir: string, stop: (signal?: NodeJS.Signals) => Promise<void>}} Server
+ */
+
+/**
+ * Starts `agentmux serve` on 127.0.0.1 and waits for its `listening on` line.
+ * @param {{dataDir?: string, port?: number, delayMs?: number}} [options]
+ * @returns {Promise<Server>}
+ */
+export async function startServer({ dataDir, port = 0, delayMs = 20 } = {}) {
+  const dir = dataDir ?? mkdtempSync(join(tmpdir(), 'agentmux-web-'));
+  const env = { ...process.env, RUST_LOG: 'agentmux=warn' };
+  for (const name of ['AGENTMUX_BACKEND', 'AGENTMUX_CLAUDE_BIN', 'AGENTMUX_CONFIG']) delete env[name];
+  const child = spawn(
+    BINARY,
+    ['serve', '--bind', `127.0.0.1:${port}`, '--data-dir', dir, '--demo-delay-ms', String(delayMs)],
+    { env, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const exited = new Promise((done) => child.once('exit', done));
+  const lines = createInterface({ input: child.stdout });
+  const url = await new Promise((done, fail) => {
+    const timer = setTimeout(() => fail(new Error('the server did not print its address')), WAIT_MS);
+    child.once('exit', (code) => fail(new Error(`the server exited with ${code}`)));
+    lines.once('line', (line) => {
+      clearTimeout(timer);
+      const m = /^listening on (http:\/\/\S+)$/.exec(line);
+      if (m) done(m[1]);
+      else fail(new Error(`unexpected first line: ${line}`));
+    });
+  });
+  return {
+    url,
+    port: Number(new URL(url).port),
+    dataDir: dir,
+    async stop(signal = 'SIGKILL') {
+      if (child.exitCode === null) child.kill(signal);
+      await exited;
+    },
+  };
+}
+
+/** Removes a data dir made by {@link startServer}. */
+export function removeDir(dir) {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/**
+ * Launches headless Chromium with a fresh profile (Playwright makes a temporary user-data dir).
+ * @returns {Promise<import('playwright-core').Browser>}
+ */
+export function launchBrowser() {
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-background-networking',
+      '--disable-gpu',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+  });
+}
+
+/**
+ * Opens the UI in a new page and records what a user would notice going wrong: page errors,
+ * console errors (CSP violations among them) and dialogs.
+ * @param {import('playwright-core').BrowserContext} context
+ * @param {string} url
+ */
+export async function openUi(context, url) {
+  const page = await context.newPage();
+  const problems = [];
+  const sockets = [];
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('console', (msg) => {
+    // A server without the sessions API answers 404 there, and the UI falls back to its own list.
+    if (msg.type() !== 'error' || msg.location().url.endsWith('/api/sessions?limit=100')) return;
+    problems.push(`console error: ${msg.text()}`);
+  });
+  page.on('dialog', (dialog) => {
+    problems.push(`dialog: ${dialog.message()}`);
+    dialog.dismiss().catch(() => {});
+  });
+  page.on('websocket', (ws) => sockets.push(ws.url()));
+  page.setDefaultTimeout(WAIT_MS);
+  await page.goto(url);
+  await page.locator('#conn[data-state="open"]').waitFor();
+  return { page, problems, sockets };
+}
+
+/**
+ * Types a message into the composer and sends it with Enter.
+ * @param {import('playwright-core').Page} page
+ * @param {string} text
+ */
+export async function send(page, text) {
+  await page.locator('#input').fill(text);
+  await page.locator('#input').press('Enter');
+}
+
+/**
+ * The text of each message in the open conversation, in order, as `role: text`.
+ * @param {import('playwright-core').Page} page
+ */
+export function transcript(page) {
+  return page.locator('#messages .msg:not(.streaming)').evaluateAll((nodes) =>
+    nodes.map((n) => `${[...n.classList].filter((c) => c !== 'msg').join('.')}: ${n.querySelector('.bubble')?.textContent ?? n.textContent}`),
+  );
+}
+
+/** The agent_id of the open conversation (from the address bar). */
+export async function currentAgent(page) {
+  return decodeURIComponent(new URL(page.url()).hash.slice(1));
+}

@@ -1,0 +1,304 @@
+// End-to-end tests of the web UI: headless Chromium against a real `agentmux serve` running
+// the demo agent, which replies `Echo: <content> (turn N)` one word at a time.
+
+import assert from 'node:assert/strict';
+import { copyFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, afterEach, before, test } from 'node:test';
+
+import {
+  REPO,
+  currentAgent,
+  launchBrowser,
+  openUi,
+  removeDir,
+  send,
+  startServer,
+  transcript,
+} from './helpers.mjs';
+
+/** @type {import('playwright-core').Browser} */
+let browser;
+/** Cleanups of the running test, run in reverse order. */
+let cleanups = [];
+
+before(async () => {
+  browser = await launchBrowser();
+});
+after(async () => {
+  await browser.close();
+});
+afterEach(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+  cleanups = [];
+});
+
+/** @param {Parameters<typeof startServer>[0]} [options] */
+async function server(options) {
+  const s = await startServer(options);
+  cleanups.push(async () => {
+    await s.stop();
+    if (!options?.dataDir) removeDir(s.dataDir);
+  });
+  return s;
+}
+
+async function context(options = {}) {
+  const c = await browser.newContext(options);
+  cleanups.push(() => c.close());
+  return c;
+}
+
+/**
+ * @param {import('playwright-core').Page} page
+ * @param {string} reply
+ */
+function reply(page, reply) {
+  return page.locator('.msg.assistant:not(.streaming)').filter({ hasText: reply }).waitFor();
+}
+
+test('a message gets a streamed reply, then its result footer', async () => {
+  const s = await server({ delayMs: 100 });
+  const { page, problems, sockets } = await openUi(await context(), s.url);
+  await send(page, 'hello there streaming world');
+  // Deltas are rendered while the reply is still being written...
+  await page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  // ...and the stored message replaces them.
+  await reply(page, 'Echo: hello there streaming world (turn 1)');
+  const footer = page.locator('.msg.result');
+  await footer.waitFor();
+  assert.match(await footer.textContent(), /^Done · \$0\.0001 · 4 in \/ 7 out tokens · \d+\.\d s$/);
+  const lines = await transcript(page);
+  assert.deepEqual(lines.slice(0, 2), [
+    'user: hello there streaming world',
+    'assistant: Echo: hello there streaming world (turn 1)',
+  ]);
+  assert.equal(lines.length, 3);
+  assert.equal(await page.locator('.session[aria-current="true"] .session-title').textContent(), 'hello there streaming world');
+  assert.equal(await page.locator('#title').textContent(), 'hello there streaming world');
+  assert.deepEqual(sockets, [`${s.url.replace('http', 'ws')}/ws`]);
+  assert.deepEqual(problems, []);
+});
+
+test('switching between three sessions uses the one socket', async () => {
+  const s = await server();
+  const writer = await openUi(await context(), s.url);
+  const agents = [];
+  for (const n of [1, 2, 3]) {
+    if (n > 1) await writer.page.locator('#new-session').click();
+    await send(writer.page, `topic number ${n}`);
+    await reply(writer.page, `Echo: topic number ${n} (turn 1)`);
+    agents.push(await currentAgent(writer.page));
+  }
+  assert.equal(new Set(agents).size, 3);
+
+  // A fresh browser opens each conversation for the first time: its history comes from the store.
+  const reader = await openUi(await context(), `${s.url}/#${agents[0]}`);
+  for (const [i, agent] of agents.entries()) {
+    if (i > 0) await reader.page.evaluate((id) => (location.hash = id), agent);
+    await reply(reader.page, `Echo: topic number ${i + 1} (turn 1)`);
+    const lines = await transcript(reader.page);
+    assert.equal(lines[0], `user: topic number ${i + 1}`);
+    assert.equal(lines.length, 3);
+  }
+  // Back to the first one through the sidebar; then a new turn there.
+  await reader.page.locator(`.session[data-agent-id="${agents[0]}"]`).click();
+  await reply(reader.page, 'Echo: topic number 1 (turn 1)');
+  await send(reader.page, 'one more');
+  await reply(reader.page, 'Echo: one more (turn 2)');
+  assert.equal((await transcript(reader.page)).length, 6);
+  // Switching in the writer, which has all three open already.
+  for (const [i, agent] of agents.entries()) {
+    await writer.page.locator(`.session[data-agent-id="${agent}"]`).click();
+    await reply(writer.page, `Echo: topic number ${i + 1} (turn 1)`);
+  }
+  await reply(writer.page, 'Echo: topic number 3 (turn 1)');
+  assert.equal(reader.sockets.length, 1, 'the reader opened exactly one WebSocket');
+  assert.equal(writer.sockets.length, 1, 'the writer opened exactly one WebSocket');
+  assert.deepEqual([...reader.problems, ...writer.problems], []);
+});
+
+test('a reload shows the history', async () => {
+  const s = await server();
+  const { page, problems } = await openUi(await context(), s.url);
+  await send(page, 'first');
+  await reply(page, 'Echo: first (turn 1)');
+  await send(page, 'second');
+  await reply(page, 'Echo: second (turn 2)');
+  await page.locator('.msg.result').nth(1).waitFor();
+  const before = await transcript(page);
+  const agent = await currentAgent(page);
+  await page.reload();
+  await page.locator('#conn[data-state="open"]').waitFor();
+  await page.locator('.msg.result').nth(1).waitFor();
+  assert.equal(await currentAgent(page), agent);
+  assert.deepEqual(await transcript(page), before);
+  assert.equal(await page.locator('.session-title').first().textContent(), 'first');
+  assert.deepEqual(problems, []);
+});
+
+test('after a server restart the page reconnects and catches up, with no duplicates', async () => {
+  const first = await server();
+  const a = await openUi(await context(), first.url);
+  await send(a.page, 'before the restart');
+  await reply(a.page, 'Echo: before the restart (turn 1)');
+  await a.page.locator('.msg.result').waitFor();
+  const agent = await currentAgent(a.page);
+
+  await first.stop('SIGKILL');
+  await a.page.locator('#conn[data-state="reconnecting"]').waitFor();
+  // Same data dir, same port: the page's reconnects land on the new process.
+  await server({ dataDir: first.dataDir, port: first.port });
+  // Another tab adds a turn; the first page gets it by catching up or live.
+  const b = await openUi(await context(), `${first.url}/#${agent}`);
+  await reply(b.page, 'Echo: before the restart (turn 1)');
+  await send(b.page, 'after the restart');
+  await reply(b.page, 'Echo: after the restart (turn 2)');
+  await b.page.locator('.msg.result').nth(1).waitFor();
+
+  await a.page.locator('#conn[data-state="open"]').waitFor();
+  await reply(a.page, 'Echo: after the restart (turn 2)');
+  await a.page.locator('.msg.result').nth(1).waitFor();
+  const lines = await transcript(a.page);
+  assert.deepEqual(lines, await transcript(b.page));
+  assert.deepEqual(
+    lines.map((l) => l.replace(/ · \d+\.\d s$/, '')),
+    [
+      'user: before the restart',
+      'assistant: Echo: before the restart (turn 1)',
+      'result: Done · $0.0001 · 3 in / 6 out tokens',
+      'user: after the restart',
+      'assistant: Echo: after the restart (turn 2)',
+      'result: Done · $0.0001 · 3 in / 6 out tokens',
+    ],
+  );
+  assert.ok(a.sockets.length >= 2, 'the page opened a new socket');
+  // The restart itself is logged by Chromium as failed connection attempts; nothing else.
+  assert.deepEqual(
+    a.problems.filter((p) => !p.includes('WebSocket connection')),
+    [],
+  );
+});
+
+test('two tabs on one session stay in sync, streaming included', async () => {
+  const s = await server({ delayMs: 100 });
+  const ctx = await context();
+  const a = await openUi(ctx, s.url);
+  await send(a.page, 'opening line');
+  await reply(a.page, 'Echo: opening line (turn 1)');
+  const agent = await currentAgent(a.page);
+  const b = await openUi(ctx, `${s.url}/#${agent}`);
+  await reply(b.page, 'Echo: opening line (turn 1)');
+
+  await send(b.page, 'tab b speaks with several words');
+  await a.page.locator('.msg.user').filter({ hasText: 'tab b speaks' }).waitFor();
+  await a.page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  await reply(a.page, 'Echo: tab b speaks with several words (turn 2)');
+
+  await send(a.page, 'tab a answers with several words');
+  await b.page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  await reply(b.page, 'Echo: tab a answers with several words (turn 3)');
+
+  await a.page.locator('.msg.result').nth(2).waitFor();
+  await b.page.locator('.msg.result').nth(2).waitFor();
+  assert.deepEqual(await transcript(a.page), await transcript(b.page));
+  assert.equal((await transcript(a.page)).length, 9);
+  assert.deepEqual([...a.problems, ...b.problems], []);
+});
+
+test('Stop and Esc interrupt a long reply; a message sent meanwhile waits in the queue', async () => {
+  const s = await server({ delayMs: 200 });
+  const { page, problems } = await openUi(await context(), s.url);
+  const long = Array.from({ length: 40 }, (_, i) => `word${i}`).join(' ');
+  await send(page, long);
+  await page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  await send(page, 'queued behind it');
+  await page.locator('.msg.user.queued').filter({ hasText: 'queued behind it' }).waitFor();
+  await page.locator('#stop').click();
+  await page.locator('.msg.result').filter({ hasText: 'Interrupted' }).waitFor();
+  const cut = await page.locator('.msg.assistant').first().textContent();
+  assert.ok(cut.startsWith('Echo:'), cut);
+  assert.ok(!cut.includes('(turn 1)'), `the reply was cut short: ${cut}`);
+
+  // The queued message runs next; Esc stops it too.
+  await page.locator('.msg.user.queued').waitFor({ state: 'detached' });
+  await send(page, `${long} again`);
+  await page.locator('.msg.user').nth(2).waitFor();
+  await page.locator('.msg.result').nth(1).waitFor();
+  await page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  await page.locator('#input').press('Escape');
+  await page.locator('.msg.result').nth(2).filter({ hasText: 'Interrupted' }).waitFor();
+  await page.locator('#stop').waitFor({ state: 'hidden' });
+  assert.deepEqual(problems, []);
+});
+
+test('HTML in a reply is shown as text', async () => {
+  const s = await server();
+  const { page, problems } = await openUi(await context(), s.url);
+  const evil = '<img src=x onerror=alert(1)> [link](javascript:alert(2)) **bold**';
+  await send(page, evil);
+  await reply(page, 'Echo: <img src=x onerror=alert(1)>');
+  const bubble = page.locator('.msg.assistant .bubble');
+  assert.equal(await bubble.textContent(), 'Echo: <img src=x onerror=alert(1)> [link](javascript:alert(2)) bold (turn 1)');
+  assert.equal(await bubble.locator('strong').textContent(), 'bold');
+  assert.equal(await page.locator('img').count(), 0);
+  assert.equal(await page.locator('a').count(), 0);
+  assert.equal(await page.locator('.session-title').first().textContent(), evil.slice(0, 50));
+  assert.deepEqual(problems, []);
+});
+
+test('the UI is served with its content types and a strict CSP', async () => {
+  const s = await server();
+  const index = await fetch(`${s.url}/`);
+  assert.equal(index.headers.get('content-type'), 'text/html; charset=utf-8');
+  const csp = index.headers.get('content-security-policy');
+  assert.match(csp, /script-src 'self';/);
+  assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+  for (const [name, type] of [
+    ['app.js', 'text/javascript; charset=utf-8'],
+    ['client.js', 'text/javascript; charset=utf-8'],
+    ['app.css', 'text/css; charset=utf-8'],
+  ]) {
+    const asset = await fetch(`${s.url}/assets/${name}`);
+    assert.equal(asset.status, 200);
+    assert.equal(asset.headers.get('content-type'), type);
+  }
+  assert.equal((await fetch(`${s.url}/assets/nope.js`)).status, 404);
+});
+
+test('phone width: the sidebar slides in and out', async () => {
+  const s = await server();
+  const { page, problems } = await openUi(await context({ viewport: { width: 390, height: 760 } }), s.url);
+  await send(page, 'small screen');
+  await reply(page, 'Echo: small screen (turn 1)');
+  assert.equal(await page.locator('#new-session').isVisible(), true);
+  const sidebarBox = async () => (await page.locator('#sidebar').boundingBox())?.x ?? 0;
+  await page.waitForFunction(() => (document.getElementById('sidebar')?.getBoundingClientRect().right ?? 1) <= 0);
+  await page.locator('#toggle-sidebar').click();
+  await page.waitForFunction(() => document.getElementById('sidebar')?.getBoundingClientRect().left === 0);
+  assert.equal(await sidebarBox(), 0);
+  await page.locator('#new-session').click();
+  await page.waitForFunction(() => (document.getElementById('sidebar')?.getBoundingClientRect().right ?? 1) <= 0);
+  assert.equal(await page.locator('#input').isVisible(), true);
+  assert.deepEqual(problems, []);
+});
+
+test('screenshot of the main view', async () => {
+  const s = await server({ delayMs: 0 });
+  const { page, problems } = await openUi(await context({ viewport: { width: 1200, height: 720 } }), s.url);
+  for (const text of ['Plan the release notes', 'Which tests cover reconnects?']) {
+    await send(page, text);
+    await reply(page, `Echo: ${text}`);
+    await page.locator('#new-session').click();
+  }
+  await send(page, 'Summarise **agentmux** in one line: `one socket, many sessions`');
+  await reply(page, 'Echo: Summarise agentmux');
+  await send(page, 'Now a list:\n- replay by `seq`\n- no duplicates\n- **safe** markdown');
+  await reply(page, 'no duplicates');
+  await page.locator('.msg.result').nth(1).waitFor();
+  const out = join(REPO, 'target', 'web-screenshot.png');
+  mkdirSync(join(REPO, 'target'), { recursive: true });
+  await page.screenshot({ path: out });
+  if (process.env.UPDATE_SCREENSHOT) copyFileSync(out, join(REPO, 'docs', 'screenshot.png'));
+  assert.deepEqual(problems, []);
+});
