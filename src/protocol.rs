@@ -707,6 +707,33 @@ pub struct StatusFrame<'a> {
     pub at_seq: Option<i64>,
 }
 
+/// The fields of a stored `permission_request` frame, after its [`SessionHeader`]: the agent
+/// asks to use a tool and waits for a `permission_response`.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct PermissionRequest<'a> {
+    /// Echoed in the `permission_response`.
+    pub request_id: &'a str,
+    /// The tool, e.g. `Bash`.
+    pub tool_name: &'a str,
+    /// The tool's input as the agent proposes it.
+    #[cfg_attr(test, ts(type = "Record<string, unknown>"))]
+    pub input: &'a Value,
+    /// Permission suggestions the agent offers.
+    #[cfg_attr(test, ts(type = "unknown"))]
+    pub suggestions: &'a Value,
+}
+
+/// The fields of a stored `permission_resolved` frame, after its [`SessionHeader`].
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct PermissionResolved<'a> {
+    /// The request that ended.
+    pub request_id: &'a str,
+    /// `allowed`, `denied`, `timed_out` or `cancelled`.
+    pub outcome: &'a str,
+}
+
 /// A `status` frame (not stored).
 pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
     ControlFrame::Status(StatusFrame {
@@ -949,7 +976,10 @@ mod tests {
         let v: Value = serde_json::from_str(ack_frame(tag, None, 3, 1).text.as_str()).unwrap();
         assert_eq!(v["message_type"], "ack");
         assert_eq!(v["client_msg_id"], Value::Null);
-        assert_eq!((v["seq"].as_i64(), v["queue_position"].as_i64()), (Some(3), Some(1)));
+        assert_eq!(
+            (v["seq"].as_i64(), v["queue_position"].as_i64()),
+            (Some(3), Some(1))
+        );
         let err = FrameError::new(ErrorCode::UnknownAgent, "no such agent").for_agent(Some("a"));
         let v: Value = serde_json::from_str(error_frame(&err).text.as_str()).unwrap();
         assert_eq!(v["code"], "unknown_agent");
@@ -957,7 +987,10 @@ mod tests {
         assert!(v.get("client_msg_id").is_none());
         let v: Value =
             serde_json::from_str(status_frame(tag, "idle", "done").text.as_str()).unwrap();
-        assert_eq!((&v["status"], &v["session_id"]), (&"idle".into(), &"s".into()));
+        assert_eq!(
+            (&v["status"], &v["session_id"]),
+            (&"idle".into(), &"s".into())
+        );
         let v: Value =
             serde_json::from_str(bare_status_frame("a", "evicted", "").text.as_str()).unwrap();
         assert!(v.get("session_id").is_none());

@@ -10,6 +10,8 @@ import { renderMarkdown } from './markdown.js';
 
 /** @typedef {import('./protocol').ServerFrame} ServerFrame */
 /** @typedef {import('./protocol').MessageFrame} MessageFrame */
+/** @typedef {import('./protocol').PermissionRequestFrame} PermissionRequestFrame */
+/** @typedef {import('./protocol').PermissionResolvedFrame} PermissionResolvedFrame */
 /** @typedef {import('./client.js').ConnectionState} ConnectionState */
 
 /**
@@ -220,6 +222,8 @@ class View {
     this.open = [];
     /** @type {Map<string, HTMLDetailsElement>} tool_use id → its element */
     this.tools = new Map();
+    /** @type {Map<string, HTMLElement>} permission request id → its card */
+    this.permissions = new Map();
     client.open(agentId, (frame) => this.onFrame(frame));
   }
 
@@ -247,6 +251,12 @@ class View {
         break;
       case 'status':
         this.onStatus(frame.status, frame.detail);
+        break;
+      case 'permission_request':
+        this.onPermissionRequest(frame);
+        break;
+      case 'permission_resolved':
+        this.onPermissionResolved(frame);
         break;
       case 'error':
         if (frame.code !== 'unknown_agent' || this.root.childElementCount > 0) {
@@ -304,7 +314,7 @@ class View {
         msg.lastElementChild?.append(renderMarkdown(block.text));
       } else if (block.type === 'tool_use') {
         const details = el('details', 'msg tool');
-        details.append(el('summary', undefined, `Tool: ${block.name}`));
+        details.append(el('summary', undefined, toolSummary(block.name, block.input)));
         details.append(el('pre', 'tool-input', JSON.stringify(block.input, null, 2)));
         this.tools.set(block.id, details);
         this.append(details, frame);
@@ -331,6 +341,47 @@ class View {
     if (block.is_error) details.classList.add('error');
     details.append(el('div', 'tool-label', block.is_error ? 'Error' : 'Result'));
     details.append(el('pre', 'tool-output', text));
+  }
+
+  /**
+   * Shows a tool the agent wants to use, with Allow and Deny.
+   * @param {PermissionRequestFrame} frame
+   */
+  onPermissionRequest(frame) {
+    const card = el('div', 'msg permission');
+    card.append(el('div', 'permission-title', `Allow ${frame.tool_name}?`));
+    card.append(el('pre', 'tool-input', JSON.stringify(frame.input, null, 2)));
+    const actions = card.appendChild(el('div', 'permission-actions'));
+    /** @param {import('./protocol').PermissionDecision} decision */
+    const answer = (decision) => {
+      for (const button of actions.querySelectorAll('button')) button.disabled = true;
+      client.respondToPermission(this.agentId, frame.request_id, decision);
+    };
+    const allow = actions.appendChild(el('button', 'allow', 'Allow'));
+    allow.type = 'button';
+    allow.addEventListener('click', () => answer({ behavior: 'allow' }));
+    const deny = actions.appendChild(el('button', 'deny', 'Deny'));
+    deny.type = 'button';
+    deny.addEventListener('click', () =>
+      answer({ behavior: 'deny', message: 'The user denied this tool use.' }),
+    );
+    this.permissions.set(frame.request_id, card);
+    this.append(card, frame);
+  }
+
+  /** @param {PermissionResolvedFrame} frame */
+  onPermissionResolved(frame) {
+    const card = this.permissions.get(frame.request_id);
+    if (!card) return;
+    const labels = /** @type {Record<string, string>} */ ({
+      allowed: 'Allowed',
+      denied: 'Denied',
+      timed_out: 'Denied: nobody answered in time',
+      cancelled: 'Withdrawn by the agent',
+    });
+    card.querySelector('.permission-actions')?.remove();
+    card.classList.add(`permission-${frame.outcome}`);
+    card.append(el('div', 'permission-outcome', labels[frame.outcome] ?? frame.outcome));
   }
 
   /** @param {StreamEvent} message */
@@ -406,7 +457,7 @@ class View {
    * Adds a stored message in `seq` order, before the streamed reply.
    * @template {HTMLElement} E
    * @param {E} node
-   * @param {MessageFrame} [frame]
+   * @param {{seq?: number}} [frame] the stored frame it shows
    * @returns {E}
    */
   append(node, frame) {
@@ -435,6 +486,22 @@ function setQueued(msg, queued) {
   msg.classList.toggle('queued', queued);
   msg.querySelector('.queued-tag')?.remove();
   if (queued) msg.append(el('span', 'queued-tag', 'queued'));
+}
+
+/** Input fields that say best what a tool call does, most telling first. */
+const TOOL_HINTS = ['command', 'file_path', 'path', 'pattern', 'url', 'query', 'description'];
+
+/**
+ * `Bash: ls -la`: the tool's name and the most telling field of its input.
+ * @param {string} name
+ * @param {unknown} input
+ */
+function toolSummary(name, input) {
+  const fields = /** @type {Record<string, unknown>} */ (input && typeof input === 'object' ? input : {});
+  const hint = TOOL_HINTS.map((key) => fields[key]).find((v) => typeof v === 'string');
+  if (typeof hint !== 'string') return name;
+  const line = hint.split('\n')[0];
+  return `${name}: ${line.length > 80 ? `${line.slice(0, 79)}…` : line}`;
 }
 
 /** @param {ResultMessage} result */

@@ -24,6 +24,7 @@
 /** @typedef {import('./protocol').ErrorFrame} ErrorFrame */
 /** @typedef {import('./protocol').ErrorCode} ErrorCode */
 /** @typedef {import('./protocol').ChatOptions} ChatOptions */
+/** @typedef {import('./protocol').PermissionDecision} PermissionDecision */
 
 /**
  * `connecting`: the first attempt; `open`: frames flow; `reconnecting`: the socket was lost and
@@ -205,6 +206,17 @@ export class AgentmuxClient {
   }
 
   /**
+   * Answers a `permission_request`: allow (optionally with edited `updated_input`) or deny
+   * (with a `message` for the agent). The outcome arrives as a `permission_resolved` frame.
+   * @param {string} agentId
+   * @param {string} requestId
+   * @param {PermissionDecision} decision
+   */
+  respondToPermission(agentId, requestId, decision) {
+    this.send({ type: 'permission_response', agent_id: agentId, request_id: requestId, ...decision });
+  }
+
+  /**
    * @private
    * @param {string} agentId
    * @returns {Conversation}
@@ -236,7 +248,7 @@ export class AgentmuxClient {
     const text = JSON.stringify(frame);
     if (this.socket && this.socket.readyState === this.WebSocketImpl.OPEN) {
       this.socket.send(text);
-    } else if (frame.type === 'chat' || frame.type === 'interrupt') {
+    } else if (frame.type !== 'subscribe' && frame.type !== 'unsubscribe' && frame.type !== 'ping') {
       // Subscriptions are re-sent from `conversations` on open; only user actions wait here.
       this.outbox.push(text);
     }

@@ -211,11 +211,46 @@ at_seq?: number, };
 
 export type ControlFrame = { "message_type": "ack" } & AckFrame | { "message_type": "error" } & ErrorFrame | { "message_type": "pong" } & PongFrame | { "message_type": "status" } & StatusFrame;
 
+export type PermissionRequest = { 
+/**
+ * Echoed in the `permission_response`.
+ */
+request_id: string, 
+/**
+ * The tool, e.g. `Bash`.
+ */
+tool_name: string, 
+/**
+ * The tool's input as the agent proposes it.
+ */
+input: Record<string, unknown>, 
+/**
+ * Permission suggestions the agent offers.
+ */
+suggestions: unknown, };
+
+export type PermissionResolved = { 
+/**
+ * The request that ended.
+ */
+request_id: string, 
+/**
+ * `allowed`, `denied`, `timed_out` or `cancelled`.
+ */
+outcome: string, };
+
 /** Message types whose frame carries the agent's own message under `message`. */
 export type AgentMessageType = "user" | "system" | "assistant" | "result" | "stream_event" | "agent_event";
 
 /** A conversation frame carrying the agent's message verbatim; `seq` is absent on `stream_event`. */
 export type MessageFrame = Omit<SessionHeader, "message_type"> & { message_type: AgentMessageType, message: unknown };
 
+/** A stored conversation frame whose fields follow the header (see `session_frame`). */
+export type StoredFrame<T extends string, F> = Omit<SessionHeader, "message_type"> & { message_type: T, seq: number } & F;
+
+export type PermissionRequestFrame = StoredFrame<"permission_request", PermissionRequest>;
+
+export type PermissionResolvedFrame = StoredFrame<"permission_resolved", PermissionResolved>;
+
 /** Every frame the server sends. */
-export type ServerFrame = ControlFrame | MessageFrame;
+export type ServerFrame = ControlFrame | MessageFrame | PermissionRequestFrame | PermissionResolvedFrame;

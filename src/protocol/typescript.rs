@@ -7,7 +7,8 @@ use crate::agent::PermissionDecision;
 
 use super::{
     AGENT_MESSAGE_TYPES, AckFrame, Chat, ChatOptions, ClientFrame, ControlFrame, ErrorCode,
-    ErrorFrame, LIVE_AGENT_MESSAGE_TYPES, PongFrame, SessionHeader, StatusFrame,
+    ErrorFrame, LIVE_AGENT_MESSAGE_TYPES, PermissionRequest, PermissionResolved, PongFrame,
+    SessionHeader, StatusFrame,
 };
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web/protocol.d.ts");
@@ -28,6 +29,8 @@ fn render() -> String {
         PongFrame::decl(&cfg),
         StatusFrame::decl(&cfg),
         ControlFrame::decl(&cfg),
+        PermissionRequest::decl(&cfg),
+        PermissionResolved::decl(&cfg),
     ];
     let mut out = String::from(
         "// Generated from src/protocol.rs by its unit tests; do not edit.\n\
@@ -51,8 +54,12 @@ fn render() -> String {
     out.push_str(
         "/** A conversation frame carrying the agent's message verbatim; `seq` is absent on `stream_event`. */\n\
          export type MessageFrame = Omit<SessionHeader, \"message_type\"> & { message_type: AgentMessageType, message: unknown };\n\n\
+         /** A stored conversation frame whose fields follow the header (see `session_frame`). */\n\
+         export type StoredFrame<T extends string, F> = Omit<SessionHeader, \"message_type\"> & { message_type: T, seq: number } & F;\n\n\
+         export type PermissionRequestFrame = StoredFrame<\"permission_request\", PermissionRequest>;\n\n\
+         export type PermissionResolvedFrame = StoredFrame<\"permission_resolved\", PermissionResolved>;\n\n\
          /** Every frame the server sends. */\n\
-         export type ServerFrame = ControlFrame | MessageFrame;\n",
+         export type ServerFrame = ControlFrame | MessageFrame | PermissionRequestFrame | PermissionResolvedFrame;\n",
     );
     out
 }

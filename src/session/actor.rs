@@ -487,18 +487,19 @@ impl Actor {
                     input,
                     suggestions,
                 }) => {
-                    let payload = serde_json::json!({
-                        "request_id": request_id, "tool_name": tool_name, "input": input, "suggestions": suggestions,
-                    });
+                    let payload = serde_json::to_string(&protocol::PermissionRequest {
+                        request_id: &request_id,
+                        tool_name: &tool_name,
+                        input: &input,
+                        suggestions: &suggestions,
+                    })
+                    .expect("permission requests serialize");
                     let timeout = std::time::Duration::from_secs(
                         self.shared.config.session.permission_timeout_secs,
                     );
                     self.pending_permissions
                         .insert(request_id, Instant::now() + timeout);
-                    outs.push(Out::Stored(NewMessage::new(
-                        "permission_request",
-                        payload.to_string(),
-                    )));
+                    outs.push(Out::Stored(NewMessage::new("permission_request", payload)));
                 }
                 Some(AgentEvent::PermissionCancelled { request_id }) => {
                     if self.pending_permissions.remove(&request_id).is_some() {
@@ -870,6 +871,12 @@ impl Actor {
 
 /// A stored `permission_resolved` frame.
 fn resolved(request_id: &str, outcome: &str) -> NewMessage {
-    let payload = serde_json::json!({ "request_id": request_id, "outcome": outcome });
-    NewMessage::new("permission_resolved", payload.to_string())
+    let payload = protocol::PermissionResolved {
+        request_id,
+        outcome,
+    };
+    NewMessage::new(
+        "permission_resolved",
+        serde_json::to_string(&payload).expect("permission outcomes serialize"),
+    )
 }

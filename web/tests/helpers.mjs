@@ -1,7 +1,7 @@
 // Test support: a real `agentmux serve` with the demo agent, and headless Chromium.
 
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const BINARY = join(process.env.CARGO_TARGET_DIR ?? join(REPO, 'target'), 'debug', 'agentmux');
+const BIN_DIR = join(process.env.CARGO_TARGET_DIR ?? join(REPO, 'target'), 'debug');
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 /** How long any one expectation may take before the test fails. */
 export const WAIT_MS = 15_000;
@@ -21,19 +21,25 @@ export const WAIT_MS = 15_000;
  */
 
 /**
- * Starts `agentmux serve` on 127.0.0.1 and waits for its `listening on` line.
- * @param {{dataDir?: string, port?: number, delayMs?: number}} [options]
+ * Starts `agentmux serve` on 127.0.0.1 and waits for its `listening on` line. The agent is the
+ * demo agent, or with `fakeClaude` the test stand-in for the Claude CLI (built with the server),
+ * which asks permission for a `Bash` tool call when a prompt contains `TOOL:<command>`.
+ * @param {{dataDir?: string, port?: number, delayMs?: number, fakeClaude?: boolean}} [options]
  * @returns {Promise<Server>}
  */
-export async function startServer({ dataDir, port = 0, delayMs = 20 } = {}) {
+export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude = false } = {}) {
   const dir = dataDir ?? mkdtempSync(join(tmpdir(), 'agentmux-web-'));
   const env = { ...process.env, RUST_LOG: 'agentmux=warn' };
   for (const name of ['AGENTMUX_BACKEND', 'AGENTMUX_CLAUDE_BIN', 'AGENTMUX_CONFIG']) delete env[name];
-  const child = spawn(
-    BINARY,
-    ['serve', '--bind', `127.0.0.1:${port}`, '--data-dir', dir, '--demo-delay-ms', String(delayMs)],
-    { env, stdio: ['ignore', 'pipe', 'inherit'] },
-  );
+  const args = ['serve', '--bind', `127.0.0.1:${port}`, '--data-dir', dir, '--demo-delay-ms', String(delayMs)];
+  if (fakeClaude) {
+    const home = join(dir, 'claude-home');
+    mkdirSync(home, { recursive: true });
+    const config = join(dir, 'agentmux.toml');
+    writeFileSync(config, `[claude]\nconfig_dir = ${JSON.stringify(home)}\n`);
+    args.push('--backend', 'claude', '--claude-bin', join(BIN_DIR, 'fake-claude'), '--config', config);
+  }
+  const child = spawn(join(BIN_DIR, 'agentmux'), args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = new Promise((done) => child.once('exit', done));
   const lines = createInterface({ input: child.stdout });
   const url = await new Promise((done, fail) => {

@@ -247,6 +247,41 @@ test('HTML in a reply is shown as text', async () => {
   assert.deepEqual(problems, []);
 });
 
+test('tool calls show collapsed with their results; permission requests are answered in the page', async () => {
+  const s = await server({ fakeClaude: true });
+  const { page, problems } = await openUi(await context(), s.url);
+
+  await send(page, 'please run TOOL:ls_it');
+  const asked = page.locator('.msg.permission').first();
+  await asked.filter({ hasText: 'Allow Bash?' }).waitFor();
+  assert.match(await asked.locator('pre').textContent(), /"command": "ls_it"/);
+  await asked.locator('button.allow').click();
+  await asked.locator('.permission-outcome').filter({ hasText: 'Allowed' }).waitFor();
+  await page.locator('.msg.result').waitFor();
+  const tool = page.locator('details.msg.tool').first();
+  assert.equal(await tool.locator('summary').textContent(), 'Bash: ls_it');
+  assert.equal(await tool.evaluate((d) => /** @type {HTMLDetailsElement} */ (d).open), false);
+  assert.equal(await tool.locator('.tool-output').isVisible(), false);
+  await tool.locator('summary').click();
+  assert.equal(await tool.locator('.tool-output').textContent(), 'ran: ls_it');
+  assert.match(await tool.locator('.tool-input').textContent(), /"command": "ls_it"/);
+
+  await send(page, 'please run TOOL:rm_it');
+  const second = page.locator('.msg.permission').nth(1);
+  await second.locator('button.deny').click();
+  await second.locator('.permission-outcome').filter({ hasText: 'Denied' }).waitFor();
+  await page.locator('.msg.result').nth(1).waitFor();
+  const denied = page.locator('details.msg.tool').nth(1);
+  assert.match(await denied.locator('.tool-output').textContent(), /^denied: The user denied this tool use\./);
+
+  // After a reload the answered requests come back from the store, without buttons.
+  await page.reload();
+  await page.locator('.msg.result').nth(1).waitFor();
+  assert.equal(await page.locator('.msg.permission .permission-outcome').count(), 2);
+  assert.equal(await page.locator('.msg.permission button').count(), 0);
+  assert.deepEqual(problems, []);
+});
+
 test('the UI is served with its content types and a strict CSP', async () => {
   const s = await server();
   const index = await fetch(`${s.url}/`);
@@ -284,18 +319,23 @@ test('phone width: the sidebar slides in and out', async () => {
 });
 
 test('screenshot of the main view', async () => {
-  const s = await server({ delayMs: 0 });
-  const { page, problems } = await openUi(await context({ viewport: { width: 1200, height: 720 } }), s.url);
+  const s = await server({ fakeClaude: true });
+  const { page, problems } = await openUi(await context({ viewport: { width: 1200, height: 760 } }), s.url);
   for (const text of ['Plan the release notes', 'Which tests cover reconnects?']) {
     await send(page, text);
     await reply(page, `Echo: ${text}`);
     await page.locator('#new-session').click();
   }
-  await send(page, 'Summarise **agentmux** in one line: `one socket, many sessions`');
-  await reply(page, 'Echo: Summarise agentmux');
-  await send(page, 'Now a list:\n- replay by `seq`\n- no duplicates\n- **safe** markdown');
-  await reply(page, 'no duplicates');
+  await send(
+    page,
+    'The design in **three** points:\n1. one `WebSocket`, many sessions\n2. every frame is stored before it is sent\n3. replay by `seq` after a reconnect',
+  );
+  await reply(page, 'replay by');
+  await send(page, 'please run TOOL:cargo_test');
+  await page.locator('.msg.permission button.allow').click();
   await page.locator('.msg.result').nth(1).waitFor();
+  await send(page, 'and then TOOL:git_push');
+  await page.locator('.msg.permission button.allow').waitFor();
   const out = join(REPO, 'target', 'web-screenshot.png');
   mkdirSync(join(REPO, 'target'), { recursive: true });
   await page.screenshot({ path: out });
