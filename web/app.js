@@ -142,9 +142,19 @@ async function refreshSessions() {
       });
     }
     renderSidebar();
+    renderHeader();
   } catch {
     // Offline or restarting: the socket's state already says so.
   }
+}
+
+/** @type {ReturnType<typeof setTimeout> | undefined} */
+let refreshTimer;
+
+/** Refreshes the sidebar soon, once for a burst of finished turns. */
+function scheduleSessionsRefresh() {
+  clearTimeout(refreshTimer);
+  refreshTimer = setTimeout(refreshSessions, 500);
 }
 
 /**
@@ -250,7 +260,7 @@ class View {
         this.onResult(frame, /** @type {ResultMessage} */ (frame.message));
         break;
       case 'status':
-        this.onStatus(frame.status, frame.detail);
+        this.onStatus(frame);
         break;
       case 'permission_request':
         this.onPermissionRequest(frame);
@@ -425,13 +435,16 @@ class View {
     if (result.is_error) footer.classList.add('error');
     footer.textContent = resultSummary(result);
     touchSession(this.agentId, { last_active_at: frame.timestamp });
+    scheduleSessionsRefresh();
   }
 
-  /**
-   * @param {string} status
-   * @param {string} detail
-   */
-  onStatus(status, detail) {
+  /** @param {import('./protocol').StatusFrame & {seq?: number, dropped_after_seq?: number}} frame */
+  onStatus(frame) {
+    const { status, detail } = frame;
+    if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
+      this.rewind(frame.dropped_after_seq);
+      this.append(el('div', 'msg notice', 'Rewound to an earlier turn'), frame);
+    }
     if (status === 'idle') {
       for (const msg of this.open) setQueued(msg, false);
       this.open = [];
@@ -440,6 +453,18 @@ class View {
       this.append(el('div', 'msg notice error', `${status}: ${detail}`));
     }
     if (status !== 'lagged') touchSession(this.agentId, { live: !GONE.has(status) });
+  }
+
+  /**
+   * Removes what a rewind dropped: every message after the stored frame `after`.
+   * @param {number} after
+   */
+  rewind(after) {
+    const nodes = [...this.root.children];
+    const cut = nodes.findIndex((n) => Number(/** @type {HTMLElement} */ (n).dataset.seq) > after);
+    if (cut >= 0) for (const n of nodes.slice(cut)) n.remove();
+    this.open = this.open.filter((msg) => msg.isConnected);
+    this.endStream();
   }
 
   /**

@@ -34,7 +34,9 @@
 
 /**
  * @typedef {object} ClientOptions
- * @property {string} [url] WebSocket URL; default `ws(s)://<this page's host>/ws`.
+ * @property {string | (() => string | Promise<string>)} [url] WebSocket URL, default
+ *   `ws(s)://<this page's host>/ws`; or a function called before every connection attempt, for
+ *   URLs that carry a single-use credential (a rejected promise counts as a failed attempt).
  * @property {number} [pingIntervalMs] Heartbeat period; default 15000.
  * @property {number} [minBackoffMs] First reconnect delay; default 250.
  * @property {number} [maxBackoffMs] Longest reconnect delay; default 10000.
@@ -107,6 +109,8 @@ export class AgentmuxClient {
     this.heardSincePing = true;
     /** @private */
     this.stopped = false;
+    /** @private Whether a `url` function is being waited for. */
+    this.resolvingUrl = false;
   }
 
   /** The connection's state. */
@@ -126,8 +130,33 @@ export class AgentmuxClient {
 
   /** Opens the socket (once; later reconnects are automatic). */
   connect() {
-    if (this.socket || this.stopped) return;
-    const socket = new this.WebSocketImpl(this.url);
+    if (this.socket || this.resolvingUrl || this.stopped) return;
+    const url = this.url;
+    if (typeof url === 'string') {
+      this.openSocket(url);
+      return;
+    }
+    this.resolvingUrl = true;
+    Promise.resolve()
+      .then(url)
+      .then(
+        (resolved) => {
+          this.resolvingUrl = false;
+          if (!this.stopped) this.openSocket(resolved);
+        },
+        () => {
+          this.resolvingUrl = false;
+          this.retry();
+        },
+      );
+  }
+
+  /**
+   * @private
+   * @param {string} url
+   */
+  openSocket(url) {
+    const socket = new this.WebSocketImpl(url);
     this.socket = socket;
     socket.onopen = () => this.onOpen();
     socket.onmessage = (event) => this.onMessage(String(event.data));
@@ -291,6 +320,14 @@ export class AgentmuxClient {
     this.socket = null;
     clearInterval(this.pingTimer);
     this.failPending();
+    this.retry();
+  }
+
+  /**
+   * Schedules the next connection attempt.
+   * @private
+   */
+  retry() {
     if (this.stopped) return;
     this.setState('reconnecting');
     const ceiling = Math.min(this.maxBackoffMs, this.minBackoffMs * 2 ** this.attempt);

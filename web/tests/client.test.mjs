@@ -112,3 +112,26 @@ test('pings on schedule and reconnects when nothing answers', async () => {
   assert.notEqual(second, socket);
   c.close();
 });
+
+test('a url function is asked before every attempt, and its failure is retried', async () => {
+  FakeSocket.all = [];
+  let calls = 0;
+  const c = new AgentmuxClient({
+    url: async () => {
+      calls += 1;
+      if (calls === 1) throw new Error('no ticket yet');
+      return `ws://test/ws?ticket=t${calls}`;
+    },
+    WebSocket: /** @type {any} */ (FakeSocket),
+    minBackoffMs: 1,
+    maxBackoffMs: 2,
+  });
+  c.connect();
+  const first = await nextSocket(1);
+  assert.equal(first.url, 'ws://test/ws?ticket=t2');
+  first.accept();
+  first.drop();
+  const second = await nextSocket(2);
+  assert.equal(second.url, 'ws://test/ws?ticket=t3');
+  c.close();
+});

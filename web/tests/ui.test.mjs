@@ -282,6 +282,41 @@ test('tool calls show collapsed with their results; permission requests are answ
   assert.deepEqual(problems, []);
 });
 
+test('the sidebar lists the sessions the server reports', async () => {
+  const s = await server();
+  const ctx = await context();
+  const hoursAgo = (h) => new Date(Date.now() - h * 3_600_000).toISOString();
+  // The shape of `GET /api/sessions`, served here by the test so the UI's use of it is checked
+  // whether or not this server has the endpoint.
+  await ctx.route('**/api/sessions?*', (route) =>
+    route.fulfill({
+      json: {
+        sessions: [
+          { agent_id: 'srv-1', session_id: 'u1', title: 'From the <b>server</b>', status: 'idle', live: true,
+            message_count: 4, last_seq: 4, created_at: hoursAgo(5), last_active_at: hoursAgo(2), total_cost_usd: 0.01 },
+          { agent_id: 'srv-2', session_id: 'u2', title: null, status: 'idle', live: false,
+            message_count: 0, last_seq: 0, created_at: hoursAgo(72), last_active_at: hoursAgo(72), total_cost_usd: 0 },
+        ],
+        total: 2,
+      },
+    }),
+  );
+  const { page, problems } = await openUi(ctx, `${s.url}/#srv-1`);
+  const first = page.locator('.session[data-agent-id="srv-1"]');
+  await first.waitFor();
+  assert.equal(await first.locator('.session-title').textContent(), 'From the <b>server</b>');
+  assert.equal(await first.locator('.badge').textContent(), 'live');
+  assert.equal(await first.locator('.session-age').textContent(), '2 h');
+  assert.equal(await first.getAttribute('aria-current'), 'true');
+  assert.equal(await page.locator('#title').textContent(), 'From the <b>server</b>');
+  const second = page.locator('.session[data-agent-id="srv-2"]');
+  assert.equal(await second.locator('.session-title').textContent(), 'New session');
+  assert.equal(await second.locator('.badge').textContent(), 'idle');
+  assert.equal(await second.locator('.session-age').textContent(), '3 d');
+  assert.equal(await page.locator('#sidebar b').count(), 0);
+  assert.deepEqual(problems, []);
+});
+
 test('the UI is served with its content types and a strict CSP', async () => {
   const s = await server();
   const index = await fetch(`${s.url}/`);
