@@ -27,6 +27,16 @@ import { renderMarkdown } from './markdown.js';
  */
 
 /**
+ * One entry of `GET /api/sessions` (the fields the UI reads).
+ * @typedef {object} ApiSession
+ * @property {string} agent_id
+ * @property {string | null} title
+ * @property {boolean} live
+ * @property {string} created_at
+ * @property {string} last_active_at
+ */
+
+/**
  * The parts of the agent's stream-json messages the UI reads (Claude Code CLI shapes).
  * @typedef {{type: 'text', text: string}
  *   | {type: 'thinking', thinking: string}
@@ -129,18 +139,23 @@ async function refreshSessions() {
       return;
     }
     if (!response.ok) return;
-    /** @type {{sessions: SessionInfo[], total: number}} */
+    /** @type {{sessions: ApiSession[], total: number}} */
     const body = await response.json();
+    // The server's list is the truth (deleted conversations go); the open one stays.
+    const open = current ? sessions.get(current) : undefined;
+    const titles = new Map([...sessions.values()].map((s) => [s.agent_id, s.title]));
+    sessions.clear();
     for (const s of body.sessions) {
-      const known = sessions.get(s.agent_id);
       sessions.set(s.agent_id, {
         agent_id: s.agent_id,
-        title: s.title || known?.title || '',
+        title: s.title || titles.get(s.agent_id) || '',
         created_at: s.created_at,
         last_active_at: s.last_active_at,
         live: s.live,
       });
     }
+    if (open && !sessions.has(open.agent_id)) sessions.set(open.agent_id, open);
+    saveLocalSessions();
     renderSidebar();
     renderHeader();
   } catch {
