@@ -668,7 +668,21 @@ document.addEventListener('keydown', (event) => {
 });
 ui.stop.addEventListener('click', interrupt);
 ui.newSession.addEventListener('click', newSession);
-ui.toggleSidebar.addEventListener('click', () => document.body.classList.toggle('sidebar-open'));
+ui.toggleSidebar.addEventListener('click', (event) => {
+  event.stopPropagation();
+  document.body.classList.toggle('sidebar-open');
+});
+// At phone width a tap beside the open sidebar closes it, and does nothing else.
+byId('main').addEventListener(
+  'click',
+  (event) => {
+    if (!document.body.classList.contains('sidebar-open')) return;
+    event.preventDefault();
+    event.stopPropagation();
+    document.body.classList.remove('sidebar-open');
+  },
+  true,
+);
 window.addEventListener('hashchange', () => {
   const agentId = decodeURIComponent(location.hash.slice(1));
   if (agentId && agentId !== current) openSession(agentId);

@@ -1,7 +1,7 @@
 // Test support: a real `agentmux serve` with the demo agent, and headless Chromium.
 
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -28,6 +28,9 @@ export const WAIT_MS = 15_000;
  * @returns {Promise<Server>}
  */
 export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude = false } = {}) {
+  if (!existsSync(join(BIN_DIR, 'agentmux'))) {
+    throw new Error(`no server binary in ${BIN_DIR}: run \`cargo build\` first`);
+  }
   const dir = dataDir ?? mkdtempSync(join(tmpdir(), 'agentmux-web-'));
   const env = { ...process.env, RUST_LOG: 'agentmux=warn' };
   for (const name of ['AGENTMUX_BACKEND', 'AGENTMUX_CLAUDE_BIN', 'AGENTMUX_CONFIG']) delete env[name];

@@ -347,9 +347,15 @@ test('phone width: the sidebar slides in and out', async () => {
   await page.locator('#toggle-sidebar').click();
   await page.waitForFunction(() => document.getElementById('sidebar')?.getBoundingClientRect().left === 0);
   assert.equal(await sidebarBox(), 0);
+  // A tap beside it closes it, and does not reach what is underneath.
+  await page.mouse.click(370, 400);
+  await page.waitForFunction(() => (document.getElementById('sidebar')?.getBoundingClientRect().right ?? 1) <= 0);
+  await page.locator('#toggle-sidebar').click();
+  await page.waitForFunction(() => document.getElementById('sidebar')?.getBoundingClientRect().left === 0);
   await page.locator('#new-session').click();
   await page.waitForFunction(() => (document.getElementById('sidebar')?.getBoundingClientRect().right ?? 1) <= 0);
   assert.equal(await page.locator('#input').isVisible(), true);
+  assert.equal(await page.locator('.session').count(), 2);
   assert.deepEqual(problems, []);
 });
 
