@@ -137,6 +137,36 @@ test('a reload shows the history', async () => {
   assert.deepEqual(problems, []);
 });
 
+test('a rewind made elsewhere removes the dropped turns from the open page', async () => {
+  const s = await server();
+  const { page, problems } = await openUi(await context(), s.url);
+  await send(page, 'first');
+  await reply(page, 'Echo: first (turn 1)');
+  await send(page, 'second');
+  await reply(page, 'Echo: second (turn 2)');
+  await page.locator('.msg.result').nth(1).waitFor();
+  const toSeq = Number(await page.locator('.msg.result').first().getAttribute('data-seq'));
+  const agent = await currentAgent(page);
+  const response = await fetch(`${s.url}/api/sessions/${agent}/rewind`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ to_seq: toSeq }),
+  });
+  assert.equal(response.status, 200);
+  await page.locator('.msg.notice').filter({ hasText: 'Rewound to an earlier turn' }).waitFor();
+  const live = await transcript(page);
+  assert.deepEqual(
+    live.map((l) => l.replace(/ · \d+\.\d s$/, '')),
+    ['user: first', 'assistant: Echo: first (turn 1)', 'result: Done · $0.0001 · 1 in / 4 out tokens', 'notice: Rewound to an earlier turn'],
+  );
+  await page.reload();
+  await page.locator('.msg.notice').waitFor();
+  assert.deepEqual(await transcript(page), live);
+  await send(page, 'third');
+  await reply(page, 'Echo: third (turn 2)');
+  assert.deepEqual(problems, []);
+});
+
 test('after a server restart the page reconnects and catches up, with no duplicates', async () => {
   const first = await server();
   const a = await openUi(await context(), first.url);
@@ -314,6 +344,25 @@ test('the sidebar lists the sessions the server reports', async () => {
   assert.equal(await second.locator('.badge').textContent(), 'idle');
   assert.equal(await second.locator('.session-age').textContent(), '3 d');
   assert.equal(await page.locator('#sidebar b').count(), 0);
+  assert.deepEqual(problems, []);
+});
+
+test('without the sessions API the sidebar lists the sessions of this browser', async () => {
+  const s = await server();
+  const ctx = await context();
+  await ctx.route('**/api/sessions?*', (route) => route.fulfill({ status: 404, body: 'not here' }));
+  const { page, problems } = await openUi(ctx, s.url);
+  await send(page, 'kept locally');
+  await reply(page, 'Echo: kept locally (turn 1)');
+  await page.locator('#new-session').click();
+  await send(page, 'also kept');
+  await reply(page, 'Echo: also kept (turn 1)');
+  await page.reload();
+  await page.locator('#conn[data-state="open"]').waitFor();
+  await reply(page, 'Echo: also kept (turn 1)');
+  assert.deepEqual(await page.locator('.session-title').allTextContents(), ['also kept', 'kept locally']);
+  await page.locator('.session').nth(1).click();
+  await reply(page, 'Echo: kept locally (turn 1)');
   assert.deepEqual(problems, []);
 });
 
