@@ -1,25 +1,438 @@
 //! Who is calling: every request and socket acts for one principal, and every conversation
 //! lives in its principal's namespace.
+//!
+//! Authentication is on whenever an API token or a JWT key is configured. A request then
+//! proves its principal with `Authorization: Bearer <token or JWT>`. Browsers can't set
+//! headers on a WebSocket, so `POST /api/ws-ticket` (itself authenticated) hands out a
+//! short-lived, single-use ticket (an HS256 JWT signed with the server's ticket key) that the
+//! upgrade accepts as `?ticket=` or as the subprotocol `agentmux.ticket.<ticket>`. With no
+//! credentials configured, the server only runs on a loopback address, and everyone is
+//! [`LOCAL_PRINCIPAL`].
+//!
+//! The upgrade also checks the browser's `Origin` against the `Host` and the allow-list, so
+//! another site can't open a socket with a user's ambient access.
 
-use axum::extract::FromRequestParts;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
 
 use crate::AppState;
+use crate::api::ApiError;
+use crate::config::AuthConfig;
+use crate::protocol::ErrorCode;
 
 /// The principal of sockets and requests while authentication is off.
 pub const LOCAL_PRINCIPAL: &str = "local";
+/// Prefix of the WebSocket subprotocol that carries a ticket.
+pub const TICKET_PROTOCOL_PREFIX: &str = "agentmux.ticket.";
+/// The `aud` claim of tickets, so that no other JWT passes as one.
+const TICKET_AUDIENCE: &str = "agentmux:ws-ticket";
+/// Longest accepted principal name (a token's principal or a JWT's `sub`), in bytes.
+const MAX_PRINCIPAL_BYTES: usize = 256;
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal(pub String);
 
+/// Claims of a JWT presented as a bearer credential.
+#[derive(Deserialize)]
+struct JwtClaims {
+    sub: String,
+}
+
+/// Claims of a WebSocket ticket.
+#[derive(Serialize, Deserialize)]
+struct TicketClaims {
+    sub: String,
+    aud: String,
+    exp: u64,
+    jti: String,
+}
+
+/// A ticket for one WebSocket upgrade.
+#[derive(Debug, Serialize)]
+pub struct Ticket {
+    /// The ticket itself.
+    pub ticket: String,
+    /// Seconds until it expires.
+    pub expires_in: u64,
+}
+
+/// Checks credentials and issues tickets; built once from the settings.
+pub struct Authenticator {
+    /// Off: every caller is [`LOCAL_PRINCIPAL`].
+    enabled: bool,
+    /// `(token, principal)`, compared in constant time.
+    tokens: Vec<(String, String)>,
+    /// Key and rules for each accepted JWT algorithm.
+    jwt: Vec<(DecodingKey, Validation)>,
+    ticket_encoding: EncodingKey,
+    ticket_decoding: DecodingKey,
+    ticket_validation: Validation,
+    ticket_ttl: Duration,
+    /// `jti` → `exp` of redeemed tickets that have not expired yet.
+    redeemed: Mutex<HashMap<String, u64>>,
+    /// Allowed origins, lower case, without a trailing `/`.
+    allowed_origins: Vec<String>,
+}
+
+impl Authenticator {
+    /// Builds the authenticator for a server that will listen on `bind`.
+    ///
+    /// # Errors
+    /// When no credential is configured and `bind` is not a loopback address, or a JWT key
+    /// can't be read.
+    pub fn new(config: &AuthConfig, bind: SocketAddr) -> anyhow::Result<Self> {
+        config.check_bind(bind)?;
+        let enabled = config.is_configured();
+        if !enabled {
+            tracing::warn!(
+                %bind,
+                "authentication is off: anyone who can reach this loopback address acts as `{LOCAL_PRINCIPAL}`"
+            );
+        }
+        let mut jwt = Vec::new();
+        if let Some(secret) = &config.jwt_hs256_secret {
+            jwt.push((
+                DecodingKey::from_secret(secret.as_bytes()),
+                jwt_validation(Algorithm::HS256, config),
+            ));
+        }
+        if let Some(pem) = &config.jwt_rs256_public_key_pem {
+            let key = DecodingKey::from_rsa_pem(pem.as_bytes())
+                .map_err(|e| anyhow::anyhow!("auth.jwt_rs256_public_key_pem: {e}"))?;
+            jwt.push((key, jwt_validation(Algorithm::RS256, config)));
+        }
+        let ticket_secret = match &config.ticket_secret {
+            Some(secret) => secret.as_bytes().to_vec(),
+            // Two v4 UUIDs: 244 bits from the operating system's random source.
+            None => [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+                .iter()
+                .flat_map(|u| u.into_bytes())
+                .collect(),
+        };
+        let mut ticket_validation = Validation::new(Algorithm::HS256);
+        ticket_validation.leeway = 0;
+        ticket_validation.set_audience(&[TICKET_AUDIENCE]);
+        ticket_validation.set_required_spec_claims(&["exp", "aud", "sub"]);
+        Ok(Authenticator {
+            enabled,
+            tokens: config
+                .tokens
+                .iter()
+                .map(|(t, p)| (t.clone(), p.clone()))
+                .collect(),
+            jwt,
+            ticket_encoding: EncodingKey::from_secret(&ticket_secret),
+            ticket_decoding: DecodingKey::from_secret(&ticket_secret),
+            ticket_validation,
+            ticket_ttl: Duration::from_secs(config.ticket_ttl_secs),
+            redeemed: Mutex::new(HashMap::new()),
+            allowed_origins: config
+                .allowed_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+        })
+    }
+
+    /// The principal of a request, from its `Authorization: Bearer` header.
+    ///
+    /// # Errors
+    /// 401 when authentication is on and the header is missing or its credential is wrong.
+    pub fn principal(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        if !self.enabled {
+            return Ok(Principal(LOCAL_PRINCIPAL.to_owned()));
+        }
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| unauthorized("missing `Authorization: Bearer` credential"))?;
+        let credential = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .ok_or_else(|| unauthorized("the Authorization scheme must be Bearer"))?;
+        self.check_credential(credential)
+    }
+
+    /// Checks an API token or a JWT.
+    fn check_credential(&self, credential: &str) -> Result<Principal, ApiError> {
+        // Every token is compared, so the time taken doesn't tell which one matched.
+        let mut found = None;
+        for (token, principal) in &self.tokens {
+            if constant_time_eq(token.as_bytes(), credential.as_bytes()) {
+                found = Some(principal);
+            }
+        }
+        if let Some(principal) = found {
+            return Ok(Principal(principal.clone()));
+        }
+        let invalid = || unauthorized("invalid credential");
+        let alg = jsonwebtoken::decode_header(credential)
+            .map_err(|_| invalid())?
+            .alg;
+        let (key, validation) = self
+            .jwt
+            .iter()
+            .find(|(_, v)| v.algorithms.contains(&alg))
+            .ok_or_else(invalid)?;
+        let claims = jsonwebtoken::decode::<JwtClaims>(credential, key, validation)
+            .map_err(|_| invalid())?
+            .claims;
+        valid_principal(claims.sub).ok_or_else(invalid)
+    }
+
+    /// Issues a WebSocket ticket for `principal`.
+    pub fn issue_ticket(&self, principal: &Principal) -> Ticket {
+        let claims = TicketClaims {
+            sub: principal.0.clone(),
+            aud: TICKET_AUDIENCE.to_owned(),
+            exp: jsonwebtoken::get_current_timestamp() + self.ticket_ttl.as_secs(),
+            jti: uuid::Uuid::new_v4().to_string(),
+        };
+        let ticket = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &self.ticket_encoding,
+        )
+        .expect("HS256 signing does not fail");
+        Ticket {
+            ticket,
+            expires_in: self.ticket_ttl.as_secs(),
+        }
+    }
+
+    /// Redeems a ticket; each works once and only until it expires.
+    fn redeem_ticket(&self, ticket: &str) -> Result<Principal, ApiError> {
+        let invalid = || unauthorized("invalid, expired or already used ticket");
+        let claims = jsonwebtoken::decode::<TicketClaims>(
+            ticket,
+            &self.ticket_decoding,
+            &self.ticket_validation,
+        )
+        .map_err(|_| invalid())?
+        .claims;
+        let now = jsonwebtoken::get_current_timestamp();
+        let mut redeemed = self.redeemed.lock().expect("ticket set lock");
+        redeemed.retain(|_, exp| *exp >= now);
+        if redeemed.insert(claims.jti, claims.exp).is_some() {
+            return Err(invalid());
+        }
+        Ok(Principal(claims.sub))
+    }
+
+    /// The principal of a WebSocket upgrade and the subprotocol to answer with: a ticket in
+    /// `?ticket=` or in the subprotocol `agentmux.ticket.<ticket>`, else the bearer header.
+    ///
+    /// # Errors
+    /// 401 when authentication is on and no valid credential came with the upgrade.
+    pub fn socket_principal(
+        &self,
+        headers: &HeaderMap,
+        query_ticket: Option<&str>,
+    ) -> Result<(Principal, Option<String>), ApiError> {
+        let protocol = headers
+            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .find(|p| p.starts_with(TICKET_PROTOCOL_PREFIX))
+            .map(str::to_owned);
+        let principal = if !self.enabled {
+            Principal(LOCAL_PRINCIPAL.to_owned())
+        } else if let Some(ticket) = query_ticket {
+            self.redeem_ticket(ticket)?
+        } else if let Some(p) = &protocol {
+            self.redeem_ticket(&p[TICKET_PROTOCOL_PREFIX.len()..])?
+        } else {
+            self.principal(headers)?
+        };
+        Ok((principal, protocol))
+    }
+
+    /// Checks a browser's `Origin`: none is fine (not a browser); else it must name the host
+    /// the request was sent to, or an allowed origin.
+    ///
+    /// # Errors
+    /// 403 `forbidden_origin` otherwise.
+    pub fn check_origin(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(origin) = headers.get(header::ORIGIN) else {
+            return Ok(());
+        };
+        let origin = origin
+            .to_str()
+            .map_err(|_| forbidden_origin())?
+            .trim_end_matches('/')
+            .to_ascii_lowercase();
+        let origin_host = origin.split_once("://").map(|(_, rest)| rest);
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_ascii_lowercase);
+        let same_host = origin_host.is_some() && origin_host == host.as_deref();
+        let allowed = self
+            .allowed_origins
+            .iter()
+            .any(|a| *a == origin || Some(a.as_str()) == origin_host);
+        if same_host || allowed {
+            Ok(())
+        } else {
+            Err(forbidden_origin())
+        }
+    }
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(ErrorCode::Unauthorized, message)
+}
+
+fn forbidden_origin() -> ApiError {
+    ApiError::new(
+        ErrorCode::ForbiddenOrigin,
+        "this Origin may not open a socket here",
+    )
+}
+
+fn jwt_validation(alg: Algorithm, config: &AuthConfig) -> Validation {
+    let mut validation = Validation::new(alg);
+    validation.set_required_spec_claims(&["exp", "sub"]);
+    if let Some(iss) = &config.jwt_issuer {
+        validation.set_issuer(&[iss]);
+    }
+    match &config.jwt_audience {
+        Some(aud) => validation.set_audience(&[aud]),
+        None => validation.validate_aud = false,
+    }
+    validation
+}
+
+fn valid_principal(sub: String) -> Option<Principal> {
+    (!sub.is_empty() && sub.len() <= MAX_PRINCIPAL_BYTES).then_some(Principal(sub))
+}
+
+/// Equality whose time depends only on the lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 impl FromRequestParts<AppState> for Principal {
-    type Rejection = std::convert::Infallible;
+    type Rejection = ApiError;
 
     async fn from_request_parts(
-        _parts: &mut Parts,
-        _state: &AppState,
+        parts: &mut Parts,
+        state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        Ok(Principal(LOCAL_PRINCIPAL.to_owned()))
+        state.auth.principal(&parts.headers)
+    }
+}
+
+/// `POST /api/ws-ticket`: a short-lived, single-use ticket for one WebSocket upgrade, for
+/// clients (browsers) that can't set headers on it.
+pub async fn ws_ticket(State(app): State<AppState>, principal: Principal) -> Json<Ticket> {
+    Json(app.auth.issue_ticket(&principal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(config: AuthConfig) -> Authenticator {
+        Authenticator::new(&config, SocketAddr::from(([127, 0, 0, 1], 0))).unwrap()
+    }
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.clone(), axum::http::HeaderValue::from_str(v).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn open_mode_needs_a_loopback_bind() {
+        let config = AuthConfig::default();
+        let err = Authenticator::new(&config, "0.0.0.0:7878".parse().unwrap())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("refusing to listen"));
+        let open = auth(config);
+        assert_eq!(
+            open.principal(&HeaderMap::new()).unwrap().0,
+            LOCAL_PRINCIPAL
+        );
+    }
+
+    #[test]
+    fn tokens_map_to_principals() {
+        let mut config = AuthConfig::default();
+        config.tokens.insert("t-alice".into(), "alice".into());
+        let a = auth(config);
+        let ok = headers(&[(header::AUTHORIZATION, "Bearer t-alice")]);
+        assert_eq!(a.principal(&ok).unwrap().0, "alice");
+        for bad in [
+            "Bearer t-alic",
+            "Bearer t-alice2",
+            "Basic t-alice",
+            "Bearer ",
+        ] {
+            let h = headers(&[(header::AUTHORIZATION, bad)]);
+            assert_eq!(
+                a.principal(&h).unwrap_err().status(),
+                axum::http::StatusCode::UNAUTHORIZED
+            );
+        }
+        assert!(a.principal(&HeaderMap::new()).is_err());
+    }
+
+    #[test]
+    fn tickets_work_once() {
+        let mut config = AuthConfig::default();
+        config.tokens.insert("t".into(), "alice".into());
+        let a = auth(config);
+        let ticket = a.issue_ticket(&Principal("alice".into())).ticket;
+        let (p, _) = a
+            .socket_principal(&HeaderMap::new(), Some(&ticket))
+            .unwrap();
+        assert_eq!(p.0, "alice");
+        assert!(
+            a.socket_principal(&HeaderMap::new(), Some(&ticket))
+                .is_err()
+        );
+        // A ticket is not a bearer credential.
+        let h = headers(&[(header::AUTHORIZATION, &format!("Bearer {ticket}"))]);
+        assert!(a.principal(&h).is_err());
+    }
+
+    #[test]
+    fn origins_must_match_the_host_or_the_allow_list() {
+        let a = auth(AuthConfig {
+            allowed_origins: vec!["https://App.example.com/".into()],
+            ..AuthConfig::default()
+        });
+        let check = |origin: &str| {
+            a.check_origin(&headers(&[
+                (header::HOST, "gw.example.com:8443"),
+                (header::ORIGIN, origin),
+            ]))
+            .is_ok()
+        };
+        assert!(check("https://gw.example.com:8443"));
+        assert!(check("https://app.example.com"));
+        assert!(!check("https://evil.example.com"));
+        assert!(!check("https://gw.example.com"));
+        assert!(!check("null"));
+        assert!(a.check_origin(&headers(&[(header::HOST, "x")])).is_ok());
     }
 }

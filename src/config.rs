@@ -3,6 +3,8 @@
 //! Precedence, lowest first: the defaults, the file named by `--config`, `AGENTMUX_*`
 //! variables, command-line flags. Secrets come only from the environment or the file.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,6 +41,30 @@ pub struct Config {
     pub demo: DemoConfig,
     /// Settings of the Claude Code CLI backend.
     pub claude: ClaudeConfig,
+    /// Authentication and the browser origin check.
+    pub auth: AuthConfig,
+}
+
+/// Authentication settings. Authentication is on whenever a token or a JWT key is set.
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// API tokens: token → principal. `AGENTMUX_TOKENS` adds more.
+    pub tokens: BTreeMap<String, String>,
+    /// Key that signs WebSocket tickets; a random one is made at start-up when unset.
+    pub ticket_secret: Option<String>,
+    /// How long a WebSocket ticket is valid, in seconds.
+    pub ticket_ttl_secs: u64,
+    /// Shared secret of HS256-signed JWTs; their `sub` claim is the principal.
+    pub jwt_hs256_secret: Option<String>,
+    /// PEM public key of RS256-signed JWTs; their `sub` claim is the principal.
+    pub jwt_rs256_public_key_pem: Option<String>,
+    /// Required `iss` claim of JWTs, when set.
+    pub jwt_issuer: Option<String>,
+    /// Required `aud` claim of JWTs, when set.
+    pub jwt_audience: Option<String>,
+    /// Browser origins allowed besides the server's own host (`https://app.example.com`).
+    pub allowed_origins: Vec<String>,
 }
 
 /// Claude Code CLI settings.
@@ -103,6 +129,16 @@ pub struct SocketConfig {
     /// Frames a lagging socket may have in flight per conversation before it is told `lagged`
     /// and replayed from the store.
     pub session_buffer_frames: usize,
+    /// Client frames accepted per second per socket (a token bucket holding one second's
+    /// worth); beyond, frames are answered `rate_limited`. 0 turns the limit off.
+    pub max_frames_per_sec: u32,
+    /// `rate_limited` answers a socket may collect before it is closed with 1008; the count
+    /// starts over once the socket has slowed down for a full second.
+    pub max_rate_limited: u32,
+    /// Open sockets per principal (429 `limit_exceeded` beyond); 0 is no limit.
+    pub max_per_principal: usize,
+    /// A connection must deliver its HTTP request head (the upgrade) within this many seconds.
+    pub handshake_timeout_secs: u64,
 }
 
 /// Conversation settings.
@@ -117,6 +153,10 @@ pub struct SessionConfig {
     pub interrupt_timeout_secs: u64,
     /// A tool permission request nobody answers is denied after this long.
     pub permission_timeout_secs: u64,
+    /// Live conversations (each with its agent) per principal; 0 is no limit.
+    pub max_live_per_principal: usize,
+    /// Live conversations on the whole server; 0 is no limit.
+    pub max_live_total: usize,
 }
 
 /// Store settings.
@@ -148,7 +188,94 @@ impl Default for Config {
             store: StoreConfig::default(),
             demo: DemoConfig::default(),
             claude: ClaudeConfig::default(),
+            auth: AuthConfig::default(),
         }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            tokens: BTreeMap::new(),
+            ticket_secret: None,
+            ticket_ttl_secs: 60,
+            jwt_hs256_secret: None,
+            jwt_rs256_public_key_pem: None,
+            jwt_issuer: None,
+            jwt_audience: None,
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+/// Shows which secrets are set, never their values.
+impl fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |s: &Option<String>| if s.is_some() { "<set>" } else { "<unset>" };
+        f.debug_struct("AuthConfig")
+            .field("principals", &self.tokens.values().collect::<Vec<_>>())
+            .field("ticket_secret", &set(&self.ticket_secret))
+            .field("ticket_ttl_secs", &self.ticket_ttl_secs)
+            .field("jwt_hs256_secret", &set(&self.jwt_hs256_secret))
+            .field(
+                "jwt_rs256_public_key_pem",
+                &set(&self.jwt_rs256_public_key_pem),
+            )
+            .field("jwt_issuer", &self.jwt_issuer)
+            .field("jwt_audience", &self.jwt_audience)
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
+}
+
+impl AuthConfig {
+    /// Whether any credential is configured, which turns authentication on.
+    pub fn is_configured(&self) -> bool {
+        !self.tokens.is_empty()
+            || self.jwt_hs256_secret.is_some()
+            || self.jwt_rs256_public_key_pem.is_some()
+    }
+
+    /// Refuses to run without authentication anywhere but on a loopback address.
+    ///
+    /// # Errors
+    /// When no credential is configured and `bind` is not a loopback address.
+    pub fn check_bind(&self, bind: SocketAddr) -> anyhow::Result<()> {
+        if !self.is_configured() && !bind.ip().is_loopback() {
+            anyhow::bail!(
+                "refusing to listen on {bind} without authentication: set API tokens \
+                 (AGENTMUX_TOKENS or [auth] tokens) or a JWT key, or bind a loopback address"
+            );
+        }
+        Ok(())
+    }
+
+    /// Adds tokens from a `token=principal,token=principal` list (the form of
+    /// `AGENTMUX_TOKENS`).
+    ///
+    /// # Errors
+    /// When an entry has no `=`, or an empty token or principal. The message names the entry
+    /// by position, never by its token.
+    pub fn add_token_list(&mut self, list: &str) -> anyhow::Result<()> {
+        for (i, entry) in list.split(',').enumerate() {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                continue;
+            }
+            match entry.split_once('=') {
+                Some((token, principal))
+                    if !token.trim().is_empty() && !principal.trim().is_empty() =>
+                {
+                    self.tokens
+                        .insert(token.trim().to_owned(), principal.trim().to_owned());
+                }
+                _ => anyhow::bail!(
+                    "AGENTMUX_TOKENS entry {} is not of the form token=principal",
+                    i + 1
+                ),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -159,6 +286,10 @@ impl Default for SocketConfig {
             max_content_bytes: 256 << 10,
             idle_timeout_secs: 120,
             session_buffer_frames: 1024,
+            max_frames_per_sec: 1000,
+            max_rate_limited: 100,
+            max_per_principal: 0,
+            handshake_timeout_secs: 10,
         }
     }
 }
@@ -170,6 +301,8 @@ impl Default for SessionConfig {
             max_queued_turns: 32,
             interrupt_timeout_secs: 10,
             permission_timeout_secs: 300,
+            max_live_per_principal: 0,
+            max_live_total: 0,
         }
     }
 }
@@ -234,5 +367,18 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
         let file = Config::from_file(&path).unwrap();
         assert_eq!(format!("{file:?}"), format!("{:?}", Config::default()));
+    }
+
+    #[test]
+    fn token_lists_parse_and_errors_hide_tokens() {
+        let mut auth = AuthConfig::default();
+        auth.add_token_list(" tok1=alice, tok2 = bob ,").unwrap();
+        assert_eq!(auth.tokens["tok1"], "alice");
+        assert_eq!(auth.tokens["tok2"], "bob");
+        assert!(auth.is_configured());
+        let err = auth.add_token_list("ok=carol,secret-token").unwrap_err();
+        assert!(err.to_string().contains("entry 2"));
+        assert!(!err.to_string().contains("secret-token"));
+        assert!(!format!("{auth:?}").contains("tok1"));
     }
 }

@@ -18,7 +18,9 @@
 //! - [`session`]: the manager (single-flight create/resume, eviction) and the session actor.
 //! - [`agent`]: backends that run agents (the built-in demo agent).
 //! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
-//! - [`auth`]: the principal every request and socket acts for.
+//! - [`auth`]: the principal every request and socket acts for: tokens, JWTs, tickets, Origin.
+//! - [`limits`]: quotas per principal and the per-socket frame rate.
+//! - [`serve`]: the accept loop, with a deadline for each request head.
 //! - [`config`], [`metrics`]: settings and counters.
 
 #![warn(missing_docs)]
@@ -29,9 +31,11 @@ pub mod auth;
 pub mod cli_chat;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod metrics;
 pub mod protocol;
 pub mod replay;
+pub mod serve;
 pub mod session;
 pub mod store;
 pub mod web;
@@ -45,7 +49,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Backend;
+use crate::auth::Authenticator;
 use crate::config::{BackendKind, Config};
+use crate::limits::Quota;
 use crate::metrics::Metrics;
 use crate::session::Manager;
 use crate::store::Store;
@@ -62,6 +68,10 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Fires when the server begins to shut down.
     pub shutdown: CancellationToken,
+    /// Checks credentials and origins.
+    pub auth: Arc<Authenticator>,
+    /// Open sockets per principal.
+    pub sockets: Quota,
 }
 
 /// A configured server, ready to run on a listener.
@@ -71,12 +81,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens the store (running migrations and closing turns a crash left open) and sets up
-    /// the backend.
+    /// Checks the authentication settings, opens the store (running migrations and closing
+    /// turns a crash left open) and sets up the backend.
     ///
     /// # Errors
-    /// When the data directory or database can't be opened, or the backend can't be set up.
+    /// When authentication is off on a non-loopback bind, a JWT key is unreadable, the data
+    /// directory or database can't be opened, or the backend can't be set up.
     pub async fn new(config: Config) -> anyhow::Result<Self> {
+        let auth = Arc::new(Authenticator::new(&config.auth, config.bind)?);
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
             anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
         })?;
@@ -111,6 +123,7 @@ impl Server {
                 Arc::new(agent::claude::ClaudeBackend::new(settings))
             }
         };
+        let sockets = Quota::new(config.socket.max_per_principal, 0);
         let config = Arc::new(config);
         let manager = Manager::new(store.clone(), backend, config.clone(), metrics.clone());
         Ok(Server {
@@ -119,6 +132,8 @@ impl Server {
                 config,
                 metrics,
                 shutdown: CancellationToken::new(),
+                auth,
+                sockets,
             },
             store,
         })
@@ -128,7 +143,8 @@ impl Server {
     /// accepting and close sockets (1001), end running turns, stop agents, flush the store.
     ///
     /// # Errors
-    /// When the listener fails.
+    /// None today: failed accepts are retried. The `Result` leaves room for start-up steps
+    /// that can fail.
     pub async fn run(
         self,
         listener: TcpListener,
@@ -137,13 +153,13 @@ impl Server {
         let token = self.state.shutdown.clone();
         self.state.manager.spawn_sweeper(token.clone());
         let app = http::router(self.state.clone());
+        let handshake = Duration::from_secs(self.state.config.socket.handshake_timeout_secs);
         let signal_token = token.clone();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                signal_token.cancel();
-            })
-            .await?;
+        serve::serve(listener, app, handshake, async move {
+            shutdown.await;
+            signal_token.cancel();
+        })
+        .await;
         token.cancel();
         self.state.manager.shutdown().await;
         self.store.close().await;

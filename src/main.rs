@@ -101,6 +101,21 @@ impl ServeArgs {
         if let Some(backend) = self.backend {
             config.backend = Some(backend);
         }
+        // Secrets come from the environment, never from flags (the process list shows flags).
+        if let Ok(list) = std::env::var("AGENTMUX_TOKENS") {
+            config.auth.add_token_list(&list)?;
+        }
+        for (var, secret) in [
+            ("AGENTMUX_TICKET_SECRET", &mut config.auth.ticket_secret),
+            (
+                "AGENTMUX_JWT_HS256_SECRET",
+                &mut config.auth.jwt_hs256_secret,
+            ),
+        ] {
+            if let Ok(value) = std::env::var(var) {
+                *secret = Some(value);
+            }
+        }
         Ok(config)
     }
 }
@@ -137,6 +152,8 @@ fn main() -> ExitCode {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.into_config()?;
     agentmux::raise_fd_limit();
+    // Refuse an unauthenticated public bind before anything listens.
+    config.auth.check_bind(config.bind)?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;

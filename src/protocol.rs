@@ -65,6 +65,8 @@ pub enum ErrorCode {
     AgentExists,
     /// A REST request whose query, path or body is malformed.
     InvalidRequest,
+    /// A browser page of another site tried to open a socket (HTTP 403 on the upgrade).
+    ForbiddenOrigin,
 }
 
 impl ErrorCode {
@@ -87,6 +89,7 @@ impl ErrorCode {
             ErrorCode::Busy => "busy",
             ErrorCode::AgentExists => "agent_exists",
             ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::ForbiddenOrigin => "forbidden_origin",
         }
     }
 }

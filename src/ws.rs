@@ -9,17 +9,21 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::response::Response;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, SinkExt, StreamExt};
+use serde::Deserialize;
 use tokio::time::{Instant, sleep_until};
 use tokio_stream::StreamMap;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::AppState;
+use crate::api::ApiError;
 use crate::auth::Principal;
+use crate::limits::{QuotaPermit, RateLimiter, Verdict};
 use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
 use crate::replay::Cursor;
 /// Most frames written before one flush.
@@ -31,19 +35,59 @@ const CLOSE_TOO_BIG: u16 = 1009;
 const CLOSE_GOING_AWAY: u16 = 1001;
 /// Close code for an idle socket.
 const CLOSE_NORMAL: u16 = 1000;
+/// Close code for a socket that keeps sending over its rate.
+const CLOSE_POLICY: u16 = 1008;
+/// How long a closing socket waits for the client's close frame, reading and dropping
+/// whatever comes first, so the connection ends cleanly instead of being reset.
+const CLOSE_DRAIN: Duration = Duration::from_secs(2);
 
-/// Upgrades to a WebSocket speaking protocol v1.
+/// Query parameters of the upgrade.
+#[derive(Deserialize)]
+pub struct UpgradeQuery {
+    /// A ticket from `POST /api/ws-ticket`.
+    ticket: Option<String>,
+}
+
+/// Upgrades to a WebSocket speaking protocol v1, after checking the `Origin`, the
+/// credentials and the principal's socket quota (403, 401 and 429 otherwise).
 pub async fn upgrade(
     ws: WebSocketUpgrade,
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    Query(query): Query<UpgradeQuery>,
+    headers: HeaderMap,
 ) -> Response {
+    let admitted = app.auth.check_origin(&headers).and_then(|()| {
+        let (Principal(principal), protocol) = app
+            .auth
+            .socket_principal(&headers, query.ticket.as_deref())?;
+        let permit = app.sockets.try_acquire(&principal).map_err(|_| {
+            ApiError::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "at most {} open sockets per principal",
+                    app.config.socket.max_per_principal
+                ),
+            )
+        })?;
+        Ok((principal, protocol, permit))
+    });
+    let (principal, protocol, permit) = match admitted {
+        Ok(admitted) => admitted,
+        Err(rejection) => return rejection.into_response(),
+    };
     let max = app.config.socket.max_frame_bytes;
+    // Echo the ticket subprotocol: a browser fails a socket whose offered protocol isn't.
+    let ws = match protocol {
+        Some(p) => ws.protocols([p]),
+        None => ws,
+    };
     ws.max_message_size(max)
         .max_frame_size(max)
         .on_upgrade(move |socket| async move {
             app.metrics.sockets(1);
-            Connection::new(socket, app.clone(), principal).run().await;
+            Connection::new(socket, app.clone(), principal, permit)
+                .run()
+                .await;
             app.metrics.sockets(-1);
         })
 }
@@ -55,15 +99,20 @@ struct Connection {
     limits: DecodeLimits,
     subs: StreamMap<String, BroadcastStream<Frame>>,
     cursors: HashMap<String, Cursor>,
+    /// Frames per second; `None` when unlimited.
+    rate: Option<RateLimiter>,
+    /// This socket's place in its principal's socket quota.
+    _permit: QuotaPermit,
 }
 
 type SocketResult = Result<(), axum::Error>;
 
 impl Connection {
-    fn new(socket: WebSocket, app: AppState, principal: String) -> Self {
+    fn new(socket: WebSocket, app: AppState, principal: String, permit: QuotaPermit) -> Self {
         let limits = DecodeLimits {
             max_content_bytes: app.config.socket.max_content_bytes,
         };
+        let rate = RateLimiter::new(app.config.socket.max_frames_per_sec);
         Connection {
             socket,
             app,
@@ -71,6 +120,8 @@ impl Connection {
             limits,
             subs: StreamMap::new(),
             cursors: HashMap::new(),
+            rate,
+            _permit: permit,
         }
     }
 
@@ -90,6 +141,23 @@ impl Connection {
                 }
                 msg = self.socket.recv() => {
                     deadline = Instant::now() + idle;
+                    if matches!(msg, Some(Ok(Message::Text(_) | Message::Binary(_) | Message::Ping(_)))) {
+                        match self.rate.as_mut().map_or(Verdict::Allowed, RateLimiter::check) {
+                            Verdict::Allowed => {}
+                            Verdict::Limited { strikes } if strikes > self.app.config.socket.max_rate_limited => {
+                                self.app.metrics.error(ErrorCode::RateLimited.as_str());
+                                self.close(CLOSE_POLICY, "rate_limited").await;
+                                return;
+                            }
+                            Verdict::Limited { .. } => {
+                                let err = FrameError::new(ErrorCode::RateLimited, "too many frames per second; slow down or the socket is closed");
+                                if self.send_error(&err).await.is_err() {
+                                    return;
+                                }
+                                continue;
+                            }
+                        }
+                    }
                     match msg {
                         None | Some(Ok(Message::Close(_))) => return,
                         Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
@@ -113,12 +181,24 @@ impl Connection {
         }
     }
 
+    /// Sends a close frame, then reads until the client's close (or for at most
+    /// [`CLOSE_DRAIN`]) so that frames still in flight don't turn the end into a reset.
     async fn close(&mut self, code: u16, reason: &'static str) {
         let frame = CloseFrame {
             code,
             reason: reason.into(),
         };
-        let _ = self.socket.send(Message::Close(Some(frame))).await;
+        if self.socket.send(Message::Close(Some(frame))).await.is_err() {
+            return;
+        }
+        let _ = tokio::time::timeout(CLOSE_DRAIN, async {
+            while let Some(Ok(msg)) = self.socket.recv().await {
+                if matches!(msg, Message::Close(_)) {
+                    return;
+                }
+            }
+        })
+        .await;
     }
 
     async fn send(&mut self, frame: Frame) -> SocketResult {

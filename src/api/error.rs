@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection, StringRejection};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -54,6 +54,7 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
         }
     }
 }
@@ -84,6 +85,13 @@ impl From<StringRejection> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), Json(self.0)).into_response()
+        let status = self.status();
+        let mut response = (status, Json(self.0)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
     }
 }

@@ -16,6 +16,7 @@ use crate::agent::{
     AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, PermissionDecision, SpawnSpec,
     error_result,
 };
+use crate::limits::QuotaPermit;
 use crate::protocol::{self, Chat, ChatOptions, ErrorCode, Frame, FrameError};
 use crate::store::{NewMessage, NextLaunch, SessionRecord, Totals};
 
@@ -56,6 +57,8 @@ pub(crate) struct ActorInit {
     pub slot_state: Arc<Mutex<SlotState>>,
     pub events: broadcast::Sender<Frame>,
     pub commands: mpsc::Receiver<Command>,
+    /// This conversation's place among the live ones; given back when it stops.
+    pub live: QuotaPermit,
 }
 
 struct Turn {
@@ -104,6 +107,8 @@ struct Actor {
     stopping: bool,
     /// Tool permission requests awaiting an answer, with the time they are denied.
     pending_permissions: HashMap<String, Instant>,
+    /// Held while live; dropped on eviction before the slot can start another actor.
+    live: Option<QuotaPermit>,
 }
 
 pub(crate) fn spawn(init: ActorInit) {
@@ -114,6 +119,7 @@ pub(crate) fn spawn(init: ActorInit) {
         slot_state,
         events,
         commands,
+        live,
     } = init;
     shared.metrics.live_sessions(1);
     let actor = Actor {
@@ -134,6 +140,7 @@ pub(crate) fn spawn(init: ActorInit) {
         idle_since: Instant::now(),
         stopping: false,
         pending_permissions: HashMap::new(),
+        live: Some(live),
     };
     tokio::spawn(actor.run());
 }
@@ -780,6 +787,7 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
+        self.live = None;
         drop(guard);
         self.shared.metrics.live_sessions(-1);
         self.publish_status(

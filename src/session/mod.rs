@@ -19,6 +19,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard, broadcast, mpsc, oneshot};
 
 use crate::agent::Backend;
 use crate::config::Config;
+use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
 use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError, Tag};
 use crate::store::{NewSession, SessionRecord, Store, StoreError};
@@ -113,6 +114,8 @@ pub(crate) struct Shared {
     backend: Arc<dyn Backend>,
     config: Arc<Config>,
     metrics: Metrics,
+    /// Live conversations per principal and in total.
+    live: Quota,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -172,6 +175,10 @@ impl Manager {
         Manager {
             slots: Arc::new(DashMap::new()),
             shared: Arc::new(Shared {
+                live: Quota::new(
+                    config.session.max_live_per_principal,
+                    config.session.max_live_total,
+                ),
                 store,
                 backend,
                 config,
@@ -227,7 +234,8 @@ impl Manager {
     /// Stores a user turn for `chat.agent_id`, creating or resuming the conversation first.
     ///
     /// # Errors
-    /// `store_unavailable`, `limit_exceeded` (queue full) or `backend_unavailable`.
+    /// `store_unavailable`, `limit_exceeded` (queue full, or too many live conversations) or
+    /// `backend_unavailable`.
     pub async fn chat(&self, principal: &str, chat: Chat) -> Result<ChatAccepted, FrameError> {
         let agent_id = chat.agent_id.clone();
         let key = Self::key(principal, &agent_id);
@@ -273,6 +281,7 @@ impl Manager {
         slot: &Slot,
     ) -> Result<SessionHandle, FrameError> {
         let shared = &self.shared;
+        let live = self.acquire_live(principal, &chat.agent_id)?;
         let store_err = |e| store_error(e, &chat.agent_id);
         let record = match shared
             .store
@@ -302,11 +311,26 @@ impl Manager {
                     .map_err(store_err)?
             }
         };
-        Ok(self.spawn_actor(record, slot))
+        Ok(self.spawn_actor(record, slot, live))
     }
 
-    /// Starts the actor of a stored conversation.
-    fn spawn_actor(&self, record: SessionRecord, slot: &Slot) -> SessionHandle {
+    /// Takes a place among the live conversations, or fails with `limit_exceeded`.
+    fn acquire_live(&self, principal: &str, agent_id: &str) -> Result<QuotaPermit, FrameError> {
+        self.shared.live.try_acquire(principal).map_err(|exceeded| {
+            let message = match exceeded {
+                QuotaExceeded::Principal(max) => format!(
+                    "at most {max} live conversations per principal; wait until one goes idle"
+                ),
+                QuotaExceeded::Total(max) => {
+                    format!("the server runs at most {max} live conversations; try again later")
+                }
+            };
+            FrameError::new(ErrorCode::LimitExceeded, message).for_agent(Some(agent_id))
+        })
+    }
+
+    /// Starts the actor of a stored conversation, holding `live` while it runs.
+    fn spawn_actor(&self, record: SessionRecord, slot: &Slot, live: QuotaPermit) -> SessionHandle {
         let session = slot
             .session
             .get_or_init(|| SessionRef::from_record(&record))
@@ -319,6 +343,7 @@ impl Manager {
             slot_state: slot.state.clone(),
             events: slot.events.clone(),
             commands: rx,
+            live,
         });
         SessionHandle { tx, session }
     }
@@ -340,7 +365,8 @@ impl Manager {
                     .await
                     .map_err(|e| store_error(e, agent_id))?
                     .ok_or_else(|| unknown_agent(agent_id))?;
-                let h = self.spawn_actor(record, &slot);
+                let live = self.acquire_live(principal, agent_id)?;
+                let h = self.spawn_actor(record, &slot, live);
                 *guard = SlotState::Live(h.clone());
                 h
             }
