@@ -7,6 +7,8 @@ mod common;
 mod fake_cli;
 mod gateway;
 mod history;
+mod limits;
 mod real_cli;
 mod rest;
+mod security;
 mod store;

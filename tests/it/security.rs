@@ -1,0 +1,545 @@
+//! Authentication, tickets, JWTs, the Origin check and isolation between principals, over
+//! real sockets and raw HTTP.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+use crate::common::*;
+
+/// Two principals with API tokens.
+pub const TOKENS: &str = "[auth.tokens]\n\"tok-alice\" = \"alice\"\n\"tok-bob\" = \"bob\"\n";
+
+/// Opens `/ws` (plus `query`) with extra request headers.
+pub async fn connect_with(
+    addr: &str,
+    query: &str,
+    headers: &[(&str, &str)],
+) -> Result<(Client, tungstenite::handshake::client::Response), tungstenite::Error> {
+    let mut request = format!("ws://{addr}/ws{query}")
+        .into_client_request()
+        .unwrap();
+    for (name, value) in headers {
+        request.headers_mut().insert(
+            tungstenite::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    let (ws, response) = tokio_tungstenite::connect_async(request).await?;
+    Ok((Client { ws }, response))
+}
+
+/// Opens `/ws` as the holder of `token`.
+pub async fn connect_as(addr: &str, token: &str) -> Client {
+    connect_with(addr, "", &[("authorization", &format!("Bearer {token}"))])
+        .await
+        .expect("an authenticated upgrade succeeds")
+        .0
+}
+
+/// The HTTP status and JSON body of a refused upgrade.
+pub fn refusal(result: Result<impl std::any::Any, tungstenite::Error>) -> (u16, Value) {
+    match result {
+        Err(tungstenite::Error::Http(response)) => {
+            let body = response.body().clone().unwrap_or_default();
+            let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            (response.status().as_u16(), json)
+        }
+        Err(other) => panic!("expected an HTTP refusal, got {other}"),
+        Ok(_) => panic!("expected an HTTP refusal, the upgrade succeeded"),
+    }
+}
+
+/// A raw HTTP/1.1 response.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub body: String,
+}
+
+/// Sends one HTTP/1.1 request on a fresh connection and reads the response (a streaming body
+/// is read for at most a few seconds).
+pub async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> HttpResponse {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    HttpResponse { status, body }
+}
+
+/// A frame without the parts that differ between two otherwise identical answers.
+fn normalized(mut frame: Value, ids: &[&str]) -> String {
+    if let Some(obj) = frame.as_object_mut() {
+        obj.remove("timestamp");
+        obj.remove("ts");
+    }
+    let mut text = frame.to_string();
+    for id in ids {
+        text = text.replace(id, "<ID>");
+    }
+    text
+}
+
+/// An HTTP body without the parts that differ between two otherwise identical answers.
+fn normalized_body(body: &str, id: &str) -> String {
+    let text = body.replace(id, "<ID>");
+    match serde_json::from_str::<Value>(&text) {
+        Ok(mut json) => {
+            strip_volatile(&mut json);
+            json.to_string()
+        }
+        Err(_) => text,
+    }
+}
+
+fn strip_volatile(value: &mut Value) {
+    match value {
+        Value::Object(obj) => {
+            for key in ["session_id", "timestamp", "created_at", "last_active_at"] {
+                obj.remove(key);
+            }
+            obj.values_mut().for_each(strip_volatile);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_volatile),
+        _ => {}
+    }
+}
+
+/// Sends `frame` and a ping, and returns what came back before the pong, normalized.
+async fn answers(c: &mut Client, frame: Value, ids: &[&str]) -> Vec<String> {
+    c.send(frame).await;
+    c.send(json!({"type": "ping", "ts": "end"})).await;
+    let mut got = c
+        .recv_until(|v| v["message_type"] == "pong" && v["ts"] == "end")
+        .await;
+    got.pop();
+    got.into_iter().map(|f| normalized(f, ids)).collect()
+}
+
+/// Starts a server whose config is `toml`; the guard keeps the file alive.
+pub async fn server_with(toml: &str) -> (TestServer, tempfile::TempDir) {
+    let (dir, cfg) = config_file(toml);
+    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    (server, dir)
+}
+
+/// Without a token, or with a wrong one, the upgrade is refused with 401 before it happens;
+/// tokens from `AGENTMUX_TOKENS` work.
+#[tokio::test]
+async fn missing_or_wrong_tokens_get_401_before_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(
+        dir.path(),
+        &["--demo-delay-ms", "0"],
+        &[("AGENTMUX_TOKENS", "tok-alice=alice,tok-bob=bob")],
+    )
+    .await;
+    let (status, body) = refusal(connect_with(&server.addr, "", &[]).await);
+    assert_eq!(status, 401);
+    assert_eq!(body["code"], "unauthorized");
+    for wrong in [
+        "Bearer tok-alicex",
+        "Bearer tok-alic",
+        "Basic tok-alice",
+        "tok-alice",
+    ] {
+        let (status, body) =
+            refusal(connect_with(&server.addr, "", &[("authorization", wrong)]).await);
+        assert_eq!(status, 401, "{wrong}");
+        assert_eq!(body["code"], "unauthorized");
+    }
+    let mut c = connect_as(&server.addr, "tok-alice").await;
+    c.send(json!({"type": "ping", "ts": 1})).await;
+    assert_eq!(c.recv().await["message_type"], "pong");
+    let ticket = http(&server.addr, "POST", "/api/ws-ticket", None, None).await;
+    assert_eq!(ticket.status, 401);
+    assert_eq!(
+        serde_json::from_str::<Value>(&ticket.body).unwrap()["code"],
+        "unauthorized"
+    );
+}
+
+/// A ticket from `POST /api/ws-ticket` opens one socket for its principal, by query or by
+/// subprotocol (which is echoed); a used ticket is refused.
+#[tokio::test]
+async fn tickets_open_a_socket_once_by_query_or_subprotocol() {
+    let (server, _cfg) = server_with(TOKENS).await;
+    let issue = || async {
+        let r = http(
+            &server.addr,
+            "POST",
+            "/api/ws-ticket",
+            Some("tok-alice"),
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["expires_in"], 60);
+        v["ticket"].as_str().unwrap().to_owned()
+    };
+    let ticket = issue().await;
+    let (mut by_query, _) = connect_with(&server.addr, &format!("?ticket={ticket}"), &[])
+        .await
+        .unwrap();
+    chat_ack(&mut by_query, "t1", "via ticket").await;
+    by_query.until_result("t1").await;
+    let (status, _) = refusal(connect_with(&server.addr, &format!("?ticket={ticket}"), &[]).await);
+    assert_eq!(status, 401, "a ticket works once");
+
+    let protocol = format!("agentmux.ticket.{}", issue().await);
+    let (mut by_protocol, response) =
+        connect_with(&server.addr, "", &[("sec-websocket-protocol", &protocol)])
+            .await
+            .unwrap();
+    assert_eq!(
+        response.headers()["sec-websocket-protocol"]
+            .to_str()
+            .unwrap(),
+        protocol
+    );
+    // Both sockets act for alice: the second finds the first one's conversation.
+    by_protocol
+        .send(json!({"type": "subscribe", "agent_id": "t1"}))
+        .await;
+    assert_eq!(
+        reply_text(&by_protocol.until_result("t1").await),
+        "Echo: via ticket (turn 1)"
+    );
+    let (status, _) = refusal(
+        connect_with(
+            &server.addr,
+            "",
+            &[("sec-websocket-protocol", "agentmux.ticket.forged")],
+        )
+        .await,
+    );
+    assert_eq!(status, 401);
+}
+
+/// An expired ticket is refused.
+#[tokio::test]
+async fn expired_tickets_get_401() {
+    let (server, _cfg) = server_with(&format!("{TOKENS}\n[auth]\nticket_ttl_secs = 1\n")).await;
+    let r = http(
+        &server.addr,
+        "POST",
+        "/api/ws-ticket",
+        Some("tok-bob"),
+        None,
+    )
+    .await;
+    let ticket = serde_json::from_str::<Value>(&r.body).unwrap()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (status, body) =
+        refusal(connect_with(&server.addr, &format!("?ticket={ticket}"), &[]).await);
+    assert_eq!(status, 401);
+    assert_eq!(body["code"], "unauthorized");
+}
+
+/// An HS256 JWT with the configured secret authenticates its `sub`; a wrong signature, an
+/// expired token or a wrong issuer does not.
+#[tokio::test]
+async fn jwts_are_verified() {
+    let (server, _cfg) = server_with(
+        "[auth]\njwt_hs256_secret = \"jwt-secret\"\njwt_issuer = \"https://login.example\"\n",
+    )
+    .await;
+    let now = jsonwebtoken::get_current_timestamp();
+    let mint = |secret: &str, iss: &str, exp: u64| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &json!({"sub": "carol", "iss": iss, "exp": exp}),
+            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    };
+    let good = mint("jwt-secret", "https://login.example", now + 300);
+    let mut c = connect_as(&server.addr, &good).await;
+    chat_ack(&mut c, "j1", "hello").await;
+    assert_eq!(
+        reply_text(&c.until_result("j1").await),
+        "Echo: hello (turn 1)"
+    );
+    let ticket = http(&server.addr, "POST", "/api/ws-ticket", Some(&good), None).await;
+    assert_eq!(ticket.status, 200);
+    for bad in [
+        mint("other-secret", "https://login.example", now + 300),
+        mint("jwt-secret", "https://login.example", now - 3600),
+        mint("jwt-secret", "https://evil.example", now + 300),
+    ] {
+        let header = format!("Bearer {bad}");
+        let (status, _) =
+            refusal(connect_with(&server.addr, "", &[("authorization", &header)]).await);
+        assert_eq!(status, 401);
+    }
+}
+
+/// Without credentials configured, a non-loopback bind refuses to start (and never listens).
+#[tokio::test]
+async fn an_open_server_refuses_a_public_bind() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::time::timeout(
+        WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .args(["serve", "--bind", "0.0.0.0:0", "--data-dir"])
+            .arg(dir.path())
+            .env_remove("AGENTMUX_TOKENS")
+            .env_remove("AGENTMUX_JWT_HS256_SECRET")
+            .env_remove("AGENTMUX_CONFIG")
+            .output(),
+    )
+    .await
+    .expect("exits at once")
+    .unwrap();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stdout.contains("listening on"), "{stdout}");
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0 without authentication"),
+        "{stderr}"
+    );
+}
+
+/// A browser Origin must match the Host or the allow-list; no Origin is fine.
+#[tokio::test]
+async fn foreign_origins_get_403_before_upgrade() {
+    let (server, _cfg) =
+        server_with("[auth]\nallowed_origins = [\"https://app.example.com\"]\n").await;
+    for origin in ["https://evil.example", "null", "http://127.0.0.1:1"] {
+        let (status, body) = refusal(connect_with(&server.addr, "", &[("origin", origin)]).await);
+        assert_eq!(status, 403, "{origin}");
+        assert_eq!(body["code"], "forbidden_origin");
+    }
+    let own = format!("http://{}", server.addr);
+    for origin in [own.as_str(), "https://app.example.com"] {
+        let (mut c, _) = connect_with(&server.addr, "", &[("origin", origin)])
+            .await
+            .unwrap();
+        c.send(json!({"type": "ping"})).await;
+        assert_eq!(c.recv().await["message_type"], "pong");
+    }
+    connect_with(&server.addr, "", &[]).await.unwrap();
+}
+
+/// Another principal's `agent_id` is exactly as unknown as one that never existed, for every
+/// frame type; a chat to it starts a separate conversation with no shared history.
+#[tokio::test]
+async fn another_principals_conversation_is_unknown_on_every_frame() {
+    let (server, _cfg) = server_with(TOKENS).await;
+    let mut alice = connect_as(&server.addr, "tok-alice").await;
+    let ack = chat_ack(&mut alice, "shared", "alice secret").await;
+    let alice_session = ack["session_id"].as_str().unwrap().to_owned();
+    alice.until_result("shared").await;
+
+    let mut bob = connect_as(&server.addr, "tok-bob").await;
+    let templates = [
+        json!({"type": "subscribe", "agent_id": "ID"}),
+        json!({"type": "subscribe", "agent_id": "ID", "since_seq": 0}),
+        json!({"type": "interrupt", "agent_id": "ID"}),
+        json!({"type": "unsubscribe", "agent_id": "ID"}),
+        json!({"type": "rewind", "agent_id": "ID", "to_seq": 4}),
+        json!({"type": "fork", "agent_id": "ID", "new_agent_id": "bob-fork"}),
+        json!({"type": "permission_response", "agent_id": "ID", "request_id": "r1", "behavior": "allow"}),
+    ];
+    for template in &templates {
+        let with = |id: &str| {
+            serde_json::from_str::<Value>(
+                &template.to_string().replace("\"ID\"", &format!("\"{id}\"")),
+            )
+            .unwrap()
+        };
+        let theirs = answers(&mut bob, with("shared"), &["shared"]).await;
+        let unknown = answers(&mut bob, with("never-was"), &["never-was"]).await;
+        assert_eq!(theirs, unknown, "{template}");
+        assert!(!theirs.iter().any(|f| f.contains(&alice_session)));
+    }
+    for ty in ["subscribe", "interrupt"] {
+        bob.send(json!({"type": ty, "agent_id": "shared"})).await;
+        let err = bob.recv().await;
+        assert_eq!(err["code"], "unknown_agent", "{ty}");
+        assert_eq!(err["agent_id"], "shared");
+    }
+
+    let bob_ack = chat_ack(&mut bob, "shared", "bob here").await;
+    assert_eq!(bob_ack["seq"], 1);
+    assert_ne!(bob_ack["session_id"], alice_session.as_str());
+    let frames = bob.until_result("shared").await;
+    assert_eq!(reply_text(&frames), "Echo: bob here (turn 1)");
+    assert!(
+        frames
+            .iter()
+            .all(|f| !f.to_string().contains("alice secret"))
+    );
+    assert!(
+        frames
+            .iter()
+            .all(|f| f["session_id"] == bob_ack["session_id"])
+    );
+
+    // Alice saw nothing of bob's turn, and her own history goes on.
+    alice.send(json!({"type": "ping", "ts": "mark"})).await;
+    let before_pong = alice
+        .recv_until(|v| v["message_type"] == "pong" && v["ts"] == "mark")
+        .await;
+    for f in &before_pong[..before_pong.len() - 1] {
+        assert_eq!(f["session_id"], alice_session.as_str(), "{f}");
+    }
+    chat_ack(&mut alice, "shared", "again").await;
+    let frames = alice.until_result("shared").await;
+    assert_eq!(reply_text(&frames), "Echo: again (turn 2)");
+    assert!(
+        frames
+            .iter()
+            .all(|f| f["session_id"] == alice_session.as_str())
+    );
+}
+
+/// Every REST route under `/api/sessions` answers another principal's `agent_id` exactly as an
+/// unknown one, lists only the caller's conversations and needs credentials; the owner's
+/// conversation survives every attempt.
+#[tokio::test]
+async fn rest_routes_answer_another_principals_id_as_unknown() {
+    let (server, _cfg) = server_with(TOKENS).await;
+    let mut alice = connect_as(&server.addr, "tok-alice").await;
+    let ack = chat_ack(&mut alice, "alice-rest", "private words").await;
+    let alice_session = ack["session_id"].as_str().unwrap().to_owned();
+    alice.until_result("alice-rest").await;
+
+    let routes: [(&str, &str, Option<Value>); 11] = [
+        ("GET", "/api/sessions/ID", None),
+        ("GET", "/api/sessions/ID/messages", None),
+        (
+            "GET",
+            "/api/sessions/ID/messages?after_seq=0&limit=10",
+            None,
+        ),
+        ("GET", "/api/sessions/ID/events", None),
+        ("GET", "/api/sessions/ID/export", None),
+        (
+            "PATCH",
+            "/api/sessions/ID",
+            Some(json!({"title": "mine now"})),
+        ),
+        (
+            "POST",
+            "/api/sessions/ID/rewind",
+            Some(json!({"to_seq": 4})),
+        ),
+        (
+            "POST",
+            "/api/sessions/ID/fork",
+            Some(json!({"new_agent_id": "bob-copy"})),
+        ),
+        ("POST", "/api/sessions/ID/interrupt", None),
+        ("DELETE", "/api/sessions/ID", None),
+        ("GET", "/api/sessions/ID/messages?after_seq=0", None),
+    ];
+    for (method, template, body) in &routes {
+        let unknown_path = template.replace("ID", "never-was");
+        let unknown = http(
+            &server.addr,
+            method,
+            &unknown_path,
+            Some("tok-bob"),
+            body.as_ref(),
+        )
+        .await;
+        let theirs_path = template.replace("ID", "alice-rest");
+        let theirs = http(
+            &server.addr,
+            method,
+            &theirs_path,
+            Some("tok-bob"),
+            body.as_ref(),
+        )
+        .await;
+        assert_eq!(theirs.status, unknown.status, "{method} {template}");
+        assert_eq!(
+            normalized_body(&theirs.body, "alice-rest"),
+            normalized_body(&unknown.body, "never-was"),
+            "{method} {template}"
+        );
+        assert!(!theirs.body.contains(&alice_session));
+        assert!(!theirs.body.contains("private words"));
+        let route_exists =
+            !(unknown.status == 404 && unknown.body.trim().is_empty()) && unknown.status != 405;
+        if route_exists {
+            let anonymous = http(&server.addr, method, &unknown_path, None, body.as_ref()).await;
+            assert_eq!(
+                anonymous.status, 401,
+                "{method} {template} without credentials"
+            );
+        }
+    }
+    let list = http(&server.addr, "GET", "/api/sessions", Some("tok-bob"), None).await;
+    assert!(!list.body.contains("alice-rest"));
+    assert!(!list.body.contains(&alice_session));
+    // Sending a message starts the caller's own conversation under that id, as a chat does.
+    let send = |id: &'static str| {
+        let path = format!("/api/sessions/{id}/messages");
+        let addr = server.addr.clone();
+        async move {
+            http(
+                &addr,
+                "POST",
+                &path,
+                Some("tok-bob"),
+                Some(&json!({"content": "hi"})),
+            )
+            .await
+        }
+    };
+    let (theirs, unknown) = (send("alice-rest").await, send("never-was").await);
+    assert_eq!(theirs.status, unknown.status);
+    assert_eq!(
+        normalized_body(&theirs.body, "alice-rest"),
+        normalized_body(&unknown.body, "never-was")
+    );
+    assert!(!theirs.body.contains(&alice_session));
+
+    alice
+        .send(json!({"type": "subscribe", "agent_id": "alice-rest"}))
+        .await;
+    let replay = alice.until_result("alice-rest").await;
+    assert_eq!(reply_text(&replay), "Echo: private words (turn 1)");
+    assert!(
+        replay
+            .iter()
+            .all(|f| f["session_id"] == alice_session.as_str())
+    );
+}
