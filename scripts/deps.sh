@@ -78,3 +78,11 @@ ensure_web_tools() {
     (cd web && npm ci --no-audit --no-fund) || { missing "npm ci failed in web/"; return 1; }
   fi
 }
+
+# cargo-fuzz, built from crates.io into .deps/cargo when it is not on PATH.
+ensure_cargo_fuzz() {
+  export PATH="$DEPS_DIR/cargo/bin:$PATH"
+  command -v cargo-fuzz >/dev/null 2>&1 && return 0
+  cargo install cargo-fuzz --locked --root "$DEPS_DIR/cargo" ||
+    missing "cargo-fuzz could not be installed"
+}

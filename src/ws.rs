@@ -142,20 +142,10 @@ impl Connection {
                 msg = self.socket.recv() => {
                     deadline = Instant::now() + idle;
                     if matches!(msg, Some(Ok(Message::Text(_) | Message::Binary(_) | Message::Ping(_)))) {
-                        match self.rate.as_mut().map_or(Verdict::Allowed, RateLimiter::check) {
-                            Verdict::Allowed => {}
-                            Verdict::Limited { strikes } if strikes > self.app.config.socket.max_rate_limited => {
-                                self.app.metrics.error(ErrorCode::RateLimited.as_str());
-                                self.close(CLOSE_POLICY, "rate_limited").await;
-                                return;
-                            }
-                            Verdict::Limited { .. } => {
-                                let err = FrameError::new(ErrorCode::RateLimited, "too many frames per second; slow down or the socket is closed");
-                                if self.send_error(&err).await.is_err() {
-                                    return;
-                                }
-                                continue;
-                            }
+                        match self.within_rate().await {
+                            Ok(true) => {}
+                            Ok(false) => continue,
+                            Err(()) => return,
                         }
                     }
                     match msg {
@@ -177,6 +167,31 @@ impl Connection {
             };
             if outcome.is_err() {
                 return;
+            }
+        }
+    }
+
+    /// Counts one client frame against the socket's rate. `Ok(true)`: handle it; `Ok(false)`:
+    /// it was dropped and answered `rate_limited`; `Err`: the socket is finished (closed with
+    /// 1008 for going on regardless, or broken).
+    async fn within_rate(&mut self) -> Result<bool, ()> {
+        let Some(rate) = self.rate.as_mut() else {
+            return Ok(true);
+        };
+        match rate.check() {
+            Verdict::Allowed => Ok(true),
+            Verdict::Limited { strikes } if strikes > self.app.config.socket.max_rate_limited => {
+                self.app.metrics.error(ErrorCode::RateLimited.as_str());
+                self.close(CLOSE_POLICY, "rate_limited").await;
+                Err(())
+            }
+            Verdict::Limited { .. } => {
+                let err = FrameError::new(
+                    ErrorCode::RateLimited,
+                    "too many frames per second; slow down or the socket is closed",
+                );
+                self.send_error(&err).await.map_err(|_| ())?;
+                Ok(false)
             }
         }
     }
