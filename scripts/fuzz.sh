@@ -27,8 +27,6 @@ else
   targets=(decode_frame agent_line)
 fi
 
-# The targets build on stable; cargo-fuzz itself still passes a few unstable flags.
-export RUSTC_BOOTSTRAP=1
 for target in "${targets[@]}"; do
   echo "== fuzz $target for ${secs}s"
   mkdir -p "fuzz/corpus/$target"

@@ -2,6 +2,7 @@
 # Installs whatever the tests need and is missing, then runs every test.
 #
 #   scripts/test.sh            # everything
+#   FUZZ_SECS=60 scripts/test.sh   # a longer fuzz smoke period (default 20 s per target)
 #
 # Dependencies go to .deps/ (git-ignored) or the system package manager. With CI=true a
 # dependency that can't be installed fails the run instead of skipping the tests that need it.
@@ -25,3 +26,6 @@ if ensure_web_tools; then
   cargo build --locked
   (cd web && node --test tests/*.test.mjs)
 fi
+
+echo "== fuzz smoke"
+FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh
