@@ -543,3 +543,48 @@ async fn rest_routes_answer_another_principals_id_as_unknown() {
             .all(|f| f["session_id"] == alice_session.as_str())
     );
 }
+
+/// An RS256 JWT signed by the configured key's holder authenticates its `sub`; a token of
+/// another algorithm (here HS256 "signed" with the public key, the classic confusion) or from
+/// another key does not.
+#[tokio::test]
+async fn rs256_jwts_are_verified_without_algorithm_confusion() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures");
+    let private = std::fs::read(fixtures.join("jwt-rs256-test-only.key")).unwrap();
+    let public = std::fs::read_to_string(fixtures.join("jwt-rs256-test-only.pub")).unwrap();
+    let (server, _cfg) = server_with(&format!(
+        "[auth]\njwt_rs256_public_key_pem = \"\"\"\n{public}\"\"\"\n"
+    ))
+    .await;
+    let claims = json!({"sub": "dave", "exp": jsonwebtoken::get_current_timestamp() + 300});
+    let rs256 = |key: &jsonwebtoken::EncodingKey| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+            &claims,
+            key,
+        )
+        .unwrap()
+    };
+    let good = rs256(&jsonwebtoken::EncodingKey::from_rsa_pem(&private).unwrap());
+    let mut c = connect_as(&server.addr, &good).await;
+    c.send(json!({"type": "ping"})).await;
+    assert_eq!(c.recv().await["message_type"], "pong");
+
+    let confused = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(public.as_bytes()),
+    )
+    .unwrap();
+    let unsigned = format!(
+        "{}.{}.",
+        "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0",
+        good.split('.').nth(1).unwrap()
+    );
+    for bad in [confused, unsigned] {
+        let header = format!("Bearer {bad}");
+        let (status, _) =
+            refusal(connect_with(&server.addr, "", &[("authorization", &header)]).await);
+        assert_eq!(status, 401);
+    }
+}
