@@ -588,3 +588,46 @@ async fn rs256_jwts_are_verified_without_algorithm_confusion() {
         assert_eq!(status, 401);
     }
 }
+
+/// No client-chosen option reaches the agent's command line unchecked: flag-like or path-like
+/// models, unknown options and unknown permission modes are `invalid_options`, over the socket
+/// and over REST, and nothing is created.
+#[tokio::test]
+async fn unsafe_options_are_refused_and_create_nothing() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    let bad_options = [
+        json!({"model": "--dangerously-skip-permissions"}),
+        json!({"model": "../../etc"}),
+        json!({"model": "m --resume=x"}),
+        json!({"cwd": "/"}),
+        json!({"extra_args": ["--dangerously-skip-permissions"]}),
+        json!({"permission_mode": "yolo"}),
+        json!("--model=x"),
+    ];
+    for options in &bad_options {
+        c.send(json!({"type": "chat", "agent_id": "opt", "content": "hi", "options": options}))
+            .await;
+        let err = c.recv().await;
+        assert_eq!(err["code"], "invalid_options", "{options}");
+        let r = http(
+            &server.addr,
+            "POST",
+            "/api/sessions/opt/messages",
+            None,
+            Some(&json!({"content": "hi", "options": options})),
+        )
+        .await;
+        assert_eq!(r.status, 400, "{options}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&r.body).unwrap()["code"],
+            "invalid_options"
+        );
+    }
+    c.send(json!({"type": "subscribe", "agent_id": "opt"}))
+        .await;
+    assert_eq!(c.recv().await["code"], "unknown_agent");
+    let workspaces = server.data_dir.join("workspaces");
+    let created = std::fs::read_dir(&workspaces).map_or(0, |d| d.count());
+    assert_eq!(created, 0);
+}
