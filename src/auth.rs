@@ -35,6 +35,8 @@ pub const LOCAL_PRINCIPAL: &str = "local";
 pub const TICKET_PROTOCOL_PREFIX: &str = "agentmux.ticket.";
 /// The `aud` claim of tickets, so that no other JWT passes as one.
 const TICKET_AUDIENCE: &str = "agentmux:ws-ticket";
+/// Secrets and tokens shorter than this get a warning at start-up.
+const MIN_SECRET_BYTES: usize = 32;
 /// Longest accepted principal name (a token's principal or a JWT's `sub`), in bytes.
 const MAX_PRINCIPAL_BYTES: usize = 256;
 
@@ -98,6 +100,31 @@ impl Authenticator {
                 %bind,
                 "authentication is off: anyone who can reach this loopback address acts as `{LOCAL_PRINCIPAL}`"
             );
+        }
+        for (token, principal) in &config.tokens {
+            if token.trim().is_empty() || valid_principal(principal.clone()).is_none() {
+                anyhow::bail!(
+                    "auth.tokens: every token and principal must be non-empty (principals at most {MAX_PRINCIPAL_BYTES} bytes)"
+                );
+            }
+            if token.len() < MIN_SECRET_BYTES {
+                tracing::warn!(
+                    principal,
+                    "the API token of this principal is short; use {MIN_SECRET_BYTES}+ random characters"
+                );
+            }
+        }
+        for (name, secret) in [
+            ("auth.ticket_secret", &config.ticket_secret),
+            ("auth.jwt_hs256_secret", &config.jwt_hs256_secret),
+        ] {
+            match secret.as_deref().map(str::len) {
+                Some(0) => anyhow::bail!("{name} is empty"),
+                Some(n) if n < MIN_SECRET_BYTES => {
+                    tracing::warn!("{name} is short; use {MIN_SECRET_BYTES}+ random bytes");
+                }
+                _ => {}
+            }
         }
         let mut jwt = Vec::new();
         if let Some(secret) = &config.jwt_hs256_secret {
@@ -394,6 +421,19 @@ mod tests {
             );
         }
         assert!(a.principal(&HeaderMap::new()).is_err());
+    }
+
+    #[test]
+    fn empty_tokens_and_secrets_are_refused() {
+        let mut config = AuthConfig::default();
+        config.tokens.insert(String::new(), "alice".into());
+        let bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        assert!(Authenticator::new(&config, bind).is_err());
+        let config = AuthConfig {
+            jwt_hs256_secret: Some(String::new()),
+            ..AuthConfig::default()
+        };
+        assert!(Authenticator::new(&config, bind).is_err());
     }
 
     #[test]
