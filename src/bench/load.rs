@@ -822,18 +822,22 @@ async fn seed_replay(data_dir: &std::path::Path, messages: u64) -> anyhow::Resul
     Ok(())
 }
 
+/// Chats in flight while seeding the baseline: few enough that their frames fit its broadcast
+/// buffer (a baseline socket that lags drops frames, and a lost `result` would stall the seeding).
+const SEED_WINDOW: u64 = 16;
+
 /// Gives the baseline `messages` stored-type frames by sending chats on one session.
 async fn seed_baseline(server: &Server, messages: u64) -> anyhow::Result<()> {
     let mut ws = connect(&server.addr).await?;
     let turns = messages.div_ceil(4);
     let chat = chat_text(REPLAY_AGENT);
-    for _ in 0..turns {
-        ws.feed(Message::text(chat.clone())).await?;
-    }
-    ws.flush().await?;
-    let mut results = 0;
+    let (mut sent, mut results) = (0, 0);
     timeout(SETUP_TIMEOUT, async {
         while results < turns {
+            while sent < turns && sent - results < SEED_WINDOW {
+                ws.send(Message::text(chat.clone())).await?;
+                sent += 1;
+            }
             match ws.next().await {
                 Some(Ok(Message::Text(t))) if peek(t.as_str()).kind == "result" => results += 1,
                 Some(Ok(_)) => {}
