@@ -146,7 +146,9 @@ impl Connection {
                     deadline = Instant::now() + idle;
                     match msg {
                         None | Some(Ok(Message::Close(_))) => return,
-                        Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
+                        // Boxed: handling a frame nests the manager's and the store's futures,
+                        // which would otherwise be part of every idle socket's task.
+                        Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
                         Some(Ok(Message::Binary(_))) => {
                             self.send_error(&FrameError::new(ErrorCode::BadFrame, "binary frames are not accepted; send JSON text")).await
                         }

@@ -17,7 +17,7 @@ use clap::{Args, Subcommand};
 
 use crate::bench::report::Report;
 
-/// The chat every scenario sends. Its echo is 24 words, so a turn emits about as many
+/// The chat every scenario sends. Its echo is 23 words, so a turn emits about as many
 /// streamed frames per stored one as a short real reply does.
 pub const PROMPT: &str = "please repeat these words back so that the benchmark sees a reply of a \
      realistic length with many streamed deltas";
@@ -115,6 +115,34 @@ enum Scenario {
     },
 }
 
+impl Scenario {
+    /// Rejects sizes no load can be built from.
+    fn check(&self) -> anyhow::Result<()> {
+        let sizes: &[(&str, usize)] = match self {
+            Scenario::Fanout {
+                sessions, sockets, ..
+            }
+            | Scenario::ManySessions {
+                sessions, sockets, ..
+            }
+            | Scenario::Sweep {
+                sessions, sockets, ..
+            } => &[("--sessions", *sessions), ("--sockets", *sockets)],
+            Scenario::Idle { sockets, .. } => &[("--sockets", *sockets)],
+            Scenario::Replay { messages, .. } => &[("--messages", *messages as usize)],
+            Scenario::Churn { sessions, .. } => &[("--sessions", *sessions)],
+            Scenario::Kill9 {
+                clients, sessions, ..
+            } => &[("--clients", *clients), ("--sessions", *sessions)],
+            Scenario::Baseline { .. } => &[],
+        };
+        for (flag, value) in sizes {
+            anyhow::ensure!(*value > 0, "{flag} must be at least 1");
+        }
+        Ok(())
+    }
+}
+
 /// Options every load scenario takes.
 #[derive(Args, Clone)]
 pub struct Common {
@@ -144,6 +172,7 @@ impl Common {
 /// When a server can't be started, a scenario fails to set up, or the report can't be written.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     agentmux::raise_fd_limit();
+    args.scenario.check()?;
     let (report, json) = match args.scenario {
         Scenario::Baseline { bind, keep_history } => {
             return baseline::serve(bind, keep_history).await;
