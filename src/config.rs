@@ -167,6 +167,8 @@ pub struct StoreConfig {
     pub synchronous_full: bool,
     /// Most append requests stored in one transaction.
     pub max_batch: usize,
+    /// Largest database size in pages of 4 KiB; 0 means no limit but the disk's.
+    pub max_page_count: u64,
 }
 
 /// Demo agent settings.
@@ -312,6 +314,7 @@ impl Default for StoreConfig {
         StoreConfig {
             synchronous_full: false,
             max_batch: 512,
+            max_page_count: 0,
         }
     }
 }

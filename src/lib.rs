@@ -96,6 +96,7 @@ impl Server {
         let settings = SqliteSettings {
             synchronous_full: config.store.synchronous_full,
             max_batch: config.store.max_batch,
+            max_page_count: config.store.max_page_count,
             ..SqliteSettings::default()
         };
         let store: Arc<dyn Store> =

@@ -1,5 +1,7 @@
 //! The `agentmux` command: `agentmux serve` runs the server, `agentmux chat` is a terminal
-//! client of one.
+//! client of one, `agentmux bench` measures one.
+
+mod bench;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -27,6 +29,8 @@ enum Command {
     Serve(ServeArgs),
     /// Chat with a running server from the terminal.
     Chat(ChatArgs),
+    /// Measure the server against a bare WebSocket baseline, or run the kill -9 fault harness.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -139,6 +143,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Chat(args) => runtime.block_on(agentmux::cli_chat::run(args.into_options())),
+        Command::Bench(args) => runtime.block_on(bench::run(args)),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

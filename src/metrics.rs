@@ -11,6 +11,8 @@ use dashmap::DashMap;
 const COMMIT_BUCKETS: [f64; 10] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
 ];
+/// Upper bounds (rows) of the store batch size histogram.
+const BATCH_BUCKETS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
 /// Cheap cloneable handle to the server's metrics.
 #[derive(Clone, Default)]
@@ -24,11 +26,13 @@ struct Inner {
     live_sessions: AtomicI64,
     queued_turns: AtomicI64,
     frames_in: DashMap<&'static str, AtomicU64>,
-    frames_out: AtomicU64,
+    frames_out: DashMap<&'static str, AtomicU64>,
     stored_frames: AtomicU64,
+    store_queue: AtomicI64,
     commits: AtomicU64,
     commit_seconds_sum_us: AtomicU64,
     commit_buckets: [AtomicU64; COMMIT_BUCKETS.len()],
+    batch_buckets: [AtomicU64; BATCH_BUCKETS.len()],
     agent_spawns: AtomicU64,
     agent_resumes: AtomicU64,
     agent_crashes: AtomicU64,
@@ -61,9 +65,14 @@ impl Metrics {
         bump(&self.inner.frames_in, kind);
     }
 
-    /// `n` frames were written to sockets.
-    pub fn frames_out(&self, n: u64) {
-        self.inner.frames_out.fetch_add(n, Relaxed);
+    /// A frame of type `kind` was written to a socket.
+    pub fn frame_out(&self, kind: &'static str) {
+        bump(&self.inner.frames_out, kind);
+    }
+
+    /// Append requests waiting for the store writer right now.
+    pub fn store_queue(&self, depth: usize) {
+        self.inner.store_queue.store(depth as i64, Relaxed);
     }
 
     /// One store commit of `rows` rows took `elapsed`.
@@ -76,6 +85,9 @@ impl Metrics {
         let secs = elapsed.as_secs_f64();
         if let Some(b) = COMMIT_BUCKETS.iter().position(|le| secs <= *le) {
             i.commit_buckets[b].fetch_add(1, Relaxed);
+        }
+        if let Some(b) = BATCH_BUCKETS.iter().position(|le| rows as u64 <= *le) {
+            i.batch_buckets[b].fetch_add(1, Relaxed);
         }
     }
 
@@ -121,6 +133,12 @@ impl Metrics {
             "Turns waiting behind a running turn.",
             i.queued_turns.load(Relaxed),
         );
+        gauge(
+            &mut out,
+            "agentmux_store_queue",
+            "Append requests waiting for the store writer.",
+            i.store_queue.load(Relaxed),
+        );
         labelled(
             &mut out,
             "agentmux_frames_in_total",
@@ -128,11 +146,12 @@ impl Metrics {
             "type",
             &i.frames_in,
         );
-        counter(
+        labelled(
             &mut out,
             "agentmux_frames_out_total",
-            "Frames written to sockets.",
-            i.frames_out.load(Relaxed),
+            "Frames written to sockets, by message_type.",
+            "type",
+            &i.frames_out,
         );
         counter(
             &mut out,
@@ -161,17 +180,29 @@ impl Metrics {
         let sum = i.commit_seconds_sum_us.load(Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "agentmux_store_commit_seconds_sum {sum}");
         let _ = writeln!(out, "agentmux_store_commit_seconds_count {commits}");
-        let batch = if commits == 0 {
-            0.0
-        } else {
-            i.stored_frames.load(Relaxed) as f64 / commits as f64
-        };
         let _ = writeln!(
             out,
-            "# HELP agentmux_store_batch_rows_avg Average rows per commit."
+            "# HELP agentmux_store_batch_rows Rows stored per commit (group commit batch size)."
         );
-        let _ = writeln!(out, "# TYPE agentmux_store_batch_rows_avg gauge");
-        let _ = writeln!(out, "agentmux_store_batch_rows_avg {batch}");
+        let _ = writeln!(out, "# TYPE agentmux_store_batch_rows histogram");
+        let mut cumulative = 0;
+        for (le, b) in BATCH_BUCKETS.iter().zip(&i.batch_buckets) {
+            cumulative += b.load(Relaxed);
+            let _ = writeln!(
+                out,
+                "agentmux_store_batch_rows_bucket{{le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "agentmux_store_batch_rows_bucket{{le=\"+Inf\"}} {commits}"
+        );
+        let _ = writeln!(
+            out,
+            "agentmux_store_batch_rows_sum {}",
+            i.stored_frames.load(Relaxed)
+        );
+        let _ = writeln!(out, "agentmux_store_batch_rows_count {commits}");
         counter(
             &mut out,
             "agentmux_agent_spawns_total",

@@ -512,14 +512,17 @@ pub fn truncate_chars(s: &str, n: usize) -> &str {
 pub struct Frame {
     /// The stored sequence number, for frames that are stored.
     pub seq: Option<i64>,
+    /// The frame's `message_type` (`other` for one this server does not name), for metrics.
+    pub kind: &'static str,
     /// The JSON text sent on the wire.
     pub text: Utf8Bytes,
 }
 
 impl Frame {
-    fn unstored(text: String) -> Self {
+    fn unstored(kind: &'static str, text: String) -> Self {
         Frame {
             seq: None,
+            kind,
             text: text.into(),
         }
     }
@@ -604,8 +607,30 @@ pub fn session_frame(
     }
     Frame {
         seq,
+        kind: static_type(message_type),
         text: text.into(),
     }
+}
+
+/// Session frame types, as the static strings metrics are labelled with.
+const SESSION_TYPES: &[&str] = &[
+    "user",
+    "system",
+    "assistant",
+    "result",
+    "stream_event",
+    "status",
+    "agent_event",
+    "permission_request",
+    "permission_resolved",
+];
+
+fn static_type(message_type: &str) -> &'static str {
+    SESSION_TYPES
+        .iter()
+        .find(|t| **t == message_type)
+        .copied()
+        .unwrap_or("other")
 }
 
 /// The current time as RFC 3339 with milliseconds, in UTC.
@@ -630,7 +655,16 @@ pub enum ControlFrame<'a> {
 
 impl ControlFrame<'_> {
     fn to_frame(&self) -> Frame {
-        Frame::unstored(serde_json::to_string(self).expect("control frames serialize"))
+        let kind = match self {
+            ControlFrame::Ack(_) => "ack",
+            ControlFrame::Error(_) => "error",
+            ControlFrame::Pong(_) => "pong",
+            ControlFrame::Status(_) => "status",
+        };
+        Frame::unstored(
+            kind,
+            serde_json::to_string(self).expect("control frames serialize"),
+        )
     }
 }
 

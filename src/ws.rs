@@ -7,27 +7,39 @@
 //! sees every stored frame exactly once and in order.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use futures_util::{FutureExt, SinkExt, StreamExt};
+use futures_util::stream::{AbortHandle, Abortable, FuturesOrdered, SelectAll};
+use futures_util::{FutureExt, SinkExt, Stream, StreamExt};
 use serde::Deserialize;
 use tokio::time::{Instant, sleep_until};
-use tokio_stream::StreamMap;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::AppState;
 use crate::api::ApiError;
 use crate::auth::Principal;
+use crate::config::SocketConfig;
 use crate::limits::{QuotaPermit, RateLimiter, Verdict};
 use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
 use crate::replay::Cursor;
+use crate::session::ChatAccepted;
+
 /// Most frames written before one flush.
 const WRITE_BATCH: usize = 256;
+
+/// Bytes a socket reads at a time. tungstenite zero-fills its whole read buffer, so this is
+/// resident memory of every idle socket (its default, 128 KiB, made an idle socket cost ~135 KiB);
+/// larger frames still arrive, in several reads.
+const READ_BUFFER_BYTES: usize = 4 << 10;
 
 /// Close code for a frame larger than the configured maximum.
 const CLOSE_TOO_BIG: u16 = 1009;
@@ -75,30 +87,71 @@ pub async fn upgrade(
         Ok(admitted) => admitted,
         Err(rejection) => return rejection.into_response(),
     };
-    let max = app.config.socket.max_frame_bytes;
     // Echo the ticket subprotocol: a browser fails a socket whose offered protocol isn't.
     let ws = match protocol {
         Some(p) => ws.protocols([p]),
         None => ws,
     };
+    configure(ws, &app.config.socket).on_upgrade(move |socket| async move {
+        app.metrics.sockets(1);
+        Connection::new(socket, app.clone(), principal, permit)
+            .run()
+            .await;
+        app.metrics.sockets(-1);
+    })
+}
+
+/// Applies the socket settings (size limits, buffer sizes) to an upgrade. The benchmark's bare
+/// baseline server uses this too, so both hold the same buffers per socket.
+pub fn configure(ws: WebSocketUpgrade, socket: &SocketConfig) -> WebSocketUpgrade {
+    let max = socket.max_frame_bytes;
     ws.max_message_size(max)
         .max_frame_size(max)
-        .on_upgrade(move |socket| async move {
-            app.metrics.sockets(1);
-            Connection::new(socket, app.clone(), principal, permit)
-                .run()
-                .await;
-            app.metrics.sockets(-1);
-        })
+        .read_buffer_size(READ_BUFFER_BYTES)
 }
+
+/// A followed conversation: the socket's cursor in it and the switch that ends its stream.
+struct Followed {
+    cursor: Cursor,
+    /// Ends this conversation's stream in `Connection::subs`.
+    stop: AbortHandle,
+}
+
+/// One followed conversation's live frames, tagged with its `agent_id`, until aborted.
+struct Live {
+    agent_id: Arc<str>,
+    frames: Abortable<BroadcastStream<Frame>>,
+}
+
+impl Stream for Live {
+    type Item = (Arc<str>, Result<Frame, BroadcastStreamRecvError>);
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let agent_id = self.agent_id.clone();
+        Pin::new(&mut self.frames)
+            .poll_next(cx)
+            .map(|item| item.map(|frame| (agent_id, frame)))
+    }
+}
+
+/// A chat waiting for its user message to be stored: `(agent_id, client_msg_id, outcome)`.
+type PendingAck = Pin<
+    Box<dyn Future<Output = (String, Option<String>, Result<ChatAccepted, FrameError>)> + Send>,
+>;
 
 struct Connection {
     socket: WebSocket,
     app: AppState,
     principal: String,
     limits: DecodeLimits,
-    subs: StreamMap<String, BroadcastStream<Frame>>,
-    cursors: HashMap<String, Cursor>,
+    /// Live frames of every followed conversation. `SelectAll` polls only the streams that
+    /// were woken, so a socket following hundreds of conversations pays per frame, not per
+    /// conversation.
+    subs: SelectAll<Live>,
+    followed: HashMap<String, Followed>,
+    /// Chats handed to their conversations whose user message is being stored, in the order
+    /// they arrived. The socket keeps reading meanwhile, so its chats share group commits.
+    acks: FuturesOrdered<PendingAck>,
     /// Frames per second; `None` when unlimited.
     rate: Option<RateLimiter>,
     /// This socket's place in its principal's socket quota.
@@ -118,8 +171,9 @@ impl Connection {
             app,
             principal,
             limits,
-            subs: StreamMap::new(),
-            cursors: HashMap::new(),
+            subs: SelectAll::new(),
+            followed: HashMap::new(),
+            acks: FuturesOrdered::new(),
             rate,
             _permit: permit,
         }
@@ -150,7 +204,9 @@ impl Connection {
                     }
                     match msg {
                         None | Some(Ok(Message::Close(_))) => return,
-                        Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
+                        // Boxed: handling a frame nests the manager's and the store's futures,
+                        // which would otherwise be part of every idle socket's task.
+                        Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
                         Some(Ok(Message::Binary(_))) => {
                             self.send_error(&FrameError::new(ErrorCode::BadFrame, "binary frames are not accepted; send JSON text")).await
                         }
@@ -162,6 +218,9 @@ impl Connection {
                             return;
                         }
                     }
+                }
+                Some((agent_id, client_msg_id, outcome)) = self.acks.next() => {
+                    self.on_stored(agent_id, client_msg_id, outcome).await
                 }
                 Some(item) = self.subs.next() => self.forward(item).await,
             };
@@ -217,7 +276,7 @@ impl Connection {
     }
 
     async fn send(&mut self, frame: Frame) -> SocketResult {
-        self.app.metrics.frames_out(1);
+        self.app.metrics.frame_out(frame.kind);
         self.socket.send(Message::Text(frame.text)).await
     }
 
@@ -240,42 +299,14 @@ impl Connection {
                 self.app.metrics.frame_in("chat");
                 let client_msg_id = chat.client_msg_id.clone();
                 let agent_id = chat.agent_id.clone();
-                match manager.chat(&self.principal, chat).await {
-                    Ok(accepted) => {
-                        let ack = protocol::ack_frame(
-                            accepted.session.tag(),
-                            client_msg_id.as_deref(),
-                            accepted.seq,
-                            accepted.queue_position,
-                        );
-                        self.send(ack).await?;
-                        // A cursor of an earlier conversation under this agent_id (deleted
-                        // since, its subscription ended) is replaced.
-                        if !self.subs.contains_key(&agent_id)
-                            || self
-                                .cursors
-                                .get(&agent_id)
-                                .is_none_or(|c| c.session.session_id != accepted.session.session_id)
-                        {
-                            self.cursors.insert(
-                                agent_id.clone(),
-                                Cursor {
-                                    session: accepted.session,
-                                    last_seq: accepted.seq - 1,
-                                },
-                            );
-                            self.subs
-                                .insert(agent_id, BroadcastStream::new(accepted.events));
-                        }
+                match manager.submit_chat(&self.principal, chat).await {
+                    Ok(pending) => {
+                        self.acks.push_back(Box::pin(async move {
+                            (agent_id, client_msg_id, pending.stored().await)
+                        }));
                         Ok(())
                     }
-                    Err(err) => {
-                        let err = FrameError {
-                            client_msg_id: err.client_msg_id.or(client_msg_id),
-                            ..err
-                        };
-                        self.send_error(&err).await
-                    }
+                    Err(err) => self.on_stored(agent_id, client_msg_id, Err(err)).await,
                 }
             }
             ClientFrame::Interrupt { agent_id } => {
@@ -304,15 +335,11 @@ impl Connection {
                 self.app.metrics.frame_in("subscribe");
                 match manager.subscribe(&self.principal, &agent_id).await {
                     Ok(sub) => {
-                        self.subs
-                            .insert(agent_id.clone(), BroadcastStream::new(sub.events));
-                        self.cursors.insert(
-                            agent_id.clone(),
-                            Cursor {
-                                session: sub.session,
-                                last_seq: since_seq,
-                            },
-                        );
+                        let cursor = Cursor {
+                            session: sub.session,
+                            last_seq: since_seq,
+                        };
+                        self.follow(agent_id.clone(), cursor, sub.events);
                         self.replay(&agent_id).await
                     }
                     Err(err) => self.send_error(&err).await,
@@ -334,15 +361,16 @@ impl Connection {
             }
             ClientFrame::Unsubscribe { agent_id } => {
                 self.app.metrics.frame_in("unsubscribe");
-                self.subs.remove(&agent_id);
-                self.cursors.remove(&agent_id);
+                if let Some(followed) = self.followed.remove(&agent_id) {
+                    followed.stop.abort();
+                }
                 Ok(())
             }
             ClientFrame::Rewind { agent_id, to_seq } => {
                 self.app.metrics.frame_in("rewind");
                 match manager.rewind(&self.principal, &agent_id, to_seq).await {
                     // A follower gets the stored status through its subscription.
-                    Ok(_) if self.subs.contains_key(&agent_id) => Ok(()),
+                    Ok(_) if self.followed.contains_key(&agent_id) => Ok(()),
                     Ok(status) => self.send(status).await,
                     Err(err) => self.send_error(&err).await,
                 }
@@ -364,17 +392,80 @@ impl Connection {
         }
     }
 
+    /// Answers a chat once its user message is stored (or could not be): an `ack`, after which
+    /// the socket follows the conversation, or an `error`.
+    async fn on_stored(
+        &mut self,
+        agent_id: String,
+        client_msg_id: Option<String>,
+        outcome: Result<ChatAccepted, FrameError>,
+    ) -> SocketResult {
+        let accepted = match outcome {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                let err = FrameError {
+                    client_msg_id: err.client_msg_id.or(client_msg_id),
+                    ..err
+                };
+                return self.send_error(&err).await;
+            }
+        };
+        let ack = protocol::ack_frame(
+            accepted.session.tag(),
+            client_msg_id.as_deref(),
+            accepted.seq,
+            accepted.queue_position,
+        );
+        self.send(ack).await?;
+        // A cursor of an earlier conversation under this agent_id (deleted since) is replaced.
+        if self
+            .followed
+            .get(&agent_id)
+            .is_none_or(|f| f.cursor.session.session_id != accepted.session.session_id)
+        {
+            let cursor = Cursor {
+                session: accepted.session,
+                last_seq: accepted.seq - 1,
+            };
+            self.follow(agent_id, cursor, accepted.events);
+        }
+        Ok(())
+    }
+
+    /// Follows a conversation's live frames from the cursor on, replacing any earlier stream.
+    fn follow(
+        &mut self,
+        agent_id: String,
+        cursor: Cursor,
+        events: tokio::sync::broadcast::Receiver<Frame>,
+    ) {
+        let (frames, stop) = futures_util::stream::abortable(BroadcastStream::new(events));
+        self.subs.push(Live {
+            agent_id: agent_id.as_str().into(),
+            frames,
+        });
+        if let Some(old) = self.followed.insert(agent_id, Followed { cursor, stop }) {
+            old.stop.abort();
+        }
+    }
+
     /// Sends a live frame and whatever else is ready, then flushes once.
     async fn forward(
         &mut self,
-        first: (String, Result<Frame, BroadcastStreamRecvError>),
+        first: (Arc<str>, Result<Frame, BroadcastStreamRecvError>),
     ) -> SocketResult {
+        // A chat's ack goes before its conversation's frames: the reply that completes it is
+        // sent before the user message is published.
+        while let Some(Some((agent_id, client_msg_id, outcome))) = self.acks.next().now_or_never() {
+            self.on_stored(agent_id, client_msg_id, outcome).await?;
+        }
         let mut next = Some(first);
         let mut written = 0;
         while let Some((agent_id, item)) = next.take() {
             match item {
                 Ok(frame) => {
                     if self.is_new(&agent_id, &frame) {
+                        self.app.metrics.frame_out(frame.kind);
                         self.socket.feed(Message::Text(frame.text)).await?;
                         written += 1;
                     }
@@ -388,19 +479,18 @@ impl Connection {
                 next = self.subs.next().now_or_never().flatten();
             }
         }
-        self.app.metrics.frames_out(written as u64);
         self.socket.flush().await
     }
 
     /// Whether a live frame should be sent: stored frames already sent are skipped.
     fn is_new(&mut self, agent_id: &str, frame: &Frame) -> bool {
-        self.cursors
+        self.followed
             .get_mut(agent_id)
-            .is_none_or(|cursor| cursor.admit(frame))
+            .is_none_or(|f| f.cursor.admit(frame))
     }
 
     async fn catch_up(&mut self, agent_id: &str, missed: u64) -> SocketResult {
-        let Some(cursor) = self.cursors.get(agent_id) else {
+        let Some(Followed { cursor, .. }) = self.followed.get(agent_id) else {
             return Ok(());
         };
         let detail = format!(
@@ -414,7 +504,7 @@ impl Connection {
 
     /// Sends the stored frames after the cursor of `agent_id`, page by page.
     async fn replay(&mut self, agent_id: &str) -> SocketResult {
-        let Some(cursor) = self.cursors.get(agent_id) else {
+        let Some(Followed { cursor, .. }) = self.followed.get(agent_id) else {
             return Ok(());
         };
         let mut last = cursor.last_seq;
@@ -432,14 +522,13 @@ impl Connection {
                     return self.send_error(&err).await;
                 }
             };
-            let count = frames.len();
             for frame in frames {
                 last = frame.seq.unwrap_or(last);
+                self.app.metrics.frame_out(frame.kind);
                 self.socket.feed(Message::Text(frame.text)).await?;
             }
-            self.app.metrics.frames_out(count as u64);
             self.socket.flush().await?;
-            if let Some(cursor) = self.cursors.get_mut(agent_id) {
+            if let Some(Followed { cursor, .. }) = self.followed.get_mut(agent_id) {
                 cursor.last_seq = cursor.last_seq.max(last);
             }
         }

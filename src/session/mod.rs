@@ -93,6 +93,34 @@ pub struct ChatAccepted {
     pub events: broadcast::Receiver<Frame>,
 }
 
+/// A user turn handed to its conversation and not yet known to be stored.
+pub struct PendingChat {
+    agent_id: String,
+    session: Arc<SessionRef>,
+    events: broadcast::Receiver<Frame>,
+    reply: oneshot::Receiver<Result<(i64, usize), FrameError>>,
+}
+
+impl PendingChat {
+    /// Waits until the user message is committed.
+    ///
+    /// # Errors
+    /// `store_unavailable`, `limit_exceeded` or `backend_unavailable`.
+    pub async fn stored(self) -> Result<ChatAccepted, FrameError> {
+        let agent_id = self.agent_id;
+        let (seq, queue_position) = self.reply.await.map_err(|_| {
+            FrameError::new(ErrorCode::BackendUnavailable, "the conversation stopped")
+                .for_agent(Some(&agent_id))
+        })??;
+        Ok(ChatAccepted {
+            session: self.session,
+            seq,
+            queue_position,
+            events: self.events,
+        })
+    }
+}
+
 /// A subscription to a conversation's live frames.
 pub struct Subscription {
     /// The conversation.
@@ -237,6 +265,21 @@ impl Manager {
     /// `store_unavailable`, `limit_exceeded` (queue full, or too many live conversations) or
     /// `backend_unavailable`.
     pub async fn chat(&self, principal: &str, chat: Chat) -> Result<ChatAccepted, FrameError> {
+        self.submit_chat(principal, chat).await?.stored().await
+    }
+
+    /// Hands a user turn to its conversation (creating or resuming it first) without waiting
+    /// for it to be stored. Turns submitted one after the other, on any conversation, are
+    /// queued in that order; a socket uses this to keep reading while its chats are committed,
+    /// so that many of them share one group commit.
+    ///
+    /// # Errors
+    /// `store_unavailable`, `limit_exceeded` (queue full) or `backend_unavailable`.
+    pub async fn submit_chat(
+        &self,
+        principal: &str,
+        chat: Chat,
+    ) -> Result<PendingChat, FrameError> {
         let agent_id = chat.agent_id.clone();
         let key = Self::key(principal, &agent_id);
         let (slot, mut guard) = self.lock_slot(&key).await;
@@ -261,15 +304,11 @@ impl Manager {
                 .for_agent(Some(&agent_id))
             })?;
         drop(guard);
-        let (seq, queue_position) = reply_rx.await.map_err(|_| {
-            FrameError::new(ErrorCode::BackendUnavailable, "the conversation stopped")
-                .for_agent(Some(&agent_id))
-        })??;
-        Ok(ChatAccepted {
+        Ok(PendingChat {
+            agent_id,
             session: handle.session,
-            seq,
-            queue_position,
             events,
+            reply: reply_rx,
         })
     }
 

@@ -5,6 +5,7 @@
 //! is never sent before it is committed and a busy server pays one commit for many frames.
 //! Reads and the rare small updates use a separate pool; WAL lets them run beside the writer.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -21,7 +22,9 @@ use super::{
 use crate::metrics::Metrics;
 
 /// Rows per INSERT statement (each row binds 8 values; SQLite allows 32,766).
-const ROWS_PER_INSERT: usize = 256;
+const ROWS_PER_INSERT: usize = 1024;
+/// Conversations per seq-assigning UPDATE (each binds 10 values).
+const SESSIONS_PER_UPDATE: usize = 1024;
 
 /// Settings of the SQLite store.
 #[derive(Debug, Clone)]
@@ -32,6 +35,8 @@ pub struct SqliteSettings {
     pub max_batch: usize,
     /// Depth of the queue in front of the writer.
     pub queue_depth: usize,
+    /// Largest database size in pages (`PRAGMA max_page_count`); 0 leaves SQLite's own limit.
+    pub max_page_count: u64,
 }
 
 impl Default for SqliteSettings {
@@ -40,6 +45,7 @@ impl Default for SqliteSettings {
             synchronous_full: false,
             max_batch: 512,
             queue_depth: 4096,
+            max_page_count: 0,
         }
     }
 }
@@ -71,7 +77,7 @@ impl SqliteStore {
         settings: SqliteSettings,
         metrics: Metrics,
     ) -> anyhow::Result<Self> {
-        let options = SqliteConnectOptions::from_str("sqlite:")?
+        let mut options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -82,6 +88,9 @@ impl SqliteStore {
             })
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
+        if settings.max_page_count > 0 {
+            options = options.pragma("max_page_count", settings.max_page_count.to_string());
+        }
         // Readers only: replays and lookups. Four is plenty on a small machine; the writer has
         // its own connection.
         let pool = SqlitePoolOptions::new()
@@ -125,6 +134,7 @@ async fn run_writer(
                 next = rx.try_recv().ok();
             }
         }
+        metrics.store_queue(rx.len());
         if !batch.is_empty() {
             let started = Instant::now();
             let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
@@ -162,77 +172,146 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Append>) {
     }
 }
 
+/// What one batch adds to one conversation's row.
+struct Delta<'a> {
+    session: i64,
+    rows: i64,
+    prompts: i64,
+    results: i64,
+    last_active: &'a str,
+    title: Option<&'a str>,
+    totals: super::Totals,
+}
+
+/// Stores every request of `batch` in one transaction (see [`write_appends`]).
 async fn write_batch(
     conn: &mut SqliteConnection,
     batch: &[Append],
 ) -> Result<Vec<Result<i64>>, sqlx::Error> {
     sqlx::query("begin immediate").execute(&mut *conn).await?;
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for append in batch {
-        outcomes.push(write_append(conn, append.session, &append.messages).await?);
-    }
+    let appends: Vec<(i64, &[NewMessage])> = batch
+        .iter()
+        .map(|a| (a.session, a.messages.as_slice()))
+        .collect();
+    let outcomes = write_appends(conn, &appends).await?;
     sqlx::query("commit").execute(&mut *conn).await?;
     Ok(outcomes)
 }
 
-/// Assigns the seqs and stores the rows of one request. A vanished session is that request's
-/// own failure; a database error fails the whole batch.
+/// Stores one request inside the caller's transaction; returns its first seq.
 async fn write_append(
     conn: &mut SqliteConnection,
     session: i64,
     msgs: &[NewMessage],
 ) -> Result<Result<i64>, sqlx::Error> {
-    if msgs.is_empty() {
-        return Ok(Err(StoreError::Unavailable("empty append".into())));
-    }
-    let n = msgs.len() as i64;
-    let prompts = msgs.iter().filter(|m| m.prompt).count() as i64;
-    let results = msgs.iter().filter(|m| m.message_type == "result").count() as i64;
-    let title = msgs.iter().find_map(|m| m.title.as_deref());
-    let totals = msgs
-        .iter()
-        .filter_map(|m| m.totals)
-        .fold(super::Totals::default(), |a, t| super::Totals {
-            cost_usd: a.cost_usd + t.cost_usd,
-            input_tokens: a.input_tokens + t.input_tokens,
-            output_tokens: a.output_tokens + t.output_tokens,
-            duration_ms: a.duration_ms + t.duration_ms,
+    let mut outcomes = write_appends(conn, &[(session, msgs)]).await?;
+    Ok(outcomes.pop().expect("one outcome per request"))
+}
+
+/// Stores `(session, messages)` requests in a handful of statements whatever their number: one
+/// UPDATE that assigns the seqs of every conversation among them, then multi-row INSERTs of all
+/// their messages. A request whose conversation vanished fails alone; a database error fails
+/// them all.
+async fn write_appends(
+    conn: &mut SqliteConnection,
+    appends: &[(i64, &[NewMessage])],
+) -> Result<Vec<Result<i64>>, sqlx::Error> {
+    let mut deltas: Vec<Delta> = Vec::new();
+    let mut index: HashMap<i64, usize> = HashMap::new();
+    for &(session, messages) in appends.iter().filter(|(_, m)| !m.is_empty()) {
+        let i = *index.entry(session).or_insert_with(|| {
+            deltas.push(Delta {
+                session,
+                rows: 0,
+                prompts: 0,
+                results: 0,
+                last_active: "",
+                title: None,
+                totals: super::Totals::default(),
+            });
+            deltas.len() - 1
         });
-    let last_active = &msgs[msgs.len() - 1].created_at;
-    let last_seq: Option<i64> = sqlx::query_scalar(
-        "update session_info set
-            last_seq = last_seq + ?1, message_count = message_count + ?1,
-            prompt_count = prompt_count + ?2, result_count = result_count + ?3,
-            last_active_at = ?4, title = coalesce(title, ?5),
-            total_cost_usd = total_cost_usd + ?6, input_tokens = input_tokens + ?7,
-            output_tokens = output_tokens + ?8, duration_ms = duration_ms + ?9
-         where id = ?10
-         returning last_seq",
-    )
-    .bind(n)
-    .bind(prompts)
-    .bind(results)
-    .bind(last_active)
-    .bind(title)
-    .bind(totals.cost_usd)
-    .bind(totals.input_tokens)
-    .bind(totals.output_tokens)
-    .bind(totals.duration_ms)
-    .bind(session)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(last_seq) = last_seq else {
-        return Ok(Err(StoreError::UnknownSession));
-    };
-    let first_seq = last_seq - n + 1;
-    for (chunk_index, chunk) in msgs.chunks(ROWS_PER_INSERT).enumerate() {
-        let base = first_seq + (chunk_index * ROWS_PER_INSERT) as i64;
+        let d = &mut deltas[i];
+        for m in messages {
+            d.rows += 1;
+            d.prompts += i64::from(m.prompt);
+            d.results += i64::from(m.message_type == "result");
+            d.last_active = &m.created_at;
+            d.title = d.title.or(m.title.as_deref());
+            if let Some(t) = m.totals {
+                d.totals.cost_usd += t.cost_usd;
+                d.totals.input_tokens += t.input_tokens;
+                d.totals.output_tokens += t.output_tokens;
+                d.totals.duration_ms += t.duration_ms;
+            }
+        }
+    }
+    // Next seq to hand out, per conversation that still exists.
+    let mut next: HashMap<i64, i64> = HashMap::with_capacity(deltas.len());
+    for chunk in deltas.chunks(SESSIONS_PER_UPDATE) {
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "with d (id, n, prompts, results, active, title, cost, tokens_in, tokens_out, duration) as (",
+        );
+        qb.push_values(chunk, |mut row, d| {
+            row.push_bind(d.session)
+                .push_bind(d.rows)
+                .push_bind(d.prompts)
+                .push_bind(d.results)
+                .push_bind(d.last_active)
+                .push_bind(d.title)
+                .push_bind(d.totals.cost_usd)
+                .push_bind(d.totals.input_tokens)
+                .push_bind(d.totals.output_tokens)
+                .push_bind(d.totals.duration_ms);
+        });
+        qb.push(
+            ") update session_info set
+                last_seq = session_info.last_seq + d.n,
+                message_count = session_info.message_count + d.n,
+                prompt_count = session_info.prompt_count + d.prompts,
+                result_count = session_info.result_count + d.results,
+                last_active_at = d.active, title = coalesce(session_info.title, d.title),
+                total_cost_usd = session_info.total_cost_usd + d.cost,
+                input_tokens = session_info.input_tokens + d.tokens_in,
+                output_tokens = session_info.output_tokens + d.tokens_out,
+                duration_ms = session_info.duration_ms + d.duration
+             from d where session_info.id = d.id
+             returning session_info.id, session_info.last_seq",
+        );
+        let updated: Vec<(i64, i64)> = qb
+            .build_query_as()
+            .persistent(true)
+            .fetch_all(&mut *conn)
+            .await?;
+        for (id, last_seq) in updated {
+            let rows = deltas[index[&id]].rows;
+            next.insert(id, last_seq - rows + 1);
+        }
+    }
+    let mut outcomes = Vec::with_capacity(appends.len());
+    let mut rows: Vec<(i64, i64, &NewMessage)> = Vec::new();
+    for &(session, messages) in appends {
+        if messages.is_empty() {
+            outcomes.push(Err(StoreError::Unavailable("empty append".into())));
+            continue;
+        }
+        let Some(seq) = next.get_mut(&session) else {
+            outcomes.push(Err(StoreError::UnknownSession));
+            continue;
+        };
+        outcomes.push(Ok(*seq));
+        for m in messages {
+            rows.push((session, *seq, m));
+            *seq += 1;
+        }
+    }
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
             "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at) ",
         );
-        qb.push_values(chunk.iter().enumerate(), |mut row, (i, m)| {
+        qb.push_values(chunk, |mut row, (session, seq, m)| {
             row.push_bind(session)
-                .push_bind(base + i as i64)
+                .push_bind(seq)
                 .push_bind(m.message_type)
                 .push_bind(m.sdk_uuid.as_deref())
                 .push_bind(m.prompt)
@@ -242,7 +321,7 @@ async fn write_append(
         });
         qb.build().persistent(true).execute(&mut *conn).await?;
     }
-    Ok(Ok(first_seq))
+    Ok(outcomes)
 }
 
 /// Commits when `outcome` is a success, rolls back otherwise.

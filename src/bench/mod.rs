@@ -1,0 +1,223 @@
+//! `agentmux bench`: load scenarios run against a bare WebSocket baseline and against a real
+//! server in the same run (each in its own process), and the `kill -9` fault harness.
+//!
+//! Every figure is reported for both servers and as a ratio to the baseline, because these
+//! machines are noisy and the ratio is what carries over between runs.
+
+mod baseline;
+mod kill9;
+mod load;
+mod report;
+mod server;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use crate::bench::report::Report;
+
+/// The chat every scenario sends. Its echo is 23 words, so a turn emits about as many
+/// streamed frames per stored one as a short real reply does.
+pub const PROMPT: &str = "please repeat these words back so that the benchmark sees a reply of a \
+     realistic length with many streamed deltas";
+
+/// Arguments of `agentmux bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// Many sockets subscribed to few sessions.
+    Fanout {
+        /// Sessions with a turn always in flight.
+        #[arg(long, default_value_t = 4)]
+        sessions: usize,
+        /// Sockets, spread evenly over the sessions.
+        #[arg(long, default_value_t = 200)]
+        sockets: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// A few sockets driving hundreds of sessions.
+    ManySessions {
+        /// Sessions, each with a turn always in flight.
+        #[arg(long, default_value_t = 400)]
+        sessions: usize,
+        /// Sockets the sessions are spread over.
+        #[arg(long, default_value_t = 2)]
+        sockets: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// `many-sessions` at a paced rate of turns, from a tenth of the server's peak to 90 %:
+    /// latency percentiles against load.
+    Sweep {
+        /// Sessions the paced turns are spread over.
+        #[arg(long, default_value_t = 400)]
+        sessions: usize,
+        /// Sockets the sessions are spread over.
+        #[arg(long, default_value_t = 2)]
+        sockets: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Idle sockets that only send WebSocket pings: memory per socket.
+    Idle {
+        /// Sockets to hold open.
+        #[arg(long, default_value_t = 19_000)]
+        sockets: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// `subscribe` from seq 0 on a session with many stored frames.
+    Replay {
+        /// Stored frames in the session.
+        #[arg(long, default_value_t = 100_000)]
+        messages: u64,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Create, evict and resume sessions over and over (sessions are evicted as soon as idle).
+    Churn {
+        /// Sessions cycling at once.
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Repeat {start the server, drive load, kill -9 at a random moment, restart, verify}.
+    Kill9 {
+        /// Cycles to run.
+        #[arg(long, default_value_t = 50)]
+        cycles: u32,
+        /// Clients driving load, each on its own sessions.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Sessions per client.
+        #[arg(long, default_value_t = 8)]
+        sessions: usize,
+        /// Write the outcome as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Run the bare baseline server (the benchmarks start it themselves).
+    Baseline {
+        /// Address to listen on; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        bind: std::net::SocketAddr,
+        /// Keep every stored-type frame in memory so that `subscribe` can replay it.
+        #[arg(long)]
+        keep_history: bool,
+    },
+}
+
+impl Scenario {
+    /// Rejects sizes no load can be built from.
+    fn check(&self) -> anyhow::Result<()> {
+        let sizes: &[(&str, usize)] = match self {
+            Scenario::Fanout {
+                sessions, sockets, ..
+            }
+            | Scenario::ManySessions {
+                sessions, sockets, ..
+            }
+            | Scenario::Sweep {
+                sessions, sockets, ..
+            } => &[("--sessions", *sessions), ("--sockets", *sockets)],
+            Scenario::Idle { sockets, .. } => &[("--sockets", *sockets)],
+            Scenario::Replay { messages, .. } => &[("--messages", *messages as usize)],
+            Scenario::Churn { sessions, .. } => &[("--sessions", *sessions)],
+            Scenario::Kill9 {
+                clients, sessions, ..
+            } => &[("--clients", *clients), ("--sessions", *sessions)],
+            Scenario::Baseline { .. } => &[],
+        };
+        for (flag, value) in sizes {
+            anyhow::ensure!(*value > 0, "{flag} must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// Options every load scenario takes.
+#[derive(Args, Clone)]
+pub struct Common {
+    /// Seconds of measured load (after warm-up).
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// `store.max_batch` of the measured server (1 turns group commit off).
+    #[arg(long)]
+    max_batch: Option<usize>,
+    /// Run only against agentmux, without the baseline.
+    #[arg(long)]
+    no_baseline: bool,
+}
+
+impl Common {
+    fn duration(&self) -> Duration {
+        Duration::from_secs(self.secs)
+    }
+}
+
+/// Runs `agentmux bench ...`.
+///
+/// # Errors
+/// When a server can't be started, a scenario fails to set up, or the report can't be written.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    agentmux::raise_fd_limit();
+    args.scenario.check()?;
+    let (report, json) = match args.scenario {
+        Scenario::Baseline { bind, keep_history } => {
+            return baseline::serve(bind, keep_history).await;
+        }
+        Scenario::Kill9 {
+            cycles,
+            clients,
+            sessions,
+            json,
+        } => return kill9::run(cycles, clients, sessions, json).await,
+        Scenario::Fanout {
+            sessions,
+            sockets,
+            common,
+        } => (load::fanout(sessions, sockets, &common).await?, common.json),
+        Scenario::ManySessions {
+            sessions,
+            sockets,
+            common,
+        } => (
+            load::many_sessions(sessions, sockets, &common).await?,
+            common.json,
+        ),
+        Scenario::Sweep {
+            sessions,
+            sockets,
+            common,
+        } => (load::sweep(sessions, sockets, &common).await?, common.json),
+        Scenario::Idle { sockets, common } => (load::idle(sockets, &common).await?, common.json),
+        Scenario::Replay { messages, common } => {
+            (load::replay(messages, &common).await?, common.json)
+        }
+        Scenario::Churn { sessions, common } => {
+            (load::churn(sessions, &common).await?, common.json)
+        }
+    };
+    finish(&report, json.as_deref())
+}
+
+fn finish(report: &Report, json: Option<&std::path::Path>) -> anyhow::Result<()> {
+    print!("{}", report.table());
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(report)?)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        println!("report written to {}", path.display());
+    }
+    Ok(())
+}

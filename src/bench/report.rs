@@ -1,0 +1,261 @@
+//! What a scenario measured, as a table for people and JSON for the plot script.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::server::Kind;
+
+/// Latency percentiles, in microseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: u64,
+    /// Median.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// Largest sample.
+    pub max_us: u64,
+}
+
+impl From<&Histogram<u64>> for Percentiles {
+    fn from(h: &Histogram<u64>) -> Self {
+        Percentiles {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            max_us: h.max(),
+        }
+    }
+}
+
+/// One server's figures for one load.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    /// Which server.
+    pub server: Kind,
+    /// Measured seconds.
+    pub secs: f64,
+    /// Sockets open during the measurement.
+    pub sockets: usize,
+    /// Sessions driven.
+    pub sessions: usize,
+    /// Paced rate of turns asked for, when the load was paced (open loop).
+    pub offered_turns_per_sec: Option<f64>,
+    /// Turns completed (a `result` seen by the socket that sent the chat).
+    pub turns: u64,
+    /// Turns per second.
+    pub turns_per_sec: f64,
+    /// Frames received by all sockets.
+    pub delivered_frames: u64,
+    /// Frames received per second.
+    pub delivered_fps: f64,
+    /// Stored frames: committed by agentmux (`agentmux_stored_frames_total`), or, for the
+    /// baseline, the stored-type frames it emitted (counted once per session).
+    pub stored_frames: u64,
+    /// Stored frames per second.
+    pub stored_fps: f64,
+    /// `chat` sent → first `stream_event` of its turn.
+    pub first_token: Percentiles,
+    /// `chat` sent → its `result`.
+    pub result: Percentiles,
+    /// Server resident memory at the end, KiB.
+    pub rss_kib: u64,
+    /// Resident memory added per open socket, bytes (idle scenario).
+    pub rss_per_socket_bytes: Option<f64>,
+    /// Error frames, failed connections and sockets closed early.
+    pub errors: u64,
+}
+
+/// Both servers under the same load, and agentmux as a ratio to the baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// What the load was.
+    pub label: String,
+    /// The baseline's figures (absent with `--no-baseline`).
+    pub baseline: Option<Measurement>,
+    /// agentmux's figures.
+    pub agentmux: Measurement,
+    /// agentmux ÷ baseline per figure; `*_delta_ms` entries are differences instead.
+    pub vs_baseline: BTreeMap<String, f64>,
+}
+
+impl Row {
+    /// A row comparing `agentmux` with `baseline`.
+    pub fn new(
+        label: impl Into<String>,
+        baseline: Option<Measurement>,
+        agentmux: Measurement,
+    ) -> Self {
+        let mut vs = BTreeMap::new();
+        if let Some(b) = &baseline {
+            let a = &agentmux;
+            let mut ratio = |name: &str, x: f64, y: f64| {
+                if y > 0.0 {
+                    vs.insert(name.to_owned(), x / y);
+                }
+            };
+            ratio("turns_per_sec", a.turns_per_sec, b.turns_per_sec);
+            ratio("delivered_fps", a.delivered_fps, b.delivered_fps);
+            ratio("stored_fps", a.stored_fps, b.stored_fps);
+            ratio(
+                "first_token_p50",
+                a.first_token.p50_us as f64,
+                b.first_token.p50_us as f64,
+            );
+            ratio(
+                "first_token_p99",
+                a.first_token.p99_us as f64,
+                b.first_token.p99_us as f64,
+            );
+            ratio("result_p99", a.result.p99_us as f64, b.result.p99_us as f64);
+            ratio("rss", a.rss_kib as f64, b.rss_kib as f64);
+            if let (Some(x), Some(y)) = (a.rss_per_socket_bytes, b.rss_per_socket_bytes) {
+                ratio("rss_per_socket", x, y);
+            }
+            if a.first_token.count > 0 && b.first_token.count > 0 {
+                vs.insert(
+                    "first_token_p99_delta_ms".into(),
+                    (a.first_token.p99_us as f64 - b.first_token.p99_us as f64) / 1000.0,
+                );
+            }
+        }
+        Row {
+            label: label.into(),
+            baseline,
+            agentmux,
+            vs_baseline: vs,
+        }
+    }
+}
+
+/// The machine a report was made on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// CPU model.
+    pub cpu: String,
+    /// Cores available to this process.
+    pub cores: usize,
+    /// Memory, MiB.
+    pub memory_mib: u64,
+    /// Kernel release.
+    pub kernel: String,
+}
+
+impl Machine {
+    /// Reads this machine's description from `/proc`.
+    pub fn this() -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpuinfo = read("/proc/cpuinfo");
+        let meminfo = read("/proc/meminfo");
+        Machine {
+            cpu: cpuinfo
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+                .unwrap_or_default(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_mib: meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map_or(0, |kib| kib / 1024),
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
+        }
+    }
+}
+
+/// A scenario's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Where it ran.
+    pub machine: Machine,
+    /// The scenario's parameters.
+    pub params: serde_json::Value,
+    /// One row per load.
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    /// An empty report of `scenario`.
+    pub fn new(scenario: &str, params: serde_json::Value) -> Self {
+        Report {
+            scenario: scenario.to_owned(),
+            machine: Machine::this(),
+            params,
+            rows: Vec::new(),
+        }
+    }
+
+    /// The report as a fixed-width table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let m = &self.machine;
+        let _ = writeln!(
+            out,
+            "scenario {} on {} ({} cores, {} MiB, Linux {})\n{}",
+            self.scenario, m.cpu, m.cores, m.memory_mib, m.kernel, self.params
+        );
+        let _ = writeln!(
+            out,
+            "{:<18} {:<9} {:>9} {:>11} {:>10} {:>17} {:>17} {:>8} {:>9} {:>6}",
+            "load",
+            "server",
+            "turns/s",
+            "delivered/s",
+            "stored/s",
+            "first p50/p99 ms",
+            "result p50/p99 ms",
+            "RSS MiB",
+            "B/socket",
+            "errors"
+        );
+        for row in &self.rows {
+            for m in row.baseline.iter().chain([&row.agentmux]) {
+                let _ = writeln!(
+                    out,
+                    "{:<18} {:<9} {:>9.0} {:>11.0} {:>10.0} {:>17} {:>17} {:>8.1} {:>9} {:>6}",
+                    row.label,
+                    m.server.name(),
+                    m.turns_per_sec,
+                    m.delivered_fps,
+                    m.stored_fps,
+                    pair(&m.first_token),
+                    pair(&m.result),
+                    m.rss_kib as f64 / 1024.0,
+                    m.rss_per_socket_bytes
+                        .map_or("-".to_owned(), |b| format!("{b:.0}")),
+                    m.errors
+                );
+            }
+            if !row.vs_baseline.is_empty() {
+                let ratios: Vec<String> = row
+                    .vs_baseline
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v:.2}"))
+                    .collect();
+                let _ = writeln!(out, "{:<18} vs baseline: {}", row.label, ratios.join(" "));
+            }
+        }
+        out
+    }
+}
+
+fn pair(p: &Percentiles) -> String {
+    if p.count == 0 {
+        return "-".to_owned();
+    }
+    format!(
+        "{:.2}/{:.2}",
+        p.p50_us as f64 / 1000.0,
+        p.p99_us as f64 / 1000.0
+    )
+}

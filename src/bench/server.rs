@@ -1,0 +1,210 @@
+//! The servers under test, each in its own process: start, address, memory, metrics, kill.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+/// How long a server may take to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which server a measurement is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// `agentmux bench baseline`: the WebSocket stack and the demo's frames, nothing else.
+    Baseline,
+    /// `agentmux serve --demo-delay-ms 0`.
+    Agentmux,
+}
+
+impl Kind {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Baseline => "baseline",
+            Kind::Agentmux => "agentmux",
+        }
+    }
+}
+
+/// Settings of the agentmux server under test that scenarios change.
+#[derive(Debug, Clone, Default)]
+pub struct Tweaks {
+    /// `store.max_batch`.
+    pub max_batch: Option<usize>,
+    /// `session.idle_evict_secs`.
+    pub idle_evict_secs: Option<u64>,
+    /// Start the baseline with `--keep-history`.
+    pub keep_history: bool,
+}
+
+/// A running server process; killed on drop.
+pub struct Server {
+    /// Which server.
+    pub kind: Kind,
+    /// `host:port` it listens on.
+    pub addr: String,
+    child: Child,
+    /// The agentmux server's data directory (removed on drop unless kept).
+    _data: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts a server of `kind` in a fresh temporary data directory.
+    pub async fn start(kind: Kind, tweaks: &Tweaks) -> anyhow::Result<Self> {
+        match kind {
+            Kind::Baseline => {
+                let mut args = vec!["bench", "baseline"];
+                if tweaks.keep_history {
+                    args.push("--keep-history");
+                }
+                let (child, addr) = spawn(&args).await?;
+                Ok(Server {
+                    kind,
+                    addr,
+                    child,
+                    _data: None,
+                })
+            }
+            Kind::Agentmux => {
+                let data = tempfile::tempdir()?;
+                let (child, addr) = start_agentmux(data.path(), tweaks).await?;
+                Ok(Server {
+                    kind,
+                    addr,
+                    child,
+                    _data: Some(data),
+                })
+            }
+        }
+    }
+
+    /// Starts agentmux on an existing data directory that the caller owns.
+    pub async fn start_in(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<Self> {
+        let (child, addr) = start_agentmux(data_dir, tweaks).await?;
+        Ok(Server {
+            kind: Kind::Agentmux,
+            addr,
+            child,
+            _data: None,
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// Resident memory of the process, in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A counter or gauge from `/metrics` (agentmux only), summed over its labels.
+    pub async fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        let text = http_get(&self.addr, "/metrics").await?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+
+    /// `kill -9`, then reaps the process.
+    pub async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// Data dir, config file and arguments of an agentmux server under test.
+async fn start_agentmux(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<(Child, String)> {
+    let config = config_file(data_dir, tweaks)?;
+    let data = data_dir.to_string_lossy();
+    let config = config.to_string_lossy();
+    spawn(&[
+        "serve",
+        "--demo-delay-ms",
+        "0",
+        "--backend",
+        "demo",
+        "--data-dir",
+        &data,
+        "--config",
+        &config,
+    ])
+    .await
+}
+
+fn config_file(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<PathBuf> {
+    let mut text = String::from("[store]\n");
+    if let Some(n) = tweaks.max_batch {
+        text.push_str(&format!("max_batch = {n}\n"));
+    }
+    text.push_str("[session]\n");
+    if let Some(secs) = tweaks.idle_evict_secs {
+        text.push_str(&format!("idle_evict_secs = {secs}\n"));
+    }
+    std::fs::create_dir_all(data_dir)?;
+    let path = data_dir.join("bench.toml");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// Runs this binary with `args` and bind port 0, and reads the address it prints.
+async fn spawn(args: &[&str]) -> anyhow::Result<(Child, String)> {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .args(["--bind", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .env_remove("AGENTMUX_CONFIG")
+        .env_remove("AGENTMUX_CLAUDE_BIN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().expect("piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(START_TIMEOUT, lines.next_line())
+        .await
+        .map_err(|_| anyhow::anyhow!("{args:?} did not print its address in time"))??
+        .ok_or_else(|| anyhow::anyhow!("{args:?} exited before listening"))?;
+    let addr = line
+        .strip_prefix("listening on http://")
+        .ok_or_else(|| anyhow::anyhow!("unexpected first line from {args:?}: {line}"))?
+        .to_owned();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, addr))
+}
+
+/// A plain HTTP/1.1 GET; the body.
+pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut body)).await??;
+    Ok(body
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default())
+}
