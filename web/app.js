@@ -5,7 +5,7 @@
  * the page as text nodes; Markdown is rendered by markdown.js, which builds elements too.
  */
 
-import { AgentmuxClient, randomId } from './client.js';
+import { AgentmuxClient, defaultUrl, randomId } from './client.js';
 import { renderMarkdown } from './markdown.js';
 
 /** @typedef {import('./protocol').ServerFrame} ServerFrame */
@@ -52,6 +52,8 @@ import { renderMarkdown } from './markdown.js';
 
 const SESSIONS_KEY = 'agentmux.sessions.v1';
 const CURRENT_KEY = 'agentmux.current';
+/** The API token, when the server asks for one: kept for this tab only. */
+const TOKEN_KEY = 'agentmux.token';
 /** How often the sidebar is refreshed from the server, in milliseconds. */
 const SIDEBAR_REFRESH_MS = 30_000;
 /** States after which a conversation's agent is no longer in the server's memory. */
@@ -93,9 +95,85 @@ const ui = {
   composer: /** @type {HTMLFormElement} */ (byId('composer')),
   input: /** @type {HTMLTextAreaElement} */ (byId('input')),
   stop: /** @type {HTMLButtonElement} */ (byId('stop')),
+  signIn: /** @type {HTMLFormElement} */ (byId('sign-in')),
+  token: /** @type {HTMLInputElement} */ (byId('token')),
+  signInError: byId('sign-in-error'),
 };
 
-const client = new AgentmuxClient();
+// ---- signing in ---------------------------------------------------------------------------
+
+/** Set once the server has handed out a ticket without credentials: it runs open. */
+let authOff = false;
+/** @type {Promise<void> | null} resolved by the sign-in form's next submit */
+let signedIn = null;
+/** @type {() => void} */
+let resolveSignIn = () => {};
+
+/** What the sign-in form says when the server refused the token it was sent. */
+const REFUSED = 'That token was not accepted.';
+
+/**
+ * `Authorization` for REST calls: the token, when this tab has one.
+ * @returns {Record<string, string>}
+ */
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { authorization: `Bearer ${token}` } : {};
+}
+
+/**
+ * Forgets the token (it was refused, or there is none yet) and shows the sign-in form.
+ * Resolves once a new token has been entered.
+ * @param {string} [message] why, when a token was refused
+ * @returns {Promise<void>}
+ */
+function signIn(message = '') {
+  sessionStorage.removeItem(TOKEN_KEY);
+  ui.signInError.textContent = message;
+  ui.signIn.hidden = false;
+  ui.token.focus();
+  signedIn ??= new Promise((resolve) => (resolveSignIn = resolve));
+  return signedIn;
+}
+
+ui.signIn.addEventListener('submit', (event) => {
+  event.preventDefault();
+  const token = ui.token.value.trim();
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  ui.token.value = '';
+  ui.signIn.hidden = true;
+  signedIn = null;
+  resolveSignIn();
+});
+
+/**
+ * The URL of the next connection attempt. With authentication on, it carries a fresh
+ * single-use ticket (browsers can't send headers on a WebSocket); a refused token brings up
+ * the sign-in form, and the attempt waits for it.
+ * @returns {Promise<string>}
+ */
+async function socketUrl() {
+  if (authOff) return defaultUrl();
+  for (;;) {
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    const response = await fetch('/api/ws-ticket', { method: 'POST', headers: authHeaders() });
+    if (response.status === 401) {
+      await signIn(token ? REFUSED : '');
+      continue;
+    }
+    if (!response.ok) throw new Error(`no ticket: HTTP ${response.status}`);
+    if (!token) {
+      authOff = true;
+      return defaultUrl();
+    }
+    /** @type {{ticket: string}} */
+    const { ticket } = await response.json();
+    return `${defaultUrl()}?ticket=${encodeURIComponent(ticket)}`;
+  }
+}
+
+const client = new AgentmuxClient({ url: socketUrl });
 
 /** @type {Map<string, SessionInfo>} */
 const sessions = new Map();
@@ -129,11 +207,21 @@ function saveLocalSessions() {
   localStorage.setItem(SESSIONS_KEY, JSON.stringify(list));
 }
 
-/** Merges the server's list into the sidebar; a 404 means this server has no such API. */
+/**
+ * Merges the server's list into the sidebar; a 404 means this server has no such API. Waits
+ * while the sign-in form is up.
+ */
 async function refreshSessions() {
-  if (!sessionsApi) return;
+  if (!sessionsApi || signedIn) return;
   try {
-    const response = await fetch('/api/sessions?limit=100', { headers: { accept: 'application/json' } });
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    const response = await fetch('/api/sessions?limit=100', {
+      headers: { accept: 'application/json', ...authHeaders() },
+    });
+    if (response.status === 401) {
+      signIn(token ? REFUSED : '').then(refreshSessions);
+      return;
+    }
     if (response.status === 404) {
       sessionsApi = false;
       return;

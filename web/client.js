@@ -403,8 +403,8 @@ export class AgentmuxClient {
   }
 }
 
-/** `ws(s)://<host>/ws` for the page this runs in. */
-function defaultUrl() {
+/** `ws(s)://<host>/ws` for the page this runs in: the client's default `url`. */
+export function defaultUrl() {
   const { protocol, host } = globalThis.location;
   return `${protocol === 'https:' ? 'wss' : 'ws'}://${host}/ws`;
 }

@@ -24,10 +24,11 @@ export const WAIT_MS = 15_000;
  * Starts `agentmux serve` on 127.0.0.1 and waits for its `listening on` line. The agent is the
  * demo agent, or with `fakeClaude` the test stand-in for the Claude CLI (built with the server),
  * which asks permission for a `Bash` tool call when a prompt contains `TOOL:<command>`.
- * @param {{dataDir?: string, port?: number, delayMs?: number, fakeClaude?: boolean}} [options]
+ * `config` is more of the TOML config file (e.g. an `[auth.tokens]` table).
+ * @param {{dataDir?: string, port?: number, delayMs?: number, fakeClaude?: boolean, config?: string}} [options]
  * @returns {Promise<Server>}
  */
-export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude = false } = {}) {
+export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude = false, config = '' } = {}) {
   if (!existsSync(join(BIN_DIR, 'agentmux'))) {
     throw new Error(`no server binary in ${BIN_DIR}: run \`cargo build\` first`);
   }
@@ -38,9 +39,13 @@ export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude 
   if (fakeClaude) {
     const home = join(dir, 'claude-home');
     mkdirSync(home, { recursive: true });
-    const config = join(dir, 'agentmux.toml');
-    writeFileSync(config, `[claude]\nconfig_dir = ${JSON.stringify(home)}\n`);
-    args.push('--backend', 'claude', '--claude-bin', join(BIN_DIR, 'fake-claude'), '--config', config);
+    config = `[claude]\nconfig_dir = ${JSON.stringify(home)}\n${config}`;
+    args.push('--backend', 'claude', '--claude-bin', join(BIN_DIR, 'fake-claude'));
+  }
+  if (config) {
+    const file = join(dir, 'agentmux.toml');
+    writeFileSync(file, config);
+    args.push('--config', file);
   }
   const child = spawn(join(BIN_DIR, 'agentmux'), args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = new Promise((done) => child.once('exit', done));
@@ -92,14 +97,17 @@ export function launchBrowser() {
 
 /**
  * Opens the UI in a new page and records what a user would notice going wrong: page errors,
- * console errors (CSP violations among them) and dialogs.
+ * console errors (CSP violations among them) and dialogs; and the URLs of its requests and
+ * sockets. Waits until the page is connected, unless `connected` is false.
  * @param {import('playwright-core').BrowserContext} context
  * @param {string} url
+ * @param {{connected?: boolean}} [options]
  */
-export async function openUi(context, url) {
+export async function openUi(context, url, { connected = true } = {}) {
   const page = await context.newPage();
   const problems = [];
   const sockets = [];
+  const requests = [];
   page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
   page.on('console', (msg) => {
     // A server without the sessions API answers 404 there, and the UI falls back to its own list.
@@ -111,10 +119,11 @@ export async function openUi(context, url) {
     dialog.dismiss().catch(() => {});
   });
   page.on('websocket', (ws) => sockets.push(ws.url()));
+  page.on('request', (request) => requests.push(request.url()));
   page.setDefaultTimeout(WAIT_MS);
   await page.goto(url);
-  await page.locator('#conn[data-state="open"]').waitFor();
-  return { page, problems, sockets };
+  if (connected) await page.locator('#conn[data-state="open"]').waitFor();
+  return { page, problems, sockets, requests };
 }
 
 /**

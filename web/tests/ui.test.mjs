@@ -77,7 +77,71 @@ test('a message gets a streamed reply, then its result footer', async () => {
   assert.equal(await page.locator('.session[aria-current="true"] .session-title').textContent(), 'hello there streaming world');
   assert.equal(await page.locator('#title').textContent(), 'hello there streaming world');
   assert.deepEqual(sockets, [`${s.url.replace('http', 'ws')}/ws`]);
+  assert.equal(await page.locator('#sign-in').isVisible(), false, 'no sign-in without authentication');
   assert.deepEqual(problems, []);
+});
+
+test('with authentication on, the page asks for a token and keeps it for the tab', async () => {
+  const token = 'tok-web-ui-0123456789abcdef';
+  const s = await server({ delayMs: 100, config: `[auth.tokens]\n"${token}" = "alice"\n` });
+  const { page, problems, sockets, requests } = await openUi(await context(), s.url, { connected: false });
+  const form = page.locator('#sign-in');
+  const error = page.locator('#sign-in-error');
+  await form.waitFor();
+  assert.equal(await error.isVisible(), false);
+  assert.equal(await page.locator('#conn').getAttribute('data-state'), 'connecting');
+
+  await page.locator('#token').fill('not-the-token');
+  await page.locator('#token').press('Enter');
+  await error.filter({ hasText: 'That token was not accepted.' }).waitFor();
+  assert.equal(await form.isVisible(), true);
+  assert.equal(await page.locator('#token').inputValue(), '');
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('agentmux.token')), null);
+  assert.deepEqual(sockets, [], 'no socket before a token is accepted');
+
+  await page.locator('#token').fill(token);
+  // Once connected, the sidebar asks the API with the token.
+  const listedInPage = page.waitForResponse((r) => r.url().includes('/api/sessions?'));
+  await page.locator('#sign-in button').click();
+  await page.locator('#conn[data-state="open"]').waitFor();
+  assert.equal((await listedInPage).status(), 200);
+  assert.equal(await form.isVisible(), false);
+  await send(page, 'hello with a token');
+  await page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  await reply(page, 'Echo: hello with a token (turn 1)');
+  await page.locator('.msg.result').waitFor();
+  // The conversation is alice's: the API lists it for her token.
+  const agent = await currentAgent(page);
+  const listed = await fetch(`${s.url}/api/sessions`, { headers: { authorization: `Bearer ${token}` } });
+  assert.deepEqual((await listed.json()).sessions.map((x) => x.agent_id), [agent]);
+
+  // A reload in the same tab signs in with the kept token.
+  await page.reload();
+  await page.locator('#conn[data-state="open"]').waitFor();
+  await reply(page, 'Echo: hello with a token (turn 1)');
+  assert.equal(await form.isVisible(), false);
+  await send(page, 'and after a reload');
+  await reply(page, 'Echo: and after a reload (turn 2)');
+
+  // A kept token the server no longer accepts is dropped, and the form says so.
+  await page.evaluate(() => sessionStorage.setItem('agentmux.token', 'revoked-token'));
+  await page.reload();
+  await error.filter({ hasText: 'That token was not accepted.' }).waitFor();
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('agentmux.token')), null);
+
+  const wsUrl = `${s.url.replace('http', 'ws')}/ws?ticket=`;
+  assert.equal(sockets.length, 2);
+  for (const socket of sockets) assert.ok(socket.startsWith(wsUrl), socket);
+  assert.deepEqual(
+    [...sockets, ...requests].filter((u) => [token, 'not-the-token', 'revoked-token'].some((t) => u.includes(t))),
+    [],
+    'the token is never in a URL',
+  );
+  // Chromium logs every 401 answer; those are expected here.
+  assert.deepEqual(
+    problems.filter((p) => !p.includes('status of 401 (Unauthorized)')),
+    [],
+  );
 });
 
 test('switching between three sessions uses the one socket', async () => {
