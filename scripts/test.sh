@@ -19,6 +19,9 @@ ensure_tmux || true
 echo "== cargo test"
 cargo test --all-targets --locked
 
+echo "== fuzz smoke"
+FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh
+
 if ensure_web_tools; then
   echo "== web: type check"
   (cd web && npx --no-install tsc -p .)
@@ -26,6 +29,3 @@ if ensure_web_tools; then
   cargo build --locked
   (cd web && node --test tests/*.test.mjs)
 fi
-
-echo "== fuzz smoke"
-FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh
