@@ -151,7 +151,8 @@ async fn start_agentmux(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<(Chi
 }
 
 fn config_file(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<PathBuf> {
-    let mut text = String::from("[store]\n");
+    // A load generator is one client sending far more than a browser would: no frame-rate limit.
+    let mut text = String::from("[socket]\nmax_frames_per_sec = 0\n[store]\n");
     if let Some(n) = tweaks.max_batch {
         text.push_str(&format!("max_batch = {n}\n"));
     }

@@ -87,7 +87,9 @@ impl SqliteStore {
                 SqliteSynchronous::Normal
             })
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
+            .foreign_keys(true)
+            .pragma("wal_autocheckpoint", "16384")
+            .pragma("cache_size", "-65536");
         if settings.max_page_count > 0 {
             options = options.pragma("max_page_count", settings.max_page_count.to_string());
         }
