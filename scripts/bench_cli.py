@@ -20,25 +20,11 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyvenv  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, "target", "release")
-
-
-def ensure_websockets():
-    try:
-        import websockets  # noqa: F401
-
-        return
-    except ImportError:
-        pass
-    venv = os.path.join(ROOT, ".deps", "bench-venv")
-    python = os.path.join(venv, "bin", "python3")
-    if os.path.abspath(sys.executable) == os.path.abspath(python):
-        sys.exit("websockets is missing and could not be installed")
-    if not os.path.exists(python):
-        subprocess.check_call([sys.executable, "-m", "venv", venv])
-    subprocess.check_call([python, "-m", "pip", "install", "--quiet", "websockets"])
-    os.execv(python, [python] + sys.argv)
 
 
 def rss_kib(pid):
@@ -108,7 +94,7 @@ async def run(cli, prewarm, rounds):
 async def main():
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
-    ensure_websockets()
+    pyvenv.ensure("websockets", "bench-venv")
     cli = sys.argv[1]
     rounds = int(sys.argv[2]) if len(sys.argv) == 3 else 5
     cold, rss = await run(cli, False, rounds)

@@ -10,33 +10,16 @@ per second each paced load produced; baseline dashed, agentmux solid. Installs m
 
 import json
 import os
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def ensure_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-
-        return
-    except ImportError:
-        pass
-    venv = os.path.join(ROOT, ".deps", "plot-venv")
-    python = os.path.join(venv, "bin", "python3")
-    if os.path.abspath(sys.executable) == os.path.abspath(python):
-        sys.exit("matplotlib is missing and could not be installed")
-    if not os.path.exists(python):
-        subprocess.check_call([sys.executable, "-m", "venv", venv])
-    subprocess.check_call([python, "-m", "pip", "install", "--quiet", "matplotlib"])
-    os.execv(python, [python] + sys.argv)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyvenv  # noqa: E402
 
 
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    ensure_matplotlib()
+    pyvenv.ensure("matplotlib", "plot-venv")
     import matplotlib
 
     matplotlib.use("Agg")
