@@ -9,11 +9,13 @@
 //! credentials configured, the server only runs on a loopback address, and everyone is
 //! [`LOCAL_PRINCIPAL`].
 //!
-//! The upgrade also checks the browser's `Origin` against the `Host` and the allow-list, so
-//! another site can't open a socket with a user's ambient access.
+//! Before any handler runs, every request's `Host` must be a loopback name or an allowed host
+//! (so a page that rebinds its own DNS name to 127.0.0.1 can't reach an open server), and a
+//! browser's `Origin` must be the server's own or an allowed one (so another site can't use a
+//! user's ambient access, over REST or the WebSocket).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::AppState;
 use crate::api::ApiError;
-use crate::config::AuthConfig;
+use crate::config::{AuthConfig, ServerConfig};
 use crate::protocol::ErrorCode;
 
 /// The principal of sockets and requests while authentication is off.
@@ -84,6 +86,8 @@ pub struct Authenticator {
     redeemed: Mutex<HashMap<String, u64>>,
     /// Allowed origins, lower case, without a trailing `/`.
     allowed_origins: Vec<String>,
+    /// Allowed `Host` names (`name` or `name:port`), lower case.
+    allowed_hosts: Vec<String>,
 }
 
 impl Authenticator {
@@ -92,7 +96,11 @@ impl Authenticator {
     /// # Errors
     /// When no credential is configured and `bind` is not a loopback address, or a JWT key
     /// can't be read.
-    pub fn new(config: &AuthConfig, bind: SocketAddr) -> anyhow::Result<Self> {
+    pub fn new(
+        config: &AuthConfig,
+        server: &ServerConfig,
+        bind: SocketAddr,
+    ) -> anyhow::Result<Self> {
         config.check_bind(bind)?;
         let enabled = config.is_configured();
         if !enabled {
@@ -167,6 +175,11 @@ impl Authenticator {
                 .allowed_origins
                 .iter()
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+            allowed_hosts: server
+                .allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
                 .collect(),
         })
     }
@@ -290,8 +303,44 @@ impl Authenticator {
         Ok((principal, protocol))
     }
 
-    /// Checks a browser's `Origin`: none is fine (not a browser); else it must name the host
-    /// the request was sent to, or an allowed origin.
+    /// Checks the `Host` a request names: a loopback name (`localhost`, `*.localhost`, a
+    /// `127.0.0.0/8` or `[::1]` address) or an allowed host. With authentication on and no
+    /// allow-list, any host is served (credentials protect it).
+    ///
+    /// # Errors
+    /// 421 `forbidden_host` otherwise, and when the request names no `Host`.
+    pub fn check_host(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(host) = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_ascii_lowercase)
+        else {
+            return Err(ApiError::new(
+                ErrorCode::ForbiddenHost,
+                "the request names no Host",
+            ));
+        };
+        let (name, _) = split_host_port(&host);
+        let allowed = is_loopback_name(name)
+            || self.allowed_hosts.iter().any(|a| *a == host || *a == name)
+            || (self.enabled && self.allowed_hosts.is_empty());
+        if allowed {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                ErrorCode::ForbiddenHost,
+                format!(
+                    "this server does not answer to the host `{}`; add it to server.allowed_hosts",
+                    crate::protocol::truncate_chars(&host, 128)
+                ),
+            ))
+        }
+    }
+
+    /// Checks a browser's `Origin`: none is fine (not a browser); else it must be the server's
+    /// own (`http` or `https` with the request's `Host`, which [`Self::check_host`] vouched
+    /// for) or an allowed origin. An allowed entry without a scheme stands for `http` and
+    /// `https`.
     ///
     /// # Errors
     /// 403 `forbidden_origin` otherwise.
@@ -304,22 +353,56 @@ impl Authenticator {
             .map_err(|_| forbidden_origin())?
             .trim_end_matches('/')
             .to_ascii_lowercase();
-        let origin_host = origin.split_once("://").map(|(_, rest)| rest);
+        let Some((_, origin_host)) = origin
+            .split_once("://")
+            .filter(|(scheme, _)| matches!(*scheme, "http" | "https"))
+        else {
+            return Err(forbidden_origin());
+        };
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .map(str::to_ascii_lowercase);
-        let same_host = origin_host.is_some() && origin_host == host.as_deref();
+        let own = host.as_deref() == Some(origin_host);
         let allowed = self
             .allowed_origins
             .iter()
-            .any(|a| *a == origin || Some(a.as_str()) == origin_host);
-        if same_host || allowed {
+            .any(|a| match a.split_once("://") {
+                Some(_) => *a == origin,
+                None => a == origin_host,
+            });
+        if own || allowed {
             Ok(())
         } else {
             Err(forbidden_origin())
         }
     }
+}
+
+/// Splits `host[:port]` (IPv6 in brackets) into the name and the port text.
+fn split_host_port(host: &str) -> (&str, Option<&str>) {
+    if host.starts_with('[') {
+        return match host.find(']') {
+            Some(end) => (&host[..=end], host[end + 1..].strip_prefix(':')),
+            None => (host, None),
+        };
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    }
+}
+
+/// Whether a host name can only mean this machine: `localhost`, `*.localhost` (which
+/// browsers resolve to loopback themselves), or a loopback address.
+fn is_loopback_name(name: &str) -> bool {
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    if let Some(v6) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+        return v6.parse::<Ipv6Addr>().is_ok_and(|ip| ip.is_loopback());
+    }
+    name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn unauthorized(message: &str) -> ApiError {
@@ -329,7 +412,7 @@ fn unauthorized(message: &str) -> ApiError {
 fn forbidden_origin() -> ApiError {
     ApiError::new(
         ErrorCode::ForbiddenOrigin,
-        "this Origin may not open a socket here",
+        "requests from this Origin are not allowed here; add it to auth.allowed_origins",
     )
 }
 
@@ -377,7 +460,12 @@ mod tests {
     use super::*;
 
     fn auth(config: AuthConfig) -> Authenticator {
-        Authenticator::new(&config, SocketAddr::from(([127, 0, 0, 1], 0))).unwrap()
+        Authenticator::new(
+            &config,
+            &ServerConfig::default(),
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+        )
+        .unwrap()
     }
 
     fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
@@ -390,9 +478,13 @@ mod tests {
     #[test]
     fn open_mode_needs_a_loopback_bind() {
         let config = AuthConfig::default();
-        let err = Authenticator::new(&config, "0.0.0.0:7878".parse().unwrap())
-            .err()
-            .unwrap();
+        let err = Authenticator::new(
+            &config,
+            &ServerConfig::default(),
+            "0.0.0.0:7878".parse().unwrap(),
+        )
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("refusing to listen"));
         let open = auth(config);
         assert_eq!(
@@ -428,12 +520,12 @@ mod tests {
         let mut config = AuthConfig::default();
         config.tokens.insert(String::new(), "alice".into());
         let bind = SocketAddr::from(([127, 0, 0, 1], 0));
-        assert!(Authenticator::new(&config, bind).is_err());
+        assert!(Authenticator::new(&config, &ServerConfig::default(), bind).is_err());
         let config = AuthConfig {
             jwt_hs256_secret: Some(String::new()),
             ..AuthConfig::default()
         };
-        assert!(Authenticator::new(&config, bind).is_err());
+        assert!(Authenticator::new(&config, &ServerConfig::default(), bind).is_err());
     }
 
     #[test]
@@ -456,9 +548,9 @@ mod tests {
     }
 
     #[test]
-    fn origins_must_match_the_host_or_the_allow_list() {
+    fn origins_must_be_our_own_or_allowed_scheme_host_and_port() {
         let a = auth(AuthConfig {
-            allowed_origins: vec!["https://App.example.com/".into()],
+            allowed_origins: vec!["https://App.example.com/".into(), "tool.example".into()],
             ..AuthConfig::default()
         });
         let check = |origin: &str| {
@@ -469,10 +561,76 @@ mod tests {
             .is_ok()
         };
         assert!(check("https://gw.example.com:8443"));
+        assert!(check("http://gw.example.com:8443"));
         assert!(check("https://app.example.com"));
+        assert!(check("http://tool.example"));
+        assert!(!check("http://app.example.com"));
+        assert!(!check("chrome-extension://gw.example.com:8443"));
         assert!(!check("https://evil.example.com"));
         assert!(!check("https://gw.example.com"));
         assert!(!check("null"));
         assert!(a.check_origin(&headers(&[(header::HOST, "x")])).is_ok());
+    }
+
+    #[test]
+    fn an_open_server_answers_only_loopback_and_allowed_hosts() {
+        let open = |allowed: &[&str]| {
+            Authenticator::new(
+                &AuthConfig::default(),
+                &ServerConfig {
+                    allowed_hosts: allowed.iter().map(|h| (*h).to_owned()).collect(),
+                },
+                SocketAddr::from(([127, 0, 0, 1], 0)),
+            )
+            .unwrap()
+        };
+        let a = open(&["Agents.example.com", "pinned.example:9000"]);
+        let check = |host: &str| a.check_host(&headers(&[(header::HOST, host)])).is_ok();
+        for ok in [
+            "localhost",
+            "localhost:7878",
+            "app.localhost:7878",
+            "127.0.0.1:7878",
+            "127.9.9.9",
+            "[::1]:7878",
+            "agents.example.com:443",
+            "pinned.example:9000",
+        ] {
+            assert!(check(ok), "{ok} is served");
+        }
+        for bad in [
+            "rebind.evil.example:7878",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "pinned.example:9001",
+            "[::2]:7878",
+            "10.0.0.1:7878",
+            "",
+        ] {
+            assert!(!check(bad), "{bad} is refused");
+        }
+        assert!(a.check_host(&HeaderMap::new()).is_err());
+        // With credentials and no allow-list any host is served; with a list, only it.
+        let mut config = AuthConfig::default();
+        config.tokens.insert("t".into(), "alice".into());
+        let authed = auth(config.clone());
+        assert!(
+            authed
+                .check_host(&headers(&[(header::HOST, "10.0.0.1:7878")]))
+                .is_ok()
+        );
+        let listed = Authenticator::new(
+            &config,
+            &ServerConfig {
+                allowed_hosts: vec!["agents.example.com".into()],
+            },
+            SocketAddr::from(([0, 0, 0, 0], 0)),
+        )
+        .unwrap();
+        assert!(
+            listed
+                .check_host(&headers(&[(header::HOST, "10.0.0.1:7878")]))
+                .is_err()
+        );
     }
 }

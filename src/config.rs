@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::protocol::DecodeLimits;
+
 /// Which agent runs behind conversations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -43,6 +45,29 @@ pub struct Config {
     pub claude: ClaudeConfig,
     /// Authentication and the browser origin check.
     pub auth: AuthConfig,
+    /// Which `Host` names the server answers to.
+    pub server: ServerConfig,
+    /// What clients may ask of every agent.
+    pub agent: AgentConfig,
+}
+
+/// Settings of the HTTP server itself.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// `Host` names (`name` or `name:port`) the server answers to besides loopback ones
+    /// (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`). Without authentication only these
+    /// and loopback names are served; with authentication, when set, only these and loopback.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Settings that apply to every agent.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Whether a client may choose a permission mode that lets the agent run tools without
+    /// asking (`bypassPermissions`, `auto`).
+    pub allow_bypass_permissions: bool,
 }
 
 /// Authentication settings. Authentication is on whenever a token or a JWT key is set.
@@ -63,7 +88,7 @@ pub struct AuthConfig {
     pub jwt_issuer: Option<String>,
     /// Required `aud` claim of JWTs, when set.
     pub jwt_audience: Option<String>,
-    /// Browser origins allowed besides the server's own host (`https://app.example.com`).
+    /// Browser origins allowed besides the server's own (`https://app.example.com`).
     pub allowed_origins: Vec<String>,
 }
 
@@ -191,6 +216,8 @@ impl Default for Config {
             demo: DemoConfig::default(),
             claude: ClaudeConfig::default(),
             auth: AuthConfig::default(),
+            server: ServerConfig::default(),
+            agent: AgentConfig::default(),
         }
     }
 }
@@ -348,6 +375,14 @@ impl Config {
     /// How long a conversation may idle before eviction.
     pub fn idle_evict(&self) -> Duration {
         Duration::from_secs(self.session.idle_evict_secs)
+    }
+
+    /// What decoding a client frame accepts.
+    pub fn decode_limits(&self) -> DecodeLimits {
+        DecodeLimits {
+            max_content_bytes: self.socket.max_content_bytes,
+            allow_bypass_permissions: self.agent.allow_bypass_permissions,
+        }
     }
 
     /// The database file.

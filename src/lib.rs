@@ -88,7 +88,11 @@ impl Server {
     /// When authentication is off on a non-loopback bind, a JWT key is unreadable, the data
     /// directory or database can't be opened, or the backend can't be set up.
     pub async fn new(config: Config) -> anyhow::Result<Self> {
-        let auth = Arc::new(Authenticator::new(&config.auth, config.bind)?);
+        let auth = Arc::new(Authenticator::new(
+            &config.auth,
+            &config.server,
+            config.bind,
+        )?);
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
             anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
         })?;

@@ -27,6 +27,10 @@ pub const PERMISSION_MODES: &[&str] = &[
     "manual",
 ];
 
+/// Permission modes that let the agent run tools without asking anyone; a chat may choose
+/// them only where the operator allows it.
+pub const UNATTENDED_PERMISSION_MODES: &[&str] = &["bypassPermissions", "auto"];
+
 /// Stable, snake_case error codes carried by `error` frames and REST errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[cfg_attr(test, derive(ts_rs::TS))]
@@ -65,8 +69,12 @@ pub enum ErrorCode {
     AgentExists,
     /// A REST request whose query, path or body is malformed.
     InvalidRequest,
-    /// A browser page of another site tried to open a socket (HTTP 403 on the upgrade).
+    /// A browser page of another site sent the request (HTTP 403, on every route).
     ForbiddenOrigin,
+    /// The request names a `Host` this server does not answer to (HTTP 421).
+    ForbiddenHost,
+    /// A request body that is not declared as JSON (HTTP 415).
+    UnsupportedMediaType,
 }
 
 impl ErrorCode {
@@ -90,6 +98,8 @@ impl ErrorCode {
             ErrorCode::AgentExists => "agent_exists",
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::ForbiddenOrigin => "forbidden_origin",
+            ErrorCode::ForbiddenHost => "forbidden_host",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
         }
     }
 }
@@ -231,6 +241,8 @@ pub enum ClientFrame {
 pub struct DecodeLimits {
     /// Longest accepted `content`, in bytes.
     pub max_content_bytes: usize,
+    /// Whether a chat may choose one of [`UNATTENDED_PERMISSION_MODES`].
+    pub allow_bypass_permissions: bool,
 }
 
 /// Checks an `agent_id`: 1–128 characters of `[A-Za-z0-9._:-]`.
@@ -326,7 +338,7 @@ pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameErro
                     )));
                 }
             };
-            let options = chat_options(obj.get("options")).map_err(fail)?;
+            let options = chat_options(obj.get("options"), limits).map_err(fail)?;
             Ok(ClientFrame::Chat(Chat {
                 agent_id,
                 content,
@@ -454,7 +466,7 @@ fn seq_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, FrameE
     }
 }
 
-fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
+fn chat_options(value: Option<&Value>, limits: DecodeLimits) -> Result<ChatOptions, FrameError> {
     let obj = match value {
         None | Some(Value::Null) => return Ok(ChatOptions::default()),
         Some(Value::Object(obj)) => obj,
@@ -474,6 +486,18 @@ fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
                 return Err(FrameError::new(
                     ErrorCode::InvalidOptions,
                     "`options.model` must be 1-64 characters of [A-Za-z0-9._:-]",
+                ));
+            }
+            ("permission_mode", Value::String(m))
+                if UNATTENDED_PERMISSION_MODES.contains(&m.as_str())
+                    && !limits.allow_bypass_permissions =>
+            {
+                return Err(FrameError::new(
+                    ErrorCode::InvalidOptions,
+                    format!(
+                        "`options.permission_mode` `{m}` lets the agent run tools without asking; \
+                         this server does not allow it (agent.allow_bypass_permissions)"
+                    ),
                 ));
             }
             ("permission_mode", Value::String(m)) if PERMISSION_MODES.contains(&m.as_str()) => {
@@ -862,6 +886,7 @@ mod tests {
 
     const LIMITS: DecodeLimits = DecodeLimits {
         max_content_bytes: 1024,
+        allow_bypass_permissions: false,
     };
 
     fn code(text: &str) -> ErrorCode {

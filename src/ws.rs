@@ -60,32 +60,29 @@ pub struct UpgradeQuery {
     ticket: Option<String>,
 }
 
-/// Upgrades to a WebSocket speaking protocol v1, after checking the `Origin`, the
-/// credentials and the principal's socket quota (403, 401 and 429 otherwise).
+/// Upgrades to a WebSocket speaking protocol v1, after checking the credentials and the
+/// principal's socket quota (401 and 429 otherwise); the router's guard has checked `Host` and
+/// `Origin`.
 pub async fn upgrade(
     ws: WebSocketUpgrade,
     State(app): State<AppState>,
     Query(query): Query<UpgradeQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let admitted = app.auth.check_origin(&headers).and_then(|()| {
-        let (Principal(principal), protocol) = app
-            .auth
-            .socket_principal(&headers, query.ticket.as_deref())?;
-        let permit = app.sockets.try_acquire(&principal).map_err(|_| {
-            ApiError::new(
-                ErrorCode::LimitExceeded,
-                format!(
-                    "at most {} open sockets per principal",
-                    app.config.socket.max_per_principal
-                ),
-            )
-        })?;
-        Ok((principal, protocol, permit))
-    });
-    let (principal, protocol, permit) = match admitted {
-        Ok(admitted) => admitted,
-        Err(rejection) => return rejection.into_response(),
+    let (Principal(principal), protocol) =
+        match app.auth.socket_principal(&headers, query.ticket.as_deref()) {
+            Ok(admitted) => admitted,
+            Err(rejection) => return rejection.into_response(),
+        };
+    let Ok(permit) = app.sockets.try_acquire(&principal) else {
+        return ApiError::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "at most {} open sockets per principal",
+                app.config.socket.max_per_principal
+            ),
+        )
+        .into_response();
     };
     // Echo the ticket subprotocol: a browser fails a socket whose offered protocol isn't.
     let ws = match protocol {
@@ -162,9 +159,7 @@ type SocketResult = Result<(), axum::Error>;
 
 impl Connection {
     fn new(socket: WebSocket, app: AppState, principal: String, permit: QuotaPermit) -> Self {
-        let limits = DecodeLimits {
-            max_content_bytes: app.config.socket.max_content_bytes,
-        };
+        let limits = app.config.decode_limits();
         let rate = RateLimiter::new(app.config.socket.max_frames_per_sec);
         Connection {
             socket,

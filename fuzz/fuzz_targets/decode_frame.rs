@@ -8,6 +8,7 @@ use libfuzzer_sys::fuzz_target;
 
 const LIMITS: DecodeLimits = DecodeLimits {
     max_content_bytes: 256,
+    allow_bypass_permissions: false,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -24,6 +25,7 @@ fuzz_target!(|data: &[u8]| {
             }
             if let Some(mode) = &chat.options.permission_mode {
                 assert!(protocol::PERMISSION_MODES.contains(&mode.as_str()));
+                assert!(!protocol::UNATTENDED_PERMISSION_MODES.contains(&mode.as_str()));
             }
         }
         Ok(

@@ -55,6 +55,8 @@ impl ApiError {
             }
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
+            ErrorCode::ForbiddenHost => StatusCode::MISDIRECTED_REQUEST,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         }
     }
 }

@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use crate::AppState;
 use crate::auth::Principal;
-use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame};
+use crate::protocol::{self, ClientFrame, ErrorCode, Frame};
 use crate::session::SessionRef;
 use crate::store::{NewMessage, SessionQuery, SessionRecord};
 
@@ -282,10 +282,10 @@ fn decode_as(
     };
     obj.insert("type".into(), ty.into());
     obj.insert("agent_id".into(), agent_id.into());
-    let limits = DecodeLimits {
-        max_content_bytes: app.config.socket.max_content_bytes,
-    };
-    Ok(protocol::decode(&Value::Object(obj).to_string(), limits)?)
+    Ok(protocol::decode(
+        &Value::Object(obj).to_string(),
+        app.config.decode_limits(),
+    )?)
 }
 
 /// A frame that is already JSON text, as the response body.

@@ -106,6 +106,7 @@ impl Baseline {
 async fn connection(mut socket: WebSocket, state: Arc<Baseline>) {
     let limits = DecodeLimits {
         max_content_bytes: state.socket.max_content_bytes,
+        allow_bypass_permissions: true,
     };
     let mut subs = Subs::default();
     loop {

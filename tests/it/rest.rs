@@ -374,6 +374,7 @@ async fn export_then_import_round_trips_by_content() {
     let resp = rest
         .http
         .post(server.url("/api/sessions/import?agent_id=x2"))
+        .header("content-type", "application/x-ndjson")
         .body(export.clone())
         .send()
         .await
@@ -397,6 +398,7 @@ async fn export_then_import_round_trips_by_content() {
         .send(
             rest.http
                 .post(server.url("/api/sessions/import?agent_id=x2"))
+                .header("content-type", "application/x-ndjson")
                 .body(export),
         )
         .await;
@@ -405,6 +407,7 @@ async fn export_then_import_round_trips_by_content() {
         .send(
             rest.http
                 .post(server.url("/api/sessions/import?agent_id=x3"))
+                .header("content-type", "application/x-ndjson")
                 .body("{\"nope\": 1}\n"),
         )
         .await;

@@ -71,16 +71,33 @@ pub async fn http(
     token: Option<&str>,
     body: Option<&Value>,
 ) -> HttpResponse {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Host", addr), ("Content-Type", "application/json")];
+    if let Some(auth) = &auth {
+        headers.push(("Authorization", auth));
+    }
     let body = body.map(Value::to_string).unwrap_or_default();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    http_raw(addr, method, path, &headers, &body).await
+}
+
+/// Sends one HTTP/1.1 request with exactly `headers` (plus `Content-Length` and
+/// `Connection: close`) and reads the response.
+pub async fn http_raw(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpResponse {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    );
+    ));
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut raw)).await;

@@ -1,0 +1,253 @@
+//! A hostile web page against an open loopback server: cross-site "simple" requests, DNS
+//! rebinding, foreign schemes, and options that would let an agent run commands unasked.
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::security::{connect_with, http_raw, refusal, server_with};
+
+/// The chat a hostile page would send to run Bash with no prompt.
+fn bypass_chat() -> String {
+    json!({"content": "run it", "options": {"permission_mode": "bypassPermissions"}}).to_string()
+}
+
+/// One exported line, enough for an import to create a conversation.
+const IMPORT_LINE: &str = r#"{"seq":1,"message_type":"user","payload":{"type":"user","message":{"role":"user","content":"hi"}}}"#;
+
+/// The conversations the (open) server holds, asked the way its own page would.
+async fn conversation_count(addr: &str) -> usize {
+    let r = http_raw(addr, "GET", "/api/sessions", &[("Host", addr)], "").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let list: Value = serde_json::from_str(&r.body).unwrap();
+    list["sessions"].as_array().unwrap().len()
+}
+
+fn code(body: &str) -> Value {
+    serde_json::from_str::<Value>(body).unwrap_or(Value::Null)["code"].clone()
+}
+
+#[tokio::test]
+async fn cross_site_simple_requests_are_refused_and_create_nothing() {
+    let server = TestServer::start().await;
+    let addr = server.addr.as_str();
+    let evil = [
+        ("Host", addr),
+        ("Origin", "https://evil.example"),
+        ("Content-Type", "text/plain"),
+    ];
+    let chat = bypass_chat();
+    let r = http_raw(addr, "POST", "/api/sessions/x/messages", &evil, &chat).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(code(&r.body), "forbidden_origin");
+    let r = http_raw(
+        addr,
+        "POST",
+        "/api/sessions/import?agent_id=x",
+        &evil,
+        IMPORT_LINE,
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    // A foreign Origin is refused on reads and deletes too, not only on the upgrade.
+    for (method, path) in [("GET", "/api/sessions"), ("DELETE", "/api/sessions/x")] {
+        let r = http_raw(addr, method, path, &evil[..2], "").await;
+        assert_eq!(r.status, 403, "{method} {path}: {}", r.body);
+    }
+    // Without an Origin (a page can't omit it on a cross-site POST, but a form could be
+    // replayed by other means), a body that isn't declared as JSON is still refused.
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let headers = [("Host", addr), ("Content-Type", content_type)];
+        let r = http_raw(addr, "POST", "/api/sessions/x/messages", &headers, &chat).await;
+        assert_eq!(r.status, 415, "{content_type}: {}", r.body);
+        assert_eq!(code(&r.body), "unsupported_media_type");
+        let r = http_raw(
+            addr,
+            "POST",
+            "/api/sessions/import?agent_id=x",
+            &headers,
+            IMPORT_LINE,
+        )
+        .await;
+        assert_eq!(r.status, 415, "{content_type}: {}", r.body);
+    }
+    let r = http_raw(
+        addr,
+        "POST",
+        "/api/sessions/x/messages",
+        &[("Host", addr)],
+        &chat,
+    )
+    .await;
+    assert_eq!(r.status, 415, "no Content-Type: {}", r.body);
+    assert_eq!(conversation_count(addr).await, 0);
+    assert!(!server.data_dir.join("workspaces").join("x").exists());
+}
+
+#[tokio::test]
+async fn a_rebound_host_name_is_refused_on_every_route() {
+    let server = TestServer::start().await;
+    let addr = server.addr.as_str();
+    let port = addr.rsplit_once(':').unwrap().1;
+    // First something to steal: a conversation made by the user's own page.
+    let own_origin = format!("http://{addr}");
+    let own = [
+        ("Host", addr),
+        ("Origin", own_origin.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let r = http_raw(
+        addr,
+        "POST",
+        "/api/sessions/mine/messages",
+        &own,
+        r#"{"content":"secret"}"#,
+    )
+    .await;
+    assert_eq!(
+        r.status, 202,
+        "the same-origin page still chats: {}",
+        r.body
+    );
+
+    let rebound_host = format!("rebind.evil.example:{port}");
+    let rebound_origin = format!("http://{rebound_host}");
+    let rebound = [
+        ("Host", rebound_host.as_str()),
+        ("Origin", rebound_origin.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    for (method, path, body) in [
+        ("GET", "/api/sessions", ""),
+        ("GET", "/api/sessions/mine/messages", ""),
+        ("GET", "/api/sessions/mine/events", ""),
+        ("GET", "/api/sessions/mine/export", ""),
+        ("POST", "/api/sessions/x/messages", r#"{"content":"hi"}"#),
+        ("POST", "/api/ws-ticket", ""),
+        ("GET", "/", ""),
+        ("GET", "/metrics", ""),
+    ] {
+        let r = http_raw(addr, method, path, &rebound, body).await;
+        assert_eq!(r.status, 421, "{method} {path}: {}", r.body);
+        assert_eq!(code(&r.body), "forbidden_host", "{method} {path}");
+        assert!(
+            !r.body.contains("secret"),
+            "{method} {path} leaked the conversation"
+        );
+    }
+    let upgrade = connect_with(
+        addr,
+        "",
+        &[
+            ("host", rebound_host.as_str()),
+            ("origin", rebound_origin.as_str()),
+        ],
+    )
+    .await;
+    let (status, body) = refusal(upgrade);
+    assert_eq!(status, 421);
+    assert_eq!(body["code"], "forbidden_host");
+    // The same request by a loopback name passes.
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let r = http_raw(addr, "GET", "/api/sessions", &[("Host", host.as_str())], "").await;
+        assert_eq!(r.status, 200, "{host}");
+    }
+    assert_eq!(conversation_count(addr).await, 1);
+}
+
+#[tokio::test]
+async fn allowed_hosts_and_origins_are_served_by_scheme_host_and_port() {
+    let (server, _cfg) = server_with(
+        "[server]\nallowed_hosts = [\"agents.example.com\"]\n\
+         [auth]\nallowed_origins = [\"https://app.example.com\"]\n",
+    )
+    .await;
+    let addr = server.addr.as_str();
+    let ok = [
+        ("Host", "agents.example.com"),
+        ("Origin", "https://agents.example.com"),
+    ];
+    assert_eq!(
+        http_raw(addr, "GET", "/api/sessions", &ok, "").await.status,
+        200
+    );
+    let app = [
+        ("Host", "agents.example.com"),
+        ("Origin", "https://app.example.com"),
+    ];
+    assert_eq!(
+        http_raw(addr, "GET", "/api/sessions", &app, "")
+            .await
+            .status,
+        200
+    );
+    for origin in [
+        "chrome-extension://agents.example.com",
+        "http://app.example.com",
+        "https://app.example.com:444",
+        "null",
+    ] {
+        let headers = [("Host", "agents.example.com"), ("Origin", origin)];
+        let r = http_raw(addr, "GET", "/api/sessions", &headers, "").await;
+        assert_eq!(r.status, 403, "{origin}");
+    }
+    let own_scheme = format!("chrome-extension://{addr}");
+    let (status, _) = refusal(connect_with(addr, "", &[("origin", own_scheme.as_str())]).await);
+    assert_eq!(status, 403, "a foreign scheme on our own host:port");
+    let other = [("Host", "other.example.com")];
+    assert_eq!(
+        http_raw(addr, "GET", "/api/sessions", &other, "")
+            .await
+            .status,
+        421
+    );
+}
+
+#[tokio::test]
+async fn permission_modes_that_skip_asking_need_the_operator() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    for mode in ["bypassPermissions", "auto"] {
+        let options = json!({"permission_mode": mode});
+        c.send(json!({"type": "chat", "agent_id": "b", "content": "hi", "options": options}))
+            .await;
+        let err = c.recv().await;
+        assert_eq!(err["code"], "invalid_options", "{mode}");
+        assert!(
+            err["error"]
+                .as_str()
+                .unwrap()
+                .contains("allow_bypass_permissions")
+        );
+        let own = [
+            ("Host", server.addr.as_str()),
+            ("Content-Type", "application/json"),
+        ];
+        let body = json!({"content": "hi", "options": options}).to_string();
+        let r = http_raw(
+            &server.addr,
+            "POST",
+            "/api/sessions/b/messages",
+            &own,
+            &body,
+        )
+        .await;
+        assert_eq!(r.status, 400, "{mode}: {}", r.body);
+        assert_eq!(code(&r.body), "invalid_options");
+    }
+    assert_eq!(conversation_count(&server.addr).await, 0);
+    // A mode that still asks is fine.
+    c.send(json!({"type": "chat", "agent_id": "b", "content": "hi", "options": {"permission_mode": "plan"}}))
+        .await;
+    assert_eq!(c.recv().await["message_type"], "ack");
+
+    let (allowed, _cfg) = server_with("[agent]\nallow_bypass_permissions = true\n").await;
+    let mut c = allowed.client().await;
+    c.send(json!({"type": "chat", "agent_id": "b", "content": "hi",
+        "options": {"permission_mode": "bypassPermissions"}}))
+        .await;
+    assert_eq!(c.recv().await["message_type"], "ack");
+}
