@@ -26,20 +26,14 @@
 #![warn(missing_docs)]
 
 pub mod agent;
-pub mod api;
-pub mod auth;
 pub mod cli_chat;
 pub mod config;
 pub mod http;
 pub mod limits;
 pub mod metrics;
 pub mod protocol;
-pub mod replay;
-pub mod serve;
 pub mod session;
 pub mod store;
-pub mod web;
-pub mod ws;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -49,30 +43,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Backend;
-use crate::auth::Authenticator;
 use crate::config::{BackendKind, Config};
+use crate::http::AppState;
+use crate::http::auth::Authenticator;
 use crate::limits::Quota;
 use crate::metrics::Metrics;
 use crate::session::Manager;
 use crate::store::Store;
 use crate::store::sqlite::{SqliteSettings, SqliteStore};
-
-/// What every request handler and socket shares; cheap to clone.
-#[derive(Clone)]
-pub struct AppState {
-    /// The registry of conversations.
-    pub manager: Manager,
-    /// Settings in force.
-    pub config: Arc<Config>,
-    /// Counters.
-    pub metrics: Metrics,
-    /// Fires when the server begins to shut down.
-    pub shutdown: CancellationToken,
-    /// Checks credentials and origins.
-    pub auth: Arc<Authenticator>,
-    /// Open sockets per principal.
-    pub sockets: Quota,
-}
 
 /// A configured server, ready to run on a listener.
 pub struct Server {
@@ -160,7 +138,7 @@ impl Server {
         let app = http::router(self.state.clone());
         let handshake = Duration::from_secs(self.state.config.socket.handshake_timeout_secs);
         let signal_token = token.clone();
-        serve::serve(listener, app, handshake, async move {
+        http::serve::serve(listener, app, handshake, async move {
             shutdown.await;
             signal_token.cancel();
         })

@@ -57,7 +57,8 @@ pub async fn serve(bind: SocketAddr, keep_history: bool) -> anyhow::Result<()> {
 }
 
 async fn upgrade(ws: WebSocketUpgrade, State(state): State<Arc<Baseline>>) -> Response {
-    agentmux::ws::configure(ws, &state.socket).on_upgrade(move |socket| connection(socket, state))
+    agentmux::http::ws::configure(ws, &state.socket)
+        .on_upgrade(move |socket| connection(socket, state))
 }
 
 impl Baseline {

@@ -779,7 +779,7 @@ async fn seed_replay(data_dir: &std::path::Path, messages: u64) -> anyhow::Resul
     let session_id = uuid::Uuid::new_v4().to_string();
     let record = store
         .create_session(NewSession {
-            principal: agentmux::auth::LOCAL_PRINCIPAL.into(),
+            principal: agentmux::http::auth::LOCAL_PRINCIPAL.into(),
             agent_id: REPLAY_AGENT.into(),
             session_id: session_id.clone(),
             backend: "demo".into(),

@@ -9,6 +9,7 @@
 //! per conversation.
 
 mod actor;
+pub mod replay;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

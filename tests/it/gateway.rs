@@ -664,3 +664,97 @@ async fn kill9_mid_turn_loses_no_received_frame() {
         .unwrap();
     assert_eq!(check, "ok");
 }
+
+/// Every socket the server accepts has `TCP_NODELAY` set, or each small frame written while
+/// another is unacknowledged waits for the client's delayed ACK. Checked on the server's own
+/// descriptor, taken from the running process with `pidfd_getfd`.
+#[tokio::test]
+async fn accepted_sockets_have_nodelay() {
+    let server = TestServer::start().await;
+    let client = std::net::TcpStream::connect(&server.addr).unwrap();
+    let ours = client.local_addr().unwrap();
+    let pid = server.child.id().unwrap() as libc::c_int;
+    let deadline = std::time::Instant::now() + WAIT;
+    let nodelay = loop {
+        if let Some(value) = peer_socket_option(pid, ours, libc::IPPROTO_TCP, libc::TCP_NODELAY) {
+            break value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never accepted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(nodelay, 1, "TCP_NODELAY on the accepted socket");
+}
+
+/// Reads a socket option of the socket in process `pid` whose peer is `peer`.
+fn peer_socket_option(
+    pid: libc::c_int,
+    peer: std::net::SocketAddr,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> Option<libc::c_int> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain syscalls on descriptors this function owns and closes.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as libc::c_int;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let _pidfd = OwnedFd::from_raw_fd(pidfd);
+        for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
+            let Ok(target) = std::fs::read_link(entry.path()) else {
+                continue;
+            };
+            if !target.to_string_lossy().starts_with("socket:") {
+                continue;
+            }
+            let Ok(remote) = entry.file_name().to_string_lossy().parse::<libc::c_int>() else {
+                continue;
+            };
+            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd, remote, 0) as libc::c_int;
+            if fd < 0 {
+                continue;
+            }
+            let fd = OwnedFd::from_raw_fd(fd);
+            let socket = peer_address(std::os::fd::AsRawFd::as_raw_fd(&fd));
+            if socket != Some(peer) {
+                continue;
+            }
+            let mut value: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            let rc = libc::getsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                level,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            );
+            assert_eq!(rc, 0, "getsockopt: {}", std::io::Error::last_os_error());
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// The peer address of an IPv4 TCP socket descriptor.
+fn peer_address(fd: libc::c_int) -> Option<std::net::SocketAddr> {
+    // SAFETY: getpeername writes at most `len` bytes into `addr`.
+    unsafe {
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_in).cast(), &mut len) != 0
+            || addr.sin_family != libc::AF_INET as libc::sa_family_t
+        {
+            return None;
+        }
+        let ip = std::net::Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr));
+        Some(std::net::SocketAddr::from((
+            ip,
+            u16::from_be(addr.sin_port),
+        )))
+    }
+}

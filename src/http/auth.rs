@@ -26,9 +26,9 @@ use axum::http::{HeaderMap, header};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::AppState;
-use crate::api::ApiError;
 use crate::config::{AuthConfig, ServerConfig};
+use crate::http::ApiError;
+use crate::http::AppState;
 use crate::protocol::ErrorCode;
 
 /// The principal of sockets and requests while authentication is off.

@@ -49,6 +49,11 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
+        // Frames are small and written as they come: without this, Nagle's algorithm holds a
+        // frame back until the client's delayed ACK (~40 ms) whenever one is in flight.
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+        }
         let conn = builder
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()))
             .with_upgrades();

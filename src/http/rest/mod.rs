@@ -1,22 +1,20 @@
 //! The REST API under `/api/sessions`, and its OpenAPI document at `/api/openapi.json`,
 //! generated from the handlers' own types.
 //!
-//! Every handler acts for the caller's [`Principal`](crate::auth::Principal) and sees only
+//! Every handler acts for the caller's [`Principal`](crate::http::auth::Principal) and sees only
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
 //! stable codes of the WebSocket protocol.
 
-mod error;
-mod events;
 mod sessions;
+
+pub(super) use sessions::last_event_id;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use utoipa::OpenApi;
 
-pub use error::{ApiError, ErrorBody};
-
-use crate::AppState;
+use crate::http::AppState;
 
 /// The OpenAPI description of the REST API.
 #[derive(OpenApi)]
@@ -36,10 +34,10 @@ use crate::AppState;
         sessions::chat,
         sessions::rewind,
         sessions::fork,
-        events::events,
+        super::sse::events,
     ),
     components(schemas(
-        ErrorBody,
+        crate::http::ErrorBody,
         crate::protocol::ErrorCode,
         sessions::SessionSummary,
         sessions::SessionList,
@@ -80,5 +78,5 @@ pub fn router() -> Router<AppState> {
         .route("/api/sessions/{agent_id}/export", get(sessions::export))
         .route("/api/sessions/{agent_id}/rewind", post(sessions::rewind))
         .route("/api/sessions/{agent_id}/fork", post(sessions::fork))
-        .route("/api/sessions/{agent_id}/events", get(events::events))
+        .route("/api/sessions/{agent_id}/events", get(super::sse::events))
 }

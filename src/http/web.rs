@@ -29,31 +29,31 @@ const ASSETS: &[Asset] = &[
     Asset {
         name: "app.js",
         content_type: JS,
-        body: include_str!("../web/app.js"),
+        body: include_str!("../../web/app.js"),
     },
     Asset {
         name: "client.js",
         content_type: JS,
-        body: include_str!("../web/client.js"),
+        body: include_str!("../../web/client.js"),
     },
     Asset {
         name: "markdown.js",
         content_type: JS,
-        body: include_str!("../web/markdown.js"),
+        body: include_str!("../../web/markdown.js"),
     },
     Asset {
         name: "app.css",
         content_type: "text/css; charset=utf-8",
-        body: include_str!("../web/app.css"),
+        body: include_str!("../../web/app.css"),
     },
     Asset {
         name: "icon.svg",
         content_type: "image/svg+xml",
-        body: include_str!("../web/icon.svg"),
+        body: include_str!("../../web/icon.svg"),
     },
 ];
 
-const INDEX: &str = include_str!("../web/index.html");
+const INDEX: &str = include_str!("../../web/index.html");
 
 /// Routes of the web UI.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {

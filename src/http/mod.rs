@@ -8,9 +8,26 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::api::ApiError;
+pub mod auth;
+mod error;
+mod rest;
+pub mod serve;
+mod sse;
+mod web;
+pub mod ws;
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+pub use error::{ApiError, ErrorBody};
+
+use crate::config::Config;
+use crate::limits::Quota;
+use crate::metrics::Metrics;
 use crate::protocol::ErrorCode;
-use crate::{AppState, api, auth, web, ws};
+use crate::session::Manager;
+use auth::Authenticator;
 
 /// Media types a request body may be declared as: JSON, or JSON Lines for an import. None of
 /// them is a CORS "simple" type, so a browser must ask first (a preflight we never grant).
@@ -20,6 +37,23 @@ const BODY_TYPES: &[&str] = &[
     "application/jsonl",
 ];
 
+/// What every request handler and socket shares; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// The registry of conversations.
+    pub manager: Manager,
+    /// Settings in force.
+    pub config: Arc<Config>,
+    /// Counters.
+    pub metrics: Metrics,
+    /// Fires when the server begins to shut down.
+    pub shutdown: CancellationToken,
+    /// Checks credentials and origins.
+    pub auth: Arc<Authenticator>,
+    /// Open sockets per principal.
+    pub sockets: Quota,
+}
+
 /// The application's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -27,7 +61,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/ws", get(ws::upgrade))
         .route("/api/ws-ticket", post(auth::ws_ticket))
-        .merge(api::router())
+        .merge(rest::router())
         .merge(web::router())
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, ErrorBody};
-use crate::AppState;
-use crate::auth::Principal;
+use crate::http::AppState;
+use crate::http::auth::Principal;
+use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, ClientFrame, ErrorCode, Frame};
 use crate::session::SessionRef;
 use crate::store::{NewMessage, SessionQuery, SessionRecord};
@@ -652,7 +652,7 @@ pub async fn fork(
 }
 
 /// The `Last-Event-ID` header: the last `seq` an event stream client saw.
-pub(super) fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     match headers.get("last-event-id") {
         None => Ok(None),
         Some(v) => v

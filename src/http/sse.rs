@@ -15,12 +15,12 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::IntoParams;
 
-use super::error::{ApiError, ErrorBody};
-use super::sessions::last_event_id;
-use crate::AppState;
-use crate::auth::Principal;
+use super::rest::last_event_id;
+use crate::http::AppState;
+use crate::http::auth::Principal;
+use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, Frame};
-use crate::replay::Cursor;
+use crate::session::replay::Cursor;
 use crate::store::Store;
 
 /// Events buffered for one slow client before it falls behind the conversation (and is

@@ -24,14 +24,14 @@ use tokio::time::{Instant, sleep_until};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-use crate::AppState;
-use crate::api::ApiError;
-use crate::auth::Principal;
 use crate::config::SocketConfig;
+use crate::http::ApiError;
+use crate::http::AppState;
+use crate::http::auth::Principal;
 use crate::limits::{QuotaPermit, RateLimiter, Verdict};
 use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
-use crate::replay::Cursor;
 use crate::session::ChatAccepted;
+use crate::session::replay::Cursor;
 
 /// Most frames written before one flush.
 const WRITE_BATCH: usize = 256;
