@@ -24,9 +24,10 @@ use tokio::sync::{Notify, mpsc};
 
 use super::{
     AgentConn, AgentEvent, AgentInput, AgentMessage, Backend, EVENT_QUEUE, INPUT_QUEUE, Launch,
-    PermissionDecision, SpawnError, SpawnSpec,
+    SpawnError, SpawnSpec,
 };
 use crate::config::ClaudeConfig;
+use crate::protocol::PermissionDecision;
 
 /// The part of stderr kept to explain an exit, in bytes.
 const STDERR_TAIL_BYTES: usize = 4096;

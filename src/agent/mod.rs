@@ -14,6 +14,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::protocol::PermissionDecision;
+
 /// Capacity of the channel of events from one agent to its session.
 pub const EVENT_QUEUE: usize = 256;
 /// Capacity of the channel of inputs to one agent.
@@ -100,25 +102,6 @@ pub enum AgentInput {
         request_id: String,
         /// What the user decided.
         decision: PermissionDecision,
-    },
-}
-
-/// The answer to a tool permission request; on the wire, `behavior` says which.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[cfg_attr(test, derive(ts_rs::TS))]
-#[serde(tag = "behavior", rename_all = "snake_case")]
-pub enum PermissionDecision {
-    /// Run the tool, with the input as the user edited it (or as asked).
-    Allow {
-        /// The edited tool input, when the user changed it.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        #[cfg_attr(test, ts(type = "Record<string, unknown>", optional))]
-        updated_input: Option<Value>,
-    },
-    /// Don't run the tool; the agent is told why.
-    Deny {
-        /// Shown to the agent.
-        message: String,
     },
 }
 
@@ -230,22 +213,4 @@ pub trait Backend: Send + Sync + 'static {
     fn take_prewarmed(&self) -> Option<String> {
         None
     }
-}
-
-/// A `result` message that ends a turn the agent could not finish, in the CLI's shape.
-pub fn error_result(session_id: &str, terminal_reason: &str) -> String {
-    serde_json::json!({
-        "type": "result",
-        "subtype": "error_during_execution",
-        "is_error": true,
-        "session_id": session_id,
-        "terminal_reason": terminal_reason,
-        "result": format!("The turn ended without a reply ({terminal_reason})."),
-        "errors": [terminal_reason],
-        "num_turns": 0,
-        "duration_ms": 0,
-        "total_cost_usd": 0,
-        "usage": { "input_tokens": 0, "output_tokens": 0 },
-    })
-    .to_string()
 }

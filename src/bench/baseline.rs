@@ -152,7 +152,9 @@ async fn on_text(
         Ok(frame) => frame,
         Err(err) => {
             return socket
-                .send(Message::Text(protocol::error_frame(&err).text))
+                .send(Message::Text(
+                    protocol::error_frame(&err).text.as_str().into(),
+                ))
                 .await;
         }
     };
@@ -166,7 +168,7 @@ async fn on_text(
                 session_id: &agent.session_id,
             };
             let ack = protocol::ack_frame(tag, chat.client_msg_id.as_deref(), seq, 0);
-            socket.send(Message::Text(ack.text)).await
+            socket.send(Message::Text(ack.text.as_str().into())).await
         }
         ClientFrame::Subscribe {
             agent_id,
@@ -185,7 +187,9 @@ async fn on_text(
             };
             for chunk in history.chunks(WRITE_BATCH) {
                 for frame in chunk {
-                    socket.feed(Message::Text(frame.text.clone())).await?;
+                    socket
+                        .feed(Message::Text(frame.text.as_str().into()))
+                        .await?;
                 }
                 socket.flush().await?;
             }
@@ -193,7 +197,9 @@ async fn on_text(
         }
         ClientFrame::Ping { ts } => {
             socket
-                .send(Message::Text(protocol::pong_frame(ts.as_ref()).text))
+                .send(Message::Text(
+                    protocol::pong_frame(ts.as_ref()).text.as_str().into(),
+                ))
                 .await
         }
         // No routing, no store: everything else is accepted and ignored.
@@ -211,7 +217,9 @@ async fn forward(
     let mut written = 0;
     while let Some(item) = next.take() {
         if let Ok(frame) = item {
-            socket.feed(Message::Text(frame.text)).await?;
+            socket
+                .feed(Message::Text(frame.text.as_str().into()))
+                .await?;
             written += 1;
         }
         if written < WRITE_BATCH {

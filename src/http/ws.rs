@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -29,7 +29,7 @@ use crate::http::ApiError;
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::limits::{QuotaPermit, RateLimiter, Verdict};
-use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
+use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag};
 use crate::session::ChatAccepted;
 use crate::session::replay::Cursor;
 
@@ -272,7 +272,7 @@ impl Connection {
 
     async fn send(&mut self, frame: Frame) -> SocketResult {
         self.app.metrics.frame_out(frame.kind);
-        self.socket.send(Message::Text(frame.text)).await
+        self.socket.send(text_message(&frame)).await
     }
 
     async fn send_error(&mut self, err: &FrameError) -> SocketResult {
@@ -380,7 +380,17 @@ impl Connection {
                     .fork(&self.principal, &agent_id, &new_agent_id, at_seq)
                     .await
                 {
-                    Ok(fork) => self.send(protocol::forked_frame(&fork, &agent_id)).await,
+                    Ok(fork) => {
+                        self.send(protocol::forked_frame(
+                            Tag {
+                                agent_id: &fork.agent_id,
+                                session_id: &fork.session_id,
+                            },
+                            fork.last_seq,
+                            &agent_id,
+                        ))
+                        .await
+                    }
                     Err(err) => self.send_error(&err).await,
                 }
             }
@@ -461,7 +471,7 @@ impl Connection {
                 Ok(frame) => {
                     if self.is_new(&agent_id, &frame) {
                         self.app.metrics.frame_out(frame.kind);
-                        self.socket.feed(Message::Text(frame.text)).await?;
+                        self.socket.feed(text_message(&frame)).await?;
                         written += 1;
                     }
                 }
@@ -520,7 +530,7 @@ impl Connection {
             for frame in frames {
                 last = frame.seq.unwrap_or(last);
                 self.app.metrics.frame_out(frame.kind);
-                self.socket.feed(Message::Text(frame.text)).await?;
+                self.socket.feed(text_message(&frame)).await?;
             }
             self.socket.flush().await?;
             if let Some(Followed { cursor, .. }) = self.followed.get_mut(agent_id) {
@@ -537,4 +547,9 @@ fn is_too_big(err: axum::Error) -> bool {
         Ok(e) => matches!(*e, tungstenite::Error::Capacity(_)),
         Err(_) => false,
     }
+}
+
+/// A frame as a WebSocket text message, sharing the frame's bytes.
+fn text_message(frame: &Frame) -> Message {
+    Message::Text(Utf8Bytes::try_from(frame.text.bytes()).expect("frame text is UTF-8"))
 }

@@ -3,12 +3,10 @@
 
 use ts_rs::{Config, TS};
 
-use crate::agent::PermissionDecision;
-
 use super::{
     AGENT_MESSAGE_TYPES, AckFrame, Chat, ChatOptions, ClientFrame, ControlFrame, ErrorCode,
-    ErrorFrame, LIVE_AGENT_MESSAGE_TYPES, PermissionRequest, PermissionResolved, PongFrame,
-    SessionHeader, StatusFrame,
+    ErrorFrame, LIVE_AGENT_MESSAGE_TYPES, PermissionDecision, PermissionRequest,
+    PermissionResolved, PongFrame, SessionHeader, StatusFrame,
 };
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web/protocol.d.ts");

@@ -12,12 +12,11 @@ use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
 use super::{SessionRef, Shared, SlotState};
-use crate::agent::{
-    AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, PermissionDecision, SpawnSpec,
-    error_result,
-};
+use crate::agent::{AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
 use crate::limits::QuotaPermit;
-use crate::protocol::{self, Chat, ChatOptions, ErrorCode, Frame, FrameError};
+use crate::protocol::{
+    self, Chat, ChatOptions, ErrorCode, Frame, FrameError, PermissionDecision, error_result,
+};
 use crate::store::{NewMessage, NextLaunch, SessionRecord, Totals};
 
 /// Most agent events stored in one append.

@@ -604,7 +604,7 @@ impl Manager {
         principal: &str,
         agent_id: &str,
         request_id: String,
-        decision: crate::agent::PermissionDecision,
+        decision: crate::protocol::PermissionDecision,
     ) -> Result<(), FrameError> {
         let no_request = || {
             FrameError::new(

@@ -757,7 +757,7 @@ impl Store for SqliteStore {
                 .map(|_| {
                     let mut m = NewMessage::new(
                         "result",
-                        crate::agent::error_result(&session_id, "server_restart"),
+                        crate::protocol::error_result(&session_id, "server_restart"),
                     );
                     m.totals = Some(Default::default());
                     m

@@ -9,6 +9,7 @@ mod fake_cli;
 mod faults;
 mod gateway;
 mod history;
+mod layers;
 mod limits;
 mod metrics;
 mod real_cli;

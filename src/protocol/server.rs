@@ -1,0 +1,395 @@
+//! Server frames: each serialized once into a [`Frame`] that every subscriber shares, and the
+//! builders of every frame the server sends.
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{ErrorCode, FrameError};
+
+/// One serialized server frame, shared cheaply between every socket that gets it.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// The stored sequence number, for frames that are stored.
+    pub seq: Option<i64>,
+    /// The frame's `message_type` (`other` for one this server does not name), for metrics.
+    pub kind: &'static str,
+    /// The JSON text sent on the wire.
+    pub text: FrameText,
+}
+
+/// A frame's JSON text: UTF-8, shared between subscribers without copying.
+#[derive(Debug, Clone)]
+pub struct FrameText(Bytes);
+
+impl FrameText {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("frame text is built from a String")
+    }
+
+    /// The text's bytes, shared.
+    pub fn bytes(&self) -> Bytes {
+        self.0.clone()
+    }
+}
+
+impl From<String> for FrameText {
+    fn from(text: String) -> Self {
+        FrameText(Bytes::from(text))
+    }
+}
+
+impl Frame {
+    fn unstored(kind: &'static str, text: String) -> Self {
+        Frame {
+            seq: None,
+            kind,
+            text: text.into(),
+        }
+    }
+}
+
+/// Which conversation a frame belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct Tag<'a> {
+    /// The client's routing key.
+    pub agent_id: &'a str,
+    /// The server's conversation id.
+    pub session_id: &'a str,
+}
+
+/// The fields every conversation frame built by [`session_frame`] starts with; the payload
+/// follows.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct SessionHeader<'a> {
+    /// What the frame is.
+    pub message_type: &'a str,
+    /// The client's routing key.
+    pub agent_id: &'a str,
+    /// The server's conversation id.
+    pub session_id: &'a str,
+    /// The stored sequence number; absent on frames that are not stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub seq: Option<i64>,
+    /// RFC 3339; for a stored frame, when it was stored.
+    pub timestamp: &'a str,
+}
+
+/// Message types whose stored payload is the agent's message, sent under `message`.
+pub const AGENT_MESSAGE_TYPES: &[&str] = &["user", "system", "assistant", "result"];
+
+/// Message types sent under `message` and never stored: token-streaming deltas, and agent
+/// messages of types this server does not know.
+pub const LIVE_AGENT_MESSAGE_TYPES: &[&str] = &["stream_event", "agent_event"];
+
+/// Message types whose stored payload is the agent's message, sent under `message`.
+pub fn is_agent_message(message_type: &str) -> bool {
+    AGENT_MESSAGE_TYPES.contains(&message_type)
+}
+
+/// Builds a session frame: a header plus either `message: <payload>` (agent messages and
+/// stream events) or the payload object's own fields (status and other server frames).
+///
+/// `payload` must be a JSON object; it is spliced in as text, never re-parsed.
+pub fn session_frame(
+    tag: Tag<'_>,
+    message_type: &str,
+    seq: Option<i64>,
+    timestamp: &str,
+    payload: &str,
+) -> Frame {
+    let header = serde_json::to_string(&SessionHeader {
+        message_type,
+        agent_id: tag.agent_id,
+        session_id: tag.session_id,
+        seq,
+        timestamp,
+    })
+    .expect("header serializes");
+    let mut text = String::with_capacity(header.len() + payload.len() + 16);
+    text.push_str(&header[..header.len() - 1]);
+    if is_agent_message(message_type) || LIVE_AGENT_MESSAGE_TYPES.contains(&message_type) {
+        text.push_str(",\"message\":");
+        text.push_str(payload);
+        text.push('}');
+    } else {
+        let inner = payload.trim();
+        let inner = inner
+            .strip_prefix('{')
+            .and_then(|s| s.strip_suffix('}'))
+            .unwrap_or("");
+        if !inner.trim().is_empty() {
+            text.push(',');
+            text.push_str(inner);
+        }
+        text.push('}');
+    }
+    Frame {
+        seq,
+        kind: static_type(message_type),
+        text: text.into(),
+    }
+}
+
+/// Session frame types, as the static strings metrics are labelled with.
+const SESSION_TYPES: &[&str] = &[
+    "user",
+    "system",
+    "assistant",
+    "result",
+    "stream_event",
+    "status",
+    "agent_event",
+    "permission_request",
+    "permission_resolved",
+];
+
+fn static_type(message_type: &str) -> &'static str {
+    SESSION_TYPES
+        .iter()
+        .find(|t| **t == message_type)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// The current time as RFC 3339 with milliseconds, in UTC.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A server frame that is not an agent message, tagged by `message_type`.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(tag = "message_type", rename_all = "snake_case")]
+pub enum ControlFrame<'a> {
+    /// A `chat` was stored.
+    Ack(AckFrame<'a>),
+    /// A client frame failed.
+    Error(ErrorFrame<'a>),
+    /// The answer to a `ping`.
+    Pong(PongFrame<'a>),
+    /// A conversation changed state.
+    Status(StatusFrame<'a>),
+}
+
+impl ControlFrame<'_> {
+    fn to_frame(&self) -> Frame {
+        let kind = match self {
+            ControlFrame::Ack(_) => "ack",
+            ControlFrame::Error(_) => "error",
+            ControlFrame::Pong(_) => "pong",
+            ControlFrame::Status(_) => "status",
+        };
+        Frame::unstored(
+            kind,
+            serde_json::to_string(self).expect("control frames serialize"),
+        )
+    }
+}
+
+/// Sent to the socket that sent a `chat` once the user message is stored.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct AckFrame<'a> {
+    /// The conversation.
+    pub agent_id: &'a str,
+    /// The server's conversation id.
+    pub session_id: &'a str,
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// The `chat`'s `client_msg_id`, or null.
+    pub client_msg_id: Option<&'a str>,
+    /// The `seq` of the stored user message.
+    pub seq: i64,
+    /// Turns ahead of this one; 0 when it runs now.
+    pub queue_position: usize,
+}
+
+/// A client frame that could not be acted on; the socket stays open.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct ErrorFrame<'a> {
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Human-readable explanation.
+    pub error: &'a str,
+    /// The failed frame's `agent_id`, when it had a readable one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub agent_id: Option<&'a str>,
+    /// The failed frame's `client_msg_id`, when it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub client_msg_id: Option<&'a str>,
+}
+
+/// The answer to a `ping`.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct PongFrame<'a> {
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// The `ping`'s `ts`, or null.
+    #[cfg_attr(test, ts(type = "unknown"))]
+    pub ts: Option<&'a Value>,
+}
+
+/// A conversation's state: `creating`, `resuming`, `active`, `busy`, `idle`, `queued`,
+/// `interrupted`, `crashed`, `evicted`, `lagged`, ...
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct StatusFrame<'a> {
+    /// The conversation.
+    pub agent_id: &'a str,
+    /// The server's conversation id; absent when the conversation does not exist yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub session_id: Option<&'a str>,
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// The state.
+    pub status: &'a str,
+    /// Human-readable detail.
+    pub detail: &'a str,
+    /// For `forked`: the conversation this one was forked from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub forked_from: Option<&'a str>,
+    /// For `forked`: the `seq` the copied history ends at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub at_seq: Option<i64>,
+}
+
+/// The fields of a stored `permission_request` frame, after its [`SessionHeader`]: the agent
+/// asks to use a tool and waits for a `permission_response`.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct PermissionRequest<'a> {
+    /// Echoed in the `permission_response`.
+    pub request_id: &'a str,
+    /// The tool, e.g. `Bash`.
+    pub tool_name: &'a str,
+    /// The tool's input as the agent proposes it.
+    #[cfg_attr(test, ts(type = "Record<string, unknown>"))]
+    pub input: &'a Value,
+    /// Permission suggestions the agent offers.
+    #[cfg_attr(test, ts(type = "unknown"))]
+    pub suggestions: &'a Value,
+}
+
+/// The fields of a stored `permission_resolved` frame, after its [`SessionHeader`].
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct PermissionResolved<'a> {
+    /// The request that ended.
+    pub request_id: &'a str,
+    /// `allowed`, `denied`, `timed_out` or `cancelled`.
+    pub outcome: &'a str,
+}
+
+/// A `status` frame (not stored).
+pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
+    ControlFrame::Status(StatusFrame {
+        agent_id: tag.agent_id,
+        session_id: Some(tag.session_id),
+        timestamp: &now_rfc3339(),
+        status,
+        detail,
+        forked_from: None,
+        at_seq: None,
+    })
+    .to_frame()
+}
+
+/// A `status` frame for an `agent_id` that has no conversation yet.
+pub fn bare_status_frame(agent_id: &str, status: &str, detail: &str) -> Frame {
+    ControlFrame::Status(StatusFrame {
+        agent_id,
+        session_id: None,
+        timestamp: &now_rfc3339(),
+        status,
+        detail,
+        forked_from: None,
+        at_seq: None,
+    })
+    .to_frame()
+}
+
+/// The `status` `forked` answering a `fork`: tagged with the new conversation, it names the
+/// original and the `seq` the copied history ends at (the fork's own `last_seq`).
+pub fn forked_frame(fork: Tag<'_>, last_seq: i64, forked_from: &str) -> Frame {
+    ControlFrame::Status(StatusFrame {
+        agent_id: fork.agent_id,
+        session_id: Some(fork.session_id),
+        timestamp: &now_rfc3339(),
+        status: "forked",
+        detail: &format!("forked from `{forked_from}` at seq {last_seq}"),
+        forked_from: Some(forked_from),
+        at_seq: Some(last_seq),
+    })
+    .to_frame()
+}
+
+/// The `ack` frame sent to the socket that sent a `chat`.
+pub fn ack_frame(
+    tag: Tag<'_>,
+    client_msg_id: Option<&str>,
+    seq: i64,
+    queue_position: usize,
+) -> Frame {
+    ControlFrame::Ack(AckFrame {
+        agent_id: tag.agent_id,
+        session_id: tag.session_id,
+        timestamp: &now_rfc3339(),
+        client_msg_id,
+        seq,
+        queue_position,
+    })
+    .to_frame()
+}
+
+/// The `error` frame for a failed client frame.
+pub fn error_frame(err: &FrameError) -> Frame {
+    ControlFrame::Error(ErrorFrame {
+        timestamp: &now_rfc3339(),
+        code: err.code,
+        error: &err.message,
+        agent_id: err.agent_id.as_deref(),
+        client_msg_id: err.client_msg_id.as_deref(),
+    })
+    .to_frame()
+}
+
+/// The `pong` answering a `ping`.
+pub fn pong_frame(ts: Option<&Value>) -> Frame {
+    ControlFrame::Pong(PongFrame {
+        timestamp: &now_rfc3339(),
+        ts,
+    })
+    .to_frame()
+}
+
+/// The `result` message that closes a turn which ended without the agent's own result (it
+/// crashed, was stopped, or the server went down), in the shape of the CLI's error results.
+pub fn error_result(session_id: &str, terminal_reason: &str) -> String {
+    serde_json::json!({
+        "type": "result",
+        "subtype": "error_during_execution",
+        "is_error": true,
+        "session_id": session_id,
+        "terminal_reason": terminal_reason,
+        "result": format!("The turn ended without a reply ({terminal_reason})."),
+        "errors": [terminal_reason],
+        "num_turns": 0,
+        "duration_ms": 0,
+        "total_cost_usd": 0,
+        "usage": { "input_tokens": 0, "output_tokens": 0 },
+    })
+    .to_string()
+}
