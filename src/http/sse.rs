@@ -21,7 +21,6 @@ use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, Frame};
 use crate::session::replay::Cursor;
-use crate::store::Store;
 
 /// Events buffered for one slow client before it falls behind the conversation (and is
 /// replayed from the store).
@@ -59,16 +58,9 @@ pub async fn events(
         None => params.since_seq.unwrap_or(0).max(0),
     };
     let sub = app.manager.subscribe(&principal, &id).await?;
-    let cursor = Cursor {
-        session: sub.session,
-        last_seq: since,
-    };
+    let cursor = app.manager.cursor(sub.session, since);
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-    let follower = Follower {
-        cursor,
-        store: app.manager.store().clone(),
-        out: tx,
-    };
+    let follower = Follower { cursor, out: tx };
     let shutdown = app.shutdown.clone();
     tokio::spawn(async move {
         tokio::select! {
@@ -90,7 +82,6 @@ pub async fn events(
 /// falling behind.
 struct Follower {
     cursor: Cursor,
-    store: std::sync::Arc<dyn Store>,
     out: mpsc::Sender<Frame>,
 }
 
@@ -107,12 +98,7 @@ impl Follower {
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    let detail = format!(
-                        "{missed} frame(s) were missed; replaying stored frames after seq {}",
-                        self.cursor.last_seq
-                    );
-                    let status =
-                        protocol::status_frame(self.cursor.session.tag(), "lagged", &detail);
+                    let status = self.cursor.lagged(missed);
                     if self.out.send(status).await.is_err() || self.replay().await.is_err() {
                         return;
                     }
@@ -125,11 +111,9 @@ impl Follower {
     /// Sends the stored frames after the cursor; `Err` when the client is gone or the store
     /// failed (the stream then ends, and the client reconnects with `Last-Event-ID`).
     async fn replay(&mut self) -> Result<(), ()> {
-        let mut pages = std::pin::pin!(self.cursor.replay(self.store.clone()));
+        let mut pages = std::pin::pin!(self.cursor.replay());
         while let Some(page) = pages.next().await {
-            let frames = page.map_err(|err| {
-                tracing::warn!(error = %err, agent_id = %self.cursor.session.agent_id, "event replay failed");
-            })?;
+            let frames = page.map_err(|_| ())?;
             for frame in frames {
                 if self.cursor.admit(&frame) {
                     self.out.send(frame).await.map_err(|_| ())?;

@@ -330,10 +330,7 @@ impl Connection {
                 self.app.metrics.frame_in("subscribe");
                 match manager.subscribe(&self.principal, &agent_id).await {
                     Ok(sub) => {
-                        let cursor = Cursor {
-                            session: sub.session,
-                            last_seq: since_seq,
-                        };
+                        let cursor = manager.cursor(sub.session, since_seq);
                         self.follow(agent_id.clone(), cursor, sub.events);
                         self.replay(&agent_id).await
                     }
@@ -428,10 +425,7 @@ impl Connection {
             .get(&agent_id)
             .is_none_or(|f| f.cursor.session.session_id != accepted.session.session_id)
         {
-            let cursor = Cursor {
-                session: accepted.session,
-                last_seq: accepted.seq - 1,
-            };
+            let cursor = self.app.manager.cursor(accepted.session, accepted.seq - 1);
             self.follow(agent_id, cursor, accepted.events);
         }
         Ok(())
@@ -498,11 +492,7 @@ impl Connection {
         let Some(Followed { cursor, .. }) = self.followed.get(agent_id) else {
             return Ok(());
         };
-        let detail = format!(
-            "{missed} frame(s) were missed; replaying stored frames after seq {}",
-            cursor.last_seq
-        );
-        let status = protocol::status_frame(cursor.session.tag(), "lagged", &detail);
+        let status = cursor.lagged(missed);
         self.send(status).await?;
         self.replay(agent_id).await
     }
@@ -513,19 +503,11 @@ impl Connection {
             return Ok(());
         };
         let mut last = cursor.last_seq;
-        let mut pages = std::pin::pin!(cursor.replay(self.app.manager.store().clone()));
+        let mut pages = std::pin::pin!(cursor.replay());
         while let Some(page) = pages.next().await {
             let frames = match page {
                 Ok(frames) => frames,
-                Err(err) => {
-                    tracing::warn!(error = %err, agent_id, "replay failed");
-                    let err = FrameError::new(
-                        ErrorCode::StoreUnavailable,
-                        "could not read stored frames; subscribe again",
-                    )
-                    .for_agent(Some(agent_id));
-                    return self.send_error(&err).await;
-                }
+                Err(err) => return self.send_error(&err).await,
             };
             for frame in frames {
                 last = frame.seq.unwrap_or(last);

@@ -9,7 +9,11 @@
 //! per conversation.
 
 mod actor;
+mod history;
 pub mod replay;
+
+pub use crate::store::{SessionQuery, SessionRecord};
+pub use history::{ExportLine, MAX_TITLE_CHARS};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +27,7 @@ use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
 use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError, Tag};
-use crate::store::{NewSession, SessionRecord, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Commands waiting for one actor; a full queue answers `limit_exceeded`.
 const COMMAND_QUEUE: usize = 256;
@@ -154,7 +158,7 @@ pub struct Manager {
     shared: Arc<Shared>,
 }
 
-fn unknown_agent(agent_id: &str) -> FrameError {
+pub(crate) fn unknown_agent(agent_id: &str) -> FrameError {
     FrameError::new(
         ErrorCode::UnknownAgent,
         format!("no conversation with agent_id `{agent_id}`"),
@@ -163,7 +167,7 @@ fn unknown_agent(agent_id: &str) -> FrameError {
 }
 
 /// A failed store call that concerns no one conversation, as a typed error.
-pub fn store_failure(err: StoreError) -> FrameError {
+pub(crate) fn store_failure(err: StoreError) -> FrameError {
     tracing::warn!(error = %err, "store unavailable");
     FrameError::new(
         ErrorCode::StoreUnavailable,
@@ -171,7 +175,7 @@ pub fn store_failure(err: StoreError) -> FrameError {
     )
 }
 
-fn store_error(err: StoreError, agent_id: &str) -> FrameError {
+pub(crate) fn store_error(err: StoreError, agent_id: &str) -> FrameError {
     match err {
         StoreError::UnknownSession => unknown_agent(agent_id),
         StoreError::InvalidSeq(detail) => {
@@ -294,16 +298,7 @@ impl Manager {
         };
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
-        handle
-            .tx
-            .try_send(actor::Command::Chat { chat, reply })
-            .map_err(|_| {
-                FrameError::new(
-                    ErrorCode::LimitExceeded,
-                    "the conversation is overloaded; try again",
-                )
-                .for_agent(Some(&agent_id))
-            })?;
+        send_command(&handle, &agent_id, actor::Command::Chat { chat, reply })?;
         drop(guard);
         Ok(PendingChat {
             agent_id,
@@ -335,20 +330,10 @@ impl Manager {
                     .backend
                     .take_prewarmed()
                     .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-                let cwd = shared.config.workspaces_dir().join(&session_id);
-                shared
-                    .store
-                    .create_session(NewSession {
-                        principal: principal.to_owned(),
-                        agent_id: chat.agent_id.clone(),
-                        session_id,
-                        backend: shared.backend.name().to_owned(),
-                        cwd: cwd.to_string_lossy().into_owned(),
-                        model: chat.options.model.clone(),
-                        permission_mode: chat.options.permission_mode.clone(),
-                    })
-                    .await
-                    .map_err(store_err)?
+                let mut new = self.new_session(principal, &chat.agent_id, session_id);
+                new.model = chat.options.model.clone();
+                new.permission_mode = chat.options.permission_mode.clone();
+                shared.store.create_session(new).await.map_err(store_err)?
             }
         };
         Ok(self.spawn_actor(record, slot, live))
@@ -398,13 +383,7 @@ impl Manager {
         let handle = match &*guard {
             SlotState::Live(h) if !h.tx.is_closed() => h.clone(),
             _ => {
-                let record = self
-                    .shared
-                    .store
-                    .find_session(principal, agent_id)
-                    .await
-                    .map_err(|e| store_error(e, agent_id))?
-                    .ok_or_else(|| unknown_agent(agent_id))?;
+                let record = self.get(principal, agent_id).await?;
                 let live = self.acquire_live(principal, agent_id)?;
                 let h = self.spawn_actor(record, &slot, live);
                 *guard = SlotState::Live(h.clone());
@@ -449,22 +428,11 @@ impl Manager {
         at_seq: Option<i64>,
     ) -> Result<SessionRecord, FrameError> {
         let store = &self.shared.store;
-        let source = store
-            .find_session(principal, agent_id)
-            .await
-            .map_err(|e| store_error(e, agent_id))?
-            .ok_or_else(|| unknown_agent(agent_id))?;
-        let session_id = uuid::Uuid::new_v4().to_string();
-        let cwd = self.shared.config.workspaces_dir().join(&session_id);
-        let new = NewSession {
-            principal: principal.to_owned(),
-            agent_id: new_agent_id.to_owned(),
-            session_id,
-            backend: source.backend.clone(),
-            cwd: cwd.to_string_lossy().into_owned(),
-            model: source.model.clone(),
-            permission_mode: source.permission_mode.clone(),
-        };
+        let source = self.get(principal, agent_id).await?;
+        let mut new = self.new_session(principal, new_agent_id, uuid::Uuid::new_v4().to_string());
+        new.backend = source.backend.clone();
+        new.model = source.model.clone();
+        new.permission_mode = source.permission_mode.clone();
         // Holding the new key's slot keeps a concurrent chat from creating it meanwhile.
         let (_slot, _guard) = self.lock_slot(&Self::key(principal, new_agent_id)).await;
         store
@@ -522,22 +490,11 @@ impl Manager {
     ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), FrameError> {
         let key = Self::key(principal, agent_id);
         if !self.slots.contains_key(&key) {
-            self.shared
-                .store
-                .find_session(principal, agent_id)
-                .await
-                .map_err(|e| store_error(e, agent_id))?
-                .ok_or_else(|| unknown_agent(agent_id))?;
+            self.get(principal, agent_id).await?;
         }
         let (slot, guard) = self.lock_slot(&key).await;
         if slot.session.get().is_none() {
-            let record = self
-                .shared
-                .store
-                .find_session(principal, agent_id)
-                .await
-                .map_err(|e| store_error(e, agent_id))?
-                .ok_or_else(|| unknown_agent(agent_id))?;
+            let record = self.get(principal, agent_id).await?;
             let _ = slot.session.set(SessionRef::from_record(&record));
         }
         Ok((slot, guard))
@@ -577,17 +534,7 @@ impl Manager {
             });
         };
         let (reply, rx) = oneshot::channel();
-        if handle
-            .tx
-            .try_send(actor::Command::Interrupt { reply })
-            .is_err()
-        {
-            return Err(FrameError::new(
-                ErrorCode::LimitExceeded,
-                "the conversation is overloaded; try again",
-            )
-            .for_agent(Some(agent_id)));
-        }
+        send_command(handle, agent_id, actor::Command::Interrupt { reply })?;
         drop(guard);
         Ok(Interrupted {
             session,
@@ -623,31 +570,9 @@ impl Manager {
             decision,
             reply,
         };
-        handle.tx.try_send(command).map_err(|_| {
-            FrameError::new(
-                ErrorCode::LimitExceeded,
-                "the conversation is overloaded; try again",
-            )
-            .for_agent(Some(agent_id))
-        })?;
+        send_command(handle, agent_id, command)?;
         drop(guard);
         rx.await.unwrap_or_else(|_| Err(no_request()))
-    }
-
-    /// Looks up a conversation of `principal`.
-    ///
-    /// # Errors
-    /// `store_unavailable`.
-    pub async fn find(
-        &self,
-        principal: &str,
-        agent_id: &str,
-    ) -> Result<Option<SessionRecord>, FrameError> {
-        self.shared
-            .store
-            .find_session(principal, agent_id)
-            .await
-            .map_err(|e| store_error(e, agent_id))
     }
 
     /// Whether a conversation is loaded in memory now (its actor running).
@@ -664,41 +589,6 @@ impl Manager {
             Ok(state) => matches!(&*state, SlotState::Live(h) if !h.tx.is_closed()),
             Err(_) => true,
         }
-    }
-
-    /// Creates conversation `agent_id` holding an imported transcript; its agent starts
-    /// fresh.
-    ///
-    /// # Errors
-    /// `agent_exists` or `store_unavailable`.
-    pub async fn import(
-        &self,
-        principal: &str,
-        agent_id: &str,
-        messages: Vec<crate::store::NewMessage>,
-    ) -> Result<SessionRecord, FrameError> {
-        let session_id = uuid::Uuid::new_v4().to_string();
-        let cwd = self.shared.config.workspaces_dir().join(&session_id);
-        let new = NewSession {
-            principal: principal.to_owned(),
-            agent_id: agent_id.to_owned(),
-            session_id,
-            backend: self.shared.backend.name().to_owned(),
-            cwd: cwd.to_string_lossy().into_owned(),
-            model: None,
-            permission_mode: None,
-        };
-        let (_slot, _guard) = self.lock_slot(&Self::key(principal, agent_id)).await;
-        self.shared
-            .store
-            .import_session(new, messages)
-            .await
-            .map_err(|e| store_error(e, agent_id))
-    }
-
-    /// The store behind the manager.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.shared.store
     }
 
     /// Ends every live conversation: running turns are interrupted and given the interrupt

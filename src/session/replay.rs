@@ -1,25 +1,37 @@
 //! Reading a conversation's stored frames back in `seq` order, and following it without gaps:
-//! shared by the WebSocket (`subscribe` with `since_seq`, lag recovery) and the Server-Sent
-//! Events endpoint (`Last-Event-ID`).
+//! the cursor every follower keeps (a socket's `subscribe` with `since_seq` and its lag
+//! recovery, an event stream's `Last-Event-ID`).
 
 use std::sync::Arc;
 
 use futures_util::Stream;
 
-use crate::protocol::{self, Frame};
-use crate::session::SessionRef;
-use crate::store::{Store, StoreError};
+use super::{Manager, SessionRef, store_error};
+use crate::protocol::{self, Frame, FrameError};
+use crate::store::{Store, StoredMessage};
 
 /// Stored frames read per page.
 pub const REPLAY_PAGE: u32 = 1000;
 
 /// A follower's position in a conversation: the highest stored `seq` it was sent.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Cursor {
     /// The conversation.
     pub session: Arc<SessionRef>,
     /// Highest stored `seq` sent.
     pub last_seq: i64,
+    store: Arc<dyn Store>,
+}
+
+impl Manager {
+    /// A cursor in `session` that has seen every stored frame up to `last_seq`.
+    pub fn cursor(&self, session: Arc<SessionRef>, last_seq: i64) -> Cursor {
+        Cursor {
+            session,
+            last_seq,
+            store: self.shared.store.clone(),
+        }
+    }
 }
 
 impl Cursor {
@@ -36,48 +48,48 @@ impl Cursor {
         }
     }
 
-    /// The stored frames after this cursor, page by page (see [`stored_pages`]).
-    pub fn replay(
-        &self,
-        store: Arc<dyn Store>,
-    ) -> impl Stream<Item = Result<Vec<Frame>, StoreError>> + Send + 'static {
-        stored_pages(store, self.session.clone(), self.last_seq)
+    /// The `status` `lagged` telling a follower that `missed` live frames passed it by and
+    /// that the stored ones after this cursor follow.
+    pub fn lagged(&self, missed: u64) -> Frame {
+        let detail = format!(
+            "{missed} frame(s) were missed; replaying stored frames after seq {}",
+            self.last_seq
+        );
+        protocol::status_frame(self.session.tag(), "lagged", &detail)
+    }
+
+    /// The stored frames after this cursor, in order, a page at a time; the stream ends after
+    /// the last page or the first error (`store_unavailable`).
+    pub fn replay(&self) -> impl Stream<Item = Result<Vec<Frame>, FrameError>> + Send + 'static {
+        let store = self.store.clone();
+        let session = self.session.clone();
+        futures_util::stream::unfold(Some(self.last_seq), move |after| {
+            let store = store.clone();
+            let session = session.clone();
+            async move {
+                let after = after?;
+                match store.messages_after(session.id, after, REPLAY_PAGE).await {
+                    Err(err) => Some((Err(store_error(err, &session.agent_id)), None)),
+                    Ok(rows) if rows.is_empty() => None,
+                    Ok(rows) => {
+                        let more = rows.len() == REPLAY_PAGE as usize;
+                        let last = rows.last().map(|r| r.seq);
+                        let frames = rows.iter().map(|row| stored_frame(&session, row)).collect();
+                        Some((Ok(frames), if more { last } else { None }))
+                    }
+                }
+            }
+        })
     }
 }
 
-/// The stored frames of `session` with `seq > after_seq`, in order, a page at a time; the
-/// stream ends after the last page or the first error.
-pub fn stored_pages(
-    store: Arc<dyn Store>,
-    session: Arc<SessionRef>,
-    after_seq: i64,
-) -> impl Stream<Item = Result<Vec<Frame>, StoreError>> + Send + 'static {
-    futures_util::stream::unfold(Some(after_seq), move |after| {
-        let store = store.clone();
-        let session = session.clone();
-        async move {
-            let after = after?;
-            match store.messages_after(session.id, after, REPLAY_PAGE).await {
-                Err(err) => Some((Err(err), None)),
-                Ok(rows) if rows.is_empty() => None,
-                Ok(rows) => {
-                    let more = rows.len() == REPLAY_PAGE as usize;
-                    let last = rows.last().map(|r| r.seq);
-                    let frames = rows
-                        .iter()
-                        .map(|row| {
-                            protocol::session_frame(
-                                session.tag(),
-                                &row.message_type,
-                                Some(row.seq),
-                                &row.created_at,
-                                &row.payload,
-                            )
-                        })
-                        .collect();
-                    Some((Ok(frames), if more { last } else { None }))
-                }
-            }
-        }
-    })
+/// The frame of a stored message, exactly as it was sent live.
+pub(super) fn stored_frame(session: &SessionRef, row: &StoredMessage) -> Frame {
+    protocol::session_frame(
+        session.tag(),
+        &row.message_type,
+        Some(row.seq),
+        &row.created_at,
+        &row.payload,
+    )
 }

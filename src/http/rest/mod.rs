@@ -48,7 +48,7 @@ use crate::http::AppState;
         sessions::RewindBody,
         sessions::RewoundStatus,
         sessions::ForkBody,
-        sessions::ExportLine,
+        crate::session::ExportLine,
     ))
 )]
 pub struct ApiDoc;

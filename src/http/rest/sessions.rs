@@ -2,10 +2,12 @@
 //! principal's conversation is answered as unknown.
 
 use axum::Json;
+use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, QueryRejection, StringRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -14,8 +16,7 @@ use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, ClientFrame, ErrorCode, Frame};
-use crate::session::SessionRef;
-use crate::store::{NewMessage, SessionQuery, SessionRecord};
+use crate::session::{ExportLine, SessionQuery, SessionRecord};
 
 /// Largest accepted import, in bytes.
 pub const MAX_IMPORT_BYTES: usize = 64 << 20; // 64 MiB
@@ -23,10 +24,6 @@ pub const MAX_IMPORT_BYTES: usize = 64 << 20; // 64 MiB
 const MAX_LIST: u32 = 500;
 /// Most messages one messages request returns.
 const MAX_MESSAGES: u32 = 1000;
-/// Longest title, in characters.
-const MAX_TITLE_CHARS: usize = 200;
-/// Stored messages read per page while exporting.
-const EXPORT_PAGE: u32 = 1000;
 
 /// One conversation, as listed and fetched.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -219,24 +216,6 @@ pub struct ImportParams {
     agent_id: String,
 }
 
-/// One line of an export (JSONL).
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ExportLine {
-    /// Position in the conversation.
-    pub seq: i64,
-    /// `user`, `system`, `assistant`, `result`, `status`, ...
-    pub message_type: String,
-    /// `user` or `assistant`, for messages that have a role.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
-    /// The message's text, for messages that have one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-    /// The stored JSON object verbatim.
-    #[schema(value_type = Object)]
-    pub payload: Value,
-}
-
 /// Checks the `agent_id` of a path.
 fn agent_id(raw: String) -> Result<String, ApiError> {
     if protocol::valid_agent_id(&raw) {
@@ -247,15 +226,6 @@ fn agent_id(raw: String) -> Result<String, ApiError> {
             "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
         ))
     }
-}
-
-async fn find(app: &AppState, principal: &str, agent_id: &str) -> Result<SessionRecord, ApiError> {
-    app.manager.find(principal, agent_id).await?.ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::UnknownAgent,
-            format!("no conversation with agent_id `{agent_id}`"),
-        )
-    })
 }
 
 fn summary(app: &AppState, principal: &str, record: SessionRecord) -> SessionSummary {
@@ -316,12 +286,7 @@ pub async fn list(
         offset: params.offset.unwrap_or(0),
         title_contains: params.q.filter(|q| !q.is_empty()),
     };
-    let (records, total) = app
-        .manager
-        .store()
-        .list_sessions(&principal, &query)
-        .await
-        .map_err(|e| ApiError::from(crate::session::store_failure(e)))?;
+    let (records, total) = app.manager.list(&principal, &query).await?;
     let sessions = records
         .into_iter()
         .map(|r| summary(&app, &principal, r))
@@ -339,7 +304,7 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Json<SessionSummary>, ApiError> {
     let id = agent_id(id)?;
-    let record = find(&app, &principal, &id).await?;
+    let record = app.manager.get(&principal, &id).await?;
     Ok(Json(summary(&app, &principal, record)))
 }
 
@@ -361,27 +326,13 @@ pub async fn messages(
             "`limit` must be 1-{MAX_MESSAGES}"
         )));
     }
-    let record = find(&app, &principal, &id).await?;
-    let session = SessionRef::from_record(&record);
-    // One more than asked tells whether more follow.
-    let rows = app
+    let (frames, has_more) = app
         .manager
-        .store()
-        .messages_after(record.id, params.after_seq.unwrap_or(0), limit + 1)
-        .await
-        .map_err(|e| ApiError::from(crate::session::store_failure(e)))?;
-    let has_more = rows.len() > limit as usize;
-    let messages = rows
+        .messages(&principal, &id, params.after_seq.unwrap_or(0), limit)
+        .await?;
+    let messages = frames
         .iter()
-        .take(limit as usize)
-        .map(|row| {
-            let frame = protocol::session_frame(
-                session.tag(),
-                &row.message_type,
-                Some(row.seq),
-                &row.created_at,
-                &row.payload,
-            );
+        .map(|frame| {
             serde_json::value::RawValue::from_string(frame.text.as_str().to_owned())
                 .expect("frames are JSON")
         })
@@ -401,19 +352,7 @@ pub async fn rename(
 ) -> Result<Json<SessionSummary>, ApiError> {
     let id = agent_id(id)?;
     let Json(body) = body?;
-    let title = body.title.trim();
-    if title.is_empty() || title.chars().count() > MAX_TITLE_CHARS {
-        return Err(ApiError::invalid(format!(
-            "`title` must be 1-{MAX_TITLE_CHARS} characters"
-        )));
-    }
-    let record = find(&app, &principal, &id).await?;
-    app.manager
-        .store()
-        .rename_session(record.id, title)
-        .await
-        .map_err(|e| ApiError::from(crate::session::store_failure(e)))?;
-    let record = find(&app, &principal, &id).await?;
+    let record = app.manager.rename(&principal, &id, &body.title).await?;
     Ok(Json(summary(&app, &principal, record)))
 }
 
@@ -431,25 +370,6 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The role and text of a stored message, where it has them.
-fn role_and_content(payload: &Value) -> (Option<String>, Option<String>) {
-    let message = &payload["message"];
-    let role = message["role"].as_str().map(str::to_owned);
-    let content = match &message["content"] {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(blocks) => {
-            let text: Vec<&str> = blocks
-                .iter()
-                .filter(|b| b["type"] == "text")
-                .filter_map(|b| b["text"].as_str())
-                .collect();
-            (!text.is_empty()).then(|| text.join(""))
-        }
-        _ => None,
-    };
-    (role, content)
-}
-
 /// The conversation as JSONL, one stored message a line.
 #[utoipa::path(get, path = "/api/sessions/{agent_id}/export",
     params(("agent_id" = String, Path, description = "The conversation")),
@@ -461,33 +381,9 @@ pub async fn export(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let record = find(&app, &principal, &id).await?;
-    let store = app.manager.store();
-    let mut out = String::new();
-    let mut after = 0;
-    loop {
-        let rows = store
-            .messages_after(record.id, after, EXPORT_PAGE)
-            .await
-            .map_err(|e| ApiError::from(crate::session::store_failure(e)))?;
-        for row in &rows {
-            let payload: Value = serde_json::from_str(&row.payload).unwrap_or(Value::Null);
-            let (role, content) = role_and_content(&payload);
-            let line = ExportLine {
-                seq: row.seq,
-                message_type: row.message_type.clone(),
-                role,
-                content,
-                payload,
-            };
-            out.push_str(&serde_json::to_string(&line).expect("serializes"));
-            out.push('\n');
-            after = row.seq;
-        }
-        if rows.len() < EXPORT_PAGE as usize {
-            break;
-        }
-    }
+    let lines = app.manager.export(&principal, &id).await?;
+    let body =
+        Body::from_stream(lines.map(|line| line.map_err(|err| std::io::Error::other(err.message))));
     Ok((
         [
             (header::CONTENT_TYPE, "application/x-ndjson".to_owned()),
@@ -496,23 +392,9 @@ pub async fn export(
                 format!("attachment; filename=\"{id}.jsonl\""),
             ),
         ],
-        out,
+        body,
     )
         .into_response())
-}
-
-/// The stored type of an imported line, for the types a conversation can hold.
-fn stored_type(message_type: &str) -> Option<&'static str> {
-    Some(match message_type {
-        "user" => "user",
-        "system" => "system",
-        "assistant" => "assistant",
-        "result" => "result",
-        "status" => "status",
-        "permission_request" => "permission_request",
-        "permission_resolved" => "permission_resolved",
-        _ => return None,
-    })
 }
 
 /// Creates a conversation from an export (JSONL). Its messages keep their order and content
@@ -530,49 +412,7 @@ pub async fn import(
     let body = body?;
     let Query(params) = params?;
     let id = agent_id(params.agent_id)?;
-    let mut messages = Vec::new();
-    for (i, line) in body
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let line: ExportLine = serde_json::from_str(line)
-            .map_err(|e| ApiError::invalid(format!("line {}: {e}", i + 1)))?;
-        let Some(message_type) = stored_type(&line.message_type) else {
-            return Err(ApiError::invalid(format!(
-                "line {}: unknown message_type `{}`",
-                i + 1,
-                protocol::truncate_chars(&line.message_type, 64)
-            )));
-        };
-        if !line.payload.is_object() {
-            return Err(ApiError::invalid(format!(
-                "line {}: `payload` must be an object",
-                i + 1
-            )));
-        }
-        let mut message = NewMessage::new(message_type, line.payload.to_string());
-        // The user's own chat is the user message whose content is plain text.
-        if let ("user", Value::String(text)) = (message_type, &line.payload["message"]["content"]) {
-            message.prompt = true;
-            message.title = Some(protocol::truncate_chars(text.trim(), 50).to_owned());
-        }
-        message.sdk_uuid = line.payload["uuid"].as_str().map(str::to_owned);
-        messages.push(message);
-    }
-    if messages.is_empty() {
-        return Err(ApiError::invalid("the body holds no message"));
-    }
-    let count = messages.len();
-    messages.push(NewMessage::new(
-        "status",
-        serde_json::json!({
-            "status": "imported",
-            "detail": format!("{count} message(s) imported; the agent starts fresh and does not remember them"),
-        })
-        .to_string(),
-    ));
-    let record = app.manager.import(&principal, &id, messages).await?;
+    let record = app.manager.import(&principal, &id, &body).await?;
     Ok((StatusCode::CREATED, Json(summary(&app, &principal, record))))
 }
 
