@@ -50,11 +50,6 @@ impl Metrics {
         self.inner.live_sessions.fetch_add(delta, Relaxed);
     }
 
-    /// Live session count right now.
-    pub fn live_session_count(&self) -> i64 {
-        self.inner.live_sessions.load(Relaxed)
-    }
-
     /// Turns queued behind a running one changed by `delta`.
     pub fn queued_turns(&self, delta: i64) {
         self.inner.queued_turns.fetch_add(delta, Relaxed);

@@ -29,7 +29,7 @@ pub enum PermissionDecision {
 }
 
 /// Options a `chat` may carry; only these reach the agent.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[cfg_attr(test, derive(ts_rs::TS))]
 pub struct ChatOptions {
     /// Model name for the agent.
@@ -172,6 +172,17 @@ pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameErro
             "frame must be a JSON object",
         ));
     };
+    decode_object(&obj, limits)
+}
+
+/// Decodes a client frame that is already a JSON object (see [`decode`]).
+///
+/// # Errors
+/// As [`decode`], but for the JSON syntax.
+pub fn decode_object(
+    obj: &Map<String, Value>,
+    limits: DecodeLimits,
+) -> Result<ClientFrame, FrameError> {
     let ty = match obj.get("type") {
         Some(Value::String(t)) => t.as_str(),
         Some(_) => {

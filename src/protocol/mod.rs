@@ -325,9 +325,6 @@ mod tests {
             (&v["status"], &v["session_id"]),
             (&"idle".into(), &"s".into())
         );
-        let v: Value =
-            serde_json::from_str(bare_status_frame("a", "evicted", "").text.as_str()).unwrap();
-        assert!(v.get("session_id").is_none());
         let v: Value = serde_json::from_str(pong_frame(Some(&5.into())).text.as_str()).unwrap();
         assert_eq!((&v["message_type"], &v["ts"]), (&"pong".into(), &5.into()));
     }

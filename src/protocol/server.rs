@@ -307,20 +307,6 @@ pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
     .to_frame()
 }
 
-/// A `status` frame for an `agent_id` that has no conversation yet.
-pub fn bare_status_frame(agent_id: &str, status: &str, detail: &str) -> Frame {
-    ControlFrame::Status(StatusFrame {
-        agent_id,
-        session_id: None,
-        timestamp: &now_rfc3339(),
-        status,
-        detail,
-        forked_from: None,
-        at_seq: None,
-    })
-    .to_frame()
-}
-
 /// The `status` `forked` answering a `fork`: tagged with the new conversation, it names the
 /// original and the `seq` the copied history ends at (the fork's own `last_seq`).
 pub fn forked_frame(fork: Tag<'_>, last_seq: i64, forked_from: &str) -> Frame {

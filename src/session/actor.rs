@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
 use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
@@ -55,6 +56,8 @@ pub(crate) struct ActorInit {
     pub record: SessionRecord,
     pub slot_state: Arc<Mutex<SlotState>>,
     pub events: broadcast::Sender<Frame>,
+    /// Whether a turn is running or queued, for those who ask without a command.
+    pub busy: Arc<AtomicBool>,
     pub commands: mpsc::Receiver<Command>,
     /// This conversation's place among the live ones; given back when it stops.
     pub live: QuotaPermit,
@@ -88,6 +91,7 @@ struct Actor {
     session: Arc<SessionRef>,
     slot_state: Arc<Mutex<SlotState>>,
     events: broadcast::Sender<Frame>,
+    busy: Arc<AtomicBool>,
     commands: mpsc::Receiver<Command>,
     cwd: std::path::PathBuf,
     sdk_session_id: Option<String>,
@@ -117,6 +121,7 @@ pub(crate) fn spawn(init: ActorInit) {
         record,
         slot_state,
         events,
+        busy,
         commands,
         live,
     } = init;
@@ -131,6 +136,7 @@ pub(crate) fn spawn(init: ActorInit) {
         session,
         slot_state,
         events,
+        busy,
         commands,
         queue: VecDeque::new(),
         running: None,
@@ -141,7 +147,11 @@ pub(crate) fn spawn(init: ActorInit) {
         pending_permissions: HashMap::new(),
         live: Some(live),
     };
-    tokio::spawn(actor.run());
+    let busy = actor.busy.clone();
+    tokio::spawn(async move {
+        actor.run().await;
+        busy.store(false, Ordering::Release);
+    });
 }
 
 /// The next event of the agent, or never when there is none.
@@ -208,6 +218,11 @@ impl Actor {
     }
 
     fn publish_status(&self, status: &str, detail: &str) {
+        match status {
+            "busy" => self.busy.store(true, Ordering::Release),
+            "idle" => self.busy.store(false, Ordering::Release),
+            _ => {}
+        }
         self.publish(protocol::status_frame(self.session.tag(), status, detail));
     }
 

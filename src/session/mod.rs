@@ -84,6 +84,8 @@ struct Slot {
     /// Set (under `state`) when the slot is dropped from the map; holders must look again.
     removed: AtomicBool,
     session: std::sync::OnceLock<Arc<SessionRef>>,
+    /// Whether the actor is running or queueing a turn.
+    busy: Arc<AtomicBool>,
 }
 
 /// A chat that was stored and queued.
@@ -132,6 +134,18 @@ pub struct Subscription {
     pub session: Arc<SessionRef>,
     /// Live frames from now on.
     pub events: broadcast::Receiver<Frame>,
+}
+
+/// What a conversation is doing, as [`Manager::activity`] tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Activity {
+    /// A turn is running or queued.
+    Busy,
+    /// The agent is live with nothing to do.
+    Idle,
+    /// Only in the store; the next chat resumes it.
+    Dormant,
 }
 
 /// The result of an `interrupt`.
@@ -254,6 +268,7 @@ impl Manager {
                         state: Arc::new(Mutex::new(SlotState::Dormant)),
                         removed: AtomicBool::new(false),
                         session: std::sync::OnceLock::new(),
+                        busy: Arc::new(AtomicBool::new(false)),
                     })
                 })
                 .clone();
@@ -367,6 +382,7 @@ impl Manager {
             record,
             slot_state: slot.state.clone(),
             events: slot.events.clone(),
+            busy: slot.busy.clone(),
             commands: rx,
             live,
         });
@@ -575,19 +591,28 @@ impl Manager {
         rx.await.unwrap_or_else(|_| Err(no_request()))
     }
 
-    /// Whether a conversation is loaded in memory now (its actor running).
-    pub fn is_live(&self, principal: &str, agent_id: &str) -> bool {
+    /// What a conversation is doing now: `busy` (a turn running or queued), `idle` (its actor
+    /// is live, nothing to do) or `dormant` (only in the store).
+    pub fn activity(&self, principal: &str, agent_id: &str) -> Activity {
         let Some(slot) = self
             .slots
             .get(&Self::key(principal, agent_id))
             .map(|s| s.clone())
         else {
-            return false;
+            return Activity::Dormant;
         };
+        if slot.busy.load(Ordering::Acquire) {
+            return Activity::Busy;
+        }
         // A held slot is being started, commanded or evicted: report what it most likely is.
-        match slot.state.try_lock() {
+        let live = match slot.state.try_lock() {
             Ok(state) => matches!(&*state, SlotState::Live(h) if !h.tx.is_closed()),
             Err(_) => true,
+        };
+        if live {
+            Activity::Idle
+        } else {
+            Activity::Dormant
         }
     }
 

@@ -62,8 +62,6 @@ pub struct SessionRecord {
     pub model: Option<String>,
     /// Permission mode the agent runs with, if one was chosen.
     pub permission_mode: Option<String>,
-    /// Last known status.
-    pub status: String,
     /// When the conversation was created (RFC 3339).
     pub created_at: String,
     /// Last stored message (RFC 3339).
@@ -266,9 +264,6 @@ pub trait Store: Send + Sync + 'static {
         sdk_session_id: &str,
         unified: bool,
     ) -> Result<()>;
-
-    /// Records the conversation's status.
-    async fn set_status(&self, session: i64, status: &str) -> Result<()>;
 
     /// Number of user turns stored before `seq` that the agent remembers (those after the
     /// conversation's `memory_from_seq`).

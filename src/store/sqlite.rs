@@ -523,7 +523,7 @@ async fn fork_in(
 }
 
 const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
-     model, permission_mode, status, created_at, last_active_at, message_count, last_seq, prompt_count, \
+     model, permission_mode, created_at, last_active_at, message_count, last_seq, prompt_count, \
      result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq";
 
 #[async_trait]
@@ -606,15 +606,6 @@ impl Store for SqliteStore {
         )
             .bind(sdk_session_id)
             .bind(unified)
-            .bind(session)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn set_status(&self, session: i64, status: &str) -> Result<()> {
-        sqlx::query("update session_info set status = ? where id = ?")
-            .bind(status)
             .bind(session)
             .execute(&self.pool)
             .await?;
@@ -764,7 +755,6 @@ impl Store for SqliteStore {
                 })
                 .collect();
             self.append(id, messages).await?;
-            self.set_status(id, "idle").await?;
             closed += unfinished as u64;
         }
         Ok(closed)

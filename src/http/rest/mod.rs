@@ -44,6 +44,7 @@ use crate::http::AppState;
         sessions::MessagesPage,
         sessions::RenameBody,
         sessions::ChatBody,
+        crate::protocol::ChatOptions,
         sessions::Ack,
         sessions::RewindBody,
         sessions::RewoundStatus,

@@ -8,15 +8,16 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, ClientFrame, ErrorCode, Frame};
-use crate::session::{ExportLine, SessionQuery, SessionRecord};
+use crate::session::{Activity, ExportLine, SessionQuery, SessionRecord};
 
 /// Largest accepted import, in bytes.
 pub const MAX_IMPORT_BYTES: usize = 64 << 20; // 64 MiB
@@ -36,9 +37,10 @@ pub struct SessionSummary {
     pub sdk_session_id: Option<String>,
     /// Title: the start of the first user message, or what it was renamed to.
     pub title: Option<String>,
-    /// Last stored status.
-    pub status: String,
-    /// Whether the conversation is loaded in memory now (its actor is running).
+    /// What it is doing now: `busy` (a turn running or queued), `idle` (its agent is live
+    /// with nothing to do) or `dormant` (the next chat resumes it).
+    pub status: Activity,
+    /// Whether the conversation is loaded in memory now (`status` is not `dormant`).
     pub live: bool,
     /// `claude` or `demo`.
     pub backend: String,
@@ -67,14 +69,14 @@ pub struct SessionSummary {
 }
 
 impl SessionSummary {
-    fn new(record: SessionRecord, live: bool) -> Self {
+    fn new(record: SessionRecord, status: Activity) -> Self {
         SessionSummary {
             agent_id: record.agent_id,
             session_id: record.session_id,
             sdk_session_id: record.sdk_session_id,
             title: record.title,
-            status: record.status,
-            live,
+            status,
+            live: status != Activity::Dormant,
             backend: record.backend,
             model: record.model,
             permission_mode: record.permission_mode,
@@ -138,19 +140,20 @@ pub struct RenameBody {
     pub title: String,
 }
 
-/// A user turn sent over REST; the fields of a WebSocket `chat` frame.
-// Describes the body in the OpenAPI document; the body itself is decoded by
-// `protocol::decode`, like the WebSocket frame of the same name.
-#[allow(dead_code)]
-#[derive(Debug, ToSchema)]
+/// A user turn sent over REST: the fields of a WebSocket `chat` frame, checked by the same
+/// decoder (so a wrong type gets the same typed error).
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
 pub struct ChatBody {
     /// The user's message.
-    pub content: String,
+    #[schema(value_type = String)]
+    pub content: Value,
     /// Echoed in the ack.
-    pub client_msg_id: Option<String>,
-    /// Only `model` and `permission_mode`; applied from this turn on.
-    #[schema(value_type = Option<Object>)]
-    pub options: Option<Value>,
+    #[schema(value_type = Option<String>)]
+    pub client_msg_id: Value,
+    /// Options; see the protocol.
+    #[schema(value_type = Option<crate::protocol::ChatOptions>)]
+    pub options: Value,
 }
 
 /// The ack of a chat: exactly the WebSocket `ack` frame.
@@ -172,14 +175,13 @@ pub struct Ack {
     pub timestamp: String,
 }
 
-/// Where to rewind to.
-// Describes the body in the OpenAPI document; the body itself is decoded by
-// `protocol::decode`, like the WebSocket frame of the same name.
-#[allow(dead_code)]
-#[derive(Debug, ToSchema)]
+/// Where to rewind to; checked by the decoder of the WebSocket `rewind` frame.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
 pub struct RewindBody {
     /// The `seq` of the `result` that ends the turn to go back to.
-    pub to_seq: i64,
+    #[schema(value_type = i64)]
+    pub to_seq: Value,
 }
 
 /// The stored `rewound` status: exactly the frame subscribers get.
@@ -197,16 +199,17 @@ pub struct RewoundStatus {
     pub detail: String,
 }
 
-/// Where to fork and under which new `agent_id`.
-// Describes the body in the OpenAPI document; the body itself is decoded by
-// `protocol::decode`, like the WebSocket frame of the same name.
-#[allow(dead_code)]
-#[derive(Debug, ToSchema)]
+/// Where to fork and under which new `agent_id`; checked by the decoder of the WebSocket
+/// `fork` frame.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
 pub struct ForkBody {
     /// The new conversation's routing key.
-    pub new_agent_id: String,
+    #[schema(value_type = String)]
+    pub new_agent_id: Value,
     /// The `seq` of the `result` to fork at; the latest when absent.
-    pub at_seq: Option<i64>,
+    #[schema(value_type = Option<i64>)]
+    pub at_seq: Value,
 }
 
 /// The conversation an import creates.
@@ -229,33 +232,30 @@ fn agent_id(raw: String) -> Result<String, ApiError> {
 }
 
 fn summary(app: &AppState, principal: &str, record: SessionRecord) -> SessionSummary {
-    let live = app.manager.is_live(principal, &record.agent_id);
-    SessionSummary::new(record, live)
+    let status = app.manager.activity(principal, &record.agent_id);
+    SessionSummary::new(record, status)
 }
 
-/// Decodes a REST body as the WebSocket frame `ty` for `agent_id`, so that both transports
-/// share one validation.
-fn decode_as(
+/// Decodes a REST body of type `B` as the WebSocket frame `ty` for `agent_id`, so that both
+/// transports share one validation.
+fn decode_as<B: DeserializeOwned + Serialize>(
     app: &AppState,
     ty: &str,
     agent_id: &str,
-    body: &str,
+    body: Result<Json<Value>, JsonRejection>,
 ) -> Result<ClientFrame, ApiError> {
-    let mut obj: Map<String, Value> = match serde_json::from_str(body) {
-        Ok(Value::Object(obj)) => obj,
-        Ok(_) => return Err(ApiError::invalid("the body must be a JSON object")),
-        Err(e) => {
-            return Err(ApiError::invalid(format!(
-                "the body is not valid JSON: {e}"
-            )));
-        }
+    let Json(body) = body?;
+    if !body.is_object() {
+        return Err(ApiError::invalid("the body must be a JSON object"));
+    }
+    let body: B = serde_json::from_value(body).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let Value::Object(mut obj) = serde_json::to_value(body).expect("bodies serialize") else {
+        unreachable!("bodies are structs");
     };
+    obj.retain(|_, v| !v.is_null());
     obj.insert("type".into(), ty.into());
     obj.insert("agent_id".into(), agent_id.into());
-    Ok(protocol::decode(
-        &Value::Object(obj).to_string(),
-        app.config.decode_limits(),
-    )?)
+    Ok(protocol::decode_object(&obj, app.config.decode_limits())?)
 }
 
 /// A frame that is already JSON text, as the response body.
@@ -425,11 +425,10 @@ pub async fn chat(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<String, StringRejection>,
+    body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body?;
     let id = agent_id(id)?;
-    let ClientFrame::Chat(chat) = decode_as(&app, "chat", &id, &body)? else {
+    let ClientFrame::Chat(chat) = decode_as::<ChatBody>(&app, "chat", &id, body)? else {
         unreachable!("decoded as a chat");
     };
     let client_msg_id = chat.client_msg_id.clone();
@@ -452,11 +451,12 @@ pub async fn rewind(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<String, StringRejection>,
+    body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body?;
     let id = agent_id(id)?;
-    let ClientFrame::Rewind { agent_id, to_seq } = decode_as(&app, "rewind", &id, &body)? else {
+    let ClientFrame::Rewind { agent_id, to_seq } =
+        decode_as::<RewindBody>(&app, "rewind", &id, body)?
+    else {
         unreachable!("decoded as a rewind");
     };
     let status = app.manager.rewind(&principal, &agent_id, to_seq).await?;
@@ -472,15 +472,14 @@ pub async fn fork(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<String, StringRejection>,
+    body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
-    let body = body?;
     let id = agent_id(id)?;
     let ClientFrame::Fork {
         agent_id,
         new_agent_id,
         at_seq,
-    } = decode_as(&app, "fork", &id, &body)?
+    } = decode_as::<ForkBody>(&app, "fork", &id, body)?
     else {
         unreachable!("decoded as a fork");
     };
