@@ -6,15 +6,19 @@
 //!
 //! Routes:
 //!
-//! * `POST /v1/messages` (query string ignored): a streamed (SSE) reply, or a JSON message when the
-//!   request says `"stream": false`. The events are `message_start`, `ping`, `content_block_start`,
+//! * `POST /v1/messages` (query string ignored): a streamed (SSE) reply when the request says
+//!   `"stream": true`, else a JSON message (the CLI's model check on `set_model` leaves it out).
+//!   The events are `message_start`, `ping`, `content_block_start`,
 //!   one `content_block_delta` per word (`text_delta`, or `input_json_delta` for a tool call),
 //!   `content_block_stop`, `message_delta`, `message_stop`.
 //! * `HEAD /`, `/api/hello`: 200.
 //! * anything else: logged on stderr, 404.
 //!
 //! The reply is chosen from the last `role:"user"` message (`<system-reminder>` blocks and
-//! `role:"system"` messages are skipped):
+//! `role:"system"` messages are skipped). After a turn that got no reply (an API error, or an
+//! interrupt before the reply began) the CLI merges that turn's text and the next one into one
+//! user message: the keywords below are read from its newest text block only, and the echo
+//! repeats all of its texts, one per line.
 //!
 //! * the last user message holds a `tool_result` → `Tool said: <tool result text>`;
 //! * the prompt contains `TOOL:<cmd>` → a `Bash` tool call `{"command":"<cmd>","description":"run it"}`
@@ -149,19 +153,25 @@ fn choose_reply(request: &Value) -> Reply {
             slow: false,
         };
     }
-    let prompt = users
-        .last()
-        .map(|m| real_texts(m).join("\n"))
-        .unwrap_or_default();
-    if let Some(status) = keyword(&prompt, "HTTPERR:").and_then(|s| s.parse().ok()) {
+    // After a turn that got no reply (an API error, an interrupt before the reply began) the CLI
+    // sends that turn's text and the next one as one user message: the keywords are read from
+    // the newest text only, the echo repeats them all.
+    let texts = users.last().map(|m| real_texts(m)).unwrap_or_default();
+    let newest = texts.last().map(|t| t.trim()).unwrap_or_default();
+    let prompt = texts
+        .iter()
+        .map(|t| t.trim())
+        .collect::<Vec<_>>()
+        .join("\n");
+    if let Some(status) = keyword(newest, "HTTPERR:").and_then(|s| s.parse().ok()) {
         return Reply::Error { status };
     }
-    if let Some(command) = keyword(&prompt, "TOOL:") {
+    if let Some(command) = keyword(newest, "TOOL:") {
         return Reply::Tool {
             command: command.replace('+', " "),
         };
     }
-    let slow = prompt.contains("SLOW");
+    let slow = newest.contains("SLOW");
     let mut text = format!("Echo: {prompt} (history {history})");
     if slow {
         let words = text.split_whitespace().count();
@@ -253,7 +263,9 @@ async fn messages(State(app): State<Arc<App>>, body: Bytes) -> Response {
     };
     let output_tokens = deltas.len() as u64;
 
-    if request["stream"] == false {
+    // The Messages API streams only when asked; the CLI's model check on `set_model` asks for a
+    // plain JSON reply by leaving `stream` out.
+    if request["stream"] != true {
         let message = json!({
             "id": message_id,
             "type": "message",
