@@ -431,7 +431,7 @@ async fn ignored_interrupt_escalates() {
     assert!(!alive(first_pid), "the stuck CLI was stopped");
     chat_ack(&mut c, "ig", "after").await;
     let next = c.until_result("ig").await;
-    assert!(reply_text(&next).starts_with("Echo: after"));
+    assert_eq!(reply_text(&next), "Echo: after (history 2)");
     let spawns = fx.spawns();
     assert_eq!(
         arg(spawns.last().unwrap(), "--resume="),
@@ -577,13 +577,14 @@ async fn cancelled_permission() {
     stop(server, &fx).await;
 }
 
-/// A configured permission mode that skips prompts means no permission request reaches clients.
+/// `acceptEdits` (configured) skips the prompt for file edits in the workspace, as the real CLI
+/// does, but any other command is still asked for.
 #[tokio::test]
 async fn accept_edits_mode_skips_prompts() {
     let fx = Fixture::new("[claude]\npermission_mode = \"acceptEdits\"\n");
     let server = fx.start(&[]).await;
     let mut c = server.client().await;
-    chat_ack(&mut c, "ae", "please run TOOL:touch_z").await;
+    chat_ack(&mut c, "ae", "please run TOOL:touch+z.txt").await;
     let frames = c.until_result("ae").await;
     assert!(
         !frames
@@ -593,8 +594,22 @@ async fn accept_edits_mode_skips_prompts() {
     assert!(
         frames
             .iter()
-            .any(|f| f.to_string().contains("ran: touch_z"))
+            .any(|f| f.to_string().contains("ran: touch z.txt"))
     );
+    chat_ack(&mut c, "ae", "please run TOOL:curl+http://example.com").await;
+    let request = c
+        .recv_until(|f| f["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(request["input"]["command"], "curl http://example.com");
+    c.send(
+        json!({"type": "permission_response", "agent_id": "ae", "request_id": request["request_id"],
+        "behavior": "deny", "message": "no network"}),
+    )
+    .await;
+    let frames = c.until_result("ae").await;
+    assert!(frames.iter().any(|f| f["outcome"] == "denied"));
     assert_eq!(
         arg(&fx.spawns()[0], "--permission-mode="),
         Some("acceptEdits")
