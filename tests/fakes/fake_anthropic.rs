@@ -27,7 +27,8 @@
 //!   (`fake server: forced <status>`);
 //! * otherwise `Echo: <prompt> (history <N>)`, where N is the number of user messages holding real
 //!   text (not only tool results, system reminders or the interruption marker). With `SLOW` in the
-//!   prompt, the reply is padded to 50 words and each word waits 200 ms.
+//!   prompt, the reply is padded to 50 words and each word waits 200 ms; with `LATE`, the reply
+//!   starts after 1 s.
 //! * A request with `output_config.format.type == "json_schema"` gets `{"title":"Fake title"}`.
 //!
 //! `--log FILE` appends each `/v1/messages` request body as one JSON line.
@@ -51,6 +52,7 @@ use tokio::sync::mpsc;
 
 const SLOW_WORDS: usize = 50;
 const SLOW_DELAY: Duration = Duration::from_millis(200);
+const LATE_DELAY: Duration = Duration::from_secs(1);
 const INTERRUPT_MARKER: &str = "[Request interrupted by user]";
 
 #[derive(Parser)]
@@ -85,9 +87,17 @@ impl App {
 /// What the fake model answers.
 #[derive(Debug, PartialEq)]
 enum Reply {
-    Text { text: String, slow: bool },
-    Tool { command: String },
-    Error { status: u16 },
+    Text {
+        text: String,
+        slow: bool,
+        late: bool,
+    },
+    Tool {
+        command: String,
+    },
+    Error {
+        status: u16,
+    },
 }
 
 fn is_reminder(text: &str) -> bool {
@@ -137,6 +147,7 @@ fn choose_reply(request: &Value) -> Reply {
         return Reply::Text {
             text: json!({"title": "Fake title"}).to_string(),
             slow: false,
+            late: false,
         };
     }
     let empty = Vec::new();
@@ -151,6 +162,7 @@ fn choose_reply(request: &Value) -> Reply {
         return Reply::Text {
             text: format!("Tool said: {output}"),
             slow: false,
+            late: false,
         };
     }
     // After a turn that got no reply (an API error, an interrupt before the reply began) the CLI
@@ -179,7 +191,8 @@ fn choose_reply(request: &Value) -> Reply {
             text.push_str(&format!(" chunk{i:02}"));
         }
     }
-    Reply::Text { text, slow }
+    let late = newest.contains("LATE");
+    Reply::Text { text, slow, late }
 }
 
 fn sse(event: &Value) -> Bytes {
@@ -228,17 +241,17 @@ async fn messages(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let input_tokens = (body.len() / 4).max(1) as u64;
     let message_id = format!("msg_fake_{n}");
 
-    let (content, deltas, stop_reason, slow) = match choose_reply(&request) {
+    let (content, deltas, stop_reason, slow, late) = match choose_reply(&request) {
         Reply::Error { status } => {
             return api_error(status, format!("fake server: forced {status}"));
         }
-        Reply::Text { text, slow } => {
+        Reply::Text { text, slow, late } => {
             let deltas: Vec<Value> = text
                 .split_inclusive(' ')
                 .map(|w| json!({"type": "text_delta", "text": w}))
                 .collect();
             let block = json!({"type": "text", "text": text});
-            (block, deltas, "end_turn", slow)
+            (block, deltas, "end_turn", slow, late)
         }
         Reply::Tool { command } => {
             let input = json!({"command": command, "description": "run it"});
@@ -258,7 +271,7 @@ async fn messages(State(app): State<Arc<App>>, body: Bytes) -> Response {
                 "name": "Bash",
                 "input": input,
             });
-            (block, deltas, "tool_use", false)
+            (block, deltas, "tool_use", false, false)
         }
     };
     let output_tokens = deltas.len() as u64;
@@ -327,6 +340,9 @@ async fn messages(State(app): State<Arc<App>>, body: Bytes) -> Response {
 
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
+        if late {
+            tokio::time::sleep(LATE_DELAY).await;
+        }
         let deltas = deltas
             .into_iter()
             .map(|delta| json!({"type": "content_block_delta", "index": 0, "delta": delta}));

@@ -19,7 +19,8 @@
 //! `Echo: <user text> (history <N>)`, where N counts the user messages the model would be sent
 //! (a turn that got no reply, after an API error or an interrupt before the reply began, is sent
 //! together with the next prompt as one message, as the real CLI does, and the echo repeats both
-//! texts, one per line). `SLOW` in a prompt pads the reply to 50 words streamed 200 ms apart.
+//! texts, one per line). `SLOW` in a prompt pads the reply to 50 words streamed 200 ms apart;
+//! with `LATE` the reply starts after 1 s.
 //! `HTTPERR:<status>` makes the model request fail: 401, 429 and 5xx are retried
 //! `CLAUDE_CODE_MAX_RETRIES` times (10 by default) with a `system/api_retry` frame each, then a
 //! synthetic assistant message (`"model":"<synthetic>"`) and a `success` result with
@@ -95,6 +96,8 @@ const INTERRUPT_MARKER: &str = "[Request interrupted by user]";
 /// model API does).
 const SLOW_WORDS: usize = 50;
 const SLOW_DELAY: Duration = Duration::from_millis(200);
+/// A prompt with `LATE` gets a reply that starts after this long.
+const LATE_DELAY: Duration = Duration::from_secs(1);
 const TOOL_INTERRUPT_MARKER: &str = "[Request interrupted by user for tool use]";
 const PERMISSION_MODES: &[&str] = &[
     "default",
@@ -525,7 +528,8 @@ fn open_conversation(cfg: &Config, plan: &Plan) -> Result<Conversation, ResumeEr
         Some(at) => {
             if !entries.iter().any(|e| e["uuid"] == at.as_str()) {
                 return Err(ResumeError {
-                    session_id: source.clone(),
+                    // A fork reports the id it would have had.
+                    session_id: fork_to.clone().unwrap_or_else(|| source.clone()),
                     message: format!("No message found with message.uuid of: {at}"),
                 });
             }
@@ -953,6 +957,7 @@ async fn run_turns(sh: Arc<Shared>, plan: Plan) {
             model,
             mode,
             delay: sh.cfg.delay,
+            late: false,
             words: 0,
             crash_word: msg["message"]["content"].to_string().contains("CRASH"),
             input_tokens: 0,
@@ -989,6 +994,8 @@ struct Turn<'a> {
     mode: String,
     /// The pause before each streamed word.
     delay: Duration,
+    /// The model's reply starts after [`LATE_DELAY`] (`LATE` in the prompt).
+    late: bool,
     words: u64,
     /// The prompt contains `CRASH`: die after two words.
     crash_word: bool,
@@ -1085,7 +1092,11 @@ impl Turn<'_> {
 
     /// Waits the configured per-word delay; true when the turn has been interrupted.
     async fn pause(&mut self) -> bool {
-        let delay = self.delay;
+        self.pause_for(self.delay).await
+    }
+
+    /// Waits `delay`; true when the turn has been interrupted.
+    async fn pause_for(&mut self, delay: Duration) -> bool {
         if !delay.is_zero() {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
@@ -1140,7 +1151,6 @@ impl Turn<'_> {
         let history = self.conv.view.history;
         self.input_tokens = 50 + 10 * history as u64;
 
-        self.system("status", json!({"status": "requesting"}));
         if self.cfg().unknown_types {
             self.emit(json!({
                 "type": "rate_limit_event",
@@ -1174,6 +1184,7 @@ impl Turn<'_> {
         if newest.contains("SLOW") {
             self.delay = self.delay.max(SLOW_DELAY);
         }
+        self.late = newest.contains("LATE");
         let terminal = self.body(newest, history).await;
         match terminal {
             Ok(reply) => self.result(json!({
@@ -1190,6 +1201,8 @@ impl Turn<'_> {
                 } else {
                     "[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"
                 };
+                // The real CLI counts the interrupted request as one more turn.
+                self.num_turns += 1;
                 self.result(json!({
                     "subtype": "error_during_execution",
                     "is_error": true,
@@ -1205,6 +1218,7 @@ impl Turn<'_> {
     /// `api_retry` frame per retry (401, 429 and 5xx are retried `CLAUDE_CODE_MAX_RETRIES`
     /// times), then a synthetic assistant message and a `success` result with `is_error`.
     async fn api_error(&mut self, status: u16) {
+        self.system("status", json!({"status": "requesting"}));
         let retried = matches!(status, 401 | 429) || status >= 500;
         let reason = match status {
             400 => "unknown",
@@ -1402,9 +1416,17 @@ impl Turn<'_> {
         );
     }
 
+    /// Decides on a tool call. The tool call's `message_stop` event is still to come: the
+    /// real CLI asks for the permission before it.
     async fn permission(&mut self, tool_use_id: &str, input: &Value) -> Permission {
         let command = input["command"].as_str().unwrap_or_default().to_string();
         let mode = self.sh.state().mode.clone();
+        let asks = !runs_unasked(&mode, &command)
+            && !matches!(mode.as_str(), "dontAsk" | "plan")
+            && self.cfg().prompt_stdio;
+        if !asks {
+            self.event(json!({"type": "message_stop"}));
+        }
         if runs_unasked(&mode, &command) {
             return Permission::Allow(command);
         }
@@ -1430,6 +1452,8 @@ impl Turn<'_> {
         {
             let mut st = self.sh.state();
             if st.stdin_closed {
+                drop(st);
+                self.event(json!({"type": "message_stop"}));
                 return Permission::Deny("Stream closed".to_string());
             }
             st.pending.insert(request_id.clone(), tx);
@@ -1446,6 +1470,7 @@ impl Turn<'_> {
                 "tool_use_id": tool_use_id,
             },
         }));
+        self.event(json!({"type": "message_stop"}));
         let cancel_after = self.cfg().cancel_permission;
         let cancel = async {
             match cancel_after {
@@ -1478,8 +1503,15 @@ impl Turn<'_> {
     async fn stream(&mut self, block: Block) -> Result<(), &'static str> {
         let message_id = format!("msg_fake_{}", short_id());
         let request_id = format!("req_fake_{}", short_id());
+        // Each model request is announced, the one after a tool result too.
+        self.system("status", json!({"status": "requesting"}));
         // The model's first byte: an interrupt before it leaves no assistant message at all.
-        if self.pause().await {
+        let wait = if std::mem::take(&mut self.late) {
+            LATE_DELAY
+        } else {
+            self.delay
+        };
+        if self.pause_for(wait).await {
             return Err(self.abort_before_reply());
         }
         self.event(json!({
@@ -1572,7 +1604,10 @@ impl Turn<'_> {
             "delta": {"stop_reason": stop_reason, "stop_sequence": null},
             "usage": {"output_tokens": words},
         }));
-        self.event(json!({"type": "message_stop"}));
+        // A tool call's `message_stop` comes once its permission is settled (see `permission`).
+        if stop_reason != "tool_use" {
+            self.event(json!({"type": "message_stop"}));
+        }
         Ok(())
     }
 

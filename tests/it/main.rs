@@ -4,6 +4,7 @@
 mod claude;
 mod cli_chat;
 mod common;
+mod conformance;
 mod fake_cli;
 mod faults;
 mod gateway;

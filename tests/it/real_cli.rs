@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 use crate::common::*;
 
 /// The real CLI, from `AGENTMUX_TEST_CLAUDE_BIN`. Missing is a failure under CI.
-fn real_cli() -> Option<PathBuf> {
+pub fn real_cli() -> Option<PathBuf> {
     match std::env::var("AGENTMUX_TEST_CLAUDE_BIN") {
         Ok(path) if Path::new(&path).is_file() => Some(PathBuf::from(path)),
         _ if std::env::var("CI").as_deref() == Ok("true") => {
@@ -30,14 +30,14 @@ fn real_cli() -> Option<PathBuf> {
 }
 
 /// The fake Messages API, its URL and its request log.
-struct FakeApi {
+pub struct FakeApi {
     _child: Child,
-    url: String,
+    pub url: String,
     log: PathBuf,
 }
 
 impl FakeApi {
-    async fn start(dir: &Path) -> Self {
+    pub async fn start(dir: &Path) -> Self {
         let log = dir.join("api.log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_fake-anthropic"))
             .args(["--port", "0", "--log"])
@@ -62,7 +62,7 @@ impl FakeApi {
     }
 
     /// The `messages` of every request the model got.
-    fn requests(&self) -> Vec<Value> {
+    pub fn requests(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
