@@ -6,15 +6,19 @@
 //!
 //! Routes:
 //!
-//! * `POST /v1/messages` (query string ignored): a streamed (SSE) reply, or a JSON message when the
-//!   request says `"stream": false`. The events are `message_start`, `ping`, `content_block_start`,
+//! * `POST /v1/messages` (query string ignored): a streamed (SSE) reply when the request says
+//!   `"stream": true`, else a JSON message (the CLI's model check on `set_model` leaves it out).
+//!   The events are `message_start`, `ping`, `content_block_start`,
 //!   one `content_block_delta` per word (`text_delta`, or `input_json_delta` for a tool call),
 //!   `content_block_stop`, `message_delta`, `message_stop`.
 //! * `HEAD /`, `/api/hello`: 200.
 //! * anything else: logged on stderr, 404.
 //!
 //! The reply is chosen from the last `role:"user"` message (`<system-reminder>` blocks and
-//! `role:"system"` messages are skipped):
+//! `role:"system"` messages are skipped). After a turn that got no reply (an API error, or an
+//! interrupt before the reply began) the CLI merges that turn's text and the next one into one
+//! user message: the keywords below are read from its newest text block only, and the echo
+//! repeats all of its texts, one per line.
 //!
 //! * the last user message holds a `tool_result` → `Tool said: <tool result text>`;
 //! * the prompt contains `TOOL:<cmd>` → a `Bash` tool call `{"command":"<cmd>","description":"run it"}`
@@ -23,7 +27,8 @@
 //!   (`fake server: forced <status>`);
 //! * otherwise `Echo: <prompt> (history <N>)`, where N is the number of user messages holding real
 //!   text (not only tool results, system reminders or the interruption marker). With `SLOW` in the
-//!   prompt, the reply is padded to 50 words and each word waits 200 ms.
+//!   prompt, the reply is padded to 50 words and each word waits 200 ms; with `LATE`, the reply
+//!   starts after 1 s.
 //! * A request with `output_config.format.type == "json_schema"` gets `{"title":"Fake title"}`.
 //!
 //! `--log FILE` appends each `/v1/messages` request body as one JSON line.
@@ -47,6 +52,7 @@ use tokio::sync::mpsc;
 
 const SLOW_WORDS: usize = 50;
 const SLOW_DELAY: Duration = Duration::from_millis(200);
+const LATE_DELAY: Duration = Duration::from_secs(1);
 const INTERRUPT_MARKER: &str = "[Request interrupted by user]";
 
 #[derive(Parser)]
@@ -81,9 +87,17 @@ impl App {
 /// What the fake model answers.
 #[derive(Debug, PartialEq)]
 enum Reply {
-    Text { text: String, slow: bool },
-    Tool { command: String },
-    Error { status: u16 },
+    Text {
+        text: String,
+        slow: bool,
+        late: bool,
+    },
+    Tool {
+        command: String,
+    },
+    Error {
+        status: u16,
+    },
 }
 
 fn is_reminder(text: &str) -> bool {
@@ -133,6 +147,7 @@ fn choose_reply(request: &Value) -> Reply {
         return Reply::Text {
             text: json!({"title": "Fake title"}).to_string(),
             slow: false,
+            late: false,
         };
     }
     let empty = Vec::new();
@@ -147,21 +162,28 @@ fn choose_reply(request: &Value) -> Reply {
         return Reply::Text {
             text: format!("Tool said: {output}"),
             slow: false,
+            late: false,
         };
     }
-    let prompt = users
-        .last()
-        .map(|m| real_texts(m).join("\n"))
-        .unwrap_or_default();
-    if let Some(status) = keyword(&prompt, "HTTPERR:").and_then(|s| s.parse().ok()) {
+    // After a turn that got no reply (an API error, an interrupt before the reply began) the CLI
+    // sends that turn's text and the next one as one user message: the keywords are read from
+    // the newest text only, the echo repeats them all.
+    let texts = users.last().map(|m| real_texts(m)).unwrap_or_default();
+    let newest = texts.last().map(|t| t.trim()).unwrap_or_default();
+    let prompt = texts
+        .iter()
+        .map(|t| t.trim())
+        .collect::<Vec<_>>()
+        .join("\n");
+    if let Some(status) = keyword(newest, "HTTPERR:").and_then(|s| s.parse().ok()) {
         return Reply::Error { status };
     }
-    if let Some(command) = keyword(&prompt, "TOOL:") {
+    if let Some(command) = keyword(newest, "TOOL:") {
         return Reply::Tool {
             command: command.replace('+', " "),
         };
     }
-    let slow = prompt.contains("SLOW");
+    let slow = newest.contains("SLOW");
     let mut text = format!("Echo: {prompt} (history {history})");
     if slow {
         let words = text.split_whitespace().count();
@@ -169,7 +191,8 @@ fn choose_reply(request: &Value) -> Reply {
             text.push_str(&format!(" chunk{i:02}"));
         }
     }
-    Reply::Text { text, slow }
+    let late = newest.contains("LATE");
+    Reply::Text { text, slow, late }
 }
 
 fn sse(event: &Value) -> Bytes {
@@ -218,17 +241,17 @@ async fn messages(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let input_tokens = (body.len() / 4).max(1) as u64;
     let message_id = format!("msg_fake_{n}");
 
-    let (content, deltas, stop_reason, slow) = match choose_reply(&request) {
+    let (content, deltas, stop_reason, slow, late) = match choose_reply(&request) {
         Reply::Error { status } => {
             return api_error(status, format!("fake server: forced {status}"));
         }
-        Reply::Text { text, slow } => {
+        Reply::Text { text, slow, late } => {
             let deltas: Vec<Value> = text
                 .split_inclusive(' ')
                 .map(|w| json!({"type": "text_delta", "text": w}))
                 .collect();
             let block = json!({"type": "text", "text": text});
-            (block, deltas, "end_turn", slow)
+            (block, deltas, "end_turn", slow, late)
         }
         Reply::Tool { command } => {
             let input = json!({"command": command, "description": "run it"});
@@ -248,12 +271,14 @@ async fn messages(State(app): State<Arc<App>>, body: Bytes) -> Response {
                 "name": "Bash",
                 "input": input,
             });
-            (block, deltas, "tool_use", false)
+            (block, deltas, "tool_use", false, false)
         }
     };
     let output_tokens = deltas.len() as u64;
 
-    if request["stream"] == false {
+    // The Messages API streams only when asked; the CLI's model check on `set_model` asks for a
+    // plain JSON reply by leaving `stream` out.
+    if request["stream"] != true {
         let message = json!({
             "id": message_id,
             "type": "message",
@@ -315,6 +340,9 @@ async fn messages(State(app): State<Arc<App>>, body: Bytes) -> Response {
 
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
+        if late {
+            tokio::time::sleep(LATE_DELAY).await;
+        }
         let deltas = deltas
             .into_iter()
             .map(|delta| json!({"type": "content_block_delta", "index": 0, "delta": delta}));

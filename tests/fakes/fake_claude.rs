@@ -15,30 +15,59 @@
 //! transcripts under `$CLAUDE_CONFIG_DIR/projects/<sanitized cwd>/<session id>.jsonl`
 //! (or `$HOME/.claude/projects/...`), resume, fork, rewind, and the same refusals and exit codes.
 //!
-//! The reply to a prompt is `Echo: <user text> (history <N>)`, where N counts the user prompts of
-//! the conversation including the current one. A prompt containing `TOOL:<command>` first asks to
-//! run `<command>` with the `Bash` tool; the permission is requested with a `can_use_tool` control
-//! request unless the permission mode is `bypassPermissions` or `acceptEdits`. The command is never
-//! executed: the tool result is `ran: <command>` when allowed and `denied: <message>` otherwise.
+//! The fake plays the model too, with the fake model API's rules: the reply to a prompt is
+//! `Echo: <user text> (history <N>)`, where N counts the user messages the model would be sent
+//! (a turn that got no reply, after an API error or an interrupt before the reply began, is sent
+//! together with the next prompt as one message, as the real CLI does, and the echo repeats both
+//! texts, one per line). `SLOW` in a prompt pads the reply to 50 words streamed 200 ms apart;
+//! with `LATE` the reply starts after 1 s.
+//! `HTTPERR:<status>` makes the model request fail: 401, 429 and 5xx are retried
+//! `CLAUDE_CODE_MAX_RETRIES` times (10 by default) with a `system/api_retry` frame each, then a
+//! synthetic assistant message (`"model":"<synthetic>"`) and a `success` result with
+//! `is_error: true`, `terminal_reason: "api_error"` and `api_error_status`; the process then
+//! exits with code 1 when stdin closes, unless a later turn succeeded.
+//!
+//! A prompt containing `TOOL:<command>` (`+` stands for a space) first asks to run `<command>`
+//! with the `Bash` tool, then replies `Tool said: <tool result>`. As in the real CLI, read-only
+//! commands (`echo`, `ls`, `cat`, …) inside the working directory run without asking, commands
+//! that change files inside it (`touch`, `rm`, `mkdir`, `mv`, `cp`, `>`) run without asking
+//! only in `acceptEdits`, `bypassPermissions` runs everything, and anything else is asked for
+//! with a `can_use_tool` control request (denied without asking in `dontAsk` and `plan`, or
+//! without `--permission-prompt-tool stdio`). The command is never executed: the tool result is
+//! `ran: <command>` when allowed and `denied: <message>` otherwise.
 //!
 //! Also as in the real CLI: a user line carrying a `uuid` keeps it (transcript, replay) and gets
 //! `command_lifecycle` frames (`queued`/`started`/`completed`); `--replay-user-messages` echoes
 //! each prompt with `"isReplay": true`; running as root with `bypassPermissions` (or
-//! `--dangerously-skip-permissions`) is refused unless `IS_SANDBOX=1`; without
-//! `--permission-prompt-tool stdio` (or in `dontAsk` mode) a tool call is denied without asking.
+//! `--dangerously-skip-permissions`) is refused unless `IS_SANDBOX=1`; an interrupt that comes
+//! before a turn's `system/init` is acknowledged and does nothing; `set_model` answers
+//! `{"model":…}`, `set_permission_mode` answers `{"mode":…}` and prints a `system/status` frame,
+//! and refuses `bypassPermissions` unless the process was started with it
+//! (`bypass_not_launched`); SIGTERM ends the process at once with code 143.
 //! Transcript entries are appended (and flushed) as they happen: the prompt when the turn starts,
 //! each assistant message and tool result when it is complete.
 //!
 //! Switches (environment variables):
 //!
 //! * `FAKE_CLAUDE_DELAY_MS=N`: sleep N ms before each streamed word (default 0).
+//! * `FAKE_CLAUDE_INIT_DELAY_MS=N`: take N ms to start (the real CLI takes about 650 ms before it
+//!   answers `initialize` or starts a turn); nothing on stdin is answered before.
+//! * `FAKE_CLAUDE_TURN_DELAY_MS=N`: take N ms between taking a prompt and its `system/init` (the
+//!   real CLI takes 20-100 ms).
 //! * `FAKE_CLAUDE_LOG=<file>`: append one JSON line per spawn, `{"argv":[..],"cwd":..,"pid":..}`
-//!   (argv includes the program path), and one per stdin line, `{"pid":..,"stdin":"<line>"}`.
+//!   (argv includes the program path), one per stdin line, `{"pid":..,"stdin":"<line>"}`, one
+//!   when stdin closes, `{"pid":..,"event":"stdin_closed"}`, and one per SIGTERM,
+//!   `{"pid":..,"signal":"SIGTERM","ignored":..}`.
 //! * `FAKE_CLAUDE_CRASH_AFTER_WORDS=N`: exit abruptly with code 1 after N streamed words of a
 //!   turn, with a message on stderr and no `result` frame. A prompt containing `CRASH` does the
 //!   same after two words, whatever the environment says.
 //! * `FAKE_CLAUDE_IGNORE_INTERRUPT=1`: acknowledge `interrupt` requests but keep streaming; the
 //!   turn ends normally.
+//! * `FAKE_CLAUDE_IGNORE_EOF=1`: stay up when stdin closes (as a CLI waiting on a background task
+//!   does); only a signal ends the process.
+//! * `FAKE_CLAUDE_IGNORE_SIGTERM=1`: log SIGTERM and carry on; only SIGKILL ends the process.
+//! * `FAKE_CLAUDE_REFUSE_SET_MODEL=1`: refuse every `set_model` the way the real CLI does when
+//!   its check of the new model with the API fails (`error_code: "check_failed"`).
 //! * `FAKE_CLAUDE_UNKNOWN_TYPES=1`: each turn also emits frames the host does not know:
 //!   `rate_limit_event`, `command_lifecycle` and `system/session_state_changed`.
 //! * `FAKE_CLAUDE_HUGE_LINE_BYTES=N`: each turn emits one `system/huge` frame whose line is N
@@ -63,6 +92,12 @@ use uuid::Uuid;
 const VERSION: &str = "2.1.330";
 const DEFAULT_MODEL: &str = "claude-opus-5-5";
 const INTERRUPT_MARKER: &str = "[Request interrupted by user]";
+/// A prompt with `SLOW` gets a reply of this many words, each after [`SLOW_DELAY`] (as the fake
+/// model API does).
+const SLOW_WORDS: usize = 50;
+const SLOW_DELAY: Duration = Duration::from_millis(200);
+/// A prompt with `LATE` gets a reply that starts after this long.
+const LATE_DELAY: Duration = Duration::from_secs(1);
 const TOOL_INTERRUPT_MARKER: &str = "[Request interrupted by user for tool use]";
 const PERMISSION_MODES: &[&str] = &[
     "default",
@@ -230,6 +265,18 @@ struct Config {
     huge_line: Option<usize>,
     refuse_resume: bool,
     cancel_permission: Option<Duration>,
+    init_delay: Duration,
+    turn_delay: Duration,
+    ignore_eof: bool,
+    ignore_sigterm: bool,
+    refuse_set_model: bool,
+    /// `CLAUDE_CODE_MAX_RETRIES`: how often a retryable API error is retried (10 by default).
+    max_retries: u64,
+    /// The model API's `host:port`, named in the text of server-side API errors.
+    gateway: String,
+    /// Launched with `bypassPermissions` (or `--dangerously-skip-permissions`): only then can
+    /// `set_permission_mode` switch to it.
+    launched_bypass: bool,
     log: Option<PathBuf>,
     api_key_source: &'static str,
     analytics_disabled: bool,
@@ -336,7 +383,41 @@ struct Conversation {
     file: PathBuf,
     cwd: String,
     leaf: Option<String>,
-    prompts: usize,
+    view: ModelView,
+}
+
+/// What the model is sent, reduced to what the replies depend on. The CLI sends the transcript
+/// as user and assistant messages, leaving API-error messages out, so user entries with no
+/// assistant reply between them (a turn that ended in an API error, or was interrupted before
+/// the reply began) reach the model as one user message.
+#[derive(Debug, Default)]
+struct ModelView {
+    /// User messages holding real text (not only tool results or the interruption marker).
+    history: usize,
+    /// The real texts of the last message when it is a user message.
+    open: Option<Vec<String>>,
+}
+
+impl ModelView {
+    fn feed(&mut self, entry: &Value) {
+        match entry["type"].as_str() {
+            Some("user") => {
+                let open = self.open.get_or_insert_with(Vec::new);
+                let had_text = !open.is_empty();
+                open.extend(real_texts(&entry["message"]));
+                if !had_text && !open.is_empty() {
+                    self.history += 1;
+                }
+            }
+            Some("assistant") if entry["isApiErrorMessage"] != true => self.open = None,
+            _ => {}
+        }
+    }
+
+    /// The texts of the user message the model answers now.
+    fn prompt(&self) -> String {
+        self.open.as_deref().unwrap_or_default().join("\n")
+    }
 }
 
 /// A refused resume: reported as an error `result` frame when the first prompt arrives.
@@ -345,29 +426,19 @@ struct ResumeError {
     message: String,
 }
 
-/// A transcript `user` entry (or stdin user message) counts as a prompt when it holds real text,
-/// not only tool results or the interruption marker.
-fn is_prompt(message: &Value) -> bool {
+/// The real texts of a user message, trimmed: not tool results, not the interruption marker.
+fn real_texts(message: &Value) -> Vec<String> {
+    let keep = |t: &str| !t.trim().is_empty() && t.trim() != INTERRUPT_MARKER;
     match &message["content"] {
-        Value::String(s) => s != INTERRUPT_MARKER,
-        Value::Array(blocks) => blocks.iter().any(|b| {
-            b["type"] == "text" && b["text"].as_str().is_some_and(|t| t != INTERRUPT_MARKER)
-        }),
-        _ => false,
-    }
-}
-
-/// The text of a user message: the string content, or its text blocks joined by newlines.
-fn message_text(message: &Value) -> String {
-    match &message["content"] {
-        Value::String(s) => s.clone(),
+        Value::String(s) if keep(s) => vec![s.trim().to_string()],
         Value::Array(blocks) => blocks
             .iter()
             .filter(|b| b["type"] == "text")
             .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
+            .filter(|t| keep(t))
+            .map(|t| t.trim().to_string())
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -425,7 +496,7 @@ fn open_conversation(cfg: &Config, plan: &Plan) -> Result<Conversation, ResumeEr
                 file: cfg.project_dir().join(format!("{session_id}.jsonl")),
                 cwd,
                 leaf: None,
-                prompts: 0,
+                view: ModelView::default(),
             });
         }
         Plan::Resume {
@@ -457,7 +528,8 @@ fn open_conversation(cfg: &Config, plan: &Plan) -> Result<Conversation, ResumeEr
         Some(at) => {
             if !entries.iter().any(|e| e["uuid"] == at.as_str()) {
                 return Err(ResumeError {
-                    session_id: source.clone(),
+                    // A fork reports the id it would have had.
+                    session_id: fork_to.clone().unwrap_or_else(|| source.clone()),
                     message: format!("No message found with message.uuid of: {at}"),
                 });
             }
@@ -469,10 +541,10 @@ fn open_conversation(cfg: &Config, plan: &Plan) -> Result<Conversation, ResumeEr
         },
     };
     let history = chain(&entries, &leaf);
-    let prompts = history
-        .iter()
-        .filter(|e| e["type"] == "user" && is_prompt(&e["message"]))
-        .count();
+    let mut view = ModelView::default();
+    for entry in &history {
+        view.feed(entry);
+    }
     let (session_id, file) = match fork_to {
         Some(new_id) => {
             let new_file = cfg.project_dir().join(format!("{new_id}.jsonl"));
@@ -486,13 +558,29 @@ fn open_conversation(cfg: &Config, plan: &Plan) -> Result<Conversation, ResumeEr
         }
         None => (source, file),
     };
-    Ok(Conversation {
+    let mut conv = Conversation {
         session_id,
         file,
         cwd,
         leaf: Some(leaf),
-        prompts,
-    })
+        view,
+    };
+    if conv.view.open.is_some() {
+        // A turn that never got its reply (the process died or was stopped mid-turn): the real
+        // CLI closes it with a synthetic answer before the next prompt.
+        let message = json!({
+            "id": new_uuid(),
+            "type": "message",
+            "role": "assistant",
+            "model": "<synthetic>",
+            "content": [{"type": "text", "text": "No response requested."}],
+            "stop_reason": "stop_sequence",
+            "stop_sequence": "",
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        });
+        conv.append("assistant", &new_uuid(), &message, json!({}));
+    }
+    Ok(conv)
 }
 
 impl Conversation {
@@ -515,6 +603,7 @@ impl Conversation {
         if let Err(e) = append_line(&self.file, &entry) {
             eprintln!("failed to write transcript {}: {e}", self.file.display());
         }
+        self.view.feed(&entry);
         self.leaf = Some(uuid.to_string());
     }
 }
@@ -582,6 +671,8 @@ struct State {
     running: bool,
     interrupt: Option<watch::Sender<bool>>,
     pending: HashMap<String, oneshot::Sender<Value>>,
+    /// The last turn ended in an API error (the exit code is then 1).
+    api_error: bool,
 }
 
 struct Shared {
@@ -674,22 +765,54 @@ impl Shared {
                 }
             }
             "set_model" => {
-                st.model = request["model"]
+                let model = request["model"]
                     .as_str()
                     .filter(|m| !m.is_empty() && *m != "default")
                     .unwrap_or(DEFAULT_MODEL)
                     .to_string();
-                self.control_success(request_id, json!({}));
+                if self.cfg.refuse_set_model {
+                    // What the real CLI answers when its check of the new model with the API
+                    // fails; it keeps the current model.
+                    let response = json!({
+                        "subtype": "error",
+                        "request_id": request_id,
+                        "error": format!("Unable to validate model: {model} was rejected by the API"),
+                        "error_code": "check_failed",
+                        "model": st.model,
+                    });
+                    self.out
+                        .send(json!({"type": "control_response", "response": response}));
+                } else {
+                    st.model = model;
+                    self.control_success(request_id, json!({"model": st.model}));
+                }
             }
             "set_permission_mode" => match request["mode"].as_str() {
-                Some(mode) if PERMISSION_MODES.contains(&mode) => {
-                    st.mode = mode.to_string();
-                    self.control_success(request_id, json!({}));
-                }
-                other => self.control_error(
+                Some("bypassPermissions") if !self.cfg.launched_bypass => self.control_error(
                     request_id,
-                    format!("Invalid permission mode: {}", other.unwrap_or("null")),
-                    None,
+                    "Cannot set permission mode to bypassPermissions because the session was not \
+                     launched with --dangerously-skip-permissions"
+                        .into(),
+                    Some("bypass_not_launched"),
+                ),
+                Some(mode) if PERMISSION_MODES.contains(&mode) => {
+                    // `manual` is the default mode under another name.
+                    st.mode = if mode == "manual" { "default" } else { mode }.to_string();
+                    self.control_success(request_id, json!({"mode": st.mode}));
+                    self.out.send(json!({
+                        "type": "system",
+                        "subtype": "status",
+                        "status": null,
+                        "session_id": st.session_id,
+                        "uuid": new_uuid(),
+                    }));
+                }
+                _ => self.control_error(
+                    request_id,
+                    "Cannot set permission mode: must be one of acceptEdits, auto, \
+                     bypassPermissions, default, dontAsk, plan"
+                        .into(),
+                    Some("invalid_mode"),
                 ),
             },
             _ => self.control_error(
@@ -710,6 +833,12 @@ impl Shared {
     }
 
     fn on_eof(&self) {
+        self.cfg
+            .log(json!({"pid": self.cfg.pid, "event": "stdin_closed"}));
+        if self.cfg.ignore_eof {
+            // Stays up, like a CLI waiting on a background task: only a signal ends it.
+            return;
+        }
         let mut st = self.state();
         st.stdin_closed = true;
         // Pending permission requests can no longer be answered.
@@ -766,20 +895,26 @@ async fn run_turns(sh: Arc<Shared>, plan: Plan) {
     let mut conversation: Option<Conversation> = None;
     let mut billed_turns: u64 = 0;
     loop {
-        let (msg, interrupt) = loop {
+        let msg = loop {
             {
                 let mut st = sh.state();
                 if let Some(msg) = st.queue.pop_front() {
-                    let (tx, rx) = watch::channel(false);
-                    st.interrupt = Some(tx);
                     st.running = true;
-                    break (msg, rx);
+                    break msg;
                 }
                 if st.stdin_closed {
                     return;
                 }
             }
             sh.wake.notified().await;
+        };
+        // Between taking a prompt and its `system/init` the real CLI takes 20-100 ms; an
+        // interrupt in that window is acknowledged and does nothing.
+        tokio::time::sleep(sh.cfg.turn_delay).await;
+        let interrupt = {
+            let (tx, rx) = watch::channel(false);
+            sh.state().interrupt = Some(tx);
+            rx
         };
         let conv = match &mut conversation {
             Some(conv) => conv,
@@ -821,6 +956,8 @@ async fn run_turns(sh: Arc<Shared>, plan: Plan) {
             started: Instant::now(),
             model,
             mode,
+            delay: sh.cfg.delay,
+            late: false,
             words: 0,
             crash_word: msg["message"]["content"].to_string().contains("CRASH"),
             input_tokens: 0,
@@ -855,6 +992,10 @@ struct Turn<'a> {
     started: Instant,
     model: String,
     mode: String,
+    /// The pause before each streamed word.
+    delay: Duration,
+    /// The model's reply starts after [`LATE_DELAY`] (`LATE` in the prompt).
+    late: bool,
     words: u64,
     /// The prompt contains `CRASH`: die after two words.
     crash_word: bool,
@@ -872,12 +1013,37 @@ async fn interrupted(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-/// The command of the first `TOOL:<command>` word in a prompt.
-fn tool_command(text: &str) -> Option<String> {
+/// The value of the first `<prefix><value>` word in a prompt.
+fn keyword<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
     text.split_whitespace()
-        .find_map(|w| w.strip_prefix("TOOL:"))
-        .filter(|c| !c.is_empty())
-        .map(str::to_string)
+        .find_map(|w| w.strip_prefix(prefix))
+        .filter(|v| !v.is_empty())
+}
+
+/// The command of the first `TOOL:<command>` word in a prompt (`+` stands for a space).
+fn tool_command(text: &str) -> Option<String> {
+    keyword(text, "TOOL:").map(|c| c.replace('+', " "))
+}
+
+/// Whether the real CLI (2.1.330) runs a Bash command without asking. Read-only commands inside
+/// the working directory run in every mode; commands that change files inside it run unasked in
+/// `acceptEdits`; `bypassPermissions` runs everything; anything else needs a permission.
+fn runs_unasked(mode: &str, command: &str) -> bool {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let first = words.first().copied().unwrap_or_default();
+    let inside = words[1.min(words.len())..]
+        .iter()
+        .all(|w| !w.starts_with('/') && !w.starts_with("..") && !w.starts_with('~'));
+    let redirect = command.contains('>');
+    let reads = matches!(
+        first,
+        "echo" | "ls" | "pwd" | "cat" | "head" | "tail" | "wc"
+    );
+    let edits = matches!(first, "touch" | "rm" | "rmdir" | "mkdir" | "mv" | "cp")
+        || (redirect && first == "echo");
+    mode == "bypassPermissions"
+        || (inside && reads && !redirect)
+        || (inside && edits && mode == "acceptEdits")
 }
 
 impl Turn<'_> {
@@ -926,7 +1092,11 @@ impl Turn<'_> {
 
     /// Waits the configured per-word delay; true when the turn has been interrupted.
     async fn pause(&mut self) -> bool {
-        let delay = self.cfg().delay;
+        self.pause_for(self.delay).await
+    }
+
+    /// Waits `delay`; true when the turn has been interrupted.
+    async fn pause_for(&mut self, delay: Duration) -> bool {
         if !delay.is_zero() {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
@@ -940,7 +1110,7 @@ impl Turn<'_> {
 
     async fn run(&mut self, msg: Value) {
         let message = json!({"role": "user", "content": msg["message"]["content"].clone()});
-        let text = message_text(&message);
+        let newest = real_texts(&message).join("\n");
         let prompt_uuid = msg["uuid"].as_str().map_or_else(new_uuid, str::to_string);
         let lifecycle = msg["uuid"].is_string();
 
@@ -978,13 +1148,9 @@ impl Turn<'_> {
             }));
         }
         self.conv.append("user", &prompt_uuid, &message, json!({}));
-        if is_prompt(&message) {
-            self.conv.prompts += 1;
-        }
-        let history = self.conv.prompts;
+        let history = self.conv.view.history;
         self.input_tokens = 50 + 10 * history as u64;
 
-        self.system("status", json!({"status": "requesting"}));
         if self.cfg().unknown_types {
             self.emit(json!({
                 "type": "rate_limit_event",
@@ -997,7 +1163,29 @@ impl Turn<'_> {
             }));
         }
 
-        let terminal = self.body(&text, history).await;
+        let api_error = keyword(&newest, "HTTPERR:").and_then(|s| s.parse::<u16>().ok());
+        self.sh.state().api_error = api_error.is_some();
+        if let Some(status) = api_error {
+            self.api_error(status).await;
+        } else {
+            self.reply(&newest, history).await;
+        }
+        if self.cfg().unknown_types {
+            self.system("session_state_changed", json!({"state": "idle"}));
+        }
+        if lifecycle {
+            self.sh
+                .lifecycle(&self.session_id, &prompt_uuid, "completed");
+        }
+    }
+
+    /// A turn the model answers: streamed, possibly with a tool call, possibly interrupted.
+    async fn reply(&mut self, newest: &str, history: usize) {
+        if newest.contains("SLOW") {
+            self.delay = self.delay.max(SLOW_DELAY);
+        }
+        self.late = newest.contains("LATE");
+        let terminal = self.body(newest, history).await;
         match terminal {
             Ok(reply) => self.result(json!({
                 "subtype": "success",
@@ -1013,6 +1201,8 @@ impl Turn<'_> {
                 } else {
                     "[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"
                 };
+                // The real CLI counts the interrupted request as one more turn.
+                self.num_turns += 1;
                 self.result(json!({
                     "subtype": "error_during_execution",
                     "is_error": true,
@@ -1022,13 +1212,103 @@ impl Turn<'_> {
                 }));
             }
         }
-        if self.cfg().unknown_types {
-            self.system("session_state_changed", json!({"state": "idle"}));
+    }
+
+    /// A turn whose model request fails with HTTP `status`, as the real CLI reports it: an
+    /// `api_retry` frame per retry (401, 429 and 5xx are retried `CLAUDE_CODE_MAX_RETRIES`
+    /// times), then a synthetic assistant message and a `success` result with `is_error`.
+    async fn api_error(&mut self, status: u16) {
+        self.system("status", json!({"status": "requesting"}));
+        let retried = matches!(status, 401 | 429) || status >= 500;
+        let reason = match status {
+            400 => "unknown",
+            401 => "authentication_failed",
+            404 => "model_not_found",
+            429 => "rate_limit",
+            _ if status >= 500 => "server_error",
+            _ => "unknown",
+        };
+        if retried {
+            let retry_error = if status == 529 { "overloaded" } else { reason };
+            for attempt in 1..=self.cfg().max_retries {
+                self.system(
+                    "api_retry",
+                    json!({
+                        "attempt": attempt,
+                        "max_retries": self.cfg().max_retries,
+                        "retry_delay_ms": 500u64 << (attempt - 1).min(6),
+                        "error_status": status,
+                        "error": retry_error,
+                    }),
+                );
+                // The real CLI backs off for `retry_delay_ms`; the fake only pauses briefly.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
-        if lifecycle {
-            self.sh
-                .lifecycle(&self.session_id, &prompt_uuid, "completed");
-        }
+        let forced = format!("fake server: forced {status}");
+        let text = match status {
+            401 => format!("Failed to authenticate. API Error: 401 {forced}"),
+            404 => format!(
+                "There's an issue with the selected model ({}). It may not exist or you may not \
+                 have access to it. Run --model to pick a different model.",
+                self.model
+            ),
+            429 => format!("API Error: Request rejected (429) · {forced}"),
+            _ if status >= 500 => format!(
+                "API Error: {status} {forced}. This is a server-side issue, usually temporary \
+                 — try again in a moment. If it persists, check your inference gateway ({}).",
+                self.cfg().gateway
+            ),
+            _ => format!("API Error: {status} {forced}"),
+        };
+        let error_type = match status {
+            400 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            429 => "rate_limit_error",
+            529 => "overloaded_error",
+            _ => "api_error",
+        };
+        let uuid = new_uuid();
+        let message = json!({
+            "id": new_uuid(),
+            "type": "message",
+            "role": "assistant",
+            "model": "<synthetic>",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "stop_sequence",
+            "stop_sequence": "",
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        });
+        self.emit(json!({
+            "type": "assistant",
+            "message": message,
+            "parent_tool_use_id": null,
+            "uuid": uuid,
+            "timestamp": now(),
+            "error": reason,
+            "is_api_error_message": true,
+            "api_error_status": status,
+            "api_error_type": error_type,
+        }));
+        self.conv.append(
+            "assistant",
+            &uuid,
+            &message,
+            json!({"error": reason, "isApiErrorMessage": true}),
+        );
+        self.input_tokens = 0;
+        self.cost = 0.0;
+        self.result(json!({
+            "subtype": "success",
+            "is_error": true,
+            "result": text,
+            "stop_reason": "stop_sequence",
+            "terminal_reason": "api_error",
+            "api_error_status": status,
+            "api_error_type": error_type,
+        }));
     }
 
     /// Emits the `result` frame ending the turn, with the fields every result carries.
@@ -1089,8 +1369,17 @@ impl Turn<'_> {
             };
             self.tool_result(&id, &content, is_error);
             self.num_turns = 2;
+            let reply = format!("Tool said: {content}");
+            self.stream(Block::Text(reply.clone())).await?;
+            return Ok(reply);
         }
-        let reply = format!("Echo: {text} (history {history})");
+        let mut reply = format!("Echo: {} (history {history})", self.conv.view.prompt());
+        if text.contains("SLOW") {
+            let words = reply.split_whitespace().count();
+            for i in words..SLOW_WORDS {
+                reply.push_str(&format!(" chunk{i:02}"));
+            }
+        }
         self.stream(Block::Text(reply.clone())).await?;
         Ok(reply)
     }
@@ -1127,13 +1416,35 @@ impl Turn<'_> {
         );
     }
 
+    /// Decides on a tool call. The tool call's `message_stop` event is still to come: the
+    /// real CLI asks for the permission before it.
     async fn permission(&mut self, tool_use_id: &str, input: &Value) -> Permission {
         let command = input["command"].as_str().unwrap_or_default().to_string();
         let mode = self.sh.state().mode.clone();
-        if mode == "bypassPermissions" || mode == "acceptEdits" {
+        let asks = !runs_unasked(&mode, &command)
+            && !matches!(mode.as_str(), "dontAsk" | "plan")
+            && self.cfg().prompt_stdio;
+        if !asks {
+            self.event(json!({"type": "message_stop"}));
+        }
+        if runs_unasked(&mode, &command) {
             return Permission::Allow(command);
         }
-        if mode == "dontAsk" || !self.cfg().prompt_stdio {
+        if mode == "dontAsk" {
+            return Permission::Deny(
+                "Permission to use Bash has been denied because Claude Code is running in \
+                 don't ask mode."
+                    .into(),
+            );
+        }
+        if mode == "plan" {
+            return Permission::Deny(
+                "Auto mode is unavailable: its safety check does not run for this session, so \
+                 Bash was not run."
+                    .into(),
+            );
+        }
+        if !self.cfg().prompt_stdio {
             return Permission::Deny(format!("{command} in '{}' needs approval.", self.conv.cwd));
         }
         let request_id = new_uuid();
@@ -1141,6 +1452,8 @@ impl Turn<'_> {
         {
             let mut st = self.sh.state();
             if st.stdin_closed {
+                drop(st);
+                self.event(json!({"type": "message_stop"}));
                 return Permission::Deny("Stream closed".to_string());
             }
             st.pending.insert(request_id.clone(), tx);
@@ -1157,6 +1470,7 @@ impl Turn<'_> {
                 "tool_use_id": tool_use_id,
             },
         }));
+        self.event(json!({"type": "message_stop"}));
         let cancel_after = self.cfg().cancel_permission;
         let cancel = async {
             match cancel_after {
@@ -1189,6 +1503,17 @@ impl Turn<'_> {
     async fn stream(&mut self, block: Block) -> Result<(), &'static str> {
         let message_id = format!("msg_fake_{}", short_id());
         let request_id = format!("req_fake_{}", short_id());
+        // Each model request is announced, the one after a tool result too.
+        self.system("status", json!({"status": "requesting"}));
+        // The model's first byte: an interrupt before it leaves no assistant message at all.
+        let wait = if std::mem::take(&mut self.late) {
+            LATE_DELAY
+        } else {
+            self.delay
+        };
+        if self.pause_for(wait).await {
+            return Err(self.abort_before_reply());
+        }
         self.event(json!({
             "type": "message_start",
             "message": {
@@ -1232,9 +1557,6 @@ impl Turn<'_> {
                 (json!([{"type": "text", "text": text}]), "end_turn", words)
             }
             Block::ToolUse { id, input } => {
-                if self.pause().await {
-                    return Err(self.abort(&message_id, &request_id, ""));
-                }
                 self.event(json!({
                     "type": "content_block_start",
                     "index": 0,
@@ -1282,8 +1604,28 @@ impl Turn<'_> {
             "delta": {"stop_reason": stop_reason, "stop_sequence": null},
             "usage": {"output_tokens": words},
         }));
-        self.event(json!({"type": "message_stop"}));
+        // A tool call's `message_stop` comes once its permission is settled (see `permission`).
+        if stop_reason != "tool_use" {
+            self.event(json!({"type": "message_stop"}));
+        }
         Ok(())
+    }
+
+    /// The frames of a turn interrupted before the model's reply began: only the marker (the
+    /// interrupted prompt then reaches the model together with the next one).
+    fn abort_before_reply(&mut self) -> &'static str {
+        let marker_uuid = new_uuid();
+        let marker =
+            json!({"role": "user", "content": [{"type": "text", "text": INTERRUPT_MARKER}]});
+        self.emit(json!({
+            "type": "user",
+            "message": marker,
+            "parent_tool_use_id": null,
+            "uuid": marker_uuid,
+            "timestamp": now(),
+        }));
+        self.conv.append("user", &marker_uuid, &marker, json!({}));
+        "aborted_streaming"
     }
 
     /// The frames of a turn interrupted while streaming `partial`.
@@ -1392,6 +1734,21 @@ async fn main() {
         refuse_resume: env_flag("FAKE_CLAUDE_REFUSE_RESUME"),
         cancel_permission: env_number("FAKE_CLAUDE_CANCEL_PERMISSION_MS")
             .map(Duration::from_millis),
+        init_delay: Duration::from_millis(env_number("FAKE_CLAUDE_INIT_DELAY_MS").unwrap_or(0)),
+        turn_delay: Duration::from_millis(env_number("FAKE_CLAUDE_TURN_DELAY_MS").unwrap_or(0)),
+        ignore_eof: env_flag("FAKE_CLAUDE_IGNORE_EOF"),
+        ignore_sigterm: env_flag("FAKE_CLAUDE_IGNORE_SIGTERM"),
+        refuse_set_model: env_flag("FAKE_CLAUDE_REFUSE_SET_MODEL"),
+        max_retries: env_number("CLAUDE_CODE_MAX_RETRIES").unwrap_or(10),
+        gateway: std::env::var("ANTHROPIC_BASE_URL")
+            .ok()
+            .and_then(|url| {
+                let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+                rest.split('/').next().map(str::to_string)
+            })
+            .filter(|host| !host.is_empty())
+            .unwrap_or_else(|| "api.anthropic.com".into()),
+        launched_bypass: false,
         log: std::env::var_os("FAKE_CLAUDE_LOG")
             .filter(|p| !p.is_empty())
             .map(PathBuf::from),
@@ -1421,6 +1778,8 @@ async fn main() {
         partial: args.partial,
         replay: args.replay,
         prompt_stdio: args.prompt_tool.as_deref() == Some("stdio"),
+        launched_bypass: args.skip_permissions
+            || args.permission_mode.as_deref() == Some("bypassPermissions"),
         ..cfg
     };
     let plan = startup_plan(&args, &cfg);
@@ -1440,6 +1799,14 @@ async fn main() {
     };
 
     let out = Out::start();
+    tokio::spawn(on_sigterm(
+        out.clone(),
+        cfg.pid,
+        cfg.log.clone(),
+        cfg.ignore_sigterm,
+    ));
+    // Start-up: the real CLI answers nothing (not even `initialize`) for about 0.65 s.
+    tokio::time::sleep(cfg.init_delay).await;
     let shared = Arc::new(Shared {
         cfg,
         out: out.clone(),
@@ -1452,11 +1819,34 @@ async fn main() {
             running: false,
             interrupt: None,
             pending: HashMap::new(),
+            api_error: false,
         }),
         wake: Notify::new(),
     });
     let runner = tokio::spawn(run_turns(shared.clone(), plan));
-    tokio::spawn(read_stdin(shared));
+    tokio::spawn(read_stdin(shared.clone()));
     let _ = runner.await;
-    out.exit(0).await;
+    // Like the real CLI: exit code 1 when the last turn ended in an API error.
+    let code = i32::from(shared.state().api_error);
+    out.exit(code).await;
+}
+
+/// SIGTERM: logged; then the process exits at once with 143 and no result, like the real CLI,
+/// unless `FAKE_CLAUDE_IGNORE_SIGTERM` is set.
+async fn on_sigterm(out: Out, pid: u32, log: Option<PathBuf>, ignore: bool) {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        return;
+    };
+    while term.recv().await.is_some() {
+        if let Some(path) = &log {
+            let _ = append_line(
+                path,
+                &json!({"pid": pid, "signal": "SIGTERM", "ignored": ignore}),
+            );
+        }
+        if !ignore {
+            out.exit(143).await;
+        }
+    }
 }

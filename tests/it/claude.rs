@@ -19,6 +19,12 @@ const FAKE_SWITCHES: &[&str] = &[
     "FAKE_CLAUDE_REFUSE_RESUME",
     "FAKE_CLAUDE_ENV_DUMP",
     "FAKE_CLAUDE_CANCEL_PERMISSION_MS",
+    "FAKE_CLAUDE_INIT_DELAY_MS",
+    "FAKE_CLAUDE_TURN_DELAY_MS",
+    "FAKE_CLAUDE_IGNORE_EOF",
+    "FAKE_CLAUDE_IGNORE_SIGTERM",
+    "FAKE_CLAUDE_REFUSE_SET_MODEL",
+    "IS_SANDBOX",
 ];
 
 /// A data dir, a CLI home and a log of everything the fake CLI saw.
@@ -69,7 +75,7 @@ impl Fixture {
         .await
     }
 
-    fn entries(&self) -> Vec<Value> {
+    pub fn entries(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -392,19 +398,202 @@ async fn interrupt_is_honoured() {
     stop(server, &fx).await;
 }
 
-/// An interrupt sent before the turn has started is held and applied, not lost.
+/// An interrupt that reaches a running CLI after the prompt but before the turn's init (which
+/// the CLI would ignore) is held and applied: the CLI itself ends the turn as interrupted, the
+/// same process carries on, and the next turn reaches the model together with the interrupted
+/// prompt, as the real CLI sends it.
 #[tokio::test]
 async fn early_interrupt_is_held() {
     let fx = Fixture::new("");
-    let server = fx.start(&[("FAKE_CLAUDE_DELAY_MS", "100")]).await;
-    let mut c = server.client().await;
-    c.chat("early", "a b c d e f g h i j k l m n o p q r s t")
+    let server = fx
+        .start(&[
+            ("FAKE_CLAUDE_DELAY_MS", "100"),
+            ("FAKE_CLAUDE_TURN_DELAY_MS", "300"),
+        ])
         .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "early", "first").await;
+    assert_eq!(
+        reply_text(&c.until_result("early").await),
+        "Echo: first (history 1)"
+    );
+    c.chat("early", "second a b c d e f g h").await;
     c.send(json!({"type": "interrupt", "agent_id": "early"}))
         .await;
     let frames = c.until_result("early").await;
-    let result = frames.last().unwrap();
-    assert_eq!(result["message"]["is_error"], true, "{result}");
+    let result = &frames.last().unwrap()["message"];
+    assert_eq!(result["terminal_reason"], "aborted_streaming", "{result}");
+    assert!(
+        result["errors"][0]
+            .as_str()
+            .is_some_and(|e| e.starts_with("[ede_diagnostic]")),
+        "the CLI ended the turn, not the server: {result}"
+    );
+    chat_ack(&mut c, "early", "third").await;
+    assert_eq!(
+        reply_text(&c.until_result("early").await),
+        "Echo: second a b c d e f g h\nthird (history 2)"
+    );
+    let pids = fx.prompt_pids();
+    assert_eq!(pids.len(), 3);
+    assert!(pids.iter().all(|p| *p == pids[0]), "one process: {pids:?}");
+    stop(server, &fx).await;
+}
+
+/// An interrupt while the CLI is still starting (it takes about 0.65 s to answer `initialize`)
+/// ends the turn before it reaches the CLI: the next turn starts with a clean slate on the same
+/// process.
+#[tokio::test]
+async fn interrupt_during_startup_drops_the_turn() {
+    let fx = Fixture::new("");
+    let server = fx.start(&[("FAKE_CLAUDE_INIT_DELAY_MS", "700")]).await;
+    let mut c = server.client().await;
+    c.chat("boot", "never sent").await;
+    c.send(json!({"type": "interrupt", "agent_id": "boot"}))
+        .await;
+    let frames = c.until_result("boot").await;
+    let result = &frames.last().unwrap()["message"];
+    assert_eq!(result["terminal_reason"], "aborted_streaming", "{result}");
+    chat_ack(&mut c, "boot", "next").await;
+    assert_eq!(
+        reply_text(&c.until_result("boot").await),
+        "Echo: next (history 1)"
+    );
+    let prompts: Vec<String> = fx
+        .stdin()
+        .into_iter()
+        .filter(|(_, v)| v["type"] == "user")
+        .map(|(_, v)| {
+            v["message"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(prompts, ["next"]);
+    assert_eq!(fx.spawns().len(), 1);
+    stop(server, &fx).await;
+}
+
+/// A chat with a new model or permission mode that the running CLI refuses (a model its API
+/// check rejects; `bypassPermissions` in a process not started with it) restarts the CLI with
+/// resume under the new settings: clients get `restarting`, the turn runs on the new process
+/// and the conversation is remembered.
+#[tokio::test]
+async fn refused_settings_restart_with_resume() {
+    let fx = Fixture::new("");
+    let server = fx
+        .start(&[("FAKE_CLAUDE_REFUSE_SET_MODEL", "1"), ("IS_SANDBOX", "1")])
+        .await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "opt", "one").await;
+    let sid = ack["session_id"].as_str().unwrap().to_owned();
+    c.until_result("opt").await;
+
+    c.send(json!({"type": "chat", "agent_id": "opt", "content": "two",
+        "options": {"model": "fake-model-2"}}))
+        .await;
+    let frames = c.until_result("opt").await;
+    let restarting = frames
+        .iter()
+        .find(|f| f["status"] == "restarting")
+        .unwrap_or_else(|| panic!("a restarting status: {frames:?}"));
+    assert!(
+        restarting["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Unable to validate model"),
+        "{restarting}"
+    );
+    assert_eq!(reply_text(&frames), "Echo: two (history 2)");
+    let init = frames
+        .iter()
+        .find(|f| f["message"]["subtype"] == "init")
+        .unwrap();
+    assert_eq!(init["message"]["model"], "fake-model-2");
+    let spawns = fx.spawns();
+    assert_eq!(spawns.len(), 2);
+    assert_eq!(arg(&spawns[1], "--resume="), Some(sid.as_str()));
+    assert_eq!(arg(&spawns[1], "--model="), Some("fake-model-2"));
+
+    // The next turn runs on the restarted process and remembers.
+    chat_ack(&mut c, "opt", "three").await;
+    assert_eq!(
+        reply_text(&c.until_result("opt").await),
+        "Echo: three (history 3)"
+    );
+    let second_pid = spawns[1]["pid"].as_i64().unwrap();
+    assert_eq!(fx.prompt_pids().last(), Some(&second_pid));
+
+    // bypassPermissions can only be had by starting the CLI with it.
+    c.send(
+        json!({"type": "chat", "agent_id": "opt", "content": "TOOL:curl+http://example.com",
+        "options": {"permission_mode": "bypassPermissions"}}),
+    )
+    .await;
+    let frames = c.until_result("opt").await;
+    assert!(frames.iter().any(|f| f["status"] == "restarting"));
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f["message_type"] == "permission_request"),
+        "bypassPermissions asks nothing"
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.to_string().contains("ran: curl http://example.com"))
+    );
+    let spawns = fx.spawns();
+    assert_eq!(spawns.len(), 3);
+    assert_eq!(
+        arg(&spawns[2], "--permission-mode="),
+        Some("bypassPermissions")
+    );
+    assert_eq!(arg(&spawns[2], "--resume="), Some(sid.as_str()));
+    chat_ack(&mut c, "opt", "four").await;
+    assert_eq!(
+        reply_text(&c.until_result("opt").await),
+        "Echo: four (history 5)"
+    );
+    stop(server, &fx).await;
+}
+
+/// Stopping a CLI that ignores stdin EOF and SIGTERM goes the whole way: stdin closed, then
+/// SIGTERM, then SIGKILL; the process is gone.
+#[tokio::test]
+async fn stop_escalates_to_term_then_kill() {
+    let fx = Fixture::new("[session]\nidle_evict_secs = 1\n");
+    let server = fx
+        .start(&[
+            ("FAKE_CLAUDE_IGNORE_EOF", "1"),
+            ("FAKE_CLAUDE_IGNORE_SIGTERM", "1"),
+        ])
+        .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "stuck", "hi").await;
+    c.until_result("stuck").await;
+    let pid = fx.spawns()[0]["pid"].as_i64().unwrap();
+    c.recv_until(|f| f["status"] == "evicted").await;
+    let mut tries = 0;
+    while alive(pid) && tries < 100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tries += 1;
+    }
+    assert!(!alive(pid), "the stuck CLI {pid} is gone");
+    let events: Vec<Value> = fx
+        .entries()
+        .into_iter()
+        .filter(|e| e["pid"] == pid && (e["event"].is_string() || e["signal"].is_string()))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            json!({"pid": pid, "event": "stdin_closed"}),
+            json!({"pid": pid, "signal": "SIGTERM", "ignored": true}),
+        ],
+        "stdin was closed, then SIGTERM sent; only SIGKILL can have ended it"
+    );
     stop(server, &fx).await;
 }
 
@@ -431,7 +620,7 @@ async fn ignored_interrupt_escalates() {
     assert!(!alive(first_pid), "the stuck CLI was stopped");
     chat_ack(&mut c, "ig", "after").await;
     let next = c.until_result("ig").await;
-    assert!(reply_text(&next).starts_with("Echo: after"));
+    assert_eq!(reply_text(&next), "Echo: after (history 2)");
     let spawns = fx.spawns();
     assert_eq!(
         arg(spawns.last().unwrap(), "--resume="),
@@ -577,13 +766,14 @@ async fn cancelled_permission() {
     stop(server, &fx).await;
 }
 
-/// A configured permission mode that skips prompts means no permission request reaches clients.
+/// `acceptEdits` (configured) skips the prompt for file edits in the workspace, as the real CLI
+/// does, but any other command is still asked for.
 #[tokio::test]
 async fn accept_edits_mode_skips_prompts() {
     let fx = Fixture::new("[claude]\npermission_mode = \"acceptEdits\"\n");
     let server = fx.start(&[]).await;
     let mut c = server.client().await;
-    chat_ack(&mut c, "ae", "please run TOOL:touch_z").await;
+    chat_ack(&mut c, "ae", "please run TOOL:touch+z.txt").await;
     let frames = c.until_result("ae").await;
     assert!(
         !frames
@@ -593,8 +783,22 @@ async fn accept_edits_mode_skips_prompts() {
     assert!(
         frames
             .iter()
-            .any(|f| f.to_string().contains("ran: touch_z"))
+            .any(|f| f.to_string().contains("ran: touch z.txt"))
     );
+    chat_ack(&mut c, "ae", "please run TOOL:curl+http://example.com").await;
+    let request = c
+        .recv_until(|f| f["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(request["input"]["command"], "curl http://example.com");
+    c.send(
+        json!({"type": "permission_response", "agent_id": "ae", "request_id": request["request_id"],
+        "behavior": "deny", "message": "no network"}),
+    )
+    .await;
+    let frames = c.until_result("ae").await;
+    assert!(frames.iter().any(|f| f["outcome"] == "denied"));
     assert_eq!(
         arg(&fx.spawns()[0], "--permission-mode="),
         Some("acceptEdits")

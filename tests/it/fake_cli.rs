@@ -30,6 +30,11 @@ const SWITCHES: &[&str] = &[
     "FAKE_CLAUDE_REFUSE_RESUME",
     "FAKE_CLAUDE_ENV_DUMP",
     "FAKE_CLAUDE_CANCEL_PERMISSION_MS",
+    "FAKE_CLAUDE_INIT_DELAY_MS",
+    "FAKE_CLAUDE_TURN_DELAY_MS",
+    "FAKE_CLAUDE_IGNORE_EOF",
+    "FAKE_CLAUDE_IGNORE_SIGTERM",
+    "FAKE_CLAUDE_REFUSE_SET_MODEL",
 ];
 
 /// A workspace and a config dir for fake CLI runs.
@@ -338,8 +343,25 @@ async fn fake_claude_answers_control_requests() {
         .await;
     cli.send(json!({"type": "control_request", "request_id": "p", "request": {"subtype": "set_permission_mode", "mode": "plan"}}))
         .await;
-    assert_eq!(cli.next().await.unwrap()["response"]["subtype"], "success");
-    assert_eq!(cli.next().await.unwrap()["response"]["subtype"], "success");
+    let model = cli.next().await.unwrap();
+    assert_eq!(model["response"]["subtype"], "success");
+    assert_eq!(
+        model["response"]["response"],
+        json!({"model": "fake-model-1"})
+    );
+    let mode = cli.next().await.unwrap();
+    assert_eq!(mode["response"]["response"], json!({"mode": "plan"}));
+    let status = cli.next().await.unwrap();
+    assert_eq!(
+        (&status["type"], &status["subtype"]),
+        (&json!("system"), &json!("status"))
+    );
+    // bypassPermissions only when the process was started with it.
+    cli.send(json!({"type": "control_request", "request_id": "b", "request": {"subtype": "set_permission_mode", "mode": "bypassPermissions"}}))
+        .await;
+    let refused = cli.next().await.unwrap();
+    assert_eq!(refused["response"]["subtype"], "error");
+    assert_eq!(refused["response"]["error_code"], "bypass_not_launched");
     let frames = cli.turn("hi").await;
     assert_eq!(frames[0]["model"], "fake-model-1");
     assert_eq!(frames[0]["permissionMode"], "plan");
@@ -417,7 +439,7 @@ async fn fake_claude_asks_permission_for_tools() {
     assert_eq!(tool_result["is_error"], false);
     let res = result(&frames);
     assert_eq!(res["subtype"], "success");
-    assert_eq!(res["result"], "Echo: please run TOOL:touch_x (history 1)");
+    assert_eq!(res["result"], "Tool said: ran: touch_y");
     assert!(cli.finish().await.0.success());
 
     let calls: Vec<Value> = std::fs::read_to_string(&log)

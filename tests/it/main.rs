@@ -4,6 +4,7 @@
 mod claude;
 mod cli_chat;
 mod common;
+mod conformance;
 mod cross_site;
 mod fake_cli;
 mod faults;

@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 use crate::common::*;
 
 /// The real CLI, from `AGENTMUX_TEST_CLAUDE_BIN`. Missing is a failure under CI.
-fn real_cli() -> Option<PathBuf> {
+pub fn real_cli() -> Option<PathBuf> {
     match std::env::var("AGENTMUX_TEST_CLAUDE_BIN") {
         Ok(path) if Path::new(&path).is_file() => Some(PathBuf::from(path)),
         _ if std::env::var("CI").as_deref() == Ok("true") => {
@@ -30,14 +30,14 @@ fn real_cli() -> Option<PathBuf> {
 }
 
 /// The fake Messages API, its URL and its request log.
-struct FakeApi {
+pub struct FakeApi {
     _child: Child,
-    url: String,
+    pub url: String,
     log: PathBuf,
 }
 
 impl FakeApi {
-    async fn start(dir: &Path) -> Self {
+    pub async fn start(dir: &Path) -> Self {
         let log = dir.join("api.log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_fake-anthropic"))
             .args(["--port", "0", "--log"])
@@ -62,7 +62,7 @@ impl FakeApi {
     }
 
     /// The `messages` of every request the model got.
-    fn requests(&self) -> Vec<Value> {
+    pub fn requests(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -72,12 +72,28 @@ impl FakeApi {
     }
 }
 
-/// pids of running processes whose executable is `bin`.
-fn processes_of(bin: &Path) -> Vec<u32> {
+/// The state letter and parent pid of a process, from `/proc/<pid>/stat`.
+fn stat(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Whether a process is running (a zombie is not).
+fn running(pid: u32) -> bool {
+    stat(pid).is_some_and(|(state, _)| state != 'Z')
+}
+
+/// pids of the running `bin` processes the server started (other tests run CLIs too).
+fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
     let bin = bin.canonicalize().unwrap();
+    let server = server.child.id().expect("the server runs");
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| stat(*pid).is_some_and(|(state, ppid)| ppid == server && state != 'Z'))
         .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == bin))
         .collect()
 }
@@ -103,17 +119,21 @@ async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) 
     .await
 }
 
-async fn wait_gone(cli: &Path) {
-    for _ in 0..100 {
-        if processes_of(cli).is_empty() {
-            return;
-        }
+/// Waits up to `deadline` for every process in `pids` to be gone.
+async fn wait_gone(pids: &[u32], deadline: Duration) {
+    let start = std::time::Instant::now();
+    while pids.iter().any(|p| running(*p)) && start.elapsed() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!(
-        "CLI processes left after the server stopped: {:?}",
-        processes_of(cli)
-    );
+    let left: Vec<u32> = pids.iter().copied().filter(|p| running(*p)).collect();
+    assert!(left.is_empty(), "CLI processes left: {left:?}");
+}
+
+/// Stops the server gracefully and checks that its CLIs went with it.
+async fn stop(mut server: TestServer, cli: &Path) {
+    let pids = cli_children(&server, cli);
+    assert!(server.terminate().await.success());
+    wait_gone(&pids, Duration::from_secs(10)).await;
 }
 
 /// Two turns on one process with our session_id as the CLI's id; an interrupt during a slow
@@ -128,7 +148,7 @@ async fn real_cli_end_to_end() {
     let (_cfg_dir, config) =
         config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
     let data_dir = dir.path().join("data");
-    let mut server = start_server(&data_dir, &cli, &api, &config).await;
+    let server = start_server(&data_dir, &cli, &api, &config).await;
     let mut c = server.client().await;
 
     let ack = chat_ack(&mut c, "real", "hello one").await;
@@ -153,9 +173,11 @@ async fn real_cli_end_to_end() {
         reply_text(&c.until_result("real").await),
         "Echo: hello two (history 2)"
     );
-    assert_eq!(processes_of(&cli).len(), 1, "one live process across turns");
+    let pids = cli_children(&server, &cli);
+    assert_eq!(pids.len(), 1, "one live process across turns");
 
-    // Interrupt during a slow stream; the next turn works on the same process.
+    // Interrupt during a slow stream: the CLI ends the turn as interrupted, the same process
+    // carries on, and the next turn remembers everything, the interrupted prompt too.
     chat_ack(&mut c, "real", "SLOW story please").await;
     c.recv_until(|f| {
         f["message_type"] == "stream_event"
@@ -167,9 +189,17 @@ async fn real_cli_end_to_end() {
     let interrupted = c.until_result("real").await;
     let result = &interrupted.last().unwrap()["message"];
     assert_eq!(result["is_error"], true, "{result}");
+    assert_eq!(result["terminal_reason"], "aborted_streaming", "{result}");
+    assert!(
+        !interrupted.iter().any(|f| f["status"] == "crashed"),
+        "{interrupted:?}"
+    );
     chat_ack(&mut c, "real", "after the stop").await;
-    assert!(reply_text(&c.until_result("real").await).starts_with("Echo: after the stop"));
-    assert_eq!(processes_of(&cli).len(), 1);
+    assert_eq!(
+        reply_text(&c.until_result("real").await),
+        "Echo: after the stop (history 4)"
+    );
+    assert_eq!(cli_children(&server, &cli), pids, "the same process");
 
     // A tool call that needs approval round-trips through the client.
     chat_ack(&mut c, "real", "TOOL:touch+made_by_tool.txt").await;
@@ -196,8 +226,7 @@ async fn real_cli_end_to_end() {
         "the tool ran in the workspace"
     );
 
-    assert!(server.terminate().await.success());
-    wait_gone(&cli).await;
+    stop(server, &cli).await;
 
     // Restart: the conversation resumes and the model gets the earlier turns.
     let server = start_server(&data_dir, &cli, &api, &config).await;
@@ -211,7 +240,70 @@ async fn real_cli_end_to_end() {
         last.contains("hello one") && last.contains("hello two"),
         "earlier turns reached the model"
     );
-    let mut server = server;
-    assert!(server.terminate().await.success());
-    wait_gone(&cli).await;
+    stop(server, &cli).await;
+}
+
+/// A model API error reaches the client as the CLI's error `result` (not a crash); the same
+/// process runs the next turn, which the model gets together with the failed one.
+#[tokio::test]
+async fn real_cli_api_error_is_an_error_result() {
+    let Some(cli) = real_cli() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApi::start(dir.path()).await;
+    let home = dir.path().join("claude-home");
+    let (_cfg_dir, config) =
+        config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
+    let server = start_server(&dir.path().join("data"), &cli, &api, &config).await;
+    let mut c = server.client().await;
+
+    chat_ack(&mut c, "apierr", "HTTPERR:500").await;
+    let frames = c.until_result("apierr").await;
+    let result = &frames.last().unwrap()["message"];
+    assert_eq!(result["is_error"], true, "{result}");
+    assert_eq!(result["terminal_reason"], "api_error", "{result}");
+    assert_eq!(result["api_error_status"], 500, "{result}");
+    assert!(
+        result["result"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("API Error: 500")),
+        "{result}"
+    );
+    assert!(
+        !frames.iter().any(|f| f["status"] == "crashed"),
+        "{frames:?}"
+    );
+    let pids = cli_children(&server, &cli);
+    assert_eq!(pids.len(), 1);
+
+    chat_ack(&mut c, "apierr", "and now").await;
+    assert_eq!(
+        reply_text(&c.until_result("apierr").await),
+        "Echo: HTTPERR:500\nand now (history 1)"
+    );
+    assert_eq!(cli_children(&server, &cli), pids, "the same process");
+    stop(server, &cli).await;
+}
+
+/// When the server is killed with -9 mid-turn, its CLI dies with it (parent-death signal),
+/// instead of streaming on with nobody listening.
+#[tokio::test]
+async fn real_cli_dies_with_a_killed_server() {
+    let Some(cli) = real_cli() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApi::start(dir.path()).await;
+    let home = dir.path().join("claude-home");
+    let (_cfg_dir, config) =
+        config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
+    let mut server = start_server(&dir.path().join("data"), &cli, &api, &config).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "orphan", "SLOW story please").await;
+    c.recv_until(|f| {
+        f["message_type"] == "stream_event"
+            && f["message"]["event"]["type"] == "content_block_delta"
+    })
+    .await;
+    let pids = cli_children(&server, &cli);
+    assert_eq!(pids.len(), 1, "one CLI for the conversation");
+    server.kill9().await;
+    wait_gone(&pids, Duration::from_secs(3)).await;
 }

@@ -1,0 +1,546 @@
+//! Conformance: the same scripted scenarios run against the fake CLI and the pinned real CLI
+//! (with the fake model API), each driven directly over stdin/stdout; what they print must
+//! have the same shape, so the fake cannot drift from the CLI it stands in for.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::real_cli::{FakeApi, real_cli};
+
+/// How long any one expected frame may take (the real CLI starts in about a second; a `SLOW`
+/// reply streams for ten).
+const FRAME_WAIT: Duration = Duration::from_secs(30);
+const BASE_ARGS: &[&str] = &[
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--include-partial-messages",
+    "--permission-prompt-tool",
+    "stdio",
+];
+const INTERRUPT_MARKER: &str = "[Request interrupted by user]";
+
+/// One CLI binary with its own workspace, config dir and environment.
+struct Target {
+    name: &'static str,
+    bin: PathBuf,
+    _dir: tempfile::TempDir,
+    workspace: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Target {
+    fn new(name: &'static str, bin: &Path, api: &FakeApi) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let home = dir.path().join("home");
+        let env = [
+            ("PATH", std::env::var("PATH").unwrap_or_default()),
+            ("HOME", home.to_string_lossy().into_owned()),
+            (
+                "CLAUDE_CONFIG_DIR",
+                dir.path().join("claude").to_string_lossy().into_owned(),
+            ),
+            ("ANTHROPIC_BASE_URL", api.url.clone()),
+            ("ANTHROPIC_API_KEY", "dummy".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+            ("CLAUDE_CODE_MAX_RETRIES", "0".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        Target {
+            name,
+            bin: bin.to_path_buf(),
+            _dir: dir,
+            workspace,
+            env,
+        }
+    }
+
+    fn spawn(&self, args: &[String], env: &[(&str, &str)]) -> Cli {
+        let mut child = Command::new(&self.bin)
+            .args(BASE_ARGS)
+            .args(args)
+            .current_dir(&self.workspace)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Cli {
+            child,
+            stdin,
+            stdout,
+            frames: Vec::new(),
+        }
+    }
+}
+
+/// A running CLI and everything it printed so far.
+struct Cli {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+    frames: Vec<Value>,
+}
+
+impl Cli {
+    async fn send(&mut self, frame: Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        let mut line = frame.to_string();
+        line.push('\n');
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    async fn prompt(&mut self, text: &str) {
+        self.send(json!({"type": "user", "message": {"role": "user", "content": text}}))
+            .await;
+    }
+
+    async fn control(&mut self, request_id: &str, request: Value) {
+        self.send(json!({"type": "control_request", "request_id": request_id, "request": request}))
+            .await;
+    }
+
+    /// The next frame; None at the end of stdout.
+    async fn next(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(FRAME_WAIT, self.stdout.next_line())
+            .await
+            .expect("a frame in time")
+            .unwrap()?;
+        let frame: Value = serde_json::from_str(&line).expect("stdout lines are JSON");
+        self.frames.push(frame.clone());
+        Some(frame)
+    }
+
+    /// Frames until one matches `done`, which is returned.
+    async fn until(&mut self, done: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let frame = self.next().await.expect("stdout ended early");
+            if done(&frame) {
+                return frame;
+            }
+        }
+    }
+
+    async fn turn(&mut self, text: &str) -> Value {
+        self.prompt(text).await;
+        self.until(|f| f["type"] == "result").await
+    }
+
+    /// Closes stdin, reads stdout to its end; the exit code and stderr.
+    async fn finish(mut self) -> (Vec<Value>, Option<i32>, String) {
+        self.stdin = None;
+        while self.next().await.is_some() {}
+        let mut stderr = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = tokio::time::timeout(FRAME_WAIT, err.read_to_string(&mut stderr)).await;
+        }
+        let status = tokio::time::timeout(FRAME_WAIT, self.child.wait())
+            .await
+            .expect("the CLI exits after stdin closes")
+            .unwrap();
+        (self.frames, status.code(), stderr)
+    }
+}
+
+/// Names for the ids a scenario passed in, so shapes can say which id a frame carries.
+#[derive(Default)]
+struct Ids(HashMap<String, String>);
+
+impl Ids {
+    fn name(&mut self, id: &str, name: &str) {
+        self.0.insert(id.to_owned(), name.to_owned());
+    }
+
+    fn label(&self, value: &Value) -> String {
+        match value {
+            Value::Null => "null".into(),
+            Value::String(s) => self.0.get(s).cloned().unwrap_or_else(|| "other".into()),
+            _ => "absent".into(),
+        }
+    }
+}
+
+/// The shape of one frame: its kind, the ids it carries (by name) and the fields that tell a
+/// host how the turn went; not the text or the numbers.
+fn shape(frame: &Value, ids: &Ids) -> String {
+    let kind = frame["type"].as_str().unwrap_or("?");
+    let mut parts = vec![kind.to_owned()];
+    let field = |name: &str| frame.get(name).map_or("absent".into(), |v| ids.label(v));
+    match kind {
+        "system" => {
+            parts.push(frame["subtype"].as_str().unwrap_or("?").to_owned());
+            if frame["subtype"] == "status" {
+                parts.push(format!("status={}", frame["status"]));
+            }
+        }
+        "stream_event" => {
+            let event = &frame["event"];
+            parts.push(event["type"].as_str().unwrap_or("?").to_owned());
+            if let Some(delta) = event["delta"]["type"].as_str() {
+                parts.push(delta.to_owned());
+            }
+            if let Some(block) = event["content_block"]["type"].as_str() {
+                parts.push(block.to_owned());
+            }
+        }
+        "assistant" => {
+            let blocks: Vec<&str> = frame["message"]["content"]
+                .as_array()
+                .map(|b| b.iter().filter_map(|b| b["type"].as_str()).collect())
+                .unwrap_or_default();
+            parts.push(blocks.join("+"));
+            if frame["aborted"] == true {
+                parts.push("aborted".into());
+            }
+            if frame["message"]["model"] == "<synthetic>" {
+                parts.push(format!(
+                    "synthetic error={} status={}",
+                    frame["error"], frame["api_error_status"]
+                ));
+            }
+            if let Some(id) = frame["message"]["content"][0]["id"].as_str() {
+                parts.push(format!("tool_use_id={}", ids.label(&json!(id))));
+            }
+        }
+        "user" => {
+            let content = &frame["message"]["content"];
+            let blocks: Vec<String> = content
+                .as_array()
+                .map(|b| {
+                    b.iter()
+                        .map(|b| match b["type"].as_str() {
+                            Some("text") if b["text"] == INTERRUPT_MARKER => "marker".into(),
+                            Some("tool_result") => format!(
+                                "tool_result(is_error={}, tool_use_id={})",
+                                b["is_error"],
+                                ids.label(&b["tool_use_id"])
+                            ),
+                            other => other.unwrap_or("?").to_owned(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_else(|| vec!["string".into()]);
+            parts.push(blocks.join("+"));
+        }
+        "result" => {
+            parts.push(frame["subtype"].as_str().unwrap_or("?").to_owned());
+            parts.push(format!(
+                "is_error={} terminal_reason={} api_error_status={} num_turns={} denials={}",
+                frame["is_error"],
+                frame["terminal_reason"],
+                frame["api_error_status"],
+                frame["num_turns"],
+                frame["permission_denials"].as_array().map_or(0, Vec::len),
+            ));
+            let text = frame["result"].as_str().unwrap_or_default();
+            // A tool's output differs (the fake never runs it); every other reply is the fake
+            // model API's, and must be the same.
+            let text = if text.starts_with("Tool said:") {
+                "Tool said: …"
+            } else {
+                text
+            };
+            parts.push(format!("result={text:?}"));
+        }
+        "control_response" => {
+            let response = &frame["response"];
+            parts.push(response["subtype"].as_str().unwrap_or("?").to_owned());
+            parts.push(format!("request_id={}", ids.label(&response["request_id"])));
+            if let Some(code) = response["error_code"].as_str() {
+                parts.push(format!("error_code={code}"));
+            }
+            if let Some(body) = response["response"].as_object() {
+                let mut keys: Vec<&str> = body.keys().map(String::as_str).collect();
+                keys.sort_unstable();
+                if keys.len() <= 2 {
+                    parts.push(format!("response={}", response["response"]));
+                }
+            }
+        }
+        "control_request" => {
+            let request = &frame["request"];
+            parts.push(request["subtype"].as_str().unwrap_or("?").to_owned());
+            parts.push(format!(
+                "tool={} tool_use_id={}",
+                request["tool_name"],
+                ids.label(&request["tool_use_id"])
+            ));
+        }
+        _ => {}
+    }
+    if kind != "control_response" && kind != "control_request" {
+        parts.push(format!("session_id={}", field("session_id")));
+        parts.push(format!(
+            "uuid={}",
+            if frame["uuid"].is_string() {
+                "yes"
+            } else {
+                "no"
+            }
+        ));
+    }
+    parts.join(" ")
+}
+
+/// The shapes of a scenario's frames; runs of the same shape count once (how many words a
+/// reply streams in is not part of the contract), and deltas that raced an interrupt's answer
+/// are dropped.
+fn shapes(frames: &[Value], ids: &Ids) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for frame in frames {
+        let s = shape(frame, ids);
+        if out.last() == Some(&s) {
+            continue;
+        }
+        if s.starts_with("stream_event content_block_delta")
+            && out
+                .last()
+                .is_some_and(|l| l.starts_with("control_response"))
+        {
+            continue;
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// The first line of stderr with the named ids replaced (what a refusal says).
+fn stderr_line(stderr: &str, ids: &Ids) -> String {
+    let mut line = stderr
+        .lines()
+        .find(|l| !l.contains("[claude-code:"))
+        .unwrap_or_default()
+        .to_owned();
+    for (id, name) in &ids.0 {
+        line = line.replace(id.as_str(), &format!("<{name}>"));
+    }
+    line
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// What a scenario saw, to compare between the two CLIs.
+type Transcript = Vec<String>;
+
+/// Runs every scenario against `target`, one after the other (later ones resume earlier
+/// conversations); each scenario's shapes, with its exit code.
+async fn run_scenarios(t: &Target) -> Vec<(&'static str, Transcript)> {
+    let mut out = Vec::new();
+    let session = new_id();
+    let mut ids = Ids::default();
+    ids.name(&session, "SESSION");
+    for id in ["init", "model", "mode", "bypass", "int"] {
+        ids.name(id, &format!("sent:{id}"));
+    }
+
+    // Two turns on a new conversation, with the control requests a host sends between turns.
+    let mut cli = t.spawn(&[format!("--session-id={session}")], &[]);
+    cli.control("init", json!({"subtype": "initialize", "hooks": null}))
+        .await;
+    cli.until(|f| f["type"] == "control_response").await;
+    cli.control(
+        "model",
+        json!({"subtype": "set_model", "model": "fake-model-2"}),
+    )
+    .await;
+    cli.until(|f| f["type"] == "control_response").await;
+    cli.control(
+        "mode",
+        json!({"subtype": "set_permission_mode", "mode": "acceptEdits"}),
+    )
+    .await;
+    cli.until(|f| f["type"] == "control_response").await;
+    cli.control(
+        "bypass",
+        json!({"subtype": "set_permission_mode", "mode": "bypassPermissions"}),
+    )
+    .await;
+    cli.until(|f| f["type"] == "control_response").await;
+    cli.turn("hello one").await;
+    cli.turn("hello two").await;
+    let first_answer = cli
+        .frames
+        .iter()
+        .find(|f| f["type"] == "assistant")
+        .and_then(|f| f["uuid"].as_str())
+        .expect("an assistant message")
+        .to_owned();
+    ids.name(&first_answer, "FIRST_ANSWER");
+    let (frames, code, _) = cli.finish().await;
+    out.push(("two turns", with_exit(shapes(&frames, &ids), code)));
+
+    // An interrupt while the reply streams; the same process carries on.
+    let mut cli = t.spawn(&[format!("--resume={session}")], &[]);
+    cli.prompt("SLOW story please").await;
+    cli.until(|f| f["event"]["delta"]["type"] == "text_delta")
+        .await;
+    cli.control("int", json!({"subtype": "interrupt"})).await;
+    cli.until(|f| f["type"] == "result").await;
+    cli.turn("after the stop").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push((
+        "interrupt mid-stream",
+        with_exit(shapes(&frames, &ids), code),
+    ));
+
+    // An interrupt after the turn's init, before the reply begins.
+    let mut cli = t.spawn(&[format!("--resume={session}")], &[]);
+    cli.prompt("LATE reply").await;
+    cli.until(|f| f["subtype"] == "init").await;
+    cli.control("int", json!({"subtype": "interrupt"})).await;
+    cli.until(|f| f["type"] == "result").await;
+    cli.turn("once more").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push((
+        "interrupt before the reply",
+        with_exit(shapes(&frames, &ids), code),
+    ));
+
+    // Tool permissions: one allowed, one denied, one a read-only command never asked for.
+    let mut cli = t.spawn(&[format!("--resume={session}")], &[]);
+    for (prompt, behavior) in [
+        ("TOOL:touch+allowed.txt", "allow"),
+        ("TOOL:touch+denied.txt", "deny"),
+    ] {
+        cli.prompt(prompt).await;
+        let request = cli.until(|f| f["type"] == "control_request").await;
+        let tool_use_id = request["request"]["tool_use_id"].as_str().unwrap();
+        ids.name(tool_use_id, "TOOL_USE");
+        let response = if behavior == "allow" {
+            json!({"behavior": "allow", "updatedInput": request["request"]["input"]})
+        } else {
+            json!({"behavior": "deny", "message": "not this one"})
+        };
+        cli.send(
+            json!({"type": "control_response", "response": {"subtype": "success",
+            "request_id": request["request_id"], "response": response}}),
+        )
+        .await;
+        cli.until(|f| f["type"] == "result").await;
+    }
+    cli.turn("TOOL:echo+hi").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("tool permissions", with_exit(shapes(&frames, &ids), code)));
+
+    // Fork at the first answer under a new id.
+    let fork = new_id();
+    ids.name(&fork, "FORK");
+    let mut cli = t.spawn(
+        &[
+            format!("--resume={session}"),
+            format!("--resume-session-at={first_answer}"),
+            "--fork-session".into(),
+            format!("--session-id={fork}"),
+        ],
+        &[],
+    );
+    cli.turn("in the fork").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("fork at a message", with_exit(shapes(&frames, &ids), code)));
+
+    // The original conversation resumes with everything it had, the fork's turn not included.
+    let mut cli = t.spawn(&[format!("--resume={session}")], &[]);
+    cli.turn("back on the main line").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("resume", with_exit(shapes(&frames, &ids), code)));
+
+    // Refusals: an unknown conversation, an unknown message to fork at, an id in use.
+    let unknown = new_id();
+    ids.name(&unknown, "UNKNOWN");
+    for (name, args) in [
+        ("refused resume", vec![format!("--resume={unknown}")]),
+        (
+            "refused resume at",
+            vec![
+                format!("--resume={session}"),
+                format!("--resume-session-at={unknown}"),
+                "--fork-session".into(),
+            ],
+        ),
+        ("id in use", vec![format!("--session-id={session}")]),
+    ] {
+        let mut cli = t.spawn(&args, &[]);
+        cli.prompt("hello?").await;
+        let (frames, code, stderr) = cli.finish().await;
+        let mut seen = with_exit(shapes(&frames, &ids), code);
+        seen.push(format!("stderr: {}", stderr_line(&stderr, &ids)));
+        out.push((name, seen));
+    }
+
+    // Model API errors: one not retried, then a turn that works; one retried once.
+    let errors = new_id();
+    ids.name(&errors, "ERRORS");
+    let mut cli = t.spawn(&[format!("--session-id={errors}")], &[]);
+    cli.turn("HTTPERR:400").await;
+    cli.turn("after the error").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push((
+        "API error, then a turn",
+        with_exit(shapes(&frames, &ids), code),
+    ));
+    let retried = new_id();
+    ids.name(&retried, "RETRIED");
+    let mut cli = t.spawn(
+        &[format!("--session-id={retried}")],
+        &[("CLAUDE_CODE_MAX_RETRIES", "1")],
+    );
+    cli.turn("HTTPERR:529").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("API error retried", with_exit(shapes(&frames, &ids), code)));
+    out
+}
+
+fn with_exit(mut shapes: Vec<String>, code: Option<i32>) -> Vec<String> {
+    shapes.push(format!("exit code {code:?}"));
+    shapes
+}
+
+/// The fake CLI prints what the pinned real CLI prints, scenario by scenario.
+#[tokio::test]
+async fn fake_cli_matches_the_real_cli() {
+    let Some(real) = real_cli() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApi::start(dir.path()).await;
+    let fake = Target::new("fake", Path::new(env!("CARGO_BIN_EXE_fake-claude")), &api);
+    let real = Target::new("real", &real, &api);
+    let from_fake = run_scenarios(&fake).await;
+    let from_real = run_scenarios(&real).await;
+    let mut report = String::new();
+    for ((name, fake_shapes), (_, real_shapes)) in from_fake.iter().zip(&from_real) {
+        if fake_shapes != real_shapes {
+            report.push_str(&format!(
+                "\n== {name}\n-- {}:\n{}\n-- {}:\n{}\n",
+                fake.name,
+                fake_shapes.join("\n"),
+                real.name,
+                real_shapes.join("\n")
+            ));
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "the fake CLI differs from the real one:{report}"
+    );
+}
