@@ -945,3 +945,56 @@ async fn prewarmed_spare_is_adopted() {
     assert_eq!(fx.spawns().len(), 2);
     stop(server, &fx).await;
 }
+
+/// With a cap of two live processes, both busy, a third conversation's turn waits; as soon as
+/// one of the two finishes its turn, that idle process is evicted for it and the waiting turn
+/// runs (not only when the idle eviction, an hour away here, would have stopped it).
+#[tokio::test]
+async fn a_waiting_turn_starts_when_a_process_goes_idle() {
+    let fx = Fixture::new(
+        "[session]\nidle_evict_secs = 3600\npermission_timeout_secs = 3600\n\
+         [claude]\nmax_live_processes = 2\n",
+    );
+    let server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    // Turns that hold their process until the test answers their permission request.
+    let mut requests = std::collections::HashMap::new();
+    for agent in ["a", "b"] {
+        chat_ack(&mut c, agent, &format!("please run TOOL:wait_{agent}")).await;
+        let request = c
+            .recv_until(|f| f["message_type"] == "permission_request" && f["agent_id"] == agent)
+            .await
+            .pop()
+            .unwrap();
+        requests.insert(agent, request["request_id"].clone());
+    }
+    chat_ack(&mut c, "c", "hi").await;
+    c.recv_until(|f| f["agent_id"] == "c" && f["status"] == "queued")
+        .await;
+    assert_eq!(fx.spawns().len(), 2, "the third turn waits for a process");
+
+    c.send(json!({"type": "permission_response", "agent_id": "a",
+        "request_id": requests["a"], "behavior": "allow"}))
+        .await;
+    let frames = tokio::time::timeout(Duration::from_secs(10), c.until_result("c"))
+        .await
+        .expect("the waiting turn runs once a's turn has ended");
+    assert_eq!(reply_text(&frames), "Echo: hi (history 1)");
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["message_type"] == "result" && f["agent_id"] == "a"),
+        "a's turn ended first"
+    );
+    let spawns = fx.spawns();
+    assert_eq!(spawns.len(), 3);
+    let pid = |i: usize| spawns[i]["pid"].as_i64().unwrap();
+    assert!(!alive(pid(0)), "a's idle process was stopped for c");
+    assert!(alive(pid(1)), "b's busy process was left alone");
+
+    c.send(json!({"type": "permission_response", "agent_id": "b",
+        "request_id": requests["b"], "behavior": "allow"}))
+        .await;
+    assert!(reply_text(&c.until_result("b").await).starts_with("Echo: please run TOOL:wait_b"));
+    stop(server, &fx).await;
+}

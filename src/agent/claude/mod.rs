@@ -1,0 +1,126 @@
+//! The Claude Code CLI backend: one long-lived CLI process per live conversation, driven in
+//! stream-json mode over stdin/stdout the way the official Agent SDKs drive it.
+//!
+//! Each agent is a task owning its process (`task`): it waits for a free process slot
+//! (`pool`), starts the CLI (`process`, with the command line and environment of `argv`) or
+//! adopts the pre-warmed spare (`spare`), sends `initialize` (`control`), then writes one
+//! `user` line per turn and turns stdout lines (`lines`) into [`AgentEvent`]s. It holds an
+//! interrupt that arrives before the turn has started until the CLI can act on it, answers
+//! permission requests on the user's behalf, and when the CLI refuses to resume (its
+//! transcript is gone) starts a fresh conversation instead. Processes run in their own
+//! process group with a parent-death signal, and are stopped politely first: close stdin,
+//! wait, SIGTERM, wait, SIGKILL.
+//!
+//! [`AgentEvent`]: super::AgentEvent
+
+mod argv;
+mod control;
+mod lines;
+mod pool;
+mod process;
+mod spare;
+mod task;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use self::pool::Pool;
+use self::spare::Spare;
+use self::task::AgentTask;
+use super::{AgentConn, Backend, EVENT_QUEUE, INPUT_QUEUE, Launch, SpawnError, SpawnSpec};
+use crate::config::ClaudeConfig;
+
+/// Settings of the backend: the configuration plus what it resolves to.
+#[derive(Debug, Clone)]
+pub struct ClaudeSettings {
+    /// The `[claude]` configuration.
+    pub config: ClaudeConfig,
+    /// The CLI binary.
+    pub bin: PathBuf,
+    /// Root of the workspaces (`<data-dir>/workspaces`).
+    pub workspaces: PathBuf,
+}
+
+impl ClaudeSettings {
+    fn init_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.init_timeout_secs)
+    }
+
+    fn stop_grace(&self) -> Duration {
+        Duration::from_secs(self.config.stop_grace_secs)
+    }
+}
+
+/// The Claude Code CLI backend.
+pub struct ClaudeBackend {
+    settings: Arc<ClaudeSettings>,
+    pool: Arc<Pool>,
+    spare: Arc<Spare>,
+}
+
+impl ClaudeBackend {
+    /// A backend; with `prewarm` set it starts keeping a spare process right away.
+    pub fn new(settings: ClaudeSettings) -> Self {
+        let settings = Arc::new(settings);
+        let backend = ClaudeBackend {
+            pool: Arc::new(Pool::new(settings.config.max_live_processes.max(1))),
+            spare: Arc::new(Spare::default()),
+            settings,
+        };
+        if backend.settings.config.prewarm {
+            tokio::spawn(spare::keep_spare(
+                backend.settings.clone(),
+                Arc::downgrade(&backend.spare),
+            ));
+        }
+        backend
+    }
+}
+
+#[async_trait]
+impl Backend for ClaudeBackend {
+    fn name(&self) -> &'static str {
+        "claude"
+    }
+
+    async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
+        if !self.settings.bin.is_file() {
+            return Err(SpawnError(format!(
+                "the Claude CLI is not at {}",
+                self.settings.bin.display()
+            )));
+        }
+        let warm = match &spec.launch {
+            Launch::New { session_id } => self.spare.claim(session_id),
+            Launch::Resume { .. } | Launch::ResumeAt { .. } | Launch::Fork { .. } => None,
+        };
+        let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
+        let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
+        let span = tracing::info_span!(
+            "claude_agent",
+            session_id = %spec.session_id,
+            agent_id = %spec.agent_id
+        );
+        let task = AgentTask::new(
+            self.settings.clone(),
+            self.pool.clone(),
+            spec,
+            input_rx,
+            event_tx,
+        );
+        tokio::spawn(task.run(warm).instrument(span));
+        Ok(AgentConn {
+            input: input_tx,
+            events: event_rx,
+        })
+    }
+
+    fn take_prewarmed(&self) -> Option<String> {
+        self.spare.take()
+    }
+}

@@ -1,0 +1,238 @@
+//! The cap on live CLI processes: leases, and eviction of the least recently used idle
+//! process for a turn that waits for one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+/// The cap on live processes, with least-recently-used eviction of idle ones.
+pub(super) struct Pool {
+    max: usize,
+    state: Mutex<PoolState>,
+    /// Wakes the waiters when a place is freed or a process becomes idle (evictable).
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct PoolState {
+    next: u64,
+    /// Counts uses; the smallest `last_used` is the least recently used.
+    clock: u64,
+    entries: HashMap<u64, PoolEntry>,
+}
+
+struct PoolEntry {
+    busy: bool,
+    last_used: u64,
+    evict: Arc<Notify>,
+}
+
+/// A live process's place in the pool; dropping it frees the place.
+pub(super) struct Lease {
+    pool: Arc<Pool>,
+    id: u64,
+    evict: Arc<Notify>,
+}
+
+impl Pool {
+    pub(super) fn new(max: usize) -> Self {
+        Pool {
+            max,
+            state: Mutex::new(PoolState::default()),
+            changed: Notify::new(),
+        }
+    }
+
+    /// A place for one more process. While the pool is full it asks the least recently
+    /// used idle process to go, and waits until a place is freed.
+    pub(super) async fn acquire(self: &Arc<Self>) -> Lease {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut state = self.state.lock().expect("pool lock");
+                if state.entries.len() < self.max {
+                    state.next += 1;
+                    state.clock += 1;
+                    let (id, last_used) = (state.next, state.clock);
+                    let evict = Arc::new(Notify::new());
+                    state.entries.insert(
+                        id,
+                        PoolEntry {
+                            busy: false,
+                            last_used,
+                            evict: evict.clone(),
+                        },
+                    );
+                    return Lease {
+                        pool: self.clone(),
+                        id,
+                        evict,
+                    };
+                }
+                if let Some(lru) = state
+                    .entries
+                    .values()
+                    .filter(|e| !e.busy)
+                    .min_by_key(|e| e.last_used)
+                {
+                    lru.evict.notify_one();
+                }
+            }
+            changed.await;
+        }
+    }
+}
+
+impl Lease {
+    /// Marks the process busy (running a turn) or idle. Going idle makes it evictable, so
+    /// waiters are woken to claim it.
+    pub(super) fn set_busy(&self, busy: bool) {
+        {
+            let mut state = self.pool.state.lock().expect("pool lock");
+            state.clock += 1;
+            let now = state.clock;
+            if let Some(entry) = state.entries.get_mut(&self.id) {
+                entry.busy = busy;
+                entry.last_used = now;
+            }
+        }
+        if !busy {
+            self.pool.changed.notify_waiters();
+        }
+    }
+
+    /// Resolves once a waiter asked this idle process to go (at once if one already did).
+    pub(super) async fn evicted(&self) {
+        self.evict.notified().await;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool
+            .state
+            .lock()
+            .expect("pool lock")
+            .entries
+            .remove(&self.id);
+        self.pool.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    /// Whether an eviction request is waiting for `lease` (consumes it).
+    fn asked_to_go(lease: &Lease) -> bool {
+        lease.evicted().now_or_never().is_some()
+    }
+
+    fn lease(pool: &Arc<Pool>) -> Lease {
+        pool.acquire().now_or_never().expect("a free place")
+    }
+
+    #[test]
+    fn places_up_to_the_cap_are_granted_at_once() {
+        let pool = Arc::new(Pool::new(2));
+        let a = lease(&pool);
+        let _b = lease(&pool);
+        let mut third = pin!(pool.acquire());
+        assert!(third.as_mut().now_or_never().is_none(), "the pool is full");
+        drop(a);
+        assert!(
+            third.as_mut().now_or_never().is_some(),
+            "a dropped lease frees its place"
+        );
+    }
+
+    /// The regression: all busy, a turn waits; when one finishes its turn, the waiter asks
+    /// it to go at once (not after the idle eviction), and gets its place when it has gone.
+    #[test]
+    fn a_process_going_idle_is_evicted_for_a_waiter() {
+        let pool = Arc::new(Pool::new(2));
+        let a = lease(&pool);
+        let b = lease(&pool);
+        a.set_busy(true);
+        b.set_busy(true);
+        let mut third = pin!(pool.acquire());
+        assert!(third.as_mut().now_or_never().is_none());
+        assert!(!asked_to_go(&a) && !asked_to_go(&b), "busy ones stay");
+
+        b.set_busy(false);
+        assert!(
+            third.as_mut().now_or_never().is_none(),
+            "b has not gone yet"
+        );
+        assert!(asked_to_go(&b), "the waiter asks the idle one to go");
+        assert!(!asked_to_go(&a), "the busy one stays");
+
+        drop(b);
+        assert!(
+            third.as_mut().now_or_never().is_some(),
+            "granted once b has gone"
+        );
+    }
+
+    /// With several idle processes, the least recently used one is asked to go.
+    #[test]
+    fn the_least_recently_used_idle_process_goes() {
+        let pool = Arc::new(Pool::new(3));
+        let (a, b, c) = (lease(&pool), lease(&pool), lease(&pool));
+        for l in [&a, &b, &c] {
+            l.set_busy(true);
+        }
+        b.set_busy(false);
+        c.set_busy(false);
+        a.set_busy(false);
+        let mut waiter = pin!(pool.acquire());
+        assert!(waiter.as_mut().now_or_never().is_none());
+        assert!(asked_to_go(&b), "b has been idle longest");
+        assert!(!asked_to_go(&a) && !asked_to_go(&c));
+        // b takes a new turn instead of going: the next idle one in line is asked.
+        b.set_busy(true);
+        c.set_busy(true);
+        c.set_busy(false);
+        assert!(waiter.as_mut().now_or_never().is_none());
+        assert!(asked_to_go(&a), "a is now the least recently used idle one");
+        assert!(!asked_to_go(&c));
+        drop(a);
+        assert!(waiter.as_mut().now_or_never().is_some());
+    }
+
+    /// Each of several waiters gets a place of its own.
+    #[test]
+    fn every_waiter_is_served() {
+        let pool = Arc::new(Pool::new(1));
+        let a = lease(&pool);
+        a.set_busy(true);
+        let mut first = pin!(pool.acquire());
+        let mut second = pin!(pool.acquire());
+        assert!(
+            first.as_mut().now_or_never().is_none() && second.as_mut().now_or_never().is_none()
+        );
+        a.set_busy(false);
+        assert!(
+            first.as_mut().now_or_never().is_none() && second.as_mut().now_or_never().is_none()
+        );
+        assert!(asked_to_go(&a));
+        drop(a);
+        let granted = first
+            .as_mut()
+            .now_or_never()
+            .expect("one waiter gets the place");
+        assert!(
+            second.as_mut().now_or_never().is_none(),
+            "the other still waits"
+        );
+        drop(granted);
+        assert!(second.as_mut().now_or_never().is_some());
+    }
+}

@@ -1,0 +1,159 @@
+//! One CLI process: spawning it in its own process group with a parent-death signal, its
+//! pipes and stderr tail, and stopping it (close stdin, SIGTERM, SIGKILL the group) and
+//! reaping it.
+
+use std::io;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tracing::Instrument;
+
+use super::ClaudeSettings;
+use super::lines::LineReader;
+
+/// The part of stderr kept to explain an exit, in bytes.
+const STDERR_TAIL_BYTES: usize = 4096;
+
+/// One CLI process and its pipes.
+pub(super) struct Proc {
+    child: Child,
+    pid: Option<i32>,
+    stdin: Option<ChildStdin>,
+    /// Its stdout, line by line.
+    pub(super) stdout: LineReader<ChildStdout>,
+    stderr_tail: Arc<Mutex<String>>,
+    /// Whether stdout has produced anything (a refusal at start produces nothing).
+    pub(super) spoke: bool,
+}
+
+impl Proc {
+    /// Starts the CLI with `args` in `cwd` (created if missing), in its own process group,
+    /// killed if the server dies. Its stderr is logged in the current span.
+    pub(super) fn start(
+        settings: &ClaudeSettings,
+        args: &[String],
+        cwd: &Path,
+    ) -> io::Result<Proc> {
+        std::fs::create_dir_all(cwd)?;
+        let mut cmd = Command::new(&settings.bin);
+        cmd.args(args)
+            .current_dir(cwd)
+            .env_clear()
+            .envs(settings.env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe; the closure touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        let pid = child.id().map(|p| p as i32);
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let stderr_tail = Arc::new(Mutex::new(String::new()));
+        tokio::spawn(log_stderr(stderr, stderr_tail.clone()).in_current_span());
+        tracing::info!(pid, ?args, "started the Claude CLI");
+        Ok(Proc {
+            child,
+            pid,
+            stdin,
+            stdout: LineReader::new(stdout, settings.config.max_line_bytes),
+            stderr_tail,
+            spoke: false,
+        })
+    }
+
+    /// Writes one JSON line to stdin.
+    pub(super) async fn write(&mut self, value: &Value) -> io::Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| io::Error::other("stdin is closed"))?;
+        let mut line = serde_json::to_vec(value).map_err(io::Error::other)?;
+        line.push(b'\n');
+        stdin.write_all(&line).await?;
+        stdin.flush().await
+    }
+
+    pub(super) fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits for the exit and describes it with the end of stderr.
+    pub(super) async fn exit_detail(&mut self) -> String {
+        let status = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        // Give the stderr reader a moment to take the last lines.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let tail = self.stderr_tail.lock().expect("stderr tail lock").clone();
+        let status = match status {
+            Ok(Ok(s)) => s.to_string(),
+            _ => "no exit status".into(),
+        };
+        format!("the CLI exited ({status}): {}", tail.trim())
+    }
+
+    pub(super) fn stderr_says(&self, needle: &str) -> bool {
+        self.stderr_tail
+            .lock()
+            .expect("stderr tail lock")
+            .contains(needle)
+    }
+
+    /// Stops the process and everything it started: close stdin, wait, SIGTERM the group,
+    /// wait, SIGKILL the group.
+    pub(super) async fn stop(mut self, grace: Duration) {
+        drop(self.stdin.take());
+        let mut exited = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
+        if !exited {
+            self.signal_group(libc::SIGTERM);
+            exited = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
+        }
+        if !exited {
+            self.signal_group(libc::SIGKILL);
+            let _ = self.child.wait().await;
+        }
+        // Children the CLI left behind in its group go too.
+        self.signal_group(libc::SIGKILL);
+    }
+
+    fn signal_group(&self, signal: i32) {
+        if let Some(pid) = self.pid {
+            // SAFETY: killpg only sends a signal; the group is the child's own (process_group(0)).
+            unsafe {
+                libc::killpg(pid, signal);
+            }
+        }
+    }
+}
+
+/// Logs each stderr line and keeps the last [`STDERR_TAIL_BYTES`] of them in `tail`.
+async fn log_stderr(stderr: ChildStderr, tail: Arc<Mutex<String>>) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::info!("claude: {line}");
+        let mut t = tail.lock().expect("stderr tail lock");
+        t.push_str(&line);
+        t.push('\n');
+        if t.len() > STDERR_TAIL_BYTES {
+            let cut = t.len() - STDERR_TAIL_BYTES;
+            let cut = (cut..t.len())
+                .find(|i| t.is_char_boundary(*i))
+                .unwrap_or(t.len());
+            t.drain(..cut);
+        }
+    }
+}
