@@ -211,7 +211,7 @@ pub fn decode_object(
     };
     match ty {
         "chat" => {
-            let agent_id = agent_id(&obj).map_err(fail)?;
+            let agent_id = agent_id(obj).map_err(fail)?;
             let content = match obj.get("content") {
                 Some(Value::String(s)) if s.trim().is_empty() => {
                     return Err(fail(FrameError::new(
@@ -251,13 +251,13 @@ pub fn decode_object(
             }))
         }
         "interrupt" => Ok(ClientFrame::Interrupt {
-            agent_id: agent_id(&obj).map_err(fail)?,
+            agent_id: agent_id(obj).map_err(fail)?,
         }),
         "ping" => Ok(ClientFrame::Ping {
             ts: obj.get("ts").cloned(),
         }),
         "subscribe" => {
-            let agent_id = agent_id(&obj).map_err(fail)?;
+            let agent_id = agent_id(obj).map_err(fail)?;
             let since_seq = match obj.get("since_seq") {
                 None | Some(Value::Null) => 0,
                 Some(v) => v.as_i64().filter(|n| *n >= 0).ok_or_else(|| {
@@ -273,10 +273,10 @@ pub fn decode_object(
             })
         }
         "unsubscribe" => Ok(ClientFrame::Unsubscribe {
-            agent_id: agent_id(&obj).map_err(fail)?,
+            agent_id: agent_id(obj).map_err(fail)?,
         }),
         "permission_response" => {
-            let agent_id = agent_id(&obj).map_err(fail)?;
+            let agent_id = agent_id(obj).map_err(fail)?;
             let bad = |m: &str| fail(FrameError::new(ErrorCode::BadFrame, m));
             let request_id = match obj.get("request_id") {
                 Some(Value::String(id)) if !id.is_empty() && id.len() <= 256 => id.clone(),
@@ -307,8 +307,8 @@ pub fn decode_object(
             })
         }
         "rewind" => Ok(ClientFrame::Rewind {
-            agent_id: agent_id(&obj).map_err(fail)?,
-            to_seq: seq_field(&obj, "to_seq").map_err(fail)?.ok_or_else(|| {
+            agent_id: agent_id(obj).map_err(fail)?,
+            to_seq: seq_field(obj, "to_seq").map_err(fail)?.ok_or_else(|| {
                 fail(FrameError::new(
                     ErrorCode::InvalidSeq,
                     "`to_seq` is missing",
@@ -316,7 +316,7 @@ pub fn decode_object(
             })?,
         }),
         "fork" => {
-            let agent_id = agent_id(&obj).map_err(fail)?;
+            let agent_id = agent_id(obj).map_err(fail)?;
             let new_agent_id = match obj.get("new_agent_id") {
                 Some(Value::String(id)) if valid_agent_id(id) && *id != agent_id => id.clone(),
                 _ => {
@@ -329,7 +329,7 @@ pub fn decode_object(
             Ok(ClientFrame::Fork {
                 agent_id,
                 new_agent_id,
-                at_seq: seq_field(&obj, "at_seq").map_err(fail)?,
+                at_seq: seq_field(obj, "at_seq").map_err(fail)?,
             })
         }
         other => Err(fail(FrameError::new(

@@ -481,7 +481,7 @@ async fn interrupt_during_startup_drops_the_turn() {
 /// and the conversation is remembered.
 #[tokio::test]
 async fn refused_settings_restart_with_resume() {
-    let fx = Fixture::new("");
+    let fx = Fixture::new("[agent]\nallow_bypass_permissions = true\n");
     let server = fx
         .start(&[("FAKE_CLAUDE_REFUSE_SET_MODEL", "1"), ("IS_SANDBOX", "1")])
         .await;
@@ -995,6 +995,7 @@ async fn a_waiting_turn_starts_when_a_process_goes_idle() {
     c.send(json!({"type": "permission_response", "agent_id": "b",
         "request_id": requests["b"], "behavior": "allow"}))
         .await;
-    assert!(reply_text(&c.until_result("b").await).starts_with("Echo: please run TOOL:wait_b"));
+    let reply = reply_text(&c.until_result("b").await);
+    assert!(reply.starts_with("Tool said: "), "b's turn ran its tool: {reply}");
     stop(server, &fx).await;
 }

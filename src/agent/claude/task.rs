@@ -374,6 +374,9 @@ impl AgentTask {
             }
             let idle = turn == Turn::Idle;
             tokio::select! {
+                // A prompt that arrives with an eviction request wins: the eviction is only
+                // for an idle process with nothing queued.
+                biased;
                 input = self.inputs.recv() => match input {
                     None => break End::Stopped,
                     Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
