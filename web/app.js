@@ -1283,7 +1283,8 @@ function renderHeader() {
   ui.title.title = info?.title ?? '';
   const exists = !!current && (client.lastSeq(current) > 0 || typeof info?.total_cost_usd === 'number');
   for (const b of [ui.rename, ui.exportButton, ui.deleteButton]) b.disabled = !exists;
-  if (info && typeof info.total_cost_usd === 'number') {
+  const spent = (info?.total_cost_usd ?? 0) > 0 || (info?.input_tokens ?? 0) + (info?.output_tokens ?? 0) > 0;
+  if (info && typeof info.total_cost_usd === 'number' && spent) {
     ui.totals.textContent = `${dollars(info.total_cost_usd)} · ${info.input_tokens ?? 0} in / ${info.output_tokens ?? 0} out tokens`;
     ui.totals.title = 'What this conversation has cost so far';
   } else {
