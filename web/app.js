@@ -350,11 +350,14 @@ async function refreshSessions() {
     /** @type {{sessions: ApiSession[], total: number}} */
     const body = await response.json();
     // The server's list is the truth (deleted conversations go); the open one stays.
-    const open = current ? sessions.get(current) : undefined;
+    // So do new sessions that only have a draft so far.
+    const keep = [...sessions.values()].filter(
+      (s) => s.agent_id === current || (client.lastSeq(s.agent_id) === 0 && localStorage.getItem(DRAFT_PREFIX + s.agent_id)),
+    );
     const fresh = body.sessions.map(fromApi);
     sessions.clear();
     for (const info of fresh) sessions.set(info.agent_id, info);
-    if (open && !sessions.has(open.agent_id)) sessions.set(open.agent_id, open);
+    for (const info of keep) if (!sessions.has(info.agent_id)) sessions.set(info.agent_id, info);
     saveLocalSessions();
     renderSidebar();
     renderHeader();
@@ -1228,9 +1231,16 @@ function sortedSessions() {
 
 /** @param {string} agentId */
 function openSession(agentId) {
+  if (current && current !== agentId) saveDraft(current);
   const previous = current ? sessions.get(current) : undefined;
-  if (previous && !previous.title && previous.agent_id !== agentId && client.lastSeq(previous.agent_id) === 0) {
-    // A new session left without a message is not worth a sidebar entry.
+  if (
+    previous &&
+    !previous.title &&
+    previous.agent_id !== agentId &&
+    client.lastSeq(previous.agent_id) === 0 &&
+    !localStorage.getItem(DRAFT_PREFIX + previous.agent_id)
+  ) {
+    // A new session left without a message (or a draft) is not worth a sidebar entry.
     sessions.delete(previous.agent_id);
     views.get(previous.agent_id)?.close();
     views.delete(previous.agent_id);
@@ -1241,7 +1251,6 @@ function openSession(agentId) {
     sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now });
     saveLocalSessions();
   }
-  if (current && current !== agentId) saveDraft(current);
   current = agentId;
   localStorage.setItem(CURRENT_KEY, agentId);
   if (decodeURIComponent(location.hash.slice(1)) !== agentId) {
