@@ -1,17 +1,21 @@
 // @ts-check
 /**
- * @file The agentmux web UI: a session sidebar and one conversation pane, all over one
- * WebSocket (see client.js). Every piece of model output, user input and title is put into
- * the page as text nodes; Markdown is rendered by markdown.js, which builds elements too.
+ * @file The agentmux web UI: a session sidebar (search, activity, attention marks) and one
+ * conversation pane (history, streaming, tools, diffs, per-turn rewind and fork, settings),
+ * all over one WebSocket (see client.js) plus the REST API for session management. Every
+ * piece of model output, user input and title is put into the page as text nodes; Markdown is
+ * rendered by markdown.js, which builds elements too.
  */
 
 import { AgentmuxClient, defaultUrl, randomId } from './client.js';
-import { renderMarkdown } from './markdown.js';
+import { diffStat, renderDiff, toolDiff } from './diff.js';
+import { parseInline, renderMarkdown } from './markdown.js';
 
 /** @typedef {import('./protocol').ServerFrame} ServerFrame */
 /** @typedef {import('./protocol').MessageFrame} MessageFrame */
 /** @typedef {import('./protocol').PermissionRequestFrame} PermissionRequestFrame */
 /** @typedef {import('./protocol').PermissionResolvedFrame} PermissionResolvedFrame */
+/** @typedef {import('./protocol').ChatOptions} ChatOptions */
 /** @typedef {import('./client.js').ConnectionState} ConnectionState */
 
 /**
@@ -24,6 +28,14 @@ import { renderMarkdown } from './markdown.js';
  * @property {string} last_active_at RFC 3339.
  * @property {boolean} [live] Whether its agent is in the server's memory: from the API, or
  *   from the last `status` frame seen.
+ * @property {string | null} [backend] The agent behind it (`claude`, `demo`).
+ * @property {string | null} [model]
+ * @property {string | null} [permission_mode]
+ * @property {number} [total_cost_usd] The conversation's total, from the server.
+ * @property {number} [input_tokens]
+ * @property {number} [output_tokens]
+ * @property {'' | 'done' | 'permission'} [attention] Something happened there while it was
+ *   not on screen: a turn finished, or a tool waits for approval.
  */
 
 /**
@@ -34,6 +46,12 @@ import { renderMarkdown } from './markdown.js';
  * @property {boolean} live
  * @property {string} created_at
  * @property {string} last_active_at
+ * @property {string | null} [backend]
+ * @property {string | null} [model]
+ * @property {string | null} [permission_mode]
+ * @property {number} [total_cost_usd]
+ * @property {number} [input_tokens]
+ * @property {number} [output_tokens]
  */
 
 /**
@@ -42,24 +60,35 @@ import { renderMarkdown } from './markdown.js';
  *   | {type: 'thinking', thinking: string}
  *   | {type: 'tool_use', id: string, name: string, input: unknown}
  *   | {type: 'tool_result', tool_use_id: string, content: string | {type: string, text?: string}[], is_error?: boolean}} ContentBlock
- * @typedef {{message?: {content?: string | ContentBlock[]}, aborted?: boolean}} ChatMessage
+ * @typedef {{message?: {content?: string | ContentBlock[], model?: string}, aborted?: boolean,
+ *   subtype?: string, model?: string}} ChatMessage
  * @typedef {{event?: {type?: string, delta?: {type?: string, text?: string}}}} StreamEvent
  * @typedef {{input_tokens?: number, output_tokens?: number, cache_read_input_tokens?: number,
  *   cache_creation_input_tokens?: number}} Usage
- * @typedef {{is_error?: boolean, subtype?: string, terminal_reason?: string,
+ * @typedef {{is_error?: boolean, subtype?: string, terminal_reason?: string, session_id?: string,
  *   total_cost_usd?: number, duration_ms?: number, usage?: Usage}} ResultMessage
  */
 
 const SESSIONS_KEY = 'agentmux.sessions.v1';
 const CURRENT_KEY = 'agentmux.current';
+const THEME_KEY = 'agentmux.theme';
+const NOTIFY_KEY = 'agentmux.notify';
+const DRAFT_PREFIX = 'agentmux.draft.';
 /** The API token, when the server asks for one: kept for this tab only. */
 const TOKEN_KEY = 'agentmux.token';
 /** How often the sidebar is refreshed from the server, in milliseconds. */
 const SIDEBAR_REFRESH_MS = 30_000;
 /** States after which a conversation's agent is no longer in the server's memory. */
 const GONE = new Set(['evicted', 'crashed']);
+/** Statuses that mean a new agent process: its running cost starts again from zero. */
+const NEW_PROCESS = new Set(['creating', 'resuming', 'active', 'restarting']);
+/** Turn endings after which the agent process is gone. */
+const PROCESS_ENDED = new Set(['crashed', 'interrupt_timeout', 'backend_unavailable', 'server_restart']);
 /** Titles are the first 50 characters of the first message, as the server stores them. */
 const TITLE_CHARS = 50;
+/** Tool output longer than this (characters or lines) is folded behind its size. */
+const FOLD_CHARS = 2000;
+const FOLD_LINES = 30;
 
 /**
  * @template {keyof HTMLElementTagNameMap} K
@@ -76,6 +105,19 @@ function el(tag, className, text) {
 }
 
 /**
+ * A button with a visible label (also its accessible name).
+ * @param {string} label
+ * @param {string} [className]
+ * @param {() => void} [onClick]
+ */
+function button(label, className, onClick) {
+  const b = el('button', className, label);
+  b.type = 'button';
+  if (onClick) b.addEventListener('click', onClick);
+  return b;
+}
+
+/**
  * @param {string} id
  * @returns {HTMLElement}
  */
@@ -86,15 +128,36 @@ function byId(id) {
 }
 
 const ui = {
+  sidebar: byId('sidebar'),
   sessions: byId('sessions'),
+  search: /** @type {HTMLInputElement} */ (byId('search')),
+  searchEmpty: byId('search-empty'),
   newSession: byId('new-session'),
   toggleSidebar: byId('toggle-sidebar'),
   title: byId('title'),
+  totals: byId('totals'),
+  rename: /** @type {HTMLButtonElement} */ (byId('rename')),
+  exportButton: /** @type {HTMLButtonElement} */ (byId('export')),
+  deleteButton: /** @type {HTMLButtonElement} */ (byId('delete')),
   conn: byId('conn'),
   messages: byId('messages'),
   composer: /** @type {HTMLFormElement} */ (byId('composer')),
   input: /** @type {HTMLTextAreaElement} */ (byId('input')),
+  model: /** @type {HTMLSelectElement} */ (byId('model')),
+  permissionMode: /** @type {HTMLSelectElement} */ (byId('permission-mode')),
   stop: /** @type {HTMLButtonElement} */ (byId('stop')),
+  theme: /** @type {HTMLButtonElement} */ (byId('theme')),
+  notify: /** @type {HTMLButtonElement} */ (byId('notify')),
+  help: byId('help'),
+  dialog: /** @type {HTMLDialogElement} */ (byId('dialog')),
+  dialogForm: /** @type {HTMLFormElement} */ (byId('dialog-form')),
+  dialogTitle: byId('dialog-title'),
+  dialogText: byId('dialog-text'),
+  dialogInput: /** @type {HTMLInputElement} */ (byId('dialog-input')),
+  dialogOk: /** @type {HTMLButtonElement} */ (byId('dialog-ok')),
+  dialogCancel: byId('dialog-cancel'),
+  shortcuts: /** @type {HTMLDialogElement} */ (byId('shortcuts')),
+  shortcutsClose: byId('shortcuts-close'),
   signIn: /** @type {HTMLFormElement} */ (byId('sign-in')),
   token: /** @type {HTMLInputElement} */ (byId('token')),
   signInError: byId('sign-in-error'),
@@ -173,6 +236,40 @@ async function socketUrl() {
   }
 }
 
+/**
+ * A REST call with the tab's credentials. A refused token brings up the sign-in form.
+ * @param {string} path
+ * @param {RequestInit & {json?: unknown}} [init]
+ * @returns {Promise<Response>}
+ */
+async function api(path, init = {}) {
+  const { json, ...rest } = init;
+  /** @type {Record<string, string>} */
+  const headers = { accept: 'application/json', ...authHeaders() };
+  if (json !== undefined) headers['content-type'] = 'application/json';
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const response = await fetch(path, {
+    ...rest,
+    headers,
+    ...(json !== undefined ? { body: JSON.stringify(json) } : {}),
+  });
+  if (response.status === 401) signIn(token ? REFUSED : '');
+  return response;
+}
+
+/**
+ * The `error` text of a failed REST answer.
+ * @param {Response} response
+ */
+async function apiError(response) {
+  try {
+    const body = await response.json();
+    return `${body.error ?? response.statusText} (${body.code ?? response.status})`;
+  } catch {
+    return `HTTP ${response.status}`;
+  }
+}
+
 const client = new AgentmuxClient({ url: socketUrl });
 
 /** @type {Map<string, SessionInfo>} */
@@ -183,6 +280,8 @@ const views = new Map();
 let current = null;
 /** Whether `GET /api/sessions` exists on this server (unknown until asked). */
 let sessionsApi = true;
+/** @type {string[] | null} agent_ids matching the search box, newest first; null: no search */
+let searchResults = null;
 
 // ---- the sidebar --------------------------------------------------------------------------
 
@@ -208,18 +307,39 @@ function saveLocalSessions() {
 }
 
 /**
+ * A sidebar entry from the API's object, keeping what only this page knows.
+ * @param {ApiSession} s
+ * @returns {SessionInfo}
+ */
+function fromApi(s) {
+  const known = sessions.get(s.agent_id);
+  return {
+    agent_id: s.agent_id,
+    title: s.title || known?.title || '',
+    created_at: s.created_at,
+    last_active_at: s.last_active_at,
+    live: s.live,
+    backend: s.backend ?? null,
+    model: s.model ?? known?.model ?? null,
+    permission_mode: s.permission_mode ?? known?.permission_mode ?? null,
+    total_cost_usd: s.total_cost_usd,
+    input_tokens: s.input_tokens,
+    output_tokens: s.output_tokens,
+    attention: known?.attention ?? '',
+  };
+}
+
+/**
  * Merges the server's list into the sidebar; a 404 means this server has no such API. Waits
  * while the sign-in form is up.
  */
 async function refreshSessions() {
   if (!sessionsApi || signedIn) return;
   try {
-    const token = sessionStorage.getItem(TOKEN_KEY);
-    const response = await fetch('/api/sessions?limit=100', {
-      headers: { accept: 'application/json', ...authHeaders() },
-    });
+    const response = await api('/api/sessions?limit=100');
     if (response.status === 401) {
-      signIn(token ? REFUSED : '').then(refreshSessions);
+      // `api` brought up the sign-in form: list again once a token is entered.
+      /** @type {Promise<void> | null} */ (signedIn)?.then(refreshSessions);
       return;
     }
     if (response.status === 404) {
@@ -230,19 +350,14 @@ async function refreshSessions() {
     /** @type {{sessions: ApiSession[], total: number}} */
     const body = await response.json();
     // The server's list is the truth (deleted conversations go); the open one stays.
-    const open = current ? sessions.get(current) : undefined;
-    const titles = new Map([...sessions.values()].map((s) => [s.agent_id, s.title]));
+    // So do new sessions that only have a draft so far.
+    const keep = [...sessions.values()].filter(
+      (s) => s.agent_id === current || (client.lastSeq(s.agent_id) === 0 && localStorage.getItem(DRAFT_PREFIX + s.agent_id)),
+    );
+    const fresh = body.sessions.map(fromApi);
     sessions.clear();
-    for (const s of body.sessions) {
-      sessions.set(s.agent_id, {
-        agent_id: s.agent_id,
-        title: s.title || titles.get(s.agent_id) || '',
-        created_at: s.created_at,
-        last_active_at: s.last_active_at,
-        live: s.live,
-      });
-    }
-    if (open && !sessions.has(open.agent_id)) sessions.set(open.agent_id, open);
+    for (const info of fresh) sessions.set(info.agent_id, info);
+    for (const info of keep) if (!sessions.has(info.agent_id)) sessions.set(info.agent_id, info);
     saveLocalSessions();
     renderSidebar();
     renderHeader();
@@ -257,7 +372,41 @@ let refreshTimer;
 /** Refreshes the sidebar soon, once for a burst of finished turns. */
 function scheduleSessionsRefresh() {
   clearTimeout(refreshTimer);
-  refreshTimer = setTimeout(refreshSessions, 500);
+  refreshTimer = setTimeout(refreshSessions, 300);
+}
+
+/** @type {ReturnType<typeof setTimeout> | undefined} */
+let searchTimer;
+let searchSerial = 0;
+
+/** Looks the search box's text up in titles and message text (`q=` on the API). */
+async function runSearch() {
+  const q = ui.search.value.trim();
+  const serial = ++searchSerial;
+  if (!q) {
+    searchResults = null;
+    renderSidebar();
+    return;
+  }
+  if (!sessionsApi) {
+    const needle = q.toLowerCase();
+    searchResults = [...sessions.values()]
+      .filter((s) => s.title.toLowerCase().includes(needle))
+      .map((s) => s.agent_id);
+    renderSidebar();
+    return;
+  }
+  try {
+    const response = await api(`/api/sessions?limit=100&q=${encodeURIComponent(q.slice(0, 200))}`);
+    if (!response.ok || serial !== searchSerial) return;
+    /** @type {{sessions: ApiSession[]}} */
+    const body = await response.json();
+    for (const s of body.sessions) sessions.set(s.agent_id, fromApi(s));
+    searchResults = body.sessions.map((s) => s.agent_id);
+    renderSidebar();
+  } catch {
+    // Offline: the list stays as it was.
+  }
 }
 
 /**
@@ -280,26 +429,59 @@ function badge(info) {
   return info.live ? 'live' : 'idle';
 }
 
+/**
+ * @typedef {import('./markdown.js').Inline} Inline
+ */
+
+/**
+ * A title as one line of plain text: no Markdown markers, no line breaks.
+ * @param {string} title
+ */
+function plainTitle(title) {
+  const lines = title
+    .split(/\r?\n/)
+    .filter((line) => !/^\s*(`{3,}|~{3,})/.test(line))
+    .map((line) => line.replace(/^\s*(#{1,6}\s+|>\s?|[-*+]\s+|\d{1,9}[.)]\s+)/, ''));
+  /** @param {Inline[]} nodes @returns {string} */
+  const flat = (nodes) =>
+    nodes
+      .map((n) => (n.type === 'text' || n.type === 'code' ? n.text : n.type === 'br' ? ' ' : flat(n.children)))
+      .join('');
+  return flat(parseInline(lines.join(' '))).replace(/\s+/g, ' ').trim();
+}
+
 function renderSidebar() {
   const now = Date.now();
-  const list = [...sessions.values()].sort((a, b) =>
-    (b.last_active_at || b.created_at).localeCompare(a.last_active_at || a.created_at),
-  );
+  const list = searchResults
+    ? searchResults.map((id) => sessions.get(id)).filter((s) => s !== undefined)
+    : [...sessions.values()].sort((a, b) =>
+        (b.last_active_at || b.created_at).localeCompare(a.last_active_at || a.created_at),
+      );
+  ui.searchEmpty.hidden = !(searchResults && list.length === 0);
   ui.sessions.replaceChildren(
     ...list.map((info) => {
       const li = el('li');
-      const button = li.appendChild(el('button', 'session'));
-      button.type = 'button';
-      button.dataset.agentId = info.agent_id;
-      if (info.agent_id === current) button.setAttribute('aria-current', 'true');
-      button.append(el('span', 'session-title', info.title || 'New session'));
-      const meta = button.appendChild(el('span', 'session-meta'));
+      const entry = li.appendChild(el('button', 'session'));
+      entry.type = 'button';
+      entry.dataset.agentId = info.agent_id;
+      if (info.agent_id === current) entry.setAttribute('aria-current', 'true');
+      const title = plainTitle(info.title) || 'New session';
+      entry.append(el('span', 'session-title', title));
+      const meta = entry.appendChild(el('span', 'session-meta'));
       const state = badge(info);
-      meta.append(
-        el('span', `badge badge-${state}`, state),
-        el('span', 'session-age', age(info.last_active_at || info.created_at, now)),
-      );
-      button.addEventListener('click', () => openSession(info.agent_id));
+      const when = el('time', 'session-age', age(info.last_active_at || info.created_at, now));
+      when.dateTime = info.last_active_at || info.created_at;
+      when.title = new Date(when.dateTime).toLocaleString();
+      meta.append(el('span', `badge badge-${state}`, state), when);
+      const agent = [info.backend, info.model].filter(Boolean).join(' · ');
+      if (agent) meta.append(el('span', 'session-agent', agent));
+      if (info.attention) {
+        entry.classList.add('attention', `attention-${info.attention}`);
+        const what = info.attention === 'permission' ? 'waits for approval' : 'has a new reply';
+        meta.append(el('span', 'attention-dot', info.attention === 'permission' ? 'approval' : 'new'));
+        entry.setAttribute('aria-description', what);
+      }
+      entry.addEventListener('click', () => openSession(info.agent_id));
       return li;
     }),
   );
@@ -319,6 +501,90 @@ function touchSession(agentId, change) {
   if (agentId === current) renderHeader();
 }
 
+// ---- attention ----------------------------------------------------------------------------
+
+/** Whether the user can see this conversation right now. */
+function onScreen(/** @type {string} */ agentId) {
+  return agentId === current && document.visibilityState === 'visible';
+}
+
+/**
+ * Marks a conversation that needs a look, counts it in the tab title and, when the user
+ * allowed it, shows a system notification.
+ * @param {string} agentId
+ * @param {'done' | 'permission'} kind
+ * @param {string} text
+ */
+function needsAttention(agentId, kind, text) {
+  if (onScreen(agentId)) return;
+  const info = sessions.get(agentId);
+  if (!info) return;
+  if (info.attention !== 'permission') info.attention = kind;
+  renderSidebar();
+  renderTabTitle();
+  if (notificationsOn()) {
+    try {
+      const note = new Notification(plainTitle(info.title) || 'agentmux', { body: text, tag: agentId });
+      note.onclick = () => {
+        window.focus();
+        openSession(agentId);
+        note.close();
+      };
+    } catch {
+      // Some browsers only notify from a service worker; the sidebar mark stays.
+    }
+  }
+}
+
+/** @param {string} agentId */
+function clearAttention(agentId) {
+  const info = sessions.get(agentId);
+  if (!info?.attention) return;
+  info.attention = '';
+  renderSidebar();
+  renderTabTitle();
+}
+
+function renderTabTitle() {
+  const count = [...sessions.values()].filter((s) => s.attention).length;
+  document.title = count ? `(${count}) agentmux` : 'agentmux';
+}
+
+function notificationsOn() {
+  return (
+    typeof Notification !== 'undefined' &&
+    Notification.permission === 'granted' &&
+    localStorage.getItem(NOTIFY_KEY) === 'on'
+  );
+}
+
+function renderNotifyButton() {
+  const supported = typeof Notification !== 'undefined';
+  ui.notify.disabled = !supported || Notification.permission === 'denied';
+  ui.notify.setAttribute('aria-pressed', String(supported && notificationsOn()));
+  ui.notify.title = !supported
+    ? 'This browser has no notifications'
+    : Notification.permission === 'denied'
+      ? 'Notifications are blocked for this site in the browser'
+      : 'Notify me when a turn finishes or a tool waits, while I look elsewhere';
+}
+
+ui.notify.addEventListener('click', async () => {
+  if (typeof Notification === 'undefined') return;
+  if (notificationsOn()) {
+    localStorage.setItem(NOTIFY_KEY, 'off');
+  } else {
+    const permission =
+      Notification.permission === 'default' ? await Notification.requestPermission() : Notification.permission;
+    localStorage.setItem(NOTIFY_KEY, permission === 'granted' ? 'on' : 'off');
+  }
+  renderNotifyButton();
+});
+
+document.addEventListener('visibilitychange', () => {
+  if (current && document.visibilityState === 'visible') clearAttention(current);
+});
+
 // ---- a conversation -----------------------------------------------------------------------
 
 /** One conversation's pane, kept while the page lives so switching back is instant. */
@@ -337,7 +603,18 @@ class View {
     this.tools = new Map();
     /** @type {Map<string, HTMLElement>} permission request id → its card */
     this.permissions = new Map();
-    client.open(agentId, (frame) => this.onFrame(frame));
+    /** Set once the stored history has been delivered: later frames are news. */
+    this.live = false;
+    /** The agent process's running cost at the previous `result`, when it is the same process. */
+    /** @type {number | null} */
+    this.runningCost = null;
+    /** @type {string | undefined} the agent session of the previous `result` */
+    this.runningSession = undefined;
+    /** @type {string} model of the running turn, from its `system` `init` */
+    this.turnModel = '';
+    this.close = client.open(agentId, (frame) => this.onFrame(frame), {
+      onReplayed: () => (this.live = true),
+    });
   }
 
   /** Whether a turn is running (or waiting in the queue). */
@@ -353,6 +630,11 @@ class View {
       case 'user':
         this.onUser(frame, /** @type {ChatMessage} */ (frame.message));
         break;
+      case 'system': {
+        const message = /** @type {ChatMessage} */ (frame.message);
+        if (message.subtype === 'init' && typeof message.model === 'string') this.turnModel = message.model;
+        break;
+      }
       case 'assistant':
         this.onAssistant(frame, /** @type {ChatMessage} */ (frame.message));
         break;
@@ -382,6 +664,7 @@ class View {
       renderSidebar();
       if (this.agentId === current) renderControls();
     }
+    if (this.agentId === current && 'seq' in frame) renderHeader();
   }
 
   /**
@@ -392,7 +675,7 @@ class View {
     const content = message.message?.content;
     if (typeof content === 'string') {
       const msg = this.append(this.bubble('user', frame), frame);
-      msg.lastElementChild?.append(content);
+      msg.firstElementChild?.append(content);
       this.open.push(msg);
       if (this.open.length > 1) setQueued(msg, true);
       const info = sessions.get(this.agentId);
@@ -420,23 +703,44 @@ class View {
   onAssistant(frame, message) {
     this.endStream();
     const content = message.message?.content;
+    if (typeof message.message?.model === 'string' && message.message.model !== '<synthetic>') {
+      this.turnModel = message.message.model;
+    }
     for (const block of Array.isArray(content) ? content : []) {
       if (block.type === 'text' && block.text) {
         const msg = this.append(this.bubble('assistant', frame), frame);
         if (message.aborted) msg.classList.add('aborted');
-        msg.lastElementChild?.append(renderMarkdown(block.text));
+        msg.firstElementChild?.append(renderMarkdown(block.text));
       } else if (block.type === 'tool_use') {
-        const details = el('details', 'msg tool');
-        details.append(el('summary', undefined, toolSummary(block.name, block.input)));
-        details.append(el('pre', 'tool-input', JSON.stringify(block.input, null, 2)));
-        this.tools.set(block.id, details);
-        this.append(details, frame);
+        this.onToolUse(frame, block);
       } else if (block.type === 'thinking' && block.thinking) {
         const details = el('details', 'msg thinking');
         details.append(el('summary', undefined, 'Thinking'), el('div', 'thinking-text', block.thinking));
         this.append(details, frame);
       }
     }
+  }
+
+  /**
+   * A tool call: collapsed with a one-line summary; file edits open, as a diff.
+   * @param {MessageFrame} frame
+   * @param {Extract<ContentBlock, {type: 'tool_use'}>} block
+   */
+  onToolUse(frame, block) {
+    const details = el('details', 'msg tool');
+    const summary = details.appendChild(el('summary', undefined, toolSummary(block.name, block.input)));
+    const edit = toolDiff(block.name, block.input);
+    if (edit) {
+      details.classList.add('edit');
+      details.open = true;
+      summary.textContent = `${block.name}: ${edit.path || 'a file'}`;
+      summary.append(el('span', 'diff-stat', ` ${diffStat(edit.lines)}`));
+      details.append(renderDiff(edit.lines));
+    } else {
+      details.append(el('pre', 'tool-input', JSON.stringify(block.input, null, 2)));
+    }
+    this.tools.set(block.id, details);
+    this.append(details, frame);
   }
 
   /** @param {Extract<ContentBlock, {type: 'tool_result'}>} block */
@@ -452,8 +756,16 @@ class View {
       this.append(details);
     }
     if (block.is_error) details.classList.add('error');
-    details.append(el('div', 'tool-label', block.is_error ? 'Error' : 'Result'));
-    details.append(el('pre', 'tool-output', text));
+    const label = block.is_error ? 'Error' : 'Result';
+    const lines = text.split('\n').length;
+    if (text.length > FOLD_CHARS || lines > FOLD_LINES) {
+      const fold = el('details', 'tool-fold');
+      fold.append(el('summary', 'tool-label', `${label}: ${size(text)}, ${lines} lines`));
+      fold.append(el('pre', 'tool-output', text));
+      details.append(fold);
+    } else {
+      details.append(el('div', 'tool-label', label), el('pre', 'tool-output', text));
+    }
   }
 
   /**
@@ -463,23 +775,22 @@ class View {
   onPermissionRequest(frame) {
     const card = el('div', 'msg permission');
     card.append(el('div', 'permission-title', `Allow ${frame.tool_name}?`));
-    card.append(el('pre', 'tool-input', JSON.stringify(frame.input, null, 2)));
+    const edit = toolDiff(frame.tool_name, frame.input);
+    if (edit) card.append(el('div', 'permission-path', edit.path), renderDiff(edit.lines));
+    else card.append(el('pre', 'tool-input', JSON.stringify(frame.input, null, 2)));
     const actions = card.appendChild(el('div', 'permission-actions'));
     /** @param {import('./protocol').PermissionDecision} decision */
     const answer = (decision) => {
-      for (const button of actions.querySelectorAll('button')) button.disabled = true;
+      for (const b of actions.querySelectorAll('button')) b.disabled = true;
       client.respondToPermission(this.agentId, frame.request_id, decision);
     };
-    const allow = actions.appendChild(el('button', 'allow', 'Allow'));
-    allow.type = 'button';
-    allow.addEventListener('click', () => answer({ behavior: 'allow' }));
-    const deny = actions.appendChild(el('button', 'deny', 'Deny'));
-    deny.type = 'button';
-    deny.addEventListener('click', () =>
-      answer({ behavior: 'deny', message: 'The user denied this tool use.' }),
+    actions.append(
+      button('Allow', 'allow', () => answer({ behavior: 'allow' })),
+      button('Deny', 'deny', () => answer({ behavior: 'deny', message: 'The user denied this tool use.' })),
     );
     this.permissions.set(frame.request_id, card);
     this.append(card, frame);
+    if (this.live) needsAttention(this.agentId, 'permission', `${frame.tool_name} waits for your approval`);
   }
 
   /** @param {PermissionResolvedFrame} frame */
@@ -495,6 +806,12 @@ class View {
     card.querySelector('.permission-actions')?.remove();
     card.classList.add(`permission-${frame.outcome}`);
     card.append(el('div', 'permission-outcome', labels[frame.outcome] ?? frame.outcome));
+    const info = sessions.get(this.agentId);
+    if (info?.attention === 'permission' && !this.root.querySelector('.permission-actions')) {
+      info.attention = '';
+      renderSidebar();
+      renderTabTitle();
+    }
   }
 
   /** @param {StreamEvent} message */
@@ -512,7 +829,7 @@ class View {
       requestAnimationFrame(() => {
         this.renderQueued = false;
         const stick = this.atBottom();
-        this.streaming?.lastElementChild?.replaceChildren(renderMarkdown(this.streamText));
+        this.streaming?.firstElementChild?.replaceChildren(renderMarkdown(this.streamText));
         if (stick) this.scrollToEnd();
       });
     }
@@ -526,6 +843,25 @@ class View {
   }
 
   /**
+   * This turn's own cost. A `result` carries the agent process's running total: the turn's
+   * cost is the rise since the previous `result` of the same process, or the whole figure
+   * for the first turn of a process (after a restart, a rewind, a fork or a crash).
+   * @param {ResultMessage} result
+   * @returns {number | undefined}
+   */
+  turnCost(result) {
+    const running = result.total_cost_usd;
+    if (typeof running !== 'number') return undefined;
+    const previous = this.runningCost;
+    const sameProcess =
+      previous !== null && result.session_id === this.runningSession && running > previous;
+    this.runningCost = running;
+    this.runningSession = result.session_id;
+    if (result.terminal_reason && PROCESS_ENDED.has(result.terminal_reason)) this.runningCost = null;
+    return sameProcess && previous !== null ? running - previous : running;
+  }
+
+  /**
    * @param {MessageFrame} frame
    * @param {ResultMessage} result
    */
@@ -536,9 +872,20 @@ class View {
     if (this.open[0]) setQueued(this.open[0], false);
     const footer = this.append(el('div', 'msg result'), frame);
     if (result.is_error) footer.classList.add('error');
-    footer.textContent = resultSummary(result);
+    const cost = this.turnCost(result);
+    footer.append(el('span', 'result-text', resultSummary(result, cost, this.turnModel)));
+    const seq = frame.seq;
+    const actions = footer.appendChild(el('span', 'turn-actions'));
+    actions.append(
+      button('Rewind to here', 'turn-rewind', () => rewindTo(this.agentId, seq)),
+      button('Fork from here', 'turn-fork', () => forkFrom(this.agentId, seq)),
+    );
     touchSession(this.agentId, { last_active_at: frame.timestamp });
     scheduleSessionsRefresh();
+    if (this.live) {
+      const outcome = result.is_error ? 'The turn ended with an error' : 'The reply is ready';
+      needsAttention(this.agentId, 'done', outcome);
+    }
   }
 
   /** @param {import('./protocol').StatusFrame & {seq?: number, dropped_after_seq?: number}} frame */
@@ -547,10 +894,17 @@ class View {
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
       this.rewind(frame.dropped_after_seq);
       this.append(el('div', 'msg notice', 'Rewound to an earlier turn'), frame);
+      this.runningCost = null;
+      scheduleSessionsRefresh();
     }
+    if (NEW_PROCESS.has(status)) this.runningCost = null;
     if (status === 'idle') {
       for (const msg of this.open) setQueued(msg, false);
       this.open = [];
+    }
+    if (status === 'deleted') {
+      conversationDeleted(this.agentId);
+      return;
     }
     if (status === 'crashed' || status === 'resume_failed' || status === 'warning') {
       this.append(el('div', 'msg notice error', `${status}: ${detail}`));
@@ -582,14 +936,15 @@ class View {
   }
 
   /**
-   * Adds a stored message in `seq` order, before the streamed reply.
+   * Adds a stored message in `seq` order, before the streamed reply; its time shows on hover.
    * @template {HTMLElement} E
    * @param {E} node
-   * @param {{seq?: number}} [frame] the stored frame it shows
+   * @param {{seq?: number, timestamp?: string}} [frame] the stored frame it shows
    * @returns {E}
    */
   append(node, frame) {
     if (frame?.seq) node.dataset.seq = String(frame.seq);
+    if (frame?.timestamp && !node.title) node.title = new Date(frame.timestamp).toLocaleString();
     if (this.streaming && node !== this.streaming) this.root.insertBefore(node, this.streaming);
     else this.root.append(node);
     return node;
@@ -632,14 +987,36 @@ function toolSummary(name, input) {
   return `${name}: ${line.length > 80 ? `${line.slice(0, 79)}…` : line}`;
 }
 
-/** @param {ResultMessage} result */
-function resultSummary(result) {
+/**
+ * `12.3 kB`: the size of a text in UTF-8.
+ * @param {string} text
+ */
+function size(text) {
+  const bytes = new TextEncoder().encode(text).length;
+  if (bytes < 1000) return `${bytes} B`;
+  if (bytes < 1_000_000) return `${(bytes / 1000).toFixed(1)} kB`;
+  return `${(bytes / 1_000_000).toFixed(1)} MB`;
+}
+
+/**
+ * @param {number} usd
+ */
+function dollars(usd) {
+  return `$${usd.toFixed(4)}`;
+}
+
+/**
+ * @param {ResultMessage} result
+ * @param {number | undefined} cost this turn's own cost
+ * @param {string} model
+ */
+function resultSummary(result, cost, model) {
   const parts = [];
   if (!result.is_error) parts.push('Done');
   else if (result.terminal_reason?.startsWith('aborted')) parts.push('Interrupted');
   else if (result.terminal_reason === 'server_restart') parts.push('Stopped by a server restart');
   else parts.push(`Error (${result.subtype ?? 'unknown'})`);
-  if (typeof result.total_cost_usd === 'number') parts.push(`$${result.total_cost_usd.toFixed(4)}`);
+  if (typeof cost === 'number') parts.push(dollars(cost));
   const usage = result.usage;
   if (usage) {
     const input =
@@ -649,6 +1026,7 @@ function resultSummary(result) {
     parts.push(`${input} in / ${usage.output_tokens ?? 0} out tokens`);
   }
   if (typeof result.duration_ms === 'number') parts.push(duration(result.duration_ms));
+  if (model) parts.push(model);
   return parts.join(' · ');
 }
 
@@ -658,14 +1036,214 @@ function duration(ms) {
   return `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
 }
 
+// ---- dialogs ------------------------------------------------------------------------------
+
+/**
+ * Asks the user in a modal dialog; resolves with the entered text (or `''` without an input
+ * field) on OK, null on Cancel or Esc.
+ * @param {{title: string, text?: string, ok: string, value?: string, danger?: boolean}} question
+ * @returns {Promise<string | null>}
+ */
+function ask({ title, text = '', ok, value, danger = false }) {
+  ui.dialogTitle.textContent = title;
+  ui.dialogText.textContent = text;
+  ui.dialogText.hidden = !text;
+  ui.dialogOk.textContent = ok;
+  ui.dialogOk.classList.toggle('danger', danger);
+  const withInput = value !== undefined;
+  ui.dialogInput.hidden = !withInput;
+  ui.dialogInput.value = value ?? '';
+  return new Promise((resolve) => {
+    /** @param {string | null} answer */
+    const finish = (answer) => {
+      ui.dialogForm.removeEventListener('submit', onSubmit);
+      ui.dialogCancel.removeEventListener('click', onCancel);
+      ui.dialog.removeEventListener('close', onCancel);
+      if (ui.dialog.open) ui.dialog.close();
+      resolve(answer);
+    };
+    /** @param {Event} event */
+    const onSubmit = (event) => {
+      event.preventDefault();
+      finish(withInput ? ui.dialogInput.value : '');
+    };
+    const onCancel = () => finish(null);
+    ui.dialogForm.addEventListener('submit', onSubmit);
+    ui.dialogCancel.addEventListener('click', onCancel);
+    ui.dialog.addEventListener('close', onCancel);
+    ui.dialog.showModal();
+    if (withInput) {
+      ui.dialogInput.focus();
+      ui.dialogInput.select();
+    } else {
+      ui.dialogOk.focus();
+    }
+  });
+}
+
+/**
+ * Shows a notice in a conversation (an action failed).
+ * @param {string} agentId
+ * @param {string} text
+ */
+function notice(agentId, text) {
+  views.get(agentId)?.append(el('div', 'msg notice error', text));
+}
+
+// ---- session management -------------------------------------------------------------------
+
+async function renameCurrent() {
+  const agentId = current;
+  if (!agentId) return;
+  const info = sessions.get(agentId);
+  const title = await ask({ title: 'Rename session', ok: 'Rename', value: plainTitle(info?.title ?? '') });
+  if (title === null || !title.trim()) return;
+  const response = await api(`/api/sessions/${encodeURIComponent(agentId)}`, {
+    method: 'PATCH',
+    json: { title: title.trim() },
+  });
+  if (!response.ok) {
+    notice(agentId, `Not renamed: ${await apiError(response)}`);
+    return;
+  }
+  /** @type {ApiSession} */
+  const body = await response.json();
+  sessions.set(agentId, fromApi(body));
+  saveLocalSessions();
+  renderSidebar();
+  renderHeader();
+}
+
+async function deleteCurrent() {
+  const agentId = current;
+  if (!agentId) return;
+  const title = plainTitle(sessions.get(agentId)?.title ?? '') || 'this session';
+  const ok = await ask({
+    title: `Delete “${title}”?`,
+    text: 'The conversation and all its messages are removed for good.',
+    ok: 'Delete',
+    danger: true,
+  });
+  if (ok === null) return;
+  const response = await api(`/api/sessions/${encodeURIComponent(agentId)}`, { method: 'DELETE' });
+  if (!response.ok && response.status !== 404) {
+    notice(agentId, `Not deleted: ${await apiError(response)}`);
+    return;
+  }
+  conversationDeleted(agentId);
+}
+
+/**
+ * Forgets a deleted conversation; when it was on screen, another one opens.
+ * @param {string} agentId
+ */
+function conversationDeleted(agentId) {
+  if (!sessions.has(agentId) && !views.has(agentId)) return;
+  sessions.delete(agentId);
+  localStorage.removeItem(DRAFT_PREFIX + agentId);
+  const view = views.get(agentId);
+  views.delete(agentId);
+  view?.close();
+  saveLocalSessions();
+  if (searchResults) searchResults = searchResults.filter((id) => id !== agentId);
+  if (current === agentId) {
+    current = null;
+    const next = sortedSessions()[0];
+    if (next) openSession(next.agent_id);
+    else newSession();
+  } else {
+    renderSidebar();
+  }
+  renderTabTitle();
+}
+
+async function exportCurrent() {
+  const agentId = current;
+  if (!agentId) return;
+  const response = await api(`/api/sessions/${encodeURIComponent(agentId)}/export`);
+  if (!response.ok) {
+    notice(agentId, `Not exported: ${await apiError(response)}`);
+    return;
+  }
+  const blob = await response.blob();
+  const url = URL.createObjectURL(blob);
+  const link = el('a');
+  link.href = url;
+  const name = plainTitle(sessions.get(agentId)?.title ?? '').replace(/[^\w .-]+/g, '').trim();
+  link.download = `${name || agentId}.jsonl`;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/**
+ * Goes back to the end of a turn: later messages are dropped and the agent forgets them.
+ * @param {string} agentId
+ * @param {number | undefined} seq the turn's `result`
+ */
+async function rewindTo(agentId, seq) {
+  if (!seq) return;
+  const ok = await ask({
+    title: 'Rewind to here?',
+    text: 'Every message after this turn is dropped, and the agent forgets it.',
+    ok: 'Rewind',
+    danger: true,
+  });
+  if (ok === null) return;
+  const response = await api(`/api/sessions/${encodeURIComponent(agentId)}/rewind`, {
+    method: 'POST',
+    json: { to_seq: seq },
+  });
+  if (!response.ok) notice(agentId, `Not rewound: ${await apiError(response)}`);
+}
+
+/**
+ * Starts a new conversation with this one's history up to a turn, and opens it.
+ * @param {string} agentId
+ * @param {number | undefined} seq the turn's `result`
+ */
+async function forkFrom(agentId, seq) {
+  if (!seq) return;
+  const newId = `web-${randomId()}`;
+  const response = await api(`/api/sessions/${encodeURIComponent(agentId)}/fork`, {
+    method: 'POST',
+    json: { new_agent_id: newId, at_seq: seq },
+  });
+  if (!response.ok) {
+    notice(agentId, `Not forked: ${await apiError(response)}`);
+    return;
+  }
+  /** @type {ApiSession} */
+  const body = await response.json();
+  sessions.set(newId, fromApi(body));
+  saveLocalSessions();
+  openSession(newId);
+}
+
 // ---- the page -----------------------------------------------------------------------------
+
+function sortedSessions() {
+  return [...sessions.values()].sort((a, b) =>
+    (b.last_active_at || b.created_at).localeCompare(a.last_active_at || a.created_at),
+  );
+}
 
 /** @param {string} agentId */
 function openSession(agentId) {
+  if (current && current !== agentId) saveDraft(current);
   const previous = current ? sessions.get(current) : undefined;
-  if (previous && !previous.title && previous.agent_id !== agentId) {
-    // A new session left without a message is not worth a sidebar entry.
+  if (
+    previous &&
+    !previous.title &&
+    previous.agent_id !== agentId &&
+    client.lastSeq(previous.agent_id) === 0 &&
+    !localStorage.getItem(DRAFT_PREFIX + previous.agent_id)
+  ) {
+    // A new session left without a message (or a draft) is not worth a sidebar entry.
     sessions.delete(previous.agent_id);
+    views.get(previous.agent_id)?.close();
+    views.delete(previous.agent_id);
     saveLocalSessions();
   }
   if (!sessions.has(agentId)) {
@@ -685,7 +1263,10 @@ function openSession(agentId) {
   }
   ui.messages.replaceChildren(view.root);
   view.scrollToEnd();
-  document.body.classList.remove('sidebar-open');
+  closeSidebar();
+  if (document.visibilityState === 'visible') clearAttention(agentId);
+  ui.input.value = localStorage.getItem(DRAFT_PREFIX + agentId) ?? '';
+  autosize();
   renderHeader();
   renderControls();
   renderSidebar();
@@ -696,9 +1277,45 @@ function newSession() {
   openSession(`web-${randomId()}`);
 }
 
+/** @param {number} step +1 for the next session in the sidebar, -1 for the previous */
+function stepSession(step) {
+  const list = searchResults ?? sortedSessions().map((s) => s.agent_id);
+  if (!list.length) return;
+  const at = current ? list.indexOf(current) : -1;
+  const next = list[(at + step + list.length) % list.length];
+  if (next) openSession(next);
+}
+
 function renderHeader() {
   const info = current ? sessions.get(current) : undefined;
-  ui.title.textContent = info?.title || 'New session';
+  ui.title.textContent = plainTitle(info?.title ?? '') || 'New session';
+  ui.title.title = info?.title ?? '';
+  const exists = !!current && (client.lastSeq(current) > 0 || typeof info?.total_cost_usd === 'number');
+  for (const b of [ui.rename, ui.exportButton, ui.deleteButton]) b.disabled = !exists;
+  const spent = (info?.total_cost_usd ?? 0) > 0 || (info?.input_tokens ?? 0) + (info?.output_tokens ?? 0) > 0;
+  if (info && typeof info.total_cost_usd === 'number' && spent) {
+    ui.totals.textContent = `${dollars(info.total_cost_usd)} · ${info.input_tokens ?? 0} in / ${info.output_tokens ?? 0} out tokens`;
+    ui.totals.title = 'What this conversation has cost so far';
+  } else {
+    ui.totals.textContent = '';
+  }
+  renderPickers(info);
+}
+
+/**
+ * Shows the conversation's model and permission mode in the pickers.
+ * @param {SessionInfo | undefined} info
+ */
+function renderPickers(info) {
+  for (const [select, value] of /** @type {[HTMLSelectElement, string][]} */ ([
+    [ui.model, info?.model ?? ''],
+    [ui.permissionMode, info?.permission_mode ?? ''],
+  ])) {
+    if (value && ![...select.options].some((o) => o.value === value)) {
+      select.append(new Option(value, value));
+    }
+    select.value = value;
+  }
 }
 
 function renderControls() {
@@ -719,15 +1336,28 @@ function renderConnection(state) {
   ui.conn.dataset.state = state;
 }
 
+/** @param {string} agentId */
+function saveDraft(agentId) {
+  const text = ui.input.value;
+  if (text) localStorage.setItem(DRAFT_PREFIX + agentId, text);
+  else localStorage.removeItem(DRAFT_PREFIX + agentId);
+}
+
 function send() {
   const text = ui.input.value;
   if (!text.trim()) return;
   if (!current) newSession();
   const agentId = /** @type {string} */ (current);
   ui.input.value = '';
+  localStorage.removeItem(DRAFT_PREFIX + agentId);
   autosize();
-  client.chat(agentId, text).catch((err) => {
-    views.get(agentId)?.append(el('div', 'msg notice error', `Not sent: ${err.message}`));
+  /** @type {ChatOptions} */
+  const options = {};
+  if (ui.model.value) options.model = ui.model.value;
+  if (ui.permissionMode.value) options.permission_mode = ui.permissionMode.value;
+  const hasOptions = Object.keys(options).length > 0;
+  client.chat(agentId, text, hasOptions ? { options } : {}).catch((err) => {
+    notice(agentId, `Not sent: ${err.message}`);
   });
 }
 
@@ -740,6 +1370,65 @@ function autosize() {
   ui.input.style.height = `${Math.min(ui.input.scrollHeight, 240)}px`;
 }
 
+/** The settings pickers apply from the next turn: remembered for the conversation. */
+for (const [select, field] of /** @type {[HTMLSelectElement, 'model' | 'permission_mode'][]} */ ([
+  [ui.model, 'model'],
+  [ui.permissionMode, 'permission_mode'],
+])) {
+  select.addEventListener('change', () => {
+    const info = current ? sessions.get(current) : undefined;
+    if (info) info[field] = select.value || null;
+  });
+}
+
+// ---- theme --------------------------------------------------------------------------------
+
+const darkQuery = window.matchMedia('(prefers-color-scheme: dark)');
+
+function renderTheme() {
+  const chosen = localStorage.getItem(THEME_KEY);
+  if (chosen === 'dark' || chosen === 'light') document.documentElement.dataset.theme = chosen;
+  else delete document.documentElement.dataset.theme;
+  const dark = chosen ? chosen === 'dark' : darkQuery.matches;
+  ui.theme.setAttribute('aria-pressed', String(dark));
+}
+
+ui.theme.addEventListener('click', () => {
+  const dark = ui.theme.getAttribute('aria-pressed') === 'true';
+  // Back to following the system when the choice matches it.
+  const next = dark ? 'light' : 'dark';
+  if ((next === 'dark') === darkQuery.matches) localStorage.removeItem(THEME_KEY);
+  else localStorage.setItem(THEME_KEY, next);
+  renderTheme();
+});
+darkQuery.addEventListener('change', renderTheme);
+
+// ---- sidebar drawer -----------------------------------------------------------------------
+
+function closeSidebar() {
+  document.body.classList.remove('sidebar-open');
+  ui.toggleSidebar.setAttribute('aria-expanded', 'false');
+}
+
+ui.toggleSidebar.addEventListener('click', (event) => {
+  event.stopPropagation();
+  const open = document.body.classList.toggle('sidebar-open');
+  ui.toggleSidebar.setAttribute('aria-expanded', String(open));
+});
+// At phone width a tap beside the open sidebar closes it, and does nothing else.
+byId('main').addEventListener(
+  'click',
+  (event) => {
+    if (!document.body.classList.contains('sidebar-open')) return;
+    event.preventDefault();
+    event.stopPropagation();
+    closeSidebar();
+  },
+  true,
+);
+
+// ---- input --------------------------------------------------------------------------------
+
 ui.composer.addEventListener('submit', (event) => {
   event.preventDefault();
   send();
@@ -750,27 +1439,62 @@ ui.input.addEventListener('keydown', (event) => {
     send();
   }
 });
-ui.input.addEventListener('input', autosize);
-document.addEventListener('keydown', (event) => {
-  if (event.key === 'Escape') interrupt();
+ui.input.addEventListener('input', () => {
+  autosize();
+  if (current) saveDraft(current);
 });
+ui.search.addEventListener('input', () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(runSearch, 200);
+});
+ui.search.addEventListener('keydown', (event) => {
+  if (event.key === 'Escape' && ui.search.value) {
+    event.stopPropagation();
+    ui.search.value = '';
+    runSearch();
+  }
+});
+
+/** @param {EventTarget | null} target */
+function typing(target) {
+  return (
+    target instanceof HTMLElement &&
+    (target.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(target.tagName))
+  );
+}
+
+document.addEventListener('keydown', (event) => {
+  if (ui.dialog.open || ui.shortcuts.open || !ui.signIn.hidden) return;
+  if (event.key === 'Escape') {
+    interrupt();
+    return;
+  }
+  if (event.altKey && !event.ctrlKey && !event.metaKey) {
+    if (event.code === 'KeyN') {
+      event.preventDefault();
+      newSession();
+    } else if (event.key === 'ArrowDown' || event.key === 'ArrowUp') {
+      event.preventDefault();
+      stepSession(event.key === 'ArrowDown' ? 1 : -1);
+    }
+    return;
+  }
+  if (typing(event.target) || event.ctrlKey || event.metaKey) return;
+  if (event.key === '/') {
+    event.preventDefault();
+    ui.input.focus();
+  } else if (event.key === '?') {
+    event.preventDefault();
+    ui.shortcuts.showModal();
+  }
+});
+ui.help.addEventListener('click', () => ui.shortcuts.showModal());
+ui.shortcutsClose.addEventListener('click', () => ui.shortcuts.close());
 ui.stop.addEventListener('click', interrupt);
 ui.newSession.addEventListener('click', newSession);
-ui.toggleSidebar.addEventListener('click', (event) => {
-  event.stopPropagation();
-  document.body.classList.toggle('sidebar-open');
-});
-// At phone width a tap beside the open sidebar closes it, and does nothing else.
-byId('main').addEventListener(
-  'click',
-  (event) => {
-    if (!document.body.classList.contains('sidebar-open')) return;
-    event.preventDefault();
-    event.stopPropagation();
-    document.body.classList.remove('sidebar-open');
-  },
-  true,
-);
+ui.rename.addEventListener('click', renameCurrent);
+ui.deleteButton.addEventListener('click', deleteCurrent);
+ui.exportButton.addEventListener('click', exportCurrent);
 window.addEventListener('hashchange', () => {
   const agentId = decodeURIComponent(location.hash.slice(1));
   if (agentId && agentId !== current) openSession(agentId);
@@ -787,14 +1511,15 @@ client.onState((state) => {
   }
 });
 
+renderTheme();
+renderNotifyButton();
 loadLocalSessions();
 renderConnection(client.state);
 client.connect();
 const initial =
   decodeURIComponent(location.hash.slice(1)) ||
   localStorage.getItem(CURRENT_KEY) ||
-  [...sessions.values()].sort((a, b) => b.last_active_at.localeCompare(a.last_active_at))[0]
-    ?.agent_id;
+  sortedSessions()[0]?.agent_id;
 if (initial) openSession(initial);
 else newSession();
 setInterval(() => {

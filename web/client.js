@@ -65,7 +65,15 @@ export class ClientError extends Error {
  * @typedef {object} Conversation
  * @property {number} lastSeq Highest stored `seq` delivered.
  * @property {Set<FrameListener>} listeners
+ * @property {Set<() => void>} onReplayed Called once the stored frames of a `subscribe` are in.
+ * @property {boolean} unknown The last `subscribe` was answered `unknown_agent` and nothing has
+ *   been delivered since: the conversation did not exist yet (it may by now).
+ * @property {number} retries Re-subscribes tried since it was unknown.
+ * @property {ReturnType<typeof setTimeout> | undefined} retryTimer
  */
+
+/** First and longest pause before asking again for a conversation that did not exist yet. */
+const UNKNOWN_RETRY_MS = [1000, 30000];
 
 /**
  * @typedef {object} PendingChat
@@ -167,6 +175,7 @@ export class AgentmuxClient {
   close() {
     this.stopped = true;
     clearTimeout(this.retryTimer);
+    for (const conversation of this.conversations.values()) clearTimeout(conversation.retryTimer);
     clearInterval(this.pingTimer);
     this.socket?.close(1000, 'client closed');
     this.socket = null;
@@ -177,18 +186,28 @@ export class AgentmuxClient {
   /**
    * Follows a conversation: `listener` gets its frames, each stored frame once and in order.
    * The first time an `agent_id` is opened it is replayed from the start; later (and after
-   * every reconnect) from the last `seq` seen. Returns a function that stops following.
+   * every reconnect) from the last `seq` seen. A conversation that does not exist yet
+   * (`unknown_agent`) is asked for again, after a pause that grows to 30 s, and right before
+   * this client sends it a `chat`: so a conversation that another tab or client starts is
+   * followed from its first message. `onReplayed` is called each time the stored frames of a
+   * subscription have all been delivered (what follows is live). Returns a function that stops
+   * following.
    * @param {string} agentId
    * @param {FrameListener} listener
+   * @param {{onReplayed?: () => void}} [options]
    * @returns {() => void}
    */
-  open(agentId, listener) {
+  open(agentId, listener, options = {}) {
     const conversation = this.conversation(agentId);
     conversation.listeners.add(listener);
+    const replayed = options.onReplayed;
+    if (replayed) conversation.onReplayed.add(replayed);
     if (conversation.listeners.size === 1) this.subscribe(agentId, conversation);
     return () => {
       conversation.listeners.delete(listener);
+      if (replayed) conversation.onReplayed.delete(replayed);
       if (conversation.listeners.size === 0) {
+        clearTimeout(conversation.retryTimer);
         this.send({ type: 'unsubscribe', agent_id: agentId });
       }
     };
@@ -213,7 +232,11 @@ export class AgentmuxClient {
    */
   chat(agentId, content, extra = {}) {
     const clientMsgId = extra.clientMsgId ?? randomId();
-    this.conversation(agentId);
+    const conversation = this.conversation(agentId);
+    // A conversation that did not exist when it was opened may have been started elsewhere
+    // since: subscribe first, so that its history comes before this turn (the server follows
+    // a chatting socket only from the chat's own message on).
+    if (conversation.unknown && conversation.listeners.size > 0) this.subscribe(agentId, conversation);
     return new Promise((resolve, reject) => {
       this.pending.set(clientMsgId, { resolve, reject });
       this.send({
@@ -253,7 +276,14 @@ export class AgentmuxClient {
   conversation(agentId) {
     let conversation = this.conversations.get(agentId);
     if (!conversation) {
-      conversation = { lastSeq: 0, listeners: new Set() };
+      conversation = {
+        lastSeq: 0,
+        listeners: new Set(),
+        onReplayed: new Set(),
+        unknown: false,
+        retries: 0,
+        retryTimer: undefined,
+      };
       this.conversations.set(agentId, conversation);
     }
     return conversation;
@@ -265,7 +295,27 @@ export class AgentmuxClient {
    * @param {Conversation} conversation
    */
   subscribe(agentId, conversation) {
+    clearTimeout(conversation.retryTimer);
     this.send({ type: 'subscribe', agent_id: agentId, since_seq: conversation.lastSeq });
+    // The server answers frames in order and replays within its answer to `subscribe`: the
+    // pong of this ping comes after the last stored frame.
+    this.send({ type: 'ping', ts: { replayed: agentId } });
+  }
+
+  /**
+   * Asks again, later, for a conversation that did not exist.
+   * @private
+   * @param {string} agentId
+   * @param {Conversation} conversation
+   */
+  retryUnknown(agentId, conversation) {
+    clearTimeout(conversation.retryTimer);
+    const [first, longest] = UNKNOWN_RETRY_MS;
+    const delay = Math.min(longest, first * 2 ** conversation.retries);
+    conversation.retries += 1;
+    conversation.retryTimer = setTimeout(() => {
+      if (conversation.unknown && conversation.listeners.size > 0) this.subscribe(agentId, conversation);
+    }, delay);
   }
 
   /**
@@ -360,8 +410,14 @@ export class AgentmuxClient {
       return;
     }
     switch (frame.message_type) {
-      case 'pong':
+      case 'pong': {
+        const ts = /** @type {{replayed?: unknown} | null} */ (frame.ts);
+        const replayed = ts && typeof ts === 'object' ? ts.replayed : undefined;
+        if (typeof replayed === 'string') {
+          for (const callback of this.conversations.get(replayed)?.onReplayed ?? []) callback();
+        }
         return;
+      }
       case 'ack':
         this.settle(frame.client_msg_id, (p) => p.resolve(frame));
         break;
@@ -375,6 +431,12 @@ export class AgentmuxClient {
     if ('seq' in frame && typeof frame.seq === 'number' && frame.message_type !== 'ack') {
       if (frame.seq <= conversation.lastSeq) return;
       conversation.lastSeq = frame.seq;
+      conversation.unknown = false;
+      conversation.retries = 0;
+      clearTimeout(conversation.retryTimer);
+    } else if (frame.message_type === 'error' && frame.code === 'unknown_agent' && conversation.lastSeq === 0) {
+      conversation.unknown = true;
+      if (conversation.listeners.size > 0) this.retryUnknown(frame.agent_id, conversation);
     }
     for (const listener of conversation.listeners) listener(frame);
   }

@@ -4,10 +4,12 @@
  * is built with `createElement` and `textContent`, so no HTML in model output (or anywhere
  * else) is ever interpreted. Links are kept only for http(s) and mailto URLs.
  *
- * Blocks: paragraphs (single newlines kept), `#` headings, fenced code, `>` quotes, `-`/`*`/`1.`
- * lists, `---` rules. Inline: `code`, **strong**, *em*, ~~strike~~, [links](https://…), bare
- * https:// URLs.
+ * Blocks: paragraphs (single newlines kept), `#` headings, fenced code (highlighted by
+ * highlight.js, with its language and a Copy button), `>` quotes, `-`/`*`/`1.` lists, `---`
+ * rules. Inline: `code`, **strong**, *em*, ~~strike~~, [links](https://…), bare https:// URLs.
  */
+
+import { highlight } from './highlight.js';
 
 /**
  * @typedef {{type: 'text', text: string}
@@ -204,13 +206,8 @@ function renderBlock(block) {
       return withInline(document.createElement('p'), block.children);
     case 'heading':
       return withInline(document.createElement(`h${block.level}`), block.children);
-    case 'code': {
-      const pre = document.createElement('pre');
-      const code = pre.appendChild(document.createElement('code'));
-      if (block.lang) code.dataset.lang = block.lang;
-      code.textContent = block.text;
-      return pre;
-    }
+    case 'code':
+      return codeBlock(block.text, block.lang);
     case 'quote': {
       const quote = document.createElement('blockquote');
       for (const child of block.children) quote.append(renderBlock(child));
@@ -224,6 +221,61 @@ function renderBlock(block) {
     case 'rule':
       return document.createElement('hr');
   }
+}
+
+/**
+ * A fenced code block: a head with its language and a Copy button, then the highlighted code.
+ * @param {string} text
+ * @param {string} lang
+ * @returns {HTMLElement}
+ */
+export function codeBlock(text, lang) {
+  const box = document.createElement('div');
+  box.className = 'code-block';
+  const head = box.appendChild(document.createElement('div'));
+  head.className = 'code-head';
+  const label = head.appendChild(document.createElement('span'));
+  label.className = 'code-lang';
+  label.textContent = lang || 'text';
+  const copy = head.appendChild(document.createElement('button'));
+  copy.type = 'button';
+  copy.className = 'code-copy';
+  copy.textContent = 'Copy';
+  copy.setAttribute('aria-label', `Copy ${lang || 'code'}`);
+  copy.addEventListener('click', () => {
+    copyText(text).then(
+      () => (copy.textContent = 'Copied'),
+      () => (copy.textContent = 'Copy failed'),
+    );
+    setTimeout(() => (copy.textContent = 'Copy'), 2000);
+  });
+  const pre = box.appendChild(document.createElement('pre'));
+  const code = pre.appendChild(document.createElement('code'));
+  if (lang) code.dataset.lang = lang;
+  code.append(highlight(text, lang));
+  return box;
+}
+
+/**
+ * Puts text on the clipboard: the Clipboard API where the page may use it, else a selection.
+ * @param {string} text
+ * @returns {Promise<void>}
+ */
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    await navigator.clipboard.writeText(text);
+    return;
+  }
+  const area = document.createElement('textarea');
+  area.value = text;
+  area.setAttribute('readonly', '');
+  area.style.position = 'fixed';
+  area.style.opacity = '0';
+  document.body.append(area);
+  area.select();
+  const ok = document.execCommand('copy');
+  area.remove();
+  if (!ok) throw new Error('copy refused');
 }
 
 /**

@@ -42,6 +42,16 @@ const ASSETS: &[Asset] = &[
         body: include_str!("../../web/markdown.js"),
     },
     Asset {
+        name: "highlight.js",
+        content_type: JS,
+        body: include_str!("../web/highlight.js"),
+    },
+    Asset {
+        name: "diff.js",
+        content_type: JS,
+        body: include_str!("../web/diff.js"),
+    },
+    Asset {
         name: "app.css",
         content_type: "text/css; charset=utf-8",
         body: include_str!("../../web/app.css"),

@@ -137,8 +137,9 @@ pub struct SessionQuery {
     pub limit: u32,
     /// Conversations skipped (newest activity first).
     pub offset: u32,
-    /// Only titles containing this text (case-insensitive for ASCII).
-    pub title_contains: Option<String>,
+    /// Only conversations whose title, or the text of one of their user or assistant
+    /// messages, contains this (case-insensitive for ASCII).
+    pub text_contains: Option<String>,
 }
 
 /// What a rewind did.

@@ -629,12 +629,22 @@ impl Store for SqliteStore {
         query: &SessionQuery,
     ) -> Result<(Vec<SessionRecord>, i64)> {
         // `instr(lower(..))` rather than LIKE: the filter is literal text, `%` and `_` included.
-        let filter =
-            "principal = ?1 and (?2 is null or instr(lower(coalesce(title, '')), lower(?2)) > 0)";
+        // Content matches are looked for in the text of user and assistant messages only (the
+        // string values under `message.content`: a prompt, `text` blocks, tool results), never
+        // in JSON keys or ids.
+        let filter = "principal = ?1 and (?2 is null
+            or instr(lower(coalesce(title, '')), lower(?2)) > 0
+            or exists (select 1 from messages m,
+                         json_tree(case when json_valid(m.payload) then m.payload else '{}' end,
+                                   '$.message.content') t
+                       where m.session_pk = session_info.id
+                         and m.message_type in ('user', 'assistant')
+                         and t.type = 'text' and (t.key is null or t.key in ('text', 'content'))
+                         and instr(lower(t.atom), lower(?2)) > 0))";
         let total: i64 =
             sqlx::query_scalar(&format!("select count(*) from session_info where {filter}"))
                 .bind(principal)
-                .bind(query.title_contains.as_deref())
+                .bind(query.text_contains.as_deref())
                 .fetch_one(&self.pool)
                 .await?;
         let sql = format!(
@@ -643,7 +653,7 @@ impl Store for SqliteStore {
         );
         let rows = sqlx::query_as(&sql)
             .bind(principal)
-            .bind(query.title_contains.as_deref())
+            .bind(query.text_contains.as_deref())
             .bind(query.limit)
             .bind(query.offset)
             .fetch_all(&self.pool)

@@ -167,6 +167,80 @@ async fn rest_lists_reads_renames_and_answers_typed_errors() {
     assert_eq!(rest.delete("/api/sessions/nobody").await, 404);
 }
 
+/// `q` finds a conversation by the text of its messages (a word of the agent's reply), not by
+/// JSON keys, ids or wildcards; a hostile `q` (too long, SQL, LIKE wildcards) is refused or
+/// matches literally.
+#[tokio::test]
+async fn search_finds_message_text_and_takes_hostile_queries_literally() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    turn(&mut c, "s-one", "alpha bravo").await;
+    turn(&mut c, "s-two", "charlie delta").await;
+    let (status, _) = rest
+        .patch("/api/sessions/s-one", json!({"title": "Renamed"}))
+        .await;
+    assert_eq!(status, 200);
+    let ids = |list: &Value| -> Vec<String> {
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["agent_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // The user's words, and the demo's reply, which only the assistant message holds.
+    let (_, found) = rest.get("/api/sessions?q=BRAVO").await;
+    assert_eq!(ids(&found), ["s-one"]);
+    assert_eq!(found["total"], 1);
+    let (_, found) = rest.get("/api/sessions?q=echo%3A%20charlie").await;
+    assert_eq!(ids(&found), ["s-two"]);
+    let (_, found) = rest.get("/api/sessions?q=echo").await;
+    assert_eq!(ids(&found), ["s-two", "s-one"]);
+    let (_, found) = rest.get("/api/sessions?q=renamed").await;
+    assert_eq!(ids(&found), ["s-one"]);
+    // Keys, roles, types and ids of the stored JSON are not text.
+    for q in [
+        "role",
+        "assistant",
+        "content",
+        "message_start",
+        "%",
+        "_",
+        "%25",
+        "%22",
+    ] {
+        let (status, found) = rest.get(&format!("/api/sessions?q={q}")).await;
+        assert_eq!(status, 200, "{q}");
+        assert_eq!(found["total"], 0, "q={q} found {found}");
+    }
+    let (status, found) = rest.get("/api/sessions?q=%27)%20or%201%3D1%20--").await;
+    assert_eq!((status, found["total"].as_i64()), (200, Some(0)));
+    let (status, found) = rest.get("/api/sessions?q=%E2%9C%93%F0%9F%98%80").await;
+    assert_eq!((status, found["total"].as_i64()), (200, Some(0)));
+    // At most 200 characters (not bytes); an empty `q` lists everything.
+    let (status, _) = rest
+        .get(&format!("/api/sessions?q={}", "é".repeat(200)))
+        .await;
+    assert_eq!(status, 200);
+    let (status, err) = rest
+        .get(&format!("/api/sessions?q={}", "a".repeat(201)))
+        .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, err) = rest
+        .get(&format!("/api/sessions?q={}", "%25".repeat(10_000)))
+        .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (_, all) = rest.get("/api/sessions?q=").await;
+    assert_eq!(all["total"], 2);
+}
+
 /// The OpenAPI document is served and covers the handlers and their types.
 #[tokio::test]
 async fn openapi_document_describes_the_api() {

@@ -68,7 +68,10 @@ test('subscribes from 0, drops replayed frames, resubscribes from the last seq a
   c.open('a', (f) => seen.push(f.seq ?? f.message_type));
   const first = FakeSocket.all[0];
   first.accept();
-  assert.deepEqual(first.sent, [{ type: 'subscribe', agent_id: 'a', since_seq: 0 }]);
+  assert.deepEqual(first.sent, [
+    { type: 'subscribe', agent_id: 'a', since_seq: 0 },
+    { type: 'ping', ts: { replayed: 'a' } },
+  ]);
   first.push(stored(1, 'one'));
   first.push(stored(2, 'two'));
   first.push(stored(2, 'two again'));
@@ -76,7 +79,10 @@ test('subscribes from 0, drops replayed frames, resubscribes from the last seq a
   first.drop();
   const second = await nextSocket(2);
   second.accept();
-  assert.deepEqual(second.sent, [{ type: 'subscribe', agent_id: 'a', since_seq: 2 }]);
+  assert.deepEqual(second.sent, [
+    { type: 'subscribe', agent_id: 'a', since_seq: 2 },
+    { type: 'ping', ts: { replayed: 'a' } },
+  ]);
   second.push(stored(2, 'two, replayed'));
   second.push(stored(3, 'three'));
   assert.deepEqual(seen, [1, 2, 'stream_event', 3]);
@@ -133,5 +139,46 @@ test('a url function is asked before every attempt, and its failure is retried',
   first.drop();
   const second = await nextSocket(2);
   assert.equal(second.url, 'ws://test/ws?ticket=t3');
+  c.close();
+});
+
+test('onReplayed fires when the pong after a subscribe comes back, once per subscription', () => {
+  const c = client();
+  const events = [];
+  c.open('a', (f) => events.push(f.seq), { onReplayed: () => events.push('replayed') });
+  const socket = FakeSocket.all[0];
+  socket.accept();
+  socket.push(stored(1, 'one'));
+  socket.push({ message_type: 'pong', timestamp: 't', ts: { replayed: 'a' } });
+  socket.push({ message_type: 'pong', timestamp: 't', ts: 12 });
+  socket.push(stored(2, 'two'));
+  assert.deepEqual(events, [1, 'replayed', 2]);
+  c.close();
+});
+
+test('a conversation that did not exist is asked for again, and before this client chats to it', async () => {
+  const c = client();
+  const seen = [];
+  c.open('a', (f) => seen.push(f.seq ?? f.code));
+  const socket = FakeSocket.all[0];
+  socket.accept();
+  socket.sent.length = 0;
+  socket.push({ message_type: 'error', timestamp: 't', code: 'unknown_agent', error: 'no', agent_id: 'a' });
+  // Another client starts it; this one chats: its history is asked for before the chat goes out.
+  c.chat('a', 'me too', { clientMsgId: 'm1' }).catch(() => {});
+  assert.deepEqual(socket.sent.map((f) => f.type), ['subscribe', 'ping', 'chat']);
+  assert.equal(socket.sent[0].since_seq, 0);
+  socket.push(stored(1, 'one'));
+  socket.sent.length = 0;
+  c.chat('a', 'again', { clientMsgId: 'm2' }).catch(() => {});
+  assert.deepEqual(socket.sent.map((f) => f.type), ['chat'], 'a known conversation is not asked for again');
+
+  // Without a chat, it is asked for again after a pause.
+  c.open('b', () => {});
+  socket.push({ message_type: 'error', timestamp: 't', code: 'unknown_agent', error: 'no', agent_id: 'b' });
+  socket.sent.length = 0;
+  await new Promise((done) => setTimeout(done, 1300));
+  assert.deepEqual(socket.sent.filter((f) => f.type === 'subscribe'), [{ type: 'subscribe', agent_id: 'b', since_seq: 0 }]);
+  assert.deepEqual(seen, ['unknown_agent', 1]);
   c.close();
 });

@@ -142,7 +142,7 @@ export async function send(page, text) {
  */
 export function transcript(page) {
   return page.locator('#messages .msg:not(.streaming)').evaluateAll((nodes) =>
-    nodes.map((n) => `${[...n.classList].filter((c) => c !== 'msg').join('.')}: ${n.querySelector('.bubble')?.textContent ?? n.textContent}`),
+    nodes.map((n) => `${[...n.classList].filter((c) => c !== 'msg').join('.')}: ${n.querySelector('.bubble, .result-text')?.textContent ?? n.textContent}`),
   );
 }
 

@@ -23,6 +23,8 @@ use crate::session::{Activity, ExportLine, SessionQuery, SessionRecord};
 pub const MAX_IMPORT_BYTES: usize = 64 << 20; // 64 MiB
 /// Most conversations one list request returns.
 const MAX_LIST: u32 = 500;
+/// Longest search text of `GET /api/sessions?q=`, in characters.
+const MAX_QUERY_CHARS: usize = 200;
 /// Most messages one messages request returns.
 const MAX_MESSAGES: u32 = 1000;
 
@@ -109,7 +111,8 @@ pub struct ListParams {
     limit: Option<u32>,
     /// Conversations skipped (default 0).
     offset: Option<u32>,
-    /// Only titles containing this text (ASCII case-insensitive).
+    /// Only conversations whose title or message text contains this (ASCII
+    /// case-insensitive; at most 200 characters).
     q: Option<String>,
 }
 
@@ -281,10 +284,19 @@ pub async fn list(
     if limit == 0 || limit > MAX_LIST {
         return Err(ApiError::invalid(format!("`limit` must be 1-{MAX_LIST}")));
     }
+    if params
+        .q
+        .as_ref()
+        .is_some_and(|q| q.chars().count() > MAX_QUERY_CHARS)
+    {
+        return Err(ApiError::invalid(format!(
+            "`q` must be at most {MAX_QUERY_CHARS} characters"
+        )));
+    }
     let query = SessionQuery {
         limit,
         offset: params.offset.unwrap_or(0),
-        title_contains: params.q.filter(|q| !q.is_empty()),
+        text_contains: params.q.filter(|q| !q.is_empty()),
     };
     let (records, total) = app.manager.list(&principal, &query).await?;
     let sessions = records
