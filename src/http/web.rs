@@ -44,12 +44,12 @@ const ASSETS: &[Asset] = &[
     Asset {
         name: "highlight.js",
         content_type: JS,
-        body: include_str!("../web/highlight.js"),
+        body: include_str!("../../web/highlight.js"),
     },
     Asset {
         name: "diff.js",
         content_type: JS,
-        body: include_str!("../web/diff.js"),
+        body: include_str!("../../web/diff.js"),
     },
     Asset {
         name: "app.css",
