@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use serde::Deserialize;
 use tokio::time::{Instant, sleep_until};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use tracing::Instrument;
 
 use crate::config::SocketConfig;
 use crate::http::ApiError;
@@ -89,12 +91,21 @@ pub async fn upgrade(
         Some(p) => ws.protocols([p]),
         None => ws,
     };
-    configure(ws, &app.config.socket).on_upgrade(move |socket| async move {
-        app.metrics.sockets(1);
-        Connection::new(socket, app.clone(), principal, permit)
-            .run()
-            .await;
-        app.metrics.sockets(-1);
+    static NEXT_SOCKET: AtomicU64 = AtomicU64::new(1);
+    let span = tracing::info_span!(
+        "socket",
+        socket = NEXT_SOCKET.fetch_add(1, Ordering::Relaxed),
+        %principal,
+    );
+    configure(ws, &app.config.socket).on_upgrade(move |socket| {
+        async move {
+            app.metrics.sockets(1);
+            Connection::new(socket, app.clone(), principal, permit)
+                .run()
+                .await;
+            app.metrics.sockets(-1);
+        }
+        .instrument(span)
     })
 }
 

@@ -8,6 +8,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use tracing::Instrument;
+
 use serde_json::Value;
 use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
@@ -148,10 +150,18 @@ pub(crate) fn spawn(init: ActorInit) {
         live: Some(live),
     };
     let busy = actor.busy.clone();
-    tokio::spawn(async move {
-        actor.run().await;
-        busy.store(false, Ordering::Release);
-    });
+    let span = tracing::info_span!(
+        "conversation",
+        agent_id = %actor.session.agent_id,
+        session_id = %actor.session.session_id,
+    );
+    tokio::spawn(
+        async move {
+            actor.run().await;
+            busy.store(false, Ordering::Release);
+        }
+        .instrument(span),
+    );
 }
 
 /// The next event of the agent, or never when there is none.

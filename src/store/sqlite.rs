@@ -95,8 +95,14 @@ impl SqliteStore {
         }
         // Readers only: replays and lookups. Four is plenty on a small machine; the writer has
         // its own connection.
+        // A local file's connections don't go stale: they are kept open and not pinged before
+        // each use (which costs a round trip to SQLite's thread per read).
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .min_connections(4)
+            .test_before_acquire(false)
+            .idle_timeout(None)
+            .max_lifetime(None)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.clone())
             .await?;

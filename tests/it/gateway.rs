@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::*;
+use crate::inproc::InProcess;
 
 /// A chat gets an ack, then the user frame, init, deltas, assistant and result, in seq order.
 #[tokio::test]
@@ -378,8 +379,7 @@ async fn oversized_frame_closes_with_1009() {
 /// A socket that sends nothing for the idle timeout is closed with 1000.
 #[tokio::test]
 async fn idle_socket_is_closed() {
-    let (_dir, cfg) = config_file("[socket]\nidle_timeout_secs = 1\n");
-    let server = TestServer::start_with(&["--config", &cfg]).await;
+    let server = InProcess::start("[socket]\nidle_timeout_secs = 1\n").await;
     let mut c = server.client().await;
     assert_eq!(c.expect_close().await, 1000);
 }
@@ -562,8 +562,7 @@ async fn a_stalled_socket_lags_and_catches_up() {
 /// Idle conversations are evicted and resume with the same session_id and their history.
 #[tokio::test]
 async fn idle_sessions_are_evicted_and_resumed() {
-    let (_dir, cfg) = config_file("[session]\nidle_evict_secs = 1\n");
-    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    let server = InProcess::start("[session]\nidle_evict_secs = 1\n").await;
     let mut c = server.client().await;
     let ack = chat_ack(&mut c, "ev", "one").await;
     c.until_result("ev").await;

@@ -10,6 +10,7 @@ mod fake_cli;
 mod faults;
 mod gateway;
 mod history;
+mod inproc;
 mod layers;
 mod limits;
 mod metrics;
