@@ -123,7 +123,8 @@ impl Server {
     }
 
     /// Serves on `listener` until `shutdown` completes, then shuts down in order: stop
-    /// accepting and close sockets (1001), end running turns, stop agents, flush the store.
+    /// accepting, end running and queued turns (their `server_shutdown` results reach the
+    /// sockets), stop agents, close sockets (1001), flush the store.
     ///
     /// # Errors
     /// None today: failed accepts are retried. The `Result` leaves room for start-up steps
@@ -133,18 +134,23 @@ impl Server {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let token = self.state.shutdown.clone();
-        self.state.manager.spawn_sweeper(token.clone());
+        let sockets = self.state.shutdown.clone();
+        self.state.manager.spawn_sweeper(sockets.clone());
         let app = http::router(self.state.clone());
         let handshake = Duration::from_secs(self.state.config.socket.handshake_timeout_secs);
-        let signal_token = token.clone();
-        http::serve::serve(listener, app, handshake, async move {
-            shutdown.await;
-            signal_token.cancel();
-        })
-        .await;
-        token.cancel();
-        self.state.manager.shutdown().await;
+        let stop_accepting = CancellationToken::new();
+        let manager = self.state.manager.clone();
+        let ending = {
+            let stop_accepting = stop_accepting.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                stop_accepting.cancel();
+                manager.shutdown().await;
+                sockets.cancel();
+            })
+        };
+        http::serve::serve(listener, app, handshake, stop_accepting.cancelled_owned()).await;
+        let _ = ending.await;
         self.store.close().await;
         Ok(())
     }

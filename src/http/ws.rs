@@ -192,6 +192,13 @@ impl Connection {
         loop {
             let outcome = tokio::select! {
                 _ = shutdown.cancelled() => {
+                    // What the conversations published before the close (the results that
+                    // ended their turns) is sent first.
+                    while let Some(Some(item)) = self.subs.next().now_or_never() {
+                        if self.forward(item).await.is_err() {
+                            return;
+                        }
+                    }
                     self.close(CLOSE_GOING_AWAY, "server shutdown").await;
                     return;
                 }

@@ -876,26 +876,38 @@ impl Actor {
         self.shared.metrics.live_sessions(-1);
     }
 
-    /// Server shutdown: interrupt the running turn, give it the interrupt timeout to end,
-    /// then stop the agent. Queued turns are closed at the next start-up.
+    /// Server shutdown: the running turn and every queued one end now with a stored result
+    /// whose `terminal_reason` is `server_shutdown` (pending permission requests `cancelled`),
+    /// published before any socket is closed; then the agent is stopped. The next start
+    /// resumes from the agent's own record.
     async fn stop(&mut self) {
         self.stopping = true;
-        if self.running.is_some() {
-            self.interrupt();
-            let deadline = self
-                .running
-                .as_ref()
-                .and_then(|r| r.interrupt_deadline)
-                .unwrap_or_else(Instant::now);
-            while self.running.is_some() && self.agent.is_some() {
-                tokio::select! {
-                    event = next_event(&mut self.agent) => self.on_agent_events(event).await,
-                    _ = sleep_until(deadline) => break,
-                }
-            }
+        let open = usize::from(self.running.take().is_some()) + self.queue.len();
+        if open > 0
+            && let Some(agent) = &self.agent
+        {
+            let _ = agent.input.try_send(AgentInput::Interrupt);
         }
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
+        }
+        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
+        self.queue.clear();
+        let mut outs: Vec<Out> = std::mem::take(&mut self.pending_permissions)
+            .into_keys()
+            .map(|request_id| Out::Stored(resolved(&request_id, "cancelled")))
+            .collect();
+        for _ in 0..open {
+            let mut result = NewMessage::new(
+                "result",
+                error_result(&self.session.session_id, "server_shutdown"),
+            );
+            result.totals = Some(Totals::default());
+            outs.push(Out::Stored(result));
+        }
+        if !outs.is_empty() {
+            self.publish_batch(outs).await;
+            self.publish_status("idle", "the server is shutting down");
         }
         self.shared.metrics.live_sessions(-1);
     }

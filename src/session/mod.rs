@@ -163,6 +163,8 @@ pub(crate) struct Shared {
     metrics: Metrics,
     /// Live conversations per principal and in total.
     live: Quota,
+    /// Set once the server shuts down: no conversation starts any more.
+    closing: AtomicBool,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -230,6 +232,7 @@ impl Manager {
                 backend,
                 config,
                 metrics,
+                closing: AtomicBool::new(false),
             }),
         }
     }
@@ -356,6 +359,13 @@ impl Manager {
 
     /// Takes a place among the live conversations, or fails with `limit_exceeded`.
     fn acquire_live(&self, principal: &str, agent_id: &str) -> Result<QuotaPermit, FrameError> {
+        if self.shared.closing.load(Ordering::Acquire) {
+            return Err(FrameError::new(
+                ErrorCode::BackendUnavailable,
+                "the server is shutting down",
+            )
+            .for_agent(Some(agent_id)));
+        }
         self.shared.live.try_acquire(principal).map_err(|exceeded| {
             let message = match exceeded {
                 QuotaExceeded::Principal(max) => format!(
@@ -616,9 +626,10 @@ impl Manager {
         }
     }
 
-    /// Ends every live conversation: running turns are interrupted and given the interrupt
-    /// timeout to end, then agents are stopped.
+    /// Ends every live conversation: running and queued turns end with a `server_shutdown`
+    /// result, then agents are stopped. No conversation starts afterwards.
     pub async fn shutdown(&self) {
+        self.shared.closing.store(true, Ordering::Release);
         let slots: Vec<Arc<Slot>> = self.slots.iter().map(|e| e.value().clone()).collect();
         let stops = slots.into_iter().map(|slot| async move {
             let mut guard = slot.state.clone().lock_owned().await;

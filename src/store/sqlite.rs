@@ -99,7 +99,6 @@ impl SqliteStore {
         // each use (which costs a round trip to SQLite's thread per read).
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
-            .min_connections(4)
             .test_before_acquire(false)
             .idle_timeout(None)
             .max_lifetime(None)

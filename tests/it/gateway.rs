@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -756,4 +757,61 @@ fn peer_address(fd: libc::c_int) -> Option<std::net::SocketAddr> {
             u16::from_be(addr.sin_port),
         )))
     }
+}
+
+/// A graceful shutdown ends the running turn and the queued one with results that say so,
+/// and sockets get those results before the 1001 close; nothing is left for the next start to
+/// close.
+#[tokio::test]
+async fn shutdown_ends_turns_with_server_shutdown_before_closing() {
+    let server = InProcess::start("[demo]\ndelay_ms = 50\n").await;
+    let data_dir = server.data_dir.clone();
+    let mut c = server.client().await;
+    chat_ack(&mut c, "sd", &"word ".repeat(200)).await;
+    let queued = chat_ack(&mut c, "sd", "queued").await;
+    assert_eq!(queued["queue_position"], 1);
+    c.recv_until(|f| f["message_type"] == "stream_event").await;
+    let stopping = tokio::spawn(server.shutdown());
+    let mut results = Vec::new();
+    let code = loop {
+        match tokio::time::timeout(WAIT, c.ws.next())
+            .await
+            .expect("a frame in time")
+        {
+            Some(Ok(Message::Text(text))) => {
+                let frame: Value = serde_json::from_str(&text).unwrap();
+                if frame["message_type"] == "result" {
+                    results.push(frame);
+                }
+            }
+            Some(Ok(Message::Close(Some(frame)))) => break u16::from(frame.code),
+            other => panic!("expected frames then a close, got {other:?}"),
+        }
+    };
+    assert_eq!(code, 1001);
+    let reasons: Vec<&Value> = results
+        .iter()
+        .map(|r| &r["message"]["terminal_reason"])
+        .collect();
+    assert_eq!(
+        reasons,
+        ["server_shutdown", "server_shutdown"],
+        "{results:?}"
+    );
+    let _data = stopping.await.unwrap();
+
+    // The next start has nothing to close: every acked turn has its result.
+    let db = open_db(&data_dir).await;
+    let restarts: i64 = sqlx::query_scalar(
+        "select count(*) from messages where message_type = 'result' and payload like '%server_restart%'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    let (prompts, results): (i64, i64) =
+        sqlx::query_as("select prompt_count, result_count from session_info")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!((restarts, prompts, results), (0, 2, 2));
 }

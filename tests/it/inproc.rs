@@ -49,8 +49,9 @@ impl InProcess {
         Client::connect(&self.addr).await
     }
 
-    /// Shuts down gracefully (as on SIGTERM) and waits until it is done.
-    pub async fn shutdown(mut self) {
+    /// Shuts down gracefully (as on SIGTERM) and waits until it is done; the data directory
+    /// lives as long as the returned handle.
+    pub async fn shutdown(mut self) -> tempfile::TempDir {
         let _ = self.stop.take().unwrap().send(());
         let run = self.run.take().unwrap();
         tokio::time::timeout(WAIT, run)
@@ -58,6 +59,8 @@ impl InProcess {
             .expect("the server shuts down in time")
             .unwrap()
             .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self._tmp, tmp)
     }
 }
 
