@@ -12,7 +12,6 @@
 //!   rewind, fork, chat and Server-Sent Events for clients without a socket) and its OpenAPI
 //!   document.
 //! - [`replay`]: reading stored frames back by `seq`; the cursor every follower keeps.
-//! - [`cli_chat`]: `agentmux chat`, the terminal client.
 //! - [`http`]: the router (`/ws`, `/healthz`, `/metrics`, `/api`, and the [`web`] UI at `/`).
 //! - [`web`]: the browser UI, embedded in the binary.
 //! - [`session`]: the manager (single-flight create/resume, eviction) and the session actor.
@@ -28,7 +27,6 @@
 pub mod agent;
 pub mod api;
 pub mod auth;
-pub mod cli_chat;
 pub mod config;
 pub mod http;
 pub mod limits;
