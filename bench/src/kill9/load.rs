@@ -38,6 +38,7 @@ pub async fn record_load(
         ws.send(Message::text(chat.clone())).await?;
     }
     let _ = started.send(()).await;
+    drop(started);
     let mut got = Vec::new();
     while let Some(Ok(msg)) = ws.next().await {
         let Message::Text(text) = msg else { continue };

@@ -172,7 +172,10 @@ async fn load_until_killed(
     drop(started_tx);
     // Every client either tells it started or drops its sender by failing.
     let _ = timeout(CONNECT_TIMEOUT, async {
-        while started_rx.recv().await.is_some() {}
+        let mut waiting = ids.len();
+        while waiting > 0 && started_rx.recv().await.is_some() {
+            waiting -= 1;
+        }
     })
     .await;
     tokio::time::sleep(kill_after).await;
