@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 SECS="${SECS:-10}"
 OUT=docs/bench
 mkdir -p "$OUT"
-cargo build --release --locked
+cargo build --release --locked -p agentmux -p agentmux-bench
 bench() { ./target/release/agentmux bench "$@"; }
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then
   bench() { "$CARGO_TARGET_DIR/release/agentmux" bench "$@"; }

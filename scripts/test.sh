@@ -17,6 +17,9 @@ ensure_claude_cli || true
 ensure_tmux || true
 
 echo "== cargo test"
+# The workspace's default members: the server, bench/ (agentmux-bench) and client/
+# (agentmux-chat). Their integration tests also build the executables that `agentmux bench` and
+# `agentmux chat` run, which the server's integration tests use.
 cargo test --all-targets --locked
 
 echo "== fuzz smoke"

@@ -6,27 +6,23 @@
 //! frames stream back tagged with their conversation.
 //!
 //! # Layout
-//! - [`protocol`]: wire frames, decoding with typed errors, frame building. No I/O.
-//! - [`ws`]: one task per socket; subscriptions, replay from the store, lag handling.
-//! - [`api`]: the REST API under `/api/sessions` (history, rename, delete, export/import,
-//!   rewind, fork, chat and Server-Sent Events for clients without a socket) and its OpenAPI
-//!   document.
-//! - [`replay`]: reading stored frames back by `seq`; the cursor every follower keeps.
-//! - [`cli_chat`]: `agentmux chat`, the terminal client.
-//! - [`http`]: the router (`/ws`, `/healthz`, `/metrics`, `/api`, and the [`web`] UI at `/`).
-//! - [`web`]: the browser UI, embedded in the binary.
-//! - [`session`]: the manager (single-flight create/resume, eviction) and the session actor.
-//! - [`agent`]: backends that run agents (the built-in demo agent).
+//! The layers, outermost first; each may use the ones below it, never one above (a test in
+//! `tests/it/layers.rs` keeps it so):
+//! - [`http`]: everything HTTP (the only module that knows axum and hyper): the accept loop,
+//!   the guard every request passes (Host, Origin, body type), authentication, the WebSocket
+//!   loop, Server-Sent Events, the REST API and its OpenAPI document, the embedded web UI.
+//! - [`session`]: conversations, independent of any transport, and the only way in: the
+//!   manager (single-flight create/resume, eviction, history, rewind, fork), one actor per
+//!   live conversation, replay by `seq`.
+//! - [`agent`]: what runs behind a conversation (the Claude Code CLI, the demo agent).
 //! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
-//! - [`auth`]: the principal every request and socket acts for: tokens, JWTs, tickets, Origin.
-//! - [`limits`]: quotas per principal and the per-socket frame rate.
-//! - [`serve`]: the accept loop, with a deadline for each request head.
-//! - [`config`], [`metrics`]: settings and counters.
+//! - [`protocol`]: the wire frames, their decoding with typed errors and their building; a
+//!   leaf that imports nothing else of the crate.
+//! - [`config`], [`limits`], [`metrics`]: settings, quotas and counters, used by every layer.
 
 #![warn(missing_docs)]
 
 pub mod agent;
-pub mod cli_chat;
 pub mod config;
 pub mod http;
 pub mod limits;

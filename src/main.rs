@@ -1,8 +1,8 @@
-//! The `agentmux` command: `agentmux serve` runs the server, `agentmux chat` is a terminal
-//! client of one, `agentmux bench` measures one.
+//! The `agentmux` command: `agentmux serve` runs the server; `agentmux chat` (the terminal
+//! client) and `agentmux bench` (the load generator and fault harness) hand over to their own
+//! executables, `agentmux-chat` and `agentmux-bench`, installed next to this one.
 
-mod bench;
-
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,39 +27,20 @@ struct Cli {
 enum Command {
     /// Run the server.
     Serve(ServeArgs),
-    /// Chat with a running server from the terminal.
-    Chat(ChatArgs),
-    /// Measure the server against a bare WebSocket baseline, or run the kill -9 fault harness.
-    Bench(bench::BenchArgs),
+    /// Chat with a running server from the terminal (runs `agentmux-chat`).
+    #[command(disable_help_flag = true)]
+    Chat(Forwarded),
+    /// Measure the server against a bare WebSocket baseline, or run the kill -9 fault harness
+    /// (runs `agentmux-bench`).
+    #[command(disable_help_flag = true)]
+    Bench(Forwarded),
 }
 
+/// The arguments of a subcommand that another executable implements, passed on untouched.
 #[derive(Args)]
-struct ChatArgs {
-    /// WebSocket URL of the server
-    #[arg(long, env = "AGENTMUX_URL", default_value = "ws://127.0.0.1:7878/ws")]
-    url: String,
-    /// Resume a session: by agent_id, session_id or a unique prefix; without a value, pick
-    /// from a list (or, with --last, the most recent)
-    #[arg(long, num_args = 0..=1, default_missing_value = "")]
-    resume: Option<String>,
-    /// With --resume: the session with the most recent activity
-    #[arg(long)]
-    last: bool,
-}
-
-impl ChatArgs {
-    fn into_options(self) -> agentmux::cli_chat::ChatOptions {
-        use agentmux::cli_chat::Resume;
-        let resume = match (self.resume, self.last) {
-            (_, true) => Some(Resume::Last),
-            (Some(id), false) => Some(Resume::parse(&id)),
-            (None, false) => None,
-        };
-        agentmux::cli_chat::ChatOptions {
-            url: self.url,
-            resume,
-        }
-    }
+struct Forwarded {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
 }
 
 #[derive(Args)]
@@ -125,6 +106,14 @@ impl ServeArgs {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Command::Serve(args) => args,
+        Command::Chat(forwarded) => return exec_sibling("chat", "agentmux-chat", forwarded.args),
+        Command::Bench(forwarded) => {
+            return exec_sibling("bench", "agentmux-bench", forwarded.args);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -132,7 +121,6 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -140,18 +128,38 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(args)),
-        Command::Chat(args) => runtime.block_on(agentmux::cli_chat::run(args.into_options())),
-        Command::Bench(args) => runtime.block_on(bench::run(args)),
-    };
-    match outcome {
+    match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!("{err:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Replaces this process with the executable `name` from this one's directory, run as
+/// `agentmux <subcommand>` with `args`; returns only when that fails.
+fn exec_sibling(subcommand: &str, name: &str, args: Vec<OsString>) -> ExitCode {
+    use std::os::unix::process::CommandExt as _;
+    let sibling = std::env::current_exe().map(|exe| exe.with_file_name(name));
+    let err = match &sibling {
+        Ok(path) if path.is_file() => std::process::Command::new(path)
+            .arg0(format!("agentmux {subcommand}"))
+            .args(args)
+            .exec(),
+        Ok(path) => {
+            eprintln!(
+                "error: `agentmux {subcommand}` runs `{name}`, which is not at {}; build it with \
+                 `cargo build -p {name}` (add `--release` for target/release), or `cargo build` \
+                 in the repository root for every executable",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+        Err(err) => std::io::Error::other(format!("cannot find this executable: {err}")),
+    };
+    eprintln!("error: cannot run {name}: {err}");
+    ExitCode::FAILURE
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {

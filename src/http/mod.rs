@@ -14,7 +14,7 @@ mod rest;
 pub mod serve;
 mod sse;
 mod web;
-pub mod ws;
+mod ws;
 
 use std::sync::Arc;
 

@@ -109,9 +109,8 @@ pub async fn upgrade(
     })
 }
 
-/// Applies the socket settings (size limits, buffer sizes) to an upgrade. The benchmark's bare
-/// baseline server uses this too, so both hold the same buffers per socket.
-pub fn configure(ws: WebSocketUpgrade, socket: &SocketConfig) -> WebSocketUpgrade {
+/// Applies the socket settings (size limits, buffer sizes) to an upgrade.
+fn configure(ws: WebSocketUpgrade, socket: &SocketConfig) -> WebSocketUpgrade {
     let max = socket.max_frame_bytes;
     ws.max_message_size(max)
         .max_frame_size(max)

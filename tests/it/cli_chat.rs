@@ -28,6 +28,7 @@ impl Terminal {
 
     /// Starts `agentmux chat --url <url>` in a detached 200x50 terminal.
     fn open(url: &str) -> Self {
+        sibling("agentmux-chat");
         let term = Terminal {
             socket: format!("agentmux-test-{}", uuid::Uuid::new_v4().simple()),
         };
@@ -181,6 +182,7 @@ async fn terminal_client_resumes_chats_interrupts_and_resumes_after_restart() {
 /// exits after the last reply.
 #[tokio::test]
 async fn chat_resume_last_works_non_interactively() {
+    sibling("agentmux-chat");
     let server = TestServer::start().await;
     let mut c = server.client().await;
     turn(&mut c, "older", "old").await;

@@ -17,6 +17,20 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// How long a test waits for any one expected frame.
 pub const WAIT: Duration = Duration::from_secs(15);
 
+/// The workspace executable `name` (`agentmux-chat`, `agentmux-bench`), which `agentmux chat`
+/// and `agentmux bench` run from next to `agentmux`. `cargo test` in the workspace root builds
+/// it; a run limited to this package (`-p agentmux`) does not.
+pub fn sibling(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_agentmux")).with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests from the workspace root (`cargo test --all-targets`), \
+         or `cargo build -p {name}` first",
+        path.display()
+    );
+    path
+}
+
 /// A running `agentmux serve`; killed on drop.
 pub struct TestServer {
     pub child: Child,

@@ -9,6 +9,7 @@ use crate::common::*;
 /// gap-free, the database stays sound and every session answers again.
 #[tokio::test]
 async fn kill9_under_load_loses_nothing() {
+    sibling("agentmux-bench");
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("kill9.json");
     let out = tokio::time::timeout(
@@ -42,11 +43,13 @@ async fn kill9_under_load_loses_nothing() {
     let outcome: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(outcome["cycles"], 3, "{outcome}");
     assert_eq!(outcome["sessions"], 12);
+    assert_eq!(outcome["clients"], 3);
     assert!(
         outcome["frames_received"].as_u64().unwrap() > 0,
         "{outcome}"
     );
     for key in [
+        "clients_failed",
         "frames_lost",
         "frames_differing",
         "seq_gaps",

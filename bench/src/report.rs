@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::server::Kind;
+use crate::servers::Kind;
 
 /// Latency percentiles, in microseconds.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -69,8 +69,47 @@ pub struct Measurement {
     pub rss_kib: u64,
     /// Resident memory added per open socket, bytes (idle scenario).
     pub rss_per_socket_bytes: Option<f64>,
+    /// CPU time the server process used during the measurement (user + system), seconds.
+    pub server_cpu_secs: f64,
+    /// Delivered frames per second of server CPU time: what the server's work per frame
+    /// costs, whatever share of the machine it got.
+    pub frames_per_cpu_sec: Option<f64>,
     /// Error frames, failed connections and sockets closed early.
     pub errors: u64,
+}
+
+impl Measurement {
+    /// A measurement of `server` over `secs` in which nothing was counted yet.
+    pub fn empty(server: Kind, secs: f64) -> Self {
+        Measurement {
+            server,
+            secs,
+            sockets: 0,
+            sessions: 0,
+            offered_turns_per_sec: None,
+            turns: 0,
+            turns_per_sec: 0.0,
+            delivered_frames: 0,
+            delivered_fps: 0.0,
+            stored_frames: 0,
+            stored_fps: 0.0,
+            first_token: Percentiles::default(),
+            result: Percentiles::default(),
+            rss_kib: 0,
+            rss_per_socket_bytes: None,
+            server_cpu_secs: 0.0,
+            frames_per_cpu_sec: None,
+            errors: 0,
+        }
+    }
+
+    /// Records the server's CPU time over the measurement, and the frames per CPU-second.
+    pub fn with_cpu(mut self, cpu_secs: f64) -> Self {
+        self.server_cpu_secs = cpu_secs;
+        self.frames_per_cpu_sec = (cpu_secs > 0.0 && self.delivered_frames > 0)
+            .then(|| self.delivered_frames as f64 / cpu_secs);
+        self
+    }
 }
 
 /// Both servers under the same load, and agentmux as a ratio to the baseline.
@@ -104,6 +143,9 @@ impl Row {
             ratio("turns_per_sec", a.turns_per_sec, b.turns_per_sec);
             ratio("delivered_fps", a.delivered_fps, b.delivered_fps);
             ratio("stored_fps", a.stored_fps, b.stored_fps);
+            if let (Some(x), Some(y)) = (a.frames_per_cpu_sec, b.frames_per_cpu_sec) {
+                ratio("frames_per_cpu_sec", x, y);
+            }
             ratio(
                 "first_token_p50",
                 a.first_token.p50_us as f64,
@@ -206,12 +248,14 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<18} {:<9} {:>9} {:>11} {:>10} {:>17} {:>17} {:>8} {:>9} {:>6}",
+            "{:<18} {:<9} {:>9} {:>11} {:>10} {:>7} {:>12} {:>17} {:>17} {:>8} {:>9} {:>6}",
             "load",
             "server",
             "turns/s",
             "delivered/s",
             "stored/s",
+            "CPU s",
+            "frames/CPU-s",
             "first p50/p99 ms",
             "result p50/p99 ms",
             "RSS MiB",
@@ -222,12 +266,15 @@ impl Report {
             for m in row.baseline.iter().chain([&row.agentmux]) {
                 let _ = writeln!(
                     out,
-                    "{:<18} {:<9} {:>9.0} {:>11.0} {:>10.0} {:>17} {:>17} {:>8.1} {:>9} {:>6}",
+                    "{:<18} {:<9} {:>9.0} {:>11.0} {:>10.0} {:>7.2} {:>12} {:>17} {:>17} {:>8.1} {:>9} {:>6}",
                     row.label,
                     m.server.name(),
                     m.turns_per_sec,
                     m.delivered_fps,
                     m.stored_fps,
+                    m.server_cpu_secs,
+                    m.frames_per_cpu_sec
+                        .map_or("-".to_owned(), |f| format!("{f:.0}")),
                     pair(&m.first_token),
                     pair(&m.result),
                     m.rss_kib as f64 / 1024.0,
@@ -258,4 +305,69 @@ fn pair(p: &Percentiles) -> String {
         p.p50_us as f64 / 1000.0,
         p.p99_us as f64 / 1000.0
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_come_from_the_histogram() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000, 3).unwrap();
+        for us in 1..=1000 {
+            h.record(us).unwrap();
+        }
+        let p = Percentiles::from(&h);
+        assert_eq!(p.count, 1000);
+        assert_eq!(p.p50_us, 500);
+        assert_eq!(p.p90_us, 900);
+        assert_eq!(p.p99_us, 990);
+        assert_eq!(p.max_us, 1000);
+        assert_eq!(
+            Percentiles::from(&Histogram::<u64>::new(3).unwrap()).count,
+            0
+        );
+    }
+
+    fn measured(server: Kind, frames: u64, cpu_secs: f64) -> Measurement {
+        Measurement {
+            delivered_frames: frames,
+            delivered_fps: frames as f64 / 10.0,
+            ..Measurement::empty(server, 10.0)
+        }
+        .with_cpu(cpu_secs)
+    }
+
+    #[test]
+    fn frames_per_cpu_second_and_its_ratio() {
+        let baseline = measured(Kind::Baseline, 1_000_000, 4.0);
+        let agentmux = measured(Kind::Agentmux, 200_000, 8.0);
+        assert_eq!(baseline.frames_per_cpu_sec, Some(250_000.0));
+        assert_eq!(agentmux.frames_per_cpu_sec, Some(25_000.0));
+        let row = Row::new("load", Some(baseline), agentmux);
+        assert_eq!(row.vs_baseline["frames_per_cpu_sec"], 0.1);
+        assert_eq!(row.vs_baseline["delivered_fps"], 0.2);
+        let table = Report {
+            scenario: "test".into(),
+            machine: Machine::this(),
+            params: serde_json::json!({}),
+            rows: vec![row],
+        }
+        .table();
+        assert!(table.contains("frames/CPU-s"), "{table}");
+        assert!(table.contains("250000"), "{table}");
+        assert!(table.contains("frames_per_cpu_sec=0.10"), "{table}");
+    }
+
+    #[test]
+    fn no_cpu_time_means_no_frames_per_cpu_second() {
+        assert_eq!(measured(Kind::Agentmux, 100, 0.0).frames_per_cpu_sec, None);
+        assert_eq!(measured(Kind::Agentmux, 0, 1.0).frames_per_cpu_sec, None);
+        let row = Row::new(
+            "load",
+            Some(measured(Kind::Baseline, 100, 0.0)),
+            measured(Kind::Agentmux, 100, 1.0),
+        );
+        assert!(!row.vs_baseline.contains_key("frames_per_cpu_sec"));
+    }
 }

@@ -1,30 +1,42 @@
-//! `agentmux bench`: load scenarios run against a bare WebSocket baseline and against a real
-//! server in the same run (each in its own process), and the `kill -9` fault harness.
+//! `agentmux-bench` (also run as `agentmux bench`): load scenarios run against a bare
+//! WebSocket baseline and against a real agentmux server in the same run (each in its own
+//! process), and the `kill -9` fault harness.
 //!
 //! Every figure is reported for both servers and as a ratio to the baseline, because these
-//! machines are noisy and the ratio is what carries over between runs.
+//! machines are noisy and the ratio is what carries over between runs. The server under test is
+//! only ever driven from outside, as a separate process: this crate does not link agentmux.
 
 mod baseline;
 mod kill9;
 mod load;
+mod process;
 mod report;
-mod server;
+mod servers;
+mod wire;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
-use crate::bench::report::Report;
+use crate::report::Report;
 
 /// The chat every scenario sends. Its echo is 23 words, so a turn emits about as many
 /// streamed frames per stored one as a short real reply does.
-pub const PROMPT: &str = "please repeat these words back so that the benchmark sees a reply of a \
+const PROMPT: &str = "please repeat these words back so that the benchmark sees a reply of a \
      realistic length with many streamed deltas";
 
-/// Arguments of `agentmux bench`.
-#[derive(Args)]
-pub struct BenchArgs {
+#[derive(Parser)]
+#[command(
+    name = "agentmux-bench",
+    version,
+    about = "Measure agentmux against a bare WebSocket baseline, or run the kill -9 fault harness"
+)]
+struct Cli {
+    /// The agentmux executable to measure [default: the one next to this executable]
+    #[arg(long, global = true, env = "AGENTMUX_BENCH_SERVER")]
+    agentmux_bin: Option<PathBuf>,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -104,7 +116,7 @@ enum Scenario {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Run the bare baseline server (the benchmarks start it themselves).
+    /// Run the bare baseline server (the scenarios start it themselves).
     Baseline {
         /// Address to listen on; port 0 picks a free port.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -145,7 +157,7 @@ impl Scenario {
 
 /// Options every load scenario takes.
 #[derive(Args, Clone)]
-pub struct Common {
+struct Common {
     /// Seconds of measured load (after warm-up).
     #[arg(long, default_value_t = 10)]
     secs: u64,
@@ -166,14 +178,27 @@ impl Common {
     }
 }
 
-/// Runs `agentmux bench ...`.
-///
-/// # Errors
-/// When a server can't be started, a scenario fails to set up, or the report can't be written.
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    agentmux::raise_fd_limit();
-    args.scenario.check()?;
-    let (report, json) = match args.scenario {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(run(cli)));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    process::raise_fd_limit();
+    if let Some(path) = cli.agentmux_bin {
+        servers::set_agentmux_bin(path);
+    }
+    cli.scenario.check()?;
+    let (report, json) = match cli.scenario {
         Scenario::Baseline { bind, keep_history } => {
             return baseline::serve(bind, keep_history).await;
         }

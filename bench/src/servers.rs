@@ -1,21 +1,48 @@
-//! The servers under test, each in its own process: start, address, memory, metrics, kill.
+//! The servers under test, each in its own process: start, address, memory, CPU time,
+//! metrics, kill.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+
+use crate::process;
+use crate::wire::http_get;
 
 /// How long a server may take to print its address.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `agentmux` executable under test, when not the one next to this executable.
+static AGENTMUX_BIN: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes `path` the `agentmux` executable under test.
+pub fn set_agentmux_bin(path: PathBuf) {
+    let _ = AGENTMUX_BIN.set(path);
+}
+
+/// The `agentmux` executable under test: as set, else the one next to this executable.
+fn agentmux_bin() -> anyhow::Result<PathBuf> {
+    if let Some(path) = AGENTMUX_BIN.get() {
+        return Ok(path.clone());
+    }
+    let path = std::env::current_exe()?.with_file_name("agentmux");
+    anyhow::ensure!(
+        path.is_file(),
+        "no agentmux executable at {}: build it (`cargo build --release -p agentmux`) or pass \
+         --agentmux-bin",
+        path.display()
+    );
+    Ok(path)
+}
 
 /// Which server a measurement is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
-    /// `agentmux bench baseline`: the WebSocket stack and the demo's frames, nothing else.
+    /// `agentmux-bench baseline`: a WebSocket server and the demo's frames, nothing else.
     Baseline,
     /// `agentmux serve --demo-delay-ms 0`.
     Agentmux,
@@ -31,12 +58,12 @@ impl Kind {
     }
 }
 
-/// Settings of the agentmux server under test that scenarios change.
+/// Settings of the server under test that scenarios change.
 #[derive(Debug, Clone, Default)]
 pub struct Tweaks {
-    /// `store.max_batch`.
+    /// agentmux's `store.max_batch`.
     pub max_batch: Option<usize>,
-    /// `session.idle_evict_secs`.
+    /// agentmux's `session.idle_evict_secs`.
     pub idle_evict_secs: Option<u64>,
     /// Start the baseline with `--keep-history`.
     pub keep_history: bool,
@@ -49,20 +76,20 @@ pub struct Server {
     /// `host:port` it listens on.
     pub addr: String,
     child: Child,
-    /// The agentmux server's data directory (removed on drop unless kept).
+    /// The agentmux server's data directory, when this server owns it (removed on drop).
     _data: Option<tempfile::TempDir>,
 }
 
 impl Server {
-    /// Starts a server of `kind` in a fresh temporary data directory.
+    /// Starts a server of `kind`; agentmux gets a fresh temporary data directory.
     pub async fn start(kind: Kind, tweaks: &Tweaks) -> anyhow::Result<Self> {
         match kind {
             Kind::Baseline => {
-                let mut args = vec!["bench", "baseline"];
+                let mut args = vec!["baseline"];
                 if tweaks.keep_history {
                     args.push("--keep-history");
                 }
-                let (child, addr) = spawn(&args).await?;
+                let (child, addr) = spawn(&std::env::current_exe()?, &args).await?;
                 Ok(Server {
                     kind,
                     addr,
@@ -99,20 +126,19 @@ impl Server {
         self.child.id().unwrap_or(0)
     }
 
-    /// Resident memory of the process, in KiB (`VmRSS`).
+    /// Resident memory of the process, in KiB.
     pub fn rss_kib(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
+        process::rss_kib(self.pid())
+    }
+
+    /// CPU time the process has used so far, in seconds (0 when it can't be read).
+    pub fn cpu_secs(&self) -> f64 {
+        process::cpu_secs(self.pid()).unwrap_or(0.0)
     }
 
     /// A counter or gauge from `/metrics` (agentmux only), summed over its labels.
     pub async fn metric(&self, name: &str) -> anyhow::Result<f64> {
-        let text = http_get(&self.addr, "/metrics").await?;
+        let (_, text) = http_get(&self.addr, "/metrics").await?;
         Ok(text
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -136,17 +162,20 @@ async fn start_agentmux(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<(Chi
     let config = config_file(data_dir, tweaks)?;
     let data = data_dir.to_string_lossy();
     let config = config.to_string_lossy();
-    spawn(&[
-        "serve",
-        "--demo-delay-ms",
-        "0",
-        "--backend",
-        "demo",
-        "--data-dir",
-        &data,
-        "--config",
-        &config,
-    ])
+    spawn(
+        &agentmux_bin()?,
+        &[
+            "serve",
+            "--demo-delay-ms",
+            "0",
+            "--backend",
+            "demo",
+            "--data-dir",
+            &data,
+            "--config",
+            &config,
+        ],
+    )
     .await
 }
 
@@ -166,9 +195,8 @@ fn config_file(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Runs this binary with `args` and bind port 0, and reads the address it prints.
-async fn spawn(args: &[&str]) -> anyhow::Result<(Child, String)> {
-    let exe = std::env::current_exe()?;
+/// Runs `exe` with `args` and bind port 0, and reads the address it prints.
+async fn spawn(exe: &Path, args: &[&str]) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new(exe)
         .args(args)
         .args(["--bind", "127.0.0.1:0"])
@@ -179,7 +207,8 @@ async fn spawn(args: &[&str]) -> anyhow::Result<(Child, String)> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
-        .spawn()?;
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", exe.display()))?;
     let stdout = child.stdout.take().expect("piped");
     let mut lines = BufReader::new(stdout).lines();
     let line = tokio::time::timeout(START_TIMEOUT, lines.next_line())
@@ -192,20 +221,4 @@ async fn spawn(args: &[&str]) -> anyhow::Result<(Child, String)> {
         .to_owned();
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Ok((child, addr))
-}
-
-/// A plain HTTP/1.1 GET; the body.
-pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
-    let mut stream = TcpStream::connect(addr).await?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await?;
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut body)).await??;
-    Ok(body
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default())
 }

@@ -1,0 +1,73 @@
+//! Processes as the OS reports them: a process's resident memory and CPU time from `/proc`,
+//! and this process's limit on open files.
+
+/// Resident memory of process `pid`, in KiB (`VmRSS`); 0 when it can't be read.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time process `pid` has used so far (user + system, all threads), in seconds.
+pub fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks_per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks_per_sec > 0).then_some(())?;
+    Some(cpu_ticks(&stat)? as f64 / ticks_per_sec as f64)
+}
+
+/// `utime + stime` (fields 14 and 15) of a `/proc/<pid>/stat` line, in clock ticks. The
+/// command name (field 2) is in parentheses and may hold spaces and parentheses itself, so
+/// the fields are counted from the last `)`.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Raises the soft limit on open files to the hard limit, so that many sockets fit.
+pub fn raise_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by reference.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_utime_plus_stime() {
+        let stat = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 2185 0 0 0 731 96 0 0 20 0 9 0 \
+                    5000 100000 2000 18446744073709551615";
+        assert_eq!(cpu_ticks(stat), Some(731 + 96));
+        assert_eq!(cpu_ticks("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn this_process_has_cpu_time_and_memory() {
+        let pid = std::process::id();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert!(x != 1);
+        assert!(cpu_secs(pid).is_some_and(|s| s >= 0.0));
+        assert!(rss_kib(pid) > 0);
+    }
+}

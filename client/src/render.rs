@@ -1,0 +1,275 @@
+//! What the terminal shows: streamed replies, errors and statuses of the current conversation,
+//! the history of a resumed one, the session list and the help.
+
+use std::io::Write;
+
+use serde_json::Value;
+
+use crate::rest::Summary;
+
+/// The help `/help` prints.
+pub const HELP: &str = "\
+Type a message to send it. Ctrl-C interrupts a running turn; a second Ctrl-C quits.
+  /resume           pick a recent session from a numbered list (Enter cancels)
+  /resume <id>      resume by agent_id, session_id or a unique prefix of either
+  /resume --last    resume the session with the most recent activity
+  /new              start a new session
+  /list             list recent sessions
+  /rename <title>   rename the current session
+  /help             this help
+  /quit             quit";
+
+/// Prints a line.
+pub fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+/// Prints text without ending the line.
+pub fn print_raw(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "{text}");
+    let _ = out.flush();
+}
+
+/// What a frame meant for the turns in flight.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// Nothing about a turn of ours ended.
+    Nothing,
+    /// The current conversation's turn ended with its `result`.
+    TurnEnded,
+    /// A chat of ours failed before it became a turn (an `error` without `client_msg_id`).
+    ChatFailed,
+}
+
+/// The reply being printed: whether its text was shown and whether the cursor is mid-line.
+#[derive(Default)]
+pub struct Screen {
+    /// Set once the current reply's text was printed (streamed or whole).
+    streamed: bool,
+    /// Set while the cursor is not at the start of a line.
+    line_open: bool,
+}
+
+impl Screen {
+    /// Ends a partly printed line.
+    pub fn end_line(&mut self) {
+        if self.line_open {
+            print_raw("\n");
+            self.line_open = false;
+        }
+    }
+
+    /// Forgets the reply in progress (when leaving a conversation).
+    pub fn reset(&mut self) {
+        self.end_line();
+        self.streamed = false;
+    }
+
+    fn print_reply(&mut self, text: &str) {
+        self.streamed = true;
+        self.line_open = true;
+        print_raw(text);
+    }
+
+    /// Shows `frame` if it is an error or belongs to `agent_id`'s conversation.
+    pub fn show(&mut self, frame: &Value, agent_id: &str) -> Shown {
+        let ty = frame["message_type"].as_str().unwrap_or_default();
+        if ty == "error" {
+            self.end_line();
+            say(&format!(
+                "error ({}): {}",
+                frame["code"].as_str().unwrap_or("?"),
+                frame["error"].as_str().unwrap_or_default()
+            ));
+            return if frame["agent_id"] == agent_id && frame["client_msg_id"].is_null() {
+                Shown::ChatFailed
+            } else {
+                Shown::Nothing
+            };
+        }
+        if frame["agent_id"] != agent_id {
+            return Shown::Nothing;
+        }
+        let message = &frame["message"];
+        match ty {
+            "stream_event" => {
+                if let Some(text) = message["event"]["delta"]["text"].as_str() {
+                    self.print_reply(text);
+                }
+            }
+            "assistant" if !self.streamed => {
+                let text: String = message["message"]["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect();
+                if !text.is_empty() {
+                    self.print_reply(&text);
+                }
+            }
+            "result" => {
+                self.end_line();
+                self.streamed = false;
+                if message["is_error"] == true {
+                    say(&format!(
+                        "[turn ended: {}]",
+                        message["terminal_reason"].as_str().unwrap_or("error")
+                    ));
+                }
+                return Shown::TurnEnded;
+            }
+            "status" => {
+                let status = frame["status"].as_str().unwrap_or_default();
+                if matches!(
+                    status,
+                    "interrupted" | "crashed" | "resume_failed" | "rewound" | "deleted" | "lagged"
+                ) {
+                    self.end_line();
+                    say(&format!(
+                        "[{status}: {}]",
+                        frame["detail"].as_str().unwrap_or_default()
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Shown::Nothing
+    }
+}
+
+/// The lines of a resumed conversation's last `turns` turns.
+pub fn history(frames: &[Value], turns: usize) -> Vec<String> {
+    let mut lines: Vec<String> = frames.iter().filter_map(history_line).collect();
+    // From the `turns`-th prompt from the end; everything when there are fewer.
+    let start = match turns.checked_sub(1) {
+        None => lines.len(),
+        Some(skip) => lines
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, line)| line.starts_with("> "))
+            .nth(skip)
+            .map_or(0, |(i, _)| i),
+    };
+    lines.split_off(start)
+}
+
+/// The text of a stored user message or a reply, for the history.
+fn history_line(frame: &Value) -> Option<String> {
+    let message = &frame["message"];
+    match frame["message_type"].as_str()? {
+        "user" => message["message"]["content"]
+            .as_str()
+            .map(|text| format!("> {text}")),
+        "result" if message["is_error"] == true => Some(format!(
+            "[turn ended: {}]",
+            message["terminal_reason"].as_str().unwrap_or("error")
+        )),
+        "result" => message["result"].as_str().map(str::to_owned),
+        "status" if frame["status"] == "rewound" || frame["status"] == "imported" => Some(format!(
+            "[{}]",
+            frame["detail"].as_str().unwrap_or_default()
+        )),
+        _ => None,
+    }
+}
+
+/// Prints a numbered list of conversations.
+pub fn print_list(list: &[Summary]) {
+    if list.is_empty() {
+        say("no sessions yet");
+    }
+    for (i, s) in list.iter().enumerate() {
+        say(&format!(
+            "{:>3}. {}  [{}]  {}, {} messages",
+            i + 1,
+            s.title.as_deref().unwrap_or("untitled"),
+            s.agent_id,
+            age(&s.last_active_at),
+            s.message_count
+        ));
+    }
+}
+
+/// "3m ago" from an RFC 3339 time.
+fn age(rfc3339: &str) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(rfc3339) else {
+        return rfc3339.to_owned();
+    };
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
+    match secs {
+        0..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn user(text: &str) -> Value {
+        json!({"message_type": "user", "message": {"type": "user", "message": {"role": "user", "content": text}}})
+    }
+
+    fn result(text: &str) -> Value {
+        json!({"message_type": "result", "message": {"type": "result", "is_error": false, "result": text}})
+    }
+
+    #[test]
+    fn history_keeps_the_last_turns() {
+        let frames = [
+            user("one"),
+            json!({"message_type": "system"}),
+            result("Echo: one"),
+            user("two"),
+            result("Echo: two"),
+            json!({"message_type": "result", "message": {"is_error": true, "terminal_reason": "aborted_streaming"}}),
+        ];
+        assert_eq!(
+            history(&frames, 1),
+            ["> two", "Echo: two", "[turn ended: aborted_streaming]"]
+        );
+        assert_eq!(history(&frames, 10).len(), 5);
+        assert_eq!(history(&frames, 2).len(), 5);
+        assert!(history(&frames, 0).is_empty());
+    }
+
+    #[test]
+    fn ages_are_rounded_down_to_one_unit() {
+        let ago = |secs: i64| {
+            (chrono::Utc::now() - chrono::Duration::seconds(secs))
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        };
+        assert_eq!(age(&ago(5)), "5s ago");
+        assert_eq!(age(&ago(150)), "2m ago");
+        assert_eq!(age(&ago(7300)), "2h ago");
+        assert_eq!(age(&ago(200_000)), "2d ago");
+        assert_eq!(age("not a time"), "not a time");
+    }
+
+    #[test]
+    fn only_the_current_conversation_and_errors_are_shown() {
+        let mut screen = Screen::default();
+        let other =
+            json!({"message_type": "result", "agent_id": "b", "message": {"is_error": false}});
+        assert_eq!(screen.show(&other, "a"), Shown::Nothing);
+        let ours =
+            json!({"message_type": "result", "agent_id": "a", "message": {"is_error": false}});
+        assert_eq!(screen.show(&ours, "a"), Shown::TurnEnded);
+        let failed =
+            json!({"message_type": "error", "agent_id": "a", "code": "queue_full", "error": "x"});
+        assert_eq!(screen.show(&failed, "a"), Shown::ChatFailed);
+        let answered = json!({"message_type": "error", "agent_id": "a", "client_msg_id": "c1", "code": "x", "error": "x"});
+        assert_eq!(screen.show(&answered, "a"), Shown::Nothing);
+    }
+}

@@ -1,0 +1,35 @@
+//! The `agentmux-chat` executable on its own: its help, and a clear failure when no server
+//! listens. Conversations with a real server are tested in the server's integration tests
+//! (`tests/it/cli_chat.rs`), through `agentmux chat`.
+
+use std::process::Command;
+
+#[test]
+fn help_lists_the_options() {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentmux-chat"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for option in ["--url", "--resume", "--last"] {
+        assert!(help.contains(option), "{help}");
+    }
+}
+
+#[test]
+fn no_server_is_a_clear_error() {
+    // A port that was free a moment ago: nothing listens on it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentmux-chat"))
+        .args(["--url", &format!("ws://127.0.0.1:{port}/ws")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("cannot connect to ws://127.0.0.1:"), "{err}");
+}

@@ -1,0 +1,115 @@
+//! `agentmux bench` (which runs `agentmux-bench`) against this build: a short load scenario
+//! reports both servers with frames per server CPU-second, and the baseline answers a chat
+//! with the frames agentmux's demo agent sends, frame type for frame type and about byte for
+//! byte in size.
+
+use std::process::Stdio;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::common::*;
+
+/// A short `many-sessions` run: both servers complete turns without errors, and the report
+/// has frames per CPU-second for each with the ratio.
+#[tokio::test]
+async fn a_short_scenario_reports_both_servers_per_cpu_second() {
+    sibling("agentmux-bench");
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("many.json");
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(180),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .args(["bench", "many-sessions", "--secs", "1", "--sessions", "8"])
+            .args(["--sockets", "2", "--json"])
+            .arg(&report)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the scenario finishes in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("frames/CPU-s"), "{stdout}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let row = &report["rows"][0];
+    for server in ["baseline", "agentmux"] {
+        let m = &row[server];
+        assert_eq!(m["server"], server, "{m}");
+        assert!(m["turns"].as_u64().unwrap() > 0, "{m}");
+        assert_eq!(m["errors"], 0, "{m}");
+        assert!(m["server_cpu_secs"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(m["frames_per_cpu_sec"].as_f64().unwrap() > 0.0, "{m}");
+    }
+    assert!(row["vs_baseline"]["frames_per_cpu_sec"].as_f64().unwrap() > 0.0);
+}
+
+/// One turn's frames, in order, until its `result`; `status` frames left out (agentmux says
+/// `busy` and `idle`, the baseline has no such state).
+async fn one_turn(addr: &str) -> Vec<String> {
+    let mut c = Client::connect(addr).await;
+    let chat = json!({"type": "chat", "agent_id": "same", "content": "the very same words"});
+    c.send(chat).await;
+    let mut frames = Vec::new();
+    loop {
+        let msg = tokio::time::timeout(WAIT, c.ws.next())
+            .await
+            .expect("a frame in time")
+            .expect("socket open")
+            .unwrap();
+        let Message::Text(text) = msg else { continue };
+        let text = text.as_str().to_owned();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        if v["message_type"] == "status" {
+            continue;
+        }
+        frames.push(text);
+        if v["message_type"] == "result" {
+            return frames;
+        }
+    }
+}
+
+fn kind(text: &str) -> String {
+    serde_json::from_str::<Value>(text).unwrap()["message_type"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_baseline_sends_agentmuxs_frames() {
+    let server = TestServer::start().await;
+    let mut baseline = tokio::process::Command::new(sibling("agentmux-bench"))
+        .args(["baseline", "--bind", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(baseline.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let baseline_addr = line.strip_prefix("listening on http://").unwrap();
+
+    let ours = one_turn(&server.addr).await;
+    let theirs = one_turn(baseline_addr).await;
+    let kinds = |frames: &[String]| frames.iter().map(|f| kind(f)).collect::<Vec<_>>();
+    assert_eq!(kinds(&theirs), kinds(&ours));
+    for (a, b) in ours.iter().zip(&theirs) {
+        // Ids and timestamps have the same lengths; numbers (duration, cost) may not.
+        assert!(
+            a.len().abs_diff(b.len()) <= 24,
+            "sizes differ by more than a few digits:\nagentmux: {a}\nbaseline: {b}"
+        );
+    }
+}
