@@ -4,8 +4,9 @@ pre-warmed spare, and the RSS of each live CLI process.
 
 Usage: scripts/bench_cli.py CLAUDE_BIN [ROUNDS]
 
-Builds nothing: run `cargo build --release` first. Starts the fake Messages API
-(target/release/fake-anthropic) and `agentmux serve --backend claude` twice on 127.0.0.1, once
+Builds nothing: run `cargo build --release` in the workspace root first. Starts the fake
+Messages API (`target/release/fake-anthropic`, from the `agentmux-fakes` package) and
+`agentmux serve --backend claude` twice on 127.0.0.1, once
 with `claude.prewarm = false` and once with `true`, and opens ROUNDS (default 5) new
 conversations on each, a few seconds apart. Installs the `websockets` package into
 .deps/bench-venv when it is missing.

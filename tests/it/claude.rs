@@ -60,13 +60,14 @@ impl Fixture {
         let mut all: Vec<(&str, &str)> = vec![("FAKE_CLAUDE_LOG", &log)];
         all.extend_from_slice(env);
         let config = self.config.to_string_lossy().into_owned();
+        let fake = sibling("fake-claude");
         TestServer::start_in(
             &self.data_dir(),
             &[
                 "--backend",
                 "claude",
                 "--claude-bin",
-                env!("CARGO_BIN_EXE_fake-claude"),
+                fake.to_str().unwrap(),
                 "--config",
                 &config,
             ],

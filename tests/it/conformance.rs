@@ -2,6 +2,7 @@
 //! (with the fake model API), each driven directly over stdin/stdout; what they print must
 //! have the same shape, so the fake cannot drift from the CLI it stands in for.
 
+use crate::common::sibling;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -523,7 +524,7 @@ async fn fake_cli_matches_the_real_cli() {
     let Some(real) = real_cli() else { return };
     let dir = tempfile::tempdir().unwrap();
     let api = FakeApi::start(dir.path()).await;
-    let fake = Target::new("fake", Path::new(env!("CARGO_BIN_EXE_fake-claude")), &api);
+    let fake = Target::new("fake", &sibling("fake-claude"), &api);
     let real = Target::new("real", &real, &api);
     let from_fake = run_scenarios(&fake).await;
     let from_real = run_scenarios(&real).await;

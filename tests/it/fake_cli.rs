@@ -1,5 +1,6 @@
 //! Checks that the test fakes (`fake-claude`, `fake-anthropic`) behave like the real CLI and API.
 
+use crate::common::sibling;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -71,7 +72,7 @@ impl Home {
     }
 
     fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> Cli {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-claude"));
+        let mut cmd = Command::new(sibling("fake-claude"));
         cmd.args(BASE_ARGS)
             .args(args)
             .current_dir(&self.workspace)
@@ -528,7 +529,7 @@ async fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) 
 async fn fake_anthropic_streams_messages() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("requests.jsonl");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_fake-anthropic"))
+    let mut server = Command::new(sibling("fake-anthropic"))
         .args(["--port", "0", "--log"])
         .arg(&log)
         .stdout(Stdio::piped())

@@ -39,7 +39,7 @@ pub struct FakeApi {
 impl FakeApi {
     pub async fn start(dir: &Path) -> Self {
         let log = dir.join("api.log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fake-anthropic"))
+        let mut child = Command::new(sibling("fake-anthropic"))
             .args(["--port", "0", "--log"])
             .arg(&log)
             .stdout(Stdio::piped())
