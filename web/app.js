@@ -80,10 +80,6 @@ const TOKEN_KEY = 'agentmux.token';
 const SIDEBAR_REFRESH_MS = 30_000;
 /** States after which a conversation's agent is no longer in the server's memory. */
 const GONE = new Set(['evicted', 'crashed']);
-/** Statuses that mean a new agent process: its running cost starts again from zero. */
-const NEW_PROCESS = new Set(['creating', 'resuming', 'active', 'restarting']);
-/** Turn endings after which the agent process is gone. */
-const PROCESS_ENDED = new Set(['crashed', 'interrupt_timeout', 'backend_unavailable', 'server_restart']);
 /** Titles are the first 50 characters of the first message, as the server stores them. */
 const TITLE_CHARS = 50;
 /** Tool output longer than this (characters or lines) is folded behind its size. */
@@ -605,11 +601,6 @@ class View {
     this.permissions = new Map();
     /** Set once the stored history has been delivered: later frames are news. */
     this.live = false;
-    /** The agent process's running cost at the previous `result`, when it is the same process. */
-    /** @type {number | null} */
-    this.runningCost = null;
-    /** @type {string | undefined} the agent session of the previous `result` */
-    this.runningSession = undefined;
     /** @type {string} model of the running turn, from its `system` `init` */
     this.turnModel = '';
     this.close = client.open(agentId, (frame) => this.onFrame(frame), {
@@ -843,25 +834,6 @@ class View {
   }
 
   /**
-   * This turn's own cost. A `result` carries the agent process's running total: the turn's
-   * cost is the rise since the previous `result` of the same process, or the whole figure
-   * for the first turn of a process (after a restart, a rewind, a fork or a crash).
-   * @param {ResultMessage} result
-   * @returns {number | undefined}
-   */
-  turnCost(result) {
-    const running = result.total_cost_usd;
-    if (typeof running !== 'number') return undefined;
-    const previous = this.runningCost;
-    const sameProcess =
-      previous !== null && result.session_id === this.runningSession && running > previous;
-    this.runningCost = running;
-    this.runningSession = result.session_id;
-    if (result.terminal_reason && PROCESS_ENDED.has(result.terminal_reason)) this.runningCost = null;
-    return sameProcess && previous !== null ? running - previous : running;
-  }
-
-  /**
    * @param {MessageFrame} frame
    * @param {ResultMessage} result
    */
@@ -872,7 +844,9 @@ class View {
     if (this.open[0]) setQueued(this.open[0], false);
     const footer = this.append(el('div', 'msg result'), frame);
     if (result.is_error) footer.classList.add('error');
-    const cost = this.turnCost(result);
+    // The server tells each turn's own cost; the result's `total_cost_usd` is a running
+    // total of the agent process.
+    const cost = frame.turn_cost_usd;
     footer.append(el('span', 'result-text', resultSummary(result, cost, this.turnModel)));
     const seq = frame.seq;
     const actions = footer.appendChild(el('span', 'turn-actions'));
@@ -894,10 +868,8 @@ class View {
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
       this.rewind(frame.dropped_after_seq);
       this.append(el('div', 'msg notice', 'Rewound to an earlier turn'), frame);
-      this.runningCost = null;
       scheduleSessionsRefresh();
     }
-    if (NEW_PROCESS.has(status)) this.runningCost = null;
     if (status === 'idle') {
       for (const msg of this.open) setQueued(msg, false);
       this.open = [];

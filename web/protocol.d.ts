@@ -119,7 +119,12 @@ seq?: number,
 /**
  * RFC 3339; for a stored frame, when it was stored.
  */
-timestamp: string, };
+timestamp: string, 
+/**
+ * On a `result`: what this turn cost, in US dollars (the agent's own `total_cost_usd` is
+ * a running total of its process).
+ */
+turn_cost_usd?: number, };
 
 export type AckFrame = { 
 /**

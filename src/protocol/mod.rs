@@ -416,16 +416,35 @@ mod tests {
             agent_id: "a",
             session_id: "s",
         };
-        let f = session_frame(tag, "assistant", Some(3), "t", r#"{"type":"assistant"}"#);
+        let f = session_frame(
+            tag,
+            "assistant",
+            Some(3),
+            "t",
+            r#"{"type":"assistant"}"#,
+            None,
+        );
         let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
         assert_eq!(v["message"]["type"], "assistant");
         assert_eq!(v["seq"], 3);
+        assert!(v.get("turn_cost_usd").is_none());
+        let f = session_frame(
+            tag,
+            "result",
+            Some(5),
+            "t",
+            r#"{"type":"result"}"#,
+            Some(0.25),
+        );
+        let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
+        assert_eq!(v["turn_cost_usd"], 0.25);
         let f = session_frame(
             tag,
             "status",
             Some(4),
             "t",
             r#"{"status":"rewound","dropped_after_seq":2}"#,
+            None,
         );
         let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
         assert_eq!(v["status"], "rewound");

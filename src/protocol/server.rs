@@ -76,6 +76,11 @@ pub struct SessionHeader<'a> {
     pub seq: Option<i64>,
     /// RFC 3339; for a stored frame, when it was stored.
     pub timestamp: &'a str,
+    /// On a `result`: what this turn cost, in US dollars (the agent's own `total_cost_usd` is
+    /// a running total of its process).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub turn_cost_usd: Option<f64>,
 }
 
 /// Message types whose stored payload is the agent's message, sent under `message`.
@@ -100,6 +105,7 @@ pub fn session_frame(
     seq: Option<i64>,
     timestamp: &str,
     payload: &str,
+    turn_cost_usd: Option<f64>,
 ) -> Frame {
     let header = serde_json::to_string(&SessionHeader {
         message_type,
@@ -107,6 +113,7 @@ pub fn session_frame(
         session_id: tag.session_id,
         seq,
         timestamp,
+        turn_cost_usd,
     })
     .expect("header serializes");
     let mut text = String::with_capacity(header.len() + payload.len() + 16);

@@ -302,6 +302,7 @@ impl Actor {
             Some(seq),
             &created_at,
             &payload,
+            None,
         ));
         self.queue.push_back(Turn {
             user_seq: seq,
@@ -755,6 +756,7 @@ impl Actor {
                             Some(*s),
                             &m.created_at,
                             &m.payload,
+                            m.totals.map(|t| t.cost_usd),
                         ));
                         *s += 1;
                     }
@@ -766,6 +768,7 @@ impl Actor {
                         None,
                         &protocol::now_rfc3339(),
                         &raw,
+                        None,
                     ));
                 }
                 Out::Status(status, detail) => self.publish_status(status, &detail),
@@ -858,6 +861,7 @@ impl Actor {
             Some(rewound.status_seq),
             &created_at,
             &payload,
+            None,
         );
         self.publish(frame.clone());
         Ok(frame)

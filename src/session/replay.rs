@@ -91,5 +91,6 @@ pub(super) fn stored_frame(session: &SessionRef, row: &StoredMessage) -> Frame {
         Some(row.seq),
         &row.created_at,
         &row.payload,
+        row.turn_cost_usd,
     )
 }

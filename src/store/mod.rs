@@ -235,6 +235,8 @@ pub struct StoredMessage {
     pub payload: String,
     /// Storage time (RFC 3339).
     pub created_at: String,
+    /// For a `result`: what that turn cost, in US dollars.
+    pub turn_cost_usd: Option<f64>,
 }
 
 /// Persistence of conversations and their frames.

@@ -314,7 +314,7 @@ async fn write_appends(
     }
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at) ",
+            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at, turn_cost_usd) ",
         );
         qb.push_values(chunk, |mut row, (session, seq, m)| {
             row.push_bind(session)
@@ -324,7 +324,8 @@ async fn write_appends(
                 .push_bind(m.prompt)
                 .push_bind(m.turn_anchor.as_deref())
                 .push_bind(m.payload.as_str())
-                .push_bind(m.created_at.as_str());
+                .push_bind(m.created_at.as_str())
+                .push_bind(m.totals.map(|t| t.cost_usd));
         });
         qb.build().persistent(true).execute(&mut *conn).await?;
     }
@@ -589,7 +590,7 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<StoredMessage>> {
         Ok(sqlx::query_as(
-            "select seq, message_type, sdk_uuid, payload, created_at from messages
+            "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd from messages
              where session_pk = ? and seq > ? order by seq limit ?",
         )
         .bind(session)

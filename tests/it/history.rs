@@ -395,3 +395,68 @@ async fn claude_cli_forgets_rewound_turns_and_forks_its_session() {
                 && line["request"]["model"] == "claude-other")
     );
 }
+
+/// Each `result` says what its own turn cost (the agent's `total_cost_usd` is a running total
+/// of its process): the same live and in a replay, summing to the conversation's total, and
+/// right again for the first turn of a new process after a restart.
+#[tokio::test]
+async fn each_result_carries_its_own_turn_cost() {
+    let mut server = TestServer::start().await;
+    let mut c = server.client().await;
+    let mut live = Vec::new();
+    for content in ["one", "two", "three"] {
+        chat_ack(&mut c, "tc", content).await;
+        let frames = c.until_result("tc").await;
+        live.push(frames.last().unwrap().clone());
+    }
+    let mut previous_running = 0.0;
+    let mut sum = 0.0;
+    for result in &live {
+        let running = result["message"]["total_cost_usd"].as_f64().unwrap();
+        let turn = result["turn_cost_usd"]
+            .as_f64()
+            .expect("a result says its turn's cost");
+        assert!(
+            (turn - (running - previous_running)).abs() < 1e-12,
+            "{result}"
+        );
+        assert!(turn > 0.0);
+        previous_running = running;
+        sum += turn;
+    }
+    let rest = Rest::new(&server);
+    let (_, info) = rest.get("/api/sessions/tc").await;
+    assert!(
+        (info["total_cost_usd"].as_f64().unwrap() - sum).abs() < 1e-12,
+        "{info}"
+    );
+
+    // A replay carries the same figures, byte for byte.
+    let mut other = server.client().await;
+    other
+        .send(json!({"type": "subscribe", "agent_id": "tc", "since_seq": 0}))
+        .await;
+    let replayed: Vec<Value> = other
+        .recv_until(|f| f["message_type"] == "result" && f["seq"] == live[2]["seq"])
+        .await
+        .into_iter()
+        .filter(|f| f["message_type"] == "result")
+        .collect();
+    assert_eq!(replayed, live);
+
+    // After a restart the agent is a new process: its running total starts again, and the
+    // turn's own cost is still right.
+    assert!(server.terminate().await.success());
+    let server = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "tc", "four").await;
+    let result = c.until_result("tc").await.pop().unwrap();
+    let running = result["message"]["total_cost_usd"].as_f64().unwrap();
+    assert!(
+        running < previous_running,
+        "a new process counts from zero: {result}"
+    );
+    assert!((result["turn_cost_usd"].as_f64().unwrap() - running).abs() < 1e-12);
+    let (_, info) = Rest::new(&server).get("/api/sessions/tc").await;
+    assert!((info["total_cost_usd"].as_f64().unwrap() - (sum + running)).abs() < 1e-12);
+}
