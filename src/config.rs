@@ -80,14 +80,22 @@ pub struct AuthConfig {
     pub ticket_secret: Option<String>,
     /// How long a WebSocket ticket is valid, in seconds.
     pub ticket_ttl_secs: u64,
-    /// Shared secret of HS256-signed JWTs; their `sub` claim is the principal.
+    /// Shared secret of HS256-signed JWTs; their `sub` claim, after
+    /// [`Self::jwt_principal_prefix`], is the principal.
     pub jwt_hs256_secret: Option<String>,
-    /// PEM public key of RS256-signed JWTs; their `sub` claim is the principal.
+    /// PEM public key of RS256-signed JWTs; their `sub` claim, after
+    /// [`Self::jwt_principal_prefix`], is the principal.
     pub jwt_rs256_public_key_pem: Option<String>,
-    /// Required `iss` claim of JWTs, when set.
+    /// When set, JWTs must carry this `iss` claim.
     pub jwt_issuer: Option<String>,
-    /// Required `aud` claim of JWTs, when set.
+    /// When set, JWTs must carry this `aud` claim.
     pub jwt_audience: Option<String>,
+    /// Clock skew allowed when checking a JWT's `exp` and `nbf`, in seconds.
+    pub jwt_leeway_secs: u64,
+    /// Put before a JWT's `sub` to make its principal (`jwt:` by default), so that JWT
+    /// subjects and API-token principals never share conversations by accident. Empty: a
+    /// JWT with `sub` `alice` acts as the token principal `alice`.
+    pub jwt_principal_prefix: String,
     /// Browser origins allowed besides the server's own (`https://app.example.com`).
     pub allowed_origins: Vec<String>,
 }
@@ -232,6 +240,8 @@ impl Default for AuthConfig {
             jwt_rs256_public_key_pem: None,
             jwt_issuer: None,
             jwt_audience: None,
+            jwt_leeway_secs: 5,
+            jwt_principal_prefix: "jwt:".to_owned(),
             allowed_origins: Vec::new(),
         }
     }
@@ -252,6 +262,8 @@ impl fmt::Debug for AuthConfig {
             )
             .field("jwt_issuer", &self.jwt_issuer)
             .field("jwt_audience", &self.jwt_audience)
+            .field("jwt_leeway_secs", &self.jwt_leeway_secs)
+            .field("jwt_principal_prefix", &self.jwt_principal_prefix)
             .field("allowed_origins", &self.allowed_origins)
             .finish()
     }
@@ -280,7 +292,8 @@ impl AuthConfig {
     }
 
     /// Adds tokens from a `token=principal,token=principal` list (the form of
-    /// `AGENTMUX_TOKENS`).
+    /// `AGENTMUX_TOKENS`). Each entry is split at its last `=`, so a token may end in `=`
+    /// (base64 padding) and a principal never contains one.
     ///
     /// # Errors
     /// When an entry has no `=`, or an empty token or principal. The message names the entry
@@ -291,7 +304,7 @@ impl AuthConfig {
             if entry.is_empty() {
                 continue;
             }
-            match entry.split_once('=') {
+            match entry.rsplit_once('=') {
                 Some((token, principal))
                     if !token.trim().is_empty() && !principal.trim().is_empty() =>
                 {
@@ -418,5 +431,16 @@ mod tests {
         assert!(err.to_string().contains("entry 2"));
         assert!(!err.to_string().contains("secret-token"));
         assert!(!format!("{auth:?}").contains("tok1"));
+    }
+
+    #[test]
+    fn base64_padded_tokens_keep_their_padding() {
+        let mut auth = AuthConfig::default();
+        auth.add_token_list("dG9rZW4tYQ===alice, YWJj=bob").unwrap();
+        assert_eq!(auth.tokens["dG9rZW4tYQ=="], "alice");
+        assert_eq!(auth.tokens["YWJj"], "bob");
+        assert_eq!(auth.tokens.len(), 2);
+        // A padded token with nothing after its padding names no principal.
+        assert!(auth.add_token_list("YWJjZA==").is_err());
     }
 }

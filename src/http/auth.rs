@@ -9,6 +9,11 @@
 //! credentials configured, the server only runs on a loopback address, and everyone is
 //! [`LOCAL_PRINCIPAL`].
 //!
+//! An API token's principal is the name configured for it; a JWT's is its `sub` after
+//! `auth.jwt_principal_prefix` (`jwt:`), so the two kinds of principal never meet by accident.
+//! A JWT must carry `exp`, `sub`, and the configured `iss` and `aud`; `exp` and `nbf` are
+//! checked with `auth.jwt_leeway_secs` of clock skew.
+//!
 //! Before any handler runs, every request's `Host` must be a loopback name or an allowed host
 //! (so a page that rebinds its own DNS name to 127.0.0.1 can't reach an open server), and a
 //! browser's `Origin` must be the server's own or an allowed one (so another site can't use a
@@ -78,6 +83,8 @@ pub struct Authenticator {
     tokens: Vec<(String, String)>,
     /// Key and rules for each accepted JWT algorithm.
     jwt: Vec<(DecodingKey, Validation)>,
+    /// Put before a JWT's `sub` to make its principal.
+    jwt_prefix: String,
     ticket_encoding: EncodingKey,
     ticket_decoding: DecodingKey,
     ticket_validation: Validation,
@@ -166,6 +173,7 @@ impl Authenticator {
                 .map(|(t, p)| (t.clone(), p.clone()))
                 .collect(),
             jwt,
+            jwt_prefix: config.jwt_principal_prefix.clone(),
             ticket_encoding: EncodingKey::from_secret(&ticket_secret),
             ticket_decoding: DecodingKey::from_secret(&ticket_secret),
             ticket_validation,
@@ -231,7 +239,9 @@ impl Authenticator {
         let claims = jsonwebtoken::decode::<JwtClaims>(credential, key, validation)
             .map_err(|_| invalid())?
             .claims;
-        valid_principal(claims.sub).ok_or_else(invalid)
+        valid_principal(claims.sub)
+            .map(|sub| Principal(format!("{}{}", self.jwt_prefix, sub.0)))
+            .ok_or_else(invalid)
     }
 
     /// Issues a WebSocket ticket for `principal`.
@@ -416,16 +426,25 @@ fn forbidden_origin() -> ApiError {
     )
 }
 
+/// The rules a bearer JWT must pass: a valid `exp`, a `sub`, `nbf` when present, and the
+/// configured `iss` and `aud`, which are then required, not only checked when present.
 fn jwt_validation(alg: Algorithm, config: &AuthConfig) -> Validation {
     let mut validation = Validation::new(alg);
-    validation.set_required_spec_claims(&["exp", "sub"]);
+    let mut required = vec!["exp", "sub"];
+    validation.leeway = config.jwt_leeway_secs;
+    validation.validate_nbf = true;
     if let Some(iss) = &config.jwt_issuer {
         validation.set_issuer(&[iss]);
+        required.push("iss");
     }
     match &config.jwt_audience {
-        Some(aud) => validation.set_audience(&[aud]),
+        Some(aud) => {
+            validation.set_audience(&[aud]);
+            required.push("aud");
+        }
         None => validation.validate_aud = false,
     }
+    validation.set_required_spec_claims(&required);
     validation
 }
 

@@ -171,16 +171,35 @@ pub async fn server_with(toml: &str) -> (TestServer, tempfile::TempDir) {
 }
 
 /// Without a token, or with a wrong one, the upgrade is refused with 401 before it happens;
-/// tokens from `AGENTMUX_TOKENS` work.
+/// tokens from `AGENTMUX_TOKENS` work, base64-padded ones (split at the last `=`) included.
 #[tokio::test]
 async fn missing_or_wrong_tokens_get_401_before_upgrade() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(
         dir.path(),
         &["--demo-delay-ms", "0"],
-        &[("AGENTMUX_TOKENS", "tok-alice=alice,tok-bob=bob")],
+        &[(
+            "AGENTMUX_TOKENS",
+            "tok-alice=alice,tok-bob=bob,dG9rLWNhcm9sLXBhZA===carol",
+        )],
     )
     .await;
+    let mut carol = connect_as(&server.addr, "dG9rLWNhcm9sLXBhZA==").await;
+    chat_ack(&mut carol, "padded", "hi").await;
+    carol.until_result("padded").await;
+    let mine = http(
+        &server.addr,
+        "GET",
+        "/api/sessions/padded",
+        Some("dG9rLWNhcm9sLXBhZA=="),
+        None,
+    )
+    .await;
+    assert_eq!(mine.status, 200, "{}", mine.body);
+    for prefix in ["dG9rLWNhcm9sLXBhZA", "dG9rLWNhcm9sLXBhZA="] {
+        let r = http(&server.addr, "GET", "/api/sessions", Some(prefix), None).await;
+        assert_eq!(r.status, 401, "{prefix}");
+    }
     let (status, body) = refusal(connect_with(&server.addr, "", &[]).await);
     assert_eq!(status, 401);
     assert_eq!(body["code"], "unauthorized");
@@ -287,24 +306,38 @@ async fn expired_tickets_get_401() {
     assert_eq!(body["code"], "unauthorized");
 }
 
-/// An HS256 JWT with the configured secret authenticates its `sub`; a wrong signature, an
-/// expired token or a wrong issuer does not.
+/// An HS256 JWT with the configured secret authenticates `jwt:` and its `sub`; a wrong
+/// signature, an expired token (beyond the 5 s leeway), a token that is not valid yet (`nbf`),
+/// a wrong issuer or audience, or a token without the configured `iss` or `aud` does not.
 #[tokio::test]
 async fn jwts_are_verified() {
     let (server, _cfg) = server_with(
-        "[auth]\njwt_hs256_secret = \"jwt-secret\"\njwt_issuer = \"https://login.example\"\n",
+        "[auth]\njwt_hs256_secret = \"jwt-secret\"\njwt_issuer = \"https://login.example\"\n\
+         jwt_audience = \"agentmux\"\n",
     )
     .await;
     let now = jsonwebtoken::get_current_timestamp();
-    let mint = |secret: &str, iss: &str, exp: u64| {
+    let mint = |secret: &str, claims: Value| {
         jsonwebtoken::encode(
             &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-            &json!({"sub": "carol", "iss": iss, "exp": exp}),
+            &claims,
             &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
         )
         .unwrap()
     };
-    let good = mint("jwt-secret", "https://login.example", now + 300);
+    let claims = |changes: Value| {
+        let mut claims = json!({"sub": "carol", "iss": "https://login.example",
+                                "aud": "agentmux", "exp": now + 300});
+        for (key, value) in changes.as_object().unwrap() {
+            if value.is_null() {
+                claims.as_object_mut().unwrap().remove(key);
+            } else {
+                claims[key] = value.clone();
+            }
+        }
+        claims
+    };
+    let good = mint("jwt-secret", claims(json!({})));
     let mut c = connect_as(&server.addr, &good).await;
     chat_ack(&mut c, "j1", "hello").await;
     assert_eq!(
@@ -313,16 +346,122 @@ async fn jwts_are_verified() {
     );
     let ticket = http(&server.addr, "POST", "/api/ws-ticket", Some(&good), None).await;
     assert_eq!(ticket.status, 200);
-    for bad in [
-        mint("other-secret", "https://login.example", now + 300),
-        mint("jwt-secret", "https://login.example", now - 3600),
-        mint("jwt-secret", "https://evil.example", now + 300),
+    // A token that became valid a moment ago is fine.
+    let fresh = mint("jwt-secret", claims(json!({"nbf": now - 1})));
+    connect_as(&server.addr, &fresh).await;
+    for (why, bad) in [
+        ("wrong key", mint("other-secret", claims(json!({})))),
+        (
+            "expired",
+            mint("jwt-secret", claims(json!({"exp": now - 3600}))),
+        ),
+        (
+            "expired beyond the leeway",
+            mint("jwt-secret", claims(json!({"exp": now - 30}))),
+        ),
+        (
+            "not valid yet",
+            mint("jwt-secret", claims(json!({"nbf": now + 120}))),
+        ),
+        (
+            "wrong issuer",
+            mint("jwt-secret", claims(json!({"iss": "https://evil.example"}))),
+        ),
+        (
+            "no issuer",
+            mint("jwt-secret", claims(json!({"iss": null}))),
+        ),
+        (
+            "wrong audience",
+            mint("jwt-secret", claims(json!({"aud": "other-app"}))),
+        ),
+        (
+            "no audience",
+            mint("jwt-secret", claims(json!({"aud": null}))),
+        ),
+        (
+            "no expiry",
+            mint("jwt-secret", claims(json!({"exp": null}))),
+        ),
+        (
+            "no subject",
+            mint("jwt-secret", claims(json!({"sub": null}))),
+        ),
     ] {
         let header = format!("Bearer {bad}");
-        let (status, _) =
+        let (status, body) =
             refusal(connect_with(&server.addr, "", &[("authorization", &header)]).await);
-        assert_eq!(status, 401);
+        assert_eq!(status, 401, "{why}");
+        assert_eq!(body["code"], "unauthorized", "{why}");
+        let r = http(&server.addr, "GET", "/api/sessions", Some(&bad), None).await;
+        assert_eq!(r.status, 401, "{why} over REST");
     }
+}
+
+/// JWT subjects and API-token principals are separate namespaces: a JWT whose `sub` is
+/// `alice` neither sees nor reaches the conversations of the token principal `alice` (it acts
+/// as `jwt:alice`), and the reverse. An operator who sets `auth.jwt_principal_prefix = ""`
+/// maps them onto each other on purpose.
+#[tokio::test]
+async fn jwt_subjects_and_token_principals_do_not_share_conversations() {
+    let secret = "[auth]\njwt_hs256_secret = \"jwt-secret\"\n";
+    let (server, _cfg) = server_with(&format!("{TOKENS}{secret}")).await;
+    let jwt_alice = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": "alice", "exp": jsonwebtoken::get_current_timestamp() + 300}),
+        &jsonwebtoken::EncodingKey::from_secret(b"jwt-secret"),
+    )
+    .unwrap();
+    let mut by_token = connect_as(&server.addr, "tok-alice").await;
+    chat_ack(&mut by_token, "token-notes", "token secret").await;
+    by_token.until_result("token-notes").await;
+    let mut by_jwt = connect_as(&server.addr, &jwt_alice).await;
+    chat_ack(&mut by_jwt, "jwt-notes", "jwt secret").await;
+    by_jwt.until_result("jwt-notes").await;
+
+    for (token, own, other) in [
+        ("tok-alice", "token-notes", "jwt-notes"),
+        (jwt_alice.as_str(), "jwt-notes", "token-notes"),
+    ] {
+        let list = http(&server.addr, "GET", "/api/sessions", Some(token), None).await;
+        assert_eq!(list.status, 200);
+        let list: Value = serde_json::from_str(&list.body).unwrap();
+        assert_eq!(list["total"], 1, "{list}");
+        assert_eq!(list["sessions"][0]["agent_id"], own);
+        let theirs = http(
+            &server.addr,
+            "GET",
+            &format!("/api/sessions/{other}/messages"),
+            Some(token),
+            None,
+        )
+        .await;
+        assert_eq!(theirs.status, 404, "{own} reaching {other}");
+        assert!(!theirs.body.contains("secret"));
+    }
+    // Over the socket too: the JWT's socket doesn't know the token principal's conversation.
+    by_jwt
+        .send(json!({"type": "subscribe", "agent_id": "token-notes"}))
+        .await;
+    let answer = by_jwt
+        .recv_until(|v| v["message_type"] == "error" || v["agent_id"] == "token-notes")
+        .await;
+    assert_eq!(answer.last().unwrap()["code"], "unknown_agent");
+
+    // Mapped on purpose: with an empty prefix the JWT acts as the token principal `alice`.
+    let (mapped, _cfg) =
+        server_with(&format!("{TOKENS}{secret}jwt_principal_prefix = \"\"\n")).await;
+    let mut by_token = connect_as(&mapped.addr, "tok-alice").await;
+    chat_ack(&mut by_token, "shared-notes", "both of us").await;
+    by_token.until_result("shared-notes").await;
+    let mut by_jwt = connect_as(&mapped.addr, &jwt_alice).await;
+    by_jwt
+        .send(json!({"type": "subscribe", "agent_id": "shared-notes"}))
+        .await;
+    assert_eq!(
+        reply_text(&by_jwt.until_result("shared-notes").await),
+        "Echo: both of us (turn 1)"
+    );
 }
 
 /// Without credentials configured, a non-loopback bind refuses to start (and never listens).
