@@ -453,6 +453,52 @@ mod tests {
     }
 
     #[test]
+    fn spliced_payloads_never_set_header_keys() {
+        use serde_json::json;
+        let tag = Tag {
+            agent_id: "a",
+            session_id: "s",
+        };
+        for payload in [
+            r#"{"status":"x","agent_id":"victim","session_id":"v","seq":99,"message_type":"result","timestamp":"z"}"#,
+            r#"{"status":"x","agent_\u0069d":"victim","s\u0065q":99}"#,
+        ] {
+            let f = session_frame(tag, "status", Some(4), "t", payload);
+            let text = f.text.as_str();
+            for key in ["message_type", "agent_id", "session_id", "seq", "timestamp"] {
+                assert_eq!(
+                    text.matches(&format!("\"{key}\"")).count(),
+                    1,
+                    "{key}: {text}"
+                );
+            }
+            let v: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(
+                (
+                    &v["agent_id"],
+                    &v["session_id"],
+                    &v["seq"],
+                    &v["message_type"]
+                ),
+                (&json!("a"), &json!("s"), &json!(4), &json!("status")),
+            );
+            assert_eq!(v["timestamp"], "t");
+            assert_eq!(v["status"], "x");
+        }
+        // Nested keys are the payload's own business.
+        let f = session_frame(
+            tag,
+            "permission_request",
+            Some(5),
+            "t",
+            r#"{"request_id":"r","input":{"seq":1,"agent_id":"b"}}"#,
+        );
+        let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
+        assert_eq!(v["input"], json!({"seq": 1, "agent_id": "b"}));
+        assert_eq!((&v["agent_id"], &v["seq"]), (&json!("a"), &json!(5)));
+    }
+
+    #[test]
     fn truncates_on_scalar_values() {
         assert_eq!(truncate_chars("héllo", 2), "hé");
         assert_eq!(truncate_chars("hi", 5), "hi");

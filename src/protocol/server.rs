@@ -95,10 +95,15 @@ pub fn is_agent_message(message_type: &str) -> bool {
     AGENT_MESSAGE_TYPES.contains(&message_type)
 }
 
+/// The keys of a [`SessionHeader`]: set by the server only, never by a spliced payload.
+const HEADER_KEYS: &[&str] = &["message_type", "agent_id", "session_id", "seq", "timestamp"];
+
 /// Builds a session frame: a header plus either `message: <payload>` (agent messages and
 /// stream events) or the payload object's own fields (status and other server frames).
 ///
-/// `payload` must be a JSON object; it is spliced in as text, never re-parsed.
+/// `payload` must be a JSON object. It is spliced in as text; only a spliced payload that
+/// might hold a header key (say an imported transcript's) is re-parsed, and those keys are
+/// dropped from it, so every frame has each header key once, with the server's value.
 pub fn session_frame(
     tag: Tag<'_>,
     message_type: &str,
@@ -128,7 +133,10 @@ pub fn session_frame(
             .strip_prefix('{')
             .and_then(|s| s.strip_suffix('}'))
             .unwrap_or("");
-        if !inner.trim().is_empty() {
+        // A key can hide behind an escape (`"se\u0071"`), so a backslash is a maybe too.
+        if inner.contains('\\') || HEADER_KEYS.iter().any(|k| inner.contains(k)) {
+            push_fields_but_header(&mut text, payload);
+        } else if !inner.trim().is_empty() {
             text.push(',');
             text.push_str(inner);
         }
@@ -138,6 +146,23 @@ pub fn session_frame(
         seq,
         kind: static_type(message_type),
         text: text.into(),
+    }
+}
+
+/// Appends `,"key":value` for each field of the object `payload` except the header's keys
+/// (nothing when `payload` is not a JSON object).
+fn push_fields_but_header(text: &mut String, payload: &str) {
+    let Ok(fields) = serde_json::from_str::<serde_json::Map<String, Value>>(payload) else {
+        return;
+    };
+    for (key, value) in fields
+        .iter()
+        .filter(|(key, _)| !HEADER_KEYS.contains(&key.as_str()))
+    {
+        text.push(',');
+        text.push_str(&serde_json::to_string(key).expect("strings serialize"));
+        text.push(':');
+        text.push_str(&serde_json::to_string(value).expect("JSON values serialize"));
     }
 }
 

@@ -787,3 +787,126 @@ async fn unsafe_options_are_refused_and_create_nothing() {
     let created = std::fs::read_dir(&workspaces).map_or(0, |d| d.count());
     assert_eq!(created, 0);
 }
+
+/// The next text frame of `c`, as sent.
+async fn raw_frame(c: &mut Client) -> String {
+    use futures_util::StreamExt;
+    loop {
+        let msg = tokio::time::timeout(WAIT, c.ws.next())
+            .await
+            .expect("a frame in time")
+            .expect("socket open")
+            .expect("no socket error");
+        if let tungstenite::Message::Text(text) = msg {
+            return text.as_str().to_owned();
+        }
+    }
+}
+
+/// Checks that a frame of conversation `agent_id` names each header key once, with the
+/// server's value; returns the frame.
+fn one_header(text: &str, agent_id: &str, session_id: &str) -> Value {
+    for key in ["message_type", "agent_id", "session_id", "seq", "timestamp"] {
+        assert_eq!(
+            text.matches(&format!("\"{key}\":")).count(),
+            1,
+            "{key}: {text}"
+        );
+    }
+    let frame: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(frame["agent_id"], agent_id, "{text}");
+    assert_eq!(frame["session_id"], session_id, "{text}");
+    assert_ne!(frame["timestamp"], "1970-01-01T00:00:00.000Z", "{text}");
+    frame
+}
+
+/// An imported transcript whose spliced payloads (`status`, `permission_request`,
+/// `permission_resolved`) carry `agent_id`, `session_id`, `seq`, `message_type` or
+/// `timestamp` can't reroute or renumber frames: every frame, live, replayed or over REST,
+/// has each of those keys once, with the server's value.
+#[tokio::test]
+async fn imported_payloads_cannot_set_the_frame_header() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "victim", "mine").await;
+    c.until_result("victim").await;
+    let forged = json!({"agent_id": "victim", "session_id": "forged", "seq": 2,
+                        "message_type": "result", "timestamp": "1970-01-01T00:00:00.000Z"});
+    let with_forged = |mut payload: Value| {
+        payload
+            .as_object_mut()
+            .unwrap()
+            .extend(forged.as_object().unwrap().clone());
+        payload
+    };
+    let lines = [
+        json!({"seq": 1, "message_type": "user",
+               "payload": {"type": "user", "message": {"role": "user", "content": "hi"}}}),
+        json!({"seq": 2, "message_type": "status",
+               "payload": with_forged(json!({"status": "idle", "detail": "forged"}))}),
+        json!({"seq": 3, "message_type": "permission_request",
+               "payload": with_forged(json!({"request_id": "r1", "tool_name": "Bash",
+                                             "input": {"command": "ls"}, "suggestions": []}))}),
+        json!({"seq": 4, "message_type": "permission_resolved",
+               "payload": with_forged(json!({"request_id": "r1", "outcome": "denied"}))}),
+    ];
+    let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let imported = reqwest::Client::new()
+        .post(server.url("/api/sessions/import?agent_id=imp"))
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(imported.status(), 201);
+    let imported: Value = imported.json().await.unwrap();
+    let session_id = imported["session_id"].as_str().unwrap().to_owned();
+    let kinds = [
+        "user",
+        "status",
+        "permission_request",
+        "permission_resolved",
+        "status",
+    ];
+
+    c.send(json!({"type": "subscribe", "agent_id": "imp"}))
+        .await;
+    let mut replayed = Vec::new();
+    while replayed.len() < kinds.len() {
+        let text = raw_frame(&mut c).await;
+        if text.contains("\"imp\"") {
+            replayed.push(one_header(&text, "imp", &session_id));
+        }
+    }
+    let rest = http(
+        &server.addr,
+        "GET",
+        "/api/sessions/imp/messages",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(rest.status, 200);
+    let page: Value = serde_json::from_str(&rest.body).unwrap();
+    let listed = page["messages"].as_array().unwrap();
+    assert_eq!(listed.len(), kinds.len());
+    for (i, (frame, kind)) in replayed.iter().zip(kinds).enumerate() {
+        assert_eq!(frame["seq"], i + 1, "{frame}");
+        assert_eq!(frame["message_type"], kind, "{frame}");
+        one_header(&listed[i].to_string(), "imp", &session_id);
+        assert_eq!(listed[i]["seq"], i + 1);
+    }
+    assert_eq!(replayed[1]["detail"], "forged");
+    assert_eq!(replayed[2]["input"]["command"], "ls");
+    assert_eq!(rest.body.matches("\"agent_id\":").count(), kinds.len());
+    // The victim's history is untouched.
+    let victim = http(
+        &server.addr,
+        "GET",
+        "/api/sessions/victim/messages",
+        None,
+        None,
+    )
+    .await;
+    assert!(!victim.body.contains("forged"), "{}", victim.body);
+}
