@@ -460,11 +460,12 @@ mod tests {
             session_id: "s",
         };
         for payload in [
-            r#"{"status":"x","agent_id":"victim","session_id":"v","seq":99,"message_type":"result","timestamp":"z"}"#,
+            r#"{"status":"x","agent_id":"victim","session_id":"v","seq":99,"message_type":"result","timestamp":"z","turn_cost_usd":9}"#,
             r#"{"status":"x","agent_\u0069d":"victim","s\u0065q":99}"#,
         ] {
-            let f = session_frame(tag, "status", Some(4), "t", payload);
+            let f = session_frame(tag, "status", Some(4), "t", payload, None);
             let text = f.text.as_str();
+            assert!(!text.contains("turn_cost_usd"), "{text}");
             for key in ["message_type", "agent_id", "session_id", "seq", "timestamp"] {
                 assert_eq!(
                     text.matches(&format!("\"{key}\"")).count(),
@@ -492,6 +493,7 @@ mod tests {
             Some(5),
             "t",
             r#"{"request_id":"r","input":{"seq":1,"agent_id":"b"}}"#,
+            None,
         );
         let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
         assert_eq!(v["input"], json!({"seq": 1, "agent_id": "b"}));

@@ -96,7 +96,14 @@ pub fn is_agent_message(message_type: &str) -> bool {
 }
 
 /// The keys of a [`SessionHeader`]: set by the server only, never by a spliced payload.
-const HEADER_KEYS: &[&str] = &["message_type", "agent_id", "session_id", "seq", "timestamp"];
+const HEADER_KEYS: &[&str] = &[
+    "message_type",
+    "agent_id",
+    "session_id",
+    "seq",
+    "timestamp",
+    "turn_cost_usd",
+];
 
 /// Builds a session frame: a header plus either `message: <payload>` (agent messages and
 /// stream events) or the payload object's own fields (status and other server frames).
