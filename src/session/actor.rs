@@ -20,7 +20,7 @@ use crate::limits::QuotaPermit;
 use crate::protocol::{
     self, Chat, ChatOptions, ErrorCode, Frame, FrameError, PermissionDecision, error_result,
 };
-use crate::store::{NewMessage, NextLaunch, SessionRecord, Totals};
+use crate::store::{NewMessage, NextLaunch, RunningTurn, SessionRecord, Totals};
 
 /// Most agent events stored in one append.
 const EVENT_BATCH: usize = 128;
@@ -274,6 +274,8 @@ impl Actor {
         .to_string();
         let mut message = NewMessage::new("user", payload.clone());
         message.prompt = true;
+        // A turn that runs at once is recorded as running in the same write.
+        message.running = (!busy).then_some(RunningTurn::Starts);
         message.title = Some(protocol::truncate_chars(chat.content.trim(), 50).to_owned());
         let created_at = message.created_at.clone();
         let seq = match self
@@ -494,7 +496,18 @@ impl Actor {
         self.publish(protocol::error_frame(&err));
         let mut result = NewMessage::new("result", error_result(&self.session.session_id, reason));
         result.totals = Some(Totals::default());
+        result.running = Some(self.turn_ends());
         self.publish_batch(vec![Out::Stored(result)]).await;
+    }
+
+    /// What the result of the running turn records: the turn that runs next (the head of the
+    /// queue, which [`Self::start_next_turn`] starts right after), or none when stopping.
+    fn turn_ends(&self) -> RunningTurn {
+        RunningTurn::Ends {
+            next: (!self.stopping)
+                .then(|| self.queue.front().map(|t| t.user_seq))
+                .flatten(),
+        }
     }
 
     /// Handles one agent event and whatever else the agent has already reported.
@@ -585,6 +598,7 @@ impl Actor {
             let mut result =
                 NewMessage::new("result", error_result(&self.session.session_id, "crashed"));
             result.totals = Some(Totals::default());
+            result.running = Some(self.turn_ends());
             outs.push(Out::Stored(result));
             *turn_ended = true;
         }
@@ -633,6 +647,9 @@ impl Actor {
                 .as_mut()
                 .and_then(|r| r.last_assistant_uuid.take());
             *turn_ended = self.running.is_some();
+            if *turn_ended {
+                stored.running = Some(self.turn_ends());
+            }
         }
         stored.sdk_uuid = uuid;
         Some(Out::Stored(stored))
@@ -789,6 +806,7 @@ impl Actor {
             error_result(&self.session.session_id, "interrupt_timeout"),
         );
         result.totals = Some(Totals::default());
+        result.running = Some(self.turn_ends());
         self.publish_batch(vec![Out::Stored(result)]).await;
         self.running = None;
         self.start_next_turn().await;
@@ -907,6 +925,7 @@ impl Actor {
                 error_result(&self.session.session_id, "server_shutdown"),
             );
             result.totals = Some(Totals::default());
+            result.running = Some(RunningTurn::Ends { next: None });
             outs.push(Out::Stored(result));
         }
         if !outs.is_empty() {

@@ -185,6 +185,20 @@ pub struct Totals {
     pub duration_ms: i64,
 }
 
+/// What storing a message says about the conversation's running turn. The store keeps the
+/// running turn's user `seq`, so that a start-up after a crash closes exactly that turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunningTurn {
+    /// This message, a user prompt, starts a turn that runs now.
+    Starts,
+    /// The running turn ends with this message (its `result`); the queued turn whose user
+    /// message has `seq` `next` runs from now on, if any.
+    Ends {
+        /// The user `seq` of the turn that runs next.
+        next: Option<i64>,
+    },
+}
+
 /// A frame to store; its `seq` is assigned by the store.
 #[derive(Debug, Clone)]
 pub struct NewMessage {
@@ -204,6 +218,8 @@ pub struct NewMessage {
     pub title: Option<String>,
     /// On a result: what to add to the totals.
     pub totals: Option<Totals>,
+    /// Whether a turn starts or ends here.
+    pub running: Option<RunningTurn>,
 }
 
 impl NewMessage {
@@ -218,6 +234,7 @@ impl NewMessage {
             created_at: crate::protocol::now_rfc3339(),
             title: None,
             totals: None,
+            running: None,
         }
     }
 }
@@ -326,7 +343,9 @@ pub trait Store: Send + Sync + 'static {
         messages: Vec<NewMessage>,
     ) -> Result<SessionRecord>;
 
-    /// Closes turns left unfinished by a crash with an error `result`; returns how many.
+    /// Closes the turns that were running when the server died (recorded by the messages'
+    /// [`RunningTurn`] marks) with an error `result` each; returns how many. Prompts that
+    /// never ran keep no result.
     async fn close_unfinished_turns(&self) -> Result<u64>;
 
     /// Finishes pending writes and closes the database.

@@ -16,14 +16,14 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite, SqliteConnection, S
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    NewMessage, NewSession, NextLaunch, Result, Rewound, SessionQuery, SessionRecord, Store,
-    StoreError, StoredMessage,
+    NewMessage, NewSession, NextLaunch, Result, Rewound, RunningTurn, SessionQuery, SessionRecord,
+    Store, StoreError, StoredMessage,
 };
 use crate::metrics::Metrics;
 
 /// Rows per INSERT statement (each row binds 8 values; SQLite allows 32,766).
 const ROWS_PER_INSERT: usize = 1024;
-/// Conversations per seq-assigning UPDATE (each binds 10 values).
+/// Conversations per seq-assigning UPDATE (each binds 12 values).
 const SESSIONS_PER_UPDATE: usize = 1024;
 
 /// Settings of the SQLite store.
@@ -188,6 +188,10 @@ struct Delta<'a> {
     last_active: &'a str,
     title: Option<&'a str>,
     totals: super::Totals,
+    /// How the running turn changes: 0 not at all, 1 to the prompt at 1-based position
+    /// `running_at` among these rows, 2 to the user seq `running_at` (or none).
+    running: i64,
+    running_at: Option<i64>,
 }
 
 /// Stores every request of `batch` in one transaction (see [`write_appends`]).
@@ -235,6 +239,8 @@ async fn write_appends(
                 last_active: "",
                 title: None,
                 totals: super::Totals::default(),
+                running: 0,
+                running_at: None,
             });
             deltas.len() - 1
         });
@@ -251,13 +257,18 @@ async fn write_appends(
                 d.totals.output_tokens += t.output_tokens;
                 d.totals.duration_ms += t.duration_ms;
             }
+            match m.running {
+                Some(RunningTurn::Starts) => (d.running, d.running_at) = (1, Some(d.rows)),
+                Some(RunningTurn::Ends { next }) => (d.running, d.running_at) = (2, next),
+                None => {}
+            }
         }
     }
     // Next seq to hand out, per conversation that still exists.
     let mut next: HashMap<i64, i64> = HashMap::with_capacity(deltas.len());
     for chunk in deltas.chunks(SESSIONS_PER_UPDATE) {
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "with d (id, n, prompts, results, active, title, cost, tokens_in, tokens_out, duration) as (",
+            "with d (id, n, prompts, results, active, title, cost, tokens_in, tokens_out, duration, running, running_at) as (",
         );
         qb.push_values(chunk, |mut row, d| {
             row.push_bind(d.session)
@@ -269,7 +280,9 @@ async fn write_appends(
                 .push_bind(d.totals.cost_usd)
                 .push_bind(d.totals.input_tokens)
                 .push_bind(d.totals.output_tokens)
-                .push_bind(d.totals.duration_ms);
+                .push_bind(d.totals.duration_ms)
+                .push_bind(d.running)
+                .push_bind(d.running_at);
         });
         qb.push(
             ") update session_info set
@@ -281,7 +294,11 @@ async fn write_appends(
                 total_cost_usd = session_info.total_cost_usd + d.cost,
                 input_tokens = session_info.input_tokens + d.tokens_in,
                 output_tokens = session_info.output_tokens + d.tokens_out,
-                duration_ms = session_info.duration_ms + d.duration
+                duration_ms = session_info.duration_ms + d.duration,
+                running_seq = case d.running
+                    when 1 then session_info.last_seq + d.running_at
+                    when 2 then d.running_at
+                    else session_info.running_seq end
              from d where session_info.id = d.id
              returning session_info.id, session_info.last_seq",
         );
@@ -753,27 +770,20 @@ impl Store for SqliteStore {
     }
 
     async fn close_unfinished_turns(&self) -> Result<u64> {
-        let open: Vec<(i64, String, i64)> = sqlx::query_as(
-            "select id, session_id, prompt_count - result_count from session_info where prompt_count > result_count",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let mut closed = 0;
-        for (id, session_id, unfinished) in open {
-            let messages = (0..unfinished)
-                .map(|_| {
-                    let mut m = NewMessage::new(
-                        "result",
-                        crate::protocol::error_result(&session_id, "server_restart"),
-                    );
-                    m.totals = Some(Default::default());
-                    m
-                })
-                .collect();
-            self.append(id, messages).await?;
-            closed += unfinished as u64;
+        let running: Vec<(i64, String)> =
+            sqlx::query_as("select id, session_id from session_info where running_seq is not null")
+                .fetch_all(&self.pool)
+                .await?;
+        for (id, session_id) in &running {
+            let mut result = NewMessage::new(
+                "result",
+                crate::protocol::error_result(session_id, "server_restart"),
+            );
+            result.totals = Some(Default::default());
+            result.running = Some(RunningTurn::Ends { next: None });
+            self.append(*id, vec![result]).await?;
         }
-        Ok(closed)
+        Ok(running.len() as u64)
     }
 
     async fn close(&self) {

@@ -146,3 +146,113 @@ async fn a_full_store_fails_chats_cleanly_and_recovers() {
     .unwrap();
     assert_eq!((count, max_seq), (last_seq, last_seq));
 }
+
+/// `(prompts, results)` among a conversation's stored messages, and how many results say
+/// `server_restart`.
+async fn turns_of(rest: &crate::rest::Rest, agent_id: &str) -> (usize, usize, usize) {
+    let (status, page) = rest
+        .get(&format!("/api/sessions/{agent_id}/messages?limit=1000"))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let messages = page["messages"].as_array().unwrap();
+    let prompts = messages
+        .iter()
+        .filter(|m| m["message_type"] == "user" && m["message"]["message"]["content"].is_string())
+        .count();
+    let results: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["message_type"] == "result")
+        .collect();
+    let restarts = results
+        .iter()
+        .filter(|m| m["message"]["terminal_reason"] == "server_restart")
+        .count();
+    (prompts, results.len(), restarts)
+}
+
+/// After a `kill -9`, the next start closes exactly the turn that was running, with one
+/// `server_restart` result. Prompts that never ran get no result and stay as they were: the
+/// one queued behind the running turn, a queued prompt that a rewind and a fork kept, and an
+/// imported transcript's unanswered prompts (no matter how many). A later restart adds nothing.
+#[tokio::test]
+async fn a_restart_closes_only_the_turn_that_was_running() {
+    let data = tempfile::tempdir().unwrap();
+    let mut server = TestServer::start_in(data.path(), &["--demo-delay-ms", "20"], &[]).await;
+    let rest = crate::rest::Rest::new(&server);
+    let mut c = server.client().await;
+    // Two turns, the second queued behind the first; a rewind and a fork back to the end of
+    // the first keep the second prompt, which never gets a result there.
+    assert_eq!(chat_ack(&mut c, "rw", "first").await["queue_position"], 0);
+    assert_eq!(chat_ack(&mut c, "rw", "second").await["queue_position"], 1);
+    let frames = c
+        .recv_until(|v| v["message_type"] == "status" && v["status"] == "idle")
+        .await;
+    let first_result = frames
+        .iter()
+        .find(|v| v["message_type"] == "result")
+        .unwrap()["seq"]
+        .as_i64()
+        .unwrap();
+    let (status, _) = rest
+        .post("/api/sessions/rw/rewind", json!({"to_seq": first_result}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = rest
+        .post(
+            "/api/sessions/rw/fork",
+            json!({"new_agent_id": "fk", "at_seq": first_result}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    assert_eq!(turns_of(&rest, "rw").await, (2, 1, 0));
+    assert_eq!(turns_of(&rest, "fk").await, (2, 1, 0));
+    // An imported transcript of prompts without results.
+    let export: String = (0..2000)
+        .map(|i| {
+            let line = json!({"seq": i + 1, "message_type": "user", "payload":
+                {"type": "user", "message": {"role": "user", "content": format!("p{i}")}}});
+            format!("{line}\n")
+        })
+        .collect();
+    let imported = rest
+        .http
+        .post(server.url("/api/sessions/import?agent_id=imp"))
+        .header("content-type", "application/x-ndjson")
+        .body(export)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(imported.status(), 201);
+    server.kill9().await;
+
+    // A turn running (its agent slow) with another queued behind it when the server dies.
+    let mut server = TestServer::start_in(data.path(), &["--demo-delay-ms", "60000"], &[]).await;
+    let mut c = server.client().await;
+    assert_eq!(chat_ack(&mut c, "run", "slow").await["queue_position"], 0);
+    assert_eq!(chat_ack(&mut c, "run", "queued").await["queue_position"], 1);
+    server.kill9().await;
+
+    let mut server = TestServer::start_in(data.path(), &["--demo-delay-ms", "0"], &[]).await;
+    let rest = crate::rest::Rest::new(&server);
+    assert_eq!(turns_of(&rest, "run").await, (2, 1, 1));
+    assert_eq!(turns_of(&rest, "rw").await, (2, 1, 0));
+    assert_eq!(turns_of(&rest, "fk").await, (2, 1, 0));
+    let (_, imp) = rest.get("/api/sessions/imp").await;
+    assert_eq!(
+        (&imp["message_count"], &imp["turn_count"]),
+        (&json!(2001), &json!(2000))
+    );
+    // The conversations carry on.
+    let mut c = server.client().await;
+    chat_ack(&mut c, "run", "again").await;
+    let frames = c.until_result("run").await;
+    assert!(reply_text(&frames).starts_with("Echo: again"), "{frames:?}");
+    assert!(server.terminate().await.success());
+
+    let server = TestServer::start_in(data.path(), &["--demo-delay-ms", "0"], &[]).await;
+    let rest = crate::rest::Rest::new(&server);
+    assert_eq!(turns_of(&rest, "run").await, (3, 2, 1));
+    assert_eq!(turns_of(&rest, "rw").await, (2, 1, 0));
+    let (_, imp) = rest.get("/api/sessions/imp").await;
+    assert_eq!(imp["message_count"], 2001);
+}

@@ -3,7 +3,7 @@
 
 use agentmux::metrics::Metrics;
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
-use agentmux::store::{NewMessage, NewSession, Store};
+use agentmux::store::{NewMessage, NewSession, RunningTurn, Store};
 
 async fn open(dir: &std::path::Path) -> SqliteStore {
     SqliteStore::open(
@@ -172,22 +172,72 @@ async fn foreign_keys_hold_and_delete_cascades() {
     store.close().await;
 }
 
-/// Turns acked but unfinished when the server died are closed with a server_restart result,
-/// once, and the title comes from the first prompt.
+/// A result that ends the running turn, handing over to the queued turn `next`.
+fn result_then(next: Option<i64>) -> NewMessage {
+    let mut m = NewMessage::new("result", r#"{"type":"result","subtype":"success"}"#.into());
+    m.running = Some(RunningTurn::Ends { next });
+    m
+}
+
+/// The turn that was running when the server died is closed with one server_restart result,
+/// once; prompts that never ran (queued behind it, or imported without results) get none. A
+/// turn's result hands "running" to the queued turn it names, in the same write.
 #[tokio::test]
-async fn unfinished_turns_are_closed_once() {
+async fn only_the_running_turn_is_closed_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     let s = store
         .create_session(new_session("local", "u"))
         .await
         .unwrap();
+    let mut first = prompt("first prompt");
+    first.running = Some(RunningTurn::Starts);
+    store.append(s.id, vec![first]).await.unwrap();
     store
-        .append(s.id, vec![prompt("first prompt")])
+        .append(s.id, vec![prompt("second prompt")])
+        .await
+        .unwrap();
+    // Imported prompts, never run.
+    let imported = store
+        .create_session(new_session("local", "imported"))
         .await
         .unwrap();
     store
-        .append(s.id, vec![prompt("second prompt")])
+        .append(
+            imported.id,
+            (0..500).map(|i| prompt(&format!("p{i}"))).collect(),
+        )
+        .await
+        .unwrap();
+    // A turn ended and handed over to the queued one (seq 2), which was running at the crash.
+    let handed = store
+        .create_session(new_session("local", "handed"))
+        .await
+        .unwrap();
+    let mut one = prompt("one");
+    one.running = Some(RunningTurn::Starts);
+    store
+        .append(handed.id, vec![one, prompt("two")])
+        .await
+        .unwrap();
+    store
+        .append(handed.id, vec![result_then(Some(2))])
+        .await
+        .unwrap();
+    // Both turns ended: nothing runs.
+    let done = store
+        .create_session(new_session("local", "done"))
+        .await
+        .unwrap();
+    let mut one = prompt("one");
+    one.running = Some(RunningTurn::Starts);
+    store.append(done.id, vec![one]).await.unwrap();
+    store
+        .append(done.id, vec![prompt("two"), result_then(Some(2))])
+        .await
+        .unwrap();
+    store
+        .append(done.id, vec![result_then(None)])
         .await
         .unwrap();
     store.close().await;
@@ -195,12 +245,24 @@ async fn unfinished_turns_are_closed_once() {
     let store = open(dir.path()).await;
     assert_eq!(store.close_unfinished_turns().await.unwrap(), 2);
     assert_eq!(store.close_unfinished_turns().await.unwrap(), 0);
-    let rows = store.messages_after(s.id, 0, 100).await.unwrap();
-    let types: Vec<&str> = rows.iter().map(|r| r.message_type.as_str()).collect();
-    assert_eq!(types, ["user", "user", "result", "result"]);
+    let types = |id| {
+        let store = &store;
+        async move {
+            let rows = store.messages_after(id, 0, 1000).await.unwrap();
+            let types: Vec<String> = rows.iter().map(|r| r.message_type.clone()).collect();
+            (types, rows)
+        }
+    };
+    let (kinds, rows) = types(s.id).await;
+    assert_eq!(kinds, ["user", "user", "result"]);
+    assert!(rows[2].payload.contains("server_restart"));
+    let (kinds, rows) = types(handed.id).await;
+    assert_eq!(kinds, ["user", "user", "result", "result"]);
     assert!(rows[3].payload.contains("server_restart"));
+    assert_eq!(types(imported.id).await.0.len(), 500);
+    assert_eq!(types(done.id).await.0.len(), 4);
     let s = store.find_session("local", "u").await.unwrap().unwrap();
     assert_eq!(s.title.as_deref(), Some("first prompt"));
-    assert_eq!((s.prompt_count, s.result_count, s.last_seq), (2, 2, 4));
+    assert_eq!((s.prompt_count, s.result_count, s.last_seq), (2, 1, 3));
     store.close().await;
 }
