@@ -32,6 +32,7 @@ pub mod session;
 pub mod store;
 
 use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,9 +68,15 @@ impl Server {
             &config.server,
             config.bind,
         )?);
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
-            anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
-        })?;
+        // Conversations and workspaces are the server's user's alone: directories it creates
+        // are 0700 (the database file itself is made 0600 by the store).
+        for dir in [config.data_dir.clone(), config.workspaces_dir()] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
+        }
         let metrics = Metrics::default();
         let settings = SqliteSettings {
             synchronous_full: config.store.synchronous_full,

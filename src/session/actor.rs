@@ -458,7 +458,10 @@ impl Actor {
             .prompts_before(self.session.id, user_seq)
             .await
             .map_err(|e| e.to_string())?;
-        tokio::fs::create_dir_all(&self.cwd)
+        tokio::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.cwd)
             .await
             .map_err(|e| format!("cannot create the workspace: {e}"))?;
         let spec = SpawnSpec {

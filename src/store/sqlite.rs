@@ -6,6 +6,7 @@
 //! Reads and the rare small updates use a separate pool; WAL lets them run beside the writer.
 
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -77,6 +78,18 @@ impl SqliteStore {
         settings: SqliteSettings,
         metrics: Metrics,
     ) -> anyhow::Result<Self> {
+        // Only the server's user may read the conversations: a new database file is 0600, and
+        // SQLite gives its `-wal` and `-shm` files the database's mode.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => anyhow::bail!("cannot create the database {}: {e}", path.display()),
+        }
         let mut options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
             .create_if_missing(true)

@@ -910,3 +910,36 @@ async fn imported_payloads_cannot_set_the_frame_header() {
     .await;
     assert!(!victim.body.contains("forged"), "{}", victim.body);
 }
+
+/// A fresh data directory, its database (with its WAL) and the agents' workspaces are the
+/// server's user's alone (0700 directories, a 0600 database), even under a umask of 022 that
+/// would make them readable by everyone.
+#[tokio::test]
+async fn the_data_dir_and_database_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: umask only swaps the process's file mode mask; 022 is the usual one anyway.
+    unsafe { libc::umask(0o022) };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("fresh").join("data");
+    let server = TestServer::start_in(&data, &["--demo-delay-ms", "0"], &[]).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "private", "hello").await;
+    c.until_result("private").await;
+    let session_id = ack["session_id"].as_str().unwrap();
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    for dir in [
+        data.clone(),
+        data.join("workspaces"),
+        data.join("workspaces").join(session_id),
+    ] {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    }
+    assert_eq!(mode(&data.join("agentmux.db")), 0o600);
+    assert_eq!(mode(&data.join("agentmux.db-wal")), 0o600);
+}

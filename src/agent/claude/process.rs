@@ -3,6 +3,7 @@
 //! reaping it.
 
 use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -39,7 +40,10 @@ impl Proc {
         args: &[String],
         cwd: &Path,
     ) -> io::Result<Proc> {
-        std::fs::create_dir_all(cwd)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(cwd)?;
         let mut cmd = Command::new(&settings.bin);
         cmd.args(args)
             .current_dir(cwd)
