@@ -857,33 +857,11 @@ impl Actor {
             )
             .for_agent(Some(agent_id)));
         }
-        let payload = serde_json::json!({
-            "status": "rewound",
-            "detail": format!("messages after seq {to_seq} were dropped; the agent no longer remembers them"),
-            "dropped_after_seq": to_seq,
-        })
-        .to_string();
-        let status = NewMessage::new("status", payload.clone());
-        let created_at = status.created_at.clone();
-        let rewound = self
-            .shared
-            .store
-            .rewind(self.session.id, to_seq, status)
-            .await
-            .map_err(|e| super::store_error(e, agent_id))?;
-        tracing::info!(agent_id, to_seq, dropped = rewound.dropped, launch = ?rewound.next_launch, "rewound");
+        let (frame, next_launch) = rewind_store(&self.shared, &self.session, to_seq).await?;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        self.next_launch = Some(rewound.next_launch);
-        let frame = protocol::session_frame(
-            self.session.tag(),
-            "status",
-            Some(rewound.status_seq),
-            &created_at,
-            &payload,
-            None,
-        );
+        self.next_launch = Some(next_launch);
         self.publish(frame.clone());
         Ok(frame)
     }
@@ -937,6 +915,40 @@ impl Actor {
         }
         self.shared.metrics.live_sessions(-1);
     }
+}
+
+/// Drops the stored messages of `session` after `to_seq` and stores the `rewound` status;
+/// returns its frame (not yet published) and how the agent starts next. Whoever calls it
+/// makes sure no turn runs: the live actor, or the manager for a dormant conversation.
+pub(super) async fn rewind_store(
+    shared: &Shared,
+    session: &SessionRef,
+    to_seq: i64,
+) -> Result<(Frame, NextLaunch), FrameError> {
+    let agent_id = session.agent_id.as_str();
+    let payload = serde_json::json!({
+        "status": "rewound",
+        "detail": format!("messages after seq {to_seq} were dropped; the agent no longer remembers them"),
+        "dropped_after_seq": to_seq,
+    })
+    .to_string();
+    let status = NewMessage::new("status", payload.clone());
+    let created_at = status.created_at.clone();
+    let rewound = shared
+        .store
+        .rewind(session.id, to_seq, status)
+        .await
+        .map_err(|e| super::store_error(e, agent_id))?;
+    tracing::info!(agent_id, to_seq, dropped = rewound.dropped, launch = ?rewound.next_launch, "rewound");
+    let frame = protocol::session_frame(
+        session.tag(),
+        "status",
+        Some(rewound.status_seq),
+        &created_at,
+        &payload,
+        None,
+    );
+    Ok((frame, rewound.next_launch))
 }
 
 /// A stored `permission_resolved` frame.

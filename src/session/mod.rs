@@ -399,29 +399,10 @@ impl Manager {
         SessionHandle { tx, session }
     }
 
-    /// The actor of a conversation that exists, started (without an agent) if it is dormant.
-    async fn live_actor(
-        &self,
-        principal: &str,
-        agent_id: &str,
-    ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>, SessionHandle), FrameError> {
-        let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
-        let handle = match &*guard {
-            SlotState::Live(h) if !h.tx.is_closed() => h.clone(),
-            _ => {
-                let record = self.get(principal, agent_id).await?;
-                let live = self.acquire_live(principal, agent_id)?;
-                let h = self.spawn_actor(record, &slot, live);
-                *guard = SlotState::Live(h.clone());
-                h
-            }
-        };
-        Ok((slot, guard, handle))
-    }
-
     /// Drops the stored messages of a conversation after `to_seq` (the `seq` of a `result`)
     /// and makes its agent forget them. Returns the stored `rewound` status, which every
-    /// subscriber also gets.
+    /// subscriber also gets. A dormant conversation is rewound in the store alone (its agent
+    /// starts as the store decided at its next turn), so it takes no place among the live ones.
     ///
     /// # Errors
     /// `unknown_agent`, `invalid_seq` (not a `result`'s seq), `busy` (a turn is running or
@@ -432,11 +413,22 @@ impl Manager {
         agent_id: &str,
         to_seq: i64,
     ) -> Result<Frame, FrameError> {
-        let (_slot, guard, handle) = self.live_actor(principal, agent_id).await?;
-        let (reply, rx) = oneshot::channel();
-        send_command(&handle, agent_id, actor::Command::Rewind { to_seq, reply })?;
-        drop(guard);
-        rx.await.map_err(|_| stopped(agent_id))?
+        let (slot, guard) = self.existing_slot(principal, agent_id).await?;
+        match &*guard {
+            SlotState::Live(handle) if !handle.tx.is_closed() => {
+                let (reply, rx) = oneshot::channel();
+                send_command(handle, agent_id, actor::Command::Rewind { to_seq, reply })?;
+                drop(guard);
+                rx.await.map_err(|_| stopped(agent_id))?
+            }
+            _ => {
+                // The held slot keeps a chat from starting the conversation meanwhile.
+                let session = slot.session.get().expect("set by existing_slot");
+                let (frame, _) = actor::rewind_store(&self.shared, session, to_seq).await?;
+                let _ = slot.events.send(frame.clone());
+                Ok(frame)
+            }
+        }
     }
 
     /// Creates conversation `new_agent_id` from `agent_id`'s stored history up to `at_seq`

@@ -213,3 +213,67 @@ async fn a_stalled_handshake_is_dropped() {
     let mut c = server.client().await;
     converse(&mut c, "prompt", 1).await;
 }
+
+/// Rewinding a dormant conversation needs no live place: with the principal at
+/// `session.max_live_per_principal`, a dormant conversation is still rewound (over REST and
+/// over the socket), while chatting to it is refused; its agent forgets the dropped turns.
+#[tokio::test]
+async fn a_dormant_conversation_rewinds_at_the_live_limit() {
+    let (_cfg_dir, cfg) = config_file("[session]\nmax_live_per_principal = 1\n");
+    let data = tempfile::tempdir().unwrap();
+    let args = ["--config", cfg.as_str(), "--demo-delay-ms", "0"];
+    let mut server = TestServer::start_in(data.path(), &args, &[]).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "old", "one").await;
+    let first = c.until_result("old").await.last().unwrap()["seq"]
+        .as_i64()
+        .unwrap();
+    chat_ack(&mut c, "old", "two").await;
+    c.until_result("old").await;
+    chat_ack(&mut c, "old", "three").await;
+    let third = c.until_result("old").await;
+    assert_eq!(reply_text(&third), "Echo: three (turn 3)");
+    let second = third.last().unwrap()["seq"].as_i64().unwrap() - 4;
+    assert!(server.terminate().await.success());
+
+    // "old" is dormant after the restart; "new" takes the principal's only live place.
+    let server = TestServer::start_in(data.path(), &args, &[]).await;
+    let rest = crate::rest::Rest::new(&server);
+    let mut c = server.client().await;
+    chat_ack(&mut c, "new", "hello").await;
+    c.until_result("new").await;
+    let refused = chat_ack(&mut c, "old", "not now").await;
+    assert_eq!(refused["code"], "limit_exceeded");
+
+    let (status, rewound) = rest
+        .post("/api/sessions/old/rewind", json!({"to_seq": second}))
+        .await;
+    assert_eq!(status, 200, "{rewound}");
+    assert_eq!(rewound["status"], "rewound");
+    assert_eq!(rewound["dropped_after_seq"], second);
+    c.send(json!({"type": "rewind", "agent_id": "old", "to_seq": first}))
+        .await;
+    let answer = c
+        .recv_until(|v| v["agent_id"] == "old" && v["message_type"] != "ack")
+        .await;
+    let answer = answer.last().unwrap();
+    assert_eq!(
+        (&answer["status"], &answer["dropped_after_seq"]),
+        (&json!("rewound"), &json!(first)),
+        "{answer}"
+    );
+    let (_, old) = rest.get("/api/sessions/old").await;
+    assert_eq!(old["turn_count"], 1);
+    assert_eq!(old["status"], "dormant");
+    drop(c);
+    drop(server);
+
+    // Its agent forgot turns 2 and 3.
+    let server = TestServer::start_in(data.path(), &args, &[]).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "old", "again").await;
+    assert_eq!(
+        reply_text(&c.until_result("old").await),
+        "Echo: again (turn 2)"
+    );
+}
