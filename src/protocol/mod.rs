@@ -486,6 +486,20 @@ mod tests {
             assert_eq!(v["timestamp"], "t");
             assert_eq!(v["status"], "x");
         }
+        // Our own payloads are spliced verbatim.
+        let f = session_frame(
+            tag,
+            "status",
+            Some(6),
+            "t",
+            r#"{"status":"rewound","dropped_after_seq":2}"#,
+            None,
+        );
+        assert!(
+            f.text
+                .as_str()
+                .ends_with(r#","status":"rewound","dropped_after_seq":2}"#)
+        );
         // Nested keys are the payload's own business.
         let f = session_frame(
             tag,

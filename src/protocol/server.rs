@@ -141,7 +141,7 @@ pub fn session_frame(
             .and_then(|s| s.strip_suffix('}'))
             .unwrap_or("");
         // A key can hide behind an escape (`"se\u0071"`), so a backslash is a maybe too.
-        if inner.contains('\\') || HEADER_KEYS.iter().any(|k| inner.contains(k)) {
+        if inner.contains('\\') || names_a_header_key(inner) {
             push_fields_but_header(&mut text, payload);
         } else if !inner.trim().is_empty() {
             text.push(',');
@@ -154,6 +154,14 @@ pub fn session_frame(
         kind: static_type(message_type),
         text: text.into(),
     }
+}
+
+/// Whether `json` holds a header key as a string (`"seq"`; a key or, harmlessly, a value).
+fn names_a_header_key(json: &str) -> bool {
+    HEADER_KEYS.iter().any(|key| {
+        json.match_indices(key)
+            .any(|(at, _)| json[..at].ends_with('"') && json[at + key.len()..].starts_with('"'))
+    })
 }
 
 /// Appends `,"key":value` for each field of the object `payload` except the header's keys
