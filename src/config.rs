@@ -164,6 +164,9 @@ pub struct SocketConfig {
     pub max_per_principal: usize,
     /// A connection must deliver its HTTP request head (the upgrade) within this many seconds.
     pub handshake_timeout_secs: u64,
+    /// Conversations one socket may follow at once (subscribed, or chatted to); beyond,
+    /// `limit_exceeded`. 0 is no limit.
+    pub max_subscriptions: usize,
 }
 
 /// Conversation settings.
@@ -319,6 +322,7 @@ impl Default for SocketConfig {
             max_rate_limited: 100,
             max_per_principal: 0,
             handshake_timeout_secs: 10,
+            max_subscriptions: 1000,
         }
     }
 }

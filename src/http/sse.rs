@@ -11,7 +11,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::IntoParams;
 
@@ -20,6 +20,7 @@ use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, Frame};
+use crate::session::events::{Receiver, RecvError};
 use crate::session::replay::Cursor;
 
 /// Events buffered for one slow client before it falls behind the conversation (and is
@@ -86,7 +87,7 @@ struct Follower {
 }
 
 impl Follower {
-    async fn run(mut self, mut live: broadcast::Receiver<Frame>) {
+    async fn run(mut self, mut live: Receiver) {
         if self.replay().await.is_err() {
             return;
         }
@@ -97,13 +98,13 @@ impl Follower {
                         return;
                     }
                 }
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                Err(RecvError::Lagged(missed)) => {
                     let status = self.cursor.lagged(missed);
                     if self.out.send(status).await.is_err() || self.replay().await.is_err() {
                         return;
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
+                Err(RecvError::Closed) => return,
             }
         }
     }

@@ -14,6 +14,7 @@ mod layers;
 mod limits;
 mod metrics;
 mod real_cli;
+mod refused;
 mod rest;
 mod security;
 mod store;
