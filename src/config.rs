@@ -160,13 +160,16 @@ pub struct SocketConfig {
     /// `rate_limited` answers a socket may collect before it is closed with 1008; the count
     /// starts over once the socket has slowed down for a full second.
     pub max_rate_limited: u32,
-    /// Open sockets per principal (429 `limit_exceeded` beyond); 0 is no limit.
+    /// Open sockets, REST requests and event streams per principal (429 `limit_exceeded`
+    /// beyond); 0 is no limit.
     pub max_per_principal: usize,
     /// A connection must deliver its HTTP request head (the upgrade) within this many seconds.
     pub handshake_timeout_secs: u64,
     /// Conversations one socket may follow at once (subscribed, or chatted to); beyond,
     /// `limit_exceeded`. 0 is no limit.
     pub max_subscriptions: usize,
+    /// A request body that sends nothing for this many seconds is abandoned.
+    pub body_timeout_secs: u64,
 }
 
 /// Conversation settings.
@@ -323,6 +326,7 @@ impl Default for SocketConfig {
             max_per_principal: 0,
             handshake_timeout_secs: 10,
             max_subscriptions: 1000,
+            body_timeout_secs: 30,
         }
     }
 }

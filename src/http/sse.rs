@@ -1,9 +1,12 @@
 //! `GET /api/sessions/{agent_id}/events`: a conversation's frames as Server-Sent Events, for
 //! clients that can't hold a WebSocket. Each stored frame is an event with `id: <seq>`; a
 //! client that reconnects with `Last-Event-ID` (or `?since_seq=`) gets every stored frame after
-//! it, then the live ones — the same replay and cursor as a WebSocket `subscribe`.
+//! it, then the live ones — the same replay and cursor as a WebSocket `subscribe`. A stream
+//! with nothing to send for `socket.idle_timeout_secs` ends (the client reconnects), and while
+//! open it holds one of its principal's connections.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -12,7 +15,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use utoipa::IntoParams;
 
 use super::rest::last_event_id;
@@ -61,15 +63,25 @@ pub async fn events(
     let sub = app.manager.subscribe(&principal, &id).await?;
     let cursor = app.manager.cursor(sub.session, since);
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    let gone = tx.clone();
     let follower = Follower { cursor, out: tx };
     let shutdown = app.shutdown.clone();
     tokio::spawn(async move {
         tokio::select! {
             _ = follower.run(sub.events) => {}
+            // The stream ended (idle, or the client left): stop following at once.
+            _ = gone.closed() => {}
             _ = shutdown.cancelled() => {}
         }
     });
-    let stream = ReceiverStream::new(rx).map(|frame: Frame| {
+    // A stream that has had nothing to send for the idle timeout ends; the client reconnects
+    // with `Last-Event-ID` (an `EventSource` does so by itself).
+    let idle = Duration::from_secs(app.config.socket.idle_timeout_secs);
+    let frames = futures_util::stream::unfold(rx, move |mut rx| async move {
+        let frame = tokio::time::timeout(idle, rx.recv()).await.ok().flatten()?;
+        Some((frame, rx))
+    });
+    let stream = frames.map(|frame: Frame| {
         let event = Event::default().data(frame.text.as_str());
         Ok(match frame.seq {
             Some(seq) => event.id(seq.to_string()),

@@ -54,13 +54,17 @@ use crate::http::AppState;
 )]
 pub struct ApiDoc;
 
+/// The OpenAPI document, served to anyone.
+pub fn docs() -> Router<AppState> {
+    Router::new().route(
+        "/api/openapi.json",
+        get(|| async { Json(ApiDoc::openapi()) }),
+    )
+}
+
 /// The routes of the REST API.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route(
-            "/api/openapi.json",
-            get(|| async { Json(ApiDoc::openapi()) }),
-        )
         .route("/api/sessions", get(sessions::list))
         .route(
             "/api/sessions/import",
