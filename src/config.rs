@@ -188,6 +188,8 @@ pub struct SessionConfig {
     pub max_live_per_principal: usize,
     /// Live conversations on the whole server; 0 is no limit.
     pub max_live_total: usize,
+    /// Imports and exports one principal may run at once; 0 is no limit.
+    pub max_transfers_per_principal: usize,
 }
 
 /// Store settings.
@@ -340,6 +342,7 @@ impl Default for SessionConfig {
             permission_timeout_secs: 300,
             max_live_per_principal: 0,
             max_live_total: 0,
+            max_transfers_per_principal: 2,
         }
     }
 }

@@ -166,6 +166,8 @@ pub(crate) struct Shared {
     metrics: Metrics,
     /// Live conversations per principal and in total.
     live: Quota,
+    /// Imports and exports running per principal.
+    transfers: Quota,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -203,6 +205,11 @@ pub(crate) fn store_error(err: StoreError, agent_id: &str) -> FrameError {
             format!("a conversation with agent_id `{agent_id}` already exists"),
         )
         .for_agent(Some(agent_id)),
+        StoreError::Importing => FrameError::new(
+            ErrorCode::Busy,
+            format!("conversation `{agent_id}` is being imported; try again once it is done"),
+        )
+        .for_agent(Some(agent_id)),
         StoreError::Unavailable(e) => {
             tracing::warn!(error = %e, agent_id, "store unavailable");
             FrameError::new(
@@ -229,6 +236,7 @@ impl Manager {
                     config.session.max_live_per_principal,
                     config.session.max_live_total,
                 ),
+                transfers: Quota::new(config.session.max_transfers_per_principal, 0),
                 store,
                 backend,
                 config,

@@ -11,6 +11,7 @@ mod fake_cli;
 mod faults;
 mod gateway;
 mod history;
+mod imports;
 mod layers;
 mod limits;
 mod metrics;

@@ -9,7 +9,6 @@ mod sessions;
 
 pub(super) use sessions::last_event_id;
 
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use utoipa::OpenApi;
@@ -66,10 +65,7 @@ pub fn docs() -> Router<AppState> {
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/sessions", get(sessions::list))
-        .route(
-            "/api/sessions/import",
-            post(sessions::import).layer(DefaultBodyLimit::max(sessions::MAX_IMPORT_BYTES)),
-        )
+        .route("/api/sessions/import", post(sessions::import))
         .route(
             "/api/sessions/{agent_id}",
             get(sessions::get_one)
