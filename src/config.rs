@@ -149,7 +149,8 @@ pub struct SocketConfig {
     pub max_frame_bytes: usize,
     /// Longest accepted `chat.content`, in bytes.
     pub max_content_bytes: usize,
-    /// A socket that sends nothing (no frame, no ping) for this long is closed.
+    /// A socket that sends nothing (no frame, no ping) for this long is closed; an event
+    /// stream with nothing to send for this long is ended.
     pub idle_timeout_secs: u64,
     /// Frames a lagging socket may have in flight per conversation before it is told `lagged`
     /// and replayed from the store.
