@@ -18,7 +18,7 @@ use crate::security::{TOKENS, connect_as, server_with};
 #[tokio::test]
 async fn stalled_bodies_are_capped_per_principal_and_dropped_at_their_deadline() {
     let (server, _cfg) = server_with(&format!(
-        "{TOKENS}\n[socket]\nmax_per_principal = 4\nbody_timeout_secs = 2\n"
+        "{TOKENS}\n[socket]\nmax_per_principal = 4\nbody_timeout_secs = 2\n\n[session]\nmax_transfers_per_principal = 0\n"
     ))
     .await;
     // Bob's socket and the store's connections are open before counting.
