@@ -157,7 +157,8 @@ pub struct SocketConfig {
     pub max_frame_bytes: usize,
     /// Longest accepted `chat.content`, in bytes.
     pub max_content_bytes: usize,
-    /// A socket that sends nothing (no frame, no ping) for this long is closed.
+    /// A socket that sends nothing (no frame, no ping) for this long is closed; an event
+    /// stream with nothing to send for this long is ended.
     pub idle_timeout_secs: u64,
     /// Frames a lagging socket may have in flight per conversation before it is told `lagged`
     /// and replayed from the store.
@@ -168,10 +169,16 @@ pub struct SocketConfig {
     /// `rate_limited` answers a socket may collect before it is closed with 1008; the count
     /// starts over once the socket has slowed down for a full second.
     pub max_rate_limited: u32,
-    /// Open sockets per principal (429 `limit_exceeded` beyond); 0 is no limit.
+    /// Open sockets, REST requests and event streams per principal (429 `limit_exceeded`
+    /// beyond); 0 is no limit.
     pub max_per_principal: usize,
     /// A connection must deliver its HTTP request head (the upgrade) within this many seconds.
     pub handshake_timeout_secs: u64,
+    /// Conversations one socket may follow at once (subscribed, or chatted to); beyond,
+    /// `limit_exceeded`. 0 is no limit.
+    pub max_subscriptions: usize,
+    /// A request body that sends nothing for this many seconds is abandoned.
+    pub body_timeout_secs: u64,
 }
 
 /// Conversation settings.
@@ -190,6 +197,8 @@ pub struct SessionConfig {
     pub max_live_per_principal: usize,
     /// Live conversations on the whole server; 0 is no limit.
     pub max_live_total: usize,
+    /// Imports and exports one principal may run at once; 0 is no limit.
+    pub max_transfers_per_principal: usize,
 }
 
 /// Store settings.
@@ -332,6 +341,8 @@ impl Default for SocketConfig {
             max_rate_limited: 100,
             max_per_principal: 0,
             handshake_timeout_secs: 10,
+            max_subscriptions: 1000,
+            body_timeout_secs: 30,
         }
     }
 }
@@ -345,6 +356,7 @@ impl Default for SessionConfig {
             permission_timeout_secs: 300,
             max_live_per_principal: 0,
             max_live_total: 0,
+            max_transfers_per_principal: 2,
         }
     }
 }

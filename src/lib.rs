@@ -86,6 +86,13 @@ impl Server {
         };
         let store: Arc<dyn Store> =
             Arc::new(SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?);
+        let discarded = store.discard_unfinished_imports().await?;
+        if discarded > 0 {
+            tracing::info!(
+                imports = discarded,
+                "removed imports left unfinished by the last run"
+            );
+        }
         let closed = store.close_unfinished_turns().await?;
         if closed > 0 {
             tracing::info!(

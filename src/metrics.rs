@@ -24,6 +24,7 @@ pub struct Metrics {
 struct Inner {
     sockets: AtomicI64,
     live_sessions: AtomicI64,
+    slots: AtomicI64,
     queued_turns: AtomicI64,
     frames_in: DashMap<&'static str, AtomicU64>,
     frames_out: DashMap<&'static str, AtomicU64>,
@@ -48,6 +49,11 @@ impl Metrics {
     /// A live session started (`+1`) or was evicted (`-1`).
     pub fn live_sessions(&self, delta: i64) {
         self.inner.live_sessions.fetch_add(delta, Relaxed);
+    }
+
+    /// A conversation's slot was made (`+1`) or dropped from memory (`-1`).
+    pub fn slots(&self, delta: i64) {
+        self.inner.slots.fetch_add(delta, Relaxed);
     }
 
     /// Turns queued behind a running one changed by `delta`.
@@ -121,6 +127,12 @@ impl Metrics {
             "agentmux_live_sessions",
             "Sessions with a live actor.",
             i.live_sessions.load(Relaxed),
+        );
+        gauge(
+            &mut out,
+            "agentmux_session_slots",
+            "Conversations held in memory (live, followed, or being worked on).",
+            i.slots.load(Relaxed),
         );
         gauge(
             &mut out,

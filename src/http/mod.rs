@@ -1,12 +1,21 @@
 //! The HTTP surface: the WebSocket endpoint and its tickets, the REST API, health, metrics and
 //! the web UI, behind one guard that every request passes before any handler runs.
+//!
+//! A request body that sends nothing for `socket.body_timeout_secs` is abandoned, and every
+//! authenticated request (and its response, for the streaming ones: event streams, exports)
+//! holds one of its principal's `socket.max_per_principal` connections, like a WebSocket.
+
+use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_util::StreamExt;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 pub mod auth;
 mod error;
@@ -50,21 +59,59 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Checks credentials and origins.
     pub auth: Arc<Authenticator>,
-    /// Open sockets per principal.
+    /// Open sockets, requests and event streams per principal.
     pub sockets: Quota,
 }
 
 /// The application's routes.
 pub fn router(state: AppState) -> Router {
+    let body_timeout = Duration::from_secs(state.config.socket.body_timeout_secs);
+    // Every authenticated route but the upgrade, which counts its socket itself.
+    let counted = Router::new()
+        .route("/api/ws-ticket", post(auth::ws_ticket))
+        .merge(rest::router())
+        .route_layer(middleware::from_fn_with_state(state.clone(), count));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route("/ws", get(ws::upgrade))
-        .route("/api/ws-ticket", post(auth::ws_ticket))
-        .merge(rest::router())
+        .merge(rest::docs())
+        .merge(counted)
         .merge(web::router())
         .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .with_state(state)
+}
+
+/// Authenticates a request (401) and holds one of its principal's connections (429 beyond
+/// `socket.max_per_principal`) until its response has been sent, body included.
+async fn count(State(app): State<AppState>, mut request: Request, next: Next) -> Response {
+    let principal = match app.auth.principal(request.headers()) {
+        Ok(principal) => principal,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let Ok(permit) = app.sockets.try_acquire(&principal.0) else {
+        return ApiError::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "at most {} open sockets, requests and event streams per principal",
+                app.config.socket.max_per_principal
+            ),
+        )
+        .into_response();
+    };
+    request.extensions_mut().insert(principal);
+    let response = next.run(request).await;
+    if response.body().size_hint().exact().is_some() {
+        // The whole answer is in memory already.
+        return response;
+    }
+    response.map(|body| {
+        Body::from_stream(body.into_data_stream().map(move |chunk| {
+            let _held = &permit;
+            chunk
+        }))
+    })
 }
 
 /// What every request passes first: a `Host` this server answers to (421), a browser `Origin`

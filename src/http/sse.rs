@@ -1,9 +1,12 @@
 //! `GET /api/sessions/{agent_id}/events`: a conversation's frames as Server-Sent Events, for
 //! clients that can't hold a WebSocket. Each stored frame is an event with `id: <seq>`; a
 //! client that reconnects with `Last-Event-ID` (or `?since_seq=`) gets every stored frame after
-//! it, then the live ones — the same replay and cursor as a WebSocket `subscribe`.
+//! it, then the live ones — the same replay and cursor as a WebSocket `subscribe`. A stream
+//! with nothing to send for `socket.idle_timeout_secs` ends (the client reconnects), and while
+//! open it holds one of its principal's connections.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -11,8 +14,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
-use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::mpsc;
 use utoipa::IntoParams;
 
 use super::rest::last_event_id;
@@ -20,6 +22,7 @@ use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, Frame};
+use crate::session::events::{Receiver, RecvError};
 use crate::session::replay::Cursor;
 
 /// Events buffered for one slow client before it falls behind the conversation (and is
@@ -60,15 +63,25 @@ pub async fn events(
     let sub = app.manager.subscribe(&principal, &id).await?;
     let cursor = app.manager.cursor(sub.session, since);
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    let gone = tx.clone();
     let follower = Follower { cursor, out: tx };
     let shutdown = app.shutdown.clone();
     tokio::spawn(async move {
         tokio::select! {
             _ = follower.run(sub.events) => {}
+            // The stream ended (idle, or the client left): stop following at once.
+            _ = gone.closed() => {}
             _ = shutdown.cancelled() => {}
         }
     });
-    let stream = ReceiverStream::new(rx).map(|frame: Frame| {
+    // A stream that has had nothing to send for the idle timeout ends; the client reconnects
+    // with `Last-Event-ID` (an `EventSource` does so by itself).
+    let idle = Duration::from_secs(app.config.socket.idle_timeout_secs);
+    let frames = futures_util::stream::unfold(rx, move |mut rx| async move {
+        let frame = tokio::time::timeout(idle, rx.recv()).await.ok().flatten()?;
+        Some((frame, rx))
+    });
+    let stream = frames.map(|frame: Frame| {
         let event = Event::default().data(frame.text.as_str());
         Ok(match frame.seq {
             Some(seq) => event.id(seq.to_string()),
@@ -86,7 +99,7 @@ struct Follower {
 }
 
 impl Follower {
-    async fn run(mut self, mut live: broadcast::Receiver<Frame>) {
+    async fn run(mut self, mut live: Receiver) {
         if self.replay().await.is_err() {
             return;
         }
@@ -97,13 +110,13 @@ impl Follower {
                         return;
                     }
                 }
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                Err(RecvError::Lagged(missed)) => {
                     let status = self.cursor.lagged(missed);
                     if self.out.send(status).await.is_err() || self.replay().await.is_err() {
                         return;
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
+                Err(RecvError::Closed) => return,
             }
         }
     }

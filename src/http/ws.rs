@@ -22,8 +22,6 @@ use futures_util::stream::{AbortHandle, Abortable, FuturesOrdered, SelectAll};
 use futures_util::{FutureExt, SinkExt, Stream, StreamExt};
 use serde::Deserialize;
 use tokio::time::{Instant, sleep_until};
-use tokio_stream::wrappers::BroadcastStream;
-use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tracing::Instrument;
 
 use crate::config::SocketConfig;
@@ -33,6 +31,7 @@ use crate::http::auth::Principal;
 use crate::limits::{QuotaPermit, RateLimiter, Verdict};
 use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag};
 use crate::session::ChatAccepted;
+use crate::session::events::{Lagged, Receiver};
 use crate::session::replay::Cursor;
 
 /// Most frames written before one flush.
@@ -127,11 +126,11 @@ struct Followed {
 /// One followed conversation's live frames, tagged with its `agent_id`, until aborted.
 struct Live {
     agent_id: Arc<str>,
-    frames: Abortable<BroadcastStream<Frame>>,
+    frames: Abortable<Receiver>,
 }
 
 impl Stream for Live {
-    type Item = (Arc<str>, Result<Frame, BroadcastStreamRecvError>);
+    type Item = (Arc<str>, Result<Frame, Lagged>);
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let agent_id = self.agent_id.clone();
@@ -311,6 +310,9 @@ impl Connection {
                 self.app.metrics.frame_in("chat");
                 let client_msg_id = chat.client_msg_id.clone();
                 let agent_id = chat.agent_id.clone();
+                if let Err(err) = self.room_to_follow(&agent_id) {
+                    return self.on_stored(agent_id, client_msg_id, Err(err)).await;
+                }
                 match manager.submit_chat(&self.principal, chat).await {
                     Ok(pending) => {
                         self.acks.push_back(Box::pin(async move {
@@ -345,6 +347,9 @@ impl Connection {
                 since_seq,
             } => {
                 self.app.metrics.frame_in("subscribe");
+                if let Err(err) = self.room_to_follow(&agent_id) {
+                    return self.send_error(&err).await;
+                }
                 match manager.subscribe(&self.principal, &agent_id).await {
                     Ok(sub) => {
                         let cursor = manager.cursor(sub.session, since_seq);
@@ -411,6 +416,20 @@ impl Connection {
         }
     }
 
+    /// Whether this socket may follow `agent_id`: it already does, or follows fewer than
+    /// `socket.max_subscriptions` conversations. Checked before anything is started.
+    fn room_to_follow(&self, agent_id: &str) -> Result<(), FrameError> {
+        let max = self.app.config.socket.max_subscriptions;
+        if max == 0 || self.followed.len() < max || self.followed.contains_key(agent_id) {
+            return Ok(());
+        }
+        Err(FrameError::new(
+            ErrorCode::LimitExceeded,
+            format!("a socket follows at most {max} conversations; unsubscribe from one first"),
+        )
+        .for_agent(Some(agent_id)))
+    }
+
     /// Answers a chat once its user message is stored (or could not be): an `ack`, after which
     /// the socket follows the conversation, or an `error`.
     async fn on_stored(
@@ -449,13 +468,8 @@ impl Connection {
     }
 
     /// Follows a conversation's live frames from the cursor on, replacing any earlier stream.
-    fn follow(
-        &mut self,
-        agent_id: String,
-        cursor: Cursor,
-        events: tokio::sync::broadcast::Receiver<Frame>,
-    ) {
-        let (frames, stop) = futures_util::stream::abortable(BroadcastStream::new(events));
+    fn follow(&mut self, agent_id: String, cursor: Cursor, events: Receiver) {
+        let (frames, stop) = futures_util::stream::abortable(events);
         self.subs.push(Live {
             agent_id: agent_id.as_str().into(),
             frames,
@@ -466,10 +480,7 @@ impl Connection {
     }
 
     /// Sends a live frame and whatever else is ready, then flushes once.
-    async fn forward(
-        &mut self,
-        first: (Arc<str>, Result<Frame, BroadcastStreamRecvError>),
-    ) -> SocketResult {
+    async fn forward(&mut self, first: (Arc<str>, Result<Frame, Lagged>)) -> SocketResult {
         // A chat's ack goes before its conversation's frames: the reply that completes it is
         // sent before the user message is published.
         while let Some(Some((agent_id, client_msg_id, outcome))) = self.acks.next().now_or_never() {
@@ -486,7 +497,7 @@ impl Connection {
                         written += 1;
                     }
                 }
-                Err(BroadcastStreamRecvError::Lagged(missed)) => {
+                Err(Lagged(missed)) => {
                     self.socket.flush().await?;
                     self.catch_up(&agent_id, missed).await?;
                 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tracing::Instrument;
 
 use serde_json::Value;
-use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
 use super::{SessionRef, Shared, SlotState};
@@ -57,7 +57,7 @@ pub(crate) struct ActorInit {
     pub session: Arc<SessionRef>,
     pub record: SessionRecord,
     pub slot_state: Arc<Mutex<SlotState>>,
-    pub events: broadcast::Sender<Frame>,
+    pub events: super::events::Sender,
     /// Whether a turn is running or queued, for those who ask without a command.
     pub busy: Arc<AtomicBool>,
     pub commands: mpsc::Receiver<Command>,
@@ -92,7 +92,7 @@ struct Actor {
     shared: Arc<Shared>,
     session: Arc<SessionRef>,
     slot_state: Arc<Mutex<SlotState>>,
-    events: broadcast::Sender<Frame>,
+    events: super::events::Sender,
     busy: Arc<AtomicBool>,
     commands: mpsc::Receiver<Command>,
     cwd: std::path::PathBuf,

@@ -1,20 +1,34 @@
 //! A conversation's history for any transport: the list of conversations, pages of stored
 //! frames, renaming, and export and import as JSON Lines.
+//!
+//! Both directions stream: an export is read from the store a page at a time while it is
+//! sent, and an import is parsed line by line as it arrives and stored in bounded chunks, each
+//! one ordinary append in the writer's queue, so other conversations' writes go on between
+//! them. An import's conversation stays invisible until its last chunk is stored and is
+//! removed if anything fails. Imports and exports are capped per principal.
 
-use futures_util::Stream;
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::replay::stored_frame;
 use super::{Manager, SessionRef, store_error, store_failure, unknown_agent};
+use crate::limits::{QuotaExceeded, QuotaPermit};
 use crate::protocol::{self, ErrorCode, Frame, FrameError};
-use crate::store::{NewMessage, NewSession, SessionQuery, SessionRecord};
+use crate::store::{NewMessage, NewSession, SessionQuery, SessionRecord, Store};
 
 /// Longest title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
 /// Stored messages read per page while exporting.
 const EXPORT_PAGE: u32 = 1000;
+/// Most imported messages stored in one append.
+const IMPORT_CHUNK_ROWS: usize = 1000;
+/// Most payload bytes of imported messages stored in one append.
+const IMPORT_CHUNK_BYTES: usize = 1 << 20;
 
 /// One line of an export (JSON Lines), and of an import.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -81,51 +95,146 @@ fn stored_type(message_type: &str) -> Option<&'static str> {
     })
 }
 
-/// The messages of an export, checked line by line, plus a stored `status` `imported`.
-fn import_messages(text: &str) -> Result<Vec<NewMessage>, FrameError> {
-    let mut messages = Vec::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let line: ExportLine =
-            serde_json::from_str(line).map_err(|e| invalid(format!("line {}: {e}", i + 1)))?;
-        let Some(message_type) = stored_type(&line.message_type) else {
-            return Err(invalid(format!(
-                "line {}: unknown message_type `{}`",
-                i + 1,
-                protocol::truncate_chars(&line.message_type, 64)
-            )));
-        };
-        if !line.payload.is_object() {
-            return Err(invalid(format!(
-                "line {}: `payload` must be an object",
-                i + 1
-            )));
-        }
-        let mut message = NewMessage::new(message_type, line.payload.to_string());
-        // The user's own chat is the user message whose content is plain text.
-        if let ("user", Value::String(text)) = (message_type, &line.payload["message"]["content"]) {
-            message.prompt = true;
-            message.title = Some(protocol::truncate_chars(text.trim(), 50).to_owned());
-        }
-        message.sdk_uuid = line.payload["uuid"].as_str().map(str::to_owned);
-        messages.push(message);
+/// The message of one line (numbered from 1) of an export.
+fn import_line(n: usize, line: &str) -> Result<NewMessage, FrameError> {
+    let line: ExportLine =
+        serde_json::from_str(line).map_err(|e| invalid(format!("line {n}: {e}")))?;
+    let Some(message_type) = stored_type(&line.message_type) else {
+        return Err(invalid(format!(
+            "line {n}: unknown message_type `{}`",
+            protocol::truncate_chars(&line.message_type, 64)
+        )));
+    };
+    if !line.payload.is_object() {
+        return Err(invalid(format!("line {n}: `payload` must be an object")));
     }
-    if messages.is_empty() {
-        return Err(invalid("the body holds no message"));
+    let mut message = NewMessage::new(message_type, line.payload.to_string());
+    // The user's own chat is the user message whose content is plain text.
+    if let ("user", Value::String(text)) = (message_type, &line.payload["message"]["content"]) {
+        message.prompt = true;
+        message.title = Some(protocol::truncate_chars(text.trim(), 50).to_owned());
     }
-    let count = messages.len();
-    messages.push(NewMessage::new(
+    message.sdk_uuid = line.payload["uuid"].as_str().map(str::to_owned);
+    Ok(message)
+}
+
+/// The stored `status` `imported` that ends an import of `count` messages.
+fn imported_status(count: usize) -> NewMessage {
+    NewMessage::new(
         "status",
         serde_json::json!({
             "status": "imported",
             "detail": format!("{count} message(s) imported; the agent starts fresh and does not remember them"),
         })
         .to_string(),
-    ));
-    Ok(messages)
+    )
+}
+
+/// Splits a body arriving in pieces into numbered lines, holding at most one line (and one
+/// piece) at a time, and refusing a body over `max_bytes`.
+struct Lines<S> {
+    body: S,
+    buf: BytesMut,
+    /// Bytes of `buf` already searched for a newline.
+    searched: usize,
+    read: usize,
+    max_bytes: usize,
+    number: usize,
+    done: bool,
+}
+
+impl<S, E> Lines<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    fn new(body: S, max_bytes: usize) -> Self {
+        Lines {
+            body,
+            buf: BytesMut::new(),
+            searched: 0,
+            read: 0,
+            max_bytes,
+            number: 0,
+            done: false,
+        }
+    }
+
+    /// The next line and its number, without its line break.
+    async fn next(&mut self) -> Result<Option<(usize, Bytes)>, FrameError> {
+        loop {
+            if let Some(at) = self.buf[self.searched..].iter().position(|b| *b == b'\n') {
+                let mut line = self.buf.split_to(self.searched + at + 1).freeze();
+                line.truncate(line.len() - 1);
+                self.searched = 0;
+                self.number += 1;
+                return Ok(Some((self.number, line)));
+            }
+            self.searched = self.buf.len();
+            if self.done {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                self.number += 1;
+                self.searched = 0;
+                return Ok(Some((self.number, self.buf.split().freeze())));
+            }
+            match self.body.next().await {
+                Some(Ok(mut piece)) => {
+                    self.read += piece.len();
+                    if self.read > self.max_bytes {
+                        return Err(invalid(format!(
+                            "an import is at most {} MiB",
+                            self.max_bytes >> 20
+                        )));
+                    }
+                    while piece.has_remaining() {
+                        let chunk = piece.chunk();
+                        self.buf.extend_from_slice(chunk);
+                        let n = chunk.len();
+                        piece.advance(n);
+                    }
+                }
+                Some(Err(err)) => {
+                    return Err(invalid(format!(
+                        "the request body could not be read: {err}"
+                    )));
+                }
+                None => self.done = true,
+            }
+        }
+    }
+}
+
+/// An import whose conversation exists (invisibly) in the store: removed when dropped before
+/// it is finished, e.g. when the client goes away mid-upload.
+struct PendingImport {
+    store: Arc<dyn Store>,
+    id: i64,
+    armed: bool,
+}
+
+impl PendingImport {
+    /// Removes the unfinished conversation now.
+    async fn discard(mut self) {
+        self.armed = false;
+        if let Err(err) = self.store.discard_import(self.id).await {
+            tracing::warn!(error = %err, "an unfinished import could not be removed; it goes at the next start");
+        }
+    }
+}
+
+impl Drop for PendingImport {
+    fn drop(&mut self) {
+        if self.armed {
+            let (store, id) = (self.store.clone(), self.id);
+            tokio::spawn(async move {
+                if let Err(err) = store.discard_import(id).await {
+                    tracing::warn!(error = %err, "an unfinished import could not be removed; it goes at the next start");
+                }
+            });
+        }
+    }
 }
 
 impl Manager {
@@ -237,12 +346,16 @@ impl Manager {
         principal: &str,
         agent_id: &str,
     ) -> Result<impl Stream<Item = Result<String, FrameError>> + Send + 'static, FrameError> {
+        let transfer = self.acquire_transfer(principal, agent_id)?;
         let record = self.get(principal, agent_id).await?;
         let store = self.shared.store.clone();
         let agent_id = agent_id.to_owned();
+        // The stream holds the principal's transfer place until it is done or dropped.
+        let transfer = Arc::new(transfer);
         Ok(futures_util::stream::unfold(Some(0), move |after| {
             let store = store.clone();
             let agent_id = agent_id.clone();
+            let _transfer = transfer.clone();
             async move {
                 let after = after?;
                 match store.messages_after(record.id, after, EXPORT_PAGE).await {
@@ -264,26 +377,117 @@ impl Manager {
         }))
     }
 
-    /// Creates conversation `agent_id` from an export (JSON Lines). Its messages keep their
-    /// order and content (`seq`s are assigned anew from 1); its agent starts fresh, and a
-    /// stored `status` `imported` says so.
+    /// Creates conversation `agent_id` from an export (JSON Lines) arriving as `body`, at
+    /// most `max_bytes` long. Its messages keep their order and content (`seq`s are assigned
+    /// anew from 1); its agent starts fresh, and a stored `status` `imported` says so.
+    ///
+    /// Lines are parsed as they arrive and stored in chunks of at most
+    /// [`IMPORT_CHUNK_ROWS`] messages, so neither the body nor the transcript is held in
+    /// memory and other conversations' writes go on between chunks. The conversation is
+    /// invisible until the last chunk is stored, and removed on any failure (a bad line, a
+    /// body that breaks off or stalls, a full store, the client going away).
     ///
     /// # Errors
-    /// `invalid_request` (a malformed line), `agent_exists` or `store_unavailable`.
-    pub async fn import(
+    /// `limit_exceeded` (the principal's imports and exports), `invalid_request` (a malformed
+    /// line, an unreadable or too large body), `agent_exists` or `store_unavailable`.
+    pub async fn import<S, E>(
         &self,
         principal: &str,
         agent_id: &str,
-        export: &str,
-    ) -> Result<SessionRecord, FrameError> {
-        let messages = import_messages(export)?;
-        let new = self.new_session(principal, agent_id, uuid::Uuid::new_v4().to_string());
-        let (_slot, _guard) = self.lock_slot(&Self::key(principal, agent_id)).await;
-        self.shared
-            .store
-            .import_session(new, messages)
-            .await
-            .map_err(|e| store_error(e, agent_id))
+        body: S,
+        max_bytes: usize,
+    ) -> Result<SessionRecord, FrameError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let _transfer = self.acquire_transfer(principal, agent_id)?;
+        let store = &self.shared.store;
+        let body = std::pin::pin!(body);
+        let mut lines = Lines::new(body, max_bytes);
+        let mut chunk: Vec<NewMessage> = Vec::new();
+        let mut chunk_bytes = 0;
+        let mut count = 0;
+        let mut pending: Option<PendingImport> = None;
+        let outcome: Result<(), FrameError> = async {
+            loop {
+                let line = lines.next().await?;
+                let last = line.is_none();
+                if let Some((n, line)) = line {
+                    let text = std::str::from_utf8(&line)
+                        .map_err(|_| invalid(format!("line {n} is not UTF-8")))?;
+                    if text.trim().is_empty() {
+                        continue;
+                    }
+                    let message = import_line(n, text)?;
+                    if pending.is_none() {
+                        // The first good line takes the agent_id (invisibly).
+                        let new =
+                            self.new_session(principal, agent_id, uuid::Uuid::new_v4().to_string());
+                        let record = store
+                            .begin_import(new)
+                            .await
+                            .map_err(|e| store_error(e, agent_id))?;
+                        pending = Some(PendingImport {
+                            store: store.clone(),
+                            id: record.id,
+                            armed: true,
+                        });
+                    }
+                    chunk_bytes += message.payload.len();
+                    chunk.push(message);
+                    count += 1;
+                }
+                let Some(id) = pending.as_ref().map(|p| p.id) else {
+                    return Err(invalid("the body holds no message"));
+                };
+                if last {
+                    chunk.push(imported_status(count));
+                } else if chunk.len() < IMPORT_CHUNK_ROWS && chunk_bytes < IMPORT_CHUNK_BYTES {
+                    continue;
+                }
+                store
+                    .append(id, std::mem::take(&mut chunk))
+                    .await
+                    .map_err(|e| store_error(e, agent_id))?;
+                chunk_bytes = 0;
+                if last {
+                    return store
+                        .finish_import(id)
+                        .await
+                        .map_err(|e| store_error(e, agent_id));
+                }
+            }
+        }
+        .await;
+        match (outcome, pending) {
+            (Ok(()), Some(mut pending)) => {
+                pending.armed = false;
+                self.get(principal, agent_id).await
+            }
+            (Ok(()), None) => unreachable!("a finished import stored its conversation"),
+            (Err(err), pending) => {
+                if let Some(pending) = pending {
+                    pending.discard().await;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Takes one of the principal's places for imports and exports, or fails with
+    /// `limit_exceeded`.
+    fn acquire_transfer(&self, principal: &str, agent_id: &str) -> Result<QuotaPermit, FrameError> {
+        self.shared.transfers.try_acquire(principal).map_err(|exceeded| {
+            let max = match exceeded {
+                QuotaExceeded::Principal(max) | QuotaExceeded::Total(max) => max,
+            };
+            FrameError::new(
+                ErrorCode::LimitExceeded,
+                format!("at most {max} imports and exports at once per principal; try again when one is done"),
+            )
+            .for_agent(Some(agent_id))
+        })
     }
 
     /// The row of a new conversation of `principal` under `agent_id`, with this server's

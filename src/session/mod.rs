@@ -3,12 +3,15 @@
 //! REST) goes through it.
 //!
 //! Each key has a [`Slot`] that outlives the actor behind it: it holds the conversation's
-//! broadcast of frames (so subscribers stay attached across eviction and resume) and a mutex
+//! broadcast of frames (so subscribers stay attached across eviction and resume; its buffer
+//! holds only what a subscriber has not read yet) and a mutex
 //! that serializes starting, commanding and evicting the actor. That mutex is what makes
 //! creation single-flight and guarantees at most one live actor, and so one agent process,
-//! per conversation.
+//! per conversation. A slot exists only while it has an actor or a subscriber (or is being
+//! worked on): work refused by a limit leaves none behind.
 
 mod actor;
+pub mod events;
 mod history;
 pub mod replay;
 
@@ -20,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::{Mutex, OwnedMutexGuard, broadcast, mpsc, oneshot};
+use tokio::sync::{Mutex, OwnedMutexGuard, mpsc, oneshot};
 
 use crate::agent::Backend;
 use crate::config::Config;
@@ -79,7 +82,7 @@ struct SessionHandle {
 
 /// Everything in memory about one conversation key.
 struct Slot {
-    events: broadcast::Sender<Frame>,
+    events: events::Sender,
     state: Arc<Mutex<SlotState>>,
     /// Set (under `state`) when the slot is dropped from the map; holders must look again.
     removed: AtomicBool,
@@ -97,14 +100,14 @@ pub struct ChatAccepted {
     /// 0 when the turn runs now, else how many turns are ahead of it.
     pub queue_position: usize,
     /// The conversation's frames from before the user message on.
-    pub events: broadcast::Receiver<Frame>,
+    pub events: events::Receiver,
 }
 
 /// A user turn handed to its conversation and not yet known to be stored.
 pub struct PendingChat {
     agent_id: String,
     session: Arc<SessionRef>,
-    events: broadcast::Receiver<Frame>,
+    events: events::Receiver,
     reply: oneshot::Receiver<Result<(i64, usize), FrameError>>,
 }
 
@@ -133,7 +136,7 @@ pub struct Subscription {
     /// The conversation.
     pub session: Arc<SessionRef>,
     /// Live frames from now on.
-    pub events: broadcast::Receiver<Frame>,
+    pub events: events::Receiver,
 }
 
 /// What a conversation is doing, as [`Manager::activity`] tells it.
@@ -165,6 +168,8 @@ pub(crate) struct Shared {
     live: Quota,
     /// Set once the server shuts down: no conversation starts any more.
     closing: AtomicBool,
+    /// Imports and exports running per principal.
+    transfers: Quota,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -202,6 +207,11 @@ pub(crate) fn store_error(err: StoreError, agent_id: &str) -> FrameError {
             format!("a conversation with agent_id `{agent_id}` already exists"),
         )
         .for_agent(Some(agent_id)),
+        StoreError::Importing => FrameError::new(
+            ErrorCode::Busy,
+            format!("conversation `{agent_id}` is being imported; try again once it is done"),
+        )
+        .for_agent(Some(agent_id)),
         StoreError::Unavailable(e) => {
             tracing::warn!(error = %e, agent_id, "store unavailable");
             FrameError::new(
@@ -228,6 +238,7 @@ impl Manager {
                     config.session.max_live_per_principal,
                     config.session.max_live_total,
                 ),
+                transfers: Quota::new(config.session.max_transfers_per_principal, 0),
                 store,
                 backend,
                 config,
@@ -240,6 +251,7 @@ impl Manager {
     /// Drops dormant, unwatched slots from memory now and then, until `stop` fires.
     pub fn spawn_sweeper(&self, stop: tokio_util::sync::CancellationToken) {
         let slots = Arc::downgrade(&self.slots);
+        let metrics = self.shared.metrics.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SWEEP_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -249,7 +261,7 @@ impl Manager {
                     _ = tick.tick() => {}
                 }
                 let Some(slots) = slots.upgrade() else { return };
-                sweep(&slots);
+                sweep(&slots, &metrics);
             }
         });
     }
@@ -261,13 +273,16 @@ impl Manager {
     /// Locks the slot of `key`, creating it if needed.
     async fn lock_slot(&self, key: &Key) -> (Arc<Slot>, OwnedMutexGuard<SlotState>) {
         loop {
+            let mut created = false;
             let slot = self
                 .slots
                 .entry(key.clone())
                 .or_insert_with(|| {
+                    created = true;
                     Arc::new(Slot {
-                        events: broadcast::channel(self.shared.config.socket.session_buffer_frames)
-                            .0,
+                        events: events::Sender::new(
+                            self.shared.config.socket.session_buffer_frames,
+                        ),
                         state: Arc::new(Mutex::new(SlotState::Dormant)),
                         removed: AtomicBool::new(false),
                         session: std::sync::OnceLock::new(),
@@ -275,10 +290,33 @@ impl Manager {
                     })
                 })
                 .clone();
+            if created {
+                self.shared.metrics.slots(1);
+            }
             let guard = slot.state.clone().lock_owned().await;
             if !slot.removed.load(Ordering::Acquire) {
                 return (slot, guard);
             }
+        }
+    }
+
+    /// Drops the slot of `key` from memory, its state held locked by the caller.
+    fn remove_slot(&self, key: &Key, slot: &Arc<Slot>) {
+        slot.removed.store(true, Ordering::Release);
+        if self
+            .slots
+            .remove_if(key, |_, s| Arc::ptr_eq(s, slot))
+            .is_some()
+        {
+            self.shared.metrics.slots(-1);
+        }
+    }
+
+    /// Drops the slot of `key` if it has neither an actor nor a subscriber (after refused or
+    /// finished work), its state `guard` held locked by the caller.
+    fn release_if_unused(&self, key: &Key, slot: &Arc<Slot>, guard: &SlotState) {
+        if is_dormant(guard) && slot.events.receiver_count() == 0 {
+            self.remove_slot(key, slot);
         }
     }
 
@@ -308,11 +346,16 @@ impl Manager {
         let (slot, mut guard) = self.lock_slot(&key).await;
         let handle = match &*guard {
             SlotState::Live(h) if !h.tx.is_closed() => h.clone(),
-            _ => {
-                let h = self.start(principal, &chat, &slot).await?;
-                *guard = SlotState::Live(h.clone());
-                h
-            }
+            _ => match self.start(principal, &chat, &slot).await {
+                Ok(h) => {
+                    *guard = SlotState::Live(h.clone());
+                    h
+                }
+                Err(err) => {
+                    self.release_if_unused(&key, &slot, &guard);
+                    return Err(err);
+                }
+            },
         };
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
@@ -452,14 +495,17 @@ impl Manager {
         new.model = source.model.clone();
         new.permission_mode = source.permission_mode.clone();
         // Holding the new key's slot keeps a concurrent chat from creating it meanwhile.
-        let (_slot, _guard) = self.lock_slot(&Self::key(principal, new_agent_id)).await;
-        store
+        let key = Self::key(principal, new_agent_id);
+        let (slot, guard) = self.lock_slot(&key).await;
+        let forked = store
             .fork(source.id, at_seq, new)
             .await
             .map_err(|e| match e {
                 StoreError::AgentExists => store_error(e, new_agent_id),
                 e => store_error(e, agent_id),
-            })
+            });
+        self.release_if_unused(&key, &slot, &guard);
+        forked
     }
 
     /// Deletes a conversation: a running turn is abandoned and its agent stopped, every stored
@@ -492,11 +538,8 @@ impl Manager {
             "deleted",
             "the conversation was deleted",
         ));
-        slot.removed.store(true, Ordering::Release);
-        self.slots
-            .remove_if(&Self::key(principal, agent_id), |_, s| {
-                Arc::ptr_eq(s, &slot)
-            });
+        self.remove_slot(&Self::key(principal, agent_id), &slot);
+        drop(guard);
         Ok(())
     }
 
@@ -656,13 +699,21 @@ fn stopped(agent_id: &str) -> FrameError {
         .for_agent(Some(agent_id))
 }
 
+/// Whether a slot's conversation has no running actor.
+fn is_dormant(state: &SlotState) -> bool {
+    match state {
+        SlotState::Dormant => true,
+        SlotState::Live(h) => h.tx.is_closed(),
+    }
+}
+
 /// Drops slots that have no live actor and no subscriber.
-fn sweep(slots: &DashMap<Key, Arc<Slot>>) {
+fn sweep(slots: &DashMap<Key, Arc<Slot>>, metrics: &Metrics) {
     let mut idle = Vec::new();
     for entry in slots.iter() {
         let slot = entry.value();
         if let Ok(state) = slot.state.try_lock()
-            && matches!(*state, SlotState::Dormant)
+            && is_dormant(&state)
             && slot.events.receiver_count() == 0
         {
             slot.removed.store(true, Ordering::Release);
@@ -670,6 +721,11 @@ fn sweep(slots: &DashMap<Key, Arc<Slot>>) {
         }
     }
     for (key, slot) in idle {
-        slots.remove_if(&key, |_, s| Arc::ptr_eq(s, &slot));
+        if slots
+            .remove_if(&key, |_, s| Arc::ptr_eq(s, &slot))
+            .is_some()
+        {
+            metrics.slots(-1);
+        }
     }
 }

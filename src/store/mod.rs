@@ -24,6 +24,9 @@ pub enum StoreError {
     /// Another conversation of the principal already has that `agent_id`.
     #[error("agent_id is taken")]
     AgentExists,
+    /// An import is creating the conversation with that `agent_id` right now.
+    #[error("agent_id is being imported")]
+    Importing,
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -332,16 +335,24 @@ pub trait Store: Send + Sync + 'static {
         new: NewSession,
     ) -> Result<SessionRecord>;
 
-    /// Creates conversation `new` holding `messages` (an imported transcript) that its agent
-    /// does not remember.
+    /// Creates conversation `new` for an import, invisible (to lookups, lists and chats)
+    /// until [`Store::finish_import`]. Its messages are then stored with [`Store::append`], in
+    /// chunks that share the writer with everyone else's.
     ///
     /// # Errors
-    /// [`StoreError::AgentExists`] when the `agent_id` is taken.
-    async fn import_session(
-        &self,
-        new: NewSession,
-        messages: Vec<NewMessage>,
-    ) -> Result<SessionRecord>;
+    /// [`StoreError::AgentExists`] when the `agent_id` is taken (or being imported).
+    async fn begin_import(&self, new: NewSession) -> Result<SessionRecord>;
+
+    /// Makes an imported conversation visible, its stored messages ones its agent does not
+    /// remember.
+    async fn finish_import(&self, session: i64) -> Result<()>;
+
+    /// Deletes an unfinished import, a bounded number of rows per transaction so that other
+    /// writers go on meanwhile.
+    async fn discard_import(&self, session: i64) -> Result<()>;
+
+    /// Deletes every unfinished import (left by a crash); returns how many.
+    async fn discard_unfinished_imports(&self) -> Result<u64>;
 
     /// Closes the turns that were running when the server died (recorded by the messages'
     /// [`RunningTurn`] marks) with an error `result` each; returns how many. Prompts that

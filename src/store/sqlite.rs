@@ -26,6 +26,8 @@ use crate::metrics::Metrics;
 const ROWS_PER_INSERT: usize = 1024;
 /// Conversations per seq-assigning UPDATE (each binds 12 values).
 const SESSIONS_PER_UPDATE: usize = 1024;
+/// Rows an unfinished import loses per transaction while it is discarded.
+const DISCARD_ROWS: u32 = 2000;
 
 /// Settings of the SQLite store.
 #[derive(Debug, Clone)]
@@ -566,7 +568,7 @@ const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_
 impl Store for SqliteStore {
     async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>> {
         let sql = format!(
-            "select {SESSION_COLUMNS} from session_info where principal = ? and agent_id = ?"
+            "select {SESSION_COLUMNS} from session_info where principal = ? and agent_id = ? and pending = 0"
         );
         Ok(sqlx::query_as(&sql)
             .bind(principal)
@@ -594,9 +596,10 @@ impl Store for SqliteStore {
         .bind(&now)
         .execute(&self.pool)
         .await?;
+        // Not found: the key is taken by an import that is not finished.
         self.find_session(&new.principal, &new.agent_id)
             .await?
-            .ok_or(StoreError::UnknownSession)
+            .ok_or(StoreError::Importing)
     }
 
     async fn append(&self, session: i64, messages: Vec<NewMessage>) -> Result<i64> {
@@ -668,7 +671,7 @@ impl Store for SqliteStore {
         // Content matches are looked for in the text of user and assistant messages only (the
         // string values under `message.content`: a prompt, `text` blocks, tool results), never
         // in JSON keys or ids.
-        let filter = "principal = ?1 and (?2 is null
+        let filter = "principal = ?1 and pending = 0 and (?2 is null
             or instr(lower(coalesce(title, '')), lower(?2)) > 0
             or exists (select 1 from messages m,
                          json_tree(case when json_valid(m.payload) then m.payload else '{}' end,
@@ -754,39 +757,86 @@ impl Store for SqliteStore {
             .ok_or(StoreError::UnknownSession)
     }
 
-    async fn import_session(
-        &self,
-        new: NewSession,
-        messages: Vec<NewMessage>,
-    ) -> Result<SessionRecord> {
-        if self
-            .find_session(&new.principal, &new.agent_id)
+    async fn begin_import(&self, new: NewSession) -> Result<SessionRecord> {
+        let now = crate::protocol::now_rfc3339();
+        let created = sqlx::query(
+            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
+                created_at, last_active_at, pending)
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+             on conflict (principal, agent_id) do nothing",
+        )
+        .bind(&new.principal)
+        .bind(&new.agent_id)
+        .bind(&new.session_id)
+        .bind(&new.backend)
+        .bind(&new.cwd)
+        .bind(&new.model)
+        .bind(&new.permission_mode)
+        .bind(&now)
+        .bind(&now)
+        .execute(&self.pool)
+        .await?;
+        if created.rows_affected() == 0 {
+            return Err(StoreError::AgentExists);
+        }
+        let sql = format!("select {SESSION_COLUMNS} from session_info where id = ?");
+        Ok(sqlx::query_as(&sql)
+            .bind(created.last_insert_rowid())
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn finish_import(&self, session: i64) -> Result<()> {
+        let done = sqlx::query(
+            "update session_info set pending = 0, memory_from_seq = last_seq where id = ? and pending = 1",
+        )
+        .bind(session)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::UnknownSession);
+        }
+        Ok(())
+    }
+
+    async fn discard_import(&self, session: i64) -> Result<()> {
+        loop {
+            let gone = sqlx::query(
+                "delete from messages where session_pk = ?1 and seq in
+                   (select seq from messages where session_pk = ?1 order by seq limit ?2)",
+            )
+            .bind(session)
+            .bind(DISCARD_ROWS)
+            .execute(&self.pool)
             .await?
-            .is_some()
-        {
-            return Err(StoreError::AgentExists);
+            .rows_affected();
+            if gone == 0 {
+                break;
+            }
         }
-        let record = self.create_session(new.clone()).await?;
-        if record.session_id != new.session_id {
-            return Err(StoreError::AgentExists);
-        }
-        if !messages.is_empty() {
-            self.append(record.id, messages).await?;
-        }
-        sqlx::query("update session_info set memory_from_seq = last_seq where id = ?")
-            .bind(record.id)
+        sqlx::query("delete from session_info where id = ? and pending = 1")
+            .bind(session)
             .execute(&self.pool)
             .await?;
-        self.find_session(&new.principal, &new.agent_id)
-            .await?
-            .ok_or(StoreError::UnknownSession)
+        Ok(())
+    }
+
+    async fn discard_unfinished_imports(&self) -> Result<u64> {
+        let pending: Vec<i64> = sqlx::query_scalar("select id from session_info where pending = 1")
+            .fetch_all(&self.pool)
+            .await?;
+        for &id in &pending {
+            self.discard_import(id).await?;
+        }
+        Ok(pending.len() as u64)
     }
 
     async fn close_unfinished_turns(&self) -> Result<u64> {
-        let running: Vec<(i64, String)> =
-            sqlx::query_as("select id, session_id from session_info where running_seq is not null")
-                .fetch_all(&self.pool)
-                .await?;
+        let running: Vec<(i64, String)> = sqlx::query_as(
+            "select id, session_id from session_info where running_seq is not null and pending = 0",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         for (id, session_id) in &running {
             let mut result = NewMessage::new(
                 "result",

@@ -2,6 +2,7 @@
 //! clients, a real SQLite file; and the fakes that stand in for the Claude CLI and its API.
 
 mod bench;
+mod bodies;
 mod claude;
 mod cli_chat;
 mod common;
@@ -11,11 +12,13 @@ mod fake_cli;
 mod faults;
 mod gateway;
 mod history;
+mod imports;
 mod inproc;
 mod layers;
 mod limits;
 mod metrics;
 mod real_cli;
+mod refused;
 mod rest;
 mod security;
 mod store;

@@ -9,7 +9,6 @@ mod sessions;
 
 pub(super) use sessions::last_event_id;
 
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use utoipa::OpenApi;
@@ -54,18 +53,19 @@ use crate::http::AppState;
 )]
 pub struct ApiDoc;
 
+/// The OpenAPI document, served to anyone.
+pub fn docs() -> Router<AppState> {
+    Router::new().route(
+        "/api/openapi.json",
+        get(|| async { Json(ApiDoc::openapi()) }),
+    )
+}
+
 /// The routes of the REST API.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route(
-            "/api/openapi.json",
-            get(|| async { Json(ApiDoc::openapi()) }),
-        )
         .route("/api/sessions", get(sessions::list))
-        .route(
-            "/api/sessions/import",
-            post(sessions::import).layer(DefaultBodyLimit::max(sessions::MAX_IMPORT_BYTES)),
-        )
+        .route("/api/sessions/import", post(sessions::import))
         .route(
             "/api/sessions/{agent_id}",
             get(sessions::get_one)

@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::{JsonRejection, QueryRejection, StringRejection};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -411,7 +411,8 @@ pub async fn export(
 
 /// Creates a conversation from an export (JSONL). Its messages keep their order and content
 /// (`seq`s are assigned anew from 1); its agent starts fresh, and a stored `status`
-/// `imported` says so.
+/// `imported` says so. The body is stored as it arrives; the conversation appears only once
+/// all of it is stored, and nothing is left of a failed import.
 #[utoipa::path(post, path = "/api/sessions/import", params(ImportParams),
     request_body(content = String, content_type = "application/x-ndjson", description = "An export: one `ExportLine` a line"),
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
@@ -419,12 +420,27 @@ pub async fn import(
     State(app): State<AppState>,
     Principal(principal): Principal,
     params: Result<Query<ImportParams>, QueryRejection>,
-    body: Result<String, StringRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
-    let body = body?;
     let Query(params) = params?;
     let id = agent_id(params.agent_id)?;
-    let record = app.manager.import(&principal, &id, &body).await?;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_IMPORT_BYTES as u64) {
+        return Err(ApiError::invalid(format!(
+            "an import is at most {} MiB",
+            MAX_IMPORT_BYTES >> 20
+        )));
+    }
+    // Read as it arrives: the body is never held whole.
+    let lines = body.into_data_stream();
+    let record = app
+        .manager
+        .import(&principal, &id, lines, MAX_IMPORT_BYTES)
+        .await?;
     Ok((StatusCode::CREATED, Json(summary(&app, &principal, record))))
 }
 

@@ -1,0 +1,236 @@
+//! Imports are streamed and stored in bounded chunks that never hold up other principals,
+//! are all-or-nothing (a bad line, a full store, a client that goes away, a crash), and are
+//! capped per principal together with exports.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::bodies::rest_as;
+use crate::common::*;
+use crate::refused::{export_of, import_head};
+use crate::security::{TOKENS, connect_as, server_with};
+
+/// How long a test waits for an import (or its failure) to finish.
+const IMPORT_WAIT: Duration = Duration::from_secs(180);
+
+/// Posts an import as `token`; `(status, body)`.
+async fn import(server: &TestServer, token: &str, agent_id: &str, body: String) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(server.url(&format!("/api/sessions/import?agent_id={agent_id}")))
+        .bearer_auth(token)
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .timeout(IMPORT_WAIT)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// The row id of `agent_id`'s conversation in the database file, visible or not.
+async fn row_of(db: &sqlx::SqlitePool, agent_id: &str) -> Option<i64> {
+    sqlx::query_scalar("select id from session_info where agent_id = ?")
+        .bind(agent_id)
+        .fetch_optional(db)
+        .await
+        .unwrap()
+}
+
+/// Messages stored under no conversation, or under `agent_id`'s.
+async fn rows_left(db: &sqlx::SqlitePool, agent_id: &str) -> (Option<i64>, i64) {
+    let orphans: i64 = sqlx::query_scalar(
+        "select count(*) from messages where session_pk not in (select id from session_info)
+           or session_pk in (select id from session_info where agent_id = ?)",
+    )
+    .bind(agent_id)
+    .fetch_one(db)
+    .await
+    .unwrap();
+    (row_of(db, agent_id).await, orphans)
+}
+
+/// While a big import is being stored, another principal's chat is acked: the ack arrives
+/// while the import has stored only part of its rows, and the import then completes.
+#[tokio::test]
+async fn a_big_import_does_not_hold_another_principals_ack() {
+    let (server, _cfg) = server_with(TOKENS).await;
+    let lines = 300_000;
+    let body = export_of(lines);
+    let server_url = server.url("/api/sessions/import?agent_id=big");
+    let upload = tokio::spawn(async move {
+        let resp = reqwest::Client::new()
+            .post(server_url)
+            .bearer_auth("tok-alice")
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .timeout(IMPORT_WAIT)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+    });
+    let db = server.db().await;
+    let deadline = tokio::time::Instant::now() + IMPORT_WAIT;
+    let id = loop {
+        if let Some(id) = row_of(&db, "big").await {
+            break id;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the import starts");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut bob = connect_as(&server.addr, "tok-bob").await;
+    let ack = chat_ack(&mut bob, "b", "hello").await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let stored: i64 = sqlx::query_scalar("select count(*) from messages where session_pk = ?")
+        .bind(id)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    eprintln!("bob's ack came with {stored} of {lines} imported rows stored");
+    assert!(
+        stored < lines as i64,
+        "bob's ack waited until the whole import ({stored} rows) was stored"
+    );
+    let (status, imported) = upload.await.unwrap();
+    assert_eq!(status, 201, "{imported}");
+    assert_eq!(imported["message_count"], lines + 1);
+    assert_eq!(imported["title"], "question 1");
+}
+
+/// An import that fails half-way — a bad line in the middle, or a store that fills up —
+/// answers a typed error and leaves no conversation and no message behind; the same
+/// `agent_id` imports fine afterwards.
+#[tokio::test]
+async fn a_failed_import_leaves_nothing_behind() {
+    let (server, _cfg) = server_with("[store]\nmax_page_count = 2000\n").await;
+    let db = server.db().await;
+
+    let mut body = export_of(5_000);
+    let cut = body.match_indices('\n').nth(2_999).unwrap().0 + 1;
+    body.insert_str(
+        cut,
+        "{\"seq\": 3001, \"message_type\": \"user\", \"payload\": 7}\n",
+    );
+    let (status, err) = import(&server, "none", "bad-line", body).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    assert!(
+        err["error"].as_str().unwrap().contains("line 3001"),
+        "{err}"
+    );
+    assert_eq!(rows_left(&db, "bad-line").await, (None, 0));
+
+    // 2,000 pages of 4 KiB hold far less than this.
+    let (status, err) = import(&server, "none", "too-big", export_of(200_000)).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "{err}"
+    );
+    let rest = reqwest::get(server.url("/api/sessions/too-big"))
+        .await
+        .unwrap();
+    assert_eq!(rest.status(), 404);
+    assert_eq!(rows_left(&db, "too-big").await, (None, 0));
+
+    for agent_id in ["bad-line", "too-big"] {
+        let (status, imported) = import(&server, "none", agent_id, export_of(10)).await;
+        assert_eq!(status, 201, "{imported}");
+        assert_eq!(imported["message_count"], 11);
+    }
+}
+
+/// An import under way when the server is killed leaves nothing behind after the restart.
+#[tokio::test]
+async fn an_import_cut_by_a_crash_is_gone_after_restart() {
+    let mut server = TestServer::start().await;
+    let url = server.url("/api/sessions/import?agent_id=cut");
+    let body = export_of(300_000);
+    let upload = tokio::spawn(async move {
+        let _ = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await;
+    });
+    let db = server.db().await;
+    let deadline = tokio::time::Instant::now() + IMPORT_WAIT;
+    while row_of(&db, "cut").await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the import starts");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.kill9().await;
+    let _ = upload.await;
+    db.close().await;
+    let server = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    let rest = reqwest::get(server.url("/api/sessions/cut")).await.unwrap();
+    assert_eq!(rest.status(), 404);
+    let db = server.db().await;
+    assert_eq!(rows_left(&db, "cut").await, (None, 0));
+}
+
+/// Imports and exports are capped per principal (`session.max_transfers_per_principal`):
+/// beyond, 429 `limit_exceeded` at once; another principal is unaffected; an import whose
+/// client goes away leaves nothing behind and gives its place back.
+#[tokio::test]
+async fn concurrent_transfers_are_capped_per_principal() {
+    let (server, _cfg) = server_with(&format!(
+        "{TOKENS}\n[session]\nmax_transfers_per_principal = 2\n"
+    ))
+    .await;
+    let first = export_of(1);
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut s = TcpStream::connect(&server.addr).await.unwrap();
+        let head = import_head(&server.addr, &format!("held-{i}"), "tok-alice", 1 << 20);
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(first.as_bytes()).await.unwrap();
+        held.push(s);
+    }
+    // The held imports have been admitted once their conversations exist (invisibly).
+    let db = server.db().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while row_of(&db, "held-0").await.is_none() || row_of(&db, "held-1").await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the imports start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, err) = import(&server, "tok-alice", "third", export_of(10)).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (429, Some("limit_exceeded"))
+    );
+    let (status, _) = rest_as(&server, "tok-alice", "GET", "/api/sessions/none/export").await;
+    assert_eq!(status, 429);
+    let (status, _) = import(&server, "tok-bob", "bobs", export_of(10)).await;
+    assert_eq!(status, 201);
+    // An invisible import is not listed, fetched or exported.
+    let (status, list) = rest_as(&server, "tok-alice", "GET", "/api/sessions").await;
+    assert_eq!((status, list["total"].as_i64()), (200, Some(0)));
+    drop(held);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, _) = import(&server, "tok-alice", "third", export_of(10)).await;
+        if status == 201 {
+            break;
+        }
+        assert_eq!(status, 429);
+        assert!(tokio::time::Instant::now() < deadline, "the places free up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while row_of(&db, "held-0").await.is_some() || row_of(&db, "held-1").await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "abandoned imports are removed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
