@@ -254,12 +254,33 @@ async fn delete_of_a_live_session_mid_turn() {
     assert_eq!(list["total"], 2);
 }
 
-/// A new model in `chat.options` applies from that turn on (the demo reports its model in the
-/// init and assistant messages), is stored, and survives a restart.
+/// The permission mode the demo reports in a turn's `init`.
+fn permission_mode_of(frames: &[Value]) -> String {
+    let init = frames
+        .iter()
+        .find(|f| f["message_type"] == "system")
+        .expect("an init");
+    init["message"]["permissionMode"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A new model or permission mode in `chat.options` applies from that turn on (the demo
+/// reports its model in the init and assistant messages, its permission mode in the init), is
+/// stored, and survives a restart; a conversation created with a permission mode reports it
+/// from its first turn.
 #[tokio::test]
 async fn options_change_between_turns() {
     let mut server = TestServer::start().await;
     let mut c = server.client().await;
+    c.send(
+        json!({"type": "chat", "agent_id": "opt-new", "content": "hi",
+        "options": {"permission_mode": "acceptEdits"}}),
+    )
+    .await;
+    let created = c.until_result("opt-new").await;
+    assert_eq!(permission_mode_of(&created), "acceptEdits");
     let model_of = |frames: &[Value]| {
         let init = frames
             .iter()
@@ -279,11 +300,13 @@ async fn options_change_between_turns() {
     };
     let t1 = turn(&mut c, "opt", "one").await;
     assert_eq!(model_of(&t1), ("demo".into(), "demo".into()));
+    assert_eq!(permission_mode_of(&t1), "default");
     c.send(json!({"type": "chat", "agent_id": "opt", "content": "two",
         "options": {"model": "model-b", "permission_mode": "plan"}}))
         .await;
     let t2 = c.until_result("opt").await;
     assert_eq!(model_of(&t2), ("model-b".into(), "model-b".into()));
+    assert_eq!(permission_mode_of(&t2), "plan");
     assert_eq!(
         reply_text(&t2),
         "Echo: two (turn 2)",
@@ -298,6 +321,7 @@ async fn options_change_between_turns() {
     let mut c = restarted.client().await;
     let t3 = turn(&mut c, "opt", "three").await;
     assert_eq!(model_of(&t3).0, "model-b");
+    assert_eq!(permission_mode_of(&t3), "plan");
     assert_eq!(reply_text(&t3), "Echo: three (turn 3)");
 }
 
