@@ -465,7 +465,13 @@ impl Manager {
             .fork(source.id, at_seq, new)
             .await
             .map_err(|e| match e {
-                StoreError::AgentExists => store_error(e, new_agent_id),
+                // The error is about the frame's own conversation; the message names the
+                // taken one.
+                StoreError::AgentExists => FrameError::new(
+                    ErrorCode::AgentExists,
+                    format!("a conversation with agent_id `{new_agent_id}` already exists"),
+                )
+                .for_agent(Some(agent_id)),
                 e => store_error(e, agent_id),
             })
     }

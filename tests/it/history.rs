@@ -193,6 +193,14 @@ async fn fork_is_isolated_both_ways() {
         .post("/api/sessions/orig/fork", json!({"new_agent_id": "branch"}))
         .await;
     assert_eq!((status, err["code"].as_str()), (409, Some("agent_exists")));
+    // Over the socket, the error echoes the frame's own `agent_id` and names the taken one.
+    c.send(json!({"type": "fork", "agent_id": "orig", "new_agent_id": "branch"}))
+        .await;
+    let got = c.recv_until(|f| f["message_type"] == "error").await;
+    let err = got.last().unwrap();
+    assert_eq!(err["code"], "agent_exists");
+    assert_eq!(err["agent_id"], "orig");
+    assert!(err["error"].as_str().unwrap().contains("`branch`"), "{err}");
     c.send(json!({"type": "fork", "agent_id": "orig", "new_agent_id": "b3", "at_seq": 1}))
         .await;
     let got = c.recv_until(|f| f["message_type"] == "error").await;
