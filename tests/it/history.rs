@@ -222,13 +222,28 @@ async fn delete_of_a_live_session_mid_turn() {
     )
     .await;
     let first = c.recv_until(|f| f["message_type"] == "stream_event").await;
-    let old_session = first[0]["session_id"].clone();
+    let old_session = first.last().unwrap()["session_id"].clone();
+    let workspaces = server.data_dir.join("workspaces");
+    let workspace = workspaces.join(old_session.as_str().unwrap());
+    assert!(workspace.is_dir(), "the agent runs in its workspace");
+    std::fs::write(workspace.join("notes.txt"), "made by the agent").unwrap();
 
     assert_eq!(rest.delete("/api/sessions/doomed").await, 204);
     let got = c.recv_until(|f| f["status"] == "deleted").await;
     assert!(
         got.iter().all(|f| f["message_type"] != "result"),
         "the turn was abandoned, not finished"
+    );
+    assert!(
+        !workspace.exists(),
+        "the workspace went with the conversation"
+    );
+    let (_, keep) = rest.get("/api/sessions/keep").await;
+    assert!(
+        workspaces
+            .join(keep["session_id"].as_str().unwrap())
+            .is_dir(),
+        "another conversation's workspace stays"
     );
 
     let (status, err) = rest.get("/api/sessions/doomed").await;
@@ -272,6 +287,44 @@ fn permission_mode_of(frames: &[Value]) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
+}
+
+/// Deleting removes only a workspace directory the server made under
+/// `<data-dir>/workspaces/`: a workspace replaced by a symbolic link to elsewhere, or a
+/// working directory outside the workspaces, is left alone with everything in it.
+#[tokio::test]
+async fn delete_never_removes_anything_outside_the_workspaces() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let outside = tempfile::tempdir().unwrap();
+    let precious = outside.path().join("precious.txt");
+    std::fs::write(&precious, "not the server's").unwrap();
+
+    let linked = turn(&mut c, "linked", "one").await;
+    let workspace = server
+        .data_dir
+        .join("workspaces")
+        .join(linked[0]["session_id"].as_str().unwrap());
+    std::fs::remove_dir_all(&workspace).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &workspace).unwrap();
+    assert_eq!(rest.delete("/api/sessions/linked").await, 204);
+    assert!(precious.is_file(), "the link was not followed");
+
+    turn(&mut c, "elsewhere", "two").await;
+    let db = server.db().await;
+    sqlx::query("update session_info set cwd = ? where agent_id = 'elsewhere'")
+        .bind(outside.path().to_str().unwrap())
+        .execute(&db)
+        .await
+        .unwrap();
+    assert_eq!(rest.delete("/api/sessions/elsewhere").await, 204);
+    assert!(
+        precious.is_file(),
+        "a directory outside the workspaces stays"
+    );
+    let (status, _) = rest.get("/api/sessions/elsewhere").await;
+    assert_eq!(status, 404);
 }
 
 /// A new model or permission mode in `chat.options` applies from that turn on (the demo
