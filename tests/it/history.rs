@@ -110,6 +110,93 @@ async fn rewind_drops_later_turns_and_the_agent_forgets_them() {
     assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
 }
 
+/// Runs turn 1 of `agent_id` with turns 2 and 3 sent while it runs. The gate is the test's:
+/// turn 1 is long enough not to end by itself while the test waits, and the test ends it with
+/// an `interrupt` once both other chats are acked as queued. Returns the `seq`s of turn 1's
+/// `result` and of the two queued prompts, which are stored among turn 1's frames.
+async fn run_with_two_queued(c: &mut Client, agent_id: &str) -> (i64, i64, i64) {
+    let long = vec!["word"; 200].join(" ");
+    c.chat(agent_id, &format!("one {long}")).await;
+    c.recv_until(|f| f["message_type"] == "stream_event").await;
+    let two = chat_ack(c, agent_id, "two").await;
+    let three = chat_ack(c, agent_id, "three").await;
+    assert_eq!(
+        (&two["queue_position"], &three["queue_position"]),
+        (&json!(1), &json!(2)),
+        "both were queued behind turn 1"
+    );
+    c.send(json!({"type": "interrupt", "agent_id": agent_id}))
+        .await;
+    let t1 = c.until_result(agent_id).await;
+    let r1 = result_seq(&t1);
+    let t2 = c.until_result(agent_id).await;
+    assert_eq!(reply_text(&t2), "Echo: two (turn 2)");
+    let t3 = c.until_result(agent_id).await;
+    assert_eq!(reply_text(&t3), "Echo: three (turn 3)");
+    let (p2, p3) = (two["seq"].as_i64().unwrap(), three["seq"].as_i64().unwrap());
+    assert!(
+        p2 < r1 && p3 < r1,
+        "the queued prompts are stored before turn 1's result"
+    );
+    (r1, p2, p3)
+}
+
+/// What the REST API says of a conversation: its turn count, its stored prompts, and whether
+/// `message_count` agrees with the stored messages it lists.
+async fn stored_turns(rest: &Rest, agent_id: &str) -> (i64, Vec<String>) {
+    let (_, record) = rest.get(&format!("/api/sessions/{agent_id}")).await;
+    let (_, page) = rest
+        .get(&format!("/api/sessions/{agent_id}/messages?limit=1000"))
+        .await;
+    let messages = page["messages"].as_array().unwrap();
+    assert_eq!(record["message_count"], messages.len(), "{record}");
+    (record["turn_count"].as_i64().unwrap(), prompts(messages))
+}
+
+/// Rewinding to, or forking at, the end of turn 1 keeps exactly turn 1, even when turns 2 and
+/// 3 were queued while it ran (their prompts are stored before its `result`): their prompts
+/// go with the rest of those turns, the turn count is 1, and the demo agent, which counts the
+/// turns it remembers from the store, answers the next chat as turn 2.
+#[tokio::test]
+async fn rewind_and_fork_keep_no_prompt_of_a_later_turn() {
+    let server = TestServer::start_with(&["--demo-delay-ms", "100"]).await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let (r1, p2, p3) = run_with_two_queued(&mut c, "q").await;
+    let first = format!("one {}", vec!["word"; 200].join(" "));
+
+    c.send(json!({"type": "fork", "agent_id": "q", "new_agent_id": "q-fork", "at_seq": r1}))
+        .await;
+    c.recv_until(|f| f["status"] == "forked").await;
+    assert_eq!(
+        stored_turns(&rest, "q-fork").await,
+        (1, vec![first.clone()])
+    );
+    let t = turn(&mut c, "q-fork", "four").await;
+    assert_eq!(reply_text(&t), "Echo: four (turn 2)");
+
+    assert_eq!(
+        stored_turns(&rest, "q").await.0,
+        3,
+        "the original is untouched"
+    );
+    c.send(json!({"type": "rewind", "agent_id": "q", "to_seq": r1}))
+        .await;
+    let got = c.recv_until(|f| f["status"] == "rewound").await;
+    let rewound = got.last().unwrap();
+    assert_eq!(rewound["dropped_after_seq"], r1);
+    assert_eq!(rewound["dropped_seqs"], json!([p2, p3]));
+    assert_eq!(stored_turns(&rest, "q").await, (1, vec![first.clone()]));
+    let t = turn(&mut c, "q", "four").await;
+    assert_eq!(reply_text(&t), "Echo: four (turn 2)");
+    let all = history(&server, "q", |f| {
+        f["message_type"] == "result" && f["seq"].as_i64() > Some(r1)
+    })
+    .await;
+    assert_eq!(prompts(&all), vec![first, "four".to_owned()]);
+    assert!(seqs(&all).iter().all(|s| *s != p2 && *s != p3));
+}
+
 /// A rewind while a turn runs is refused with `busy`; nothing is dropped.
 #[tokio::test]
 async fn rewind_during_a_turn_is_refused() {
