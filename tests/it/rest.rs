@@ -282,6 +282,104 @@ async fn openapi_document_describes_the_api() {
     assert!(codes.contains(&json!("invalid_seq")));
 }
 
+/// `(method, path)` of every route under `/api/` that the router is built with, read from the
+/// source of `src/http/` (`.route("/api/…", get(…).post(…))`), but the document itself.
+fn api_routes_in_source() -> std::collections::BTreeSet<(String, String)> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let code = std::fs::read_to_string(&path).unwrap();
+            for (start, _) in code.match_indices(".route(") {
+                // The call's text, up to its closing parenthesis.
+                let rest = &code[start + ".route(".len()..];
+                let mut depth = 1;
+                let end = rest
+                    .char_indices()
+                    .find(|&(_, c)| {
+                        depth += match c {
+                            '(' => 1,
+                            ')' => -1,
+                            _ => 0,
+                        };
+                        depth == 0
+                    })
+                    .map(|(i, _)| i)
+                    .unwrap();
+                let call = &rest[..end];
+                let route = call.split('"').nth(1).unwrap().to_owned();
+                if !route.starts_with("/api/") || route == "/api/openapi.json" {
+                    continue;
+                }
+                for method in ["get", "post", "put", "patch", "delete"] {
+                    let called = call.match_indices(&format!("{method}(")).any(|(i, _)| {
+                        !call[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                    });
+                    if called {
+                        found.insert((method.to_owned(), route.clone()));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Every route under `/api/` that the router serves is in the OpenAPI document with its
+/// method, and every operation the document lists is served (answered by its handler, not
+/// with the router's bare 404 or 405).
+#[tokio::test]
+async fn openapi_lists_every_api_route_the_router_serves() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let (_, doc) = rest.get("/api/openapi.json").await;
+    let mut documented = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.insert((method.clone(), path.clone()));
+        }
+    }
+    let served = api_routes_in_source();
+    assert!(served.len() > 10, "found the routes: {served:?}");
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "served, not in the OpenAPI: {undocumented:?}"
+    );
+    for (method, path) in &documented {
+        let url = server.url(&path.replace("{agent_id}", "probe"));
+        let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let resp = rest
+            .http
+            .request(method.clone(), url)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        // Only a 404 is read: a served event stream never ends.
+        let body: Value = match status {
+            404 => serde_json::from_str(&resp.text().await.unwrap()).unwrap_or_default(),
+            _ => Value::Null,
+        };
+        assert!(
+            status != 405 && (status != 404 || body["code"] == "unknown_agent"),
+            "{method} {path} is documented but not served: {status} {body}"
+        );
+    }
+    let ticket = &doc["paths"]["/api/ws-ticket"]["post"]["responses"]["200"];
+    assert!(ticket.is_object(), "{ticket}");
+    let fields = doc["components"]["schemas"]["Ticket"]["properties"]
+        .as_object()
+        .unwrap();
+    assert!(fields.contains_key("ticket") && fields.contains_key("expires_in"));
+}
+
 /// Reads Server-Sent Events from a response until `stop` holds for an event's data.
 async fn sse_until(
     resp: &mut reqwest::Response,
