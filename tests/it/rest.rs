@@ -503,6 +503,109 @@ async fn rest_chat_and_events_resume_from_last_event_id() {
     assert_eq!(bad.status(), 400);
 }
 
+/// The names of the fields of each event in an SSE text (`data`, `id`, ...), and the JSON keys
+/// of each event's data at its top level, in order; `…` stands for elided text.
+fn sse_shape(text: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    text.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let mut fields = Vec::new();
+            let mut keys = Vec::new();
+            for line in block.lines() {
+                let (field, value) = line.split_once(": ").unwrap();
+                fields.push(field.to_owned());
+                if field == "data" {
+                    // Top-level keys: a `"name":` at nesting depth 1.
+                    let mut depth = 0;
+                    let mut in_string = false;
+                    let mut current = String::new();
+                    let mut chars = value.chars().peekable();
+                    while let Some(c) = chars.next() {
+                        match c {
+                            '\\' if in_string => {
+                                chars.next();
+                            }
+                            '"' if in_string => {
+                                in_string = false;
+                                if depth == 1 && chars.peek() == Some(&':') {
+                                    keys.push(std::mem::take(&mut current));
+                                }
+                            }
+                            '"' => {
+                                in_string = true;
+                                current.clear();
+                            }
+                            _ if in_string => current.push(c),
+                            '{' | '[' => depth += 1,
+                            '}' | ']' => depth -= 1,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            (fields, keys)
+        })
+        .collect()
+}
+
+/// The Server-Sent Events example of `docs/api.md` has the shape of a real stream: the same
+/// fields in the same order per event, and the same JSON keys in the same order.
+#[tokio::test]
+async fn the_sse_example_in_the_docs_matches_a_real_stream() {
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"),
+    )
+    .unwrap();
+    let section = docs
+        .split("### `GET /api/sessions/{agent_id}/events`")
+        .nth(1)
+        .unwrap();
+    let example = section
+        .split("```\n")
+        .nth(1)
+        .expect("the section has an example");
+    let documented = sse_shape(example);
+    assert_eq!(documented.len(), 2, "{example}");
+
+    let server = TestServer::start_with(&["--demo-delay-ms", "20"]).await;
+    let rest = Rest::new(&server);
+    let (status, _) = rest
+        .post(
+            "/api/sessions/sse-doc/messages",
+            json!({"content": "hello there"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let mut resp = rest
+        .http
+        .get(server.url("/api/sessions/sse-doc/events"))
+        .send()
+        .await
+        .unwrap();
+    let mut text = String::new();
+    while !text.contains("\"stream_event\"") || !text.ends_with("\n\n") {
+        let chunk = tokio::time::timeout(WAIT, resp.chunk())
+            .await
+            .expect("an event in time")
+            .unwrap()
+            .expect("stream open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let event = |message_type: &str| {
+        let block = text
+            .split("\n\n")
+            .find(|b| b.contains(&format!("{{\"message_type\":\"{message_type}\"")))
+            .unwrap_or_else(|| panic!("no {message_type} event in:\n{text}"));
+        sse_shape(block).remove(0)
+    };
+    assert_eq!(documented[0], event("user"), "stored event:\n{text}");
+    assert_eq!(
+        documented[1],
+        event("stream_event"),
+        "stream event:\n{text}"
+    );
+}
+
 /// (message_type, payload) of every line of an export.
 fn content_of(export: &str) -> Vec<(String, Value)> {
     export
