@@ -371,7 +371,8 @@ pub async fn rename(
     Ok(Json(summary(&app, &principal, record)))
 }
 
-/// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message.
+/// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message and
+/// its workspace directory.
 #[utoipa::path(delete, path = "/api/sessions/{agent_id}",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
