@@ -60,14 +60,22 @@ impl Server {
     /// turns a crash left open) and sets up the backend.
     ///
     /// # Errors
-    /// When authentication is off on a non-loopback bind, a JWT key is unreadable, the data
-    /// directory or database can't be opened, or the backend can't be set up.
+    /// When authentication is off on a non-loopback bind, a JWT key is unreadable, the Claude
+    /// CLI is not an executable file, the data directory or database can't be opened, or the
+    /// backend can't be set up.
     pub async fn new(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(
             &config.auth,
             &config.server,
             config.bind,
         )?);
+        // A CLI that can't run would fail every turn: refuse to start instead.
+        let claude_bin = match (config.backend_kind(), &config.claude.bin) {
+            (BackendKind::Claude, Some(bin)) => {
+                Some(agent::claude::check_bin(bin).map_err(anyhow::Error::msg)?)
+            }
+            _ => None,
+        };
         // Conversations and workspaces are the server's user's alone: directories it creates
         // are 0700 (the database file itself is made 0600 by the store).
         for dir in [config.data_dir.clone(), config.workspaces_dir()] {
@@ -105,7 +113,7 @@ impl Server {
                 word_delay: Duration::from_millis(config.demo.delay_ms),
             }),
             BackendKind::Claude => {
-                let bin = config.claude.bin.clone().ok_or_else(|| {
+                let bin = claude_bin.ok_or_else(|| {
                     anyhow::anyhow!("the claude backend needs the CLI's path: --claude-bin or AGENTMUX_CLAUDE_BIN")
                 })?;
                 let settings = agent::claude::ClaudeSettings {

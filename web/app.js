@@ -862,11 +862,11 @@ class View {
     }
   }
 
-  /** @param {import('./protocol').StatusFrame & {seq?: number, dropped_after_seq?: number}} frame */
+  /** @param {import('./protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[]}} frame */
   onStatus(frame) {
     const { status, detail } = frame;
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
-      this.rewind(frame.dropped_after_seq);
+      this.rewind(frame.dropped_after_seq, frame.dropped_seqs ?? []);
       this.append(el('div', 'msg notice', 'Rewound to an earlier turn'), frame);
       scheduleSessionsRefresh();
     }
@@ -885,13 +885,19 @@ class View {
   }
 
   /**
-   * Removes what a rewind dropped: every message after the stored frame `after`.
+   * Removes what a rewind dropped: every message after the stored frame `after`, and the
+   * earlier frames `dropped` (prompts of later turns that were queued before it).
    * @param {number} after
+   * @param {number[]} dropped
    */
-  rewind(after) {
+  rewind(after, dropped) {
     const nodes = [...this.root.children];
     const cut = nodes.findIndex((n) => Number(/** @type {HTMLElement} */ (n).dataset.seq) > after);
     if (cut >= 0) for (const n of nodes.slice(cut)) n.remove();
+    const gone = new Set(dropped);
+    for (const n of nodes.slice(0, cut >= 0 ? cut : nodes.length)) {
+      if (gone.has(Number(/** @type {HTMLElement} */ (n).dataset.seq))) n.remove();
+    }
     this.open = this.open.filter((msg) => msg.isConnected);
     this.endStream();
   }

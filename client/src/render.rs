@@ -9,7 +9,8 @@ use crate::rest::Summary;
 
 /// The help `/help` prints.
 pub const HELP: &str = "\
-Type a message to send it. Ctrl-C interrupts a running turn; a second Ctrl-C quits.
+Type a message to send it. Ctrl-C interrupts a running turn (again: quits); with no turn
+running, Ctrl-C quits.
   /resume           pick a recent session from a numbered list (Enter cancels)
   /resume <id>      resume by agent_id, session_id or a unique prefix of either
   /resume --last    resume the session with the most recent activity

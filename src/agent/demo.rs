@@ -18,6 +18,8 @@ use super::{
 
 /// Model the demo reports when none was chosen.
 const DEFAULT_MODEL: &str = "demo";
+/// Permission mode the demo reports when none was chosen.
+const DEFAULT_PERMISSION_MODE: &str = "default";
 /// Cost the demo reports per turn, in US dollars.
 const COST_PER_TURN_USD: f64 = 0.0001;
 
@@ -49,6 +51,9 @@ impl Backend for DemoBackend {
         let agent = DemoAgent {
             session_id,
             model: spec.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
+            permission_mode: spec
+                .permission_mode
+                .unwrap_or_else(|| DEFAULT_PERMISSION_MODE.into()),
             turns: spec.prior_prompts,
             cumulative_cost: 0.0,
             word_delay: self.word_delay,
@@ -65,6 +70,8 @@ impl Backend for DemoBackend {
 struct DemoAgent {
     session_id: String,
     model: String,
+    /// Reported in each turn's `init`; the demo never asks for permissions in any mode.
+    permission_mode: String,
     turns: i64,
     cumulative_cost: f64,
     word_delay: Duration,
@@ -94,8 +101,13 @@ impl DemoAgent {
                 AgentInput::Prompt(p) => p,
                 // Nothing to stop, and the demo never asks for permissions.
                 AgentInput::Interrupt | AgentInput::Permission { .. } => continue,
-                AgentInput::SetOptions { model, .. } => {
+                AgentInput::SetOptions {
+                    model,
+                    permission_mode,
+                } => {
                     self.model = model.unwrap_or_else(|| DEFAULT_MODEL.into());
+                    self.permission_mode =
+                        permission_mode.unwrap_or_else(|| DEFAULT_PERMISSION_MODE.into());
                     continue;
                 }
             };
@@ -150,7 +162,7 @@ impl DemoAgent {
         let msg_id = format!("msg_demo_{}", uuid::Uuid::new_v4().simple());
         self.emit(json!({
             "type": "system", "subtype": "init", "session_id": sid, "uuid": uuid::Uuid::new_v4(),
-            "model": self.model, "tools": [], "permissionMode": "default", "apiKeySource": "none",
+            "model": self.model, "tools": [], "permissionMode": self.permission_mode, "apiKeySource": "none",
             "claude_code_version": "demo",
         }))
         .await;

@@ -67,7 +67,7 @@ struct TicketClaims {
 }
 
 /// A ticket for one WebSocket upgrade.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Ticket {
     /// The ticket itself.
     pub ticket: String,
@@ -474,6 +474,9 @@ impl FromRequestParts<AppState> for Principal {
 
 /// `POST /api/ws-ticket`: a short-lived, single-use ticket for one WebSocket upgrade, for
 /// clients (browsers) that can't set headers on it.
+#[utoipa::path(post, path = "/api/ws-ticket",
+    description = "A single-use ticket that opens one WebSocket for the caller: `GET /ws?ticket=<ticket>`, or the subprotocol `agentmux.ticket.<ticket>`, within `expires_in` seconds. Send the bearer credential here.",
+    responses((status = 200, body = Ticket), (status = 401, body = crate::http::ErrorBody)))]
 pub async fn ws_ticket(State(app): State<AppState>, principal: Principal) -> Json<Ticket> {
     Json(app.auth.issue_ticket(&principal))
 }

@@ -926,26 +926,35 @@ pub(super) async fn rewind_store(
     to_seq: i64,
 ) -> Result<(Frame, NextLaunch), FrameError> {
     let agent_id = session.agent_id.as_str();
-    let payload = serde_json::json!({
-        "status": "rewound",
-        "detail": format!("messages after seq {to_seq} were dropped; the agent no longer remembers them"),
-        "dropped_after_seq": to_seq,
-    })
-    .to_string();
-    let status = NewMessage::new("status", payload.clone());
-    let created_at = status.created_at.clone();
+    let status = Box::new(move |dropped_seqs: &[i64]| {
+        let detail = match dropped_seqs {
+            [] => format!(
+                "messages after seq {to_seq} were dropped; the agent no longer remembers them"
+            ),
+            _ => format!(
+                "messages after seq {to_seq}, and the prompts of later turns queued before it, were dropped; the agent no longer remembers them"
+            ),
+        };
+        let payload = serde_json::json!({
+            "status": "rewound",
+            "detail": detail,
+            "dropped_after_seq": to_seq,
+            "dropped_seqs": dropped_seqs,
+        });
+        NewMessage::new("status", payload.to_string())
+    });
     let rewound = shared
         .store
         .rewind(session.id, to_seq, status)
         .await
         .map_err(|e| super::store_error(e, agent_id))?;
-    tracing::info!(agent_id, to_seq, dropped = rewound.dropped, launch = ?rewound.next_launch, "rewound");
+    tracing::info!(agent_id, to_seq, dropped = rewound.dropped, dropped_prompts = ?rewound.dropped_prompts, launch = ?rewound.next_launch, "rewound");
     let frame = protocol::session_frame(
         session.tag(),
         "status",
         Some(rewound.status_seq),
-        &created_at,
-        &payload,
+        &rewound.status.created_at,
+        &rewound.status.payload,
         None,
     );
     Ok((frame, rewound.next_launch))

@@ -501,7 +501,13 @@ impl Manager {
             .fork(source.id, at_seq, new)
             .await
             .map_err(|e| match e {
-                StoreError::AgentExists => store_error(e, new_agent_id),
+                // The error is about the frame's own conversation; the message names the
+                // taken one.
+                StoreError::AgentExists => FrameError::new(
+                    ErrorCode::AgentExists,
+                    format!("a conversation with agent_id `{new_agent_id}` already exists"),
+                )
+                .for_agent(Some(agent_id)),
                 e => store_error(e, agent_id),
             });
         self.release_if_unused(&key, &slot, &guard);
@@ -517,6 +523,7 @@ impl Manager {
     pub async fn delete(&self, principal: &str, agent_id: &str) -> Result<(), FrameError> {
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         let session = slot.session.get().expect("set by existing_slot").clone();
+        let cwd = self.get(principal, agent_id).await?.cwd;
         if let SlotState::Live(handle) = std::mem::replace(&mut *guard, SlotState::Dormant) {
             let (reply, rx) = oneshot::channel();
             if handle
@@ -533,6 +540,8 @@ impl Manager {
             .delete_session(session.id)
             .await
             .map_err(|e| store_error(e, agent_id))?;
+        // The agent has stopped; the slot is still held, so none starts in it meanwhile.
+        self.remove_workspace(&session.session_id, &cwd).await;
         let _ = slot.events.send(protocol::status_frame(
             session.tag(),
             "deleted",
@@ -541,6 +550,41 @@ impl Manager {
         self.remove_slot(&Self::key(principal, agent_id), &slot);
         drop(guard);
         Ok(())
+    }
+
+    /// Removes the workspace the server made for a deleted conversation,
+    /// `<data-dir>/workspaces/<session_id>`: only when that is the conversation's working
+    /// directory and a real directory there (a symbolic link is left alone, and nothing outside
+    /// the workspaces is touched). A failure is logged; the conversation is gone either way.
+    async fn remove_workspace(&self, session_id: &str, cwd: &str) {
+        let root = self.shared.config.workspaces_dir();
+        let one_name = std::path::Path::new(session_id)
+            .components()
+            .map(|c| matches!(c, std::path::Component::Normal(_)))
+            .eq([true]);
+        let dir = root.join(session_id);
+        if !one_name || std::path::Path::new(cwd) != dir {
+            tracing::warn!(
+                session_id,
+                cwd,
+                "not removing a workspace the server did not make"
+            );
+            return;
+        }
+        match tokio::fs::symlink_metadata(&dir).await {
+            Ok(meta) if meta.is_dir() => {
+                if let Err(err) = tokio::fs::remove_dir_all(&dir).await {
+                    tracing::warn!(dir = %dir.display(), error = %err, "cannot remove the workspace");
+                }
+            }
+            Ok(_) => {
+                tracing::warn!(dir = %dir.display(), "the workspace is not a directory; left alone");
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(dir = %dir.display(), error = %err, "cannot inspect the workspace");
+            }
+        }
     }
 
     /// Finds the slot of a conversation that exists, without starting anything.

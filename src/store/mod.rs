@@ -150,11 +150,20 @@ pub struct SessionQuery {
 pub struct Rewound {
     /// `seq` of the stored `rewound` status.
     pub status_seq: i64,
+    /// The stored `rewound` status.
+    pub status: NewMessage,
     /// How the agent starts next.
     pub next_launch: NextLaunch,
     /// Stored messages removed.
     pub dropped: u64,
+    /// `seq`s at or before the rewind point that were removed: prompts of later turns that
+    /// were queued while the kept turns ran.
+    pub dropped_prompts: Vec<i64>,
 }
+
+/// Builds the stored status of a rewind from the `seq`s at or before the rewind point that it
+/// drops (see [`Rewound::dropped_prompts`]).
+pub type RewoundStatus = Box<dyn FnOnce(&[i64]) -> NewMessage + Send>;
 
 /// What a new conversation starts with.
 #[derive(Debug, Clone)]
@@ -313,17 +322,18 @@ pub trait Store: Send + Sync + 'static {
         permission_mode: Option<&str>,
     ) -> Result<()>;
 
-    /// Drops every stored message after `to_seq` (the `seq` of a `result`), stores `status`
-    /// after them in the same transaction, and records how the agent's next launch forgets the
-    /// dropped turns. `seq`s are never reused.
+    /// Keeps exactly the turns that ended by `to_seq` (the `seq` of a `result`): drops every
+    /// stored message after it and the prompts before it of later turns (queued while those
+    /// turns ran), stores `status` after them in the same transaction, and records how the
+    /// agent's next launch forgets the dropped turns. `seq`s are never reused.
     ///
     /// # Errors
     /// [`StoreError::InvalidSeq`] when `to_seq` is not the `seq` of a stored `result`.
-    async fn rewind(&self, session: i64, to_seq: i64, status: NewMessage) -> Result<Rewound>;
+    async fn rewind(&self, session: i64, to_seq: i64, status: RewoundStatus) -> Result<Rewound>;
 
     /// Creates conversation `new` holding a copy of `source`'s stored messages up to `at_seq`
-    /// (a `result`'s `seq`; default the latest), with the same `seq`s; its agent forks the
-    /// source's.
+    /// (a `result`'s `seq`; default the latest), with the same `seq`s, without the prompts of
+    /// later turns queued meanwhile; its agent forks the source's.
     ///
     /// # Errors
     /// [`StoreError::InvalidSeq`] for a bad `at_seq`, [`StoreError::AgentExists`] when the new

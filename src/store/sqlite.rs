@@ -17,8 +17,8 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite, SqliteConnection, S
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    NewMessage, NewSession, NextLaunch, Result, Rewound, RunningTurn, SessionQuery, SessionRecord,
-    Store, StoreError, StoredMessage,
+    NewMessage, NewSession, NextLaunch, Result, Rewound, RewoundStatus, RunningTurn, SessionQuery,
+    SessionRecord, Store, StoreError, StoredMessage,
 };
 use crate::metrics::Metrics;
 
@@ -410,6 +410,36 @@ async fn anchor_at(conn: &mut SqliteConnection, session: i64, seq: i64) -> Resul
     .await?)
 }
 
+/// `seq`s of the prompts at or before `at` (the `seq` of a `result`) that belong to turns
+/// after the one `at` ends: turns queued while it ran are stored when acked, among its frames.
+///
+/// Turns run one at a time in the order their prompts were stored, and each ends with exactly
+/// one `result`, so the prompts of the turns that ended by `at` are the first as many prompts
+/// as there are results; any later prompt is a later turn's. Counting starts after the last
+/// stored `rewound` or `imported` status before `at`, when nothing was running or queued.
+async fn later_prompts(conn: &mut SqliteConnection, session: i64, at: i64) -> Result<Vec<i64>> {
+    Ok(sqlx::query_scalar(
+        "with since (seq) as (
+            select coalesce(max(seq), 0) from messages
+            where session_pk = ?1 and seq < ?2 and message_type = 'status'
+              and json_valid(payload)
+              and json_extract(payload, '$.status') in ('rewound', 'imported')
+         ),
+         ended (n) as (
+            select count(*) from messages
+            where session_pk = ?1 and message_type = 'result'
+              and seq > (select seq from since) and seq <= ?2
+         )
+         select seq from messages
+         where session_pk = ?1 and prompt = 1 and seq > (select seq from since) and seq <= ?2
+         order by seq limit -1 offset (select n from ended)",
+    )
+    .bind(session)
+    .bind(at)
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
 /// The agent session a launch of `session` continues, and the pending launch, if any.
 async fn agent_base(
     conn: &mut SqliteConnection,
@@ -446,9 +476,10 @@ async fn rewind_in(
     conn: &mut SqliteConnection,
     session: i64,
     to_seq: i64,
-    status: NewMessage,
+    status: RewoundStatus,
 ) -> Result<Rewound> {
     check_result_seq(conn, session, to_seq).await?;
+    let later = later_prompts(conn, session, to_seq).await?;
     let (base, _, memory_from) = agent_base(conn, session).await?;
     let next_launch = match (base, anchor_at(conn, session, to_seq).await?) {
         (Some(from), Some(at)) => NextLaunch::ForkAt { from, at },
@@ -458,12 +489,20 @@ async fn rewind_in(
         NextLaunch::Fresh => to_seq,
         _ => memory_from.min(to_seq),
     };
-    let dropped = sqlx::query("delete from messages where session_pk = ? and seq > ?")
+    let mut dropped = sqlx::query("delete from messages where session_pk = ? and seq > ?")
         .bind(session)
         .bind(to_seq)
         .execute(&mut *conn)
         .await?
         .rows_affected();
+    for seq in &later {
+        dropped += sqlx::query("delete from messages where session_pk = ? and seq = ?")
+            .bind(session)
+            .bind(seq)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+    }
     sqlx::query("update session_info set next_launch = ?, memory_from_seq = ? where id = ?")
         .bind(serde_json::to_string(&next_launch).expect("serializes"))
         .bind(memory_from)
@@ -471,11 +510,14 @@ async fn rewind_in(
         .execute(&mut *conn)
         .await?;
     recount(conn, session).await?;
+    let status = status(&later);
     let status_seq = write_append(conn, session, std::slice::from_ref(&status)).await??;
     Ok(Rewound {
         status_seq,
+        status,
         next_launch,
         dropped,
+        dropped_prompts: later,
     })
 }
 
@@ -547,14 +589,19 @@ async fn fork_in(
         return Err(StoreError::AgentExists);
     }
     let fork = created.last_insert_rowid();
+    // The prompts of turns after `at` stay behind, like everything else of those turns.
+    let later = later_prompts(conn, source, at).await?;
+    let later = serde_json::to_string(&later).expect("serializes");
     sqlx::query(
         "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at)
          select ?, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at
-         from messages where session_pk = ? and seq <= ?",
+         from messages where session_pk = ? and seq <= ?
+           and seq not in (select value from json_each(?))",
     )
     .bind(fork)
     .bind(source)
     .bind(at)
+    .bind(later)
     .execute(&mut *conn)
     .await?;
     recount(conn, fork).await
@@ -735,7 +782,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn rewind(&self, session: i64, to_seq: i64, status: NewMessage) -> Result<Rewound> {
+    async fn rewind(&self, session: i64, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {
         let mut conn = self.pool.acquire().await?;
         sqlx::query("begin immediate").execute(&mut *conn).await?;
         let outcome = rewind_in(&mut conn, session, to_seq, status).await;

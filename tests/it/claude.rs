@@ -1003,3 +1003,124 @@ async fn a_waiting_turn_starts_when_a_process_goes_idle() {
     );
     stop(server, &fx).await;
 }
+
+/// `agentmux serve` with the Claude backend and `args`, run in `cwd`; its exit status and
+/// output when it exits at once.
+async fn serve_claude(
+    cwd: &Path,
+    data_dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    tokio::time::timeout(
+        WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--backend",
+                "claude",
+                "--data-dir",
+            ])
+            .arg(data_dir)
+            .args(args)
+            .current_dir(cwd)
+            .env_remove("AGENTMUX_BACKEND")
+            .env_remove("AGENTMUX_CLAUDE_BIN")
+            .env_remove("AGENTMUX_CONFIG")
+            .envs(env.iter().copied())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("exits at once")
+    .unwrap()
+}
+
+/// A Claude CLI path that names nothing, a directory or a file that is not executable is
+/// refused at start, with a message naming the path and the setting, before anything is
+/// created: no conversation ever starts only to fail with `backend_unavailable`.
+#[tokio::test]
+async fn a_claude_binary_that_cannot_run_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-claude");
+    let not_executable = dir.path().join("claude-script");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let directory = dir.path().join("claude-dir");
+    std::fs::create_dir(&directory).unwrap();
+    let data_dir = dir.path().join("data");
+    for (bin, problem) in [
+        (&missing, "does not exist"),
+        (&not_executable, "is not executable"),
+        (&directory, "is not a file"),
+    ] {
+        let path = bin.to_str().unwrap();
+        for by_env in [false, true] {
+            let output = if by_env {
+                serve_claude(dir.path(), &data_dir, &[], &[("AGENTMUX_CLAUDE_BIN", path)]).await
+            } else {
+                serve_claude(dir.path(), &data_dir, &["--claude-bin", path], &[]).await
+            };
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{path}: {stderr}");
+            assert!(!stdout.contains("listening on"), "{stdout}");
+            for needle in [path, problem, "--claude-bin", "AGENTMUX_CLAUDE_BIN"] {
+                assert!(stderr.contains(needle), "{needle:?} missing from: {stderr}");
+            }
+        }
+    }
+    assert!(
+        !data_dir.join("agentmux.db").exists(),
+        "refused before opening the store"
+    );
+}
+
+/// A relative `--claude-bin` means the file relative to where the server was started, though
+/// each CLI runs in its own workspace.
+#[tokio::test]
+async fn a_relative_claude_bin_is_found_from_the_servers_directory() {
+    use tokio::io::AsyncBufReadExt as _;
+    let fx = Fixture::new("");
+    let fake = sibling("fake-claude");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--backend",
+            "claude",
+            "--data-dir",
+        ])
+        .arg(fx.data_dir())
+        .arg("--config")
+        .arg(&fx.config)
+        .args(["--claude-bin", "./fake-claude"])
+        .current_dir(fake.parent().unwrap())
+        .env_remove("AGENTMUX_BACKEND")
+        .env_remove("AGENTMUX_CLAUDE_BIN")
+        .env_remove("AGENTMUX_CONFIG")
+        .env("FAKE_CLAUDE_LOG", &fx.log)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("the server starts")
+        .unwrap()
+        .expect("it prints its address");
+    let addr = line.strip_prefix("listening on http://").expect(&line);
+    let mut c = Client::connect(addr).await;
+    c.chat("rel", "hello").await;
+    let turn = c.until_result("rel").await;
+    assert_eq!(reply_text(&turn), "Echo: hello (history 1)");
+    let spawn = &fx.spawns()[0];
+    assert_eq!(spawn["argv"][0], fake.to_str().unwrap());
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+}

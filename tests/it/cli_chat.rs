@@ -110,8 +110,8 @@ fn have_tmux() -> bool {
 }
 
 /// In a terminal: `/resume` lists the stored session, picking it shows its history; a turn
-/// streams; Ctrl-C interrupts a long turn and the client stays usable; a second Ctrl-C with
-/// nothing running quits. After a server restart, `/resume --last` brings the session back.
+/// streams; Ctrl-C interrupts a long turn and the client stays usable; once the turn ended,
+/// one Ctrl-C quits. After a server restart, `/resume --last` brings the session back.
 #[tokio::test]
 async fn terminal_client_resumes_chats_interrupts_and_resumes_after_restart() {
     if !have_tmux() {
@@ -176,6 +176,25 @@ async fn terminal_client_resumes_chats_interrupts_and_resumes_after_restart() {
     term.wait_for("New session: chat-", 2).await;
     term.type_line("/resume cli");
     term.wait_for("Resumed session: cli-1", 2).await;
+}
+
+/// As the README and `/help` say: with no turn running, one Ctrl-C quits.
+#[tokio::test]
+async fn one_ctrl_c_quits_when_no_turn_runs() {
+    if !have_tmux() {
+        return;
+    }
+    let server = TestServer::start().await;
+    let term = Terminal::open(&format!("ws://{}/ws", server.addr));
+    term.wait_for("New session:", 1).await;
+    term.type_line("/help");
+    let help = term.wait_for("/quit", 1).await;
+    assert!(
+        help.contains("with no turn") && help.contains("running, Ctrl-C quits"),
+        "{help}"
+    );
+    term.ctrl_c();
+    term.wait_for("[exited 0]", 1).await;
 }
 
 /// `agentmux chat --resume --last` with piped input: resumes, sends each line as a turn, and

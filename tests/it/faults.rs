@@ -172,8 +172,9 @@ async fn turns_of(rest: &crate::rest::Rest, agent_id: &str) -> (usize, usize, us
 
 /// After a `kill -9`, the next start closes exactly the turn that was running, with one
 /// `server_restart` result. Prompts that never ran get no result and stay as they were: the
-/// one queued behind the running turn, a queued prompt that a rewind and a fork kept, and an
-/// imported transcript's unanswered prompts (no matter how many). A later restart adds nothing.
+/// one queued behind the running turn, and an imported transcript's unanswered prompts (no
+/// matter how many). Conversations rewound or forked to an earlier turn get nothing either. A
+/// later restart adds nothing.
 #[tokio::test]
 async fn a_restart_closes_only_the_turn_that_was_running() {
     let data = tempfile::tempdir().unwrap();
@@ -181,7 +182,7 @@ async fn a_restart_closes_only_the_turn_that_was_running() {
     let rest = crate::rest::Rest::new(&server);
     let mut c = server.client().await;
     // Two turns, the second queued behind the first; a rewind and a fork back to the end of
-    // the first keep the second prompt, which never gets a result there.
+    // the first drop the second turn, prompt and all, so nothing is left open there.
     assert_eq!(chat_ack(&mut c, "rw", "first").await["queue_position"], 0);
     assert_eq!(chat_ack(&mut c, "rw", "second").await["queue_position"], 1);
     let frames = c
@@ -204,8 +205,8 @@ async fn a_restart_closes_only_the_turn_that_was_running() {
         )
         .await;
     assert_eq!(status, 201);
-    assert_eq!(turns_of(&rest, "rw").await, (2, 1, 0));
-    assert_eq!(turns_of(&rest, "fk").await, (2, 1, 0));
+    assert_eq!(turns_of(&rest, "rw").await, (1, 1, 0));
+    assert_eq!(turns_of(&rest, "fk").await, (1, 1, 0));
     // An imported transcript of prompts without results.
     let export: String = (0..2000)
         .map(|i| {
@@ -235,8 +236,8 @@ async fn a_restart_closes_only_the_turn_that_was_running() {
     let mut server = TestServer::start_in(data.path(), &["--demo-delay-ms", "0"], &[]).await;
     let rest = crate::rest::Rest::new(&server);
     assert_eq!(turns_of(&rest, "run").await, (2, 1, 1));
-    assert_eq!(turns_of(&rest, "rw").await, (2, 1, 0));
-    assert_eq!(turns_of(&rest, "fk").await, (2, 1, 0));
+    assert_eq!(turns_of(&rest, "rw").await, (1, 1, 0));
+    assert_eq!(turns_of(&rest, "fk").await, (1, 1, 0));
     let (_, imp) = rest.get("/api/sessions/imp").await;
     assert_eq!(
         (&imp["message_count"], &imp["turn_count"]),
@@ -252,7 +253,7 @@ async fn a_restart_closes_only_the_turn_that_was_running() {
     let server = TestServer::start_in(data.path(), &["--demo-delay-ms", "0"], &[]).await;
     let rest = crate::rest::Rest::new(&server);
     assert_eq!(turns_of(&rest, "run").await, (3, 2, 1));
-    assert_eq!(turns_of(&rest, "rw").await, (2, 1, 0));
+    assert_eq!(turns_of(&rest, "rw").await, (1, 1, 0));
     let (_, imp) = rest.get("/api/sessions/imp").await;
     assert_eq!(imp["message_count"], 2001);
 }

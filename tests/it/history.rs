@@ -110,6 +110,93 @@ async fn rewind_drops_later_turns_and_the_agent_forgets_them() {
     assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
 }
 
+/// Runs turn 1 of `agent_id` with turns 2 and 3 sent while it runs. The gate is the test's:
+/// turn 1 is long enough not to end by itself while the test waits, and the test ends it with
+/// an `interrupt` once both other chats are acked as queued. Returns the `seq`s of turn 1's
+/// `result` and of the two queued prompts, which are stored among turn 1's frames.
+async fn run_with_two_queued(c: &mut Client, agent_id: &str) -> (i64, i64, i64) {
+    let long = vec!["word"; 200].join(" ");
+    c.chat(agent_id, &format!("one {long}")).await;
+    c.recv_until(|f| f["message_type"] == "stream_event").await;
+    let two = chat_ack(c, agent_id, "two").await;
+    let three = chat_ack(c, agent_id, "three").await;
+    assert_eq!(
+        (&two["queue_position"], &three["queue_position"]),
+        (&json!(1), &json!(2)),
+        "both were queued behind turn 1"
+    );
+    c.send(json!({"type": "interrupt", "agent_id": agent_id}))
+        .await;
+    let t1 = c.until_result(agent_id).await;
+    let r1 = result_seq(&t1);
+    let t2 = c.until_result(agent_id).await;
+    assert_eq!(reply_text(&t2), "Echo: two (turn 2)");
+    let t3 = c.until_result(agent_id).await;
+    assert_eq!(reply_text(&t3), "Echo: three (turn 3)");
+    let (p2, p3) = (two["seq"].as_i64().unwrap(), three["seq"].as_i64().unwrap());
+    assert!(
+        p2 < r1 && p3 < r1,
+        "the queued prompts are stored before turn 1's result"
+    );
+    (r1, p2, p3)
+}
+
+/// What the REST API says of a conversation: its turn count, its stored prompts, and whether
+/// `message_count` agrees with the stored messages it lists.
+async fn stored_turns(rest: &Rest, agent_id: &str) -> (i64, Vec<String>) {
+    let (_, record) = rest.get(&format!("/api/sessions/{agent_id}")).await;
+    let (_, page) = rest
+        .get(&format!("/api/sessions/{agent_id}/messages?limit=1000"))
+        .await;
+    let messages = page["messages"].as_array().unwrap();
+    assert_eq!(record["message_count"], messages.len(), "{record}");
+    (record["turn_count"].as_i64().unwrap(), prompts(messages))
+}
+
+/// Rewinding to, or forking at, the end of turn 1 keeps exactly turn 1, even when turns 2 and
+/// 3 were queued while it ran (their prompts are stored before its `result`): their prompts
+/// go with the rest of those turns, the turn count is 1, and the demo agent, which counts the
+/// turns it remembers from the store, answers the next chat as turn 2.
+#[tokio::test]
+async fn rewind_and_fork_keep_no_prompt_of_a_later_turn() {
+    let server = TestServer::start_with(&["--demo-delay-ms", "100"]).await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let (r1, p2, p3) = run_with_two_queued(&mut c, "q").await;
+    let first = format!("one {}", vec!["word"; 200].join(" "));
+
+    c.send(json!({"type": "fork", "agent_id": "q", "new_agent_id": "q-fork", "at_seq": r1}))
+        .await;
+    c.recv_until(|f| f["status"] == "forked").await;
+    assert_eq!(
+        stored_turns(&rest, "q-fork").await,
+        (1, vec![first.clone()])
+    );
+    let t = turn(&mut c, "q-fork", "four").await;
+    assert_eq!(reply_text(&t), "Echo: four (turn 2)");
+
+    assert_eq!(
+        stored_turns(&rest, "q").await.0,
+        3,
+        "the original is untouched"
+    );
+    c.send(json!({"type": "rewind", "agent_id": "q", "to_seq": r1}))
+        .await;
+    let got = c.recv_until(|f| f["status"] == "rewound").await;
+    let rewound = got.last().unwrap();
+    assert_eq!(rewound["dropped_after_seq"], r1);
+    assert_eq!(rewound["dropped_seqs"], json!([p2, p3]));
+    assert_eq!(stored_turns(&rest, "q").await, (1, vec![first.clone()]));
+    let t = turn(&mut c, "q", "four").await;
+    assert_eq!(reply_text(&t), "Echo: four (turn 2)");
+    let all = history(&server, "q", |f| {
+        f["message_type"] == "result" && f["seq"].as_i64() > Some(r1)
+    })
+    .await;
+    assert_eq!(prompts(&all), vec![first, "four".to_owned()]);
+    assert!(seqs(&all).iter().all(|s| *s != p2 && *s != p3));
+}
+
 /// A rewind while a turn runs is refused with `busy`; nothing is dropped.
 #[tokio::test]
 async fn rewind_during_a_turn_is_refused() {
@@ -193,6 +280,14 @@ async fn fork_is_isolated_both_ways() {
         .post("/api/sessions/orig/fork", json!({"new_agent_id": "branch"}))
         .await;
     assert_eq!((status, err["code"].as_str()), (409, Some("agent_exists")));
+    // Over the socket, the error echoes the frame's own `agent_id` and names the taken one.
+    c.send(json!({"type": "fork", "agent_id": "orig", "new_agent_id": "branch"}))
+        .await;
+    let got = c.recv_until(|f| f["message_type"] == "error").await;
+    let err = got.last().unwrap();
+    assert_eq!(err["code"], "agent_exists");
+    assert_eq!(err["agent_id"], "orig");
+    assert!(err["error"].as_str().unwrap().contains("`branch`"), "{err}");
     c.send(json!({"type": "fork", "agent_id": "orig", "new_agent_id": "b3", "at_seq": 1}))
         .await;
     let got = c.recv_until(|f| f["message_type"] == "error").await;
@@ -214,13 +309,28 @@ async fn delete_of_a_live_session_mid_turn() {
     )
     .await;
     let first = c.recv_until(|f| f["message_type"] == "stream_event").await;
-    let old_session = first[0]["session_id"].clone();
+    let old_session = first.last().unwrap()["session_id"].clone();
+    let workspaces = server.data_dir.join("workspaces");
+    let workspace = workspaces.join(old_session.as_str().unwrap());
+    assert!(workspace.is_dir(), "the agent runs in its workspace");
+    std::fs::write(workspace.join("notes.txt"), "made by the agent").unwrap();
 
     assert_eq!(rest.delete("/api/sessions/doomed").await, 204);
     let got = c.recv_until(|f| f["status"] == "deleted").await;
     assert!(
         got.iter().all(|f| f["message_type"] != "result"),
         "the turn was abandoned, not finished"
+    );
+    assert!(
+        !workspace.exists(),
+        "the workspace went with the conversation"
+    );
+    let (_, keep) = rest.get("/api/sessions/keep").await;
+    assert!(
+        workspaces
+            .join(keep["session_id"].as_str().unwrap())
+            .is_dir(),
+        "another conversation's workspace stays"
     );
 
     let (status, err) = rest.get("/api/sessions/doomed").await;
@@ -254,12 +364,71 @@ async fn delete_of_a_live_session_mid_turn() {
     assert_eq!(list["total"], 2);
 }
 
-/// A new model in `chat.options` applies from that turn on (the demo reports its model in the
-/// init and assistant messages), is stored, and survives a restart.
+/// The permission mode the demo reports in a turn's `init`.
+fn permission_mode_of(frames: &[Value]) -> String {
+    let init = frames
+        .iter()
+        .find(|f| f["message_type"] == "system")
+        .expect("an init");
+    init["message"]["permissionMode"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Deleting removes only a workspace directory the server made under
+/// `<data-dir>/workspaces/`: a workspace replaced by a symbolic link to elsewhere, or a
+/// working directory outside the workspaces, is left alone with everything in it.
+#[tokio::test]
+async fn delete_never_removes_anything_outside_the_workspaces() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let outside = tempfile::tempdir().unwrap();
+    let precious = outside.path().join("precious.txt");
+    std::fs::write(&precious, "not the server's").unwrap();
+
+    let linked = turn(&mut c, "linked", "one").await;
+    let workspace = server
+        .data_dir
+        .join("workspaces")
+        .join(linked[0]["session_id"].as_str().unwrap());
+    std::fs::remove_dir_all(&workspace).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &workspace).unwrap();
+    assert_eq!(rest.delete("/api/sessions/linked").await, 204);
+    assert!(precious.is_file(), "the link was not followed");
+
+    turn(&mut c, "elsewhere", "two").await;
+    let db = server.db().await;
+    sqlx::query("update session_info set cwd = ? where agent_id = 'elsewhere'")
+        .bind(outside.path().to_str().unwrap())
+        .execute(&db)
+        .await
+        .unwrap();
+    assert_eq!(rest.delete("/api/sessions/elsewhere").await, 204);
+    assert!(
+        precious.is_file(),
+        "a directory outside the workspaces stays"
+    );
+    let (status, _) = rest.get("/api/sessions/elsewhere").await;
+    assert_eq!(status, 404);
+}
+
+/// A new model or permission mode in `chat.options` applies from that turn on (the demo
+/// reports its model in the init and assistant messages, its permission mode in the init), is
+/// stored, and survives a restart; a conversation created with a permission mode reports it
+/// from its first turn.
 #[tokio::test]
 async fn options_change_between_turns() {
     let mut server = TestServer::start().await;
     let mut c = server.client().await;
+    c.send(
+        json!({"type": "chat", "agent_id": "opt-new", "content": "hi",
+        "options": {"permission_mode": "acceptEdits"}}),
+    )
+    .await;
+    let created = c.until_result("opt-new").await;
+    assert_eq!(permission_mode_of(&created), "acceptEdits");
     let model_of = |frames: &[Value]| {
         let init = frames
             .iter()
@@ -279,11 +448,13 @@ async fn options_change_between_turns() {
     };
     let t1 = turn(&mut c, "opt", "one").await;
     assert_eq!(model_of(&t1), ("demo".into(), "demo".into()));
+    assert_eq!(permission_mode_of(&t1), "default");
     c.send(json!({"type": "chat", "agent_id": "opt", "content": "two",
         "options": {"model": "model-b", "permission_mode": "plan"}}))
         .await;
     let t2 = c.until_result("opt").await;
     assert_eq!(model_of(&t2), ("model-b".into(), "model-b".into()));
+    assert_eq!(permission_mode_of(&t2), "plan");
     assert_eq!(
         reply_text(&t2),
         "Echo: two (turn 2)",
@@ -298,6 +469,7 @@ async fn options_change_between_turns() {
     let mut c = restarted.client().await;
     let t3 = turn(&mut c, "opt", "three").await;
     assert_eq!(model_of(&t3).0, "model-b");
+    assert_eq!(permission_mode_of(&t3), "plan");
     assert_eq!(reply_text(&t3), "Echo: three (turn 3)");
 }
 

@@ -282,6 +282,104 @@ async fn openapi_document_describes_the_api() {
     assert!(codes.contains(&json!("invalid_seq")));
 }
 
+/// `(method, path)` of every route under `/api/` that the router is built with, read from the
+/// source of `src/http/` (`.route("/api/…", get(…).post(…))`), but the document itself.
+fn api_routes_in_source() -> std::collections::BTreeSet<(String, String)> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let code = std::fs::read_to_string(&path).unwrap();
+            for (start, _) in code.match_indices(".route(") {
+                // The call's text, up to its closing parenthesis.
+                let rest = &code[start + ".route(".len()..];
+                let mut depth = 1;
+                let end = rest
+                    .char_indices()
+                    .find(|&(_, c)| {
+                        depth += match c {
+                            '(' => 1,
+                            ')' => -1,
+                            _ => 0,
+                        };
+                        depth == 0
+                    })
+                    .map(|(i, _)| i)
+                    .unwrap();
+                let call = &rest[..end];
+                let route = call.split('"').nth(1).unwrap().to_owned();
+                if !route.starts_with("/api/") || route == "/api/openapi.json" {
+                    continue;
+                }
+                for method in ["get", "post", "put", "patch", "delete"] {
+                    let called = call.match_indices(&format!("{method}(")).any(|(i, _)| {
+                        !call[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                    });
+                    if called {
+                        found.insert((method.to_owned(), route.clone()));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Every route under `/api/` that the router serves is in the OpenAPI document with its
+/// method, and every operation the document lists is served (answered by its handler, not
+/// with the router's bare 404 or 405).
+#[tokio::test]
+async fn openapi_lists_every_api_route_the_router_serves() {
+    let server = TestServer::start().await;
+    let rest = Rest::new(&server);
+    let (_, doc) = rest.get("/api/openapi.json").await;
+    let mut documented = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.insert((method.clone(), path.clone()));
+        }
+    }
+    let served = api_routes_in_source();
+    assert!(served.len() > 10, "found the routes: {served:?}");
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "served, not in the OpenAPI: {undocumented:?}"
+    );
+    for (method, path) in &documented {
+        let url = server.url(&path.replace("{agent_id}", "probe"));
+        let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let resp = rest
+            .http
+            .request(method.clone(), url)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        // Only a 404 is read: a served event stream never ends.
+        let body: Value = match status {
+            404 => serde_json::from_str(&resp.text().await.unwrap()).unwrap_or_default(),
+            _ => Value::Null,
+        };
+        assert!(
+            status != 405 && (status != 404 || body["code"] == "unknown_agent"),
+            "{method} {path} is documented but not served: {status} {body}"
+        );
+    }
+    let ticket = &doc["paths"]["/api/ws-ticket"]["post"]["responses"]["200"];
+    assert!(ticket.is_object(), "{ticket}");
+    let fields = doc["components"]["schemas"]["Ticket"]["properties"]
+        .as_object()
+        .unwrap();
+    assert!(fields.contains_key("ticket") && fields.contains_key("expires_in"));
+}
+
 /// Reads Server-Sent Events from a response until `stop` holds for an event's data.
 async fn sse_until(
     resp: &mut reqwest::Response,
@@ -403,6 +501,109 @@ async fn rest_chat_and_events_resume_from_last_event_id() {
         .await
         .unwrap();
     assert_eq!(bad.status(), 400);
+}
+
+/// The names of the fields of each event in an SSE text (`data`, `id`, ...), and the JSON keys
+/// of each event's data at its top level, in order; `…` stands for elided text.
+fn sse_shape(text: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    text.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let mut fields = Vec::new();
+            let mut keys = Vec::new();
+            for line in block.lines() {
+                let (field, value) = line.split_once(": ").unwrap();
+                fields.push(field.to_owned());
+                if field == "data" {
+                    // Top-level keys: a `"name":` at nesting depth 1.
+                    let mut depth = 0;
+                    let mut in_string = false;
+                    let mut current = String::new();
+                    let mut chars = value.chars().peekable();
+                    while let Some(c) = chars.next() {
+                        match c {
+                            '\\' if in_string => {
+                                chars.next();
+                            }
+                            '"' if in_string => {
+                                in_string = false;
+                                if depth == 1 && chars.peek() == Some(&':') {
+                                    keys.push(std::mem::take(&mut current));
+                                }
+                            }
+                            '"' => {
+                                in_string = true;
+                                current.clear();
+                            }
+                            _ if in_string => current.push(c),
+                            '{' | '[' => depth += 1,
+                            '}' | ']' => depth -= 1,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            (fields, keys)
+        })
+        .collect()
+}
+
+/// The Server-Sent Events example of `docs/api.md` has the shape of a real stream: the same
+/// fields in the same order per event, and the same JSON keys in the same order.
+#[tokio::test]
+async fn the_sse_example_in_the_docs_matches_a_real_stream() {
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"),
+    )
+    .unwrap();
+    let section = docs
+        .split("### `GET /api/sessions/{agent_id}/events`")
+        .nth(1)
+        .unwrap();
+    let example = section
+        .split("```\n")
+        .nth(1)
+        .expect("the section has an example");
+    let documented = sse_shape(example);
+    assert_eq!(documented.len(), 2, "{example}");
+
+    let server = TestServer::start_with(&["--demo-delay-ms", "20"]).await;
+    let rest = Rest::new(&server);
+    let (status, _) = rest
+        .post(
+            "/api/sessions/sse-doc/messages",
+            json!({"content": "hello there"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let mut resp = rest
+        .http
+        .get(server.url("/api/sessions/sse-doc/events"))
+        .send()
+        .await
+        .unwrap();
+    let mut text = String::new();
+    while !text.contains("\"stream_event\"") || !text.ends_with("\n\n") {
+        let chunk = tokio::time::timeout(WAIT, resp.chunk())
+            .await
+            .expect("an event in time")
+            .unwrap()
+            .expect("stream open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let event = |message_type: &str| {
+        let block = text
+            .split("\n\n")
+            .find(|b| b.contains(&format!("{{\"message_type\":\"{message_type}\"")))
+            .unwrap_or_else(|| panic!("no {message_type} event in:\n{text}"));
+        sse_shape(block).remove(0)
+    };
+    assert_eq!(documented[0], event("user"), "stored event:\n{text}");
+    assert_eq!(
+        documented[1],
+        event("stream_event"),
+        "stream event:\n{text}"
+    );
 }
 
 /// (message_type, payload) of every line of an export.

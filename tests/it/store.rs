@@ -266,3 +266,69 @@ async fn only_the_running_turn_is_closed_once() {
     assert_eq!((s.prompt_count, s.result_count, s.last_seq), (2, 1, 3));
     store.close().await;
 }
+
+fn message(message_type: &'static str, payload: serde_json::Value) -> NewMessage {
+    NewMessage::new(message_type, payload.to_string())
+}
+
+/// The status a rewind stores, for the store's own callers.
+fn rewound_status() -> agentmux::store::RewoundStatus {
+    Box::new(|dropped: &[i64]| {
+        message(
+            "status",
+            serde_json::json!({"status": "rewound", "dropped_seqs": dropped}),
+        )
+    })
+}
+
+/// A rewind drops the prompts of later turns stored before its point, counting turns from the
+/// last stored `rewound` status (nothing ran or waited then): a history that an older rewind
+/// left with an unanswered prompt keeps the prompt of the turn it rewinds to.
+#[tokio::test]
+async fn rewind_counts_turns_since_the_last_rewind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let result = || message("result", serde_json::json!({"type": "result"}));
+    let s = store
+        .create_session(new_session("local", "q"))
+        .await
+        .unwrap();
+    // seq 1 turn 1, seq 2 turn 2 (queued while turn 1 ran), 3 and 4 their results.
+    store
+        .append(s.id, vec![prompt("one"), prompt("two"), result(), result()])
+        .await
+        .unwrap();
+    let rewound = store.rewind(s.id, 3, rewound_status()).await.unwrap();
+    assert_eq!(rewound.dropped_prompts, [2]);
+    assert_eq!((rewound.status_seq, rewound.dropped), (5, 2));
+
+    // As an older server left it: a rewind that kept a queued prompt (seq 7) before its status.
+    let t = store
+        .create_session(new_session("local", "legacy"))
+        .await
+        .unwrap();
+    store
+        .append(
+            t.id,
+            vec![
+                prompt("one"),
+                prompt("two"),
+                result(),
+                message("status", serde_json::json!({"status": "rewound"})),
+                prompt("three"),
+                result(),
+            ],
+        )
+        .await
+        .unwrap();
+    let rewound = store.rewind(t.id, 6, rewound_status()).await.unwrap();
+    assert_eq!(rewound.dropped_prompts, Vec::<i64>::new());
+    let kept: Vec<i64> = store
+        .messages_after(t.id, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(kept, [1, 2, 3, 4, 5, 6, 7]);
+}

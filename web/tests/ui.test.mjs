@@ -228,6 +228,36 @@ test('a rewind made elsewhere removes the dropped turns from the open page', asy
   assert.deepEqual(problems, []);
 });
 
+test('a rewind also removes the prompts of later turns that were queued before its point', async () => {
+  const s = await server({ fakeClaude: true });
+  const { page, problems } = await openUi(await context(), s.url);
+  // Turn 1 waits for the permission answer while turns 2 and 3 are queued behind it.
+  await send(page, 'please run TOOL:ls_it');
+  const asked = page.locator('.msg.permission').first();
+  await asked.filter({ hasText: 'Allow Bash?' }).waitFor();
+  await send(page, 'second');
+  await send(page, 'third');
+  await page.locator('.msg.user').nth(2).waitFor();
+  await asked.locator('button.allow').click();
+  await page.locator('.msg.result').nth(2).waitFor();
+  const toSeq = Number(await page.locator('.msg.result').first().getAttribute('data-seq'));
+  const agent = await currentAgent(page);
+  const response = await fetch(`${s.url}/api/sessions/${agent}/rewind`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ to_seq: toSeq }),
+  });
+  assert.equal(response.status, 200);
+  await page.locator('.msg.notice').filter({ hasText: 'Rewound to an earlier turn' }).waitFor();
+  const prompts = async () => (await transcript(page)).filter((l) => l.startsWith('user: '));
+  assert.deepEqual(await prompts(), ['user: please run TOOL:ls_it']);
+  const live = await transcript(page);
+  await page.reload();
+  await page.locator('.msg.notice').waitFor();
+  assert.deepEqual(await transcript(page), live);
+  assert.deepEqual(problems, []);
+});
+
 test('after a server restart the page reconnects and catches up, with no duplicates', async () => {
   const first = await server();
   const a = await openUi(await context(), first.url);

@@ -21,7 +21,7 @@ mod process;
 mod spare;
 mod task;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +54,31 @@ impl ClaudeSettings {
     fn stop_grace(&self) -> Duration {
         Duration::from_secs(self.config.stop_grace_secs)
     }
+}
+
+/// Checks that `bin` is an executable file, and returns it as an absolute path: the CLI is
+/// started in its workspace, where a relative path would name something else.
+///
+/// # Errors
+/// A message naming the path and the setting when it is missing, not a file or not
+/// executable.
+pub fn check_bin(bin: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let problem = match std::fs::metadata(bin) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".to_owned()),
+        Err(e) => Some(format!("cannot be read ({e})")),
+        Ok(meta) if !meta.is_file() => Some("is not a file".to_owned()),
+        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Some("is not executable".to_owned()),
+        Ok(_) => None,
+    };
+    if let Some(problem) = problem {
+        return Err(format!(
+            "the Claude CLI `{}` {problem}: set --claude-bin (or AGENTMUX_CLAUDE_BIN, or \
+             claude.bin in the config file) to the path of the executable; PATH is not searched",
+            bin.display()
+        ));
+    }
+    std::path::absolute(bin).map_err(|e| format!("the Claude CLI `{}`: {e}", bin.display()))
 }
 
 /// The Claude Code CLI backend.

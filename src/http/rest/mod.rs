@@ -20,7 +20,7 @@ use crate::http::AppState;
 #[openapi(
     info(
         title = "agentmux",
-        description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events."
+        description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; tickets for the WebSocket."
     ),
     paths(
         sessions::list,
@@ -34,6 +34,7 @@ use crate::http::AppState;
         sessions::rewind,
         sessions::fork,
         super::sse::events,
+        super::auth::ws_ticket,
     ),
     components(schemas(
         crate::http::ErrorBody,
@@ -49,6 +50,7 @@ use crate::http::AppState;
         sessions::RewoundStatus,
         sessions::ForkBody,
         crate::session::ExportLine,
+        super::auth::Ticket,
     ))
 )]
 pub struct ApiDoc;

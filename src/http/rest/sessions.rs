@@ -198,6 +198,9 @@ pub struct RewoundStatus {
     pub seq: i64,
     /// Every stored message after this `seq` was dropped.
     pub dropped_after_seq: i64,
+    /// Also dropped, at or before `dropped_after_seq`: the prompts of later turns that were
+    /// queued while the kept turns ran.
+    pub dropped_seqs: Vec<i64>,
     /// Human-readable explanation.
     pub detail: String,
 }
@@ -368,7 +371,8 @@ pub async fn rename(
     Ok(Json(summary(&app, &principal, record)))
 }
 
-/// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message.
+/// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message and
+/// its workspace directory.
 #[utoipa::path(delete, path = "/api/sessions/{agent_id}",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
@@ -470,7 +474,8 @@ pub async fn chat(
     Ok(frame_response(StatusCode::ACCEPTED, ack))
 }
 
-/// Drops every stored message after a turn's `result` and makes the agent forget them.
+/// Keeps exactly the turns up to a turn's `result`, dropping every later message (and later
+/// turns' prompts queued before it), and makes the agent forget them.
 #[utoipa::path(post, path = "/api/sessions/{agent_id}/rewind", request_body = RewindBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = RewoundStatus), (status = 400, body = ErrorBody),
