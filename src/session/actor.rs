@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 
-use super::{SessionRef, Shared, SlotState};
+use super::{Conversation, Shared, SlotState};
 use crate::agent::{AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
 use crate::limits::QuotaPermit;
 use crate::protocol::{
@@ -54,7 +54,7 @@ pub(crate) enum Command {
 
 pub(crate) struct ActorInit {
     pub shared: Arc<Shared>,
-    pub session: Arc<SessionRef>,
+    pub session: Arc<Conversation>,
     pub record: SessionRecord,
     pub slot_state: Arc<Mutex<SlotState>>,
     pub events: super::events::Sender,
@@ -90,7 +90,7 @@ enum Out {
 
 struct Actor {
     shared: Arc<Shared>,
-    session: Arc<SessionRef>,
+    session: Arc<Conversation>,
     slot_state: Arc<Mutex<SlotState>>,
     events: super::events::Sender,
     busy: Arc<AtomicBool>,
@@ -281,7 +281,7 @@ impl Actor {
         let seq = match self
             .shared
             .store
-            .append(self.session.id, vec![message])
+            .append(self.session.row, vec![message])
             .await
         {
             Ok(seq) => seq,
@@ -392,7 +392,7 @@ impl Actor {
             .shared
             .store
             .set_options(
-                self.session.id,
+                self.session.row,
                 model.as_deref(),
                 permission_mode.as_deref(),
             )
@@ -455,7 +455,7 @@ impl Actor {
         );
         let prior_prompts = shared
             .store
-            .prompts_before(self.session.id, user_seq)
+            .prompts_before(self.session.row, user_seq)
             .await
             .map_err(|e| e.to_string())?;
         tokio::fs::DirBuilder::new()
@@ -667,7 +667,7 @@ impl Actor {
         if let Err(err) = self
             .shared
             .store
-            .record_agent_session(self.session.id, &id, unified)
+            .record_agent_session(self.session.row, &id, unified)
             .await
         {
             self.store_failed(&err);
@@ -760,7 +760,7 @@ impl Actor {
             .collect();
         let mut seq = None;
         if !stored.is_empty() {
-            match self.shared.store.append(self.session.id, stored).await {
+            match self.shared.store.append(self.session.row, stored).await {
                 Ok(first) => seq = Some(first),
                 Err(err) => self.store_failed(&err),
             }
@@ -922,7 +922,7 @@ impl Actor {
 /// makes sure no turn runs: the live actor, or the manager for a dormant conversation.
 pub(super) async fn rewind_store(
     shared: &Shared,
-    session: &SessionRef,
+    session: &Conversation,
     to_seq: i64,
 ) -> Result<(Frame, NextLaunch), FrameError> {
     let agent_id = session.agent_id.as_str();
@@ -945,7 +945,7 @@ pub(super) async fn rewind_store(
     });
     let rewound = shared
         .store
-        .rewind(session.id, to_seq, status)
+        .rewind(session.row, to_seq, status)
         .await
         .map_err(|e| super::store_error(e, agent_id))?;
     tracing::info!(agent_id, to_seq, dropped = rewound.dropped, dropped_prompts = ?rewound.dropped_prompts, launch = ?rewound.next_launch, "rewound");

@@ -16,10 +16,10 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::replay::stored_frame;
-use super::{Manager, SessionRef, store_error, store_failure, unknown_agent};
+use super::{Conversation, Manager, store_error, store_failure, unknown_agent};
 use crate::limits::{QuotaExceeded, QuotaPermit};
 use crate::protocol::{self, ErrorCode, Frame, FrameError};
-use crate::store::{NewMessage, NewSession, SessionQuery, SessionRecord, Store};
+use crate::store::{NewMessage, NewSession, RowId, SessionQuery, SessionRecord, Store};
 
 /// Longest title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -210,7 +210,7 @@ where
 /// it is finished, e.g. when the client goes away mid-upload.
 struct PendingImport {
     store: Arc<dyn Store>,
-    id: i64,
+    row: RowId,
     armed: bool,
 }
 
@@ -218,7 +218,7 @@ impl PendingImport {
     /// Removes the unfinished conversation now.
     async fn discard(mut self) {
         self.armed = false;
-        if let Err(err) = self.store.discard_import(self.id).await {
+        if let Err(err) = self.store.discard_import(self.row).await {
             tracing::warn!(error = %err, "an unfinished import could not be removed; it goes at the next start");
         }
     }
@@ -227,7 +227,7 @@ impl PendingImport {
 impl Drop for PendingImport {
     fn drop(&mut self) {
         if self.armed {
-            let (store, id) = (self.store.clone(), self.id);
+            let (store, id) = (self.store.clone(), self.row);
             tokio::spawn(async move {
                 if let Err(err) = store.discard_import(id).await {
                     tracing::warn!(error = %err, "an unfinished import could not be removed; it goes at the next start");
@@ -293,12 +293,12 @@ impl Manager {
         limit: u32,
     ) -> Result<(Vec<Frame>, bool), FrameError> {
         let record = self.get(principal, agent_id).await?;
-        let session = SessionRef::from_record(&record);
+        let session = Conversation::from_record(&record);
         // One more than asked tells whether more follow.
         let rows = self
             .shared
             .store
-            .messages_after(record.id, after_seq, limit + 1)
+            .messages_after(record.row, after_seq, limit + 1)
             .await
             .map_err(|e| store_error(e, agent_id))?;
         let has_more = rows.len() > limit as usize;
@@ -329,7 +329,7 @@ impl Manager {
         let record = self.get(principal, agent_id).await?;
         self.shared
             .store
-            .rename_session(record.id, title)
+            .rename_session(record.row, title)
             .await
             .map_err(|e| store_error(e, agent_id))?;
         self.get(principal, agent_id).await
@@ -358,7 +358,7 @@ impl Manager {
             let _transfer = transfer.clone();
             async move {
                 let after = after?;
-                match store.messages_after(record.id, after, EXPORT_PAGE).await {
+                match store.messages_after(record.row, after, EXPORT_PAGE).await {
                     Err(err) => Some((Err(store_error(err, &agent_id)), None)),
                     Ok(rows) if rows.is_empty() => None,
                     Ok(rows) => {
@@ -430,7 +430,7 @@ impl Manager {
                             .map_err(|e| store_error(e, agent_id))?;
                         pending = Some(PendingImport {
                             store: store.clone(),
-                            id: record.id,
+                            row: record.row,
                             armed: true,
                         });
                     }
@@ -438,7 +438,7 @@ impl Manager {
                     chunk.push(message);
                     count += 1;
                 }
-                let Some(id) = pending.as_ref().map(|p| p.id) else {
+                let Some(id) = pending.as_ref().map(|p| p.row) else {
                     return Err(invalid("the body holds no message"));
                 };
                 if last {

@@ -30,7 +30,7 @@ use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
 use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError, Tag};
-use crate::store::{Store, StoreError};
+use crate::store::{RowId, Store, StoreError};
 
 /// Commands waiting for one actor; a full queue answers `limit_exceeded`.
 const COMMAND_QUEUE: usize = 256;
@@ -39,20 +39,20 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 /// The identity of a conversation that frames are tagged with.
 #[derive(Debug)]
-pub struct SessionRef {
-    /// Row id in the store.
-    pub id: i64,
+pub struct Conversation {
+    /// Its row in the store.
+    pub row: RowId,
     /// The client's routing key.
     pub agent_id: String,
     /// Our id of the conversation.
     pub session_id: String,
 }
 
-impl SessionRef {
+impl Conversation {
     /// The identity of a stored conversation.
     pub fn from_record(record: &SessionRecord) -> Arc<Self> {
-        Arc::new(SessionRef {
-            id: record.id,
+        Arc::new(Conversation {
+            row: record.row,
             agent_id: record.agent_id.clone(),
             session_id: record.session_id.clone(),
         })
@@ -77,7 +77,7 @@ enum SlotState {
 #[derive(Clone)]
 struct SessionHandle {
     tx: mpsc::Sender<actor::Command>,
-    session: Arc<SessionRef>,
+    session: Arc<Conversation>,
 }
 
 /// Everything in memory about one conversation key.
@@ -86,7 +86,7 @@ struct Slot {
     state: Arc<Mutex<SlotState>>,
     /// Set (under `state`) when the slot is dropped from the map; holders must look again.
     removed: AtomicBool,
-    session: std::sync::OnceLock<Arc<SessionRef>>,
+    session: std::sync::OnceLock<Arc<Conversation>>,
     /// Whether the actor is running or queueing a turn.
     busy: Arc<AtomicBool>,
 }
@@ -94,7 +94,7 @@ struct Slot {
 /// A chat that was stored and queued.
 pub struct ChatAccepted {
     /// The conversation.
-    pub session: Arc<SessionRef>,
+    pub session: Arc<Conversation>,
     /// `seq` of the stored user message.
     pub seq: i64,
     /// 0 when the turn runs now, else how many turns are ahead of it.
@@ -106,7 +106,7 @@ pub struct ChatAccepted {
 /// A user turn handed to its conversation and not yet known to be stored.
 pub struct PendingChat {
     agent_id: String,
-    session: Arc<SessionRef>,
+    session: Arc<Conversation>,
     events: events::Receiver,
     reply: oneshot::Receiver<Result<(i64, usize), FrameError>>,
 }
@@ -134,7 +134,7 @@ impl PendingChat {
 /// A subscription to a conversation's live frames.
 pub struct Subscription {
     /// The conversation.
-    pub session: Arc<SessionRef>,
+    pub session: Arc<Conversation>,
     /// Live frames from now on.
     pub events: events::Receiver,
 }
@@ -154,7 +154,7 @@ pub enum Activity {
 /// The result of an `interrupt`.
 pub struct Interrupted {
     /// The conversation.
-    pub session: Arc<SessionRef>,
+    pub session: Arc<Conversation>,
     /// Whether a turn was running (and is now being stopped).
     pub was_running: bool,
 }
@@ -426,7 +426,7 @@ impl Manager {
     fn spawn_actor(&self, record: SessionRecord, slot: &Slot, live: QuotaPermit) -> SessionHandle {
         let session = slot
             .session
-            .get_or_init(|| SessionRef::from_record(&record))
+            .get_or_init(|| Conversation::from_record(&record))
             .clone();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         actor::spawn(actor::ActorInit {
@@ -498,7 +498,7 @@ impl Manager {
         let key = Self::key(principal, new_agent_id);
         let (slot, guard) = self.lock_slot(&key).await;
         let forked = store
-            .fork(source.id, at_seq, new)
+            .fork(source.row, at_seq, new)
             .await
             .map_err(|e| match e {
                 // The error is about the frame's own conversation; the message names the
@@ -537,7 +537,7 @@ impl Manager {
         }
         self.shared
             .store
-            .delete_session(session.id)
+            .delete_session(session.row)
             .await
             .map_err(|e| store_error(e, agent_id))?;
         // The agent has stopped; the slot is still held, so none starts in it meanwhile.
@@ -600,7 +600,7 @@ impl Manager {
         let (slot, guard) = self.lock_slot(&key).await;
         if slot.session.get().is_none() {
             let record = self.get(principal, agent_id).await?;
-            let _ = slot.session.set(SessionRef::from_record(&record));
+            let _ = slot.session.set(Conversation::from_record(&record));
         }
         Ok((slot, guard))
     }

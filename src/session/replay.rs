@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures_util::Stream;
 
-use super::{Manager, SessionRef, store_error};
+use super::{Conversation, Manager, store_error};
 use crate::protocol::{self, Frame, FrameError};
 use crate::store::{Store, StoredMessage};
 
@@ -17,7 +17,7 @@ pub const REPLAY_PAGE: u32 = 1000;
 #[derive(Clone)]
 pub struct Cursor {
     /// The conversation.
-    pub session: Arc<SessionRef>,
+    pub session: Arc<Conversation>,
     /// Highest stored `seq` sent.
     pub last_seq: i64,
     store: Arc<dyn Store>,
@@ -25,7 +25,7 @@ pub struct Cursor {
 
 impl Manager {
     /// A cursor in `session` that has seen every stored frame up to `last_seq`.
-    pub fn cursor(&self, session: Arc<SessionRef>, last_seq: i64) -> Cursor {
+    pub fn cursor(&self, session: Arc<Conversation>, last_seq: i64) -> Cursor {
         Cursor {
             session,
             last_seq,
@@ -68,7 +68,7 @@ impl Cursor {
             let session = session.clone();
             async move {
                 let after = after?;
-                match store.messages_after(session.id, after, REPLAY_PAGE).await {
+                match store.messages_after(session.row, after, REPLAY_PAGE).await {
                     Err(err) => Some((Err(store_error(err, &session.agent_id)), None)),
                     Ok(rows) if rows.is_empty() => None,
                     Ok(rows) => {
@@ -84,7 +84,7 @@ impl Cursor {
 }
 
 /// The frame of a stored message, exactly as it was sent live.
-pub(super) fn stored_frame(session: &SessionRef, row: &StoredMessage) -> Frame {
+pub(super) fn stored_frame(session: &Conversation, row: &StoredMessage) -> Frame {
     protocol::session_frame(
         session.tag(),
         &row.message_type,

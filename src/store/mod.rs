@@ -38,12 +38,19 @@ impl From<sqlx::Error> for StoreError {
 /// Result alias for store calls.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// A conversation's row in the store: the key its messages hang from. Not an `agent_id` (the
+/// client's name for it) nor a `session_id` (the server's), and never shown to clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(transparent)]
+pub struct RowId(pub i64);
+
 /// A conversation as stored in `session_info`.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct SessionRecord {
-    /// Row id; the foreign key of its messages.
+    /// Its row in the store; the foreign key of its messages.
     #[serde(skip)]
-    pub id: i64,
+    #[sqlx(rename = "id")]
+    pub row: RowId,
     /// Whose conversation this is.
     #[serde(skip)]
     pub principal: String,
@@ -279,12 +286,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores `messages` in one commit and returns the `seq` of the first one; the rest follow
     /// by one each. The call returns only once the rows are committed.
-    async fn append(&self, session: i64, messages: Vec<NewMessage>) -> Result<i64>;
+    async fn append(&self, row: RowId, messages: Vec<NewMessage>) -> Result<i64>;
 
     /// Stored frames with `seq > after_seq`, in order, at most `limit`.
     async fn messages_after(
         &self,
-        session: i64,
+        row: RowId,
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<StoredMessage>>;
@@ -292,14 +299,14 @@ pub trait Store: Send + Sync + 'static {
     /// Records the id the agent reported for the conversation.
     async fn record_agent_session(
         &self,
-        session: i64,
+        row: RowId,
         sdk_session_id: &str,
         unified: bool,
     ) -> Result<()>;
 
     /// Number of user turns stored before `seq` that the agent remembers (those after the
     /// conversation's `memory_from_seq`).
-    async fn prompts_before(&self, session: i64, seq: i64) -> Result<i64>;
+    async fn prompts_before(&self, row: RowId, seq: i64) -> Result<i64>;
 
     /// The principal's conversations, newest activity first, and how many match in all.
     async fn list_sessions(
@@ -309,15 +316,15 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(Vec<SessionRecord>, i64)>;
 
     /// Sets the title of a conversation.
-    async fn rename_session(&self, session: i64, title: &str) -> Result<()>;
+    async fn rename_session(&self, row: RowId, title: &str) -> Result<()>;
 
     /// Deletes a conversation and (by cascade) every stored message of it.
-    async fn delete_session(&self, session: i64) -> Result<()>;
+    async fn delete_session(&self, row: RowId) -> Result<()>;
 
     /// Records the model and permission mode the agent runs with.
     async fn set_options(
         &self,
-        session: i64,
+        row: RowId,
         model: Option<&str>,
         permission_mode: Option<&str>,
     ) -> Result<()>;
@@ -329,7 +336,7 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::InvalidSeq`] when `to_seq` is not the `seq` of a stored `result`.
-    async fn rewind(&self, session: i64, to_seq: i64, status: RewoundStatus) -> Result<Rewound>;
+    async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound>;
 
     /// Creates conversation `new` holding a copy of `source`'s stored messages up to `at_seq`
     /// (a `result`'s `seq`; default the latest), with the same `seq`s, without the prompts of
@@ -340,7 +347,7 @@ pub trait Store: Send + Sync + 'static {
     /// `agent_id` is taken.
     async fn fork(
         &self,
-        source: i64,
+        source: RowId,
         at_seq: Option<i64>,
         new: NewSession,
     ) -> Result<SessionRecord>;
@@ -355,11 +362,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Makes an imported conversation visible, its stored messages ones its agent does not
     /// remember.
-    async fn finish_import(&self, session: i64) -> Result<()>;
+    async fn finish_import(&self, row: RowId) -> Result<()>;
 
     /// Deletes an unfinished import, a bounded number of rows per transaction so that other
     /// writers go on meanwhile.
-    async fn discard_import(&self, session: i64) -> Result<()>;
+    async fn discard_import(&self, row: RowId) -> Result<()>;
 
     /// Deletes every unfinished import (left by a crash); returns how many.
     async fn discard_unfinished_imports(&self) -> Result<u64>;

@@ -17,8 +17,8 @@ use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite, SqliteConnection, S
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    NewMessage, NewSession, NextLaunch, Result, Rewound, RewoundStatus, RunningTurn, SessionQuery,
-    SessionRecord, Store, StoreError, StoredMessage,
+    NewMessage, NewSession, NextLaunch, Result, Rewound, RewoundStatus, RowId, RunningTurn,
+    SessionQuery, SessionRecord, Store, StoreError, StoredMessage,
 };
 use crate::metrics::Metrics;
 
@@ -54,7 +54,7 @@ impl Default for SqliteSettings {
 }
 
 struct Append {
-    session: i64,
+    row: RowId,
     messages: Vec<NewMessage>,
     reply: oneshot::Sender<Result<i64>>,
 }
@@ -196,7 +196,7 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Append>) {
 
 /// What one batch adds to one conversation's row.
 struct Delta<'a> {
-    session: i64,
+    row: RowId,
     rows: i64,
     prompts: i64,
     results: i64,
@@ -215,9 +215,9 @@ async fn write_batch(
     batch: &[Append],
 ) -> Result<Vec<Result<i64>>, sqlx::Error> {
     sqlx::query("begin immediate").execute(&mut *conn).await?;
-    let appends: Vec<(i64, &[NewMessage])> = batch
+    let appends: Vec<(RowId, &[NewMessage])> = batch
         .iter()
-        .map(|a| (a.session, a.messages.as_slice()))
+        .map(|a| (a.row, a.messages.as_slice()))
         .collect();
     let outcomes = write_appends(conn, &appends).await?;
     sqlx::query("commit").execute(&mut *conn).await?;
@@ -227,27 +227,27 @@ async fn write_batch(
 /// Stores one request inside the caller's transaction; returns its first seq.
 async fn write_append(
     conn: &mut SqliteConnection,
-    session: i64,
+    row: RowId,
     msgs: &[NewMessage],
 ) -> Result<Result<i64>, sqlx::Error> {
-    let mut outcomes = write_appends(conn, &[(session, msgs)]).await?;
+    let mut outcomes = write_appends(conn, &[(row, msgs)]).await?;
     Ok(outcomes.pop().expect("one outcome per request"))
 }
 
-/// Stores `(session, messages)` requests in a handful of statements whatever their number: one
+/// Stores `(row, messages)` requests in a handful of statements whatever their number: one
 /// UPDATE that assigns the seqs of every conversation among them, then multi-row INSERTs of all
 /// their messages. A request whose conversation vanished fails alone; a database error fails
 /// them all.
 async fn write_appends(
     conn: &mut SqliteConnection,
-    appends: &[(i64, &[NewMessage])],
+    appends: &[(RowId, &[NewMessage])],
 ) -> Result<Vec<Result<i64>>, sqlx::Error> {
     let mut deltas: Vec<Delta> = Vec::new();
-    let mut index: HashMap<i64, usize> = HashMap::new();
-    for &(session, messages) in appends.iter().filter(|(_, m)| !m.is_empty()) {
-        let i = *index.entry(session).or_insert_with(|| {
+    let mut index: HashMap<RowId, usize> = HashMap::new();
+    for &(row, messages) in appends.iter().filter(|(_, m)| !m.is_empty()) {
+        let i = *index.entry(row).or_insert_with(|| {
             deltas.push(Delta {
-                session,
+                row,
                 rows: 0,
                 prompts: 0,
                 results: 0,
@@ -280,13 +280,13 @@ async fn write_appends(
         }
     }
     // Next seq to hand out, per conversation that still exists.
-    let mut next: HashMap<i64, i64> = HashMap::with_capacity(deltas.len());
+    let mut next: HashMap<RowId, i64> = HashMap::with_capacity(deltas.len());
     for chunk in deltas.chunks(SESSIONS_PER_UPDATE) {
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
             "with d (id, n, prompts, results, active, title, cost, tokens_in, tokens_out, duration, running, running_at) as (",
         );
         qb.push_values(chunk, |mut row, d| {
-            row.push_bind(d.session)
+            row.push_bind(d.row)
                 .push_bind(d.rows)
                 .push_bind(d.prompts)
                 .push_bind(d.results)
@@ -317,7 +317,7 @@ async fn write_appends(
              from d where session_info.id = d.id
              returning session_info.id, session_info.last_seq",
         );
-        let updated: Vec<(i64, i64)> = qb
+        let updated: Vec<(RowId, i64)> = qb
             .build_query_as()
             .persistent(true)
             .fetch_all(&mut *conn)
@@ -328,19 +328,19 @@ async fn write_appends(
         }
     }
     let mut outcomes = Vec::with_capacity(appends.len());
-    let mut rows: Vec<(i64, i64, &NewMessage)> = Vec::new();
-    for &(session, messages) in appends {
+    let mut rows: Vec<(RowId, i64, &NewMessage)> = Vec::new();
+    for &(row, messages) in appends {
         if messages.is_empty() {
             outcomes.push(Err(StoreError::Unavailable("empty append".into())));
             continue;
         }
-        let Some(seq) = next.get_mut(&session) else {
+        let Some(seq) = next.get_mut(&row) else {
             outcomes.push(Err(StoreError::UnknownSession));
             continue;
         };
         outcomes.push(Ok(*seq));
         for m in messages {
-            rows.push((session, *seq, m));
+            rows.push((row, *seq, m));
             *seq += 1;
         }
     }
@@ -348,8 +348,9 @@ async fn write_appends(
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
             "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at, turn_cost_usd) ",
         );
-        qb.push_values(chunk, |mut row, (session, seq, m)| {
-            row.push_bind(session)
+        qb.push_values(chunk, |mut values, (row, seq, m)| {
+            values
+                .push_bind(row)
                 .push_bind(seq)
                 .push_bind(m.message_type)
                 .push_bind(m.sdk_uuid.as_deref())
@@ -378,11 +379,11 @@ async fn finish<T>(conn: &mut SqliteConnection, outcome: Result<T>) -> Result<T>
     }
 }
 
-/// Checks that `seq` is the `seq` of a stored `result` of `session`.
-async fn check_result_seq(conn: &mut SqliteConnection, session: i64, seq: i64) -> Result<()> {
+/// Checks that `seq` is the `seq` of a stored `result` of `row`.
+async fn check_result_seq(conn: &mut SqliteConnection, row: RowId, seq: i64) -> Result<()> {
     let kind: Option<String> =
         sqlx::query_scalar("select message_type from messages where session_pk = ? and seq = ?")
-            .bind(session)
+            .bind(row)
             .bind(seq)
             .fetch_optional(&mut *conn)
             .await?;
@@ -398,13 +399,13 @@ async fn check_result_seq(conn: &mut SqliteConnection, session: i64, seq: i64) -
 }
 
 /// The uuid of the last assistant message at or before `seq` (the latest turn anchor).
-async fn anchor_at(conn: &mut SqliteConnection, session: i64, seq: i64) -> Result<Option<String>> {
+async fn anchor_at(conn: &mut SqliteConnection, row: RowId, seq: i64) -> Result<Option<String>> {
     Ok(sqlx::query_scalar(
         "select turn_anchor from messages where session_pk = ? and seq <= ?
            and message_type = 'result' and turn_anchor is not null
          order by seq desc limit 1",
     )
-    .bind(session)
+    .bind(row)
     .bind(seq)
     .fetch_optional(&mut *conn)
     .await?)
@@ -417,7 +418,7 @@ async fn anchor_at(conn: &mut SqliteConnection, session: i64, seq: i64) -> Resul
 /// one `result`, so the prompts of the turns that ended by `at` are the first as many prompts
 /// as there are results; any later prompt is a later turn's. Counting starts after the last
 /// stored `rewound` or `imported` status before `at`, when nothing was running or queued.
-async fn later_prompts(conn: &mut SqliteConnection, session: i64, at: i64) -> Result<Vec<i64>> {
+async fn later_prompts(conn: &mut SqliteConnection, row: RowId, at: i64) -> Result<Vec<i64>> {
     Ok(sqlx::query_scalar(
         "with since (seq) as (
             select coalesce(max(seq), 0) from messages
@@ -434,21 +435,21 @@ async fn later_prompts(conn: &mut SqliteConnection, session: i64, at: i64) -> Re
          where session_pk = ?1 and prompt = 1 and seq > (select seq from since) and seq <= ?2
          order by seq limit -1 offset (select n from ended)",
     )
-    .bind(session)
+    .bind(row)
     .bind(at)
     .fetch_all(&mut *conn)
     .await?)
 }
 
-/// The agent session a launch of `session` continues, and the pending launch, if any.
+/// The agent row a launch of `row` continues, and the pending launch, if any.
 async fn agent_base(
     conn: &mut SqliteConnection,
-    session: i64,
+    row: RowId,
 ) -> Result<(Option<String>, Option<NextLaunch>, i64)> {
     let row: Option<(Option<String>, Option<String>, i64)> = sqlx::query_as(
         "select sdk_session_id, next_launch, memory_from_seq from session_info where id = ?",
     )
-    .bind(session)
+    .bind(row)
     .fetch_optional(&mut *conn)
     .await?;
     let (sdk, pending, memory_from) = row.ok_or(StoreError::UnknownSession)?;
@@ -457,8 +458,8 @@ async fn agent_base(
     Ok((base, pending, memory_from))
 }
 
-/// Recomputes the counters of `session` from its rows.
-async fn recount(conn: &mut SqliteConnection, session: i64) -> Result<()> {
+/// Recomputes the counters of `row` from its rows.
+async fn recount(conn: &mut SqliteConnection, row: RowId) -> Result<()> {
     sqlx::query(
         "update session_info set
             message_count = (select count(*) from messages where session_pk = ?1),
@@ -466,7 +467,7 @@ async fn recount(conn: &mut SqliteConnection, session: i64) -> Result<()> {
             result_count = (select count(*) from messages where session_pk = ?1 and message_type = 'result')
          where id = ?1",
     )
-    .bind(session)
+    .bind(row)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -474,14 +475,14 @@ async fn recount(conn: &mut SqliteConnection, session: i64) -> Result<()> {
 
 async fn rewind_in(
     conn: &mut SqliteConnection,
-    session: i64,
+    row: RowId,
     to_seq: i64,
     status: RewoundStatus,
 ) -> Result<Rewound> {
-    check_result_seq(conn, session, to_seq).await?;
-    let later = later_prompts(conn, session, to_seq).await?;
-    let (base, _, memory_from) = agent_base(conn, session).await?;
-    let next_launch = match (base, anchor_at(conn, session, to_seq).await?) {
+    check_result_seq(conn, row, to_seq).await?;
+    let later = later_prompts(conn, row, to_seq).await?;
+    let (base, _, memory_from) = agent_base(conn, row).await?;
+    let next_launch = match (base, anchor_at(conn, row, to_seq).await?) {
         (Some(from), Some(at)) => NextLaunch::ForkAt { from, at },
         _ => NextLaunch::Fresh,
     };
@@ -490,14 +491,14 @@ async fn rewind_in(
         _ => memory_from.min(to_seq),
     };
     let mut dropped = sqlx::query("delete from messages where session_pk = ? and seq > ?")
-        .bind(session)
+        .bind(row)
         .bind(to_seq)
         .execute(&mut *conn)
         .await?
         .rows_affected();
     for seq in &later {
         dropped += sqlx::query("delete from messages where session_pk = ? and seq = ?")
-            .bind(session)
+            .bind(row)
             .bind(seq)
             .execute(&mut *conn)
             .await?
@@ -506,12 +507,12 @@ async fn rewind_in(
     sqlx::query("update session_info set next_launch = ?, memory_from_seq = ? where id = ?")
         .bind(serde_json::to_string(&next_launch).expect("serializes"))
         .bind(memory_from)
-        .bind(session)
+        .bind(row)
         .execute(&mut *conn)
         .await?;
-    recount(conn, session).await?;
+    recount(conn, row).await?;
     let status = status(&later);
-    let status_seq = write_append(conn, session, std::slice::from_ref(&status)).await??;
+    let status_seq = write_append(conn, row, std::slice::from_ref(&status)).await??;
     Ok(Rewound {
         status_seq,
         status,
@@ -523,7 +524,7 @@ async fn rewind_in(
 
 async fn fork_in(
     conn: &mut SqliteConnection,
-    source: i64,
+    source: RowId,
     at_seq: Option<i64>,
     new: &NewSession,
 ) -> Result<()> {
@@ -588,7 +589,7 @@ async fn fork_in(
     if created.rows_affected() == 0 {
         return Err(StoreError::AgentExists);
     }
-    let fork = created.last_insert_rowid();
+    let fork = RowId(created.last_insert_rowid());
     // The prompts of turns after `at` stay behind, like everything else of those turns.
     let later = later_prompts(conn, source, at).await?;
     let later = serde_json::to_string(&later).expect("serializes");
@@ -649,11 +650,11 @@ impl Store for SqliteStore {
             .ok_or(StoreError::Importing)
     }
 
-    async fn append(&self, session: i64, messages: Vec<NewMessage>) -> Result<i64> {
+    async fn append(&self, row: RowId, messages: Vec<NewMessage>) -> Result<i64> {
         let (reply, rx) = oneshot::channel();
         self.writer
             .send(WriteOp::Append(Append {
-                session,
+                row,
                 messages,
                 reply,
             }))
@@ -665,7 +666,7 @@ impl Store for SqliteStore {
 
     async fn messages_after(
         &self,
-        session: i64,
+        row: RowId,
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<StoredMessage>> {
@@ -673,7 +674,7 @@ impl Store for SqliteStore {
             "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd from messages
              where session_pk = ? and seq > ? order by seq limit ?",
         )
-        .bind(session)
+        .bind(row)
         .bind(after_seq)
         .bind(limit)
         .persistent(true)
@@ -683,7 +684,7 @@ impl Store for SqliteStore {
 
     async fn record_agent_session(
         &self,
-        session: i64,
+        row: RowId,
         sdk_session_id: &str,
         unified: bool,
     ) -> Result<()> {
@@ -692,18 +693,18 @@ impl Store for SqliteStore {
         )
             .bind(sdk_session_id)
             .bind(unified)
-            .bind(session)
+            .bind(row)
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
-    async fn prompts_before(&self, session: i64, seq: i64) -> Result<i64> {
+    async fn prompts_before(&self, row: RowId, seq: i64) -> Result<i64> {
         Ok(sqlx::query_scalar(
             "select count(*) from messages where session_pk = ?1 and seq < ?2 and prompt = 1
                and seq > (select memory_from_seq from session_info where id = ?1)",
         )
-        .bind(session)
+        .bind(row)
         .bind(seq)
         .fetch_one(&self.pool)
         .await?)
@@ -747,10 +748,10 @@ impl Store for SqliteStore {
         Ok((rows, total))
     }
 
-    async fn rename_session(&self, session: i64, title: &str) -> Result<()> {
+    async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
         let done = sqlx::query("update session_info set title = ? where id = ?")
             .bind(title)
-            .bind(session)
+            .bind(row)
             .execute(&self.pool)
             .await?;
         if done.rows_affected() == 0 {
@@ -759,9 +760,9 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn delete_session(&self, session: i64) -> Result<()> {
+    async fn delete_session(&self, row: RowId) -> Result<()> {
         sqlx::query("delete from session_info where id = ?")
-            .bind(session)
+            .bind(row)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -769,29 +770,29 @@ impl Store for SqliteStore {
 
     async fn set_options(
         &self,
-        session: i64,
+        row: RowId,
         model: Option<&str>,
         permission_mode: Option<&str>,
     ) -> Result<()> {
         sqlx::query("update session_info set model = ?, permission_mode = ? where id = ?")
             .bind(model)
             .bind(permission_mode)
-            .bind(session)
+            .bind(row)
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
-    async fn rewind(&self, session: i64, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {
+    async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {
         let mut conn = self.pool.acquire().await?;
         sqlx::query("begin immediate").execute(&mut *conn).await?;
-        let outcome = rewind_in(&mut conn, session, to_seq, status).await;
+        let outcome = rewind_in(&mut conn, row, to_seq, status).await;
         finish(&mut conn, outcome).await
     }
 
     async fn fork(
         &self,
-        source: i64,
+        source: RowId,
         at_seq: Option<i64>,
         new: NewSession,
     ) -> Result<SessionRecord> {
@@ -833,11 +834,11 @@ impl Store for SqliteStore {
             .await?)
     }
 
-    async fn finish_import(&self, session: i64) -> Result<()> {
+    async fn finish_import(&self, row: RowId) -> Result<()> {
         let done = sqlx::query(
             "update session_info set pending = 0, memory_from_seq = last_seq where id = ? and pending = 1",
         )
-        .bind(session)
+        .bind(row)
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
@@ -846,13 +847,13 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn discard_import(&self, session: i64) -> Result<()> {
+    async fn discard_import(&self, row: RowId) -> Result<()> {
         loop {
             let gone = sqlx::query(
                 "delete from messages where session_pk = ?1 and seq in
                    (select seq from messages where session_pk = ?1 order by seq limit ?2)",
             )
-            .bind(session)
+            .bind(row)
             .bind(DISCARD_ROWS)
             .execute(&self.pool)
             .await?
@@ -862,16 +863,17 @@ impl Store for SqliteStore {
             }
         }
         sqlx::query("delete from session_info where id = ? and pending = 1")
-            .bind(session)
+            .bind(row)
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
     async fn discard_unfinished_imports(&self) -> Result<u64> {
-        let pending: Vec<i64> = sqlx::query_scalar("select id from session_info where pending = 1")
-            .fetch_all(&self.pool)
-            .await?;
+        let pending: Vec<RowId> =
+            sqlx::query_scalar("select id from session_info where pending = 1")
+                .fetch_all(&self.pool)
+                .await?;
         for &id in &pending {
             self.discard_import(id).await?;
         }
@@ -879,7 +881,7 @@ impl Store for SqliteStore {
     }
 
     async fn close_unfinished_turns(&self) -> Result<u64> {
-        let running: Vec<(i64, String)> = sqlx::query_as(
+        let running: Vec<(RowId, String)> = sqlx::query_as(
             "select id, session_id from session_info where running_seq is not null and pending = 0",
         )
         .fetch_all(&self.pool)

@@ -3,7 +3,7 @@
 
 use agentmux::metrics::Metrics;
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
-use agentmux::store::{NewMessage, NewSession, RunningTurn, Store};
+use agentmux::store::{NewMessage, NewSession, RowId, RunningTurn, Store};
 
 async fn open(dir: &std::path::Path) -> SqliteStore {
     SqliteStore::open(
@@ -50,7 +50,7 @@ async fn sdk_session_id_is_null_until_captured() {
     assert_eq!(s.sdk_session_id, None);
     assert!(!s.unified);
     store
-        .record_agent_session(s.id, &s.session_id, true)
+        .record_agent_session(s.row, &s.session_id, true)
         .await
         .unwrap();
     let s2 = store.find_session("local", "a").await.unwrap().unwrap();
@@ -58,7 +58,7 @@ async fn sdk_session_id_is_null_until_captured() {
     assert!(s2.unified);
     // Another id reported: recorded as not unified; resume must use it.
     store
-        .record_agent_session(s.id, "other-id", false)
+        .record_agent_session(s.row, "other-id", false)
         .await
         .unwrap();
     let s3 = store.find_session("local", "a").await.unwrap().unwrap();
@@ -107,7 +107,7 @@ async fn seqs_are_per_conversation_and_gap_free() {
     let mut tasks = Vec::new();
     for i in 0..40 {
         let store = store.clone();
-        let id = if i % 2 == 0 { a.id } else { b.id };
+        let id = if i % 2 == 0 { a.row } else { b.row };
         tasks.push(tokio::spawn(async move {
             store
                 .append(
@@ -126,7 +126,7 @@ async fn seqs_are_per_conversation_and_gap_free() {
         firsts.push(t.await.unwrap());
     }
     for s in [&a, &b] {
-        let rows = store.messages_after(s.id, 0, 1000).await.unwrap();
+        let rows = store.messages_after(s.row, 0, 1000).await.unwrap();
         let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
         assert_eq!(seqs, (1..=40).collect::<Vec<_>>());
     }
@@ -134,7 +134,7 @@ async fn seqs_are_per_conversation_and_gap_free() {
         firsts.iter().all(|f| f % 2 == 1),
         "each append's rows are contiguous"
     );
-    let missing = store.append(999_999, vec![prompt("x")]).await;
+    let missing = store.append(RowId(999_999), vec![prompt("x")]).await;
     assert!(missing.is_err());
     store.close().await;
 }
@@ -148,14 +148,14 @@ async fn foreign_keys_hold_and_delete_cascades() {
         .create_session(new_session("local", "fk"))
         .await
         .unwrap();
-    store.append(s.id, vec![prompt("hi")]).await.unwrap();
+    store.append(s.row, vec![prompt("hi")]).await.unwrap();
     let pool = store.pool();
     let orphan = sqlx::query("insert into messages (session_pk, seq, message_type, payload, created_at) values (424242, 1, 'user', '{}', 'now')")
         .execute(pool)
         .await;
     assert!(orphan.is_err(), "an orphan row is refused");
     sqlx::query("delete from session_info where id = ?")
-        .bind(s.id)
+        .bind(s.row)
         .execute(pool)
         .await
         .unwrap();
@@ -192,9 +192,9 @@ async fn only_the_running_turn_is_closed_once() {
         .unwrap();
     let mut first = prompt("first prompt");
     first.running = Some(RunningTurn::Starts);
-    store.append(s.id, vec![first]).await.unwrap();
+    store.append(s.row, vec![first]).await.unwrap();
     store
-        .append(s.id, vec![prompt("second prompt")])
+        .append(s.row, vec![prompt("second prompt")])
         .await
         .unwrap();
     // Imported prompts, never run.
@@ -204,7 +204,7 @@ async fn only_the_running_turn_is_closed_once() {
         .unwrap();
     store
         .append(
-            imported.id,
+            imported.row,
             (0..500).map(|i| prompt(&format!("p{i}"))).collect(),
         )
         .await
@@ -217,11 +217,11 @@ async fn only_the_running_turn_is_closed_once() {
     let mut one = prompt("one");
     one.running = Some(RunningTurn::Starts);
     store
-        .append(handed.id, vec![one, prompt("two")])
+        .append(handed.row, vec![one, prompt("two")])
         .await
         .unwrap();
     store
-        .append(handed.id, vec![result_then(Some(2))])
+        .append(handed.row, vec![result_then(Some(2))])
         .await
         .unwrap();
     // Both turns ended: nothing runs.
@@ -231,13 +231,13 @@ async fn only_the_running_turn_is_closed_once() {
         .unwrap();
     let mut one = prompt("one");
     one.running = Some(RunningTurn::Starts);
-    store.append(done.id, vec![one]).await.unwrap();
+    store.append(done.row, vec![one]).await.unwrap();
     store
-        .append(done.id, vec![prompt("two"), result_then(Some(2))])
+        .append(done.row, vec![prompt("two"), result_then(Some(2))])
         .await
         .unwrap();
     store
-        .append(done.id, vec![result_then(None)])
+        .append(done.row, vec![result_then(None)])
         .await
         .unwrap();
     store.close().await;
@@ -253,14 +253,14 @@ async fn only_the_running_turn_is_closed_once() {
             (types, rows)
         }
     };
-    let (kinds, rows) = types(s.id).await;
+    let (kinds, rows) = types(s.row).await;
     assert_eq!(kinds, ["user", "user", "result"]);
     assert!(rows[2].payload.contains("server_restart"));
-    let (kinds, rows) = types(handed.id).await;
+    let (kinds, rows) = types(handed.row).await;
     assert_eq!(kinds, ["user", "user", "result", "result"]);
     assert!(rows[3].payload.contains("server_restart"));
-    assert_eq!(types(imported.id).await.0.len(), 500);
-    assert_eq!(types(done.id).await.0.len(), 4);
+    assert_eq!(types(imported.row).await.0.len(), 500);
+    assert_eq!(types(done.row).await.0.len(), 4);
     let s = store.find_session("local", "u").await.unwrap().unwrap();
     assert_eq!(s.title.as_deref(), Some("first prompt"));
     assert_eq!((s.prompt_count, s.result_count, s.last_seq), (2, 1, 3));
@@ -295,10 +295,13 @@ async fn rewind_counts_turns_since_the_last_rewind() {
         .unwrap();
     // seq 1 turn 1, seq 2 turn 2 (queued while turn 1 ran), 3 and 4 their results.
     store
-        .append(s.id, vec![prompt("one"), prompt("two"), result(), result()])
+        .append(
+            s.row,
+            vec![prompt("one"), prompt("two"), result(), result()],
+        )
         .await
         .unwrap();
-    let rewound = store.rewind(s.id, 3, rewound_status()).await.unwrap();
+    let rewound = store.rewind(s.row, 3, rewound_status()).await.unwrap();
     assert_eq!(rewound.dropped_prompts, [2]);
     assert_eq!((rewound.status_seq, rewound.dropped), (5, 2));
 
@@ -309,7 +312,7 @@ async fn rewind_counts_turns_since_the_last_rewind() {
         .unwrap();
     store
         .append(
-            t.id,
+            t.row,
             vec![
                 prompt("one"),
                 prompt("two"),
@@ -321,10 +324,10 @@ async fn rewind_counts_turns_since_the_last_rewind() {
         )
         .await
         .unwrap();
-    let rewound = store.rewind(t.id, 6, rewound_status()).await.unwrap();
+    let rewound = store.rewind(t.row, 6, rewound_status()).await.unwrap();
     assert_eq!(rewound.dropped_prompts, Vec::<i64>::new());
     let kept: Vec<i64> = store
-        .messages_after(t.id, 0, 100)
+        .messages_after(t.row, 0, 100)
         .await
         .unwrap()
         .iter()
