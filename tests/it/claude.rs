@@ -996,6 +996,9 @@ async fn a_waiting_turn_starts_when_a_process_goes_idle() {
         "request_id": requests["b"], "behavior": "allow"}))
         .await;
     let reply = reply_text(&c.until_result("b").await);
-    assert!(reply.starts_with("Tool said: "), "b's turn ran its tool: {reply}");
+    assert!(
+        reply.starts_with("Tool said: "),
+        "b's turn ran its tool: {reply}"
+    );
     stop(server, &fx).await;
 }
