@@ -13,6 +13,7 @@ mod history;
 mod layers;
 mod limits;
 mod metrics;
+mod permissions;
 mod real_cli;
 mod rest;
 mod security;
