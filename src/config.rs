@@ -219,6 +219,9 @@ pub struct StoreConfig {
 pub struct DemoConfig {
     /// Pause after each streamed word, in milliseconds.
     pub delay_ms: u64,
+    /// Testing aid: each turn waits after its first word until `<gate_dir>/<agent_id>.<N>`
+    /// exists (see [`crate::agent::demo::GatedDemoBackend`]). Off when unset.
+    pub gate_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -373,7 +376,10 @@ impl Default for StoreConfig {
 
 impl Default for DemoConfig {
     fn default() -> Self {
-        DemoConfig { delay_ms: 20 }
+        DemoConfig {
+            delay_ms: 20,
+            gate_dir: None,
+        }
     }
 }
 

@@ -109,9 +109,15 @@ impl Server {
             );
         }
         let backend: Arc<dyn Backend> = match config.backend_kind() {
-            BackendKind::Demo => Arc::new(agent::demo::DemoBackend {
-                word_delay: Duration::from_millis(config.demo.delay_ms),
-            }),
+            BackendKind::Demo => {
+                let demo = agent::demo::DemoBackend {
+                    word_delay: Duration::from_millis(config.demo.delay_ms),
+                };
+                match config.demo.gate_dir.clone() {
+                    Some(gate_dir) => Arc::new(agent::demo::GatedDemoBackend { demo, gate_dir }),
+                    None => Arc::new(demo),
+                }
+            }
             BackendKind::Claude => {
                 let bin = claude_bin.ok_or_else(|| {
                     anyhow::anyhow!("the claude backend needs the CLI's path: --claude-bin or AGENTMUX_CLAUDE_BIN")

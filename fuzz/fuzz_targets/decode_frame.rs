@@ -1,44 +1,211 @@
-//! Client frame decoding: any text either decodes to a frame that honours every validation
-//! rule, or to a typed error whose `error` frame is valid JSON. Never a panic.
+//! Client frame decoding, checked against docs/protocol.md rather than against the decoder's
+//! own validators. Any text either
+//! - decodes to a frame of every type the protocol has (chat, interrupt, ping, subscribe,
+//!   unsubscribe, permission_response, rewind, fork) whose fields are the input's own, within
+//!   the documented rules, and which re-encodes to JSON that decodes to the same frame; or
+//! - is refused with one of the documented client error codes, as an `error` frame that is
+//!   JSON and echoes only the input's own `agent_id` and `client_msg_id`.
+//!
+//! Never a panic.
 
 #![no_main]
 
-use agentmux::protocol::{self, ClientFrame, DecodeLimits};
+use agentmux::protocol::{self, DecodeLimits};
 use libfuzzer_sys::fuzz_target;
+use serde_json::{Map, Value};
 
+const MAX_CONTENT_BYTES: usize = 256;
 const LIMITS: DecodeLimits = DecodeLimits {
-    max_content_bytes: 256,
+    max_content_bytes: MAX_CONTENT_BYTES,
     allow_bypass_permissions: false,
 };
+
+/// The codes protocol.md gives for a bad client frame.
+const CLIENT_FRAME_CODES: &[&str] = &[
+    "bad_frame",
+    "unknown_type",
+    "invalid_agent_id",
+    "invalid_content",
+    "invalid_options",
+    "invalid_seq",
+];
+/// `permission_mode`s protocol.md lists, and those only an operator may allow.
+const MODES: &[&str] = &[
+    "default",
+    "acceptEdits",
+    "bypassPermissions",
+    "plan",
+    "dontAsk",
+    "auto",
+    "manual",
+];
+const UNATTENDED: &[&str] = &["bypassPermissions", "auto"];
+
+/// `agent_id`: 1–128 characters of `[A-Za-z0-9._:-]`.
+fn agent_id_ok(id: &Value) -> bool {
+    id.as_str().is_some_and(|id| {
+        (1..=128).contains(&id.chars().count())
+            && id.chars().all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
+    })
+}
+
+/// `model`: `[A-Za-z0-9._:-]{1,64}`, not starting with `-`.
+fn model_ok(model: &Value) -> bool {
+    model.as_str().is_some_and(|m| {
+        (1..=64).contains(&m.chars().count())
+            && !m.starts_with('-')
+            && m.chars().all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
+    })
+}
+
+/// A field the input had, absent and null being the same.
+fn given<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).filter(|v| !v.is_null())
+}
+
+/// The decoded frame (as JSON) holds the input's own values, within the documented rules.
+fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
+    let ty = frame["type"].as_str().expect("a frame has its type");
+    assert_eq!(input.get("type"), Some(&frame["type"]));
+    let keys: Vec<&str> = frame.keys().map(String::as_str).collect();
+    let allowed: &[&str] = match ty {
+        "chat" => &["type", "agent_id", "content", "client_msg_id", "options"],
+        "interrupt" | "unsubscribe" => &["type", "agent_id"],
+        "ping" => &["type", "ts"],
+        "subscribe" => &["type", "agent_id", "since_seq"],
+        "permission_response" => &[
+            "type",
+            "agent_id",
+            "request_id",
+            "behavior",
+            "updated_input",
+            "message",
+        ],
+        "rewind" => &["type", "agent_id", "to_seq"],
+        "fork" => &["type", "agent_id", "new_agent_id", "at_seq"],
+        other => panic!("a frame type protocol.md does not have: {other}"),
+    };
+    assert!(keys.iter().all(|k| allowed.contains(k)), "{ty}: {keys:?}");
+    if ty != "ping" {
+        assert_eq!(input.get("agent_id"), Some(&frame["agent_id"]));
+        assert!(agent_id_ok(&frame["agent_id"]));
+    }
+    match ty {
+        "chat" => {
+            assert_eq!(input.get("content"), Some(&frame["content"]));
+            let content = frame["content"].as_str().expect("content is a string");
+            assert!(!content.trim().is_empty());
+            assert!(content.len() <= MAX_CONTENT_BYTES);
+            assert_eq!(given(input, "client_msg_id"), frame.get("client_msg_id"));
+            let asked = given(input, "options").map(|o| o.as_object().expect("an object"));
+            let options = frame.get("options").map(|o| o.as_object().unwrap());
+            for (key, value) in asked.into_iter().flatten() {
+                if value.is_null() {
+                    continue;
+                }
+                assert!(key == "model" || key == "permission_mode", "option {key}");
+                assert_eq!(options.and_then(|o| o.get(key)), Some(value));
+            }
+            if let Some(options) = options {
+                for (key, value) in options {
+                    match key.as_str() {
+                        "model" => assert!(model_ok(value), "{value}"),
+                        "permission_mode" => {
+                            let mode = value.as_str().unwrap();
+                            assert!(MODES.contains(&mode) && !UNATTENDED.contains(&mode));
+                        }
+                        other => panic!("option {other}"),
+                    }
+                    assert_eq!(asked.and_then(|a| a.get(key)), Some(value));
+                }
+            }
+        }
+        "ping" => assert_eq!(input.get("ts"), frame.get("ts")),
+        "subscribe" => {
+            let since = frame["since_seq"].as_i64().expect("an integer");
+            match given(input, "since_seq") {
+                None => assert_eq!(since, 0),
+                Some(asked) => assert_eq!(asked.as_i64(), Some(since)),
+            }
+            assert!(since >= 0);
+        }
+        "permission_response" => {
+            let id = frame["request_id"].as_str().unwrap();
+            assert_eq!(input.get("request_id"), Some(&frame["request_id"]));
+            assert!(!id.is_empty());
+            assert_eq!(input.get("behavior"), Some(&frame["behavior"]));
+            match frame["behavior"].as_str() {
+                Some("allow") => {
+                    assert!(frame.get("message").is_none());
+                    assert_eq!(given(input, "updated_input"), frame.get("updated_input"));
+                    assert!(frame.get("updated_input").is_none_or(Value::is_object));
+                }
+                Some("deny") => {
+                    assert!(frame.get("updated_input").is_none());
+                    let message = frame["message"].as_str().expect("a deny has a message");
+                    match given(input, "message") {
+                        Some(asked) => assert_eq!(asked, &frame["message"]),
+                        None => assert!(!message.is_empty()),
+                    }
+                }
+                other => panic!("behavior {other:?}"),
+            }
+        }
+        "rewind" => {
+            assert_eq!(input.get("to_seq"), Some(&frame["to_seq"]));
+            assert!(frame["to_seq"].as_i64().is_some_and(|n| n > 0));
+        }
+        "fork" => {
+            assert_eq!(input.get("new_agent_id"), Some(&frame["new_agent_id"]));
+            assert!(agent_id_ok(&frame["new_agent_id"]));
+            assert_ne!(frame["new_agent_id"], frame["agent_id"]);
+            assert_eq!(given(input, "at_seq"), frame.get("at_seq"));
+            if let Some(at) = frame.get("at_seq") {
+                assert!(at.as_i64().is_some_and(|n| n > 0));
+            }
+        }
+        _ => {}
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    let input: Option<Value> = serde_json::from_str(text).ok();
     match protocol::decode(text, LIMITS) {
-        Ok(ClientFrame::Chat(chat)) => {
-            assert!(protocol::valid_agent_id(&chat.agent_id));
-            assert!(!chat.content.trim().is_empty());
-            assert!(chat.content.len() <= LIMITS.max_content_bytes);
-            if let Some(model) = &chat.options.model {
-                assert!(protocol::valid_model(model));
-            }
-            if let Some(mode) = &chat.options.permission_mode {
-                assert!(protocol::PERMISSION_MODES.contains(&mode.as_str()));
-                assert!(!protocol::UNATTENDED_PERMISSION_MODES.contains(&mode.as_str()));
-            }
+        Ok(frame) => {
+            let input = input.expect("only JSON decodes");
+            let input = input.as_object().expect("only an object decodes");
+            let encoded = serde_json::to_value(&frame).expect("frames serialize");
+            check_accepted(input, encoded.as_object().expect("a frame is an object"));
+            let again = protocol::decode(&encoded.to_string(), LIMITS)
+                .expect("a decoded frame re-encodes to a frame");
+            assert_eq!(again, frame, "the re-encoded frame means the same");
         }
-        Ok(
-            ClientFrame::Interrupt { agent_id }
-            | ClientFrame::Unsubscribe { agent_id }
-            | ClientFrame::Subscribe { agent_id, .. },
-        ) => assert!(protocol::valid_agent_id(&agent_id)),
-        Ok(_) => {}
         Err(err) => {
+            let code = err.code.as_str();
+            assert!(CLIENT_FRAME_CODES.contains(&code), "{code}");
+            match &input {
+                None => assert_eq!(code, "bad_frame", "not JSON"),
+                Some(v) if !v.is_object() => assert_eq!(code, "bad_frame", "not an object"),
+                Some(v) if !v["type"].is_string() => assert_eq!(code, "bad_frame", "no type"),
+                _ => {}
+            }
             let frame = protocol::error_frame(&err);
-            let value: serde_json::Value =
+            let value: Value =
                 serde_json::from_str(frame.text.as_str()).expect("error frames are JSON");
-            assert_eq!(value["code"], err.code.as_str());
+            assert_eq!(value["message_type"], "error");
+            assert_eq!(value["code"], code);
+            assert!(value["error"].as_str().is_some_and(|e| !e.is_empty()));
+            assert!(value["timestamp"].is_string());
+            let input = input.as_ref().and_then(Value::as_object);
+            for echoed in ["agent_id", "client_msg_id"] {
+                if let Some(v) = value.get(echoed) {
+                    assert!(v.is_string(), "{echoed}: {v}");
+                    assert_eq!(input.and_then(|i| i.get(echoed)), Some(v), "{echoed}");
+                }
+            }
         }
     }
 });

@@ -4,7 +4,12 @@
 //! conversation id, one `stream_event` text delta per word, one `assistant`, then a `result`
 //! with usage and duration. The reply is `Echo: <content> (turn N)`, N counting the user turns
 //! the agent remembers, so resume, rewind and fork can be seen from outside.
+//!
+//! A testing aid, [`GatedDemoBackend`] (`demo.gate_dir`), makes each turn wait after its first
+//! word until a file named after the turn exists, so that a test, not the clock, decides how
+//! long a turn runs.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -37,6 +42,35 @@ impl Backend for DemoBackend {
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
+        Ok(self.start(spec, None))
+    }
+}
+
+/// The demo backend whose turns wait at a gate (`demo.gate_dir`, for tests): after its first
+/// word, turn N of conversation `agent_id` goes on only once the file `<gate_dir>/<agent_id>.<N>`
+/// exists (N as in the reply's `(turn N)`). An interrupt ends the wait like any turn. The name
+/// is made of an `agent_id` (no `/`) and a number, so it never leaves the directory.
+#[derive(Debug, Clone)]
+pub struct GatedDemoBackend {
+    /// The demo agent's settings.
+    pub demo: DemoBackend,
+    /// Where the test creates the gate files.
+    pub gate_dir: PathBuf,
+}
+
+#[async_trait]
+impl Backend for GatedDemoBackend {
+    fn name(&self) -> &'static str {
+        "demo"
+    }
+
+    async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
+        Ok(self.demo.start(spec, Some(self.gate_dir.clone())))
+    }
+}
+
+impl DemoBackend {
+    fn start(&self, spec: SpawnSpec, gate_dir: Option<PathBuf>) -> AgentConn {
         let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
         let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
         // The demo's memory is the number of turns it has seen: `prior_prompts` counts the
@@ -48,8 +82,10 @@ impl Backend for DemoBackend {
                 new_session_id.clone()
             }
         };
+        let gate = gate_dir.map(|dir| (dir, spec.agent_id.to_string()));
         let agent = DemoAgent {
             session_id,
+            gate,
             model: spec.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
             permission_mode: spec
                 .permission_mode
@@ -60,15 +96,17 @@ impl Backend for DemoBackend {
             events: event_tx,
         };
         tokio::spawn(agent.run(input_rx));
-        Ok(AgentConn {
+        AgentConn {
             input: input_tx,
             events: event_rx,
-        })
+        }
     }
 }
 
 struct DemoAgent {
     session_id: String,
+    /// The gate directory and the conversation's `agent_id`, when turns wait at a gate.
+    gate: Option<(PathBuf, String)>,
     model: String,
     /// Reported in each turn's `init`; the demo never asks for permissions in any mode.
     permission_mode: String,
@@ -189,6 +227,12 @@ impl DemoAgent {
             if !self.emit_delta(&piece).await {
                 return TurnEnd::Closed;
             }
+            if i == 0
+                && let Some(e) = self.wait_at_gate(input, pending).await
+            {
+                end = e;
+                break;
+            }
             if !self.word_delay.is_zero() {
                 tokio::select! {
                     _ = tokio::time::sleep(self.word_delay) => {}
@@ -253,6 +297,31 @@ impl DemoAgent {
             return TurnEnd::Closed;
         }
         end
+    }
+}
+
+impl DemoAgent {
+    /// With a gate, waits until this turn's gate file exists; an interrupt or a closed input
+    /// ends the wait and the turn.
+    async fn wait_at_gate(
+        &self,
+        input: &mut mpsc::Receiver<AgentInput>,
+        pending: &mut std::collections::VecDeque<AgentInput>,
+    ) -> Option<TurnEnd> {
+        let (dir, agent_id) = self.gate.as_ref()?;
+        let file = dir.join(format!("{agent_id}.{}", self.turns));
+        while !tokio::fs::try_exists(&file).await.unwrap_or(false) {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                got = input.recv() => match got {
+                    Some(AgentInput::Interrupt) => return Some(TurnEnd::Interrupted),
+                    Some(AgentInput::Permission { .. }) => {}
+                    Some(later) => pending.push_back(later),
+                    None => return Some(TurnEnd::Closed),
+                }
+            }
+        }
+        None
     }
 }
 

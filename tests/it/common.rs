@@ -267,3 +267,84 @@ pub async fn chat_ack(c: &mut Client, agent_id: &str, content: &str) -> Value {
         .await;
     frames.last().unwrap().clone()
 }
+
+impl Client {
+    /// Sends a ping and returns every frame that arrived before its pong: what the server had
+    /// for this socket by the time it read the ping.
+    pub async fn before_pong(&mut self) -> Vec<Value> {
+        let marker = format!("mark-{}", uuid::Uuid::new_v4());
+        self.send(json!({"type": "ping", "ts": marker})).await;
+        let mut got = self
+            .recv_until(|v| v["message_type"] == "pong" && v["ts"] == marker.as_str())
+            .await;
+        got.pop();
+        got
+    }
+}
+
+/// Gates of the demo agent (`demo.gate_dir`): after its first word, turn N of `agent_id` waits
+/// until the test calls `open(agent_id, N)`, so no test depends on how long a turn takes.
+pub struct Gates {
+    pub dir: PathBuf,
+    /// The config file that turns the gates on (plus the test's own settings).
+    pub config: String,
+    _tmp: tempfile::TempDir,
+}
+
+impl Gates {
+    /// Gates, with `extra_toml` (tables other than `[demo]`) in the same config file.
+    pub fn new(extra_toml: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("gates");
+        std::fs::create_dir(&dir).unwrap();
+        let config = tmp.path().join("gated.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "{extra_toml}\n[demo]\ngate_dir = {}\n",
+                toml_string(&dir.to_string_lossy())
+            ),
+        )
+        .unwrap();
+        Gates {
+            dir,
+            config: config.to_string_lossy().into_owned(),
+            _tmp: tmp,
+        }
+    }
+
+    /// Lets turn `turn` of `agent_id` finish (now, or at once when it gets there).
+    pub fn open(&self, agent_id: &str, turn: u32) {
+        std::fs::write(self.dir.join(format!("{agent_id}.{turn}")), b"").unwrap();
+    }
+
+    /// Opens turns `turns` of `agent_id`.
+    pub fn open_all(&self, agent_id: &str, turns: std::ops::RangeInclusive<u32>) {
+        for turn in turns {
+            self.open(agent_id, turn);
+        }
+    }
+
+    /// A server with these gates and no per-word delay, in a fresh data dir.
+    pub async fn start(&self) -> TestServer {
+        TestServer::start_with(&["--config", &self.config, "--demo-delay-ms", "0"]).await
+    }
+}
+
+/// A TOML basic string.
+pub fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+/// The frames of `agent_id` in `frames`, as `message_type` (and `status` for statuses).
+pub fn kinds(frames: &[Value], agent_id: &str) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f["agent_id"] == agent_id)
+        .map(|f| match f["message_type"].as_str().unwrap() {
+            "status" => format!("status:{}", f["status"].as_str().unwrap()),
+            "stream_event" => format!("stream:{}", f["message"]["event"]["type"].as_str().unwrap()),
+            other => other.to_owned(),
+        })
+        .collect()
+}

@@ -1,6 +1,12 @@
 //! Faults: the server killed with -9 under load, and a store that runs out of room.
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::*;
 
@@ -128,12 +134,20 @@ async fn a_full_store_fails_chats_cleanly_and_recovers() {
     let big_args = args(&big);
     let big_args: Vec<&str> = big_args.iter().map(String::as_str).collect();
     let server = TestServer::start_in(data.path(), &big_args, &[]).await;
+    let db = server.db().await;
+    let prompts: i64 =
+        sqlx::query_scalar("select prompt_count from session_info where agent_id = 'big'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    db.close().await;
     let mut c = server.client().await;
     c.chat("big", "room again").await;
     let frames = c.until_result("big").await;
-    assert!(
-        reply_text(&frames).starts_with("Echo: room again (turn "),
-        "{frames:?}"
+    assert_eq!(
+        reply_text(&frames),
+        format!("Echo: room again (turn {})", prompts + 1),
+        "the agent remembers every stored turn"
     );
     assert_eq!(integrity(&server).await, "ok");
     let db = server.db().await;
@@ -256,4 +270,194 @@ async fn a_restart_closes_only_the_turn_that_was_running() {
     assert_eq!(turns_of(&rest, "rw").await, (1, 1, 0));
     let (_, imp) = rest.get("/api/sessions/imp").await;
     assert_eq!(imp["message_count"], 2001);
+}
+
+/// Clients of the load in [`kill9_loses_no_frame_a_client_saw`].
+const KILL9_CLIENTS: usize = 4;
+/// Stored frames every client must have received before the kill.
+const KILL9_MIN_FRAMES: usize = 12;
+
+/// One load client: chats in turn on `sessions` until the server dies, and returns the text of
+/// every frame it received, verbatim. It must connect: a client that can't is a failure.
+async fn load_client(
+    addr: String,
+    n: usize,
+    sessions: Vec<String>,
+    seen: Arc<AtomicUsize>,
+) -> Vec<String> {
+    let mut c = Client::connect(&addr).await;
+    let mut frames = Vec::new();
+    for round in 0.. {
+        for agent in &sessions {
+            let chat = json!({"type": "chat", "agent_id": agent, "content": format!("client {n} round {round}")});
+            if c.ws.send(Message::text(chat.to_string())).await.is_err() {
+                // The server was killed.
+                return frames;
+            }
+            loop {
+                let msg = match tokio::time::timeout(WAIT, c.ws.next()).await {
+                    Ok(Some(Ok(msg))) => msg,
+                    // The server was killed.
+                    Ok(None | Some(Err(_))) => return frames,
+                    Err(_) => panic!("client {n}: no frame in time"),
+                };
+                let Message::Text(text) = msg else { continue };
+                let v: Value = serde_json::from_str(text.as_str()).unwrap();
+                if v["seq"].is_i64() && v["message_type"] != "ack" {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                }
+                frames.push(text.as_str().to_owned());
+                if v["message_type"] == "result" && v["agent_id"] == agent.as_str() {
+                    break;
+                }
+            }
+        }
+    }
+    unreachable!()
+}
+
+/// A conversation's stored frames as a fresh subscriber gets them: `seq` to the frame's text.
+async fn replay_raw(addr: &str, agent_id: &str) -> BTreeMap<i64, String> {
+    let mut c = Client::connect(addr).await;
+    c.send(json!({"type": "subscribe", "agent_id": agent_id, "since_seq": 0}))
+        .await;
+    c.send(json!({"type": "ping", "ts": "replayed"})).await;
+    let mut stored = BTreeMap::new();
+    loop {
+        let msg = tokio::time::timeout(WAIT, c.ws.next())
+            .await
+            .expect("the replay in time")
+            .expect("socket open")
+            .expect("no socket error");
+        let Message::Text(text) = msg else { continue };
+        let v: Value = serde_json::from_str(text.as_str()).unwrap();
+        if v["message_type"] == "pong" {
+            return stored;
+        }
+        assert_eq!(v["agent_id"], agent_id, "{v}");
+        let seq = v["seq"].as_i64().expect("a replayed frame has a seq");
+        assert!(
+            stored.insert(seq, text.as_str().to_owned()).is_none(),
+            "seq {seq} twice"
+        );
+    }
+}
+
+/// Kill -9 under load, twice: clients chat on shared conversations, the server is killed once
+/// every client has seen frames, and restarted on the same data dir. Every client connected and
+/// is counted; every stored frame any client received is in the store afterwards, byte for
+/// byte as that client got it; seqs have no gaps; unfinished turns are closed; the database is
+/// sound; every conversation takes a new turn with the agent remembering every stored one.
+#[tokio::test]
+async fn kill9_loses_no_frame_a_client_saw() {
+    let data = tempfile::tempdir().unwrap();
+    let args = ["--demo-delay-ms", "5"];
+    // Each conversation is shared by two clients.
+    let sessions_of =
+        |n: usize| -> Vec<String> { (0..3).map(|j| format!("k9-{}-{j}", n % 2)).collect() };
+    let all_sessions: Vec<String> = (0..2).flat_map(sessions_of).collect();
+    for cycle in 0..2 {
+        let mut server = TestServer::start_in(data.path(), &args, &[]).await;
+        let counters: Vec<Arc<AtomicUsize>> = (0..KILL9_CLIENTS).map(|_| Arc::default()).collect();
+        let clients: Vec<_> = counters
+            .iter()
+            .enumerate()
+            .map(|(n, seen)| {
+                tokio::spawn(load_client(
+                    server.addr.clone(),
+                    n,
+                    sessions_of(n),
+                    seen.clone(),
+                ))
+            })
+            .collect();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while counters
+            .iter()
+            .any(|c| c.load(Ordering::Relaxed) < KILL9_MIN_FRAMES)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "cycle {cycle}: load did not start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Somewhere within the next few turns.
+        let jitter = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+            % 200;
+        tokio::time::sleep(std::time::Duration::from_millis(jitter.into())).await;
+        server.kill9().await;
+        let mut received = Vec::new();
+        for (n, client) in clients.into_iter().enumerate() {
+            let frames = client.await.unwrap_or_else(|e| panic!("client {n}: {e}"));
+            received.push(frames);
+        }
+        assert_eq!(received.len(), KILL9_CLIENTS);
+
+        let server = TestServer::start_in(data.path(), &args, &[]).await;
+        let mut store: HashMap<String, BTreeMap<i64, String>> = HashMap::new();
+        for agent in &all_sessions {
+            let replay = replay_raw(&server.addr, agent).await;
+            let seqs: Vec<i64> = replay.keys().copied().collect();
+            assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "{agent}");
+            store.insert(agent.clone(), replay);
+        }
+        for (n, frames) in received.iter().enumerate() {
+            let mut checked = 0;
+            for text in frames {
+                let v: Value = serde_json::from_str(text).unwrap();
+                let Some(seq) = v["seq"].as_i64() else {
+                    continue;
+                };
+                if v["message_type"] == "ack" {
+                    continue;
+                }
+                let agent = v["agent_id"].as_str().unwrap();
+                assert_eq!(
+                    store[agent].get(&seq),
+                    Some(text),
+                    "cycle {cycle}, client {n}: {agent} seq {seq} lost or changed after kill -9"
+                );
+                checked += 1;
+            }
+            assert!(
+                checked >= KILL9_MIN_FRAMES,
+                "cycle {cycle}, client {n}: {checked} frames"
+            );
+        }
+        // Every turn ended: the last stored frame of each conversation is a result.
+        for (agent, replay) in &store {
+            let (_, last) = replay.last_key_value().unwrap();
+            let last: Value = serde_json::from_str(last).unwrap();
+            assert_eq!(last["message_type"], "result", "{agent}: {last}");
+        }
+        let db = server.db().await;
+        let check: String = sqlx::query_scalar("pragma integrity_check")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        assert_eq!(check, "ok");
+        db.close().await;
+        let mut c = server.client().await;
+        for agent in &all_sessions {
+            let prompts = store[agent]
+                .values()
+                .map(|t| serde_json::from_str::<Value>(t).unwrap())
+                .filter(|v| {
+                    v["message_type"] == "user" && v["message"]["message"]["content"].is_string()
+                })
+                .count();
+            chat_ack(&mut c, agent, "after the kill").await;
+            assert_eq!(
+                reply_text(&c.until_result(agent).await),
+                format!("Echo: after the kill (turn {})", prompts + 1)
+            );
+        }
+        drop(c);
+        let mut server = server;
+        assert!(server.terminate().await.success());
+    }
 }

@@ -9,7 +9,8 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::common::*;
 use crate::inproc::InProcess;
 
-/// A chat gets an ack, then the user frame, init, deltas, assistant and result, in seq order.
+/// A chat gets an ack, then the user frame, the agent's start, init, deltas, assistant and
+/// result, in exactly that order; the store has the turn's exact cost and tokens.
 #[tokio::test]
 async fn a_turn_streams_and_is_stored_in_order() {
     let server = TestServer::start().await;
@@ -24,13 +25,29 @@ async fn a_turn_streams_and_is_stored_in_order() {
     assert_eq!(ack["seq"], 1);
     assert_eq!(ack["queue_position"], 0);
     let frames = c.until_result("a1").await;
-    let types: Vec<&str> = frames
-        .iter()
-        .filter_map(|f| f["message_type"].as_str())
-        .collect();
-    assert_eq!(types.iter().filter(|t| **t == "user").count(), 1);
-    assert!(types.contains(&"stream_event"));
-    assert!(types.contains(&"assistant"));
+    // One delta per word of "Echo: hello world (turn 1)".
+    let delta = "stream:content_block_delta";
+    assert_eq!(
+        kinds(&frames, "a1"),
+        [
+            "user",
+            "status:creating",
+            "status:active",
+            "status:busy",
+            "system",
+            "stream:message_start",
+            delta,
+            delta,
+            delta,
+            delta,
+            delta,
+            "assistant",
+            "stream:content_block_stop",
+            "stream:message_stop",
+            "result",
+        ]
+    );
+    assert_eq!(kinds(&frames, "a1").len(), frames.len(), "{frames:?}");
     assert_eq!(reply_text(&frames), "Echo: hello world (turn 1)");
     assert_eq!(seqs(&frames), vec![1, 2, 3, 4]);
     let deltas: String = frames
@@ -55,7 +72,19 @@ async fn a_turn_streams_and_is_stored_in_order() {
     assert_eq!(title, "hello world");
     assert_eq!(count, 4);
     assert_eq!(results, 1);
-    assert!(cost > 0.0);
+    // The demo's turn costs $0.0001; tokens are words: 2 in, 5 out.
+    assert_eq!(cost, 0.0001);
+    let (input, output, duration): (i64, i64, i64) = sqlx::query_as(
+        "select input_tokens, output_tokens, duration_ms from session_info where agent_id = 'a1'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    let result = frames.last().unwrap();
+    assert_eq!(
+        (input, output, duration),
+        (2, 5, result["message"]["duration_ms"].as_i64().unwrap())
+    );
     assert_eq!(sdk, ack["session_id"].as_str().unwrap());
     assert!(unified);
 }
@@ -107,17 +136,19 @@ async fn interleaved_turns_do_not_mix() {
             while !my_result {
                 let f = c.recv().await;
                 assert_eq!(
-                    f["agent_id"].as_str().unwrap_or(&agent),
-                    agent,
-                    "foreign frame on socket {s}"
+                    f["agent_id"].as_str(),
+                    Some(agent.as_str()),
+                    "foreign or untagged frame on socket {s}: {f}"
                 );
                 if f["message_type"] == "ack" {
                     user_seq = f["seq"].as_i64();
                 }
+                // The conversation runs its turns in some order: this one is turn 1, 2 or 3
+                // (20 conversations share 50 sockets).
                 if f["message_type"] == "result"
-                    && f["message"]["result"]
-                        .as_str()
-                        .is_some_and(|r| r.starts_with(&format!("Echo: {content} ")))
+                    && (1..=3).any(|n| {
+                        f["message"]["result"] == format!("Echo: {content} (turn {n})").as_str()
+                    })
                 {
                     my_result = true;
                 }
@@ -343,7 +374,7 @@ async fn unicode_and_long_content() {
     let long = "word ".repeat(40_000);
     chat_ack(&mut c, "long", &long).await;
     let frames = c.until_result("long").await;
-    assert!(reply_text(&frames).starts_with("Echo: word word"));
+    assert_eq!(reply_text(&frames), format!("Echo: {long} (turn 1)"));
     let too_long = "y".repeat(300_000);
     c.chat("long", &too_long).await;
     let err = c
@@ -386,9 +417,12 @@ async fn idle_socket_is_closed() {
 }
 
 /// A chat sent while a turn runs is acked with its queue position and runs after, in order.
+/// The first turn holds at its gate until all three are acked.
 #[tokio::test]
 async fn queued_turns_run_in_order() {
-    let server = TestServer::start_with(&["--demo-delay-ms", "30"]).await;
+    let gates = Gates::new("");
+    let server = gates.start().await;
+    gates.open_all("q", 2..=3);
     let mut c = server.client().await;
     for i in 0..3 {
         c.send(json!({"type":"chat","agent_id":"q","content":format!("msg {i}"),"client_msg_id":format!("c{i}")})).await;
@@ -396,6 +430,9 @@ async fn queued_turns_run_in_order() {
     let mut acks = BTreeMap::new();
     let mut results = Vec::new();
     while results.len() < 3 {
+        if acks.len() == 3 {
+            gates.open("q", 1);
+        }
         let f = c.recv().await;
         match f["message_type"].as_str() {
             Some("ack") => {
@@ -423,15 +460,20 @@ async fn queued_turns_run_in_order() {
 }
 
 /// Interrupt stops the running turn (status interrupted, an error result), the next queued turn
-/// runs, and an interrupt with nothing running answers idle.
+/// runs, and an interrupt with nothing running is answered `idle`, directly.
 #[tokio::test]
 async fn interrupt_mid_turn() {
-    let server = TestServer::start_with(&["--demo-delay-ms", "100"]).await;
+    let gates = Gates::new("");
+    let server = gates.start().await;
+    gates.open("i1", 2);
     let mut c = server.client().await;
     let long = "one two three four five six seven eight nine ten eleven twelve";
-    chat_ack(&mut c, "i1", long).await;
-    chat_ack(&mut c, "i1", "after").await;
-    c.recv_until(|f| f["message_type"] == "stream_event").await;
+    let ack = chat_ack(&mut c, "i1", long).await;
+    // The first turn says its first word and waits at its gate, which never opens.
+    c.recv_until(|f| f["message"]["event"]["type"] == "content_block_delta")
+        .await;
+    let queued = chat_ack(&mut c, "i1", "after").await;
+    assert_eq!(queued["queue_position"], 1);
     c.send(json!({"type": "interrupt", "agent_id": "i1"})).await;
     let frames = c.until_result("i1").await;
     assert!(
@@ -448,28 +490,32 @@ async fn interrupt_mid_turn() {
         .and_then(|f| f["message"]["message"]["content"][0]["text"].as_str())
         .unwrap()
         .to_owned();
-    assert!(
-        partial.len() < format!("Echo: {long} (turn 1)").len(),
-        "the reply was cut: {partial}"
-    );
+    assert_eq!(partial, "Echo: ", "the reply was cut after its first word");
     // The queued turn runs next and the session remembers both turns.
     let next = c.until_result("i1").await;
     assert_eq!(reply_text(&next), "Echo: after (turn 2)");
+    // The end of that turn is broadcast as `idle`; once it is in, the only `idle` that can
+    // come is the direct answer to the interrupt, before the pong of the ping sent after it.
+    c.recv_until(|f| f["agent_id"] == "i1" && f["status"] == "idle")
+        .await;
     c.send(json!({"type": "interrupt", "agent_id": "i1"})).await;
-    let idle = c
-        .recv_until(|f| f["message_type"] == "status" && f["status"] == "idle")
-        .await
-        .pop()
-        .unwrap();
-    assert_eq!(idle["agent_id"], "i1");
+    let answer = c.before_pong().await;
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(
+        (
+            answer[0]["message_type"].as_str(),
+            answer[0]["status"].as_str(),
+            answer[0]["agent_id"].as_str(),
+            &answer[0]["session_id"],
+        ),
+        (Some("status"), Some("idle"), Some("i1"), &ack["session_id"])
+    );
     c.send(json!({"type": "interrupt", "agent_id": "never-seen"}))
         .await;
-    let err = c
-        .recv_until(|f| f["message_type"] == "error")
-        .await
-        .pop()
-        .unwrap();
-    assert_eq!(err["code"], "unknown_agent");
+    let answer = c.before_pong().await;
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(answer[0]["code"], "unknown_agent");
+    assert_eq!(answer[0]["agent_id"], "never-seen");
 }
 
 /// 100 concurrent first chats to one new agent_id make one conversation, one agent, 100 turns.
@@ -623,7 +669,9 @@ async fn restart_resumes_and_continues_seq() {
 /// turn is closed with a server_restart result, and the conversation goes on.
 #[tokio::test]
 async fn kill9_mid_turn_loses_no_received_frame() {
-    let mut server = TestServer::start_with(&["--demo-delay-ms", "50"]).await;
+    let gates = Gates::new("");
+    let mut server = gates.start().await;
+    gates.open("k9", 1);
     let mut c = server.client().await;
     chat_ack(&mut c, "k9", "done turn").await;
     let mut received = c.until_result("k9").await;
@@ -633,8 +681,11 @@ async fn kill9_mid_turn_loses_no_received_frame() {
         "a long turn that will never finish because the server dies",
     )
     .await;
-    received.extend(c.recv_until(|f| f["message_type"] == "stream_event").await);
-    received.extend(c.recv_until(|f| f["message_type"] == "stream_event").await);
+    // Its first word is out; the turn waits at its gate, which never opens.
+    received.extend(
+        c.recv_until(|f| f["message"]["event"]["type"] == "content_block_delta")
+            .await,
+    );
     server.kill9().await;
 
     let server2 = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
@@ -814,4 +865,166 @@ async fn shutdown_ends_turns_with_server_shutdown_before_closing() {
             .await
             .unwrap();
     assert_eq!((restarts, prompts, results), (0, 2, 2));
+}
+
+/// Application pings and WebSocket pings each keep a socket open past the idle timeout; once
+/// the client falls silent, the socket is closed with 1000.
+#[tokio::test]
+async fn pings_keep_a_socket_from_the_idle_timeout() {
+    let (_dir, cfg) = config_file("[socket]\nidle_timeout_secs = 2\n");
+    let server = TestServer::start_with(&["--config", &cfg]).await;
+    let mut c = server.client().await;
+    let pause = std::time::Duration::from_millis(200);
+    // 5 s of application pings, each answered, then 5 s of WebSocket pings only.
+    for n in 0..25 {
+        c.send(json!({"type": "ping", "ts": n})).await;
+        assert_eq!(
+            c.recv().await["ts"],
+            n,
+            "the socket is open after {n} pings"
+        );
+        tokio::time::sleep(pause).await;
+    }
+    for _ in 0..25 {
+        c.send_raw(Message::Ping(b"still here".to_vec().into()))
+            .await;
+        tokio::time::sleep(pause).await;
+    }
+    c.send(json!({"type": "ping", "ts": "last"})).await;
+    let pong = c.recv_until(|f| f["message_type"] == "pong").await;
+    assert_eq!(pong.last().unwrap()["ts"], "last");
+    assert_eq!(c.expect_close().await, 1000);
+}
+
+/// After `unsubscribe` a socket gets nothing more of a conversation; a later `subscribe` from
+/// the last seq it saw gives it exactly what it missed.
+#[tokio::test]
+async fn unsubscribe_stops_following() {
+    let server = TestServer::start().await;
+    let mut a = server.client().await;
+    let mut b = server.client().await;
+    chat_ack(&mut a, "u", "first").await;
+    let first = a.until_result("u").await;
+    a.recv_until(|f| f["agent_id"] == "u" && f["status"] == "idle")
+        .await;
+    a.send(json!({"type": "unsubscribe", "agent_id": "u"}))
+        .await;
+    assert_eq!(a.before_pong().await, Vec::<Value>::new());
+
+    chat_ack(&mut b, "u", "second").await;
+    let second = b.until_result("u").await;
+    assert_eq!(reply_text(&second), "Echo: second (turn 2)");
+    // Every frame of that turn was published before b got its result; a socket still
+    // following would have them in its queue. Several round trips give it every chance.
+    for _ in 0..20 {
+        let got = a.before_pong().await;
+        assert!(got.is_empty(), "an unsubscribed socket got {got:?}");
+    }
+    a.send(
+        json!({"type": "subscribe", "agent_id": "u", "since_seq": *seqs(&first).last().unwrap()}),
+    )
+    .await;
+    let missed = a.until_result("u").await;
+    assert_eq!(seqs(&missed), seqs(&second));
+    assert_eq!(reply_text(&missed), "Echo: second (turn 2)");
+}
+
+/// `subscribe` to a dormant conversation (evicted, or after a restart) replays its history and
+/// starts no agent: it stays dormant, and no agent is created or resumed.
+#[tokio::test]
+async fn subscribe_to_a_dormant_conversation_starts_no_agent() {
+    let (_dir, cfg) = config_file("[session]\nidle_evict_secs = 1\n");
+    let mut server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    let rest = crate::rest::Rest::new(&server);
+    let mut c = server.client().await;
+    chat_ack(&mut c, "d", "hello").await;
+    let turn = c.until_result("d").await;
+    c.recv_until(|f| f["status"] == "evicted").await;
+    let (_, before) = rest.get("/api/sessions/d").await;
+    assert_eq!(before["live"], false);
+
+    let check = |server: &TestServer| {
+        let addr = server.addr.clone();
+        let rest = crate::rest::Rest::new(server);
+        let turn = turn.clone();
+        async move {
+            let mut s = Client::connect(&addr).await;
+            s.send(json!({"type": "subscribe", "agent_id": "d", "since_seq": 0}))
+                .await;
+            let mut got = s.until_result("d").await;
+            got.extend(s.before_pong().await);
+            let stored: Vec<&Value> = turn.iter().filter(|f| f["seq"].is_i64()).collect();
+            let replayed: Vec<&Value> = got.iter().collect();
+            assert_eq!(replayed, stored, "the history and nothing else");
+            let (_, now) = rest.get("/api/sessions/d").await;
+            assert_eq!(now["live"], false, "{now}");
+            let metrics = crate::metrics::http_get(&addr, "/metrics").await;
+            let count = |family: &str| -> f64 {
+                metrics
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{family} ")))
+                    .unwrap_or_else(|| panic!("no {family}"))
+                    .parse()
+                    .unwrap()
+            };
+            (
+                count("agentmux_agent_spawns_total"),
+                count("agentmux_agent_resumes_total"),
+            )
+        }
+    };
+    // The one spawn is the first chat's.
+    assert_eq!(check(&server).await, (1.0, 0.0));
+
+    assert!(server.terminate().await.success());
+    let server = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    assert_eq!(check(&server).await, (0.0, 0.0));
+}
+
+/// An agent that can't be started: the chat is acked (its message is stored), then the turn
+/// fails with a `backend_unavailable` error and a stored error result saying why; the socket
+/// and other conversations carry on.
+#[tokio::test]
+async fn an_agent_that_cannot_start_is_backend_unavailable() {
+    // The CLI is there at start (a missing one is refused then) and gone by the first chat.
+    let dir = tempfile::tempdir().unwrap();
+    let claude = dir.path().join("claude");
+    std::fs::copy("/bin/true", &claude).unwrap();
+    let server = TestServer::start_with(&[
+        "--backend",
+        "claude",
+        "--claude-bin",
+        claude.to_str().unwrap(),
+    ])
+    .await;
+    std::fs::remove_file(&claude).unwrap();
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "nb", "hello").await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let frames = c.until_result("nb").await;
+    let errors: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["message_type"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 1, "{frames:?}");
+    assert_eq!(errors[0]["code"], "backend_unavailable");
+    assert_eq!(errors[0]["agent_id"], "nb");
+    let result = frames.last().unwrap();
+    assert_eq!(result["seq"], ack["seq"].as_i64().unwrap() + 1);
+    assert_eq!(result["message"]["is_error"], true);
+    assert_eq!(result["message"]["terminal_reason"], "backend_unavailable");
+    let (status, stored) = crate::rest::Rest::new(&server)
+        .get("/api/sessions/nb/messages")
+        .await;
+    assert_eq!(status, 200);
+    let types: Vec<&str> = stored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["user", "result"]);
+    assert_eq!(stored["messages"][1], *result);
+    c.send(json!({"type": "ping", "ts": 1})).await;
+    assert_eq!(c.recv_until(|f| f["message_type"] == "pong").await.len(), 1);
 }

@@ -197,24 +197,31 @@ async fn rewind_and_fork_keep_no_prompt_of_a_later_turn() {
     assert!(seqs(&all).iter().all(|s| *s != p2 && *s != p3));
 }
 
-/// A rewind while a turn runs is refused with `busy`; nothing is dropped.
+/// A rewind while a turn runs (held at its gate) is refused with `busy`; nothing is dropped.
 #[tokio::test]
 async fn rewind_during_a_turn_is_refused() {
-    let server = TestServer::start_with(&["--demo-delay-ms", "100"]).await;
+    let gates = Gates::new("");
+    let server = gates.start().await;
+    gates.open("rb", 1);
     let mut c = server.client().await;
     let t1 = turn(&mut c, "rb", "one").await;
-    c.chat(
-        "rb",
-        "a reply that takes a while to stream out word by word",
-    )
-    .await;
-    c.recv_until(|f| f["message_type"] == "stream_event").await;
+    c.chat("rb", "a reply that is held at its gate").await;
+    c.recv_until(|f| f["message"]["event"]["type"] == "content_block_delta")
+        .await;
     c.send(json!({"type": "rewind", "agent_id": "rb", "to_seq": result_seq(&t1)}))
         .await;
     let got = c.recv_until(|f| f["message_type"] == "error").await;
     assert_eq!(got.last().unwrap()["code"], "busy");
+    assert_eq!(got.last().unwrap()["agent_id"], "rb");
+    assert!(got.iter().all(|f| f["status"] != "rewound"), "{got:?}");
+    gates.open("rb", 2);
     let rest = c.until_result("rb").await;
-    assert!(reply_text(&rest).ends_with("(turn 2)"));
+    assert_eq!(
+        reply_text(&rest),
+        "Echo: a reply that is held at its gate (turn 2)"
+    );
+    let all = history(&server, "rb", |f| f["seq"] == rest.last().unwrap()["seq"]).await;
+    assert_eq!(prompts(&all), ["one", "a reply that is held at its gate"]);
 }
 
 /// A fork starts from the original's history up to a turn and then diverges: writes to the
@@ -299,17 +306,19 @@ async fn fork_is_isolated_both_ways() {
 /// conversation.
 #[tokio::test]
 async fn delete_of_a_live_session_mid_turn() {
-    let server = TestServer::start_with(&["--demo-delay-ms", "100"]).await;
+    let gates = Gates::new("");
+    let server = gates.start().await;
+    gates.open("keep", 1);
     let rest = Rest::new(&server);
     let mut c = server.client().await;
     turn(&mut c, "keep", "unrelated").await;
-    c.chat(
-        "doomed",
-        "a long reply that keeps streaming for a good while yet",
-    )
-    .await;
-    let first = c.recv_until(|f| f["message_type"] == "stream_event").await;
-    let old_session = first.last().unwrap()["session_id"].clone();
+    c.chat("doomed", "a long reply that is held at its gate")
+        .await;
+    let first = c
+        .recv_until(|f| f["message"]["event"]["type"] == "content_block_delta")
+        .await;
+    let old_session =
+        first.iter().find(|f| f["agent_id"] == "doomed").unwrap()["session_id"].clone();
     let workspaces = server.data_dir.join("workspaces");
     let workspace = workspaces.join(old_session.as_str().unwrap());
     assert!(workspace.is_dir(), "the agent runs in its workspace");
@@ -332,6 +341,8 @@ async fn delete_of_a_live_session_mid_turn() {
             .is_dir(),
         "another conversation's workspace stays"
     );
+    // Had its agent lived on, opening the gate would let it finish now.
+    gates.open("doomed", 1);
 
     let (status, err) = rest.get("/api/sessions/doomed").await;
     assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
@@ -353,13 +364,23 @@ async fn delete_of_a_live_session_mid_turn() {
         .unwrap();
     assert_eq!((sessions, orphans, kept), (0, 0, 4));
 
-    c.chat("doomed", "again").await;
-    let ack = c.recv_until(|f| f["message_type"] == "ack").await;
-    let ack = ack.last().unwrap();
+    // Another socket starts a new conversation under the same id; its first turn passes the
+    // same gate, which the deleted turn reached long before.
+    let mut other = server.client().await;
+    let ack = chat_ack(&mut other, "doomed", "again").await;
     assert_eq!(ack["seq"], 1);
     assert_ne!(ack["session_id"], old_session);
-    let fresh = c.until_result("doomed").await;
+    let fresh = other.until_result("doomed").await;
     assert_eq!(reply_text(&fresh), "Echo: again (turn 1)");
+    // The socket that followed the deleted conversation heard nothing of it after `deleted`
+    // (nor of the new one, which it does not follow).
+    for _ in 0..5 {
+        let got = c.before_pong().await;
+        assert!(
+            got.iter().all(|f| f["agent_id"] != "doomed"),
+            "after `deleted`: {got:?}"
+        );
+    }
     let (_, list) = rest.get("/api/sessions").await;
     assert_eq!(list["total"], 2);
 }
@@ -631,4 +652,144 @@ async fn each_result_carries_its_own_turn_cost() {
     assert!((result["turn_cost_usd"].as_f64().unwrap() - running).abs() < 1e-12);
     let (_, info) = Rest::new(&server).get("/api/sessions/tc").await;
     assert!((info["total_cost_usd"].as_f64().unwrap() - (sum + running)).abs() < 1e-12);
+}
+
+/// What the demo spends on a turn: $0.0001, its words as tokens (the prompt in; the reply,
+/// `Echo: <prompt> (turn N)`, out) and the duration its result reports.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Spent {
+    cost: f64,
+    input: i64,
+    output: i64,
+    duration: i64,
+}
+
+impl Spent {
+    /// Adds a demo turn whose frames are `frames`, checking its reply.
+    fn add(&mut self, frames: &[Value], prompt: &str, turn: usize) {
+        let reply = format!("Echo: {prompt} (turn {turn})");
+        assert_eq!(reply_text(frames), reply);
+        let result = &frames.last().unwrap()["message"];
+        self.cost += 0.0001;
+        self.input += prompt.split_whitespace().count() as i64;
+        self.output += reply.split_whitespace().count() as i64;
+        self.duration += result["duration_ms"].as_i64().unwrap();
+        assert_eq!(
+            (
+                result["usage"]["input_tokens"].as_i64(),
+                result["usage"]["output_tokens"].as_i64()
+            ),
+            (
+                Some(prompt.split_whitespace().count() as i64),
+                Some(reply.split_whitespace().count() as i64)
+            ),
+            "{result}"
+        );
+    }
+
+    /// Checks a conversation's totals as `GET /api/sessions/{agent_id}` reports them.
+    async fn check(&self, rest: &Rest, agent_id: &str, when: &str) {
+        let (status, got) = rest.get(&format!("/api/sessions/{agent_id}")).await;
+        assert_eq!(status, 200);
+        let cost = got["total_cost_usd"].as_f64().unwrap();
+        assert!(
+            (cost - self.cost).abs() < 1e-12,
+            "{agent_id} {when}: cost {cost}, expected {}",
+            self.cost
+        );
+        assert_eq!(
+            (
+                got["input_tokens"].as_i64(),
+                got["output_tokens"].as_i64(),
+                got["duration_ms"].as_i64()
+            ),
+            (Some(self.input), Some(self.output), Some(self.duration)),
+            "{agent_id} {when}: {got}"
+        );
+    }
+}
+
+/// Totals are exactly what the turns spent: they add up across turns and across a restart
+/// (where the agent's own running total starts again), keep counting after a rewind, and
+/// start at zero for a fork and for an import.
+#[tokio::test]
+async fn totals_are_exact_across_turns_restart_rewind_fork_and_import() {
+    let mut server = TestServer::start().await;
+    let mut c = server.client().await;
+    let mut spent = Spent::default();
+    let t1 = turn(&mut c, "tot", "one two").await;
+    spent.add(&t1, "one two", 1);
+    spent
+        .check(&Rest::new(&server), "tot", "after turn 1")
+        .await;
+    let t2 = turn(&mut c, "tot", "three").await;
+    spent.add(&t2, "three", 2);
+    spent
+        .check(&Rest::new(&server), "tot", "after turn 2")
+        .await;
+
+    assert!(server.terminate().await.success());
+    let server = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    let rest = Rest::new(&server);
+    spent.check(&rest, "tot", "after a restart").await;
+    let mut c = server.client().await;
+    let t3 = turn(&mut c, "tot", "four five six").await;
+    spent.add(&t3, "four five six", 3);
+    spent
+        .check(&rest, "tot", "after a turn on the new process")
+        .await;
+
+    // A rewind drops turns 2 and 3 but not what they cost.
+    let (status, _) = rest
+        .post(
+            "/api/sessions/tot/rewind",
+            json!({"to_seq": result_seq(&t1)}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    spent.check(&rest, "tot", "after the rewind").await;
+    let (_, info) = rest.get("/api/sessions/tot").await;
+    assert_eq!(info["turn_count"], 1);
+    let t4 = turn(&mut c, "tot", "seven").await;
+    spent.add(&t4, "seven", 2);
+    spent
+        .check(&rest, "tot", "after a turn after the rewind")
+        .await;
+
+    // A fork starts at zero and counts its own turns only; the original is unchanged.
+    let (status, fork) = rest
+        .post(
+            "/api/sessions/tot/fork",
+            json!({"new_agent_id": "tot-fork", "at_seq": result_seq(&t1)}),
+        )
+        .await;
+    assert_eq!(status, 201, "{fork}");
+    let mut forked = Spent::default();
+    forked.check(&rest, "tot-fork", "after the fork").await;
+    let f1 = turn(&mut c, "tot-fork", "eight").await;
+    forked.add(&f1, "eight", 2);
+    forked
+        .check(&rest, "tot-fork", "after a turn on the fork")
+        .await;
+    spent.check(&rest, "tot", "after a turn on its fork").await;
+
+    // An import starts at zero too, whatever its transcript's results say.
+    let export = rest.text("/api/sessions/tot/export").await;
+    let (status, imported) = rest
+        .send(
+            rest.http
+                .post(server.url("/api/sessions/import?agent_id=tot-import"))
+                .header("content-type", "application/x-ndjson")
+                .body(export),
+        )
+        .await;
+    assert_eq!(status, 201, "{imported}");
+    let mut fresh = Spent::default();
+    fresh.check(&rest, "tot-import", "after the import").await;
+    let i1 = turn(&mut c, "tot-import", "nine").await;
+    fresh.add(&i1, "nine", 1);
+    fresh
+        .check(&rest, "tot-import", "after a turn on the import")
+        .await;
+    spent.check(&rest, "tot", "at the end").await;
 }

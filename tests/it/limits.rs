@@ -108,12 +108,34 @@ async fn live_conversations_are_capped_per_principal_and_in_total() {
     let refused = chat_ack(&mut alice, "a3", "one too many").await;
     assert_eq!(refused["code"], "limit_exceeded");
     assert_eq!(refused["agent_id"], "a3");
+    // Refused: nothing was created or stored.
+    let unknown = crate::security::http(
+        &server.addr,
+        "GET",
+        "/api/sessions/a3",
+        Some("tok-alice"),
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{unknown:?}");
 
     let mut bob = connect_as(&server.addr, "tok-bob").await;
     converse(&mut bob, "b1", 1).await;
     let mut carol = connect_as(&server.addr, "tok-carol").await;
     let refused = chat_ack(&mut carol, "c1", "server is full").await;
     assert_eq!(refused["code"], "limit_exceeded");
+    let listed = crate::security::http(
+        &server.addr,
+        "GET",
+        "/api/sessions",
+        Some("tok-carol"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&listed.body).unwrap()["total"],
+        0
+    );
 
     // The live ones are unaffected.
     chat_ack(&mut alice, "a1", "still here").await;
@@ -163,11 +185,13 @@ async fn sockets_are_capped_per_principal() {
     converse(&mut again.expect("a place frees up"), "a", 1).await;
 }
 
-/// Turns queued behind a running one are capped with `limit_exceeded`; the queued ones run.
+/// Turns queued behind a running one (held at its gate) are capped with `limit_exceeded`; the
+/// queued ones run, and the refused one is neither stored nor run.
 #[tokio::test]
 async fn queued_turns_are_capped() {
-    let (_dir, cfg) = config_file("[session]\nmax_queued_turns = 2\n");
-    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "100"]).await;
+    let gates = Gates::new("[session]\nmax_queued_turns = 2\n");
+    let server = gates.start().await;
+    gates.open_all("q", 2..=4);
     let mut c = server.client().await;
     for n in 0..4 {
         c.send(json!({"type": "chat", "agent_id": "q", "content": format!("m{n}"), "client_msg_id": format!("c{n}")}))
@@ -183,12 +207,39 @@ async fn queued_turns_are_capped() {
         .map(|f| f["queue_position"].as_u64().unwrap())
         .collect();
     assert_eq!(acks, vec![0, 1, 2]);
-    let mut results = 0;
-    while results < 3 {
-        if c.recv().await["message_type"] == "result" {
-            results += 1;
-        }
-    }
+    gates.open("q", 1);
+    // The conversation goes idle after three turns: a fourth would have started instead.
+    let frames = c
+        .recv_until(|f| f["agent_id"] == "q" && f["status"] == "idle")
+        .await;
+    let results: Vec<&str> = frames
+        .iter()
+        .filter(|f| f["message_type"] == "result")
+        .map(|f| f["message"]["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "Echo: m0 (turn 1)",
+            "Echo: m1 (turn 2)",
+            "Echo: m2 (turn 3)"
+        ]
+    );
+    let db = server.db().await;
+    let stored: Vec<(String,)> = sqlx::query_as(
+        "select json_extract(payload, '$.message.content') from messages where prompt = 1 order by seq",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    let stored: Vec<&str> = stored.iter().map(|(p,)| p.as_str()).collect();
+    assert_eq!(stored, ["m0", "m1", "m2"]);
+    let (prompts, results): (i64, i64) =
+        sqlx::query_as("select prompt_count, result_count from session_info where agent_id = 'q'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!((prompts, results), (3, 3));
 }
 
 /// A connection that never completes its request head is dropped after the handshake

@@ -17,6 +17,7 @@ mod inproc;
 mod layers;
 mod limits;
 mod metrics;
+mod permissions;
 mod real_cli;
 mod refused;
 mod rest;

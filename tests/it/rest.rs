@@ -92,8 +92,17 @@ async fn rest_lists_reads_renames_and_answers_typed_errors() {
     assert_eq!(one["turn_count"], 1);
     assert_eq!(one["live"], true);
     assert_eq!(one["model"], Value::Null);
-    assert!(one["total_cost_usd"].as_f64().unwrap() > 0.0);
-    assert!(one["output_tokens"].as_i64().unwrap() > 0);
+    // One demo turn: $0.0001, its words as tokens ("hello there" in, "Echo: hello there
+    // (turn 1)" out), and the duration its result reported.
+    assert_eq!(one["total_cost_usd"], 0.0001);
+    assert_eq!(
+        (one["input_tokens"].as_i64(), one["output_tokens"].as_i64()),
+        (Some(2), Some(5))
+    );
+    assert_eq!(
+        one["duration_ms"],
+        first.last().unwrap()["message"]["duration_ms"]
+    );
     for field in ["session_id", "status", "created_at", "last_active_at"] {
         assert!(one[field].is_string(), "{field} in {one}");
     }
@@ -491,6 +500,39 @@ async fn rest_chat_and_events_resume_from_last_event_id() {
         "Echo: three (turn 2)"
     );
 
+    drop(resp);
+
+    // Without Last-Event-ID, `?since_seq=` is the starting point; Last-Event-ID wins over it.
+    let mut resp = rest
+        .http
+        .get(format!("{url}?since_seq=5"))
+        .send()
+        .await
+        .unwrap();
+    let replayed = sse_until(&mut resp, |d| d["seq"] == 8).await;
+    let ids: Vec<i64> = replayed.iter().filter_map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![6, 7, 8]);
+    assert_eq!(
+        replayed.iter().map(|(_, d)| d).collect::<Vec<_>>(),
+        live.iter()
+            .filter(|(id, _)| *id > Some(5))
+            .map(|(_, d)| d)
+            .collect::<Vec<_>>(),
+        "replayed as sent live"
+    );
+    drop(resp);
+    let mut resp = rest
+        .http
+        .get(format!("{url}?since_seq=1"))
+        .header("Last-Event-ID", "7")
+        .send()
+        .await
+        .unwrap();
+    let replayed = sse_until(&mut resp, |d| d["seq"] == 8).await;
+    let ids: Vec<i64> = replayed.iter().filter_map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![8]);
+    drop(resp);
+
     let (status, err) = rest.get("/api/sessions/nobody/events").await;
     assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
     let bad = rest
@@ -659,7 +701,19 @@ async fn export_then_import_round_trips_by_content() {
     assert_eq!(imported["agent_id"], "x2");
     assert_eq!(imported["title"], "first message");
     assert_eq!(imported["message_count"], 9);
-    assert_ne!(imported["session_id"], lines[0]["payload"]["session_id"]);
+    assert_eq!(imported["turn_count"], 2);
+    let (_, original) = rest.get("/api/sessions/x1").await;
+    assert!(imported["session_id"].is_string(), "{imported}");
+    assert_ne!(imported["session_id"], original["session_id"]);
+    // Totals start at zero: the imported turns were not spent here.
+    for total in [
+        "total_cost_usd",
+        "input_tokens",
+        "output_tokens",
+        "duration_ms",
+    ] {
+        assert_eq!(imported[total].as_f64(), Some(0.0), "{total}: {imported}");
+    }
 
     let again = content_of(&rest.text("/api/sessions/x2/export").await);
     assert_eq!(again[..8], content_of(&export)[..]);
@@ -690,4 +744,44 @@ async fn export_then_import_round_trips_by_content() {
         (status, err["code"].as_str()),
         (400, Some("invalid_request"))
     );
+}
+
+/// An event stream that stops being read while the conversation goes on is told it `lagged`
+/// and then gets every stored frame it missed, in order and without gaps, as on a socket.
+#[tokio::test]
+async fn a_stalled_event_stream_lags_and_catches_up() {
+    let (_dir, cfg) = config_file("[socket]\nsession_buffer_frames = 16\n");
+    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    let rest = Rest::new(&server);
+    let mut driver = server.client().await;
+    turn(&mut driver, "slow", "warm up").await;
+    let mut resp = rest
+        .http
+        .get(server.url("/api/sessions/slow/events?since_seq=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    sse_until(&mut resp, |d| d["seq"] == 4).await;
+    // Large turns (a delta per word) fill the stream's buffers while it reads nothing.
+    let big = "data ".repeat(40_000);
+    for _ in 0..4 {
+        turn(&mut driver, "slow", &big).await;
+    }
+    let (_, info) = rest.get("/api/sessions/slow").await;
+    let last_seq = info["last_seq"].as_i64().unwrap();
+    let mut lagged = false;
+    let mut got = Vec::new();
+    let events = sse_until(&mut resp, |d| d["seq"] == last_seq).await;
+    for (id, data) in &events {
+        if data["message_type"] == "status" && data["status"] == "lagged" {
+            lagged = true;
+        }
+        if let Some(id) = id {
+            assert_eq!(data["seq"], *id);
+            got.push(*id);
+        }
+    }
+    assert!(lagged, "the stalled stream was told it lagged");
+    assert_eq!(got, (5..=last_seq).collect::<Vec<_>>());
 }

@@ -585,9 +585,10 @@ async fn another_principals_conversation_is_unknown_on_every_frame() {
     );
 }
 
-/// Every REST route under `/api/sessions` answers another principal's `agent_id` exactly as an
-/// unknown one, lists only the caller's conversations and needs credentials; the owner's
-/// conversation survives every attempt.
+/// Every REST route under `/api/sessions/{agent_id}` (each row names a route the server has:
+/// an unknown id is its `404 unknown_agent`) answers another principal's `agent_id` exactly as
+/// an unknown one and needs credentials; the list shows only the caller's conversations; the
+/// owner's conversation survives every attempt.
 #[tokio::test]
 async fn rest_routes_answer_another_principals_id_as_unknown() {
     let (server, _cfg) = server_with(TOKENS).await;
@@ -621,7 +622,7 @@ async fn rest_routes_answer_another_principals_id_as_unknown() {
             "/api/sessions/ID/fork",
             Some(json!({"new_agent_id": "bob-copy"})),
         ),
-        ("POST", "/api/sessions/ID/interrupt", None),
+        ("GET", "/api/sessions/ID/events?since_seq=0", None),
         ("DELETE", "/api/sessions/ID", None),
         ("GET", "/api/sessions/ID/messages?after_seq=0", None),
     ];
@@ -644,6 +645,16 @@ async fn rest_routes_answer_another_principals_id_as_unknown() {
             body.as_ref(),
         )
         .await;
+        // A route that exists answers an unknown id with its typed error, not the router's
+        // bare 404 or 405.
+        assert_eq!(unknown.status, 404, "{method} {template}: {unknown:?}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&unknown.body)
+                .ok()
+                .map(|b| b["code"].clone()),
+            Some(json!("unknown_agent")),
+            "{method} {template}: {unknown:?}"
+        );
         assert_eq!(theirs.status, unknown.status, "{method} {template}");
         assert_eq!(
             normalized_body(&theirs.body, "alice-rest"),
@@ -652,14 +663,9 @@ async fn rest_routes_answer_another_principals_id_as_unknown() {
         );
         assert!(!theirs.body.contains(&alice_session));
         assert!(!theirs.body.contains("private words"));
-        let route_exists =
-            !(unknown.status == 404 && unknown.body.trim().is_empty()) && unknown.status != 405;
-        if route_exists {
-            let anonymous = http(&server.addr, method, &unknown_path, None, body.as_ref()).await;
-            assert_eq!(
-                anonymous.status, 401,
-                "{method} {template} without credentials"
-            );
+        for path in [&unknown_path, &theirs_path] {
+            let anonymous = http(&server.addr, method, path, None, body.as_ref()).await;
+            assert_eq!(anonymous.status, 401, "{method} {path} without credentials");
         }
     }
     let list = http(&server.addr, "GET", "/api/sessions", Some("tok-bob"), None).await;

@@ -54,9 +54,15 @@ const stored = (seq, text) => ({
   message: { type: 'assistant', message: { content: [{ type: 'text', text }] } },
 });
 
+/** The `count`th socket the client opened; fails after 5 s rather than waiting forever. */
 const nextSocket = (count) =>
-  new Promise((done) => {
-    const poll = () => (FakeSocket.all.length >= count ? done(FakeSocket.all[count - 1]) : setTimeout(poll, 1));
+  new Promise((done, fail) => {
+    const deadline = Date.now() + 5_000;
+    const poll = () => {
+      if (FakeSocket.all.length >= count) done(FakeSocket.all[count - 1]);
+      else if (Date.now() > deadline) fail(new Error(`the client opened ${FakeSocket.all.length} socket(s), not ${count}`));
+      else setTimeout(poll, 1);
+    };
     poll();
   });
 

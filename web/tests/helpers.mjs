@@ -17,18 +17,21 @@ export const WAIT_MS = 15_000;
 
 /**
  * A running server; `stop()` kills it (SIGKILL unless told otherwise) and waits for the exit.
- * @typedef {{url: string, port: number, dataDir: string, stop: (signal?: NodeJS.Signals) => Promise<void>}} Server
+ * With gates on, `openGate(agentId, n)` lets turn `n` of conversation `agentId` finish.
+ * @typedef {{url: string, port: number, dataDir: string, stop: (signal?: NodeJS.Signals) => Promise<void>, openGate: (agentId: string, turn: number) => void}} Server
  */
 
 /**
  * Starts `agentmux serve` on 127.0.0.1 and waits for its `listening on` line. The agent is the
  * demo agent, or with `fakeClaude` the test stand-in for the Claude CLI (built with the server),
  * which asks permission for a `Bash` tool call when a prompt contains `TOOL:<command>`.
- * `config` is more of the TOML config file (e.g. an `[auth.tokens]` table).
- * @param {{dataDir?: string, port?: number, delayMs?: number, fakeClaude?: boolean, config?: string}} [options]
+ * `config` is more of the TOML config file (e.g. an `[auth.tokens]` table). With `gates`, each
+ * demo turn waits after its first word until the test opens its gate (`demo.gate_dir`), so no
+ * test depends on how long a turn takes.
+ * @param {{dataDir?: string, port?: number, delayMs?: number, fakeClaude?: boolean, config?: string, gates?: boolean}} [options]
  * @returns {Promise<Server>}
  */
-export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude = false, config = '' } = {}) {
+export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude = false, config = '', gates = false } = {}) {
   if (!existsSync(join(BIN_DIR, 'agentmux'))) {
     throw new Error(`no server binary in ${BIN_DIR}: run \`cargo build\` first`);
   }
@@ -41,6 +44,11 @@ export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude 
     mkdirSync(home, { recursive: true });
     config = `[claude]\nconfig_dir = ${JSON.stringify(home)}\n${config}`;
     args.push('--backend', 'claude', '--claude-bin', join(BIN_DIR, 'fake-claude'));
+  }
+  const gateDir = join(dir, 'gates');
+  if (gates) {
+    mkdirSync(gateDir, { recursive: true });
+    config = `${config}\n[demo]\ngate_dir = ${JSON.stringify(gateDir)}\n`;
   }
   if (config) {
     const file = join(dir, 'agentmux.toml');
@@ -68,7 +76,35 @@ export async function startServer({ dataDir, port = 0, delayMs = 20, fakeClaude 
       if (child.exitCode === null) child.kill(signal);
       await exited;
     },
+    openGate(agentId, turn) {
+      if (!gates) throw new Error('this server has no gates');
+      writeFileSync(join(gateDir, `${agentId}.${turn}`), '');
+    },
   };
+}
+
+/**
+ * The stored `result` frames of a conversation, from the REST API.
+ * @param {string} base
+ * @param {string} agentId
+ * @param {Record<string, string>} [headers]
+ */
+export async function storedResults(base, agentId, headers = {}) {
+  const response = await fetch(`${base}/api/sessions/${agentId}/messages`, { headers, signal: AbortSignal.timeout(WAIT_MS) });
+  if (response.status !== 200) throw new Error(`messages of ${agentId}: ${response.status}`);
+  return (await response.json()).messages.filter((/** @type {any} */ m) => m.message_type === 'result');
+}
+
+/**
+ * The footer a person expects under a finished turn, from the server's stored `result` and
+ * that turn's own cost: what it cost, its tokens, how long it took, the model.
+ * @param {any} result a stored `result` frame
+ * @param {number} cost the turn's own cost in dollars
+ * @param {string} [model]
+ */
+export function footerText(result, cost, model = 'demo') {
+  const m = result.message;
+  return `Done · $${cost.toFixed(4)} · ${m.usage.input_tokens} in / ${m.usage.output_tokens} out tokens · ${(m.duration_ms / 1000).toFixed(1)} s · ${model}`;
 }
 
 /** Removes a data dir made by {@link startServer}. */

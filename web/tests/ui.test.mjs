@@ -5,12 +5,15 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, test } from 'node:test';
 
 import {
+  WAIT_MS,
   currentAgent,
+  footerText,
   launchBrowser,
   openUi,
   removeDir,
   send,
   startServer,
+  storedResults,
   transcript,
 } from './helpers.mjs';
 
@@ -54,17 +57,35 @@ function reply(page, reply) {
   return page.locator('.msg.assistant:not(.streaming)').filter({ hasText: reply }).waitFor();
 }
 
+/**
+ * A conversation as `GET /api/sessions/{agentId}` reports it.
+ * @param {string} base
+ * @param {string} agentId
+ * @param {Record<string, string>} [headers]
+ */
+async function session(base, agentId, headers = {}) {
+  const response = await fetch(`${base}/api/sessions/${agentId}`, { headers, signal: AbortSignal.timeout(WAIT_MS) });
+  assert.equal(response.status, 200);
+  return response.json();
+}
+
 test('a message gets a streamed reply, then its result footer', async () => {
-  const s = await server({ delayMs: 100 });
+  const s = await server({ gates: true });
   const { page, problems, sockets } = await openUi(await context(), s.url);
   await send(page, 'hello there streaming world');
-  // Deltas are rendered while the reply is still being written...
+  // Deltas are rendered while the reply is still being written (it waits at its gate)...
   await page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  assert.equal(await page.locator('.msg.assistant:not(.streaming)').count(), 0);
+  const agent = await currentAgent(page);
+  s.openGate(agent, 1);
   // ...and the stored message replaces them.
   await reply(page, 'Echo: hello there streaming world (turn 1)');
   const footer = page.locator('.msg.result');
   await footer.waitFor();
-  assert.match(await footer.locator('.result-text').textContent(), /^Done · \$0\.0001 · 4 in \/ 7 out tokens · \d+\.\d s · demo$/);
+  // The only turn: its own cost is the conversation's total, as the server counts it.
+  const [result] = await storedResults(s.url, agent);
+  const { total_cost_usd: cost } = await session(s.url, agent);
+  assert.equal(await footer.locator('.result-text').textContent(), footerText(result, cost));
   const lines = await transcript(page);
   assert.deepEqual(lines.slice(0, 2), [
     'user: hello there streaming world',
@@ -80,7 +101,7 @@ test('a message gets a streamed reply, then its result footer', async () => {
 
 test('with authentication on, the page asks for a token and keeps it for the tab', async () => {
   const token = 'tok-web-ui-0123456789abcdef';
-  const s = await server({ delayMs: 100, config: `[auth.tokens]\n"${token}" = "alice"\n` });
+  const s = await server({ gates: true, config: `[auth.tokens]\n"${token}" = "alice"\n` });
   const { page, problems, sockets, requests } = await openUi(await context(), s.url, { connected: false });
   const form = page.locator('#sign-in');
   const error = page.locator('#sign-in-error');
@@ -103,12 +124,14 @@ test('with authentication on, the page asks for a token and keeps it for the tab
   await page.locator('#conn[data-state="open"]').waitFor();
   assert.equal((await listedInPage).status(), 200);
   assert.equal(await form.isVisible(), false);
+  const agent = await currentAgent(page);
+  s.openGate(agent, 2);
   await send(page, 'hello with a token');
   await page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  s.openGate(agent, 1);
   await reply(page, 'Echo: hello with a token (turn 1)');
   await page.locator('.msg.result').waitFor();
   // The conversation is alice's: the API lists it for her token.
-  const agent = await currentAgent(page);
   const listed = await fetch(`${s.url}/api/sessions`, { headers: { authorization: `Bearer ${token}` } });
   assert.deepEqual((await listed.json()).sessions.map((x) => x.agent_id), [agent]);
 
@@ -208,6 +231,8 @@ test('a rewind made elsewhere removes the dropped turns from the open page', asy
   await page.locator('.msg.result').nth(1).waitFor();
   const toSeq = Number(await page.locator('.msg.result').first().getAttribute('data-seq'));
   const agent = await currentAgent(page);
+  // The first turn of its agent process: its own cost is the running total it reports.
+  const [first] = await storedResults(s.url, agent);
   const response = await fetch(`${s.url}/api/sessions/${agent}/rewind`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -216,10 +241,12 @@ test('a rewind made elsewhere removes the dropped turns from the open page', asy
   assert.equal(response.status, 200);
   await page.locator('.msg.notice').filter({ hasText: 'Rewound to an earlier turn' }).waitFor();
   const live = await transcript(page);
-  assert.deepEqual(
-    live.map((l) => l.replace(/ · \d+\.\d s · demo$/, '')),
-    ['user: first', 'assistant: Echo: first (turn 1)', 'result: Done · $0.0001 · 1 in / 4 out tokens', 'notice: Rewound to an earlier turn'],
-  );
+  assert.deepEqual(live, [
+    'user: first',
+    'assistant: Echo: first (turn 1)',
+    `result: ${footerText(first, first.message.total_cost_usd)}`,
+    'notice: Rewound to an earlier turn',
+  ]);
   await page.reload();
   await page.locator('.msg.notice').waitFor();
   assert.deepEqual(await transcript(page), live);
@@ -282,17 +309,16 @@ test('after a server restart the page reconnects and catches up, with no duplica
   await a.page.locator('.msg.result').nth(1).waitFor();
   const lines = await transcript(a.page);
   assert.deepEqual(lines, await transcript(b.page));
-  assert.deepEqual(
-    lines.map((l) => l.replace(/ · \d+\.\d s · demo$/, '')),
-    [
-      'user: before the restart',
-      'assistant: Echo: before the restart (turn 1)',
-      'result: Done · $0.0001 · 3 in / 6 out tokens',
-      'user: after the restart',
-      'assistant: Echo: after the restart (turn 2)',
-      'result: Done · $0.0001 · 3 in / 6 out tokens',
-    ],
-  );
+  // Each turn is the first of its agent process: its own cost is the running total it reports.
+  const [before, afterwards] = await storedResults(first.url, agent);
+  assert.deepEqual(lines, [
+    'user: before the restart',
+    'assistant: Echo: before the restart (turn 1)',
+    `result: ${footerText(before, before.message.total_cost_usd)}`,
+    'user: after the restart',
+    'assistant: Echo: after the restart (turn 2)',
+    `result: ${footerText(afterwards, afterwards.message.total_cost_usd)}`,
+  ]);
   assert.ok(a.sockets.length >= 2, 'the page opened a new socket');
   // The restart itself is logged by Chromium as failed connection attempts; nothing else.
   assert.deepEqual(
@@ -302,22 +328,26 @@ test('after a server restart the page reconnects and catches up, with no duplica
 });
 
 test('two tabs on one session stay in sync, streaming included', async () => {
-  const s = await server({ delayMs: 100 });
+  const s = await server({ gates: true });
   const ctx = await context();
   const a = await openUi(ctx, s.url);
+  s.openGate(await currentAgent(a.page), 1);
   await send(a.page, 'opening line');
   await reply(a.page, 'Echo: opening line (turn 1)');
   const agent = await currentAgent(a.page);
   const b = await openUi(ctx, `${s.url}/#${agent}`);
   await reply(b.page, 'Echo: opening line (turn 1)');
 
+  // Each reply waits at its gate until the other tab has seen it streaming.
   await send(b.page, 'tab b speaks with several words');
   await a.page.locator('.msg.user').filter({ hasText: 'tab b speaks' }).waitFor();
   await a.page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  s.openGate(agent, 2);
   await reply(a.page, 'Echo: tab b speaks with several words (turn 2)');
 
   await send(a.page, 'tab a answers with several words');
   await b.page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();
+  s.openGate(agent, 3);
   await reply(b.page, 'Echo: tab a answers with several words (turn 3)');
 
   await a.page.locator('.msg.result').nth(2).waitFor();
@@ -328,8 +358,10 @@ test('two tabs on one session stay in sync, streaming included', async () => {
 });
 
 test('Stop and Esc interrupt a long reply; a message sent meanwhile waits in the queue', async () => {
-  const s = await server({ delayMs: 200 });
+  // Turns 1 and 3 wait at gates that never open: only Stop or Esc ends them.
+  const s = await server({ gates: true });
   const { page, problems } = await openUi(await context(), s.url);
+  s.openGate(await currentAgent(page), 2);
   const long = Array.from({ length: 40 }, (_, i) => `word${i}`).join(' ');
   await send(page, long);
   await page.locator('.msg.assistant.streaming').filter({ hasText: 'Echo:' }).waitFor();

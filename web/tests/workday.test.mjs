@@ -343,16 +343,20 @@ function spyScript() {
 }
 
 test('a finished turn off screen marks the sidebar and the tab title; with permission, a hidden tab gets a notification', async () => {
-  const s = await server({ delayMs: 60 });
+  const s = await server({ gates: true });
   const ctx = await context();
   await ctx.grantPermissions(['notifications'], { origin: s.url });
   await ctx.addInitScript(spyScript);
   const { page, problems } = await openUi(ctx, s.url);
-  await turn(page, 'the first one', 1);
   const first = await currentAgent(page);
+  s.openGate(first, 1);
+  s.openGate(first, 3);
+  await turn(page, 'the first one', 1);
+  // The reply waits at its gate until another conversation is on screen.
   await send(page, 'a longer reply that takes a while to arrive');
   await page.locator('.msg.assistant.streaming').waitFor();
   await page.getByRole('button', { name: 'New session' }).click();
+  s.openGate(first, 2);
   const marked = page.locator(`.session.attention[data-agent-id="${first}"]`);
   await marked.waitFor();
   assert.equal(await marked.locator('.attention-dot').textContent(), 'new');

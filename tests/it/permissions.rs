@@ -1,0 +1,143 @@
+//! Tool permission requests seen by several subscribers, through the fake Claude CLI (a prompt
+//! with `TOOL:<command>` asks to run `<command>`): the first answer wins, and a request still
+//! open when its turn ends is resolved `cancelled`.
+
+use serde_json::{Value, json};
+
+use crate::claude::Fixture;
+use crate::common::*;
+
+/// Two sockets follow a conversation; both get its permission request and both answer it at
+/// once, one allowing, one denying. Exactly one answer wins: the other gets `unknown_request`,
+/// both sockets get the one `permission_resolved` with the winner's outcome, and the tool ran
+/// (or not) as the winner said.
+#[tokio::test]
+async fn the_first_answer_to_a_permission_request_wins() {
+    let fx = Fixture::new("[session]\npermission_timeout_secs = 3600\n");
+    let server = fx.start(&[]).await;
+    let mut a = server.client().await;
+    let mut b = server.client().await;
+    chat_ack(&mut a, "two", "hello").await;
+    let first = a.until_result("two").await;
+    let last = *seqs(&first).last().unwrap();
+    b.send(json!({"type": "subscribe", "agent_id": "two", "since_seq": last}))
+        .await;
+    assert_eq!(b.before_pong().await, Vec::<Value>::new());
+
+    for round in 0..3 {
+        chat_ack(&mut a, "two", &format!("please run TOOL:touch_{round}")).await;
+        let is_request = |f: &Value| f["message_type"] == "permission_request";
+        let request = a.recv_until(is_request).await.pop().unwrap();
+        assert_eq!(b.recv_until(is_request).await.pop().unwrap(), request);
+        let answer = |behavior: &str| {
+            json!({"type": "permission_response", "agent_id": "two",
+                "request_id": request["request_id"], "behavior": behavior})
+        };
+        // Both answers are on their way before either is handled.
+        let (allow, deny) = (answer("allow"), answer("deny"));
+        tokio::join!(a.send(allow), b.send(deny));
+        // The loser's error is the direct answer to its frame: in before the pong of a ping
+        // sent after it.
+        let mut from_a = a.until_result("two").await;
+        from_a.extend(a.before_pong().await);
+        let mut from_b = b.until_result("two").await;
+        from_b.extend(b.before_pong().await);
+        let errors: Vec<&Value> = from_a
+            .iter()
+            .chain(&from_b)
+            .filter(|f| f["message_type"] == "error")
+            .collect();
+        assert_eq!(errors.len(), 1, "round {round}: {errors:?}");
+        assert_eq!(errors[0]["code"], "unknown_request");
+        let a_lost = from_a.iter().any(|f| f["message_type"] == "error");
+        let winner = if a_lost { "denied" } else { "allowed" };
+        for (who, frames) in [("a", &from_a), ("b", &from_b)] {
+            let resolved: Vec<&Value> = frames
+                .iter()
+                .filter(|f| f["message_type"] == "permission_resolved")
+                .collect();
+            assert_eq!(resolved.len(), 1, "round {round}, socket {who}: {frames:?}");
+            assert_eq!(resolved[0]["request_id"], request["request_id"]);
+            assert_eq!(resolved[0]["outcome"], winner, "round {round}");
+        }
+        let stored = |frames: &[Value]| -> Vec<Value> {
+            frames
+                .iter()
+                .filter(|f| f["seq"].is_i64())
+                .cloned()
+                .collect()
+        };
+        assert_eq!(stored(&from_a), stored(&from_b));
+        let expected = if winner == "allowed" {
+            format!("Tool said: ran: touch_{round}")
+        } else {
+            "Tool said: denied: The user denied this tool use.".to_owned()
+        };
+        assert_eq!(reply_text(&from_a), expected, "round {round}");
+    }
+}
+
+/// A request still waiting when its turn ends (here: interrupted) is resolved `cancelled`,
+/// stored, and seen by every subscriber; answering it afterwards is `unknown_request`.
+#[tokio::test]
+async fn a_request_open_when_its_turn_ends_is_cancelled() {
+    let fx = Fixture::new("[session]\npermission_timeout_secs = 3600\n");
+    let server = fx.start(&[]).await;
+    let mut a = server.client().await;
+    let mut b = server.client().await;
+    chat_ack(&mut a, "end", "hello").await;
+    let first = a.until_result("end").await;
+    let last = *seqs(&first).last().unwrap();
+    b.send(json!({"type": "subscribe", "agent_id": "end", "since_seq": last}))
+        .await;
+    assert_eq!(b.before_pong().await, Vec::<Value>::new());
+
+    chat_ack(&mut a, "end", "please run TOOL:never_answered").await;
+    let is_request = |f: &Value| f["message_type"] == "permission_request";
+    let request = a.recv_until(is_request).await.pop().unwrap();
+    b.recv_until(is_request).await;
+    b.send(json!({"type": "interrupt", "agent_id": "end"}))
+        .await;
+    for (who, c) in [("a", &mut a), ("b", &mut b)] {
+        let mut frames = c.until_result("end").await;
+        let result = frames.last().unwrap().clone();
+        // The turn's open questions are closed with it (stored right after its result).
+        frames.extend(
+            c.recv_until(|f| f["message_type"] == "permission_resolved")
+                .await,
+        );
+        frames.extend(c.before_pong().await);
+        let resolved: Vec<&Value> = frames
+            .iter()
+            .filter(|f| f["message_type"] == "permission_resolved")
+            .collect();
+        assert_eq!(resolved.len(), 1, "socket {who}: {frames:?}");
+        assert_eq!(resolved[0]["request_id"], request["request_id"]);
+        assert_eq!(resolved[0]["outcome"], "cancelled");
+        assert!(resolved[0]["seq"].as_i64() > request["seq"].as_i64());
+        assert_eq!(result["message"]["is_error"], true);
+    }
+    a.send(json!({"type": "permission_response", "agent_id": "end",
+        "request_id": request["request_id"], "behavior": "allow"}))
+        .await;
+    let answer = a.before_pong().await;
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(answer[0]["code"], "unknown_request");
+    // A later subscriber sees the request and how it ended.
+    let mut late = server.client().await;
+    late.send(json!({"type": "subscribe", "agent_id": "end", "since_seq": last}))
+        .await;
+    let history = late.before_pong().await;
+    let outcomes: Vec<(&str, &Value)> = history
+        .iter()
+        .filter(|f| f["request_id"] == request["request_id"])
+        .map(|f| (f["message_type"].as_str().unwrap(), &f["outcome"]))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("permission_request", &Value::Null),
+            ("permission_resolved", &json!("cancelled"))
+        ]
+    );
+}
