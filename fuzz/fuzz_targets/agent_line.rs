@@ -34,8 +34,14 @@ fuzz_target!(|data: &[u8]| {
     };
     for message_type in FRAME_TYPES {
         for seq in [Some(7), None] {
-            let frame =
-                protocol::session_frame(tag, message_type, seq, "2026-01-01T00:00:00.000Z", &message.raw);
+            let frame = protocol::session_frame(
+                tag,
+                message_type,
+                seq,
+                "2026-01-01T00:00:00.000Z",
+                &message.raw,
+                None,
+            );
             let value: serde_json::Value =
                 serde_json::from_str(frame.text.as_str()).expect("frames are JSON");
             assert_eq!(value["message_type"], *message_type);

@@ -131,6 +131,34 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+
+    /// Inserts the row of conversation `new` unless its key is taken (then nothing happens);
+    /// a `pending` one (an import being stored) is invisible until finished.
+    async fn insert_session(
+        &self,
+        new: &NewSession,
+        pending: bool,
+    ) -> Result<sqlx::sqlite::SqliteQueryResult> {
+        let now = crate::protocol::now_rfc3339();
+        Ok(sqlx::query(
+            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
+                created_at, last_active_at, pending)
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             on conflict (principal, agent_id) do nothing",
+        )
+        .bind(&new.principal)
+        .bind(&new.agent_id)
+        .bind(&new.session_id)
+        .bind(&new.backend)
+        .bind(&new.cwd)
+        .bind(&new.model)
+        .bind(&new.permission_mode)
+        .bind(&now)
+        .bind(&now)
+        .bind(pending)
+        .execute(&self.pool)
+        .await?)
+    }
 }
 
 async fn run_writer(
@@ -626,24 +654,7 @@ impl Store for SqliteStore {
     }
 
     async fn create_session(&self, new: NewSession) -> Result<SessionRecord> {
-        let now = crate::protocol::now_rfc3339();
-        sqlx::query(
-            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
-                created_at, last_active_at)
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?)
-             on conflict (principal, agent_id) do nothing",
-        )
-        .bind(&new.principal)
-        .bind(&new.agent_id)
-        .bind(&new.session_id)
-        .bind(&new.backend)
-        .bind(&new.cwd)
-        .bind(&new.model)
-        .bind(&new.permission_mode)
-        .bind(&now)
-        .bind(&now)
-        .execute(&self.pool)
-        .await?;
+        self.insert_session(&new, false).await?;
         // Not found: the key is taken by an import that is not finished.
         self.find_session(&new.principal, &new.agent_id)
             .await?
@@ -806,24 +817,7 @@ impl Store for SqliteStore {
     }
 
     async fn begin_import(&self, new: NewSession) -> Result<SessionRecord> {
-        let now = crate::protocol::now_rfc3339();
-        let created = sqlx::query(
-            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
-                created_at, last_active_at, pending)
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
-             on conflict (principal, agent_id) do nothing",
-        )
-        .bind(&new.principal)
-        .bind(&new.agent_id)
-        .bind(&new.session_id)
-        .bind(&new.backend)
-        .bind(&new.cwd)
-        .bind(&new.model)
-        .bind(&new.permission_mode)
-        .bind(&now)
-        .bind(&now)
-        .execute(&self.pool)
-        .await?;
+        let created = self.insert_session(&new, true).await?;
         if created.rows_affected() == 0 {
             return Err(StoreError::AgentExists);
         }
