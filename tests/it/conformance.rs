@@ -304,8 +304,8 @@ fn shape(frame: &Value, ids: &Ids) -> String {
 }
 
 /// The shapes of a scenario's frames; runs of the same shape count once (how many words a
-/// reply streams in is not part of the contract), and deltas that raced an interrupt's answer
-/// are dropped.
+/// reply streams in is not part of the contract), deltas that raced an interrupt's answer are
+/// dropped, and a tool permission request is put where it may race to.
 fn shapes(frames: &[Value], ids: &Ids) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for frame in frames {
@@ -321,6 +321,25 @@ fn shapes(frames: &[Value], ids: &Ids) -> Vec<String> {
             continue;
         }
         out.push(s);
+    }
+    // The CLI asks for a tool's permission as soon as the tool call's block is complete, while
+    // the rest of the model's message still streams: where the request falls among that
+    // message's last `stream_event`s is a race, not part of the contract. It goes right after
+    // the tool call's `content_block_stop`, in both transcripts.
+    let mut i = 0;
+    while i < out.len() {
+        if out[i].starts_with("control_request can_use_tool") {
+            let mut at = i;
+            while at > 0
+                && out[at - 1].starts_with("stream_event")
+                && !out[at - 1].starts_with("stream_event content_block_stop")
+            {
+                at -= 1;
+            }
+            let request = out.remove(i);
+            out.insert(at, request);
+        }
+        i += 1;
     }
     out
 }
