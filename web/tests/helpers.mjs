@@ -7,6 +7,8 @@ import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
+import { after, afterEach, before } from 'node:test';
+
 import { chromium } from 'playwright-core';
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -185,4 +187,51 @@ export function transcript(page) {
 /** The agent_id of the open conversation (from the address bar). */
 export async function currentAgent(page) {
   return decodeURIComponent(new URL(page.url()).hash.slice(1));
+}
+
+/**
+ * The browser of a test file and what each test starts: `server()` and `context()` are
+ * stopped and closed after the test that started them, in reverse order.
+ */
+export function browserTests() {
+  /** @type {import('playwright-core').Browser} */
+  let browser;
+  /** @type {(() => Promise<void> | void)[]} */
+  let cleanups = [];
+  before(async () => {
+    browser = await launchBrowser();
+  });
+  after(async () => {
+    await browser.close();
+  });
+  afterEach(async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup();
+    cleanups = [];
+  });
+  return {
+    /** @param {Parameters<typeof startServer>[0]} [options] */
+    async server(options) {
+      const s = await startServer(options);
+      cleanups.push(async () => {
+        await s.stop();
+        if (!options?.dataDir) removeDir(s.dataDir);
+      });
+      return s;
+    },
+    /** @param {import('playwright-core').BrowserContextOptions} [options] */
+    async context(options = {}) {
+      const c = await browser.newContext(options);
+      cleanups.push(() => c.close());
+      return c;
+    },
+  };
+}
+
+/**
+ * Waits for a finished assistant reply containing `text`.
+ * @param {import('playwright-core').Page} page
+ * @param {string} text
+ */
+export function reply(page, text) {
+  return page.locator('.msg.assistant:not(.streaming)').filter({ hasText: text }).waitFor();
 }

@@ -2,60 +2,21 @@
 // the demo agent, which replies `Echo: <content> (turn N)` one word at a time.
 
 import assert from 'node:assert/strict';
-import { after, afterEach, before, test } from 'node:test';
+import { test } from 'node:test';
 
 import {
   WAIT_MS,
+  browserTests,
   currentAgent,
   footerText,
-  launchBrowser,
   openUi,
-  removeDir,
+  reply,
   send,
-  startServer,
   storedResults,
   transcript,
 } from './helpers.mjs';
 
-/** @type {import('playwright-core').Browser} */
-let browser;
-/** Cleanups of the running test, run in reverse order. */
-let cleanups = [];
-
-before(async () => {
-  browser = await launchBrowser();
-});
-after(async () => {
-  await browser.close();
-});
-afterEach(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-  cleanups = [];
-});
-
-/** @param {Parameters<typeof startServer>[0]} [options] */
-async function server(options) {
-  const s = await startServer(options);
-  cleanups.push(async () => {
-    await s.stop();
-    if (!options?.dataDir) removeDir(s.dataDir);
-  });
-  return s;
-}
-
-async function context(options = {}) {
-  const c = await browser.newContext(options);
-  cleanups.push(() => c.close());
-  return c;
-}
-
-/**
- * @param {import('playwright-core').Page} page
- * @param {string} reply
- */
-function reply(page, reply) {
-  return page.locator('.msg.assistant:not(.streaming)').filter({ hasText: reply }).waitFor();
-}
+const { server, context } = browserTests();
 
 /**
  * A conversation as `GET /api/sessions/{agentId}` reports it.

@@ -5,50 +5,11 @@
 import assert from 'node:assert/strict';
 import { copyFileSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, afterEach, before, test } from 'node:test';
+import { test } from 'node:test';
 
-import { REPO, WAIT_MS, currentAgent, launchBrowser, openUi, removeDir, send, startServer, transcript } from './helpers.mjs';
+import { REPO, WAIT_MS, browserTests, currentAgent, openUi, reply, send, transcript } from './helpers.mjs';
 
-/** @type {import('playwright-core').Browser} */
-let browser;
-/** Cleanups of the running test, run in reverse order. */
-let cleanups = [];
-
-before(async () => {
-  browser = await launchBrowser();
-});
-after(async () => {
-  await browser.close();
-});
-afterEach(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-  cleanups = [];
-});
-
-/** @param {Parameters<typeof startServer>[0]} [options] */
-async function server(options) {
-  const s = await startServer(options);
-  cleanups.push(async () => {
-    await s.stop();
-    if (!options?.dataDir) removeDir(s.dataDir);
-  });
-  return s;
-}
-
-/** @param {import('playwright-core').BrowserContextOptions} [options] */
-async function context(options = {}) {
-  const c = await browser.newContext(options);
-  cleanups.push(() => c.close());
-  return c;
-}
-
-/**
- * @param {import('playwright-core').Page} page
- * @param {string} text
- */
-function reply(page, text) {
-  return page.locator('.msg.assistant:not(.streaming)').filter({ hasText: text }).waitFor();
-}
+const { server, context } = browserTests();
 
 /**
  * A turn: sends, then waits for its reply and its footer.
