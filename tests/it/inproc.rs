@@ -17,18 +17,23 @@ pub struct InProcess {
     pub data_dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     run: Option<JoinHandle<anyhow::Result<()>>>,
-    _tmp: tempfile::TempDir,
+    tmp: Option<tempfile::TempDir>,
 }
 
 impl InProcess {
-    /// Starts a demo-backed server with no per-word delay and the settings of `toml`.
+    /// Starts a demo-backed server with the settings of `toml`, over a demo agent with no
+    /// per-word delay unless `toml` sets one.
     pub async fn start(toml: &str) -> Self {
         let tmp = tempfile::tempdir().unwrap();
-        let mut config: Config = toml::from_str(toml).expect("a valid configuration");
-        config.data_dir = tmp.path().to_path_buf();
-        if !toml.contains("delay_ms") {
-            config.demo.delay_ms = 0;
+        let mut table: toml::Table = toml::from_str(toml).expect("a valid configuration");
+        if let toml::Value::Table(demo) = table
+            .entry("demo")
+            .or_insert_with(|| toml::Table::new().into())
+        {
+            demo.entry("delay_ms").or_insert(0.into());
         }
+        let mut config: Config = table.try_into().expect("a valid configuration");
+        config.data_dir = tmp.path().to_path_buf();
         let server = Server::new(config).await.expect("the server starts");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -41,7 +46,7 @@ impl InProcess {
             data_dir: tmp.path().to_path_buf(),
             stop: Some(stop),
             run: Some(run),
-            _tmp: tmp,
+            tmp: Some(tmp),
         }
     }
 
@@ -59,8 +64,7 @@ impl InProcess {
             .expect("the server shuts down in time")
             .unwrap()
             .unwrap();
-        let tmp = tempfile::tempdir().unwrap();
-        std::mem::replace(&mut self._tmp, tmp)
+        self.tmp.take().unwrap()
     }
 }
 
