@@ -212,14 +212,7 @@ pub(crate) fn store_error(err: StoreError, agent_id: &str) -> FrameError {
             format!("conversation `{agent_id}` is being imported; try again once it is done"),
         )
         .for_agent(Some(agent_id)),
-        StoreError::Unavailable(e) => {
-            tracing::warn!(error = %e, agent_id, "store unavailable");
-            FrameError::new(
-                ErrorCode::StoreUnavailable,
-                "the store is unavailable; try again",
-            )
-            .for_agent(Some(agent_id))
-        }
+        err @ StoreError::Unavailable(_) => store_failure(err).for_agent(Some(agent_id)),
     }
 }
 
