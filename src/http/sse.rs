@@ -17,11 +17,11 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use utoipa::IntoParams;
 
-use super::rest::last_event_id;
+use super::rest::{agent_id, last_event_id};
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
-use crate::protocol::{self, Frame};
+use crate::protocol::Frame;
 use crate::session::events::{Receiver, RecvError};
 use crate::session::replay::Cursor;
 
@@ -50,12 +50,7 @@ pub async fn events(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let Query(params) = params?;
-    if !protocol::valid_agent_id(&id) {
-        return Err(ApiError::new(
-            protocol::ErrorCode::InvalidAgentId,
-            "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
-        ));
-    }
+    let id = agent_id(id)?;
     let since = match last_event_id(&headers)? {
         Some(seq) => seq,
         None => params.since_seq.unwrap_or(0).max(0),

@@ -7,7 +7,7 @@
 
 mod sessions;
 
-pub(super) use sessions::last_event_id;
+pub(super) use sessions::{agent_id, last_event_id};
 
 use axum::routing::{get, post};
 use axum::{Json, Router};

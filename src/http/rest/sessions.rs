@@ -226,7 +226,7 @@ pub struct ImportParams {
 }
 
 /// Checks the `agent_id` of a path.
-fn agent_id(raw: String) -> Result<String, ApiError> {
+pub(crate) fn agent_id(raw: String) -> Result<String, ApiError> {
     if protocol::valid_agent_id(&raw) {
         Ok(raw)
     } else {
