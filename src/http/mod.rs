@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 pub use error::{ApiError, ErrorBody};
 
 use crate::config::Config;
-use crate::limits::Quota;
+use crate::limits::{Quota, QuotaPermit};
 use crate::metrics::Metrics;
 use crate::protocol::ErrorCode;
 use crate::session::Manager;
@@ -83,6 +83,20 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// One of `principal`'s connections (sockets, requests and event streams share
+/// `socket.max_per_principal`), or 429 `limit_exceeded`.
+fn connection(app: &AppState, principal: &str) -> Result<QuotaPermit, ApiError> {
+    app.sockets.try_acquire(principal).map_err(|_| {
+        ApiError::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "at most {} open sockets, requests and event streams per principal",
+                app.config.socket.max_per_principal
+            ),
+        )
+    })
+}
+
 /// Authenticates a request (401) and holds one of its principal's connections (429 beyond
 /// `socket.max_per_principal`) until its response has been sent, body included.
 async fn count(State(app): State<AppState>, mut request: Request, next: Next) -> Response {
@@ -90,15 +104,9 @@ async fn count(State(app): State<AppState>, mut request: Request, next: Next) ->
         Ok(principal) => principal,
         Err(refusal) => return refusal.into_response(),
     };
-    let Ok(permit) = app.sockets.try_acquire(&principal.0) else {
-        return ApiError::new(
-            ErrorCode::LimitExceeded,
-            format!(
-                "at most {} open sockets, requests and event streams per principal",
-                app.config.socket.max_per_principal
-            ),
-        )
-        .into_response();
+    let permit = match connection(&app, &principal.0) {
+        Ok(permit) => permit,
+        Err(refusal) => return refusal.into_response(),
     };
     request.extensions_mut().insert(principal);
     let response = next.run(request).await;

@@ -25,7 +25,6 @@ use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
 use crate::config::SocketConfig;
-use crate::http::ApiError;
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::limits::{QuotaPermit, RateLimiter, Verdict};
@@ -75,15 +74,9 @@ pub async fn upgrade(
             Ok(admitted) => admitted,
             Err(rejection) => return rejection.into_response(),
         };
-    let Ok(permit) = app.sockets.try_acquire(&principal) else {
-        return ApiError::new(
-            ErrorCode::LimitExceeded,
-            format!(
-                "at most {} open sockets per principal",
-                app.config.socket.max_per_principal
-            ),
-        )
-        .into_response();
+    let permit = match super::connection(&app, &principal) {
+        Ok(permit) => permit,
+        Err(refusal) => return refusal.into_response(),
     };
     // Echo the ticket subprotocol: a browser fails a socket whose offered protocol isn't.
     let ws = match protocol {
