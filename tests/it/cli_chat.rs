@@ -117,7 +117,10 @@ async fn terminal_client_resumes_chats_interrupts_and_resumes_after_restart() {
     if !have_tmux() {
         return;
     }
-    let mut server = TestServer::start_with(&["--demo-delay-ms", "150"]).await;
+    // Turns 1 and 2 run through; turn 3 stops after its first word until it is interrupted.
+    let gates = Gates::new("");
+    gates.open_all("cli-1", 1..=2);
+    let mut server = gates.start().await;
     let mut c = server.client().await;
     turn(&mut c, "cli-1", "first question").await;
     let url = format!("ws://{}/ws", server.addr);
@@ -138,12 +141,13 @@ async fn terminal_client_resumes_chats_interrupts_and_resumes_after_restart() {
     term.type_line(
         "please give me a very long answer that streams for quite some time so it can be stopped",
     );
-    term.wait_for("Echo: please", 1).await;
+    // The third "Echo:" is turn 3's first word, held at its gate.
+    term.wait_for("Echo:", 3).await;
     term.ctrl_c();
     term.wait_for("^C interrupting", 1).await;
     let screen = term.wait_for("[turn ended: aborted_streaming]", 1).await;
     assert!(
-        !screen.contains("be stopped (turn 3)"),
+        !screen.contains("(turn 3)"),
         "the turn was cut short:\n{screen}"
     );
     term.type_line("/help");
