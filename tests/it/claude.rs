@@ -996,10 +996,10 @@ async fn a_waiting_turn_starts_when_a_process_goes_idle() {
     c.send(json!({"type": "permission_response", "agent_id": "b",
         "request_id": requests["b"], "behavior": "allow"}))
         .await;
-    let reply = reply_text(&c.until_result("b").await);
-    assert!(
-        reply.starts_with("Tool said: "),
-        "b's turn ran its tool: {reply}"
+    assert_eq!(
+        reply_text(&c.until_result("b").await),
+        "Tool said: ran: wait_b",
+        "b's turn ran its tool"
     );
     stop(server, &fx).await;
 }
