@@ -388,7 +388,10 @@ async fn interrupt_is_honoured() {
         "aborted_streaming"
     );
     chat_ack(&mut c, "int", "next").await;
-    assert!(reply_text(&c.until_result("int").await).starts_with("Echo: next"));
+    assert_eq!(
+        reply_text(&c.until_result("int").await),
+        "Echo: next (history 2)"
+    );
     assert_eq!(fx.spawns().len(), 1);
     let interrupts = fx
         .stdin()

@@ -261,7 +261,7 @@ async fn a_restart_closes_only_the_turn_that_was_running() {
     let mut c = server.client().await;
     chat_ack(&mut c, "run", "again").await;
     let frames = c.until_result("run").await;
-    assert!(reply_text(&frames).starts_with("Echo: again"), "{frames:?}");
+    assert_eq!(reply_text(&frames), "Echo: again (turn 3)");
     assert!(server.terminate().await.success());
 
     let server = TestServer::start_in(data.path(), &["--demo-delay-ms", "0"], &[]).await;
