@@ -23,6 +23,28 @@ updated_input?: Record<string, unknown>, } | { "behavior": "deny",
  */
 message: string, };
 
+export type ImageSource = { "type": "base64", 
+/**
+ * One of [`IMAGE_MEDIA_TYPES`].
+ */
+media_type: string, 
+/**
+ * The file's bytes, base64-encoded.
+ */
+data: string, };
+
+export type ContentBlock = { "type": "text", 
+/**
+ * The text.
+ */
+text: string, } | { "type": "image", 
+/**
+ * Where the image's bytes are.
+ */
+source: ImageSource, };
+
+export type Content = string | Array<ContentBlock>;
+
 export type Chat = { 
 /**
  * Routing key of the conversation.
@@ -31,7 +53,7 @@ agent_id: string,
 /**
  * The user's message.
  */
-content: string, 
+content: Content, 
 /**
  * Echoed in the `ack`.
  */

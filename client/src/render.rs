@@ -159,13 +159,29 @@ pub fn history(frames: &[Value], turns: usize) -> Vec<String> {
     lines.split_off(start)
 }
 
+/// A prompt's text, with `[image]` for each image; `None` for the user messages that carry
+/// tool results.
+fn prompt(content: &Value) -> Option<String> {
+    match content {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(|b| match b["type"].as_str() {
+                Some("text") => b["text"].as_str().map(str::to_owned),
+                Some("image") => Some("[image]".to_owned()),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|parts| parts.join(" ")),
+        _ => None,
+    }
+}
+
 /// The text of a stored user message or a reply, for the history.
 fn history_line(frame: &Value) -> Option<String> {
     let message = &frame["message"];
     match frame["message_type"].as_str()? {
-        "user" => message["message"]["content"]
-            .as_str()
-            .map(|text| format!("> {text}")),
+        "user" => prompt(&message["message"]["content"]).map(|text| format!("> {text}")),
         "result" if message["is_error"] == true => Some(format!(
             "[turn ended: {}]",
             message["terminal_reason"].as_str().unwrap_or("error")
@@ -243,6 +259,16 @@ mod tests {
         assert_eq!(history(&frames, 10).len(), 5);
         assert_eq!(history(&frames, 2).len(), 5);
         assert!(history(&frames, 0).is_empty());
+    }
+
+    #[test]
+    fn prompts_with_images_are_shown_and_tool_results_are_not() {
+        let blocks = json!([{"type": "text", "text": "what is this?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]);
+        let tool_result = json!([{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]);
+        let frame = |content: &Value| json!({"message_type": "user", "message": {"message": {"content": content}}});
+        assert_eq!(history(&[frame(&blocks)], 1), ["> what is this? [image]"]);
+        assert!(history(&[frame(&tool_result)], 1).is_empty());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Each turn emits what the Claude CLI emits, in the same shape: a `system`/`init` carrying the
 //! conversation id, one `stream_event` text delta per word, one `assistant`, then a `result`
 //! with usage and duration. The reply is `Echo: <content> (turn N)`, N counting the user turns
-//! the agent remembers, so resume, rewind and fork can be seen from outside.
+//! the agent remembers (an image in the content is echoed as `[<media type> <size> bytes]`), so resume, rewind and fork can be seen from outside.
 //!
 //! A testing aid, [`GatedDemoBackend`] (`demo.gate_dir`), makes each turn wait after its first
 //! word until a file named after the turn exists, so that a test, not the clock, decides how
@@ -12,6 +12,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::protocol::Content;
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -190,7 +191,7 @@ impl DemoAgent {
 
     async fn turn(
         &mut self,
-        prompt: &str,
+        prompt: &Content,
         input: &mut mpsc::Receiver<AgentInput>,
         pending: &mut std::collections::VecDeque<AgentInput>,
     ) -> TurnEnd {
@@ -209,7 +210,7 @@ impl DemoAgent {
             json!({"type": "message_start", "message": {"id": msg_id, "model": self.model}}),
         ))
         .await;
-        let reply = format!("Echo: {prompt} (turn {})", self.turns);
+        let reply = format!("Echo: {} (turn {})", describe(prompt), self.turns);
         let words: Vec<&str> = reply.split(' ').collect();
         let mut said = String::with_capacity(reply.len());
         let mut end = TurnEnd::Completed;
@@ -247,7 +248,7 @@ impl DemoAgent {
         }
         let interrupted = !matches!(end, TurnEnd::Completed);
         let output_tokens = said.split_whitespace().count();
-        let input_tokens = prompt.split_whitespace().count();
+        let input_tokens = prompt.text().split_whitespace().count();
         let mut assistant = json!({
             "type": "assistant", "session_id": sid, "uuid": uuid::Uuid::new_v4(), "parent_tool_use_id": null,
             "message": {
@@ -355,6 +356,21 @@ fn stream(session_id: &str, event: serde_json::Value) -> serde_json::Value {
         "type": "stream_event", "session_id": session_id, "uuid": uuid::Uuid::new_v4(),
         "parent_tool_use_id": null, "event": event,
     })
+}
+
+/// The turn's content as the demo echoes it: its text, then `[<media type> <size> bytes]` per
+/// image, so a client can see which images reached the agent.
+fn describe(prompt: &Content) -> String {
+    let text = prompt.text();
+    let images = prompt
+        .images()
+        .into_iter()
+        .map(|(media_type, bytes)| format!("[{media_type} {bytes} bytes]"));
+    std::iter::once(text.into_owned())
+        .filter(|t| !t.is_empty())
+        .chain(images)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::protocol::PermissionDecision;
+use crate::protocol::{Content, PermissionDecision};
 
 /// Capacity of the channel of events from one agent to its session.
 pub const EVENT_QUEUE: usize = 256;
@@ -82,7 +82,7 @@ pub struct SpawnSpec {
 #[derive(Debug, Clone)]
 pub enum AgentInput {
     /// Start a turn with this user message.
-    Prompt(String),
+    Prompt(Content),
     /// Stop the running turn; the agent stays alive.
     Interrupt,
     /// Between turns: run the next turns with this model and permission mode (`None`: the

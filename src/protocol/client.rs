@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    ErrorCode, FrameError, MAX_AGENT_ID_CHARS, MAX_MODEL_CHARS, PERMISSION_MODES,
+    Content, ErrorCode, FrameError, MAX_AGENT_ID_CHARS, MAX_MODEL_CHARS, PERMISSION_MODES,
     UNATTENDED_PERMISSION_MODES, truncate_chars,
 };
 
@@ -56,7 +56,7 @@ pub struct Chat {
     /// Routing key of the conversation.
     pub agent_id: String,
     /// The user's message.
-    pub content: String,
+    pub content: Content,
     /// Echoed in the `ack`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
@@ -132,7 +132,7 @@ pub enum ClientFrame {
 /// Limits applied while decoding.
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeLimits {
-    /// Longest accepted `content`, in bytes.
+    /// Longest accepted `content` text, in bytes (images are bounded by the frame size).
     pub max_content_bytes: usize,
     /// Whether a chat may choose one of [`UNATTENDED_PERMISSION_MODES`].
     pub allow_bypass_permissions: bool,
@@ -212,36 +212,8 @@ pub fn decode_object(
     match ty {
         "chat" => {
             let agent_id = agent_id(obj).map_err(fail)?;
-            let content = match obj.get("content") {
-                Some(Value::String(s)) if s.trim().is_empty() => {
-                    return Err(fail(FrameError::new(
-                        ErrorCode::InvalidContent,
-                        "`content` is empty",
-                    )));
-                }
-                Some(Value::String(s)) if s.len() > limits.max_content_bytes => {
-                    return Err(fail(FrameError::new(
-                        ErrorCode::InvalidContent,
-                        format!(
-                            "`content` is longer than {} bytes",
-                            limits.max_content_bytes
-                        ),
-                    )));
-                }
-                Some(Value::String(s)) => s.clone(),
-                Some(_) => {
-                    return Err(fail(FrameError::new(
-                        ErrorCode::InvalidContent,
-                        "`content` must be a string",
-                    )));
-                }
-                None => {
-                    return Err(fail(FrameError::new(
-                        ErrorCode::InvalidContent,
-                        "`content` is missing",
-                    )));
-                }
-            };
+            let content = super::content::decode(obj.get("content"), limits.max_content_bytes)
+                .map_err(fail)?;
             let options = chat_options(obj.get("options"), limits).map_err(fail)?;
             Ok(ClientFrame::Chat(Chat {
                 agent_id,

@@ -9,9 +9,11 @@
 //! test, which fails when the committed file is stale.
 
 mod client;
+mod content;
 mod server;
 
 pub use client::*;
+pub use content::{Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES};
 pub use server::*;
 
 use serde::Serialize;
@@ -176,7 +178,7 @@ mod tests {
             chat,
             ClientFrame::Chat(Chat {
                 agent_id: "a-1".into(),
-                content: "hi".into(),
+                content: Content::Text("hi".into()),
                 client_msg_id: Some("c1".into()),
                 options: ChatOptions {
                     model: Some("m1".into()),
@@ -241,7 +243,7 @@ mod tests {
         let frames = [
             ClientFrame::Chat(Chat {
                 agent_id: "a".into(),
-                content: "hi".into(),
+                content: Content::Text("hi".into()),
                 client_msg_id: Some("c".into()),
                 options: ChatOptions {
                     model: Some("m".into()),
@@ -250,7 +252,7 @@ mod tests {
             }),
             ClientFrame::Chat(Chat {
                 agent_id: "a".into(),
-                content: "hi".into(),
+                content: Content::Text("hi".into()),
                 client_msg_id: None,
                 options: ChatOptions::default(),
             }),

@@ -4,9 +4,9 @@
 use ts_rs::{Config, TS};
 
 use super::{
-    AGENT_MESSAGE_TYPES, AckFrame, Chat, ChatOptions, ClientFrame, ControlFrame, ErrorCode,
-    ErrorFrame, LIVE_AGENT_MESSAGE_TYPES, PermissionDecision, PermissionRequest,
-    PermissionResolved, PongFrame, SessionHeader, StatusFrame,
+    AGENT_MESSAGE_TYPES, AckFrame, Chat, ChatOptions, ClientFrame, Content, ContentBlock,
+    ControlFrame, ErrorCode, ErrorFrame, ImageSource, LIVE_AGENT_MESSAGE_TYPES, PermissionDecision,
+    PermissionRequest, PermissionResolved, PongFrame, SessionHeader, StatusFrame,
 };
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web/protocol.d.ts");
@@ -19,6 +19,9 @@ fn render() -> String {
         ErrorCode::decl(&cfg),
         ChatOptions::decl(&cfg),
         PermissionDecision::decl(&cfg),
+        ImageSource::decl(&cfg),
+        ContentBlock::decl(&cfg),
+        Content::decl(&cfg),
         Chat::decl(&cfg),
         ClientFrame::decl(&cfg),
         SessionHeader::decl(&cfg),

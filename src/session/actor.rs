@@ -67,7 +67,7 @@ pub(crate) struct ActorInit {
 
 struct Turn {
     user_seq: i64,
-    content: String,
+    content: protocol::Content,
     /// Model and permission mode asked for with this turn; applied when it starts.
     options: ChatOptions,
 }
@@ -276,7 +276,8 @@ impl Actor {
         message.prompt = true;
         // A turn that runs at once is recorded as running in the same write.
         message.running = (!busy).then_some(RunningTurn::Starts);
-        message.title = Some(protocol::truncate_chars(chat.content.trim(), 50).to_owned());
+        message.title =
+            Some(protocol::truncate_chars(chat.content.title_text().trim(), 50).to_owned());
         let created_at = message.created_at.clone();
         let seq = match self
             .shared

@@ -109,10 +109,12 @@ fn import_line(n: usize, line: &str) -> Result<NewMessage, FrameError> {
         return Err(invalid(format!("line {n}: `payload` must be an object")));
     }
     let mut message = NewMessage::new(message_type, line.payload.to_string());
-    // The user's own chat is the user message whose content is plain text.
-    if let ("user", Value::String(text)) = (message_type, &line.payload["message"]["content"]) {
+    // The user's own chat is the user message whose content is text, or text and images.
+    if message_type == "user"
+        && let Some(content) = protocol::Content::of_stored(&line.payload["message"]["content"])
+    {
         message.prompt = true;
-        message.title = Some(protocol::truncate_chars(text.trim(), 50).to_owned());
+        message.title = Some(protocol::truncate_chars(content.title_text().trim(), 50).to_owned());
     }
     message.sdk_uuid = line.payload["uuid"].as_str().map(str::to_owned);
     Ok(message)

@@ -384,6 +384,8 @@ struct Conversation {
     cwd: String,
     leaf: Option<String>,
     view: ModelView,
+    /// Images saved from prompts so far (each prompt image gets the next number).
+    images: u32,
 }
 
 /// What the model is sent, reduced to what the replies depend on. The CLI sends the transcript
@@ -497,6 +499,7 @@ fn open_conversation(cfg: &Config, plan: &Plan) -> Result<Conversation, ResumeEr
                 cwd,
                 leaf: None,
                 view: ModelView::default(),
+                images: 0,
             });
         }
         Plan::Resume {
@@ -564,6 +567,7 @@ fn open_conversation(cfg: &Config, plan: &Plan) -> Result<Conversation, ResumeEr
         cwd,
         leaf: Some(leaf),
         view,
+        images: 0,
     };
     if conv.view.open.is_some() {
         // A turn that never got its reply (the process died or was stopped mid-turn): the real
@@ -1108,8 +1112,34 @@ impl Turn<'_> {
         *self.interrupt.borrow()
     }
 
+    /// As the CLI does with the images of a prompt: each is saved under the session's temporary
+    /// directory and a text block naming the file follows the prompt's blocks.
+    fn with_image_paths(&mut self, content: &Value) -> Value {
+        let Value::Array(blocks) = content else {
+            return content.clone();
+        };
+        let mut out = blocks.clone();
+        for block in blocks.iter().filter(|b| b["type"] == "image") {
+            self.conv.images += 1;
+            let ext = block["source"]["media_type"]
+                .as_str()
+                .and_then(|m| m.strip_prefix("image/"))
+                .unwrap_or("png");
+            let path = std::env::temp_dir()
+                .join("claude-fake")
+                .join(&self.conv.session_id)
+                .join("images")
+                .join(format!("{}.{ext}", self.conv.images));
+            out.push(
+                json!({"type": "text", "text": format!("[Image: source: {}]", path.display())}),
+            );
+        }
+        Value::Array(out)
+    }
+
     async fn run(&mut self, msg: Value) {
-        let message = json!({"role": "user", "content": msg["message"]["content"].clone()});
+        let message =
+            json!({"role": "user", "content": self.with_image_paths(&msg["message"]["content"])});
         let newest = real_texts(&message).join("\n");
         let prompt_uuid = msg["uuid"].as_str().map_or_else(new_uuid, str::to_string);
         let lifecycle = msg["uuid"].is_string();

@@ -257,9 +257,9 @@ fn shape(frame: &Value, ids: &Ids) -> String {
             // A tool's output differs (the fake never runs it); every other reply is the fake
             // model API's, and must be the same.
             let text = if text.starts_with("Tool said:") {
-                "Tool said: …"
+                "Tool said: …".to_owned()
             } else {
-                text
+                without_image_paths(text)
             };
             parts.push(format!("result={text:?}"));
         }
@@ -341,6 +341,23 @@ fn shapes(frames: &[Value], ids: &Ids) -> Vec<String> {
         }
         i += 1;
     }
+    out
+}
+
+/// `text` with the path in each `[Image: source: <path>]` left out (where the CLI saves a
+/// prompt's images differs between the two).
+fn without_image_paths(text: &str) -> String {
+    const MARK: &str = "[Image: source: ";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(MARK) {
+        out.push_str(&rest[..at + MARK.len()]);
+        rest = &rest[at + MARK.len()..];
+        let end = rest.find(']').unwrap_or(rest.len());
+        out.push('…');
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
     out
 }
 
@@ -485,6 +502,16 @@ async fn run_scenarios(t: &Target) -> Vec<(&'static str, Transcript)> {
     cli.turn("back on the main line").await;
     let (frames, code, _) = cli.finish().await;
     out.push(("resume", with_exit(shapes(&frames, &ids), code)));
+
+    // A prompt with an image: the CLI saves it and names the file in a text block of its own.
+    let mut cli = t.spawn(&[format!("--resume={session}")], &[]);
+    let image = crate::images::image("image/png", crate::images::PNG_1X1);
+    cli.send(json!({"type": "user", "message": {"role": "user",
+        "content": [{"type": "text", "text": "look at this"}, image]}}))
+        .await;
+    cli.until(|f| f["type"] == "result").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("an image", with_exit(shapes(&frames, &ids), code)));
 
     // Refusals: an unknown conversation, an unknown message to fork at, an id in use.
     let unknown = new_id();

@@ -12,6 +12,7 @@ mod fake_cli;
 mod faults;
 mod gateway;
 mod history;
+mod images;
 mod imports;
 mod inproc;
 mod layers;

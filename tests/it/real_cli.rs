@@ -168,10 +168,23 @@ async fn real_cli_end_to_end() {
         first.iter().any(|f| f["message_type"] == "stream_event"),
         "partial messages stream"
     );
-    chat_ack(&mut c, "real", "hello two").await;
-    assert_eq!(
-        reply_text(&c.until_result("real").await),
-        "Echo: hello two (history 2)"
+    // A turn with an image: the model gets the image block as it was sent.
+    let image = crate::images::image("image/png", crate::images::PNG_1X1);
+    c.send(json!({"type": "chat", "agent_id": "real",
+        "content": [{"type": "text", "text": "hello two"}, image]}))
+        .await;
+    // The CLI saves the image to a file and adds a text block naming it, after ours.
+    let reply = reply_text(&c.until_result("real").await);
+    assert!(
+        reply.starts_with("Echo: hello two\n[Image: source: ")
+            && reply.ends_with(".png] (history 2)"),
+        "{reply}"
+    );
+    let request = api.requests().pop().unwrap();
+    let last = request.as_array().unwrap().last().unwrap();
+    assert!(
+        last["content"].as_array().unwrap().contains(&image),
+        "the image reached the model: {last}"
     );
     let pids = cli_children(&server, &cli);
     assert_eq!(pids.len(), 1, "one live process across turns");

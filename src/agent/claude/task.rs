@@ -17,6 +17,7 @@ use super::lines::Line;
 use super::pool::{Lease, Pool};
 use super::process::Proc;
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
+use crate::protocol::Content;
 
 /// Where the running turn is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +52,7 @@ pub(super) struct AgentTask {
     inputs: mpsc::Receiver<AgentInput>,
     events: mpsc::Sender<AgentEvent>,
     /// Prompts not yet written to the CLI.
-    prompts: VecDeque<String>,
+    prompts: VecDeque<Content>,
     /// The proposed input of each open permission request (an `allow` without edits sends it back).
     tool_inputs: HashMap<String, Value>,
     /// The model and permission mode the running process was started with or switched to.
@@ -343,7 +344,7 @@ impl AgentTask {
         let mut interrupt_held = false;
         let mut interrupts = 0u64;
         let mut seen_init = false;
-        let mut current: Option<String> = None;
+        let mut current: Option<Content> = None;
         let end = loop {
             if turn == Turn::Idle
                 && self.wanted_options() != self.applied

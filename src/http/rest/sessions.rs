@@ -148,8 +148,8 @@ pub struct RenameBody {
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ChatBody {
-    /// The user's message.
-    #[schema(value_type = String)]
+    /// The user's message: text, or text and image blocks.
+    #[schema(value_type = crate::protocol::Content)]
     pub content: Value,
     /// Echoed in the ack.
     #[schema(value_type = Option<String>)]
