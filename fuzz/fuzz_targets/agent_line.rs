@@ -50,7 +50,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(value["timestamp"], "2026-01-01T00:00:00.000Z");
             assert_eq!(value.get("seq").and_then(|s| s.as_i64()), seq);
             assert_eq!(value["message"], original);
-            assert_eq!(value.as_object().unwrap().len(), 5 + usize::from(seq.is_some()));
+            assert_eq!(
+                value.as_object().unwrap().len(),
+                5 + usize::from(seq.is_some())
+            );
         }
     }
 });

@@ -45,7 +45,9 @@ const UNATTENDED: &[&str] = &["bypassPermissions", "auto"];
 fn agent_id_ok(id: &Value) -> bool {
     id.as_str().is_some_and(|id| {
         (1..=128).contains(&id.chars().count())
-            && id.chars().all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
     })
 }
 
@@ -54,7 +56,8 @@ fn model_ok(model: &Value) -> bool {
     model.as_str().is_some_and(|m| {
         (1..=64).contains(&m.chars().count())
             && !m.starts_with('-')
-            && m.chars().all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
+            && m.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
     })
 }
 
@@ -93,9 +96,7 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
     match ty {
         "chat" => {
             assert_eq!(input.get("content"), Some(&frame["content"]));
-            let content = frame["content"].as_str().expect("content is a string");
-            assert!(!content.trim().is_empty());
-            assert!(content.len() <= MAX_CONTENT_BYTES);
+            content_follows_the_rules(&frame["content"]);
             assert_eq!(given(input, "client_msg_id"), frame.get("client_msg_id"));
             let asked = given(input, "options").map(|o| o.as_object().expect("an object"));
             let options = frame.get("options").map(|o| o.as_object().unwrap());
@@ -209,3 +210,53 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// protocol.md's rules for `chat.content`: a non-blank string of at most `max_content_bytes`,
+/// or 1–64 `text`/`image` blocks with no other fields, at most 20 images of the four media
+/// types in base64, text within `max_content_bytes`, and an image or some non-blank text.
+fn content_follows_the_rules(content: &Value) {
+    if let Some(text) = content.as_str() {
+        assert!(!text.trim().is_empty());
+        assert!(text.len() <= MAX_CONTENT_BYTES);
+        return;
+    }
+    let blocks = content.as_array().expect("content is a string or a list");
+    assert!((1..=64).contains(&blocks.len()));
+    let mut text = Vec::new();
+    let mut images = 0;
+    for block in blocks {
+        let block = block.as_object().expect("a block is an object");
+        match block["type"].as_str() {
+            Some("text") => {
+                assert!(block.keys().all(|k| k == "type" || k == "text"));
+                text.push(block["text"].as_str().expect("text is a string"));
+            }
+            Some("image") => {
+                images += 1;
+                assert!(block.keys().all(|k| k == "type" || k == "source"));
+                let source = block["source"].as_object().expect("source is an object");
+                assert!(
+                    source
+                        .keys()
+                        .all(|k| ["type", "media_type", "data"].contains(&k.as_str()))
+                );
+                assert_eq!(source["type"], "base64");
+                assert!(
+                    ["image/png", "image/jpeg", "image/gif", "image/webp"]
+                        .contains(&source["media_type"].as_str().unwrap())
+                );
+                let data = source["data"].as_str().unwrap();
+                assert!(data.len() % 4 == 0 && !data.is_empty());
+                assert!(
+                    data.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
+                );
+            }
+            other => panic!("a block type protocol.md does not have: {other:?}"),
+        }
+    }
+    let text = text.join("\n\n");
+    assert!(images <= 20);
+    assert!(text.len() <= MAX_CONTENT_BYTES);
+    assert!(images > 0 || !text.trim().is_empty());
+}
