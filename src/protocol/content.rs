@@ -94,12 +94,16 @@ impl Content {
         }
     }
 
-    /// The content of a stored `user` message when it is one a user sent (text, or valid text
-    /// and image blocks), not one an agent made (tool results).
-    pub fn of_stored(content: &Value) -> Option<Content> {
-        match content {
+    /// The content of a stored `user` message (its whole payload) when a user sent it: text,
+    /// or valid text and image blocks in a message without the `uuid` every message an agent
+    /// prints carries (tool results, the interruption marker).
+    pub fn of_stored(payload: &Value) -> Option<Content> {
+        match &payload["message"]["content"] {
             Value::String(text) => Some(Content::Text(text.clone())),
-            _ => decode(Some(content), usize::MAX).ok(),
+            blocks @ Value::Array(_) if payload.get("uuid").is_none() => {
+                decode(Some(blocks), usize::MAX).ok()
+            }
+            _ => None,
         }
     }
 
@@ -276,6 +280,11 @@ mod tests {
         assert_eq!(content.images(), vec![("image/png", PNG.len())]);
         let only_image = decode(Some(&json!([image("image/png", &png())])), 100).unwrap();
         assert_eq!(only_image.title_text(), "[image]");
+        let stored = json!({"type": "user", "message": {"role": "user", "content": value}});
+        assert_eq!(Content::of_stored(&stored), Some(content));
+        let marker = json!({"type": "user", "uuid": "u1", "message": {"role": "user",
+            "content": [{"type": "text", "text": "[Request interrupted by user]"}]}});
+        assert_eq!(Content::of_stored(&marker), None, "an agent's message");
     }
 
     #[test]

@@ -111,7 +111,7 @@ fn import_line(n: usize, line: &str) -> Result<NewMessage, FrameError> {
     let mut message = NewMessage::new(message_type, line.payload.to_string());
     // The user's own chat is the user message whose content is text, or text and images.
     if message_type == "user"
-        && let Some(content) = protocol::Content::of_stored(&line.payload["message"]["content"])
+        && let Some(content) = protocol::Content::of_stored(&line.payload)
     {
         message.prompt = true;
         message.title = Some(protocol::truncate_chars(content.title_text().trim(), 50).to_owned());
