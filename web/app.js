@@ -9,6 +9,7 @@
 
 import { AgentmuxClient, defaultUrl, randomId } from './client.js';
 import { diffStat, renderDiff, toolDiff } from './diff.js';
+import { IMAGE_TYPES, imageBlock, imageUrl } from './images.js';
 import { parseInline, renderMarkdown } from './markdown.js';
 
 /** @typedef {import('./protocol').ServerFrame} ServerFrame */
@@ -17,6 +18,7 @@ import { parseInline, renderMarkdown } from './markdown.js';
 /** @typedef {import('./protocol').PermissionResolvedFrame} PermissionResolvedFrame */
 /** @typedef {import('./protocol').ChatOptions} ChatOptions */
 /** @typedef {import('./client.js').ConnectionState} ConnectionState */
+/** @typedef {import('./images.js').ImageBlock} ImageBlock */
 
 /**
  * A conversation as the sidebar knows it: from `GET /api/sessions` when the server has it,
@@ -59,9 +61,10 @@ import { parseInline, renderMarkdown } from './markdown.js';
  * @typedef {{type: 'text', text: string}
  *   | {type: 'thinking', thinking: string}
  *   | {type: 'tool_use', id: string, name: string, input: unknown}
- *   | {type: 'tool_result', tool_use_id: string, content: string | {type: string, text?: string}[], is_error?: boolean}} ContentBlock
+ *   | {type: 'tool_result', tool_use_id: string, content: string | {type: string, text?: string}[], is_error?: boolean}
+ *   | ImageBlock} ContentBlock
  * @typedef {{message?: {content?: string | ContentBlock[], model?: string}, aborted?: boolean,
- *   subtype?: string, model?: string}} ChatMessage
+ *   subtype?: string, model?: string, uuid?: string}} ChatMessage
  * @typedef {{event?: {type?: string, delta?: {type?: string, text?: string}}}} StreamEvent
  * @typedef {{input_tokens?: number, output_tokens?: number, cache_read_input_tokens?: number,
  *   cache_creation_input_tokens?: number}} Usage
@@ -85,6 +88,11 @@ const TITLE_CHARS = 50;
 /** Tool output longer than this (characters or lines) is folded behind its size. */
 const FOLD_CHARS = 2000;
 const FOLD_LINES = 30;
+/**
+ * Base64 characters of images one message may carry: the server's default frame limit is
+ * 1 MiB, and the text and JSON around the images need room too.
+ */
+const IMAGE_BUDGET = 900_000;
 
 /**
  * @template {keyof HTMLElementTagNameMap} K
@@ -139,6 +147,9 @@ const ui = {
   messages: byId('messages'),
   composer: /** @type {HTMLFormElement} */ (byId('composer')),
   input: /** @type {HTMLTextAreaElement} */ (byId('input')),
+  attachments: byId('attachments'),
+  attach: byId('attach'),
+  imageFile: /** @type {HTMLInputElement} */ (byId('image-file')),
   model: /** @type {HTMLSelectElement} */ (byId('model')),
   permissionMode: /** @type {HTMLSelectElement} */ (byId('permission-mode')),
   stop: /** @type {HTMLButtonElement} */ (byId('stop')),
@@ -664,19 +675,22 @@ class View {
    */
   onUser(frame, message) {
     const content = message.message?.content;
-    if (typeof content === 'string') {
+    const prompt = promptOf(message);
+    if (prompt) {
       const msg = this.append(this.bubble('user', frame), frame);
-      msg.firstElementChild?.append(content);
+      const bubble = /** @type {HTMLElement} */ (msg.firstElementChild);
+      bubble.append(prompt.text);
+      prompt.images.forEach((image, i) => bubble.append(imageElement(image, `Image ${i + 1} of the message`)));
       this.open.push(msg);
       if (this.open.length > 1) setQueued(msg, true);
       const info = sessions.get(this.agentId);
       touchSession(this.agentId, {
-        title: info?.title || content.trim().slice(0, TITLE_CHARS),
+        title: info?.title || (prompt.text.trim() || '[image]').slice(0, TITLE_CHARS),
         last_active_at: frame.timestamp,
       });
       return;
     }
-    for (const block of content ?? []) {
+    for (const block of Array.isArray(content) ? content : []) {
       if (block.type === 'tool_result') {
         this.onToolResult(block);
       } else if (block.type === 'text' && block.text.startsWith('[Request interrupted')) {
@@ -1314,6 +1328,81 @@ function renderConnection(state) {
   ui.conn.dataset.state = state;
 }
 
+/**
+ * What the user wrote in a stored `user` message: its text and images, when the user sent it
+ * (plain text, or text and image blocks in a message without the `uuid` an agent's messages
+ * carry); `null` for tool results and the agent's notices.
+ * @param {ChatMessage} message
+ * @returns {{text: string, images: ImageBlock[]} | null}
+ */
+function promptOf(message) {
+  const content = message.message?.content;
+  if (typeof content === 'string') return { text: content, images: [] };
+  if (!Array.isArray(content) || message.uuid !== undefined) return null;
+  if (!content.every((b) => b.type === 'text' || b.type === 'image')) return null;
+  const text = content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('\n\n');
+  const images = /** @type {ImageBlock[]} */ (content.filter((b) => b.type === 'image'));
+  return { text, images };
+}
+
+/**
+ * An image block as an element: the picture when it is of a type a turn may carry, else a
+ * placeholder.
+ * @param {ImageBlock} image
+ * @param {string} alt
+ */
+function imageElement(image, alt) {
+  if (!IMAGE_TYPES.includes(image.source?.media_type) || typeof image.source?.data !== 'string') {
+    return el('span', 'image-placeholder', '[image]');
+  }
+  const img = el('img', 'msg-image');
+  img.alt = alt;
+  img.src = imageUrl(image);
+  return img;
+}
+
+// ---- images in the composer -----------------------------------------------------------------
+
+/** Images waiting in the composer, sent with the next message. */
+/** @type {ImageBlock[]} */
+let attachments = [];
+
+function renderAttachments() {
+  ui.attachments.replaceChildren(
+    ...attachments.map((image, i) => {
+      const item = el('div', 'attachment');
+      item.append(
+        imageElement(image, `Attached image ${i + 1}`),
+        button('Remove image', 'remove-image', () => {
+          attachments.splice(i, 1);
+          renderAttachments();
+        }),
+      );
+      return item;
+    }),
+  );
+  ui.attachments.hidden = attachments.length === 0;
+}
+
+/**
+ * Adds the images among `files` to the composer, scaled to fit what is left of the budget.
+ * @param {Iterable<File>} files
+ */
+async function attach(files) {
+  if (!current) newSession();
+  const agentId = /** @type {string} */ (current);
+  for (const file of files) {
+    const used = attachments.reduce((sum, a) => sum + a.source.data.length, 0);
+    try {
+      if (used >= IMAGE_BUDGET * 0.9) throw new Error('no room for more images in this message');
+      attachments.push(await imageBlock(file, IMAGE_BUDGET - used));
+    } catch (err) {
+      notice(agentId, `Not attached: ${/** @type {Error} */ (err).message}`);
+    }
+    renderAttachments();
+  }
+}
+
 /** @param {string} agentId */
 function saveDraft(agentId) {
   const text = ui.input.value;
@@ -1323,9 +1412,14 @@ function saveDraft(agentId) {
 
 function send() {
   const text = ui.input.value;
-  if (!text.trim()) return;
+  if (!text.trim() && attachments.length === 0) return;
   if (!current) newSession();
   const agentId = /** @type {string} */ (current);
+  const content = attachments.length
+    ? [...(text.trim() ? [{ type: /** @type {const} */ ('text'), text }] : []), ...attachments]
+    : text;
+  attachments = [];
+  renderAttachments();
   ui.input.value = '';
   localStorage.removeItem(DRAFT_PREFIX + agentId);
   autosize();
@@ -1334,7 +1428,7 @@ function send() {
   if (ui.model.value) options.model = ui.model.value;
   if (ui.permissionMode.value) options.permission_mode = ui.permissionMode.value;
   const hasOptions = Object.keys(options).length > 0;
-  client.chat(agentId, text, hasOptions ? { options } : {}).catch((err) => {
+  client.chat(agentId, content, hasOptions ? { options } : {}).catch((err) => {
     notice(agentId, `Not sent: ${err.message}`);
   });
 }
@@ -1420,6 +1514,25 @@ ui.input.addEventListener('keydown', (event) => {
 ui.input.addEventListener('input', () => {
   autosize();
   if (current) saveDraft(current);
+});
+ui.input.addEventListener('paste', (event) => {
+  const files = [...(event.clipboardData?.files ?? [])].filter((f) => f.type.startsWith('image/'));
+  if (files.length === 0) return;
+  event.preventDefault();
+  attach(files);
+});
+ui.composer.addEventListener('dragover', (event) => {
+  if (event.dataTransfer?.types.includes('Files')) event.preventDefault();
+});
+ui.composer.addEventListener('drop', (event) => {
+  if (!event.dataTransfer?.files.length) return;
+  event.preventDefault();
+  attach(event.dataTransfer.files);
+});
+ui.attach.addEventListener('click', () => ui.imageFile.click());
+ui.imageFile.addEventListener('change', () => {
+  attach([...(ui.imageFile.files ?? [])]);
+  ui.imageFile.value = '';
 });
 ui.search.addEventListener('input', () => {
   clearTimeout(searchTimer);

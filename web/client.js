@@ -226,7 +226,7 @@ export class AgentmuxClient {
    * {@link ClientError} on an `error` frame or when the socket closes first (the turn may or
    * may not have been stored: the conversation's frames will tell).
    * @param {string} agentId
-   * @param {string} content
+   * @param {import('./protocol').Content} content text, or text and image blocks
    * @param {{clientMsgId?: string, options?: ChatOptions}} [extra]
    * @returns {Promise<AckFrame>}
    */

@@ -11,8 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 /// The Content-Security-Policy of every UI response. `connect-src 'self'` covers the
-/// same-origin WebSocket.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+/// same-origin WebSocket; `img-src data:` shows the images of a conversation, which the page
+/// holds as base64.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// One embedded file.
@@ -45,6 +46,11 @@ const ASSETS: &[Asset] = &[
         name: "highlight.js",
         content_type: JS,
         body: include_str!("../../web/highlight.js"),
+    },
+    Asset {
+        name: "images.js",
+        content_type: JS,
+        body: include_str!("../../web/images.js"),
     },
     Asset {
         name: "diff.js",

@@ -451,6 +451,72 @@ test('a second tab that opened the conversation before its first message shows t
   assert.deepEqual([...a.problems, ...b.problems], []);
 });
 
+/** A real 1×1 PNG, base64. */
+const PNG_1X1 = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==';
+
+test('an image pasted, dropped or picked goes with the message, is shown, and is still there after a reload', async () => {
+  const s = await server();
+  const { page, problems } = await openUi(await context(), s.url);
+  // Paste a small PNG into the message box: it is sent as it is.
+  await page.getByRole('textbox', { name: 'Message' }).evaluate((input, data) => {
+    const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+    const transfer = new DataTransfer();
+    transfer.items.add(new File([bytes], 'dot.png', { type: 'image/png' }));
+    input.dispatchEvent(new ClipboardEvent('paste', { clipboardData: transfer, bubbles: true, cancelable: true }));
+  }, PNG_1X1);
+  await page.getByRole('img', { name: 'Attached image 1' }).waitFor();
+  await send(page, 'what is this');
+  await reply(page, 'Echo: what is this [image/png 70 bytes] (turn 1)');
+  await page.getByRole('img', { name: 'Image 1 of the message' }).waitFor();
+  assert.equal(await page.getByRole('img', { name: 'Attached image 1' }).count(), 0, 'the composer is empty again');
+
+  // Drop a large noisy PNG: it is scaled down to a JPEG that fits in one frame. Removing it
+  // takes it out of the message.
+  const drop = () =>
+    page.locator('#composer').evaluate((composer) => {
+      const canvas = document.createElement('canvas');
+      canvas.width = 2400;
+      canvas.height = 1800;
+      const context = /** @type {CanvasRenderingContext2D} */ (canvas.getContext('2d'));
+      const pixels = context.createImageData(canvas.width, canvas.height);
+      for (let i = 0; i < pixels.data.length; i += 1) pixels.data[i] = (i * 2654435761) >>> 24;
+      context.putImageData(pixels, 0, 0);
+      return new Promise((done) =>
+        canvas.toBlob((blob) => {
+          const transfer = new DataTransfer();
+          transfer.items.add(new File([/** @type {Blob} */ (blob)], 'noise.png', { type: 'image/png' }));
+          composer.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+          done(/** @type {Blob} */ (blob).size);
+        }, 'image/png'),
+      );
+    });
+  const original = await drop();
+  assert.ok(original > 1_000_000, `the dropped image is large (${original} bytes)`);
+  await page.getByRole('img', { name: 'Attached image 1' }).waitFor();
+  await page.getByRole('button', { name: 'Remove image' }).click();
+  assert.equal(await page.getByRole('img', { name: 'Attached image 1' }).count(), 0);
+  await drop();
+  await page.getByRole('img', { name: 'Attached image 1' }).waitFor();
+  await send(page, 'and this');
+  await page.getByText(/Echo: and this \[image\/jpeg \d+ bytes\] \(turn 2\)/).waitFor();
+  const [stored] = (await rest(s.url, `/api/sessions/${await currentAgent(page)}/messages?after_seq=4`)).body.messages;
+  const sent = stored.message.message.content[1].source;
+  assert.equal(sent.media_type, 'image/jpeg');
+  assert.ok(sent.data.length < 900_000, `scaled to fit (${sent.data.length} base64 characters)`);
+
+  // Picked with the file chooser.
+  const chooser = page.waitForEvent('filechooser');
+  await page.getByRole('button', { name: 'Attach image' }).click();
+  await (await chooser).setFiles({ name: 'dot.png', mimeType: 'image/png', buffer: Buffer.from(PNG_1X1, 'base64') });
+  await send(page, 'one more');
+  await reply(page, 'Echo: one more [image/png 70 bytes] (turn 3)');
+
+  await page.reload();
+  await reply(page, 'Echo: one more [image/png 70 bytes] (turn 3)');
+  assert.equal(await page.locator('#messages .msg.user img').count(), 3, 'every sent image is shown again');
+  assert.deepEqual(problems, []);
+});
+
 test('phone width: a drawer for the sessions, the composer in reach, no horizontal scroll', async () => {
   const s = await server();
   const { page, problems } = await openUi(await context({ viewport: { width: 390, height: 760 } }), s.url);
