@@ -467,7 +467,7 @@ mod tests {
             ErrorCode::InvalidOptions
         );
         assert_eq!(
-            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"cwd":"/"}}"#),
+            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"workdir":"/"}}"#),
             ErrorCode::InvalidOptions
         );
         assert_eq!(
