@@ -18,6 +18,7 @@ mod layers;
 mod limits;
 mod metrics;
 mod permissions;
+mod projects;
 mod real_cli;
 mod refused;
 mod rest;
