@@ -25,18 +25,18 @@ pub async fn resolve_dir(
     raw: &str,
 ) -> Result<PathBuf, String> {
     if roots.is_empty() {
-        return Err("this server has no project roots; conversations run in their own \
+        return Err(
+            "this server has no project roots; conversations run in their own \
                     workspace (ask the operator for --project-root)"
-            .into());
+                .into(),
+        );
     }
     let outside = || format!("`{raw}` is not a directory inside a project root you may use");
     let path = Path::new(raw);
     if !path.is_absolute() {
         return Err(format!("`{raw}` is not an absolute path"));
     }
-    let canonical = tokio::fs::canonicalize(path)
-        .await
-        .map_err(|_| outside())?;
+    let canonical = tokio::fs::canonicalize(path).await.map_err(|_| outside())?;
     if !roots
         .iter()
         .any(|root| root.allows(principal) && canonical.starts_with(&root.path))

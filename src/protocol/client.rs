@@ -5,9 +5,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    ErrorCode, FrameError, MAX_AGENT_ID_CHARS, MAX_MODEL_CHARS, MAX_PATH_BYTES,
+    ErrorCode, FrameError, MAX_ADD_DIRS, MAX_AGENT_ID_CHARS, MAX_MODEL_CHARS, MAX_PATH_BYTES,
     MAX_SYSTEM_PROMPT_BYTES, MAX_TOOL_PATTERN_CHARS, MAX_TOOL_PATTERNS, MAX_TURNS_LIMIT,
-    MAX_ADD_DIRS, PERMISSION_MODES, UNATTENDED_PERMISSION_MODES, truncate_chars,
+    PERMISSION_MODES, UNATTENDED_PERMISSION_MODES, truncate_chars,
 };
 
 /// The answer to a tool permission request; on the wire, `behavior` says which.
@@ -559,7 +559,8 @@ fn chat_options(value: Option<&Value>, limits: DecodeLimits) -> Result<ChatOptio
                 }
             }
             ("max_turns", Value::Number(n))
-                if n.as_u64().is_some_and(|n| (1..=u64::from(MAX_TURNS_LIMIT)).contains(&n)) =>
+                if n.as_u64()
+                    .is_some_and(|n| (1..=u64::from(MAX_TURNS_LIMIT)).contains(&n)) =>
             {
                 options.max_turns = n.as_u64().map(|n| n as u32);
             }

@@ -407,7 +407,10 @@ impl Actor {
             .clone()
             .or_else(|| self.permission_mode.clone());
         let launch = self.launch_options.updated(options);
-        if model == self.model && permission_mode == self.permission_mode && launch == self.launch_options {
+        if model == self.model
+            && permission_mode == self.permission_mode
+            && launch == self.launch_options
+        {
             return;
         }
         let relaunch = launch != self.launch_options;
@@ -503,7 +506,10 @@ impl Actor {
                 .create(&self.cwd)
                 .await
                 .map_err(|e| format!("cannot create the workspace: {e}"))?;
-        } else if !tokio::fs::metadata(&self.cwd).await.is_ok_and(|m| m.is_dir()) {
+        } else if !tokio::fs::metadata(&self.cwd)
+            .await
+            .is_ok_and(|m| m.is_dir())
+        {
             return Err(format!(
                 "the project directory {} is gone",
                 self.cwd.display()

@@ -65,8 +65,7 @@ struct Transcript {
 }
 
 fn rfc3339(time: std::time::SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(time)
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// Whether `id` is a CLI session id: a UUID in its lowercase hyphenated form.
@@ -224,9 +223,11 @@ fn cli_imported_status(count: usize) -> NewMessage {
 impl Manager {
     /// The CLI's config dir, or `invalid_request` when none is known.
     fn cli_home(&self) -> Result<PathBuf, FrameError> {
-        self.shared.config.claude.home().ok_or_else(|| {
-            invalid("the Claude CLI's config dir is unknown: set claude.config_dir")
-        })
+        self.shared
+            .config
+            .claude
+            .home()
+            .ok_or_else(|| invalid("the Claude CLI's config dir is unknown: set claude.config_dir"))
     }
 
     /// Resolves a project path a client named (see [`crate::projects::resolve_dir`]).
@@ -300,7 +301,7 @@ impl Manager {
             return Ok(Vec::new());
         };
         let mut files = transcript_files(&dir).await;
-        files.sort_by(|a, b| b.1.cmp(&a.1));
+        files.sort_by_key(|f| std::cmp::Reverse(f.1));
         files.truncate(MAX_LISTED);
         let mut sessions = Vec::with_capacity(files.len());
         for (id, modified) in files {
@@ -529,7 +530,10 @@ async fn transcript_files(dir: &Path) -> Vec<(String, std::time::SystemTime)> {
         if let Ok(meta) = entry.metadata().await
             && meta.is_file()
         {
-            found.push((id.to_owned(), meta.modified().unwrap_or(std::time::UNIX_EPOCH)));
+            found.push((
+                id.to_owned(),
+                meta.modified().unwrap_or(std::time::UNIX_EPOCH),
+            ));
         }
     }
     found
@@ -554,7 +558,10 @@ mod tests {
         assert!(!transcript_message(&result).unwrap().prompt);
         let tool_use = json!({"type":"assistant","uuid":"a1","message":{"role":"assistant",
             "content":[{"type":"tool_use","id":"t","name":"Bash","input":{}}]}});
-        assert_eq!(transcript_message(&tool_use).unwrap().message_type, "assistant");
+        assert_eq!(
+            transcript_message(&tool_use).unwrap().message_type,
+            "assistant"
+        );
         for skipped in [
             json!({"type":"queue-operation"}),
             json!({"type":"attachment","message":{}}),

@@ -526,7 +526,11 @@ impl Manager {
 
     /// Takes one of the principal's places for imports and exports, or fails with
     /// `limit_exceeded`.
-    pub(super) fn acquire_transfer(&self, principal: &str, agent_id: &str) -> Result<QuotaPermit, FrameError> {
+    pub(super) fn acquire_transfer(
+        &self,
+        principal: &str,
+        agent_id: &str,
+    ) -> Result<QuotaPermit, FrameError> {
         self.shared.transfers.try_acquire(principal).map_err(|exceeded| {
             let max = match exceeded {
                 QuotaExceeded::Principal(max) | QuotaExceeded::Total(max) => max,

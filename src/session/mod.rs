@@ -413,8 +413,11 @@ impl Manager {
         let roots = &self.shared.config.projects.roots;
         let refuse = |field: &str, why: String, chat: &Chat| FrameError {
             client_msg_id: chat.client_msg_id.clone(),
-            ..FrameError::new(ErrorCode::InvalidOptions, format!("`options.{field}`: {why}"))
-                .for_agent(Some(&chat.agent_id))
+            ..FrameError::new(
+                ErrorCode::InvalidOptions,
+                format!("`options.{field}`: {why}"),
+            )
+            .for_agent(Some(&chat.agent_id))
         };
         if let Some(raw) = chat.options.cwd.clone() {
             match crate::projects::resolve_dir(roots, principal, &raw).await {
@@ -631,7 +634,8 @@ impl Manager {
             .components()
             .map(|c| matches!(c, std::path::Component::Normal(_)))
             .eq([true]);
-        one_name && std::path::Path::new(cwd) == self.shared.config.workspaces_dir().join(session_id)
+        one_name
+            && std::path::Path::new(cwd) == self.shared.config.workspaces_dir().join(session_id)
     }
 
     /// Finds the slot of a conversation that exists, without starting anything.

@@ -125,7 +125,10 @@ async fn refused_working_directories_create_nothing() {
         }
     }
     let list = http(&server.addr, "GET", "/api/sessions", Some("tok-bob"), None).await;
-    assert_eq!(serde_json::from_str::<Value>(&list.body).unwrap()["total"], 0);
+    assert_eq!(
+        serde_json::from_str::<Value>(&list.body).unwrap()["total"],
+        0
+    );
     assert_eq!(session_rows(&server).await, 0);
     assert!(fx.spawns().is_empty(), "no agent started");
     let workspaces = fx.data_dir().join("workspaces");
@@ -135,7 +138,9 @@ async fn refused_working_directories_create_nothing() {
     let mut alice = connect_as(&server.addr, "tok-alice").await;
     let secret = Layout::s(&layout.private.join("secret"));
     alice
-        .send(json!({"type": "chat", "agent_id": "p1", "content": "hi", "options": {"cwd": secret}}))
+        .send(
+            json!({"type": "chat", "agent_id": "p1", "content": "hi", "options": {"cwd": secret}}),
+        )
         .await;
     let frames = alice.until_result("p1").await;
     assert_eq!(reply_text(&frames), "Echo: hi (history 1)");
@@ -184,7 +189,10 @@ async fn roots_are_checked_at_start() {
         .output()
         .await
         .unwrap();
-    assert!(!out.status.success(), "the variable's roots are checked too");
+    assert!(
+        !out.status.success(),
+        "the variable's roots are checked too"
+    );
 }
 
 /// Each option reaches the CLI exactly once, in `--flag=value` form, so a value starting with
@@ -218,7 +226,10 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
         .unwrap();
     assert_eq!(ack["message_type"], "ack", "{ack}");
     let session_id = ack["session_id"].as_str().unwrap().to_owned();
-    assert_eq!(reply_text(&c.until_result("opt").await), "Echo: one (history 1)");
+    assert_eq!(
+        reply_text(&c.until_result("opt").await),
+        "Echo: one (history 1)"
+    );
     let spawns = fx.spawns();
     assert_eq!(spawns.len(), 1);
     let args = argv(&spawns[0]);
@@ -232,16 +243,21 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
         assert_eq!(count(&args, &wanted), 1, "{wanted} once in {args:?}");
     }
     assert!(
-        !args
-            .iter()
-            .any(|a| a == "--dangerously-skip-permissions"),
+        !args.iter().any(|a| a == "--dangerously-skip-permissions"),
         "no value became a flag: {args:?}"
     );
     assert!(!args.iter().any(|a| a.contains(&app)), "cwd is not in argv");
     assert_eq!(spawns[0]["cwd"], app.as_str());
 
     let summary = || async {
-        let r = http(&server.addr, "GET", "/api/sessions/opt", Some("tok-alice"), None).await;
+        let r = http(
+            &server.addr,
+            "GET",
+            "/api/sessions/opt",
+            Some("tok-alice"),
+            None,
+        )
+        .await;
         serde_json::from_str::<Value>(&r.body).unwrap()
     };
     let summary_now = summary().await;
@@ -262,7 +278,11 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     let spawns = fx.spawns();
     assert_eq!(spawns.len(), 2, "restarted once");
     let args = argv(&spawns[1]);
-    assert_eq!(count(&args, &format!("--resume={session_id}")), 1, "{args:?}");
+    assert_eq!(
+        count(&args, &format!("--resume={session_id}")),
+        1,
+        "{args:?}"
+    );
     assert_eq!(count(&args, "--append-system-prompt=second"), 1);
     assert_eq!(count(&args, "--max-turns=3"), 1, "other options kept");
     assert_eq!(spawns[1]["cwd"], app.as_str());
@@ -287,7 +307,14 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     .await;
     assert_eq!(r.status, 400);
     assert_eq!(fx.spawns().len(), before);
-    let r = http(&server.addr, "GET", "/api/sessions/opt", Some("tok-alice"), None).await;
+    let r = http(
+        &server.addr,
+        "GET",
+        "/api/sessions/opt",
+        Some("tok-alice"),
+        None,
+    )
+    .await;
     let after: Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(after["turn_count"], 2, "the refused chats stored nothing");
 
@@ -317,7 +344,11 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
 
 /// One line of a CLI transcript, as the CLI writes it.
 fn transcript_line(kind: &str, uuid: &str, session: &str, content: Value) -> String {
-    let role = if kind == "assistant" { "assistant" } else { "user" };
+    let role = if kind == "assistant" {
+        "assistant"
+    } else {
+        "user"
+    };
     json!({"type": kind, "uuid": uuid, "parentUuid": null, "sessionId": session, "isSidechain": false,
         "timestamp": "2026-01-02T03:04:05.000Z", "cwd": "/x",
         "message": {"role": role, "content": content}})
@@ -370,7 +401,12 @@ async fn cli_session_routes_refuse_hostile_input() {
             json!([{"type": "tool_result", "tool_use_id": "t1", "content": "README.md"}]),
         ),
         json!({"type": "last-prompt", "lastPrompt": "x"}).to_string(),
-        transcript_line("assistant", "a2", id, json!([{"type": "text", "text": "There is a README."}])),
+        transcript_line(
+            "assistant",
+            "a2",
+            id,
+            json!([{"type": "text", "text": "There is a README."}]),
+        ),
         "{\"type\":\"user\",\"uuid\":\"u3\",\"mess".to_owned(),
     ]
     .join("\n");
@@ -379,14 +415,20 @@ async fn cli_session_routes_refuse_hostile_input() {
         let addr = server.addr.clone();
         async move {
             let r = http(&addr, "GET", &path, Some(token), None).await;
-            (r.status, serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null))
+            (
+                r.status,
+                serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null),
+            )
         }
     };
     let post = |path: &'static str, body: Value, token: &'static str| {
         let addr = server.addr.clone();
         async move {
             let r = http(&addr, "POST", path, Some(token), Some(&body)).await;
-            (r.status, serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null))
+            (
+                r.status,
+                serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null),
+            )
         }
     };
     let app = Layout::s(&layout.app);
@@ -399,7 +441,11 @@ async fn cli_session_routes_refuse_hostile_input() {
         .iter()
         .map(|p| p["path"].as_str().unwrap())
         .collect();
-    assert_eq!(paths, [Layout::s(&layout.root), app.clone()], "no link out, no file, not alice's root");
+    assert_eq!(
+        paths,
+        [Layout::s(&layout.root), app.clone()],
+        "no link out, no file, not alice's root"
+    );
     let app_entry = &projects["projects"][1];
     assert_eq!(app_entry["name"], "app");
     assert_eq!(app_entry["cli_sessions"], 1);
@@ -431,7 +477,11 @@ async fn cli_session_routes_refuse_hostile_input() {
         "-x".to_owned(),
     ] {
         let (status, err) = get(cli_list(&cwd), "tok-bob").await;
-        assert_eq!((status, err["code"].as_str()), (400, Some("invalid_request")), "{cwd}");
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{cwd}"
+        );
         let (status, _) = post(
             "/api/projects/cli-sessions/import",
             json!({"cwd": cwd, "cli_session_id": id}),
@@ -440,14 +490,23 @@ async fn cli_session_routes_refuse_hostile_input() {
         .await;
         assert_eq!(status, 400, "{cwd}");
     }
-    for bad_id in ["../../etc/passwd", "not-a-uuid", "0B6C3C1E-4A43-4A53-9D5C-3A3C7D2C1F00", ""] {
+    for bad_id in [
+        "../../etc/passwd",
+        "not-a-uuid",
+        "0B6C3C1E-4A43-4A53-9D5C-3A3C7D2C1F00",
+        "",
+    ] {
         let (status, err) = post(
             "/api/projects/cli-sessions/import",
             json!({"cwd": app, "cli_session_id": bad_id}),
             "tok-bob",
         )
         .await;
-        assert_eq!((status, err["code"].as_str()), (400, Some("invalid_request")), "{bad_id}");
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{bad_id}"
+        );
     }
     let (status, _) = post(
         "/api/projects/cli-sessions/import",
@@ -476,7 +535,11 @@ async fn cli_session_routes_refuse_hostile_input() {
     let root_dir = layout.home.join("projects").join(sanitize(&layout.root));
     std::os::unix::fs::symlink(&elsewhere, &root_dir).unwrap();
     let (_, list) = get(cli_list(&app), "tok-bob").await;
-    assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "the link is not listed");
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        1,
+        "the link is not listed"
+    );
     let (_, list) = get(cli_list(&Layout::s(&layout.root)), "tok-bob").await;
     assert_eq!(list["sessions"], json!([]), "a linked folder is not read");
     for cwd in [&app, &Layout::s(&layout.root)] {
@@ -530,7 +593,10 @@ async fn cli_session_routes_refuse_hostile_input() {
         .map(|m| m["message_type"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["user", "assistant", "user", "assistant", "status"]);
-    assert_eq!(page["messages"][1]["message"]["message"]["content"][0]["type"], "tool_use");
+    assert_eq!(
+        page["messages"][1]["message"]["message"]["content"][0]["type"],
+        "tool_use"
+    );
     let (_, list) = get(cli_list(&app), "tok-bob").await;
     let entry = list["sessions"]
         .as_array()
@@ -564,18 +630,34 @@ async fn cli_session_routes_refuse_hostile_input() {
     let (status, _) = post("/api/sessions/mine/sync", json!({}), "tok-alice").await;
     assert_eq!(status, 404);
     let (status, synced) = post("/api/sessions/mine/sync", json!({}), "tok-bob").await;
-    assert_eq!((status, synced["appended"].as_i64()), (200, Some(0)), "{synced}");
-    let mut more = std::fs::read_to_string(&path.with_file_name(format!("{id}.jsonl"))).unwrap();
+    assert_eq!(
+        (status, synced["appended"].as_i64()),
+        (200, Some(0)),
+        "{synced}"
+    );
+    let mut more = std::fs::read_to_string(path.with_file_name(format!("{id}.jsonl"))).unwrap();
     more.truncate(more.rfind('\n').unwrap() + 1);
     more.push_str(&transcript_line("user", "u4", id, json!("and one more")));
     more.push('\n');
-    more.push_str(&transcript_line("assistant", "a4", id, json!([{"type": "text", "text": "Done."}])));
+    more.push_str(&transcript_line(
+        "assistant",
+        "a4",
+        id,
+        json!([{"type": "text", "text": "Done."}]),
+    ));
     more.push('\n');
     std::fs::write(path.with_file_name(format!("{id}.jsonl")), more).unwrap();
     let (status, synced) = post("/api/sessions/mine/sync", json!({}), "tok-bob").await;
-    assert_eq!((status, synced["appended"].as_i64()), (200, Some(2)), "{synced}");
+    assert_eq!(
+        (status, synced["appended"].as_i64()),
+        (200, Some(2)),
+        "{synced}"
+    );
     let (_, page) = get("/api/sessions/mine/messages?after_seq=5".into(), "tok-bob").await;
-    assert_eq!(page["messages"][0]["message"]["message"]["content"], "and one more");
+    assert_eq!(
+        page["messages"][0]["message"]["message"]["content"],
+        "and one more"
+    );
     assert_eq!(page["messages"][2]["status"], "synced");
     let (status, _) = post("/api/sessions/mine/sync", json!({}), "tok-bob").await;
     assert_eq!(status, 200);
@@ -626,15 +708,24 @@ async fn real_cli_works_in_a_project() {
         .await;
     let frames = c.until_result("p1").await;
     let reply = reply_text(&frames);
-    assert!(reply.contains("alpha.txt") && reply.contains("beta.txt"), "{reply}");
+    assert!(
+        reply.contains("alpha.txt") && reply.contains("beta.txt"),
+        "{reply}"
+    );
     assert!(reply.contains("README.md"), "{reply}");
     let system = api.bodies().last().unwrap()["system"].to_string();
-    assert!(system.contains("You are the project helper 7731."), "{system}");
+    assert!(
+        system.contains("You are the project helper 7731."),
+        "{system}"
+    );
 
     c.send(json!({"type": "chat", "agent_id": "p1", "content": "TOOL:touch+made_here.txt"}))
         .await;
     c.until_result("p1").await;
-    assert!(layout.app.join("made_here.txt").exists(), "written in the project");
+    assert!(
+        layout.app.join("made_here.txt").exists(),
+        "written in the project"
+    );
 
     c.send(json!({"type": "chat", "agent_id": "p2", "content": "hello other", "options": {"cwd": app}}))
         .await;
@@ -665,7 +756,11 @@ async fn run_cli(cli: &Path, cwd: &Path, home: &Path, api: &FakeApi, args: &[&st
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -677,7 +772,14 @@ async fn real_cli_session_is_imported_resumed_and_synced() {
     let layout = Layout::new();
     let dir = tempfile::tempdir().unwrap();
     let api = FakeApi::start(dir.path()).await;
-    let made = run_cli(&cli, &layout.app, &layout.home, &api, &["-p", "hello from the terminal"]).await;
+    let made = run_cli(
+        &cli,
+        &layout.app,
+        &layout.home,
+        &api,
+        &["-p", "hello from the terminal"],
+    )
+    .await;
     let id = made["session_id"].as_str().unwrap().to_owned();
     assert_eq!(made["result"], "Echo: hello from the terminal (history 1)");
 
@@ -699,7 +801,10 @@ async fn real_cli_session_is_imported_resumed_and_synced() {
         .clone();
     assert_eq!(entry["cli_sessions"], 1, "{projects}");
     let (_, list) = rest
-        .get(&format!("/api/projects/cli-sessions?cwd={}", urlencode(&app)))
+        .get(&format!(
+            "/api/projects/cli-sessions?cwd={}",
+            urlencode(&app)
+        ))
         .await;
     assert_eq!(list["sessions"][0]["cli_session_id"], id.as_str(), "{list}");
     assert_eq!(list["sessions"][0]["title"], "hello from the terminal");
@@ -714,7 +819,10 @@ async fn real_cli_session_is_imported_resumed_and_synced() {
     assert_eq!(imported["session_id"], id.as_str());
     let (_, page) = rest.get("/api/sessions/term/messages").await;
     let text = page.to_string();
-    assert!(text.contains("hello from the terminal") && text.contains("Echo: hello from the terminal"), "{text}");
+    assert!(
+        text.contains("hello from the terminal") && text.contains("Echo: hello from the terminal"),
+        "{text}"
+    );
     let (status, _) = rest
         .post(
             "/api/projects/cli-sessions/import",
@@ -734,7 +842,14 @@ async fn real_cli_session_is_imported_resumed_and_synced() {
     assert!(last.contains("hello from the terminal"), "{last}");
 
     // The user goes on in the terminal; a sync brings that turn in, and the next turn knows it.
-    let more = run_cli(&cli, &layout.app, &layout.home, &api, &["-p", "back in the terminal", "--resume", &id]).await;
+    let more = run_cli(
+        &cli,
+        &layout.app,
+        &layout.home,
+        &api,
+        &["-p", "back in the terminal", "--resume", &id],
+    )
+    .await;
     assert_eq!(more["session_id"], id.as_str());
     let (status, synced) = rest.post("/api/sessions/term/sync", json!({})).await;
     assert_eq!(status, 200, "{synced}");

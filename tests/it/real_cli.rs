@@ -107,12 +107,7 @@ fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
         .collect()
 }
 
-pub async fn start_server(
-    data_dir: &Path,
-    cli: &Path,
-    api: &FakeApi,
-    config: &str,
-) -> TestServer {
+pub async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) -> TestServer {
     TestServer::start_in(
         data_dir,
         &[

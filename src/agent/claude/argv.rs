@@ -60,7 +60,10 @@ impl ClaudeSettings {
             args.push(format!("--append-system-prompt={prompt}"));
         }
         if !options.allowed_tools.is_empty() {
-            args.push(format!("--allowedTools={}", options.allowed_tools.join(",")));
+            args.push(format!(
+                "--allowedTools={}",
+                options.allowed_tools.join(",")
+            ));
         }
         if !options.disallowed_tools.is_empty() {
             args.push(format!(

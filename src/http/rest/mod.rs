@@ -95,9 +95,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/sessions/{agent_id}/sync", post(projects::sync))
         .route("/api/projects", get(projects::list))
         .route("/api/projects/cli-sessions", get(projects::cli_sessions))
-        .route(
-            "/api/projects/cli-sessions/import",
-            post(projects::import),
-        )
+        .route("/api/projects/cli-sessions/import", post(projects::import))
         .route("/api/sessions/{agent_id}/events", get(super::sse::events))
 }
