@@ -133,8 +133,8 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// Inserts the row of conversation `new` unless its key is taken (then nothing happens);
-    /// a `pending` one (an import being stored) is invisible until finished.
+    /// Inserts the row of conversation `new` unless its key or its `session_id` is taken (then
+    /// nothing happens); a `pending` one (an import being stored) is invisible until finished.
     async fn insert_session(
         &self,
         new: &NewSession,
@@ -145,7 +145,7 @@ impl SqliteStore {
             "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
                 launch_options, created_at, last_active_at, pending)
              values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             on conflict (principal, agent_id) do nothing",
+             on conflict do nothing",
         )
         .bind(&new.principal)
         .bind(&new.agent_id)

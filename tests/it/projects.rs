@@ -198,7 +198,7 @@ async fn roots_are_checked_at_start() {
 /// Each option reaches the CLI exactly once, in `--flag=value` form, so a value starting with
 /// `-` stays a value; the working directory is the process's own and never in argv. A change
 /// of a start-only option restarts the CLI with resume; the cwd is fixed; REST shows it all,
-/// and a fork keeps it.
+/// and a fork and a rewind keep it. Bad values and sizes change nothing.
 #[tokio::test]
 async fn options_reach_the_cli_once_as_flag_equals_value() {
     let layout = Layout::new();
@@ -339,6 +339,62 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
         "Echo: three (history 3)"
     );
     assert_eq!(fx.spawns().last().unwrap()["cwd"], app.as_str());
+
+    // A rewind keeps the directory: the agent that forgets the later turn works there too.
+    let first = http(
+        &server.addr,
+        "GET",
+        "/api/sessions/opt/messages",
+        Some("tok-alice"),
+        None,
+    )
+    .await;
+    let page: Value = serde_json::from_str(&first.body).unwrap();
+    let first_result = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["message_type"] == "result")
+        .unwrap()["seq"]
+        .clone();
+    let r = http(
+        &server.addr,
+        "POST",
+        "/api/sessions/opt/rewind",
+        Some("tok-alice"),
+        Some(&json!({"to_seq": first_result})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    c.send(json!({"type": "chat", "agent_id": "opt", "content": "four", "options": {"cwd": app}}))
+        .await;
+    assert_eq!(
+        reply_text(&c.until_result("opt").await),
+        "Echo: four (history 2)"
+    );
+    assert_eq!(fx.spawns().last().unwrap()["cwd"], app.as_str());
+
+    // Bad values and sizes are refused before anything reaches the CLI.
+    let before = fx.spawns().len();
+    for options in [
+        json!({"system_prompt": "x".repeat((64 << 10) + 1)}),
+        json!({"allowed_tools": (0..65).map(|i| format!("T{i}")).collect::<Vec<_>>()}),
+        json!({"allowed_tools": ["-p"]}),
+        json!({"disallowed_tools": ["Bash(x),Read"]}),
+        json!({"max_turns": 0}),
+        json!({"max_turns": -1}),
+        json!({"add_dirs": (0..17).map(|_| app.clone()).collect::<Vec<_>>()}),
+    ] {
+        c.send(json!({"type": "chat", "agent_id": "opt", "content": "x", "options": options}))
+            .await;
+        let err = c
+            .recv_until(|f| f["message_type"] == "error")
+            .await
+            .pop()
+            .unwrap();
+        assert_eq!(err["code"], "invalid_options");
+    }
+    assert_eq!(fx.spawns().len(), before);
     stop_server(server).await;
 }
 
