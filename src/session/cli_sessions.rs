@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt as _;
 use utoipa::ToSchema;
 
-use super::history::{ImportEnd, Lines, invalid};
+use super::history::{ImportEnd, Lines, invalid, message_text};
 use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
 use crate::protocol::{self, ErrorCode, FrameError};
 use crate::store::{NewMessage, SessionRecord};
@@ -156,18 +156,13 @@ fn entries(
 
 /// The text of a user prompt: a string, or the text blocks of a message without tool results.
 fn prompt_text(content: &Value) -> Option<String> {
-    match content {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(blocks) if !blocks.iter().any(|b| b["type"] == "tool_result") => {
-            let text: Vec<&str> = blocks
-                .iter()
-                .filter(|b| b["type"] == "text")
-                .filter_map(|b| b["text"].as_str())
-                .collect();
-            (!text.is_empty()).then(|| text.join("\n"))
-        }
-        _ => None,
+    let tool_results = content
+        .as_array()
+        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"));
+    if tool_results {
+        return None;
     }
+    message_text(content)
 }
 
 /// The stored message of one transcript entry, in the shape the agent streams it.

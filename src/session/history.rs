@@ -54,18 +54,7 @@ impl ExportLine {
         let payload: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
         let message = &payload["message"];
         let role = message["role"].as_str().map(str::to_owned);
-        let content = match &message["content"] {
-            Value::String(s) => Some(s.clone()),
-            Value::Array(blocks) => {
-                let text: Vec<&str> = blocks
-                    .iter()
-                    .filter(|b| b["type"] == "text")
-                    .filter_map(|b| b["text"].as_str())
-                    .collect();
-                (!text.is_empty()).then(|| text.join(""))
-            }
-            _ => None,
-        };
+        let content = message_text(&message["content"]);
         ExportLine {
             seq,
             message_type: message_type.to_owned(),
@@ -73,6 +62,22 @@ impl ExportLine {
             content,
             payload,
         }
+    }
+}
+
+/// The text of a message's `content`: a string, or its `text` blocks joined.
+pub(super) fn message_text(content: &Value) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => {
+            let text: Vec<&str> = blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str())
+                .collect();
+            (!text.is_empty()).then(|| text.join(""))
+        }
+        _ => None,
     }
 }
 

@@ -249,7 +249,7 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     assert!(!args.iter().any(|a| a.contains(&app)), "cwd is not in argv");
     assert_eq!(spawns[0]["cwd"], app.as_str());
 
-    let summary = || async {
+    let fetch_summary = || async {
         let r = http(
             &server.addr,
             "GET",
@@ -260,8 +260,7 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
         .await;
         serde_json::from_str::<Value>(&r.body).unwrap()
     };
-    let summary_now = summary().await;
-    let summary = &summary_now;
+    let summary = &fetch_summary().await;
     assert_eq!(summary["cwd"], app.as_str());
     assert_eq!(summary["system_prompt"], "--dangerously-skip-permissions");
     assert_eq!(summary["allowed_tools"], json!(["Bash(git log:*)", "Read"]));
@@ -307,16 +306,11 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     .await;
     assert_eq!(r.status, 400);
     assert_eq!(fx.spawns().len(), before);
-    let r = http(
-        &server.addr,
-        "GET",
-        "/api/sessions/opt",
-        Some("tok-alice"),
-        None,
-    )
-    .await;
-    let after: Value = serde_json::from_str(&r.body).unwrap();
-    assert_eq!(after["turn_count"], 2, "the refused chats stored nothing");
+    assert_eq!(
+        fetch_summary().await["turn_count"],
+        2,
+        "the refused chats stored nothing"
+    );
 
     // A fork works in the same project with the same options.
     let r = http(
@@ -918,4 +912,31 @@ async fn real_cli_session_is_imported_resumed_and_synced() {
         "Echo: last one (history 4)"
     );
     stop(server, &cli).await;
+}
+
+/// With a pre-warmed spare (which runs in a workspace of its own with no options), a
+/// conversation in a project still gets a CLI of its own in that project.
+#[tokio::test]
+async fn a_project_conversation_does_not_adopt_the_spare() {
+    let layout = Layout::new();
+    let fx = Fixture::new(&format!("{}\n[claude]\nprewarm = true\n", layout.toml()));
+    let server = fx.start(&[]).await;
+    let mut waited = 0;
+    while fx.spawns().is_empty() && waited < 150 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert_eq!(fx.spawns().len(), 1, "the spare is up");
+    let mut c = connect_as(&server.addr, "tok-alice").await;
+    let app = Layout::s(&layout.app);
+    c.send(json!({"type": "chat", "agent_id": "warm", "content": "hi", "options": {"cwd": app}}))
+        .await;
+    assert_eq!(
+        reply_text(&c.until_result("warm").await),
+        "Echo: hi (history 1)"
+    );
+    let pid = *fx.prompt_pids().last().unwrap();
+    let spawn = fx.spawns().into_iter().find(|s| s["pid"] == pid).unwrap();
+    assert_eq!(spawn["cwd"], app.as_str(), "the turn ran in the project");
+    stop_server(server).await;
 }
