@@ -49,6 +49,85 @@ pub struct Config {
     pub server: ServerConfig,
     /// What clients may ask of every agent.
     pub agent: AgentConfig,
+    /// Project roots: the directories conversations may work in.
+    pub projects: ProjectsConfig,
+}
+
+/// Where conversations may work: the operator's project roots.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProjectsConfig {
+    /// Directories a chat may name (or name a directory inside) as its `options.cwd`. With
+    /// none, every conversation runs in its own empty workspace. `--project-root DIR` and
+    /// `AGENTMUX_PROJECT_ROOTS` (colon-separated) add more; all are canonicalized at start,
+    /// and a missing one refuses to start.
+    pub roots: Vec<ProjectRoot>,
+}
+
+/// One project root.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectRoot {
+    /// The directory.
+    pub path: PathBuf,
+    /// Principals that may use it; empty (the default) is every principal.
+    #[serde(default)]
+    pub principals: Vec<String>,
+}
+
+impl ProjectRoot {
+    /// A root every principal may use.
+    pub fn open(path: PathBuf) -> Self {
+        ProjectRoot {
+            path,
+            principals: Vec::new(),
+        }
+    }
+
+    /// Whether `principal` may use this root.
+    pub fn allows(&self, principal: &str) -> bool {
+        self.principals.is_empty() || self.principals.iter().any(|p| p == principal)
+    }
+}
+
+impl ProjectsConfig {
+    /// Adds roots from a colon-separated list (the form of `AGENTMUX_PROJECT_ROOTS`); empty
+    /// entries are skipped.
+    pub fn add_root_list(&mut self, list: &str) {
+        for entry in list.split(':').filter(|e| !e.trim().is_empty()) {
+            self.roots.push(ProjectRoot::open(PathBuf::from(entry)));
+        }
+    }
+
+    /// Replaces every root by its canonical form (symlinks resolved); roots named twice are
+    /// merged (their principals joined, or open to everyone if either is).
+    ///
+    /// # Errors
+    /// When a root does not exist or is not a directory.
+    pub fn canonicalize(&mut self) -> anyhow::Result<()> {
+        let mut roots: Vec<ProjectRoot> = Vec::new();
+        for root in std::mem::take(&mut self.roots) {
+            let path = std::fs::canonicalize(&root.path).map_err(|e| {
+                anyhow::anyhow!(
+                    "project root {} cannot be used: {e} (--project-root, AGENTMUX_PROJECT_ROOTS \
+                     or projects.roots in the config file)",
+                    root.path.display()
+                )
+            })?;
+            if !path.is_dir() {
+                anyhow::bail!("project root {} is not a directory", root.path.display());
+            }
+            match roots.iter_mut().find(|r| r.path == path) {
+                Some(same) if same.principals.is_empty() || root.principals.is_empty() => {
+                    same.principals.clear();
+                }
+                Some(same) => same.principals.extend(root.principals),
+                None => roots.push(ProjectRoot { path, ..root }),
+            }
+        }
+        self.roots = roots;
+        Ok(())
+    }
 }
 
 /// Settings of the HTTP server itself.
@@ -113,7 +192,9 @@ pub struct ClaudeConfig {
     /// Permission mode (`--permission-mode`), unless a chat chooses one; `acceptEdits` or
     /// `bypassPermissions` skip the permission prompts.
     pub permission_mode: Option<String>,
-    /// `CLAUDE_CONFIG_DIR` for the CLI (where it keeps its transcripts); inherited when unset.
+    /// `CLAUDE_CONFIG_DIR` for the CLI (where it keeps its transcripts, and where the CLI
+    /// sessions of a project are looked for); when unset, the server's own
+    /// `CLAUDE_CONFIG_DIR`, else `$HOME/.claude`.
     pub config_dir: Option<PathBuf>,
     /// Extra environment variable names passed to the CLI, besides `PATH`, `HOME`, `LANG`,
     /// `ANTHROPIC_*`, `CLAUDE_CODE_*` and `CLAUDE_CONFIG_DIR`.
@@ -238,6 +319,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             server: ServerConfig::default(),
             agent: AgentConfig::default(),
+            projects: ProjectsConfig::default(),
         }
     }
 }
@@ -427,6 +509,18 @@ impl Config {
     }
 }
 
+impl ClaudeConfig {
+    /// The CLI's config dir, where its transcripts live: `config_dir`, else the server's
+    /// `CLAUDE_CONFIG_DIR`, else `$HOME/.claude`; None when none of them is set.
+    pub fn home(&self) -> Option<PathBuf> {
+        self.config_dir
+            .clone()
+            .or_else(|| std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from))
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude")))
+            .filter(|p| !p.as_os_str().is_empty())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,6 +543,34 @@ mod tests {
         assert!(err.to_string().contains("entry 2"));
         assert!(!err.to_string().contains("secret-token"));
         assert!(!format!("{auth:?}").contains("tok1"));
+    }
+
+    #[test]
+    fn project_roots_are_canonical_merged_and_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let mut projects = ProjectsConfig {
+            roots: vec![ProjectRoot {
+                path: dir.path().join("link"),
+                principals: vec!["alice".into()],
+            }],
+        };
+        projects.add_root_list(&format!("{}::", real.display()));
+        projects.canonicalize().unwrap();
+        let canonical = std::fs::canonicalize(&real).unwrap();
+        assert_eq!(projects.roots, [ProjectRoot::open(canonical)]);
+        assert!(projects.roots[0].allows("bob"), "the open entry wins");
+
+        let mut missing = ProjectsConfig::default();
+        missing.add_root_list(&dir.path().join("nope").to_string_lossy());
+        let err = missing.canonicalize().unwrap_err().to_string();
+        assert!(err.contains("nope"), "{err}");
+        let mut file = ProjectsConfig::default();
+        std::fs::write(dir.path().join("f"), b"").unwrap();
+        file.add_root_list(&dir.path().join("f").to_string_lossy());
+        assert!(file.canonicalize().is_err(), "a file is not a root");
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
 //! - [`protocol`]: the wire frames, their decoding with typed errors and their building; a
 //!   leaf that imports nothing else of the crate.
-//! - [`config`], [`limits`], [`metrics`]: settings, quotas and counters, used by every layer.
+//! - [`config`], [`limits`], [`metrics`], [`projects`]: settings, quotas, counters and the
+//!   project roots' path rules, used by every layer.
 
 #![warn(missing_docs)]
 
@@ -27,6 +28,7 @@ pub mod config;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod projects;
 pub mod protocol;
 pub mod session;
 pub mod store;
@@ -60,10 +62,13 @@ impl Server {
     /// turns a crash left open) and sets up the backend.
     ///
     /// # Errors
-    /// When authentication is off on a non-loopback bind, a JWT key is unreadable, the Claude
-    /// CLI is not an executable file, the data directory or database can't be opened, or the
-    /// backend can't be set up.
-    pub async fn new(config: Config) -> anyhow::Result<Self> {
+    /// When a project root is missing, authentication is off on a non-loopback bind, a JWT key
+    /// is unreadable, the Claude CLI is not an executable file, the data directory or database
+    /// can't be opened, or the backend can't be set up.
+    pub async fn new(mut config: Config) -> anyhow::Result<Self> {
+        // Roots are compared by their canonical form; a missing one would refuse every chat
+        // that names it, so refuse to start instead.
+        config.projects.canonicalize()?;
         let auth = Arc::new(Authenticator::new(
             &config.auth,
             &config.server,

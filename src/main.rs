@@ -63,6 +63,10 @@ struct ServeArgs {
     /// TOML file of settings (see config/default.toml)
     #[arg(long, env = "AGENTMUX_CONFIG")]
     config: Option<PathBuf>,
+    /// A directory conversations may work in (`options.cwd`); repeatable. Adds to
+    /// AGENTMUX_PROJECT_ROOTS (colon-separated) and projects.roots of the config file
+    #[arg(long = "project-root", value_name = "DIR")]
+    project_roots: Vec<PathBuf>,
 }
 
 impl ServeArgs {
@@ -85,6 +89,15 @@ impl ServeArgs {
         }
         if let Some(backend) = self.backend {
             config.backend = Some(backend);
+        }
+        if let Ok(list) = std::env::var("AGENTMUX_PROJECT_ROOTS") {
+            config.projects.add_root_list(&list);
+        }
+        for root in self.project_roots {
+            config
+                .projects
+                .roots
+                .push(agentmux::config::ProjectRoot::open(root));
         }
         // Secrets come from the environment, never from flags (the process list shows flags).
         if let Ok(list) = std::env::var("AGENTMUX_TOKENS") {

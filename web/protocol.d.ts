@@ -11,7 +11,33 @@ model?: string,
 /**
  * Permission mode for the agent, one of [`PERMISSION_MODES`].
  */
-permission_mode?: string, };
+permission_mode?: string, 
+/**
+ * The agent's working directory: an absolute path of a directory inside a project root
+ * the principal may use. Only on a conversation's first chat (later chats may repeat it).
+ */
+cwd?: string, 
+/**
+ * Text appended to the agent's own system prompt.
+ */
+system_prompt?: string, 
+/**
+ * Tool-name patterns the agent may use without asking (`Read`, `Bash(git:*)`).
+ */
+allowed_tools?: Array<string>, 
+/**
+ * Tool-name patterns the agent may never use.
+ */
+disallowed_tools?: Array<string>, 
+/**
+ * Most agentic turns (model calls) per user turn, 1 to [`MAX_TURNS_LIMIT`].
+ */
+max_turns?: number, 
+/**
+ * More directories the agent may read and change, each inside a project root the
+ * principal may use.
+ */
+add_dirs?: Array<string>, };
 
 export type PermissionDecision = { "behavior": "allow", 
 /**

@@ -104,7 +104,7 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
                 if value.is_null() {
                     continue;
                 }
-                assert!(key == "model" || key == "permission_mode", "option {key}");
+                assert!(OPTIONS.contains(&key.as_str()), "option {key}");
                 assert_eq!(options.and_then(|o| o.get(key)), Some(value));
             }
             if let Some(options) = options {
@@ -114,6 +114,22 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
                         "permission_mode" => {
                             let mode = value.as_str().unwrap();
                             assert!(MODES.contains(&mode) && !UNATTENDED.contains(&mode));
+                        }
+                        "cwd" => assert!(path_ok(value), "{value}"),
+                        "system_prompt" => {
+                            let text = value.as_str().unwrap();
+                            assert!(!text.is_empty() && text.len() <= 64 << 10);
+                            assert!(!text.contains('\0'));
+                        }
+                        "allowed_tools" | "disallowed_tools" => {
+                            let patterns = value.as_array().unwrap();
+                            assert!(patterns.len() <= 64);
+                            assert!(patterns.iter().all(tool_pattern_ok), "{value}");
+                        }
+                        "max_turns" => assert!((1..=1000).contains(&value.as_u64().unwrap())),
+                        "add_dirs" => {
+                            let dirs = value.as_array().unwrap();
+                            assert!(dirs.len() <= 16 && dirs.iter().all(path_ok), "{value}");
                         }
                         other => panic!("option {other}"),
                     }
@@ -260,3 +276,38 @@ fn content_follows_the_rules(content: &Value) {
     assert!(text.len() <= MAX_CONTENT_BYTES);
     assert!(images > 0 || !text.trim().is_empty());
 }
+
+/// The options protocol.md lists for a chat.
+const OPTIONS: &[&str] = &[
+    "model",
+    "permission_mode",
+    "cwd",
+    "system_prompt",
+    "allowed_tools",
+    "disallowed_tools",
+    "max_turns",
+    "add_dirs",
+];
+
+/// protocol.md's form of a path option: absolute, at most 4096 bytes, no control characters.
+fn path_ok(value: &Value) -> bool {
+    value
+        .as_str()
+        .is_some_and(|p| p.starts_with('/') && p.len() <= 4096 && !p.chars().any(char::is_control))
+}
+
+/// protocol.md's form of a tool pattern: a name of letters, digits and `_.*-` starting with a
+/// letter, then optionally one `(specifier)` without commas or parentheses; never a flag.
+fn tool_pattern_ok(value: &Value) -> bool {
+    let Some(p) = value.as_str() else { return false };
+    let name_end = p.find('(').unwrap_or(p.len());
+    let (name, rest) = p.split_at(name_end);
+    let name_ok = name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.*-".contains(&b));
+    let rest_ok = rest.is_empty()
+        || (rest.len() > 2
+            && rest.ends_with(')')
+            && !rest[1..rest.len() - 1].contains(['(', ')', ',']));
+    name_ok && rest_ok && !p.chars().any(char::is_control)
+}
+

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::protocol::{Content, PermissionDecision};
+use crate::protocol::{Content, LaunchOptions, PermissionDecision};
 
 /// Capacity of the channel of events from one agent to its session.
 pub const EVENT_QUEUE: usize = 256;
@@ -66,7 +66,8 @@ pub struct SpawnSpec {
     pub agent_id: String,
     /// Our id of the conversation.
     pub session_id: String,
-    /// Working directory, `<data-dir>/workspaces/<session_id>`.
+    /// Working directory: a project directory, or the conversation's own workspace
+    /// `<data-dir>/workspaces/<session_id>`. Never passed in argv.
     pub cwd: PathBuf,
     /// New or resumed.
     pub launch: Launch,
@@ -74,6 +75,8 @@ pub struct SpawnSpec {
     pub model: Option<String>,
     /// Permission mode, if one was chosen.
     pub permission_mode: Option<String>,
+    /// Options the agent takes only at start; the session restarts the agent when they change.
+    pub options: LaunchOptions,
     /// User turns the conversation already holds (the demo agent's memory).
     pub prior_prompts: i64,
 }

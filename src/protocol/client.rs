@@ -5,8 +5,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    Content, ErrorCode, FrameError, MAX_AGENT_ID_CHARS, MAX_MODEL_CHARS, PERMISSION_MODES,
-    UNATTENDED_PERMISSION_MODES, truncate_chars,
+    Content, ErrorCode, FrameError, MAX_ADD_DIRS, MAX_AGENT_ID_CHARS, MAX_MODEL_CHARS,
+    MAX_PATH_BYTES, MAX_SYSTEM_PROMPT_BYTES, MAX_TOOL_PATTERN_CHARS, MAX_TOOL_PATTERNS,
+    MAX_TURNS_LIMIT, PERMISSION_MODES, UNATTENDED_PERMISSION_MODES, truncate_chars,
 };
 
 /// The answer to a tool permission request; on the wire, `behavior` says which.
@@ -28,7 +29,8 @@ pub enum PermissionDecision {
     },
 }
 
-/// Options a `chat` may carry; only these reach the agent.
+/// Options a `chat` may carry; only these reach the agent. An option left out (or `null`)
+/// keeps the conversation's current value; a list given as `[]` clears it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[cfg_attr(test, derive(ts_rs::TS))]
 pub struct ChatOptions {
@@ -40,12 +42,90 @@ pub struct ChatOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub permission_mode: Option<String>,
+    /// The agent's working directory: an absolute path of a directory inside a project root
+    /// the principal may use. Only on a conversation's first chat (later chats may repeat it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub cwd: Option<String>,
+    /// Text appended to the agent's own system prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub system_prompt: Option<String>,
+    /// Tool-name patterns the agent may use without asking (`Read`, `Bash(git:*)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Tool-name patterns the agent may never use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub disallowed_tools: Option<Vec<String>>,
+    /// Most agentic turns (model calls) per user turn, 1 to [`MAX_TURNS_LIMIT`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub max_turns: Option<u32>,
+    /// More directories the agent may read and change, each inside a project root the
+    /// principal may use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub add_dirs: Option<Vec<String>>,
 }
 
 impl ChatOptions {
     /// Whether no option is set.
     pub fn is_empty(&self) -> bool {
-        self.model.is_none() && self.permission_mode.is_none()
+        *self == ChatOptions::default()
+    }
+}
+
+/// The options an agent can only take when it starts; a change between turns restarts it
+/// (resuming its conversation). Stored per conversation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct LaunchOptions {
+    /// Text appended to the agent's own system prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Tool-name patterns the agent may use without asking.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_tools: Vec<String>,
+    /// Tool-name patterns the agent may never use.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub disallowed_tools: Vec<String>,
+    /// Most agentic turns per user turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// More directories the agent may use (canonical paths).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub add_dirs: Vec<String>,
+}
+
+impl LaunchOptions {
+    /// These options with those a chat sets replacing them.
+    pub fn updated(&self, chat: &ChatOptions) -> LaunchOptions {
+        LaunchOptions {
+            system_prompt: chat
+                .system_prompt
+                .clone()
+                .or_else(|| self.system_prompt.clone()),
+            allowed_tools: chat
+                .allowed_tools
+                .clone()
+                .unwrap_or_else(|| self.allowed_tools.clone()),
+            disallowed_tools: chat
+                .disallowed_tools
+                .clone()
+                .unwrap_or_else(|| self.disallowed_tools.clone()),
+            max_turns: chat.max_turns.or(self.max_turns),
+            add_dirs: chat
+                .add_dirs
+                .clone()
+                .unwrap_or_else(|| self.add_dirs.clone()),
+        }
+    }
+
+    /// Whether no option is set.
+    pub fn is_empty(&self) -> bool {
+        *self == LaunchOptions::default()
     }
 }
 
@@ -156,6 +236,40 @@ pub fn valid_model(model: &str) -> bool {
         && model
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Checks a tool-name pattern: a name of `[A-Za-z0-9_.*-]` starting with a letter, optionally
+/// followed by `(specifier)` (no parentheses, commas or control characters inside), at most
+/// [`MAX_TOOL_PATTERN_CHARS`] characters in all.
+pub fn valid_tool_pattern(pattern: &str) -> bool {
+    if pattern.is_empty() || pattern.chars().count() > MAX_TOOL_PATTERN_CHARS {
+        return false;
+    }
+    let (name, specifier) = match pattern.split_once('(') {
+        Some((name, rest)) => match rest.strip_suffix(')') {
+            Some(inner) => (name, Some(inner)),
+            None => return false,
+        },
+        None => (pattern, None),
+    };
+    let name_ok = name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'*' | b'-'));
+    let specifier_ok = specifier.is_none_or(|inner| {
+        !inner.trim().is_empty()
+            && !inner
+                .chars()
+                .any(|c| c.is_control() || matches!(c, '(' | ')' | ','))
+    });
+    name_ok && specifier_ok
+}
+
+/// Checks the form of a path a chat names (`cwd`, `add_dirs`): absolute, at most
+/// [`MAX_PATH_BYTES`] bytes, without control characters. Whether it names a directory a
+/// principal may use is for the server to find out.
+pub fn valid_path_form(path: &str) -> bool {
+    path.starts_with('/') && path.len() <= MAX_PATH_BYTES && !path.chars().any(char::is_control)
 }
 
 /// Decodes one text frame from a client.
@@ -388,6 +502,64 @@ fn chat_options(value: Option<&Value>, limits: DecodeLimits) -> Result<ChatOptio
                     ),
                 ));
             }
+            ("cwd", Value::String(path)) if valid_path_form(path) => {
+                options.cwd = Some(path.clone());
+            }
+            ("cwd", _) => {
+                return Err(invalid_option(format!(
+                    "`options.cwd` must be an absolute path (at most {MAX_PATH_BYTES} bytes, no control characters)"
+                )));
+            }
+            ("system_prompt", Value::String(text))
+                if !text.trim().is_empty()
+                    && text.len() <= MAX_SYSTEM_PROMPT_BYTES
+                    && !text.contains('\0') =>
+            {
+                options.system_prompt = Some(text.clone());
+            }
+            ("system_prompt", _) => {
+                return Err(invalid_option(format!(
+                    "`options.system_prompt` must be a non-empty string of at most {MAX_SYSTEM_PROMPT_BYTES} bytes without NUL"
+                )));
+            }
+            ("allowed_tools" | "disallowed_tools", value) => {
+                let patterns = tool_patterns(key, value)?;
+                if key == "allowed_tools" {
+                    options.allowed_tools = Some(patterns);
+                } else {
+                    options.disallowed_tools = Some(patterns);
+                }
+            }
+            ("max_turns", Value::Number(n))
+                if n.as_u64()
+                    .is_some_and(|n| (1..=u64::from(MAX_TURNS_LIMIT)).contains(&n)) =>
+            {
+                options.max_turns = n.as_u64().map(|n| n as u32);
+            }
+            ("max_turns", _) => {
+                return Err(invalid_option(format!(
+                    "`options.max_turns` must be an integer from 1 to {MAX_TURNS_LIMIT}"
+                )));
+            }
+            ("add_dirs", Value::Array(items))
+                if items.len() <= MAX_ADD_DIRS
+                    && items
+                        .iter()
+                        .all(|v| v.as_str().is_some_and(valid_path_form)) =>
+            {
+                options.add_dirs = Some(
+                    items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect(),
+                );
+            }
+            ("add_dirs", _) => {
+                return Err(invalid_option(format!(
+                    "`options.add_dirs` must be a list of at most {MAX_ADD_DIRS} absolute paths"
+                )));
+            }
             (other, _) => {
                 return Err(FrameError::new(
                     ErrorCode::InvalidOptions,
@@ -397,4 +569,32 @@ fn chat_options(value: Option<&Value>, limits: DecodeLimits) -> Result<ChatOptio
         }
     }
     Ok(options)
+}
+
+fn invalid_option(message: String) -> FrameError {
+    FrameError::new(ErrorCode::InvalidOptions, message)
+}
+
+/// A list of tool-name patterns (see [`valid_tool_pattern`]).
+fn tool_patterns(key: &str, value: &Value) -> Result<Vec<String>, FrameError> {
+    let bad = || {
+        invalid_option(format!(
+            "`options.{key}` must be a list of at most {MAX_TOOL_PATTERNS} tool-name patterns \
+             such as `Read` or `Bash(git:*)` (a name of letters, digits, `_.*-`, optionally \
+             followed by a specifier in parentheses without commas)"
+        ))
+    };
+    let Value::Array(items) = value else {
+        return Err(bad());
+    };
+    if items.len() > MAX_TOOL_PATTERNS {
+        return Err(bad());
+    }
+    items
+        .iter()
+        .map(|v| match v.as_str() {
+            Some(p) if valid_tool_pattern(p) => Ok(p.to_owned()),
+            _ => Err(bad()),
+        })
+        .collect()
 }

@@ -22,6 +22,18 @@ use serde::Serialize;
 pub const MAX_AGENT_ID_CHARS: usize = 128;
 /// Longest accepted `options.model`, in characters.
 pub const MAX_MODEL_CHARS: usize = 64;
+/// Longest accepted path (`options.cwd`, each of `options.add_dirs`), in bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Longest accepted `options.system_prompt`, in bytes.
+pub const MAX_SYSTEM_PROMPT_BYTES: usize = 64 << 10;
+/// Most patterns in `options.allowed_tools` or `options.disallowed_tools`.
+pub const MAX_TOOL_PATTERNS: usize = 64;
+/// Longest accepted tool-name pattern, in characters.
+pub const MAX_TOOL_PATTERN_CHARS: usize = 256;
+/// Largest accepted `options.max_turns`.
+pub const MAX_TURNS_LIMIT: u32 = 1000;
+/// Most directories in `options.add_dirs`.
+pub const MAX_ADD_DIRS: usize = 16;
 /// Permission modes the agent understands (`chat.options.permission_mode`).
 pub const PERMISSION_MODES: &[&str] = &[
     "default",
@@ -182,7 +194,7 @@ mod tests {
                 client_msg_id: Some("c1".into()),
                 options: ChatOptions {
                     model: Some("m1".into()),
-                    permission_mode: None
+                    ..ChatOptions::default()
                 },
             })
         );
@@ -219,6 +231,71 @@ mod tests {
     }
 
     #[test]
+    fn agent_options_are_checked_one_by_one() {
+        let chat = |options: &str| {
+            decode(
+                &format!(r#"{{"type":"chat","agent_id":"a","content":"hi","options":{options}}}"#),
+                LIMITS,
+            )
+        };
+        for bad in [
+            r#"{"cwd":"relative/dir"}"#,
+            r#"{"cwd":""}"#,
+            r#"{"cwd":"/a\nb"}"#,
+            r#"{"cwd":7}"#,
+            r#"{"system_prompt":""}"#,
+            r#"{"system_prompt":"a\u0000b"}"#,
+            r#"{"allowed_tools":"Read"}"#,
+            r#"{"allowed_tools":["-Read"]}"#,
+            r#"{"allowed_tools":["Read,Write"]}"#,
+            r#"{"allowed_tools":["Bash(git"]}"#,
+            r#"{"disallowed_tools":["Bash(a)(b)"]}"#,
+            r#"{"disallowed_tools":[""]}"#,
+            r#"{"disallowed_tools":["Bash()"]}"#,
+            r#"{"max_turns":0}"#,
+            r#"{"max_turns":1001}"#,
+            r#"{"max_turns":"3"}"#,
+            r#"{"max_turns":2.5}"#,
+            r#"{"add_dirs":["rel"]}"#,
+            r#"{"add_dirs":"/abs"}"#,
+        ] {
+            let err = chat(bad).expect_err(bad);
+            assert_eq!(err.code, ErrorCode::InvalidOptions, "{bad}");
+        }
+        let too_many: Vec<String> = (0..65).map(|i| format!("\"T{i}\"")).collect();
+        assert!(chat(&format!(r#"{{"allowed_tools":[{}]}}"#, too_many.join(","))).is_err());
+        let ClientFrame::Chat(ok) = chat(
+            r#"{"cwd":"/p","system_prompt":"-x","allowed_tools":["mcp__srv__*","Bash(npm run test:*)"],"disallowed_tools":[],"max_turns":1000,"add_dirs":[]}"#,
+        )
+        .unwrap() else {
+            panic!("a chat")
+        };
+        assert_eq!(ok.options.system_prompt.as_deref(), Some("-x"));
+        assert_eq!(ok.options.disallowed_tools, Some(vec![]));
+        assert_eq!(ok.options.max_turns, Some(1000));
+    }
+
+    #[test]
+    fn launch_options_take_what_a_chat_sets() {
+        let stored = LaunchOptions {
+            system_prompt: Some("old".into()),
+            allowed_tools: vec!["Read".into()],
+            max_turns: Some(2),
+            ..LaunchOptions::default()
+        };
+        let chat = ChatOptions {
+            allowed_tools: Some(vec![]),
+            add_dirs: Some(vec!["/d".into()]),
+            ..ChatOptions::default()
+        };
+        let next = stored.updated(&chat);
+        assert_eq!(next.system_prompt.as_deref(), Some("old"));
+        assert!(next.allowed_tools.is_empty(), "[] clears");
+        assert_eq!(next.max_turns, Some(2));
+        assert_eq!(next.add_dirs, ["/d"]);
+    }
+
+    #[test]
     fn bad_rewind_and_fork_frames_have_their_codes() {
         assert_eq!(
             code(r#"{"type":"rewind","agent_id":"x"}"#),
@@ -248,6 +325,12 @@ mod tests {
                 options: ChatOptions {
                     model: Some("m".into()),
                     permission_mode: Some("plan".into()),
+                    cwd: Some("/srv/project".into()),
+                    system_prompt: Some("-- be brief".into()),
+                    allowed_tools: Some(vec!["Read".into(), "Bash(git log:*)".into()]),
+                    disallowed_tools: Some(vec![]),
+                    max_turns: Some(3),
+                    add_dirs: Some(vec!["/srv/other".into()]),
                 },
             }),
             ClientFrame::Chat(Chat {
@@ -386,7 +469,7 @@ mod tests {
             ErrorCode::InvalidOptions
         );
         assert_eq!(
-            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"cwd":"/"}}"#),
+            code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"workdir":"/"}}"#),
             ErrorCode::InvalidOptions
         );
         assert_eq!(

@@ -18,7 +18,8 @@ use super::{Conversation, Shared, SlotState};
 use crate::agent::{AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
 use crate::limits::QuotaPermit;
 use crate::protocol::{
-    self, Chat, ChatOptions, ErrorCode, Frame, FrameError, PermissionDecision, error_result,
+    self, Chat, ChatOptions, ErrorCode, Frame, FrameError, LaunchOptions, PermissionDecision,
+    error_result,
 };
 use crate::store::{NewMessage, NextLaunch, RunningTurn, SessionRecord, Totals};
 
@@ -99,6 +100,8 @@ struct Actor {
     sdk_session_id: Option<String>,
     model: Option<String>,
     permission_mode: Option<String>,
+    /// Options the agent takes only at start.
+    launch_options: LaunchOptions,
     /// How the next agent launch starts, when a rewind or fork decided it; cleared once the
     /// agent reports its new id.
     next_launch: Option<NextLaunch>,
@@ -133,6 +136,7 @@ pub(crate) fn spawn(init: ActorInit) {
         sdk_session_id: record.sdk_session_id.clone(),
         model: record.model.clone(),
         permission_mode: record.permission_mode.clone(),
+        launch_options: record.launch_options(),
         next_launch: record.next_launch(),
         shared,
         session,
@@ -254,6 +258,24 @@ impl Actor {
         chat: Chat,
         reply: oneshot::Sender<Result<(i64, usize), FrameError>>,
     ) {
+        // The working directory is fixed: the agent's resume is scoped by it.
+        if let Some(cwd) = &chat.options.cwd
+            && std::path::Path::new(cwd) != self.cwd
+        {
+            let err = FrameError::new(
+                ErrorCode::InvalidOptions,
+                format!(
+                    "`options.cwd`: the conversation works in `{}`; its working directory can't change (start a new conversation)",
+                    self.cwd.display()
+                ),
+            )
+            .for_agent(Some(&chat.agent_id));
+            let _ = reply.send(Err(FrameError {
+                client_msg_id: chat.client_msg_id,
+                ..err
+            }));
+            return;
+        }
         let busy = self.running.is_some() || !self.queue.is_empty();
         if busy && self.queue.len() >= self.shared.config.session.max_queued_turns {
             let err = FrameError::new(
@@ -376,19 +398,26 @@ impl Actor {
         self.idle_since = Instant::now();
     }
 
-    /// Runs the next turns under the model and permission mode a turn asked for: a live agent
-    /// is told between turns, a new one starts with them, and they are stored.
+    /// Runs the next turns under the options a turn asked for, and stores them. A live agent
+    /// is told a new model or permission mode between turns; when an option it only takes at
+    /// start changed, it is stopped, and the next one starts with them, resuming.
     async fn apply_options(&mut self, options: &ChatOptions) {
         let model = options.model.clone().or_else(|| self.model.clone());
         let permission_mode = options
             .permission_mode
             .clone()
             .or_else(|| self.permission_mode.clone());
-        if model == self.model && permission_mode == self.permission_mode {
+        let launch = self.launch_options.updated(options);
+        if model == self.model
+            && permission_mode == self.permission_mode
+            && launch == self.launch_options
+        {
             return;
         }
+        let relaunch = launch != self.launch_options;
         self.model = model.clone();
         self.permission_mode = permission_mode.clone();
+        self.launch_options = launch;
         if let Err(err) = self
             .shared
             .store
@@ -396,10 +425,21 @@ impl Actor {
                 self.session.row,
                 model.as_deref(),
                 permission_mode.as_deref(),
+                &self.launch_options,
             )
             .await
         {
             self.store_failed(&err);
+        }
+        if relaunch {
+            if let Some(agent) = self.agent.take() {
+                self.publish_status(
+                    "restarting",
+                    "options the agent takes only at start changed; restarting it with resume",
+                );
+                agent.stop().await;
+            }
+            return;
         }
         if let Some(agent) = &self.agent
             && agent
@@ -459,12 +499,23 @@ impl Actor {
             .prompts_before(self.session.row, user_seq)
             .await
             .map_err(|e| e.to_string())?;
-        tokio::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.cwd)
+        // The server's own workspace is made on demand; a project directory must exist.
+        if self.cwd.starts_with(shared.config.workspaces_dir()) {
+            tokio::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.cwd)
+                .await
+                .map_err(|e| format!("cannot create the workspace: {e}"))?;
+        } else if !tokio::fs::metadata(&self.cwd)
             .await
-            .map_err(|e| format!("cannot create the workspace: {e}"))?;
+            .is_ok_and(|m| m.is_dir())
+        {
+            return Err(format!(
+                "the project directory {} is gone",
+                self.cwd.display()
+            ));
+        }
         let spec = SpawnSpec {
             agent_id: self.session.agent_id.clone(),
             session_id: self.session.session_id.clone(),
@@ -472,6 +523,7 @@ impl Actor {
             launch,
             model: self.model.clone(),
             permission_mode: self.permission_mode.clone(),
+            options: self.launch_options.clone(),
             prior_prompts,
         };
         let conn = shared

@@ -54,18 +54,7 @@ impl ExportLine {
         let payload: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
         let message = &payload["message"];
         let role = message["role"].as_str().map(str::to_owned);
-        let content = match &message["content"] {
-            Value::String(s) => Some(s.clone()),
-            Value::Array(blocks) => {
-                let text: Vec<&str> = blocks
-                    .iter()
-                    .filter(|b| b["type"] == "text")
-                    .filter_map(|b| b["text"].as_str())
-                    .collect();
-                (!text.is_empty()).then(|| text.join(""))
-            }
-            _ => None,
-        };
+        let content = message_text(&message["content"]);
         ExportLine {
             seq,
             message_type: message_type.to_owned(),
@@ -76,8 +65,24 @@ impl ExportLine {
     }
 }
 
+/// The text of a message's `content`: a string, or its `text` blocks joined.
+pub(super) fn message_text(content: &Value) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => {
+            let text: Vec<&str> = blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str())
+                .collect();
+            (!text.is_empty()).then(|| text.join(""))
+        }
+        _ => None,
+    }
+}
+
 /// A malformed request about history (`invalid_request`).
-fn invalid(message: impl Into<String>) -> FrameError {
+pub(super) fn invalid(message: impl Into<String>) -> FrameError {
     FrameError::new(ErrorCode::InvalidRequest, message)
 }
 
@@ -132,9 +137,18 @@ fn imported_status(count: usize) -> NewMessage {
     )
 }
 
+/// How an import ends.
+pub(super) struct ImportEnd {
+    /// The stored status after the `count` imported messages.
+    pub status: fn(usize) -> NewMessage,
+    /// The agent's own session, when the agent has the transcript itself (a CLI session):
+    /// the next chat resumes it, and the imported messages count as remembered.
+    pub agent_session: Option<String>,
+}
+
 /// Splits a body arriving in pieces into numbered lines, holding at most one line (and one
 /// piece) at a time, and refusing a body over `max_bytes`.
-struct Lines<S> {
+pub(super) struct Lines<S> {
     body: S,
     buf: BytesMut,
     /// Bytes of `buf` already searched for a newline.
@@ -150,7 +164,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    fn new(body: S, max_bytes: usize) -> Self {
+    pub(super) fn new(body: S, max_bytes: usize) -> Self {
         Lines {
             body,
             buf: BytesMut::new(),
@@ -163,7 +177,7 @@ where
     }
 
     /// The next line and its number, without its line break.
-    async fn next(&mut self) -> Result<Option<(usize, Bytes)>, FrameError> {
+    pub(super) async fn next(&mut self) -> Result<Option<(usize, Bytes)>, FrameError> {
         loop {
             if let Some(at) = self.buf[self.searched..].iter().position(|b| *b == b'\n') {
                 let mut line = self.buf.split_to(self.searched + at + 1).freeze();
@@ -404,28 +418,62 @@ impl Manager {
         E: std::fmt::Display,
     {
         let _transfer = self.acquire_transfer(principal, agent_id)?;
+        let lines = Lines::new(Box::pin(body), max_bytes);
+        let messages = futures_util::stream::try_unfold(lines, |mut lines| async move {
+            while let Some((n, line)) = lines.next().await? {
+                let text = std::str::from_utf8(&line)
+                    .map_err(|_| invalid(format!("line {n} is not UTF-8")))?;
+                if !text.trim().is_empty() {
+                    return Ok(Some((import_line(n, text)?, lines)));
+                }
+            }
+            Ok(None)
+        });
+        let new = self.new_session(principal, agent_id, uuid::Uuid::new_v4().to_string());
+        let end = ImportEnd {
+            status: imported_status,
+            agent_session: None,
+        };
+        self.store_import(new, messages, end).await
+    }
+
+    /// Stores conversation `new` from `messages` as they come, in chunks of at most
+    /// [`IMPORT_CHUNK_ROWS`] messages (each one ordinary append in the writer's queue), then
+    /// `end`'s status. The conversation is invisible until the last chunk is stored, and
+    /// removed on any failure; a source with no message is refused.
+    ///
+    /// # Errors
+    /// What `messages` yields, `invalid_request` for an empty source, `agent_exists` or
+    /// `store_unavailable`.
+    pub(super) async fn store_import<M>(
+        &self,
+        new: NewSession,
+        messages: M,
+        end: ImportEnd,
+    ) -> Result<SessionRecord, FrameError>
+    where
+        M: Stream<Item = Result<NewMessage, FrameError>> + Send,
+    {
         let store = &self.shared.store;
-        let body = std::pin::pin!(body);
-        let mut lines = Lines::new(body, max_bytes);
+        let (principal, agent_id) = (new.principal.clone(), new.agent_id.clone());
+        let agent_id = agent_id.as_str();
+        let mut messages = std::pin::pin!(messages);
+        let mut new = Some(new);
         let mut chunk: Vec<NewMessage> = Vec::new();
         let mut chunk_bytes = 0;
         let mut count = 0;
         let mut pending: Option<PendingImport> = None;
+        let ImportEnd {
+            status,
+            agent_session,
+        } = end;
         let outcome: Result<(), FrameError> = async {
             loop {
-                let line = lines.next().await?;
-                let last = line.is_none();
-                if let Some((n, line)) = line {
-                    let text = std::str::from_utf8(&line)
-                        .map_err(|_| invalid(format!("line {n} is not UTF-8")))?;
-                    if text.trim().is_empty() {
-                        continue;
-                    }
-                    let message = import_line(n, text)?;
-                    if pending.is_none() {
-                        // The first good line takes the agent_id (invisibly).
-                        let new =
-                            self.new_session(principal, agent_id, uuid::Uuid::new_v4().to_string());
+                let message = messages.next().await.transpose()?;
+                let last = message.is_none();
+                if let Some(message) = message {
+                    if let Some(new) = new.take() {
+                        // The first message takes the agent_id (invisibly).
                         let record = store
                             .begin_import(new)
                             .await
@@ -444,7 +492,7 @@ impl Manager {
                     return Err(invalid("the body holds no message"));
                 };
                 if last {
-                    chunk.push(imported_status(count));
+                    chunk.push(status(count));
                 } else if chunk.len() < IMPORT_CHUNK_ROWS && chunk_bytes < IMPORT_CHUNK_BYTES {
                     continue;
                 }
@@ -454,8 +502,14 @@ impl Manager {
                     .map_err(|e| store_error(e, agent_id))?;
                 chunk_bytes = 0;
                 if last {
+                    if let Some(sdk_id) = &agent_session {
+                        store
+                            .record_agent_session(id, sdk_id, true)
+                            .await
+                            .map_err(|e| store_error(e, agent_id))?;
+                    }
                     return store
-                        .finish_import(id)
+                        .finish_import(id, agent_session.is_some())
                         .await
                         .map_err(|e| store_error(e, agent_id));
                 }
@@ -465,7 +519,7 @@ impl Manager {
         match (outcome, pending) {
             (Ok(()), Some(mut pending)) => {
                 pending.armed = false;
-                self.get(principal, agent_id).await
+                self.get(&principal, agent_id).await
             }
             (Ok(()), None) => unreachable!("a finished import stored its conversation"),
             (Err(err), pending) => {
@@ -479,7 +533,11 @@ impl Manager {
 
     /// Takes one of the principal's places for imports and exports, or fails with
     /// `limit_exceeded`.
-    fn acquire_transfer(&self, principal: &str, agent_id: &str) -> Result<QuotaPermit, FrameError> {
+    pub(super) fn acquire_transfer(
+        &self,
+        principal: &str,
+        agent_id: &str,
+    ) -> Result<QuotaPermit, FrameError> {
         self.shared.transfers.try_acquire(principal).map_err(|exceeded| {
             let max = match exceeded {
                 QuotaExceeded::Principal(max) | QuotaExceeded::Total(max) => max,
@@ -509,6 +567,7 @@ impl Manager {
             cwd: cwd.to_string_lossy().into_owned(),
             model: None,
             permission_mode: None,
+            launch_options: Default::default(),
         }
     }
 }

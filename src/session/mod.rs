@@ -11,11 +11,13 @@
 //! worked on): work refused by a limit leaves none behind.
 
 mod actor;
+mod cli_sessions;
 pub mod events;
 mod history;
 pub mod replay;
 
 pub use crate::store::{SessionQuery, SessionRecord};
+pub use cli_sessions::{CliSession, Project};
 pub use history::{ExportLine, MAX_TITLE_CHARS};
 
 use std::sync::Arc;
@@ -29,7 +31,7 @@ use crate::agent::Backend;
 use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
-use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError, Tag};
+use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError, LaunchOptions, Tag};
 use crate::store::{RowId, Store, StoreError};
 
 /// Commands waiting for one actor; a full queue answers `limit_exceeded`.
@@ -334,6 +336,7 @@ impl Manager {
         principal: &str,
         chat: Chat,
     ) -> Result<PendingChat, FrameError> {
+        let chat = self.resolve_paths(principal, chat).await?;
         let agent_id = chat.agent_id.clone();
         let key = Self::key(principal, &agent_id);
         let (slot, mut guard) = self.lock_slot(&key).await;
@@ -380,17 +383,60 @@ impl Manager {
         {
             Some(record) => record,
             None => {
-                let session_id = shared
-                    .backend
-                    .take_prewarmed()
+                let launch = LaunchOptions::default().updated(&chat.options);
+                // The pre-warmed agent runs in its own workspace with no launch options.
+                let warm = chat.options.cwd.is_none() && launch.is_empty();
+                let session_id = warm
+                    .then(|| shared.backend.take_prewarmed())
+                    .flatten()
                     .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
                 let mut new = self.new_session(principal, &chat.agent_id, session_id);
+                if let Some(cwd) = &chat.options.cwd {
+                    new.cwd.clone_from(cwd);
+                }
                 new.model = chat.options.model.clone();
                 new.permission_mode = chat.options.permission_mode.clone();
+                new.launch_options = launch;
                 shared.store.create_session(new).await.map_err(store_err)?
             }
         };
         Ok(self.spawn_actor(record, slot, live))
+    }
+
+    /// Replaces the paths a chat names (`options.cwd`, `options.add_dirs`) by their canonical
+    /// form, each checked by [`crate::projects::resolve_dir`] against the roots `principal`
+    /// may use; anything else is `invalid_options`, before anything is created.
+    ///
+    /// # Errors
+    /// `invalid_options`, naming the first path refused.
+    pub async fn resolve_paths(&self, principal: &str, mut chat: Chat) -> Result<Chat, FrameError> {
+        let roots = &self.shared.config.projects.roots;
+        let refuse = |field: &str, why: String, chat: &Chat| FrameError {
+            client_msg_id: chat.client_msg_id.clone(),
+            ..FrameError::new(
+                ErrorCode::InvalidOptions,
+                format!("`options.{field}`: {why}"),
+            )
+            .for_agent(Some(&chat.agent_id))
+        };
+        if let Some(raw) = chat.options.cwd.clone() {
+            match crate::projects::resolve_dir(roots, principal, &raw).await {
+                Ok(dir) => chat.options.cwd = Some(dir.to_string_lossy().into_owned()),
+                Err(why) => return Err(refuse("cwd", why, &chat)),
+            }
+        }
+        if let Some(dirs) = chat.options.add_dirs.clone() {
+            let mut resolved = Vec::with_capacity(dirs.len());
+            for raw in dirs {
+                match crate::projects::resolve_dir(roots, principal, &raw).await {
+                    Ok(dir) => resolved.push(dir.to_string_lossy().into_owned()),
+                    Err(why) => return Err(refuse("add_dirs", why, &chat)),
+                }
+            }
+            resolved.dedup();
+            chat.options.add_dirs = Some(resolved);
+        }
+        Ok(chat)
     }
 
     /// Takes a place among the live conversations, or fails with `limit_exceeded`.
@@ -487,6 +533,12 @@ impl Manager {
         new.backend = source.backend.clone();
         new.model = source.model.clone();
         new.permission_mode = source.permission_mode.clone();
+        new.launch_options = source.launch_options();
+        // A project conversation's fork works in the same project (the agent's resume is
+        // scoped by it); one in its own workspace gets a workspace of its own.
+        if !self.is_own_workspace(&source.session_id, &source.cwd) {
+            new.cwd.clone_from(&source.cwd);
+        }
         // Holding the new key's slot keeps a concurrent chat from creating it meanwhile.
         let key = Self::key(principal, new_agent_id);
         let (slot, guard) = self.lock_slot(&key).await;
@@ -550,17 +602,12 @@ impl Manager {
     /// directory and a real directory there (a symbolic link is left alone, and nothing outside
     /// the workspaces is touched). A failure is logged; the conversation is gone either way.
     async fn remove_workspace(&self, session_id: &str, cwd: &str) {
-        let root = self.shared.config.workspaces_dir();
-        let one_name = std::path::Path::new(session_id)
-            .components()
-            .map(|c| matches!(c, std::path::Component::Normal(_)))
-            .eq([true]);
-        let dir = root.join(session_id);
-        if !one_name || std::path::Path::new(cwd) != dir {
-            tracing::warn!(
+        let dir = self.shared.config.workspaces_dir().join(session_id);
+        if !self.is_own_workspace(session_id, cwd) {
+            tracing::debug!(
                 session_id,
                 cwd,
-                "not removing a workspace the server did not make"
+                "the conversation worked in a project directory; left alone"
             );
             return;
         }
@@ -578,6 +625,17 @@ impl Manager {
                 tracing::warn!(dir = %dir.display(), error = %err, "cannot inspect the workspace");
             }
         }
+    }
+
+    /// Whether `cwd` is the workspace the server made for conversation `session_id`
+    /// (`<data-dir>/workspaces/<session_id>`), rather than a project directory.
+    fn is_own_workspace(&self, session_id: &str, cwd: &str) -> bool {
+        let one_name = std::path::Path::new(session_id)
+            .components()
+            .map(|c| matches!(c, std::path::Component::Normal(_)))
+            .eq([true]);
+        one_name
+            && std::path::Path::new(cwd) == self.shared.config.workspaces_dir().join(session_id)
     }
 
     /// Finds the slot of a conversation that exists, without starting anything.

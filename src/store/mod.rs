@@ -8,6 +8,8 @@ pub mod sqlite;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::LaunchOptions;
+
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -98,9 +100,20 @@ pub struct SessionRecord {
     /// Stored messages up to this `seq` are not in the agent's own memory.
     #[serde(skip)]
     pub memory_from_seq: i64,
+    /// JSON of the [`LaunchOptions`] the agent starts with; NULL when none is set.
+    #[serde(skip)]
+    pub launch_options: Option<String>,
 }
 
 impl SessionRecord {
+    /// The options the agent starts with.
+    pub fn launch_options(&self) -> LaunchOptions {
+        self.launch_options
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default()
+    }
+
     /// How the agent's next launch must start, when a rewind or fork decided it.
     pub fn next_launch(&self) -> Option<NextLaunch> {
         self.next_launch
@@ -189,6 +202,8 @@ pub struct NewSession {
     pub model: Option<String>,
     /// Chosen permission mode.
     pub permission_mode: Option<String>,
+    /// Options the agent starts with.
+    pub launch_options: LaunchOptions,
 }
 
 /// Usage figures of one `result`, added to the conversation's totals.
@@ -321,13 +336,25 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a conversation and (by cascade) every stored message of it.
     async fn delete_session(&self, row: RowId) -> Result<()>;
 
-    /// Records the model and permission mode the agent runs with.
+    /// Records the model, permission mode and launch options the agent runs with.
     async fn set_options(
         &self,
         row: RowId,
         model: Option<&str>,
         permission_mode: Option<&str>,
+        launch: &LaunchOptions,
     ) -> Result<()>;
+
+    /// For each working directory of `principal`'s conversations: how many there are, and
+    /// the latest activity of any of them (RFC 3339).
+    async fn project_activity(&self, principal: &str) -> Result<Vec<(String, i64, String)>>;
+
+    /// The conversation with this `session_id`, whoever's it is and even while it is being
+    /// imported.
+    async fn find_by_session_id(&self, session_id: &str) -> Result<Option<SessionRecord>>;
+
+    /// The agent's uuids of a conversation's stored messages.
+    async fn stored_uuids(&self, row: RowId) -> Result<std::collections::HashSet<String>>;
 
     /// Keeps exactly the turns that ended by `to_seq` (the `seq` of a `result`): drops every
     /// stored message after it and the prompts before it of later turns (queued while those
@@ -360,9 +387,10 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::AgentExists`] when the `agent_id` is taken (or being imported).
     async fn begin_import(&self, new: NewSession) -> Result<SessionRecord>;
 
-    /// Makes an imported conversation visible, its stored messages ones its agent does not
-    /// remember.
-    async fn finish_import(&self, row: RowId) -> Result<()>;
+    /// Makes an imported conversation visible. Unless `remembered` (the agent has the
+    /// transcript itself, as for a CLI session), its stored messages are ones its agent does
+    /// not remember.
+    async fn finish_import(&self, row: RowId, remembered: bool) -> Result<()>;
 
     /// Deletes an unfinished import, a bounded number of rows per transaction so that other
     /// writers go on meanwhile.

@@ -21,6 +21,7 @@ use super::{
     SessionQuery, SessionRecord, Store, StoreError, StoredMessage,
 };
 use crate::metrics::Metrics;
+use crate::protocol::LaunchOptions;
 
 /// Rows per INSERT statement (each row binds 8 values; SQLite allows 32,766).
 const ROWS_PER_INSERT: usize = 1024;
@@ -132,8 +133,8 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// Inserts the row of conversation `new` unless its key is taken (then nothing happens);
-    /// a `pending` one (an import being stored) is invisible until finished.
+    /// Inserts the row of conversation `new` unless its key or its `session_id` is taken (then
+    /// nothing happens); a `pending` one (an import being stored) is invisible until finished.
     async fn insert_session(
         &self,
         new: &NewSession,
@@ -142,9 +143,9 @@ impl SqliteStore {
         let now = crate::protocol::now_rfc3339();
         Ok(sqlx::query(
             "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
-                created_at, last_active_at, pending)
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             on conflict (principal, agent_id) do nothing",
+                launch_options, created_at, last_active_at, pending)
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             on conflict do nothing",
         )
         .bind(&new.principal)
         .bind(&new.agent_id)
@@ -153,6 +154,7 @@ impl SqliteStore {
         .bind(&new.cwd)
         .bind(&new.model)
         .bind(&new.permission_mode)
+        .bind(launch_json(&new.launch_options))
         .bind(&now)
         .bind(&now)
         .bind(pending)
@@ -595,8 +597,8 @@ async fn fork_in(
     let now = crate::protocol::now_rfc3339();
     let created = sqlx::query(
         "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
-            title, created_at, last_active_at, last_seq, next_launch, memory_from_seq)
-         select ?, ?, ?, ?, ?, ?, ?, title, ?, ?, ?, ?, ? from session_info where id = ?
+            launch_options, title, created_at, last_active_at, last_seq, next_launch, memory_from_seq)
+         select ?, ?, ?, ?, ?, ?, ?, ?, title, ?, ?, ?, ?, ? from session_info where id = ?
          on conflict (principal, agent_id) do nothing",
     )
     .bind(&new.principal)
@@ -606,6 +608,7 @@ async fn fork_in(
     .bind(&new.cwd)
     .bind(&new.model)
     .bind(&new.permission_mode)
+    .bind(launch_json(&new.launch_options))
     .bind(&now)
     .bind(&now)
     .bind(at)
@@ -638,7 +641,13 @@ async fn fork_in(
 
 const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
      model, permission_mode, created_at, last_active_at, message_count, last_seq, prompt_count, \
-     result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq";
+     result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq, \
+     launch_options";
+
+/// The stored form of launch options: NULL when none is set.
+fn launch_json(options: &LaunchOptions) -> Option<String> {
+    (!options.is_empty()).then(|| serde_json::to_string(options).expect("options serialize"))
+}
 
 #[async_trait]
 impl Store for SqliteStore {
@@ -759,6 +768,34 @@ impl Store for SqliteStore {
         Ok((rows, total))
     }
 
+    async fn project_activity(&self, principal: &str) -> Result<Vec<(String, i64, String)>> {
+        Ok(sqlx::query_as(
+            "select cwd, count(*), max(last_active_at) from session_info
+             where principal = ? and pending = 0 group by cwd",
+        )
+        .bind(principal)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn find_by_session_id(&self, session_id: &str) -> Result<Option<SessionRecord>> {
+        let sql = format!("select {SESSION_COLUMNS} from session_info where session_id = ?");
+        Ok(sqlx::query_as(&sql)
+            .bind(session_id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn stored_uuids(&self, row: RowId) -> Result<std::collections::HashSet<String>> {
+        let uuids: Vec<String> = sqlx::query_scalar(
+            "select sdk_uuid from messages where session_pk = ? and sdk_uuid is not null",
+        )
+        .bind(row)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(uuids.into_iter().collect())
+    }
+
     async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
         let done = sqlx::query("update session_info set title = ? where id = ?")
             .bind(title)
@@ -784,11 +821,15 @@ impl Store for SqliteStore {
         row: RowId,
         model: Option<&str>,
         permission_mode: Option<&str>,
+        launch: &LaunchOptions,
     ) -> Result<()> {
-        sqlx::query("update session_info set model = ?, permission_mode = ? where id = ?")
-            .bind(model)
-            .bind(permission_mode)
-            .bind(row)
+        sqlx::query(
+            "update session_info set model = ?, permission_mode = ?, launch_options = ? where id = ?",
+        )
+        .bind(model)
+        .bind(permission_mode)
+        .bind(launch_json(launch))
+        .bind(row)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -828,10 +869,13 @@ impl Store for SqliteStore {
             .await?)
     }
 
-    async fn finish_import(&self, row: RowId) -> Result<()> {
+    async fn finish_import(&self, row: RowId, remembered: bool) -> Result<()> {
         let done = sqlx::query(
-            "update session_info set pending = 0, memory_from_seq = last_seq where id = ? and pending = 1",
+            "update session_info set pending = 0,
+                memory_from_seq = case when ? then memory_from_seq else last_seq end
+             where id = ? and pending = 1",
         )
+        .bind(remembered)
         .bind(row)
         .execute(&self.pool)
         .await?;

@@ -19,6 +19,7 @@ mod layers;
 mod limits;
 mod metrics;
 mod permissions;
+mod projects;
 mod real_cli;
 mod refused;
 mod rest;

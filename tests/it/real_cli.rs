@@ -61,6 +61,15 @@ impl FakeApi {
         }
     }
 
+    /// Every request body the model got.
+    pub fn bodies(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
+    }
+
     /// The `messages` of every request the model got.
     pub fn requests(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
@@ -98,7 +107,7 @@ fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
         .collect()
 }
 
-async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) -> TestServer {
+pub async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) -> TestServer {
     TestServer::start_in(
         data_dir,
         &[
@@ -130,7 +139,7 @@ async fn wait_gone(pids: &[u32], deadline: Duration) {
 }
 
 /// Stops the server gracefully and checks that its CLIs went with it.
-async fn stop(mut server: TestServer, cli: &Path) {
+pub async fn stop(mut server: TestServer, cli: &Path) {
     let pids = cli_children(&server, cli);
     assert!(server.terminate().await.success());
     wait_gone(&pids, Duration::from_secs(10)).await;

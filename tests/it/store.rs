@@ -24,6 +24,7 @@ fn new_session(principal: &str, agent_id: &str) -> NewSession {
         cwd: "/tmp/x".into(),
         model: None,
         permission_mode: None,
+        launch_options: Default::default(),
     }
 }
 

@@ -2,15 +2,18 @@
 
 use super::ClaudeSettings;
 use crate::agent::Launch;
+use crate::protocol::LaunchOptions;
 
 impl ClaudeSettings {
-    /// The CLI's command line for a launch, every value (ids above all) in `--flag=value`
-    /// form, so no value can ever be read as a flag of its own.
+    /// The CLI's command line for a launch, every value (ids, the system prompt, tool
+    /// patterns, directories) in `--flag=value` form, so no value can ever be read as a flag
+    /// of its own. Tool patterns are joined with commas (a pattern never holds one).
     pub fn args(
         &self,
         launch: &Launch,
         model: Option<&str>,
         permission_mode: Option<&str>,
+        options: &LaunchOptions,
     ) -> Vec<String> {
         let mut args: Vec<String> = [
             "-p",
@@ -52,6 +55,27 @@ impl ClaudeSettings {
         }
         if let Some(mode) = permission_mode.or(self.config.permission_mode.as_deref()) {
             args.push(format!("--permission-mode={mode}"));
+        }
+        if let Some(prompt) = &options.system_prompt {
+            args.push(format!("--append-system-prompt={prompt}"));
+        }
+        if !options.allowed_tools.is_empty() {
+            args.push(format!(
+                "--allowedTools={}",
+                options.allowed_tools.join(",")
+            ));
+        }
+        if !options.disallowed_tools.is_empty() {
+            args.push(format!(
+                "--disallowedTools={}",
+                options.disallowed_tools.join(",")
+            ));
+        }
+        if let Some(turns) = options.max_turns {
+            args.push(format!("--max-turns={turns}"));
+        }
+        for dir in &options.add_dirs {
+            args.push(format!("--add-dir={dir}"));
         }
         args.extend(self.config.extra_args.iter().cloned());
         args
@@ -122,7 +146,8 @@ mod tests {
     #[test]
     fn every_launch_passes_its_ids_as_flag_equals_value() {
         let s = settings(ClaudeConfig::default());
-        let args = |launch: Launch| s.args(&launch, None, None);
+        let none = LaunchOptions::default();
+        let args = |launch: Launch| s.args(&launch, None, None, &none);
         assert_eq!(
             tail(&args(Launch::New {
                 session_id: "s-1".into()
@@ -167,13 +192,25 @@ mod tests {
             },
             Some("--evil model"),
             Some("-p"),
+            &LaunchOptions {
+                system_prompt: Some("--dangerously-skip-permissions\n-p".into()),
+                allowed_tools: vec!["Bash(rm -rf:*)".into(), "Read".into()],
+                disallowed_tools: vec!["WebFetch".into()],
+                max_turns: Some(4),
+                add_dirs: vec!["/srv/-x".into()],
+            },
         );
         assert_eq!(
             tail(&args),
             [
                 "--resume=--dangerously-skip-permissions",
                 "--model=--evil model",
-                "--permission-mode=-p"
+                "--permission-mode=-p",
+                "--append-system-prompt=--dangerously-skip-permissions\n-p",
+                "--allowedTools=Bash(rm -rf:*),Read",
+                "--disallowedTools=WebFetch",
+                "--max-turns=4",
+                "--add-dir=/srv/-x",
             ]
         );
     }
@@ -191,7 +228,7 @@ mod tests {
             session_id: "s".into(),
         };
         assert_eq!(
-            tail(&s.args(&new, None, None)),
+            tail(&s.args(&new, None, None, &LaunchOptions::default())),
             [
                 "--session-id=s",
                 "--model=configured",
@@ -200,7 +237,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            tail(&s.args(&new, Some("chosen"), Some("plan"))),
+            tail(&s.args(
+                &new,
+                Some("chosen"),
+                Some("plan"),
+                &LaunchOptions::default()
+            )),
             [
                 "--session-id=s",
                 "--model=chosen",

@@ -124,6 +124,11 @@ impl Backend for ClaudeBackend {
             Launch::New { session_id } => self.spare.claim(session_id),
             Launch::Resume { .. } | Launch::ResumeAt { .. } | Launch::Fork { .. } => None,
         };
+        // The spare started in its own workspace with no launch options: a conversation that
+        // wants otherwise gets a process of its own (dropping the spare kills it).
+        let warm = warm.filter(|_| {
+            spec.options.is_empty() && spec.cwd == self.settings.workspaces.join(&spec.session_id)
+        });
         let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
         let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
         let span = tracing::info_span!(

@@ -33,17 +33,20 @@ pub(super) struct Proc {
 }
 
 impl Proc {
-    /// Starts the CLI with `args` in `cwd` (created if missing), in its own process group,
-    /// killed if the server dies. Its stderr is logged in the current span.
+    /// Starts the CLI with `args` in `cwd` (created if missing when it is a workspace of the
+    /// server's; a project directory must exist), in its own process group, killed if the
+    /// server dies. Its stderr is logged in the current span.
     pub(super) fn start(
         settings: &ClaudeSettings,
         args: &[String],
         cwd: &Path,
     ) -> io::Result<Proc> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(cwd)?;
+        if cwd.starts_with(&settings.workspaces) {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(cwd)?;
+        }
         let mut cmd = Command::new(&settings.bin);
         cmd.args(args)
             .current_dir(cwd)

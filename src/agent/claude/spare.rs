@@ -89,6 +89,7 @@ async fn start_spare(settings: &ClaudeSettings, id: &str) -> Option<Proc> {
         },
         None,
         None,
+        &crate::protocol::LaunchOptions::default(),
     );
     match Proc::start(settings, &args, &cwd) {
         Ok(mut proc) => match control::initialize(&mut proc, settings.init_timeout()).await {

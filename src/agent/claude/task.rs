@@ -290,6 +290,7 @@ impl AgentTask {
             &self.spec.launch,
             self.spec.model.as_deref(),
             self.spec.permission_mode.as_deref(),
+            &self.spec.options,
         );
         self.applied = self.wanted_options();
         let mut proc = Proc::start(&self.settings, &args, &self.spec.cwd)

@@ -1,10 +1,11 @@
-//! The REST API under `/api/sessions`, and its OpenAPI document at `/api/openapi.json`,
+//! The REST API under `/api/sessions` and `/api/projects`, and its OpenAPI document at `/api/openapi.json`,
 //! generated from the handlers' own types.
 //!
 //! Every handler acts for the caller's [`Principal`](crate::http::auth::Principal) and sees only
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
 //! stable codes of the WebSocket protocol.
 
+mod projects;
 mod sessions;
 
 pub(super) use sessions::{agent_id, last_event_id};
@@ -20,7 +21,7 @@ use crate::http::AppState;
 #[openapi(
     info(
         title = "agentmux",
-        description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; tickets for the WebSocket."
+        description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; tickets for the WebSocket."
     ),
     paths(
         sessions::list,
@@ -33,6 +34,10 @@ use crate::http::AppState;
         sessions::chat,
         sessions::rewind,
         sessions::fork,
+        projects::list,
+        projects::cli_sessions,
+        projects::import,
+        projects::sync,
         super::sse::events,
         super::auth::ws_ticket,
     ),
@@ -50,6 +55,12 @@ use crate::http::AppState;
         sessions::RewoundStatus,
         sessions::ForkBody,
         crate::session::ExportLine,
+        crate::session::Project,
+        crate::session::CliSession,
+        projects::ProjectList,
+        projects::CliSessionList,
+        projects::ImportCliBody,
+        projects::Synced,
         super::auth::Ticket,
     ))
 )]
@@ -81,5 +92,9 @@ pub fn router() -> Router<AppState> {
         .route("/api/sessions/{agent_id}/export", get(sessions::export))
         .route("/api/sessions/{agent_id}/rewind", post(sessions::rewind))
         .route("/api/sessions/{agent_id}/fork", post(sessions::fork))
+        .route("/api/sessions/{agent_id}/sync", post(projects::sync))
+        .route("/api/projects", get(projects::list))
+        .route("/api/projects/cli-sessions", get(projects::cli_sessions))
+        .route("/api/projects/cli-sessions/import", post(projects::import))
         .route("/api/sessions/{agent_id}/events", get(super::sse::events))
 }

@@ -50,6 +50,19 @@ pub struct SessionSummary {
     pub model: Option<String>,
     /// Permission mode the agent runs with, if one was chosen.
     pub permission_mode: Option<String>,
+    /// The agent's working directory: a project directory, or the conversation's own
+    /// workspace. Fixed for the conversation's life; a fork keeps it.
+    pub cwd: String,
+    /// Text appended to the agent's system prompt, if any.
+    pub system_prompt: Option<String>,
+    /// Tool-name patterns the agent may use without asking.
+    pub allowed_tools: Vec<String>,
+    /// Tool-name patterns the agent may never use.
+    pub disallowed_tools: Vec<String>,
+    /// Most agentic turns per user turn, if limited.
+    pub max_turns: Option<u32>,
+    /// More directories the agent may use.
+    pub add_dirs: Vec<String>,
     /// Stored messages.
     pub message_count: i64,
     /// User turns stored.
@@ -71,8 +84,15 @@ pub struct SessionSummary {
 }
 
 impl SessionSummary {
-    fn new(record: SessionRecord, status: Activity) -> Self {
+    pub(crate) fn new(record: SessionRecord, status: Activity) -> Self {
+        let launch = record.launch_options();
         SessionSummary {
+            cwd: record.cwd,
+            system_prompt: launch.system_prompt,
+            allowed_tools: launch.allowed_tools,
+            disallowed_tools: launch.disallowed_tools,
+            max_turns: launch.max_turns,
+            add_dirs: launch.add_dirs,
             agent_id: record.agent_id,
             session_id: record.session_id,
             sdk_session_id: record.sdk_session_id,
@@ -237,7 +257,7 @@ pub(crate) fn agent_id(raw: String) -> Result<String, ApiError> {
     }
 }
 
-fn summary(app: &AppState, principal: &str, record: SessionRecord) -> SessionSummary {
+pub(crate) fn summary(app: &AppState, principal: &str, record: SessionRecord) -> SessionSummary {
     let status = app.manager.activity(principal, &record.agent_id);
     SessionSummary::new(record, status)
 }

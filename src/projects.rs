@@ -1,0 +1,178 @@
+//! Project roots: which directories a principal's conversations may work in, the projects
+//! under them, and where the Claude CLI keeps the sessions of a project.
+//!
+//! Every path a client names is checked by [`resolve_dir`] alone (the session layer calls it
+//! for `options.cwd`, `options.add_dirs` and the project routes), so that one rule decides.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::ProjectRoot;
+
+/// Most projects listed under one root.
+pub const MAX_PROJECTS_PER_ROOT: usize = 1000;
+
+/// Resolves `raw`, a path a client named, to the canonical path of an existing directory
+/// inside a root `principal` may use (`roots` are canonical, see
+/// [`crate::config::ProjectsConfig::canonicalize`]).
+///
+/// # Errors
+/// A message for the client when the path is relative, does not exist, is not a directory, or
+/// resolves (through `..` or a symbolic link) outside every root the principal may use. The
+/// message is the same whether or not a path outside the roots exists.
+pub async fn resolve_dir(
+    roots: &[ProjectRoot],
+    principal: &str,
+    raw: &str,
+) -> Result<PathBuf, String> {
+    if roots.is_empty() {
+        return Err(
+            "this server has no project roots; conversations run in their own \
+                    workspace (ask the operator for --project-root)"
+                .into(),
+        );
+    }
+    let outside = || format!("`{raw}` is not a directory inside a project root you may use");
+    let path = Path::new(raw);
+    if !path.is_absolute() {
+        return Err(format!("`{raw}` is not an absolute path"));
+    }
+    let canonical = tokio::fs::canonicalize(path).await.map_err(|_| outside())?;
+    if !roots
+        .iter()
+        .any(|root| root.allows(principal) && canonical.starts_with(&root.path))
+    {
+        return Err(outside());
+    }
+    match tokio::fs::metadata(&canonical).await {
+        Ok(meta) if meta.is_dir() => Ok(canonical),
+        _ => Err(outside()),
+    }
+}
+
+/// The roots `principal` may use.
+pub fn roots_of<'a>(roots: &'a [ProjectRoot], principal: &'a str) -> Vec<&'a Path> {
+    roots
+        .iter()
+        .filter(|r| r.allows(principal))
+        .map(|r| r.path.as_path())
+        .collect()
+}
+
+/// The projects of `principal`: each root it may use and each directory directly under one
+/// (not hidden, and inside the root once symbolic links are resolved), at most
+/// [`MAX_PROJECTS_PER_ROOT`] per root, sorted.
+pub async fn list(roots: &[ProjectRoot], principal: &str) -> Vec<PathBuf> {
+    let mut projects = Vec::new();
+    for root in roots_of(roots, principal) {
+        projects.push(root.to_path_buf());
+        let Ok(mut entries) = tokio::fs::read_dir(root).await else {
+            continue;
+        };
+        let mut under = Vec::new();
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            if under.len() >= MAX_PROJECTS_PER_ROOT {
+                break;
+            }
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let Ok(canonical) = tokio::fs::canonicalize(entry.path()).await else {
+                continue;
+            };
+            if canonical.starts_with(root)
+                && canonical != root
+                && tokio::fs::metadata(&canonical)
+                    .await
+                    .is_ok_and(|m| m.is_dir())
+            {
+                under.push(canonical);
+            }
+        }
+        under.sort();
+        projects.extend(under);
+    }
+    projects.dedup();
+    projects
+}
+
+/// The folder name the CLI gives the sessions of working directory `cwd`: every character
+/// that is not an ASCII letter or digit becomes `-`.
+pub fn sanitize(cwd: &Path) -> String {
+    cwd.to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// Where the CLI whose config dir is `home` keeps the sessions it ran in `cwd`.
+pub fn sessions_dir(home: &Path, cwd: &Path) -> PathBuf {
+    home.join("projects").join(sanitize(cwd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folder_names_match_the_cli() {
+        assert_eq!(sanitize(Path::new("/srv/my_proj.v2")), "-srv-my-proj-v2");
+        assert_eq!(
+            sessions_dir(Path::new("/h"), Path::new("/a b")),
+            Path::new("/h/projects/-a-b")
+        );
+    }
+
+    #[tokio::test]
+    async fn only_directories_inside_an_allowed_root_resolve() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let root = base.join("root");
+        let other = base.join("other");
+        std::fs::create_dir_all(root.join("proj")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(root.join("file"), b"").unwrap();
+        std::os::unix::fs::symlink(&other, root.join("out")).unwrap();
+        std::os::unix::fs::symlink(root.join("proj"), root.join("in")).unwrap();
+        let roots = [ProjectRoot {
+            path: root.clone(),
+            principals: vec!["alice".into()],
+        }];
+        let ok = |p: PathBuf| p.to_string_lossy().into_owned();
+        assert_eq!(
+            resolve_dir(&roots, "alice", &ok(root.join("proj")))
+                .await
+                .unwrap(),
+            root.join("proj")
+        );
+        assert_eq!(
+            resolve_dir(&roots, "alice", &ok(root.join("in")))
+                .await
+                .unwrap(),
+            root.join("proj"),
+            "a link inside the root resolves to its target"
+        );
+        for bad in [
+            ok(root.join("out")),
+            ok(root.join("proj/../../other")),
+            ok(root.join("file")),
+            ok(root.join("missing")),
+            "proj".to_owned(),
+            ok(other.clone()),
+        ] {
+            assert!(resolve_dir(&roots, "alice", &bad).await.is_err(), "{bad}");
+        }
+        assert!(
+            resolve_dir(&roots, "bob", &ok(root.join("proj")))
+                .await
+                .is_err(),
+            "another principal's root"
+        );
+        assert!(resolve_dir(&[], "alice", &ok(root.clone())).await.is_err());
+        assert_eq!(
+            list(&roots, "alice").await,
+            [root.clone(), root.join("proj")],
+            "the root, and the directories under it that stay inside"
+        );
+        assert!(list(&roots, "bob").await.is_empty());
+    }
+}

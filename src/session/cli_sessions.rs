@@ -1,0 +1,573 @@
+//! The projects a principal may work in, and the sessions the user ran with the Claude CLI
+//! itself in one of them: listed, imported as conversations the agent goes on with, and
+//! synced when the CLI added turns afterwards.
+//!
+//! Transcripts are read as a stream of lines, never whole, from
+//! `<claude home>/projects/<sanitized cwd>/<uuid>.jsonl` only: each step of that path must be
+//! a real directory or file (never a symbolic link), the file is opened without following
+//! one, and it may be at most [`MAX_TRANSCRIPT_BYTES`] long. Unknown line types and a line
+//! that is not JSON (a truncated last line) are skipped.
+
+use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt as _;
+use utoipa::ToSchema;
+
+use super::history::{ImportEnd, Lines, invalid, message_text};
+use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
+use crate::protocol::{self, ErrorCode, FrameError};
+use crate::store::{NewMessage, SessionRecord};
+
+/// Largest transcript read, in bytes.
+pub const MAX_TRANSCRIPT_BYTES: usize = 64 << 20;
+/// Most CLI sessions listed for one project (the most recently changed).
+const MAX_LISTED: usize = 200;
+
+/// One project: a root or a directory directly under one.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Project {
+    /// Its canonical path: what `options.cwd` names.
+    pub path: String,
+    /// Its directory name.
+    pub name: String,
+    /// The caller's conversations working in it.
+    pub sessions: i64,
+    /// Sessions the CLI keeps for it.
+    pub cli_sessions: usize,
+    /// The latest activity of a conversation or CLI session in it (RFC 3339), if any.
+    pub last_active_at: Option<String>,
+}
+
+/// A session the user ran with the CLI in a project.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CliSession {
+    /// The CLI's id of the session; an import keeps it as the conversation's `session_id`.
+    pub cli_session_id: String,
+    /// The start of its first user message.
+    pub title: Option<String>,
+    /// User and assistant messages in its transcript.
+    pub message_count: u64,
+    /// When its transcript last changed (RFC 3339).
+    pub modified_at: String,
+    /// The caller's conversation it was imported as, if any.
+    pub imported_as: Option<String>,
+}
+
+/// A transcript file, checked and open.
+struct Transcript {
+    file: tokio::fs::File,
+}
+
+fn rfc3339(time: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Whether `id` is a CLI session id: a UUID in its lowercase hyphenated form.
+fn valid_session_id(id: &str) -> bool {
+    uuid::Uuid::try_parse(id).is_ok_and(|u| u.hyphenated().to_string() == id)
+}
+
+/// The directory of `cwd`'s sessions under the CLI home, when it is a real directory inside
+/// it (no step a symbolic link).
+async fn sessions_dir(home: &Path, cwd: &Path) -> Option<PathBuf> {
+    let home = tokio::fs::canonicalize(home).await.ok()?;
+    let projects = home.join("projects");
+    let dir = crate::projects::sessions_dir(&home, cwd);
+    for step in [&projects, &dir] {
+        let meta = tokio::fs::symlink_metadata(step).await.ok()?;
+        if !meta.is_dir() {
+            return None;
+        }
+    }
+    Some(dir)
+}
+
+/// Opens transcript `id` of `dir` without following a symbolic link.
+async fn open_transcript(dir: &Path, id: &str) -> Result<Transcript, FrameError> {
+    let path = dir.join(format!("{id}.jsonl"));
+    let not_found = || {
+        FrameError::new(
+            ErrorCode::UnknownAgent,
+            format!("no CLI session `{id}` in this project"),
+        )
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|_| not_found())?;
+    let meta = file.metadata().map_err(|_| not_found())?;
+    if !meta.is_file() {
+        return Err(not_found());
+    }
+    if meta.len() > MAX_TRANSCRIPT_BYTES as u64 {
+        return Err(FrameError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "the transcript of CLI session `{id}` is {} MiB, over the {} MiB limit; nothing was imported",
+                meta.len() >> 20,
+                MAX_TRANSCRIPT_BYTES >> 20
+            ),
+        ));
+    }
+    Ok(Transcript {
+        file: tokio::fs::File::from_std(file),
+    })
+}
+
+/// A file as a stream of pieces.
+fn pieces(file: tokio::fs::File) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    futures_util::stream::unfold(file, |mut file| async move {
+        let mut buf = BytesMut::with_capacity(64 << 10);
+        match file.read_buf(&mut buf).await {
+            Ok(0) => None,
+            Ok(_) => Some((Ok(buf.freeze()), file)),
+            Err(e) => Some((Err(e), file)),
+        }
+    })
+}
+
+/// The entries of a transcript as stored messages, with the uuid of each: user and assistant
+/// messages of the main thread (and a `result`, where one is written). Other line types,
+/// side threads, meta messages and lines that are not JSON are skipped.
+fn entries(
+    transcript: Transcript,
+) -> impl Stream<Item = Result<(Option<String>, NewMessage), FrameError>> + Send {
+    let lines = Lines::new(Box::pin(pieces(transcript.file)), MAX_TRANSCRIPT_BYTES);
+    futures_util::stream::try_unfold(lines, |mut lines| async move {
+        while let Some((_, line)) = lines.next().await? {
+            let Ok(entry) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            if let Some(message) = transcript_message(&entry) {
+                let uuid = entry["uuid"].as_str().map(str::to_owned);
+                return Ok(Some(((uuid, message), lines)));
+            }
+        }
+        Ok(None)
+    })
+}
+
+/// The text of a user prompt: a string, or the text blocks of a message without tool results.
+fn prompt_text(content: &Value) -> Option<String> {
+    let tool_results = content
+        .as_array()
+        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"));
+    if tool_results {
+        return None;
+    }
+    message_text(content)
+}
+
+/// The stored message of one transcript entry, in the shape the agent streams it.
+fn transcript_message(entry: &Value) -> Option<NewMessage> {
+    if entry["isSidechain"] == true || entry["isMeta"] == true {
+        return None;
+    }
+    let kind: &'static str = match entry["type"].as_str()? {
+        "user" => "user",
+        "assistant" => "assistant",
+        "result" => "result",
+        _ => return None,
+    };
+    if kind == "result" {
+        return Some(NewMessage::new("result", entry.to_string()));
+    }
+    let message = entry.get("message").filter(|m| m.is_object())?;
+    let payload = json!({
+        "type": kind,
+        "message": message,
+        "parent_tool_use_id": null,
+        "session_id": entry["sessionId"],
+        "uuid": entry["uuid"],
+    });
+    let mut stored = NewMessage::new(kind, payload.to_string());
+    if let Some(at) = entry["timestamp"].as_str()
+        && chrono::DateTime::parse_from_rfc3339(at).is_ok()
+    {
+        stored.created_at = at.to_owned();
+    }
+    if kind == "user"
+        && let Some(text) = prompt_text(&message["content"])
+    {
+        stored.prompt = true;
+        stored.title = Some(protocol::truncate_chars(text.trim(), 50).to_owned());
+    }
+    stored.sdk_uuid = entry["uuid"].as_str().map(str::to_owned);
+    Some(stored)
+}
+
+/// The stored status that ends an import of a CLI session.
+fn cli_imported_status(count: usize) -> NewMessage {
+    NewMessage::new(
+        "status",
+        json!({
+            "status": "imported",
+            "detail": format!("{count} message(s) imported from a CLI session; the agent remembers them and goes on from there"),
+        })
+        .to_string(),
+    )
+}
+
+impl Manager {
+    /// The CLI's config dir, or `invalid_request` when none is known.
+    fn cli_home(&self) -> Result<PathBuf, FrameError> {
+        self.shared
+            .config
+            .claude
+            .home()
+            .ok_or_else(|| invalid("the Claude CLI's config dir is unknown: set claude.config_dir"))
+    }
+
+    /// Resolves a project path a client named (see [`crate::projects::resolve_dir`]).
+    async fn project_dir(&self, principal: &str, raw: &str) -> Result<PathBuf, FrameError> {
+        crate::projects::resolve_dir(&self.shared.config.projects.roots, principal, raw)
+            .await
+            .map_err(|why| invalid(format!("`cwd`: {why}")))
+    }
+
+    /// The projects `principal` may work in, with their conversations and CLI sessions.
+    ///
+    /// # Errors
+    /// `store_unavailable`.
+    pub async fn projects(&self, principal: &str) -> Result<Vec<Project>, FrameError> {
+        let activity: HashMap<String, (i64, String)> = self
+            .shared
+            .store
+            .project_activity(principal)
+            .await
+            .map_err(store_failure)?
+            .into_iter()
+            .map(|(cwd, count, last)| (cwd, (count, last)))
+            .collect();
+        let home = self.shared.config.claude.home();
+        let mut projects = Vec::new();
+        for path in crate::projects::list(&self.shared.config.projects.roots, principal).await {
+            let key = path.to_string_lossy().into_owned();
+            let (sessions, mut last) = activity
+                .get(&key)
+                .map(|(n, at)| (*n, Some(at.clone())))
+                .unwrap_or((0, None));
+            let mut cli_sessions = 0;
+            if let Some(home) = &home
+                && let Some(dir) = sessions_dir(home, &path).await
+            {
+                for (_, modified) in transcript_files(&dir).await {
+                    cli_sessions += 1;
+                    let at = rfc3339(modified);
+                    if last.as_ref().is_none_or(|l| *l < at) {
+                        last = Some(at);
+                    }
+                }
+            }
+            projects.push(Project {
+                name: path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| key.clone()),
+                path: key,
+                sessions,
+                cli_sessions,
+                last_active_at: last,
+            });
+        }
+        Ok(projects)
+    }
+
+    /// The CLI sessions of project `cwd`, most recently changed first.
+    ///
+    /// # Errors
+    /// `invalid_request` (a path outside the principal's roots, no CLI home) or
+    /// `store_unavailable`.
+    pub async fn cli_sessions(
+        &self,
+        principal: &str,
+        cwd: &str,
+    ) -> Result<Vec<CliSession>, FrameError> {
+        let cwd = self.project_dir(principal, cwd).await?;
+        let home = self.cli_home()?;
+        let Some(dir) = sessions_dir(&home, &cwd).await else {
+            return Ok(Vec::new());
+        };
+        let mut files = transcript_files(&dir).await;
+        files.sort_by_key(|f| std::cmp::Reverse(f.1));
+        files.truncate(MAX_LISTED);
+        let mut sessions = Vec::with_capacity(files.len());
+        for (id, modified) in files {
+            let Ok(transcript) = open_transcript(&dir, &id).await else {
+                continue;
+            };
+            let mut title = None;
+            let mut message_count = 0;
+            let mut entries = std::pin::pin!(entries(transcript));
+            while let Some(Ok((_, message))) = entries.next().await {
+                if matches!(message.message_type, "user" | "assistant") {
+                    message_count += 1;
+                }
+                if title.is_none() && message.prompt {
+                    title = message.title;
+                }
+            }
+            let imported_as = self
+                .shared
+                .store
+                .find_by_session_id(&id)
+                .await
+                .map_err(store_failure)?
+                .filter(|r| r.principal == principal)
+                .map(|r| r.agent_id);
+            sessions.push(CliSession {
+                cli_session_id: id,
+                title,
+                message_count,
+                modified_at: rfc3339(modified),
+                imported_as,
+            });
+        }
+        Ok(sessions)
+    }
+
+    /// Imports CLI session `cli_session_id` of project `cwd` as conversation `agent_id` (the
+    /// session id when none is given): its `session_id` is the CLI's, it works in `cwd`, its
+    /// transcript becomes stored frames, and its next chat resumes the CLI session, so the
+    /// agent remembers everything. Nothing is left of a failed import.
+    ///
+    /// # Errors
+    /// `invalid_request` (a bad path or id, a transcript over the limit or with no message),
+    /// `unknown_agent` (no such CLI session), `agent_exists` (imported already, or the
+    /// `agent_id` is taken), `limit_exceeded` or `store_unavailable`.
+    pub async fn import_cli_session(
+        &self,
+        principal: &str,
+        cwd: &str,
+        cli_session_id: &str,
+        agent_id: Option<&str>,
+    ) -> Result<SessionRecord, FrameError> {
+        if !valid_session_id(cli_session_id) {
+            return Err(invalid("`cli_session_id` must be a UUID"));
+        }
+        let agent_id = agent_id.unwrap_or(cli_session_id);
+        if !protocol::valid_agent_id(agent_id) {
+            return Err(FrameError::new(
+                ErrorCode::InvalidAgentId,
+                "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
+            ));
+        }
+        let cwd = self.project_dir(principal, cwd).await?;
+        let home = self.cli_home()?;
+        let _transfer = self.acquire_transfer(principal, agent_id)?;
+        let dir = sessions_dir(&home, &cwd).await.ok_or_else(|| {
+            FrameError::new(
+                ErrorCode::UnknownAgent,
+                format!("no CLI session `{cli_session_id}` in this project"),
+            )
+        })?;
+        let transcript = open_transcript(&dir, cli_session_id).await?;
+        if let Some(existing) = self
+            .shared
+            .store
+            .find_by_session_id(cli_session_id)
+            .await
+            .map_err(store_failure)?
+        {
+            let message = if existing.principal == principal {
+                format!(
+                    "CLI session `{cli_session_id}` is already imported as `{}`; sync it instead",
+                    existing.agent_id
+                )
+            } else {
+                format!("CLI session `{cli_session_id}` is already imported")
+            };
+            return Err(FrameError::new(ErrorCode::AgentExists, message));
+        }
+        let mut new = self.new_session(principal, agent_id, cli_session_id.to_owned());
+        new.cwd = cwd.to_string_lossy().into_owned();
+        let messages = entries(transcript).map(|entry| entry.map(|(_, message)| message));
+        let end = ImportEnd {
+            status: cli_imported_status,
+            agent_session: Some(cli_session_id.to_owned()),
+        };
+        self.store_import(new, messages, end).await
+    }
+
+    /// Appends what the CLI added to the transcript of conversation `agent_id` since its
+    /// last stored message the transcript holds (the user went on with the CLI), and stops
+    /// its idle agent so that the next turn resumes with them. Returns the conversation and
+    /// how many messages were appended.
+    ///
+    /// # Errors
+    /// `unknown_agent` (no such conversation, or no transcript for it), `busy` (a turn is
+    /// running or queued), `invalid_request` (a transcript over the limit, no CLI home) or
+    /// `store_unavailable`.
+    pub async fn sync_cli_session(
+        &self,
+        principal: &str,
+        agent_id: &str,
+    ) -> Result<(SessionRecord, usize), FrameError> {
+        let home = self.cli_home()?;
+        let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
+        if slot.busy.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(FrameError::new(
+                ErrorCode::Busy,
+                "a turn is running or queued; sync once it has ended",
+            )
+            .for_agent(Some(agent_id)));
+        }
+        let record = self.get(principal, agent_id).await?;
+        let no_transcript = || {
+            FrameError::new(
+                ErrorCode::UnknownAgent,
+                format!("conversation `{agent_id}` has no CLI transcript to sync from"),
+            )
+            .for_agent(Some(agent_id))
+        };
+        let sdk_id = record
+            .sdk_session_id
+            .clone()
+            .filter(|id| valid_session_id(id))
+            .ok_or_else(no_transcript)?;
+        let dir = sessions_dir(&home, Path::new(&record.cwd))
+            .await
+            .ok_or_else(no_transcript)?;
+        let transcript = open_transcript(&dir, &sdk_id)
+            .await
+            .map_err(|e| e.for_agent(Some(agent_id)))?;
+        let known = self
+            .shared
+            .store
+            .stored_uuids(record.row)
+            .await
+            .map_err(|e| store_error(e, agent_id))?;
+        // Everything after the last entry the conversation holds is new.
+        let mut fresh = Vec::new();
+        let mut entries = std::pin::pin!(entries(transcript));
+        while let Some(entry) = entries.next().await {
+            let (uuid, message) = entry.map_err(|e| e.for_agent(Some(agent_id)))?;
+            if uuid.as_ref().is_some_and(|u| known.contains(u)) {
+                fresh.clear();
+            } else {
+                fresh.push(message);
+            }
+        }
+        let count = fresh.len();
+        if count == 0 {
+            return Ok((record, 0));
+        }
+        // The live agent knows nothing of them: stop it, so the next turn resumes the
+        // transcript. The held slot keeps a chat from starting it meanwhile.
+        if let SlotState::Live(handle) = std::mem::replace(&mut *guard, SlotState::Dormant) {
+            let (reply, rx) = tokio::sync::oneshot::channel();
+            if handle
+                .tx
+                .send(super::actor::Command::Stop { reply })
+                .await
+                .is_ok()
+            {
+                let _ = rx.await;
+            }
+        }
+        fresh.push(NewMessage::new(
+            "status",
+            json!({
+                "status": "synced",
+                "detail": format!("{count} message(s) the CLI added were appended"),
+            })
+            .to_string(),
+        ));
+        let first = self
+            .shared
+            .store
+            .append(record.row, fresh.clone())
+            .await
+            .map_err(|e| store_error(e, agent_id))?;
+        let session = slot.session.get().expect("set by existing_slot");
+        for (seq, message) in (first..).zip(&fresh) {
+            let _ = slot.events.send(protocol::session_frame(
+                session.tag(),
+                message.message_type,
+                Some(seq),
+                &message.created_at,
+                &message.payload,
+                None,
+            ));
+        }
+        drop(guard);
+        let record = self
+            .find(principal, agent_id)
+            .await?
+            .ok_or_else(|| unknown_agent(agent_id))?;
+        Ok((record, count))
+    }
+}
+
+/// The transcripts of a sessions directory (regular files named `<uuid>.jsonl`), with the
+/// time each last changed.
+async fn transcript_files(dir: &Path) -> Vec<(String, std::time::SystemTime)> {
+    let mut found = Vec::new();
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
+        return found;
+    };
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_suffix(".jsonl") else {
+            continue;
+        };
+        if !valid_session_id(id) {
+            continue;
+        }
+        // `DirEntry::metadata` does not follow a symbolic link.
+        if let Ok(meta) = entry.metadata().await
+            && meta.is_file()
+        {
+            found.push((
+                id.to_owned(),
+                meta.modified().unwrap_or(std::time::UNIX_EPOCH),
+            ));
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transcript_entries_become_stored_messages() {
+        let prompt = json!({"type":"user","uuid":"u1","sessionId":"s","timestamp":"2026-01-02T03:04:05.000Z",
+            "message":{"role":"user","content":"list the files"}});
+        let m = transcript_message(&prompt).unwrap();
+        assert_eq!(m.message_type, "user");
+        assert!(m.prompt);
+        assert_eq!(m.title.as_deref(), Some("list the files"));
+        assert_eq!(m.sdk_uuid.as_deref(), Some("u1"));
+        assert_eq!(m.created_at, "2026-01-02T03:04:05.000Z");
+        let result = json!({"type":"user","uuid":"u2","message":{"role":"user",
+            "content":[{"type":"tool_result","tool_use_id":"t","content":"a.txt"}]}});
+        assert!(!transcript_message(&result).unwrap().prompt);
+        let tool_use = json!({"type":"assistant","uuid":"a1","message":{"role":"assistant",
+            "content":[{"type":"tool_use","id":"t","name":"Bash","input":{}}]}});
+        assert_eq!(
+            transcript_message(&tool_use).unwrap().message_type,
+            "assistant"
+        );
+        for skipped in [
+            json!({"type":"queue-operation"}),
+            json!({"type":"attachment","message":{}}),
+            json!({"type":"user","isSidechain":true,"message":{"content":"x"}}),
+            json!({"type":"user","isMeta":true,"message":{"content":"x"}}),
+            json!({"type":"user"}),
+        ] {
+            assert!(transcript_message(&skipped).is_none(), "{skipped}");
+        }
+        assert!(valid_session_id("0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00"));
+        assert!(!valid_session_id("0B6C3C1E-4A43-4A53-9D5C-3A3C7D2C1F00"));
+        assert!(!valid_session_id("../x"));
+    }
+}

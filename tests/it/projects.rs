@@ -1,0 +1,942 @@
+//! Project roots: `options.cwd` and the agent options over the socket and REST (through the
+//! fake CLI, which records its argv and working directory), the CLI sessions of a project
+//! (listed, imported, synced) with their hostile inputs, and the real CLI working in a project.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::claude::Fixture;
+use crate::common::*;
+use crate::real_cli::{FakeApi, real_cli, start_server, stop};
+use crate::rest::Rest;
+use crate::security::{connect_as, http};
+
+/// Directories of a test: an open root with a project, a file and a link out of it; a root
+/// only `alice` may use; a directory outside every root; and the CLI's config dir.
+struct Layout {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    app: PathBuf,
+    private: PathBuf,
+    outside: PathBuf,
+    home: PathBuf,
+}
+
+impl Layout {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let root = base.join("root");
+        let app = root.join("app");
+        let private = base.join("private");
+        let outside = base.join("outside");
+        let home = base.join("claude-home");
+        for dir in [&app, &private.join("secret"), &outside, &home] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(app.join("README.md"), "hello").unwrap();
+        std::fs::write(root.join("file.txt"), "not a dir").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("out")).unwrap();
+        Layout {
+            _tmp: tmp,
+            root,
+            app,
+            private,
+            outside,
+            home,
+        }
+    }
+
+    /// Settings: tokens for alice and bob, and the two roots.
+    fn toml(&self) -> String {
+        format!(
+            "{}\n[projects]\nroots = [{{ path = {} }}, {{ path = {}, principals = [\"alice\"] }}]\n",
+            crate::security::TOKENS,
+            toml_string(&self.root.to_string_lossy()),
+            toml_string(&self.private.to_string_lossy()),
+        )
+    }
+
+    fn s(path: &Path) -> String {
+        path.to_string_lossy().into_owned()
+    }
+}
+
+async fn session_rows(server: &TestServer) -> i64 {
+    sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&server.db().await)
+        .await
+        .unwrap()
+}
+
+/// The argv of a spawn, without the program.
+fn argv(spawn: &Value) -> Vec<String> {
+    spawn["argv"].as_array().unwrap()[1..]
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn count(args: &[String], wanted: &str) -> usize {
+    args.iter().filter(|a| *a == wanted).count()
+}
+
+/// Every refused `options.cwd` (relative, `..` out, a link out, a file, missing, outside every
+/// root, another principal's root) is `invalid_options` over the socket and over REST, and
+/// creates nothing: no conversation, no row, no agent process, no workspace.
+#[tokio::test]
+async fn refused_working_directories_create_nothing() {
+    let layout = Layout::new();
+    let fx = Fixture::new(&layout.toml());
+    let server = fx.start(&[]).await;
+    let mut bob = connect_as(&server.addr, "tok-bob").await;
+    let refused = [
+        "app".to_owned(),
+        format!("{}/../outside", Layout::s(&layout.root)),
+        format!("{}/app/../../outside", Layout::s(&layout.root)),
+        Layout::s(&layout.root.join("out")),
+        Layout::s(&layout.root.join("file.txt")),
+        Layout::s(&layout.root.join("missing")),
+        Layout::s(&layout.outside),
+        Layout::s(&layout.private.join("secret")),
+        "/".to_owned(),
+        "-rf".to_owned(),
+    ];
+    for cwd in &refused {
+        for options in [json!({"cwd": cwd}), json!({"add_dirs": [cwd]})] {
+            bob.send(json!({"type": "chat", "agent_id": "p1", "content": "hi", "client_msg_id": "m", "options": options}))
+                .await;
+            let err = bob.recv().await;
+            assert_eq!(err["code"], "invalid_options", "{options}: {err}");
+            assert_eq!(err["agent_id"], "p1");
+            assert_eq!(err["client_msg_id"], "m");
+            let r = http(
+                &server.addr,
+                "POST",
+                "/api/sessions/p1/messages",
+                Some("tok-bob"),
+                Some(&json!({"content": "hi", "options": options})),
+            )
+            .await;
+            assert_eq!(r.status, 400, "{options}");
+            let body: Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(body["code"], "invalid_options", "{options}");
+        }
+    }
+    let list = http(&server.addr, "GET", "/api/sessions", Some("tok-bob"), None).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&list.body).unwrap()["total"],
+        0
+    );
+    assert_eq!(session_rows(&server).await, 0);
+    assert!(fx.spawns().is_empty(), "no agent started");
+    let workspaces = fx.data_dir().join("workspaces");
+    assert_eq!(std::fs::read_dir(&workspaces).map_or(0, |d| d.count()), 0);
+
+    // Alice may use the private root; bob's refusal was about him.
+    let mut alice = connect_as(&server.addr, "tok-alice").await;
+    let secret = Layout::s(&layout.private.join("secret"));
+    alice
+        .send(
+            json!({"type": "chat", "agent_id": "p1", "content": "hi", "options": {"cwd": secret}}),
+        )
+        .await;
+    let frames = alice.until_result("p1").await;
+    assert_eq!(reply_text(&frames), "Echo: hi (history 1)");
+    assert_eq!(fx.spawns()[0]["cwd"], secret.as_str());
+    stop_server(server).await;
+}
+
+async fn stop_server(mut server: TestServer) {
+    assert!(server.terminate().await.success());
+}
+
+/// A server without roots refuses any `cwd`; one whose root is missing refuses to start.
+#[tokio::test]
+async fn roots_are_checked_at_start() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    c.send(json!({"type": "chat", "agent_id": "x", "content": "hi", "options": {"cwd": "/tmp"}}))
+        .await;
+    let err = c.recv().await;
+    assert_eq!(err["code"], "invalid_options");
+    assert!(
+        err["error"].as_str().unwrap().contains("no project roots"),
+        "{err}"
+    );
+    drop(server);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("gone");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .arg("--project-root")
+        .arg(&missing)
+        .env_remove("AGENTMUX_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("gone"), "{stderr}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .env("AGENTMUX_PROJECT_ROOTS", format!("{}:", missing.display()))
+        .env_remove("AGENTMUX_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the variable's roots are checked too"
+    );
+}
+
+/// Each option reaches the CLI exactly once, in `--flag=value` form, so a value starting with
+/// `-` stays a value; the working directory is the process's own and never in argv. A change
+/// of a start-only option restarts the CLI with resume; the cwd is fixed; REST shows it all,
+/// and a fork and a rewind keep it. Bad values and sizes change nothing.
+#[tokio::test]
+async fn options_reach_the_cli_once_as_flag_equals_value() {
+    let layout = Layout::new();
+    let fx = Fixture::new(&layout.toml());
+    let server = fx.start(&[]).await;
+    let mut c = connect_as(&server.addr, "tok-alice").await;
+    let secret = Layout::s(&layout.private.join("secret"));
+    let app = Layout::s(&layout.app);
+    // Named through a link inside the root: stored and used in its canonical form.
+    std::os::unix::fs::symlink(&layout.app, layout.root.join("app-link")).unwrap();
+    let options = json!({
+        "cwd": Layout::s(&layout.root.join("app-link")),
+        "system_prompt": "--dangerously-skip-permissions",
+        "allowed_tools": ["Bash(git log:*)", "Read"],
+        "disallowed_tools": ["WebFetch"],
+        "max_turns": 3,
+        "add_dirs": [secret],
+    });
+    c.send(json!({"type": "chat", "agent_id": "opt", "content": "one", "options": options}))
+        .await;
+    let ack = c
+        .recv_until(|f| f["message_type"] == "ack" || f["message_type"] == "error")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let session_id = ack["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        reply_text(&c.until_result("opt").await),
+        "Echo: one (history 1)"
+    );
+    let spawns = fx.spawns();
+    assert_eq!(spawns.len(), 1);
+    let args = argv(&spawns[0]);
+    for wanted in [
+        "--append-system-prompt=--dangerously-skip-permissions".to_owned(),
+        "--allowedTools=Bash(git log:*),Read".to_owned(),
+        "--disallowedTools=WebFetch".to_owned(),
+        "--max-turns=3".to_owned(),
+        format!("--add-dir={secret}"),
+    ] {
+        assert_eq!(count(&args, &wanted), 1, "{wanted} once in {args:?}");
+    }
+    assert!(
+        !args.iter().any(|a| a == "--dangerously-skip-permissions"),
+        "no value became a flag: {args:?}"
+    );
+    assert!(!args.iter().any(|a| a.contains(&app)), "cwd is not in argv");
+    assert_eq!(spawns[0]["cwd"], app.as_str());
+
+    let fetch_summary = || async {
+        let r = http(
+            &server.addr,
+            "GET",
+            "/api/sessions/opt",
+            Some("tok-alice"),
+            None,
+        )
+        .await;
+        serde_json::from_str::<Value>(&r.body).unwrap()
+    };
+    let summary = &fetch_summary().await;
+    assert_eq!(summary["cwd"], app.as_str());
+    assert_eq!(summary["system_prompt"], "--dangerously-skip-permissions");
+    assert_eq!(summary["allowed_tools"], json!(["Bash(git log:*)", "Read"]));
+    assert_eq!(summary["disallowed_tools"], json!(["WebFetch"]));
+    assert_eq!(summary["max_turns"], 3);
+    assert_eq!(summary["add_dirs"], json!([secret]));
+
+    // A start-only option changes: the CLI restarts, resuming, with the new value.
+    c.send(json!({"type": "chat", "agent_id": "opt", "content": "two", "options": {"system_prompt": "second", "cwd": app}}))
+        .await;
+    let second = c.until_result("opt").await;
+    assert_eq!(reply_text(&second), "Echo: two (history 2)", "it remembers");
+    assert!(second.iter().any(|f| f["status"] == "restarting"));
+    let spawns = fx.spawns();
+    assert_eq!(spawns.len(), 2, "restarted once");
+    let args = argv(&spawns[1]);
+    assert_eq!(
+        count(&args, &format!("--resume={session_id}")),
+        1,
+        "{args:?}"
+    );
+    assert_eq!(count(&args, "--append-system-prompt=second"), 1);
+    assert_eq!(count(&args, "--max-turns=3"), 1, "other options kept");
+    assert_eq!(spawns[1]["cwd"], app.as_str());
+
+    // A different cwd is refused and changes nothing.
+    let before = fx.spawns().len();
+    c.send(json!({"type": "chat", "agent_id": "opt", "content": "x", "options": {"cwd": secret}}))
+        .await;
+    let err = c
+        .recv_until(|f| f["message_type"] == "error")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(err["code"], "invalid_options");
+    let r = http(
+        &server.addr,
+        "POST",
+        "/api/sessions/opt/messages",
+        Some("tok-alice"),
+        Some(&json!({"content": "x", "options": {"cwd": secret}})),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(fx.spawns().len(), before);
+    assert_eq!(
+        fetch_summary().await["turn_count"],
+        2,
+        "the refused chats stored nothing"
+    );
+
+    // A fork works in the same project with the same options.
+    let r = http(
+        &server.addr,
+        "POST",
+        "/api/sessions/opt/fork",
+        Some("tok-alice"),
+        Some(&json!({"new_agent_id": "opt-fork"})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let fork: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(fork["cwd"], app.as_str());
+    assert_eq!(fork["system_prompt"], "second");
+    assert_eq!(fork["add_dirs"], json!([secret]));
+    c.send(json!({"type": "chat", "agent_id": "opt-fork", "content": "three"}))
+        .await;
+    assert_eq!(
+        reply_text(&c.until_result("opt-fork").await),
+        "Echo: three (history 3)"
+    );
+    assert_eq!(fx.spawns().last().unwrap()["cwd"], app.as_str());
+
+    // A rewind keeps the directory: the agent that forgets the later turn works there too.
+    let first = http(
+        &server.addr,
+        "GET",
+        "/api/sessions/opt/messages",
+        Some("tok-alice"),
+        None,
+    )
+    .await;
+    let page: Value = serde_json::from_str(&first.body).unwrap();
+    let first_result = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["message_type"] == "result")
+        .unwrap()["seq"]
+        .clone();
+    let r = http(
+        &server.addr,
+        "POST",
+        "/api/sessions/opt/rewind",
+        Some("tok-alice"),
+        Some(&json!({"to_seq": first_result})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    c.send(json!({"type": "chat", "agent_id": "opt", "content": "four", "options": {"cwd": app}}))
+        .await;
+    assert_eq!(
+        reply_text(&c.until_result("opt").await),
+        "Echo: four (history 2)"
+    );
+    assert_eq!(fx.spawns().last().unwrap()["cwd"], app.as_str());
+
+    // Bad values and sizes are refused before anything reaches the CLI.
+    let before = fx.spawns().len();
+    for options in [
+        json!({"system_prompt": "x".repeat((64 << 10) + 1)}),
+        json!({"allowed_tools": (0..65).map(|i| format!("T{i}")).collect::<Vec<_>>()}),
+        json!({"allowed_tools": ["-p"]}),
+        json!({"disallowed_tools": ["Bash(x),Read"]}),
+        json!({"max_turns": 0}),
+        json!({"max_turns": -1}),
+        json!({"add_dirs": (0..17).map(|_| app.clone()).collect::<Vec<_>>()}),
+    ] {
+        c.send(json!({"type": "chat", "agent_id": "opt", "content": "x", "options": options}))
+            .await;
+        let err = c
+            .recv_until(|f| f["message_type"] == "error")
+            .await
+            .pop()
+            .unwrap();
+        assert_eq!(err["code"], "invalid_options");
+    }
+    assert_eq!(fx.spawns().len(), before);
+    stop_server(server).await;
+}
+
+/// One line of a CLI transcript, as the CLI writes it.
+fn transcript_line(kind: &str, uuid: &str, session: &str, content: Value) -> String {
+    let role = if kind == "assistant" {
+        "assistant"
+    } else {
+        "user"
+    };
+    json!({"type": kind, "uuid": uuid, "parentUuid": null, "sessionId": session, "isSidechain": false,
+        "timestamp": "2026-01-02T03:04:05.000Z", "cwd": "/x",
+        "message": {"role": role, "content": content}})
+    .to_string()
+}
+
+/// Writes a transcript of session `id` for project `cwd` under `home`.
+fn write_transcript(home: &Path, cwd: &Path, id: &str, text: &str) -> PathBuf {
+    let dir = home.join("projects").join(sanitize(cwd));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{id}.jsonl"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn sanitize(path: &Path) -> String {
+    path.to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// The CLI-session routes: listing per principal, import of a transcript with unknown line
+/// types and a truncated last line, 409 the second time, and every hostile input refused
+/// without leaving anything behind: paths outside the roots or in another principal's, links
+/// out of the CLI's config dir, ids that are not UUIDs, an oversized transcript.
+#[tokio::test]
+async fn cli_session_routes_refuse_hostile_input() {
+    let layout = Layout::new();
+    let (_cfg, config) = config_file(&format!(
+        "{}\n[claude]\nconfig_dir = {}\n",
+        layout.toml(),
+        toml_string(&layout.home.to_string_lossy())
+    ));
+    let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
+    let id = "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+    let text = [
+        json!({"type": "queue-operation", "operation": "enqueue"}).to_string(),
+        transcript_line("user", "u1", id, json!("list the files please")),
+        transcript_line(
+            "assistant",
+            "a1",
+            id,
+            json!([{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]),
+        ),
+        transcript_line(
+            "user",
+            "u2",
+            id,
+            json!([{"type": "tool_result", "tool_use_id": "t1", "content": "README.md"}]),
+        ),
+        json!({"type": "last-prompt", "lastPrompt": "x"}).to_string(),
+        transcript_line(
+            "assistant",
+            "a2",
+            id,
+            json!([{"type": "text", "text": "There is a README."}]),
+        ),
+        "{\"type\":\"user\",\"uuid\":\"u3\",\"mess".to_owned(),
+    ]
+    .join("\n");
+    write_transcript(&layout.home, &layout.app, id, &text);
+    let get = |path: String, token: &'static str| {
+        let addr = server.addr.clone();
+        async move {
+            let r = http(&addr, "GET", &path, Some(token), None).await;
+            (
+                r.status,
+                serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let post = |path: &'static str, body: Value, token: &'static str| {
+        let addr = server.addr.clone();
+        async move {
+            let r = http(&addr, "POST", path, Some(token), Some(&body)).await;
+            (
+                r.status,
+                serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let app = Layout::s(&layout.app);
+
+    let (status, projects) = get("/api/projects".into(), "tok-bob").await;
+    assert_eq!(status, 200);
+    let paths: Vec<&str> = projects["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [Layout::s(&layout.root), app.clone()],
+        "no link out, no file, not alice's root"
+    );
+    let app_entry = &projects["projects"][1];
+    assert_eq!(app_entry["name"], "app");
+    assert_eq!(app_entry["cli_sessions"], 1);
+    assert_eq!(app_entry["sessions"], 0);
+    let (_, alice_projects) = get("/api/projects".into(), "tok-alice").await;
+    assert!(
+        alice_projects["projects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["path"] == Layout::s(&layout.private.join("secret")).as_str())
+    );
+
+    let cli_list = |cwd: &str| format!("/api/projects/cli-sessions?cwd={}", urlencode(cwd));
+    let (status, list) = get(cli_list(&app), "tok-bob").await;
+    assert_eq!(status, 200, "{list}");
+    let listed = &list["sessions"][0];
+    assert_eq!(listed["cli_session_id"], id);
+    assert_eq!(listed["title"], "list the files please");
+    assert_eq!(listed["message_count"], 4);
+    assert_eq!(listed["imported_as"], Value::Null);
+
+    for cwd in [
+        Layout::s(&layout.outside),
+        Layout::s(&layout.root.join("out")),
+        format!("{app}/../../outside"),
+        Layout::s(&layout.private.join("secret")),
+        "app".to_owned(),
+        "-x".to_owned(),
+    ] {
+        let (status, err) = get(cli_list(&cwd), "tok-bob").await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{cwd}"
+        );
+        let (status, _) = post(
+            "/api/projects/cli-sessions/import",
+            json!({"cwd": cwd, "cli_session_id": id}),
+            "tok-bob",
+        )
+        .await;
+        assert_eq!(status, 400, "{cwd}");
+    }
+    for bad_id in [
+        "../../etc/passwd",
+        "not-a-uuid",
+        "0B6C3C1E-4A43-4A53-9D5C-3A3C7D2C1F00",
+        "",
+    ] {
+        let (status, err) = post(
+            "/api/projects/cli-sessions/import",
+            json!({"cwd": app, "cli_session_id": bad_id}),
+            "tok-bob",
+        )
+        .await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{bad_id}"
+        );
+    }
+    let (status, _) = post(
+        "/api/projects/cli-sessions/import",
+        json!({"cwd": app, "cli_session_id": "1b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00"}),
+        "tok-bob",
+    )
+    .await;
+    assert_eq!(status, 404, "no such CLI session");
+
+    // A transcript reached through a link, or a sessions folder that links out of the
+    // CLI's config dir, is never read.
+    let elsewhere = layout.outside.join("stolen");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let linked = "2b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+    std::fs::write(
+        elsewhere.join(format!("{linked}.jsonl")),
+        transcript_line("user", "x1", linked, json!("secret")),
+    )
+    .unwrap();
+    let app_dir = layout.home.join("projects").join(sanitize(&layout.app));
+    std::os::unix::fs::symlink(
+        elsewhere.join(format!("{linked}.jsonl")),
+        app_dir.join(format!("{linked}.jsonl")),
+    )
+    .unwrap();
+    let root_dir = layout.home.join("projects").join(sanitize(&layout.root));
+    std::os::unix::fs::symlink(&elsewhere, &root_dir).unwrap();
+    let (_, list) = get(cli_list(&app), "tok-bob").await;
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        1,
+        "the link is not listed"
+    );
+    let (_, list) = get(cli_list(&Layout::s(&layout.root)), "tok-bob").await;
+    assert_eq!(list["sessions"], json!([]), "a linked folder is not read");
+    for cwd in [&app, &Layout::s(&layout.root)] {
+        let (status, _) = post(
+            "/api/projects/cli-sessions/import",
+            json!({"cwd": cwd, "cli_session_id": linked}),
+            "tok-bob",
+        )
+        .await;
+        assert_eq!(status, 404, "{cwd}");
+    }
+
+    // Too large: refused up front, nothing stored.
+    let huge = "3b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+    let path = write_transcript(&layout.home, &layout.app, huge, "");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(65 << 20)
+        .unwrap();
+    let (status, err) = post(
+        "/api/projects/cli-sessions/import",
+        json!({"cwd": app, "cli_session_id": huge}),
+        "tok-bob",
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(err["error"].as_str().unwrap().contains("limit"), "{err}");
+    assert_eq!(session_rows(&server).await, 0, "nothing half-imported");
+
+    // The import: 201, the CLI's id as session_id, the project as cwd, the transcript as
+    // frames (the unknown lines and the truncated last one skipped).
+    let (status, imported) = post(
+        "/api/projects/cli-sessions/import",
+        json!({"cwd": app, "cli_session_id": id, "agent_id": "mine"}),
+        "tok-bob",
+    )
+    .await;
+    assert_eq!(status, 201, "{imported}");
+    assert_eq!(imported["agent_id"], "mine");
+    assert_eq!(imported["session_id"], id);
+    assert_eq!(imported["sdk_session_id"], id);
+    assert_eq!(imported["cwd"], app.as_str());
+    assert_eq!(imported["title"], "list the files please");
+    let (_, page) = get("/api/sessions/mine/messages".into(), "tok-bob").await;
+    let kinds: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["user", "assistant", "user", "assistant", "status"]);
+    assert_eq!(
+        page["messages"][1]["message"]["message"]["content"][0]["type"],
+        "tool_use"
+    );
+    let (_, list) = get(cli_list(&app), "tok-bob").await;
+    let entry = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["cli_session_id"] == id)
+        .unwrap()
+        .clone();
+    assert_eq!(entry["imported_as"], "mine");
+
+    // Twice: 409, for the same principal and for another one (who learns nothing of it).
+    let (status, err) = post(
+        "/api/projects/cli-sessions/import",
+        json!({"cwd": app, "cli_session_id": id, "agent_id": "again"}),
+        "tok-bob",
+    )
+    .await;
+    assert_eq!((status, err["code"].as_str()), (409, Some("agent_exists")));
+    let (status, err) = post(
+        "/api/projects/cli-sessions/import",
+        json!({"cwd": app, "cli_session_id": id}),
+        "tok-alice",
+    )
+    .await;
+    assert_eq!(status, 409);
+    assert!(!err["error"].as_str().unwrap().contains("mine"), "{err}");
+    let (_, alice_list) = get(cli_list(&app), "tok-alice").await;
+    assert_eq!(alice_list["sessions"][0]["imported_as"], Value::Null);
+
+    // Sync: another principal can't; nothing new is 0; a turn the CLI added is appended.
+    let (status, _) = post("/api/sessions/mine/sync", json!({}), "tok-alice").await;
+    assert_eq!(status, 404);
+    let (status, synced) = post("/api/sessions/mine/sync", json!({}), "tok-bob").await;
+    assert_eq!(
+        (status, synced["appended"].as_i64()),
+        (200, Some(0)),
+        "{synced}"
+    );
+    let mut more = std::fs::read_to_string(path.with_file_name(format!("{id}.jsonl"))).unwrap();
+    more.truncate(more.rfind('\n').unwrap() + 1);
+    more.push_str(&transcript_line("user", "u4", id, json!("and one more")));
+    more.push('\n');
+    more.push_str(&transcript_line(
+        "assistant",
+        "a4",
+        id,
+        json!([{"type": "text", "text": "Done."}]),
+    ));
+    more.push('\n');
+    std::fs::write(path.with_file_name(format!("{id}.jsonl")), more).unwrap();
+    let (status, synced) = post("/api/sessions/mine/sync", json!({}), "tok-bob").await;
+    assert_eq!(
+        (status, synced["appended"].as_i64()),
+        (200, Some(2)),
+        "{synced}"
+    );
+    let (_, page) = get("/api/sessions/mine/messages?after_seq=5".into(), "tok-bob").await;
+    assert_eq!(
+        page["messages"][0]["message"]["message"]["content"],
+        "and one more"
+    );
+    assert_eq!(page["messages"][2]["status"], "synced");
+    let (status, _) = post("/api/sessions/mine/sync", json!({}), "tok-bob").await;
+    assert_eq!(status, 200);
+    let (_, again) = get("/api/sessions/mine".into(), "tok-bob").await;
+    assert_eq!(again["message_count"], 8, "a second sync appends nothing");
+
+    // A conversation with no transcript has nothing to sync.
+    let mut c = connect_as(&server.addr, "tok-bob").await;
+    chat_ack(&mut c, "plain", "hi").await;
+    c.until_result("plain").await;
+    let (status, _) = post("/api/sessions/plain/sync", json!({}), "tok-bob").await;
+    assert_eq!(status, 404);
+}
+
+/// Percent-encodes a query value.
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The real CLI in a project: a tool lists the project's own files, a file the agent writes
+/// appears in the project, two conversations in it don't share memory, and the system prompt
+/// reaches the model.
+#[tokio::test]
+async fn real_cli_works_in_a_project() {
+    let Some(cli) = real_cli() else { return };
+    let layout = Layout::new();
+    std::fs::write(layout.app.join("alpha.txt"), "a").unwrap();
+    std::fs::write(layout.app.join("beta.txt"), "b").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApi::start(dir.path()).await;
+    let (_cfg, config) = config_file(&format!(
+        "[projects]\nroots = [{{ path = {} }}]\n[claude]\nconfig_dir = {}\n",
+        toml_string(&layout.root.to_string_lossy()),
+        toml_string(&layout.home.to_string_lossy())
+    ));
+    let server = start_server(&dir.path().join("data"), &cli, &api, &config).await;
+    let mut c = server.client().await;
+    let app = Layout::s(&layout.app);
+    c.send(json!({"type": "chat", "agent_id": "p1", "content": "TOOL:ls", "options": {
+        "cwd": app, "system_prompt": "You are the project helper 7731.", "permission_mode": "acceptEdits"}}))
+        .await;
+    let frames = c.until_result("p1").await;
+    let reply = reply_text(&frames);
+    assert!(
+        reply.contains("alpha.txt") && reply.contains("beta.txt"),
+        "{reply}"
+    );
+    assert!(reply.contains("README.md"), "{reply}");
+    let system = api.bodies().last().unwrap()["system"].to_string();
+    assert!(
+        system.contains("You are the project helper 7731."),
+        "{system}"
+    );
+
+    c.send(json!({"type": "chat", "agent_id": "p1", "content": "TOOL:touch+made_here.txt"}))
+        .await;
+    c.until_result("p1").await;
+    assert!(
+        layout.app.join("made_here.txt").exists(),
+        "written in the project"
+    );
+
+    c.send(json!({"type": "chat", "agent_id": "p2", "content": "hello other", "options": {"cwd": app}}))
+        .await;
+    assert_eq!(
+        reply_text(&c.until_result("p2").await),
+        "Echo: hello other (history 1)",
+        "a second conversation in the project starts with no memory"
+    );
+    let last = api.requests().pop().unwrap().to_string();
+    assert!(!last.contains("TOOL:ls"), "{last}");
+    stop(server, &cli).await;
+}
+
+/// Runs the real CLI directly in `cwd`, as a user would; returns its JSON output.
+async fn run_cli(cli: &Path, cwd: &Path, home: &Path, api: &FakeApi, args: &[&str]) -> Value {
+    let out = tokio::process::Command::new(cli)
+        .args(args)
+        .args(["--output-format", "json"])
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("CLAUDE_CONFIG_DIR", home)
+        .env("ANTHROPIC_BASE_URL", &api.url)
+        .env("ANTHROPIC_API_KEY", "dummy")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A session made with the real CLI in a project is listed, imported, shows its history, and
+/// the next turn's model request carries it; a turn the CLI adds later is synced in.
+#[tokio::test]
+async fn real_cli_session_is_imported_resumed_and_synced() {
+    let Some(cli) = real_cli() else { return };
+    let layout = Layout::new();
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApi::start(dir.path()).await;
+    let made = run_cli(
+        &cli,
+        &layout.app,
+        &layout.home,
+        &api,
+        &["-p", "hello from the terminal"],
+    )
+    .await;
+    let id = made["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(made["result"], "Echo: hello from the terminal (history 1)");
+
+    let (_cfg, config) = config_file(&format!(
+        "[projects]\nroots = [{{ path = {} }}]\n[claude]\nconfig_dir = {}\n",
+        toml_string(&layout.root.to_string_lossy()),
+        toml_string(&layout.home.to_string_lossy())
+    ));
+    let server = start_server(&dir.path().join("data"), &cli, &api, &config).await;
+    let rest = Rest::new(&server);
+    let app = Layout::s(&layout.app);
+    let (_, projects) = rest.get("/api/projects").await;
+    let entry = projects["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["path"] == app.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(entry["cli_sessions"], 1, "{projects}");
+    let (_, list) = rest
+        .get(&format!(
+            "/api/projects/cli-sessions?cwd={}",
+            urlencode(&app)
+        ))
+        .await;
+    assert_eq!(list["sessions"][0]["cli_session_id"], id.as_str(), "{list}");
+    assert_eq!(list["sessions"][0]["title"], "hello from the terminal");
+
+    let (status, imported) = rest
+        .post(
+            "/api/projects/cli-sessions/import",
+            json!({"cwd": app, "cli_session_id": id, "agent_id": "term"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{imported}");
+    assert_eq!(imported["session_id"], id.as_str());
+    let (_, page) = rest.get("/api/sessions/term/messages").await;
+    let text = page.to_string();
+    assert!(
+        text.contains("hello from the terminal") && text.contains("Echo: hello from the terminal"),
+        "{text}"
+    );
+    let (status, _) = rest
+        .post(
+            "/api/projects/cli-sessions/import",
+            json!({"cwd": app, "cli_session_id": id, "agent_id": "term2"}),
+        )
+        .await;
+    assert_eq!(status, 409);
+
+    let mut c = server.client().await;
+    chat_ack(&mut c, "term", "and now from agentmux").await;
+    assert_eq!(
+        reply_text(&c.until_result("term").await),
+        "Echo: and now from agentmux (history 2)",
+        "the agent remembers the CLI session"
+    );
+    let last = api.requests().pop().unwrap().to_string();
+    assert!(last.contains("hello from the terminal"), "{last}");
+
+    // The user goes on in the terminal; a sync brings that turn in, and the next turn knows it.
+    let more = run_cli(
+        &cli,
+        &layout.app,
+        &layout.home,
+        &api,
+        &["-p", "back in the terminal", "--resume", &id],
+    )
+    .await;
+    assert_eq!(more["session_id"], id.as_str());
+    let (status, synced) = rest.post("/api/sessions/term/sync", json!({})).await;
+    assert_eq!(status, 200, "{synced}");
+    assert!(synced["appended"].as_i64().unwrap() >= 2, "{synced}");
+    let (_, page) = rest.get("/api/sessions/term/messages").await;
+    assert!(page.to_string().contains("back in the terminal"));
+    chat_ack(&mut c, "term", "last one").await;
+    assert_eq!(
+        reply_text(&c.until_result("term").await),
+        "Echo: last one (history 4)"
+    );
+    stop(server, &cli).await;
+}
+
+/// With a pre-warmed spare (which runs in a workspace of its own with no options), a
+/// conversation in a project still gets a CLI of its own in that project.
+#[tokio::test]
+async fn a_project_conversation_does_not_adopt_the_spare() {
+    let layout = Layout::new();
+    let fx = Fixture::new(&format!("{}\n[claude]\nprewarm = true\n", layout.toml()));
+    let server = fx.start(&[]).await;
+    let mut waited = 0;
+    while fx.spawns().is_empty() && waited < 150 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert_eq!(fx.spawns().len(), 1, "the spare is up");
+    let mut c = connect_as(&server.addr, "tok-alice").await;
+    let app = Layout::s(&layout.app);
+    c.send(json!({"type": "chat", "agent_id": "warm", "content": "hi", "options": {"cwd": app}}))
+        .await;
+    assert_eq!(
+        reply_text(&c.until_result("warm").await),
+        "Echo: hi (history 1)"
+    );
+    let pid = *fx.prompt_pids().last().unwrap();
+    let spawn = fx.spawns().into_iter().find(|s| s["pid"] == pid).unwrap();
+    assert_eq!(spawn["cwd"], app.as_str(), "the turn ran in the project");
+    stop_server(server).await;
+}
