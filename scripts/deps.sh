@@ -126,8 +126,9 @@ ensure_acp_adapter() {
   if [ ! -f "$script" ]; then
     echo "== installing $ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION"
     mkdir -p "$dir"
-    if ! (cd "$dir" && npm install --no-save --no-audit --no-fund --ignore-scripts \
-          "$ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION" >/dev/null); then
+    # npm checks the package's engines against the node on PATH: put the new one first.
+    if ! (cd "$dir" && PATH="$(dirname "$ACP_NODE"):$PATH" npm install --no-save --no-audit \
+          --no-fund --ignore-scripts "$ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION" >/dev/null); then
       missing "could not install $ACP_ADAPTER_PACKAGE from the npm registry"
       return 1
     fi

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    ErrorCode, FrameError, MAX_AGENT_ID_CHARS, MAX_MODEL_CHARS, PERMISSION_MODES,
+    ErrorCode, FrameError, MAX_AGENT_ID_CHARS, MAX_AGENT_NAME_CHARS, MAX_MODEL_CHARS, PERMISSION_MODES,
     UNATTENDED_PERMISSION_MODES, truncate_chars,
 };
 
@@ -40,12 +40,17 @@ pub struct ChatOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub permission_mode: Option<String>,
+    /// The agent (by name) of a new conversation; on a later chat it must name the
+    /// conversation's own agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub agent: Option<String>,
 }
 
 impl ChatOptions {
     /// Whether no option is set.
     pub fn is_empty(&self) -> bool {
-        self.model.is_none() && self.permission_mode.is_none()
+        self.model.is_none() && self.permission_mode.is_none() && self.agent.is_none()
     }
 }
 
@@ -145,6 +150,16 @@ pub fn valid_agent_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Checks an agent name: 1–64 characters of `[A-Za-z0-9._-]`, not starting with `-` or `.`.
+pub fn valid_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_AGENT_NAME_CHARS
+        && !name.starts_with(['-', '.'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Checks a model name: 1–64 characters of `[A-Za-z0-9._:-]`, not starting with `-`.
@@ -390,6 +405,16 @@ fn chat_options(value: Option<&Value>, limits: DecodeLimits) -> Result<ChatOptio
                 return Err(FrameError::new(
                     ErrorCode::InvalidOptions,
                     "`options.model` must be 1-64 characters of [A-Za-z0-9._:-]",
+                ));
+            }
+            ("agent", Value::String(a)) if valid_agent_name(a) => options.agent = Some(a.clone()),
+            ("agent", _) => {
+                return Err(FrameError::new(
+                    ErrorCode::InvalidOptions,
+                    format!(
+                        "`options.agent` must be 1-{MAX_AGENT_NAME_CHARS} characters of \
+                         [A-Za-z0-9._-], not starting with `-` or `.`"
+                    ),
                 ));
             }
             ("permission_mode", Value::String(m))

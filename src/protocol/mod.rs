@@ -18,6 +18,8 @@ use serde::Serialize;
 
 /// Longest accepted `agent_id`, in characters.
 pub const MAX_AGENT_ID_CHARS: usize = 128;
+/// Longest accepted `options.agent`, in characters.
+pub const MAX_AGENT_NAME_CHARS: usize = 64;
 /// Longest accepted `options.model`, in characters.
 pub const MAX_MODEL_CHARS: usize = 64;
 /// Permission modes the agent understands (`chat.options.permission_mode`).
@@ -79,6 +81,9 @@ pub enum ErrorCode {
     ForbiddenHost,
     /// A request body that is not declared as JSON (HTTP 415).
     UnsupportedMediaType,
+    /// An operation this conversation's agent can't do (`rewind` or `fork` of an Agent
+    /// Client Protocol agent).
+    Unsupported,
 }
 
 impl ErrorCode {
@@ -104,6 +109,7 @@ impl ErrorCode {
             ErrorCode::ForbiddenOrigin => "forbidden_origin",
             ErrorCode::ForbiddenHost => "forbidden_host",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::Unsupported => "unsupported",
         }
     }
 }
@@ -135,6 +141,12 @@ impl FrameError {
     /// Attaches the frame's `agent_id`.
     pub fn for_agent(mut self, agent_id: Option<&str>) -> Self {
         self.agent_id = agent_id.map(str::to_owned);
+        self
+    }
+
+    /// Attaches the frame's `client_msg_id`.
+    pub fn with_client_msg_id(mut self, client_msg_id: Option<String>) -> Self {
+        self.client_msg_id = client_msg_id;
         self
     }
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::sync::{Mutex, OwnedMutexGuard, mpsc, oneshot};
 
-use crate::agent::Backend;
+use crate::agent::registry::Agents;
 use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
@@ -46,6 +46,8 @@ pub struct Conversation {
     pub agent_id: String,
     /// Our id of the conversation.
     pub session_id: String,
+    /// The name of its agent (`session_info.backend`), fixed for its life.
+    pub agent: String,
 }
 
 impl Conversation {
@@ -55,6 +57,7 @@ impl Conversation {
             row: record.row,
             agent_id: record.agent_id.clone(),
             session_id: record.session_id.clone(),
+            agent: record.backend.clone(),
         })
     }
 
@@ -161,7 +164,7 @@ pub struct Interrupted {
 
 pub(crate) struct Shared {
     store: Arc<dyn Store>,
-    backend: Arc<dyn Backend>,
+    agents: Arc<Agents>,
     config: Arc<Config>,
     metrics: Metrics,
     /// Live conversations per principal and in total.
@@ -217,10 +220,10 @@ pub(crate) fn store_error(err: StoreError, agent_id: &str) -> FrameError {
 }
 
 impl Manager {
-    /// A manager over `store`, starting agents with `backend`.
+    /// A manager over `store`, starting the agents of `agents`.
     pub fn new(
         store: Arc<dyn Store>,
-        backend: Arc<dyn Backend>,
+        agents: Arc<Agents>,
         config: Arc<Config>,
         metrics: Metrics,
     ) -> Self {
@@ -233,7 +236,7 @@ impl Manager {
                 ),
                 transfers: Quota::new(config.session.max_transfers_per_principal, 0),
                 store,
-                backend,
+                agents,
                 config,
                 metrics,
                 closing: AtomicBool::new(false),
@@ -350,6 +353,10 @@ impl Manager {
                 }
             },
         };
+        if let Err(err) = self.check_chat_options(&handle.session, &chat) {
+            self.release_if_unused(&key, &slot, &guard);
+            return Err(err);
+        }
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
         send_command(&handle, &agent_id, actor::Command::Chat { chat, reply })?;
@@ -360,6 +367,79 @@ impl Manager {
             events,
             reply: reply_rx,
         })
+    }
+
+    /// Checks a chat's options against the conversation's agent: `options.agent` must be that
+    /// agent, and the model and permission mode must be ones it offers (when that is known).
+    fn check_chat_options(&self, session: &Conversation, chat: &Chat) -> Result<(), FrameError> {
+        let invalid = |message: String| {
+            FrameError::new(ErrorCode::InvalidOptions, message)
+                .for_agent(Some(&chat.agent_id))
+                .with_client_msg_id(chat.client_msg_id.clone())
+        };
+        if let Some(agent) = &chat.options.agent
+            && *agent != session.agent
+        {
+            return Err(invalid(format!(
+                "this conversation's agent is `{}`; it can't change to `{agent}`",
+                session.agent
+            )));
+        }
+        if let Some(backend) = self.shared.agents.get(&session.agent) {
+            backend
+                .check_options(
+                    chat.options.model.as_deref(),
+                    chat.options.permission_mode.as_deref(),
+                )
+                .map_err(invalid)?;
+        }
+        Ok(())
+    }
+
+    /// The agent a new conversation gets: the chat's `options.agent`, else the default.
+    fn pick_agent(&self, chat: &Chat) -> Result<String, FrameError> {
+        let agents = &self.shared.agents;
+        let name = chat
+            .options
+            .agent
+            .clone()
+            .unwrap_or_else(|| agents.default_name().to_owned());
+        if agents.get(&name).is_none() {
+            let known: Vec<String> = agents.list().into_iter().map(|a| a.name).collect();
+            return Err(FrameError::new(
+                ErrorCode::InvalidOptions,
+                format!(
+                    "no agent named `{name}` on this server (agents: {})",
+                    known.join(", ")
+                ),
+            )
+            .for_agent(Some(&chat.agent_id))
+            .with_client_msg_id(chat.client_msg_id.clone()));
+        }
+        Ok(name)
+    }
+
+    /// Refuses an operation the conversation's agent can't do with `unsupported`.
+    fn require(
+        &self,
+        agent: &str,
+        agent_id: &str,
+        what: &str,
+        can: impl Fn(&crate::agent::Supports) -> bool,
+    ) -> Result<(), FrameError> {
+        let supported = self
+            .shared
+            .agents
+            .get(agent)
+            .is_some_and(|b| can(&b.supports()));
+        if supported {
+            return Ok(());
+        }
+        Err(FrameError::new(
+            ErrorCode::Unsupported,
+            format!("this conversation's agent `{agent}` can't {what}"),
+        )
+        .for_agent(Some(agent_id)))
     }
 
     /// Starts the actor of a conversation, creating the conversation if it is new.
@@ -380,11 +460,23 @@ impl Manager {
         {
             Some(record) => record,
             None => {
-                let session_id = shared
-                    .backend
+                let agent = self.pick_agent(chat)?;
+                let backend = shared.agents.get(&agent).expect("checked by pick_agent");
+                backend
+                    .check_options(
+                        chat.options.model.as_deref(),
+                        chat.options.permission_mode.as_deref(),
+                    )
+                    .map_err(|message| {
+                        FrameError::new(ErrorCode::InvalidOptions, message)
+                            .for_agent(Some(&chat.agent_id))
+                            .with_client_msg_id(chat.client_msg_id.clone())
+                    })?;
+                let session_id = backend
                     .take_prewarmed()
                     .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
                 let mut new = self.new_session(principal, &chat.agent_id, session_id);
+                new.backend = agent;
                 new.model = chat.options.model.clone();
                 new.permission_mode = chat.options.permission_mode.clone();
                 shared.store.create_session(new).await.map_err(store_err)?
@@ -450,6 +542,8 @@ impl Manager {
         to_seq: i64,
     ) -> Result<Frame, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
+        let agent = &slot.session.get().expect("set by existing_slot").agent;
+        self.require(agent, agent_id, "rewind", |s| s.rewind)?;
         match &*guard {
             SlotState::Live(handle) if !handle.tx.is_closed() => {
                 let (reply, rx) = oneshot::channel();
@@ -483,6 +577,7 @@ impl Manager {
     ) -> Result<SessionRecord, FrameError> {
         let store = &self.shared.store;
         let source = self.get(principal, agent_id).await?;
+        self.require(&source.backend, agent_id, "fork", |s| s.fork)?;
         let mut new = self.new_session(principal, new_agent_id, uuid::Uuid::new_v4().to_string());
         new.backend = source.backend.clone();
         new.model = source.model.clone();

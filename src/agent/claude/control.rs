@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::lines::Line;
-use super::process::Proc;
+use crate::agent::lines::Line;
+use crate::agent::process::Proc;
 use crate::protocol::PermissionDecision;
 
 /// The id of the `initialize` request.

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::ClaudeSettings;
 use super::control;
-use super::process::Proc;
+use crate::agent::process::Proc;
 use crate::agent::Launch;
 
 /// How often the spare process is checked for life.
@@ -90,7 +90,7 @@ async fn start_spare(settings: &ClaudeSettings, id: &str) -> Option<Proc> {
         None,
         None,
     );
-    match Proc::start(settings, &args, &cwd) {
+    match Proc::start(settings.proc_spec(&args, &cwd)) {
         Ok(mut proc) => match control::initialize(&mut proc, settings.init_timeout()).await {
             Ok(()) => Some(proc),
             Err(e) => {
