@@ -244,6 +244,11 @@ impl Manager {
         }
     }
 
+    /// The agents conversations can run.
+    pub fn agents(&self) -> &Agents {
+        &self.shared.agents
+    }
+
     /// Drops dormant, unwatched slots from memory now and then, until `stop` fires.
     pub fn spawn_sweeper(&self, stop: tokio_util::sync::CancellationToken) {
         let slots = Arc::downgrade(&self.slots);

@@ -1,10 +1,11 @@
-//! The REST API under `/api/sessions`, and its OpenAPI document at `/api/openapi.json`,
+//! The REST API under `/api/sessions` and `/api/agents`, and its OpenAPI document at `/api/openapi.json`,
 //! generated from the handlers' own types.
 //!
 //! Every handler acts for the caller's [`Principal`](crate::http::auth::Principal) and sees only
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
 //! stable codes of the WebSocket protocol.
 
+mod agents;
 mod sessions;
 
 pub(super) use sessions::{agent_id, last_event_id};
@@ -35,6 +36,7 @@ use crate::http::AppState;
         sessions::fork,
         super::sse::events,
         super::auth::ws_ticket,
+        agents::list,
     ),
     components(schemas(
         crate::http::ErrorBody,
@@ -51,6 +53,10 @@ use crate::http::AppState;
         sessions::ForkBody,
         crate::session::ExportLine,
         super::auth::Ticket,
+        agents::AgentList,
+        crate::agent::registry::AgentInfo,
+        crate::agent::Supports,
+        crate::config::AgentKind,
     ))
 )]
 pub struct ApiDoc;
@@ -66,6 +72,7 @@ pub fn docs() -> Router<AppState> {
 /// The routes of the REST API.
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route("/api/agents", get(agents::list))
         .route("/api/sessions", get(sessions::list))
         .route("/api/sessions/import", post(sessions::import))
         .route(
