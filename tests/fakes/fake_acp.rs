@@ -154,6 +154,7 @@ impl Agent {
             if text.contains("SLOW") {
                 match self.next(Duration::from_millis(200)) {
                     Ok(m) if m["method"] == "session/cancel" => {
+                        log_call(&self.args.state, "session/cancel");
                         self.turns.push((text.to_owned(), said));
                         save(&self.args.state, &sid, &self.turns);
                         return end(id, "cancelled");
@@ -187,7 +188,10 @@ impl Agent {
         let mut cancelled = false;
         let outcome = loop {
             match self.next(Duration::from_secs(600)) {
-                Ok(m) if m["method"] == "session/cancel" => cancelled = true,
+                Ok(m) if m["method"] == "session/cancel" => {
+                    log_call(&self.args.state, "session/cancel");
+                    cancelled = true;
+                }
                 Ok(m) if m["id"] == json!(ask) && m.get("method").is_none() => {
                     break m["result"]["outcome"].clone();
                 }

@@ -1,0 +1,468 @@
+//! Agent Client Protocol conversations against the fake ACP agent (which answers like the
+//! recorded real adapter): agents by name, turns, permissions, interrupts, crashes, garbage,
+//! resume, load and the fallback to a new session, and what ACP can't do.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::rest::Rest;
+
+/// A server whose default agent is `demo`, with the fake ACP agent as `fake` (flags: extra
+/// arguments of `fake-acp`), keeping its sessions in `state`.
+pub struct AcpSetup {
+    pub dir: tempfile::TempDir,
+    pub config: String,
+    _cfg: tempfile::TempDir,
+}
+
+impl AcpSetup {
+    pub fn new(flags: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("agent-state");
+        let mut command = vec![
+            sibling("fake-acp").to_string_lossy().into_owned(),
+            "--state".to_owned(),
+            state.to_string_lossy().into_owned(),
+        ];
+        command.extend(flags.iter().map(|f| f.to_string()));
+        let command: Vec<String> = command.iter().map(|c| toml_string(c)).collect();
+        let (cfg, config) = config_file(&format!(
+            "[agents.fake]\nkind = \"acp\"\ncommand = [{}]\nenv = {{ FAKE_KEY = \"secret\" }}\n",
+            command.join(", ")
+        ));
+        AcpSetup {
+            dir,
+            config,
+            _cfg: cfg,
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// What the agent was asked, one method (or permission outcome) per line.
+    pub fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("agent-state/calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    pub async fn start(&self) -> TestServer {
+        TestServer::start_in(
+            &self.data_dir(),
+            &["--demo-delay-ms", "0", "--config", &self.config],
+            &[],
+        )
+        .await
+    }
+}
+
+/// Sends a chat with options and returns its ack (or error).
+pub async fn chat_with(c: &mut Client, agent_id: &str, content: &str, options: Value) -> Value {
+    c.send(json!({"type": "chat", "agent_id": agent_id, "content": content, "options": options}))
+        .await;
+    let frames = c
+        .recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error")
+        .await;
+    frames.last().unwrap().clone()
+}
+
+fn stored<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    frames
+        .iter()
+        .filter(|f| f["message_type"] == kind && f["seq"].is_i64())
+        .collect()
+}
+
+fn statuses(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f["message_type"] == "status")
+        .map(|f| f["status"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Two turns stream as deltas and are stored as one assistant and one result each; the
+/// conversation's agent shows in REST and `GET /api/agents` lists it.
+#[tokio::test]
+async fn an_acp_conversation_streams_stores_and_remembers() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let (status, agents) = rest.get("/api/agents").await;
+    assert_eq!(status, 200);
+    assert_eq!(agents["default"], "demo");
+    let fake = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "fake")
+        .expect("the configured agent is listed");
+    assert_eq!(fake["kind"], "acp");
+    assert_eq!(fake["supports"]["rewind"], false);
+    assert!(
+        !agents.to_string().contains("secret"),
+        "no env value leaks: {agents}"
+    );
+
+    let mut c = server.client().await;
+    let ack = chat_with(&mut c, "a1", "hello one", json!({"agent": "fake"})).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let first = c.until_result("a1").await;
+    assert_eq!(reply_text(&first), "Echo: hello one (history 1)");
+    let deltas: String = first
+        .iter()
+        .filter(|f| f["message_type"] == "stream_event")
+        .map(|f| f["message"]["event"]["delta"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, "Echo: hello one (history 1)");
+    let assistants = stored(&first, "assistant");
+    assert_eq!(assistants.len(), 1, "deltas are coalesced into one stored reply");
+    assert_eq!(
+        assistants[0]["message"]["message"]["content"][0]["text"],
+        "Echo: hello one (history 1)"
+    );
+    let result = stored(&first, "result")[0];
+    assert_eq!(result["message"]["stop_reason"], "end_turn");
+    assert_eq!(result["message"]["usage"]["output_tokens"], 5);
+    let init = stored(&first, "system")[0];
+    let agent_session = init["message"]["session_id"].as_str().unwrap().to_owned();
+
+    chat_ack(&mut c, "a1", "hello two").await;
+    assert_eq!(
+        reply_text(&c.until_result("a1").await),
+        "Echo: hello two (history 2)",
+        "the same agent session carries on"
+    );
+    let (status, session) = rest.get("/api/sessions/a1").await;
+    assert_eq!(status, 200);
+    assert_eq!(session["backend"], "fake");
+    let db = server.db().await;
+    let (sdk,): (Option<String>,) =
+        sqlx::query_as("SELECT sdk_session_id FROM session_info WHERE agent_id = 'a1'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(sdk.as_deref(), Some(agent_session.as_str()));
+    let (_, agents) = rest.get("/api/agents").await;
+    let fake = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "fake")
+        .unwrap()
+        .clone();
+    assert_eq!(fake["supports"]["known"], true);
+    assert_eq!(fake["supports"]["resume"], true);
+    assert_eq!(fake["supports"]["modes"], true);
+}
+
+/// Agent choice and options are checked before anything is created: an unknown or malformed
+/// agent, another agent for an existing conversation, a mode or model the agent doesn't offer.
+#[tokio::test]
+async fn agent_and_options_are_validated() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    for bad in [json!("nope"), json!("../fake"), json!("-x"), json!(7), json!("a".repeat(65))] {
+        let err = chat_with(&mut c, "v1", "hi", json!({"agent": bad})).await;
+        assert_eq!(err["code"], "invalid_options", "{bad}: {err}");
+        assert_eq!(err["agent_id"], "v1");
+    }
+    assert_eq!(rest.get("/api/sessions/v1").await.0, 404, "nothing was created");
+
+    chat_with(&mut c, "v1", "hi", json!({"agent": "fake"})).await;
+    c.until_result("v1").await;
+    let err = chat_with(&mut c, "v1", "again", json!({"agent": "demo"})).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    let same = chat_with(&mut c, "v1", "again", json!({"agent": "fake"})).await;
+    assert_eq!(same["message_type"], "ack");
+    c.until_result("v1").await;
+
+    // Once the agent has said what it offers, other values are refused up front.
+    let err = chat_with(&mut c, "v1", "x", json!({"model": "no-such-model"})).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(err["error"].as_str().unwrap().contains("fast-model"), "{err}");
+    let err = chat_with(&mut c, "v2", "x", json!({"agent": "fake", "permission_mode": "dontAsk"})).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert_eq!(rest.get("/api/sessions/v2").await.0, 404);
+
+    // Offered ones reach the agent as set_mode / set_config_option.
+    let ok = chat_with(
+        &mut c,
+        "v1",
+        "x",
+        json!({"model": "fast-model", "permission_mode": "plan"}),
+    )
+    .await;
+    assert_eq!(ok["message_type"], "ack", "{ok}");
+    c.until_result("v1").await;
+    let calls = setup.calls();
+    assert!(calls.contains(&"session/set_mode".to_owned()), "{calls:?}");
+    assert!(calls.contains(&"session/set_config_option".to_owned()), "{calls:?}");
+}
+
+/// `rewind` and `fork` of an ACP conversation answer `unsupported`, over the socket and REST.
+#[tokio::test]
+async fn rewind_and_fork_are_unsupported() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    chat_with(&mut c, "r1", "one", json!({"agent": "fake"})).await;
+    let frames = c.until_result("r1").await;
+    let result_seq = stored(&frames, "result")[0]["seq"].as_i64().unwrap();
+    c.send(json!({"type": "rewind", "agent_id": "r1", "to_seq": result_seq}))
+        .await;
+    let err = c.recv_until(|v| v["message_type"] == "error").await;
+    assert_eq!(err.last().unwrap()["code"], "unsupported");
+    c.send(json!({"type": "fork", "agent_id": "r1", "new_agent_id": "r2"}))
+        .await;
+    let err = c.recv_until(|v| v["message_type"] == "error").await;
+    assert_eq!(err.last().unwrap()["code"], "unsupported");
+    let (status, body) = rest
+        .post("/api/sessions/r1/rewind", json!({"to_seq": result_seq}))
+        .await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("unsupported")));
+    assert_eq!(rest.get("/api/sessions/r2").await.0, 404);
+}
+
+/// Allow runs the tool and stores its result; deny stores a failed result; both resolve the
+/// request. A request open when the user interrupts is withdrawn: `cancelled` to the agent and
+/// to the sockets, and the turn ends `aborted_streaming`.
+#[tokio::test]
+async fn permission_requests_are_answered_from_the_socket() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    for (agent_id, behavior) in [("p-allow", "allow"), ("p-deny", "deny")] {
+        chat_with(&mut c, agent_id, "PERMIT", json!({"agent": "fake"})).await;
+        let asked = c
+            .recv_until(|v| v["message_type"] == "permission_request")
+            .await;
+        let request = asked.last().unwrap();
+        assert_eq!(request["tool_name"], "Bash");
+        assert_eq!(request["input"]["command"], "touch a.txt");
+        let tool_use = stored(&asked, "assistant");
+        assert_eq!(
+            tool_use.last().unwrap()["message"]["message"]["content"][0]["input"]["command"],
+            "touch a.txt",
+            "the tool call is stored with its input"
+        );
+        c.send(json!({"type": "permission_response", "agent_id": agent_id,
+            "request_id": request["request_id"], "behavior": behavior}))
+            .await;
+        let rest = c.until_result(agent_id).await;
+        let resolved = rest
+            .iter()
+            .find(|f| f["message_type"] == "permission_resolved")
+            .unwrap();
+        let tool_result = &stored(&rest, "user")[0]["message"]["message"]["content"][0];
+        if behavior == "allow" {
+            assert_eq!(resolved["outcome"], "allowed");
+            assert_eq!(tool_result["content"], "ran");
+            assert_eq!(tool_result["is_error"], false);
+            assert_eq!(reply_text(&rest), "Tool said: ran");
+        } else {
+            assert_eq!(resolved["outcome"], "denied");
+            assert_eq!(tool_result["is_error"], true);
+            assert_eq!(reply_text(&rest), "Tool was denied");
+        }
+    }
+    let calls = setup.calls();
+    assert!(calls.iter().any(|l| l.contains("allow-once")), "{calls:?}");
+    assert!(calls.iter().any(|l| l.contains("\"reject\"")), "{calls:?}");
+
+    chat_with(&mut c, "p-cancel", "PERMIT", json!({"agent": "fake"})).await;
+    c.recv_until(|v| v["message_type"] == "permission_request")
+        .await;
+    c.send(json!({"type": "interrupt", "agent_id": "p-cancel"})).await;
+    let rest = c.until_result("p-cancel").await;
+    let resolved = rest
+        .iter()
+        .find(|f| f["message_type"] == "permission_resolved")
+        .expect("the open request is resolved");
+    assert_eq!(resolved["outcome"], "cancelled");
+    let result = stored(&rest, "result")[0];
+    assert_eq!(result["message"]["terminal_reason"], "aborted_streaming");
+    assert!(
+        setup
+            .calls()
+            .iter()
+            .any(|l| l.contains("permission") && l.contains("cancelled")),
+        "the agent was told cancelled: {:?}",
+        setup.calls()
+    );
+    chat_ack(&mut c, "p-cancel", "after").await;
+    assert!(reply_text(&c.until_result("p-cancel").await).starts_with("Echo: after"));
+}
+
+/// An interrupt during a slow stream ends the turn at once as `aborted_streaming`; the next
+/// turn runs on the same agent session.
+#[tokio::test]
+async fn interrupt_cancels_the_turn_and_the_next_one_works() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "i1", "SLOW", json!({"agent": "fake"})).await;
+    c.recv_until(|v| v["message_type"] == "stream_event").await;
+    c.send(json!({"type": "interrupt", "agent_id": "i1"})).await;
+    let rest = c.until_result("i1").await;
+    let result = stored(&rest, "result")[0];
+    assert_eq!(result["message"]["terminal_reason"], "aborted_streaming");
+    assert_eq!(result["message"]["stop_reason"], "cancelled");
+    assert!(setup.calls().contains(&"session/cancel".to_owned()));
+    chat_ack(&mut c, "i1", "next").await;
+    assert_eq!(
+        reply_text(&c.until_result("i1").await),
+        "Echo: next (history 2)"
+    );
+}
+
+/// An agent that dies mid-turn: the turn ends `crashed`, and the next turn resumes the
+/// agent's session in a new process.
+#[tokio::test]
+async fn a_crash_mid_turn_is_survived_and_the_session_resumed() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "c1", "first", json!({"agent": "fake"})).await;
+    c.until_result("c1").await;
+    chat_ack(&mut c, "c1", "CRASH").await;
+    let frames = c.until_result("c1").await;
+    assert!(statuses(&frames).contains(&"crashed".to_owned()), "{frames:?}");
+    assert_eq!(stored(&frames, "result")[0]["message"]["terminal_reason"], "crashed");
+    chat_ack(&mut c, "c1", "again").await;
+    let frames = c.until_result("c1").await;
+    assert_eq!(reply_text(&frames), "Echo: again (history 2)");
+    assert!(statuses(&frames).contains(&"resuming".to_owned()));
+    assert!(setup.calls().contains(&"session/resume".to_owned()));
+}
+
+/// Lines that are not JSON-RPC are skipped with a warning; the turn and the next one work.
+#[tokio::test]
+async fn garbage_lines_are_skipped() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "g1", "GARBAGE", json!({"agent": "fake"})).await;
+    let frames = c.until_result("g1").await;
+    assert_eq!(reply_text(&frames), "Echo: GARBAGE (history 1)");
+    let warnings = statuses(&frames)
+        .into_iter()
+        .filter(|s| s == "warning")
+        .count();
+    assert!(warnings >= 3, "{frames:?}");
+    chat_ack(&mut c, "g1", "fine").await;
+    assert_eq!(
+        reply_text(&c.until_result("g1").await),
+        "Echo: fine (history 2)"
+    );
+}
+
+async fn restart(server: &mut TestServer, setup: &AcpSetup) -> TestServer {
+    assert!(server.terminate().await.success());
+    setup.start().await
+}
+
+/// An agent that offers `session/load` but not resume: after a restart the session is loaded,
+/// its replayed updates are not stored again, and the agent remembers.
+#[tokio::test]
+async fn load_without_resume_drops_the_replay() {
+    let setup = AcpSetup::new(&["--no-resume"]);
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "l1", "first", json!({"agent": "fake"})).await;
+    c.until_result("l1").await;
+    drop(c);
+    let server2 = restart(&mut server, &setup).await;
+    let mut c = server2.client().await;
+    chat_ack(&mut c, "l1", "second").await;
+    let frames = c.until_result("l1").await;
+    assert_eq!(reply_text(&frames), "Echo: second (history 2)");
+    assert!(setup.calls().contains(&"session/load".to_owned()));
+    assert!(!setup.calls().contains(&"session/resume".to_owned()));
+    c.send(json!({"type": "subscribe", "agent_id": "l1", "since_seq": 0}))
+        .await;
+    let all = c
+        .recv_until(|v| v["message_type"] == "result" && v["message"]["result"].as_str().is_some_and(|r| r.contains("second")))
+        .await;
+    let replies: Vec<&str> = stored(&all, "assistant")
+        .iter()
+        .filter_map(|f| f["message"]["message"]["content"][0]["text"].as_str())
+        .collect();
+    assert_eq!(
+        replies,
+        ["Echo: first (history 1)", "Echo: second (history 2)"],
+        "nothing replayed is stored twice"
+    );
+}
+
+/// An agent that can neither resume nor load: after a restart a new agent session starts,
+/// `resume_failed` says so, and the stored history is kept.
+#[tokio::test]
+async fn no_resume_no_load_starts_over_and_keeps_history() {
+    let setup = AcpSetup::new(&["--no-resume", "--no-load"]);
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "n1", "first", json!({"agent": "fake"})).await;
+    let before = c.until_result("n1").await;
+    let old_session = stored(&before, "system")[0]["message"]["session_id"].clone();
+    drop(c);
+    let server2 = restart(&mut server, &setup).await;
+    let mut c = server2.client().await;
+    chat_ack(&mut c, "n1", "second").await;
+    let frames = c.until_result("n1").await;
+    assert!(statuses(&frames).contains(&"resume_failed".to_owned()), "{frames:?}");
+    assert_eq!(reply_text(&frames), "Echo: second (history 1)");
+    let new_session = stored(&frames, "system")[0]["message"]["session_id"].clone();
+    assert_ne!(old_session, new_session);
+    let (status, page) = Rest::new(&server2).get("/api/sessions/n1/messages").await;
+    assert_eq!(status, 200);
+    assert!(page.to_string().contains("Echo: first (history 1)"), "history kept");
+}
+
+/// The agent is started in the conversation's workspace, with the configured `env` and
+/// nothing else of the server's secrets; `--backend` makes a configured agent the default.
+#[tokio::test]
+async fn backend_flag_picks_a_configured_agent() {
+    let setup = AcpSetup::new(&[]);
+    let server = TestServer::start_in(
+        &setup.data_dir(),
+        &["--config", &setup.config, "--backend", "fake"],
+        &[],
+    )
+    .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "d1", "plain").await;
+    assert_eq!(
+        reply_text(&c.until_result("d1").await),
+        "Echo: plain (history 1)"
+    );
+    let (_, agents) = Rest::new(&server).get("/api/agents").await;
+    assert_eq!(agents["default"], "fake");
+}
+
+/// A configured agent whose program is missing stops the server from starting.
+#[tokio::test]
+async fn a_missing_agent_program_is_refused_at_start() {
+    let (_cfg, config) = config_file(
+        "[agents.ghost]\nkind = \"acp\"\ncommand = [\"/nonexistent/agent\"]\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--config", &config, "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ghost") && stderr.contains("does not exist"), "{stderr}");
+    let _ = Path::new("");
+}
