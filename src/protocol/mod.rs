@@ -164,7 +164,7 @@ mod typescript;
 
 #[cfg(test)]
 mod tests {
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -192,7 +192,8 @@ mod tests {
                 client_msg_id: Some("c1".into()),
                 options: ChatOptions {
                     model: Some("m1".into()),
-                    permission_mode: None
+                    permission_mode: None,
+                    agent: None,
                 },
             })
         );
@@ -249,6 +250,26 @@ mod tests {
     }
 
     #[test]
+    fn options_agent_is_a_plain_name() {
+        let chat = |agent: &str| {
+            let frame = json!({"type": "chat", "agent_id": "a", "content": "hi",
+                "options": {"agent": serde_json::from_str::<Value>(agent).unwrap()}});
+            decode(&frame.to_string(), LIMITS)
+        };
+        let Ok(ClientFrame::Chat(ok)) = chat("\"codex-acp\"") else {
+            panic!("a plain name decodes");
+        };
+        assert_eq!(ok.options.agent.as_deref(), Some("codex-acp"));
+        let long = format!("\"{}\"", "a".repeat(MAX_AGENT_NAME_CHARS + 1));
+        let bad = ["\"\"", "\"../x\"", "\"-x\"", "\".x\"", "\"a/b\"", "\"a b\"", "7", "[]"];
+        for bad in bad.iter().copied().chain([long.as_str()]) {
+            let err = chat(bad).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidOptions, "{bad}");
+            assert_eq!(err.agent_id.as_deref(), Some("a"));
+        }
+    }
+
+    #[test]
     fn serialized_client_frames_decode_to_themselves() {
         let frames = [
             ClientFrame::Chat(Chat {
@@ -258,6 +279,7 @@ mod tests {
                 options: ChatOptions {
                     model: Some("m".into()),
                     permission_mode: Some("plan".into()),
+                    agent: Some("gemini".into()),
                 },
             }),
             ClientFrame::Chat(Chat {

@@ -50,7 +50,11 @@ pub(super) fn load_session(session_id: &str, cwd: &std::path::Path) -> Value {
 
 /// `session/resume` params.
 pub(super) fn resume_session(session_id: &str, cwd: &std::path::Path) -> Value {
-    to_value(&acp::ResumeSessionRequest::new(session_id.to_owned(), cwd))
+    let mut params = to_value(&acp::ResumeSessionRequest::new(session_id.to_owned(), cwd));
+    // Optional in the schema (and left out when empty); sent anyway, as for session/new and
+    // session/load, so agents written against older schemas accept it too.
+    params["mcpServers"] = json!([]);
+    params
 }
 
 /// `session/prompt` params: the user's text as one text block.
