@@ -2,6 +2,7 @@
 //! clients, a real SQLite file; and the fakes that stand in for the Claude CLI and its API.
 
 mod acp;
+mod acp_real;
 mod bench;
 mod bodies;
 mod claude;

@@ -73,7 +73,7 @@ impl FakeApi {
 }
 
 /// The state letter and parent pid of a process, from `/proc/<pid>/stat`.
-fn stat(pid: u32) -> Option<(char, u32)> {
+pub fn stat(pid: u32) -> Option<(char, u32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
     let state = rest.next()?.chars().next()?;
@@ -82,7 +82,7 @@ fn stat(pid: u32) -> Option<(char, u32)> {
 }
 
 /// Whether a process is running (a zombie is not).
-fn running(pid: u32) -> bool {
+pub fn running(pid: u32) -> bool {
     stat(pid).is_some_and(|(state, _)| state != 'Z')
 }
 
@@ -120,7 +120,7 @@ async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) 
 }
 
 /// Waits up to `deadline` for every process in `pids` to be gone.
-async fn wait_gone(pids: &[u32], deadline: Duration) {
+pub async fn wait_gone(pids: &[u32], deadline: Duration) {
     let start = std::time::Instant::now();
     while pids.iter().any(|p| running(*p)) && start.elapsed() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
