@@ -52,6 +52,16 @@ impl AcpSetup {
             .collect()
     }
 
+    /// A server whose default agent is the fake ACP agent.
+    pub async fn start_as_default(&self) -> TestServer {
+        TestServer::start_in(
+            &self.data_dir(),
+            &["--config", &self.config, "--backend", "fake"],
+            &[],
+        )
+        .await
+    }
+
     pub async fn start(&self) -> TestServer {
         TestServer::start_in(
             &self.data_dir(),
