@@ -22,7 +22,12 @@ export type PermissionDecision = { "behavior": "allow",
 /**
  * The edited tool input, when the user changed it.
  */
-updated_input?: Record<string, unknown>, } | { "behavior": "deny", 
+updated_input?: Record<string, unknown>, 
+/**
+ * Allow this tool for the rest of the conversation, where the agent offers that (an
+ * Agent Client Protocol agent's `allow_always`); otherwise the same as once.
+ */
+always?: boolean, } | { "behavior": "deny", 
 /**
  * Shown to the agent.
  */
@@ -78,7 +83,12 @@ request_id: string, } & ({ "behavior": "allow",
 /**
  * The edited tool input, when the user changed it.
  */
-updated_input?: Record<string, unknown>, } | { "behavior": "deny", 
+updated_input?: Record<string, unknown>, 
+/**
+ * Allow this tool for the rest of the conversation, where the agent offers that (an
+ * Agent Client Protocol agent's `allow_always`); otherwise the same as once.
+ */
+always?: boolean, } | { "behavior": "deny", 
 /**
  * Shown to the agent.
  */

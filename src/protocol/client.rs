@@ -20,6 +20,11 @@ pub enum PermissionDecision {
         #[serde(skip_serializing_if = "Option::is_none")]
         #[cfg_attr(test, ts(type = "Record<string, unknown>", optional))]
         updated_input: Option<Value>,
+        /// Allow this tool for the rest of the conversation, where the agent offers that (an
+        /// Agent Client Protocol agent's `allow_always`); otherwise the same as once.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        #[cfg_attr(test, ts(type = "boolean", optional))]
+        always: bool,
     },
     /// Don't run the tool; the agent is told why.
     Deny {
@@ -308,6 +313,11 @@ pub fn decode_object(
                         None | Some(Value::Null) => None,
                         Some(v @ Value::Object(_)) => Some(v.clone()),
                         Some(_) => return Err(bad("`updated_input` must be an object")),
+                    },
+                    always: match obj.get("always") {
+                        None | Some(Value::Null) => false,
+                        Some(Value::Bool(b)) => *b,
+                        Some(_) => return Err(bad("`always` must be a boolean")),
                     },
                 },
                 Some("deny") => PermissionDecision::Deny {

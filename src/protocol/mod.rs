@@ -305,6 +305,15 @@ mod tests {
                 request_id: "r".into(),
                 decision: PermissionDecision::Allow {
                     updated_input: Some(serde_json::json!({"command": "ls"})),
+                    always: false,
+                },
+            },
+            ClientFrame::PermissionResponse {
+                agent_id: "a".into(),
+                request_id: "r".into(),
+                decision: PermissionDecision::Allow {
+                    updated_input: None,
+                    always: true,
                 },
             },
             ClientFrame::PermissionResponse {

@@ -12,7 +12,9 @@
 //! * `CRASH` — one chunk, then the process exits with status 3;
 //! * `PERMIT` — a `Bash` tool call that asks `session/request_permission` (options
 //!   `allow-once`/`allow_once`, `reject`/`reject_once`); allowed, it completes with output
-//!   `ran`; rejected, it fails; cancelled (or `session/cancel`), the turn ends `cancelled`;
+//!   `ran`; rejected, it fails; cancelled (or `session/cancel`), the turn ends `cancelled`.
+//!   With `ALWAYS` too, an `allow-always`/`allow_always` option is offered first (as the
+//!   adapter does for some tools);
 //! * `GARBAGE` — lines that are not JSON-RPC, then a normal reply;
 //! * `SLOW` — 50 words, 200 ms apart; `session/cancel` ends the turn `cancelled`;
 //! * otherwise `Echo: <text> (history N)`, N the session's number of prompts so far.
@@ -180,11 +182,20 @@ impl Agent {
             "rawInput": input, "title": "touch a.txt"}));
         let ask = self.next_id;
         self.next_id += 1;
+        let mut options = vec![
+            json!({"optionId": "allow-once", "name": "Yes", "kind": "allow_once"}),
+            json!({"optionId": "reject", "name": "No", "kind": "reject_once"}),
+        ];
+        if text.contains("ALWAYS") {
+            options.insert(
+                0,
+                json!({"optionId": "allow-always", "name": "Always", "kind": "allow_always"}),
+            );
+        }
         send(&json!({"jsonrpc": "2.0", "id": ask, "method": "session/request_permission",
             "params": {"sessionId": sid, "toolCall": {"toolCallId": tool, "name": "Bash",
             "status": "pending", "rawInput": input, "title": "touch a.txt", "kind": "execute"},
-            "options": [{"optionId": "allow-once", "name": "Yes", "kind": "allow_once"},
-                        {"optionId": "reject", "name": "No", "kind": "reject_once"}]}}));
+            "options": options}}));
         let mut cancelled = false;
         let outcome = loop {
             match self.next(Duration::from_secs(600)) {
@@ -205,7 +216,7 @@ impl Agent {
         if cancelled || outcome["outcome"] == "cancelled" {
             return end(id, "cancelled");
         }
-        let allowed = outcome["optionId"] == "allow-once";
+        let allowed = outcome["optionId"] == "allow-once" || outcome["optionId"] == "allow-always";
         if allowed {
             update(sid, json!({"sessionUpdate": "tool_call_update", "toolCallId": tool,
                 "status": "completed", "rawOutput": "ran"}));

@@ -289,6 +289,28 @@ async fn permission_requests_are_answered_from_the_socket() {
     assert!(calls.iter().any(|l| l.contains("allow-once")), "{calls:?}");
     assert!(calls.iter().any(|l| l.contains("\"reject\"")), "{calls:?}");
 
+    // "always" picks allow_always where the agent offers it, and is refused when malformed.
+    chat_with(&mut c, "p-always", "PERMIT ALWAYS", json!({"agent": "fake"})).await;
+    let request = c
+        .recv_until(|v| v["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    c.send(json!({"type": "permission_response", "agent_id": "p-always",
+        "request_id": request["request_id"], "behavior": "allow", "always": "yes"}))
+        .await;
+    let err = c.recv_until(|v| v["message_type"] == "error").await;
+    assert_eq!(err.last().unwrap()["code"], "bad_frame");
+    c.send(json!({"type": "permission_response", "agent_id": "p-always",
+        "request_id": request["request_id"], "behavior": "allow", "always": true}))
+        .await;
+    assert_eq!(reply_text(&c.until_result("p-always").await), "Tool said: ran");
+    assert!(
+        setup.calls().iter().any(|l| l.contains("allow-always")),
+        "{:?}",
+        setup.calls()
+    );
+
     chat_with(&mut c, "p-cancel", "PERMIT", json!({"agent": "fake"})).await;
     c.recv_until(|v| v["message_type"] == "permission_request")
         .await;

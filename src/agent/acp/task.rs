@@ -519,11 +519,13 @@ impl AcpTask {
         }
     }
 
-    /// The option a user's decision selects: allow → `allow_once`, deny → `reject_once` (or
-    /// the `always` kinds when the agent offers only those); none fits → `cancelled`.
+    /// The option a user's decision selects: allow → `allow_once` (`allow_always` when the
+    /// user said always and the agent offers it), deny → `reject_once` (the `always` kinds
+    /// when the agent offers only those); none fits → `cancelled`.
     fn choose(&self, request_id: &str, decision: &PermissionDecision) -> Option<String> {
         let (_, options) = self.permissions.get(request_id)?;
         let kinds: &[&str] = match decision {
+            PermissionDecision::Allow { always: true, .. } => &["allow_always", "allow_once"],
             PermissionDecision::Allow { .. } => &["allow_once", "allow_always"],
             PermissionDecision::Deny { .. } => &["reject_once", "reject_always"],
         };
