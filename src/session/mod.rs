@@ -15,6 +15,8 @@ pub mod events;
 mod history;
 pub mod replay;
 
+pub use crate::agent::Supports;
+pub use crate::agent::registry::AgentInfo;
 pub use crate::store::{SessionQuery, SessionRecord};
 pub use history::{ExportLine, MAX_TITLE_CHARS};
 
@@ -244,9 +246,10 @@ impl Manager {
         }
     }
 
-    /// The agents conversations can run.
-    pub fn agents(&self) -> &Agents {
-        &self.shared.agents
+    /// The agents conversations can run, and the name of the default one.
+    pub fn agents(&self) -> (Vec<AgentInfo>, String) {
+        let agents = &self.shared.agents;
+        (agents.list(), agents.default_name().to_owned())
     }
 
     /// Drops dormant, unwatched slots from memory now and then, until `stop` fires.

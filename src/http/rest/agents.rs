@@ -5,10 +5,10 @@ use axum::extract::State;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::agent::registry::AgentInfo;
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::ErrorBody;
+use crate::session::AgentInfo;
 
 /// The agents of this server.
 #[derive(Debug, Serialize, ToSchema)]
@@ -23,9 +23,6 @@ pub struct AgentList {
 #[utoipa::path(get, path = "/api/agents",
     responses((status = 200, body = AgentList), (status = 401, body = ErrorBody)))]
 pub async fn list(State(app): State<AppState>, Principal(_principal): Principal) -> Json<AgentList> {
-    let agents = app.manager.agents();
-    Json(AgentList {
-        agents: agents.list(),
-        default: agents.default_name().to_owned(),
-    })
+    let (agents, default) = app.manager.agents();
+    Json(AgentList { agents, default })
 }

@@ -54,8 +54,8 @@ use crate::http::AppState;
         crate::session::ExportLine,
         super::auth::Ticket,
         agents::AgentList,
-        crate::agent::registry::AgentInfo,
-        crate::agent::Supports,
+        crate::session::AgentInfo,
+        crate::session::Supports,
         crate::config::AgentKind,
     ))
 )]
