@@ -161,6 +161,7 @@ impl Agents {
                 args: def.command.iter().skip(1).cloned().collect(),
                 env,
                 config: config.acp.clone(),
+                allow_unattended: config.agent.allow_bypass_permissions,
             })),
         })
     }

@@ -3,7 +3,7 @@
 //! `tests/it/fixtures/acp/`), for what the real one can't be made to do on demand: crash
 //! mid-turn, write garbage, or load a session without offering resume.
 //!
-//! Usage: `fake-acp --state DIR [--no-resume] [--no-load]`. Sessions are kept in
+//! Usage: `fake-acp --state DIR [--no-resume] [--no-load] [--start-mode MODE]`. Sessions are kept in
 //! `DIR/<session id>.json` (their prompts and replies), so a new process can resume or load
 //! them. Each `initialize` is logged as a line `initialize` in `DIR/calls.log`, and every
 //! method it receives likewise, one per line.
@@ -16,6 +16,7 @@
 //!   With `ALWAYS` too, an `allow-always`/`allow_always` option is offered first (as the
 //!   adapter does for some tools);
 //! * `GARBAGE` — lines that are not JSON-RPC, then a normal reply;
+//! * `HUGE` — one 100 000-byte `session/update` line, then a normal reply;
 //! * `SLOW` — 50 words, 200 ms apart; `session/cancel` ends the turn `cancelled`;
 //! * otherwise `Echo: <text> (history N)`, N the session's number of prompts so far.
 
@@ -38,6 +39,9 @@ struct Args {
     /// Don't offer `session/load`.
     #[arg(long)]
     no_load: bool,
+    /// The mode sessions start in (the real adapter starts in `auto`).
+    #[arg(long, default_value = "default")]
+    start_mode: String,
 }
 
 fn send(v: &Value) {
@@ -68,10 +72,10 @@ fn answer(id: &Value, result: Value) {
     send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
 }
 
-fn modes() -> Value {
-    json!({"currentModeId": "default", "availableModes": [
+fn modes(current: &str) -> Value {
+    json!({"currentModeId": current, "availableModes": [
         {"id": "default", "name": "Manual"}, {"id": "acceptEdits", "name": "Accept edits"},
-        {"id": "plan", "name": "Plan"}]})
+        {"id": "plan", "name": "Plan"}, {"id": "auto", "name": "Auto"}]})
 }
 
 fn config_options() -> Value {
@@ -141,6 +145,9 @@ impl Agent {
             raw("{\"no\": \"jsonrpc fields\"}");
             raw("{\"jsonrpc\": \"2.0\", \"method\": \"session/update\", \"params\": {\"update\": 7}}");
             raw("{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"x\"");
+        }
+        if text.contains("HUGE") {
+            chunk(&sid, &"x".repeat(100_000));
         }
         if text.contains("PERMIT") {
             return self.permit(id, &sid, text);
@@ -255,7 +262,7 @@ impl Agent {
                     self.sid = Some(sid.clone());
                     self.turns.clear();
                     save(&self.args.state, &sid, &self.turns);
-                    answer(&id, json!({"sessionId": sid, "modes": modes(), "configOptions": config_options()}));
+                    answer(&id, json!({"sessionId": sid, "modes": modes(&self.args.start_mode), "configOptions": config_options()}));
                 }
                 "session/resume" | "session/load" => {
                     let sid = params["sessionId"].as_str().unwrap_or_default().to_owned();
@@ -273,10 +280,11 @@ impl Agent {
                     }
                     self.sid = Some(sid);
                     self.turns = turns;
-                    answer(&id, json!({"modes": modes(), "configOptions": config_options()}));
+                    answer(&id, json!({"modes": modes(&self.args.start_mode), "configOptions": config_options()}));
                 }
                 "session/set_mode" => {
                     let mode = params["modeId"].clone();
+                    log_call(&self.args.state, &format!("mode {}", mode.as_str().unwrap_or_default()));
                     let sid = self.sid.clone().unwrap_or_default();
                     update(&sid, json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}));
                     answer(&id, json!({}));

@@ -19,6 +19,11 @@ pub struct AcpSetup {
 
 impl AcpSetup {
     pub fn new(flags: &[&str]) -> Self {
+        Self::with_config(flags, "")
+    }
+
+    /// With more settings (TOML) before the agent's table.
+    pub fn with_config(flags: &[&str], extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("agent-state");
         let mut command = vec![
@@ -29,7 +34,7 @@ impl AcpSetup {
         command.extend(flags.iter().map(|f| f.to_string()));
         let command: Vec<String> = command.iter().map(|c| toml_string(c)).collect();
         let (cfg, config) = config_file(&format!(
-            "[agents.fake]\nkind = \"acp\"\ncommand = [{}]\nenv = {{ FAKE_KEY = \"secret\" }}\n",
+            "{extra}\n[agents.fake]\nkind = \"acp\"\ncommand = [{}]\nenv = {{ FAKE_KEY = \"secret\" }}\n",
             command.join(", ")
         ));
         AcpSetup {
@@ -497,4 +502,46 @@ async fn a_missing_agent_program_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ghost") && stderr.contains("does not exist"), "{stderr}");
     let _ = Path::new("");
+}
+
+/// A session that starts in a mode running tools without asking is switched to `default`,
+/// unless the operator allows such modes.
+#[tokio::test]
+async fn an_unattended_starting_mode_is_switched_to_default() {
+    for (allowed, switched) in [(false, true), (true, false)] {
+        let setup = AcpSetup::with_config(
+            &["--start-mode", "auto"],
+            &format!("[agent]\nallow_bypass_permissions = {allowed}\n"),
+        );
+        let server = setup.start().await;
+        let mut c = server.client().await;
+        chat_with(&mut c, "m1", "hi", json!({"agent": "fake"})).await;
+        c.until_result("m1").await;
+        assert_eq!(
+            setup.calls().contains(&"mode default".to_owned()),
+            switched,
+            "allowed={allowed}: {:?}",
+            setup.calls()
+        );
+    }
+}
+
+/// A line over `acp.max_line_bytes` is skipped with a warning naming the limit; the turn ends
+/// normally and the conversation goes on.
+#[tokio::test]
+async fn an_oversized_line_is_skipped() {
+    let setup = AcpSetup::with_config(&[], "[acp]\nmax_line_bytes = 4096\n");
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "h1", "HUGE", json!({"agent": "fake"})).await;
+    let frames = c.until_result("h1").await;
+    let warning = frames
+        .iter()
+        .find(|f| f["message_type"] == "status" && f["status"] == "warning")
+        .expect("a warning");
+    assert!(warning["detail"].as_str().unwrap().contains("4096 byte limit"), "{warning}");
+    assert_eq!(reply_text(&frames), "Echo: HUGE (history 1)");
+    assert!(!frames.to_vec().iter().any(|f| f.to_string().contains("xxxxxxxxxx")));
+    chat_ack(&mut c, "h1", "small").await;
+    assert_eq!(reply_text(&c.until_result("h1").await), "Echo: small (history 2)");
 }

@@ -109,7 +109,9 @@ async fn real_acp_adapter_end_to_end() {
     let server = start(&data_dir, &config).await;
     let mut c = server.client().await;
 
-    let ack = chat_with(&mut c, "acp", "hello one", json!({"permission_mode": "default"})).await;
+    // The adapter starts sessions in its `auto` mode; without `agent.allow_bypass_permissions`
+    // agentmux switches them to `default`, so the permission prompts below reach the socket.
+    let ack = chat_with(&mut c, "acp", "hello one", json!({})).await;
     assert_eq!(ack["message_type"], "ack", "{ack}");
     let session_id = ack["session_id"].as_str().unwrap().to_owned();
     let first = c.until_result("acp").await;

@@ -35,6 +35,10 @@ pub struct AcpSettings {
     pub env: Vec<(String, String)>,
     /// The `[acp]` settings.
     pub config: AcpConfig,
+    /// Whether a session may keep a mode that runs tools without asking
+    /// (`agent.allow_bypass_permissions`); when not, such a starting mode is switched to
+    /// `default` where the agent offers it.
+    pub allow_unattended: bool,
 }
 
 impl AcpSettings {

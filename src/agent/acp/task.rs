@@ -14,7 +14,7 @@ use super::{AcpSettings, Learnt};
 use crate::agent::lines::Line;
 use crate::agent::process::{Proc, ProcSpec};
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
-use crate::protocol::PermissionDecision;
+use crate::protocol::{PermissionDecision, UNATTENDED_PERMISSION_MODES};
 
 /// JSON-RPC error code for a method the client does not implement.
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -360,7 +360,17 @@ impl AcpTask {
     /// Asks the agent for the mode and model the conversation wants, when they differ from
     /// what it has; one it does not offer is reported and left alone.
     async fn apply_options(&mut self, proc: &mut Proc) -> Result<(), String> {
-        if let Some(mode) = self.spec.permission_mode.clone()
+        let unattended = self
+            .applied_mode
+            .as_deref()
+            .is_some_and(|m| UNATTENDED_PERMISSION_MODES.contains(&m));
+        let wanted = self.spec.permission_mode.clone().or_else(|| {
+            // A session that starts in a mode running tools without asking is switched to
+            // the agent's `default`, unless the operator allows such modes.
+            (unattended && !self.settings.allow_unattended && offers_mode(&self.offered, "default"))
+                .then(|| "default".to_owned())
+        });
+        if let Some(mode) = wanted
             && self.applied_mode.as_deref() != Some(mode.as_str())
         {
             self.applied_mode = Some(mode.clone());
