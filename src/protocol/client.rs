@@ -5,8 +5,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    ErrorCode, FrameError, MAX_AGENT_ID_CHARS, MAX_AGENT_NAME_CHARS, MAX_MODEL_CHARS, PERMISSION_MODES,
-    UNATTENDED_PERMISSION_MODES, truncate_chars,
+    ErrorCode, FrameError, MAX_AGENT_ID_CHARS, MAX_AGENT_NAME_CHARS, MAX_MODEL_CHARS,
+    PERMISSION_MODES, UNATTENDED_PERMISSION_MODES, truncate_chars,
 };
 
 /// The answer to a tool permission request; on the wire, `behavior` says which.

@@ -261,7 +261,9 @@ mod tests {
         };
         assert_eq!(ok.options.agent.as_deref(), Some("codex-acp"));
         let long = format!("\"{}\"", "a".repeat(MAX_AGENT_NAME_CHARS + 1));
-        let bad = ["\"\"", "\"../x\"", "\"-x\"", "\".x\"", "\"a/b\"", "\"a b\"", "7", "[]"];
+        let bad = [
+            "\"\"", "\"../x\"", "\"-x\"", "\".x\"", "\"a/b\"", "\"a b\"", "7", "[]",
+        ];
         for bad in bad.iter().copied().chain([long.as_str()]) {
             let err = chat(bad).unwrap_err();
             assert_eq!(err.code, ErrorCode::InvalidOptions, "{bad}");

@@ -143,8 +143,12 @@ impl Agent {
             raw("this is not json");
             raw("[1, 2, 3]");
             raw("{\"no\": \"jsonrpc fields\"}");
-            raw("{\"jsonrpc\": \"2.0\", \"method\": \"session/update\", \"params\": {\"update\": 7}}");
-            raw("{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"x\"");
+            raw(
+                "{\"jsonrpc\": \"2.0\", \"method\": \"session/update\", \"params\": {\"update\": 7}}",
+            );
+            raw(
+                "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"x\"",
+            );
         }
         if text.contains("HUGE") {
             chunk(&sid, &"x".repeat(100_000));
@@ -183,10 +187,16 @@ impl Agent {
     fn permit(&mut self, id: &Value, sid: &str, text: &str) {
         let tool = "toolu_fake_1";
         let input = json!({"command": "touch a.txt", "description": "run it"});
-        update(sid, json!({"sessionUpdate": "tool_call", "toolCallId": tool, "name": "Bash",
-            "rawInput": {}, "status": "pending", "title": "Terminal", "kind": "execute", "content": []}));
-        update(sid, json!({"sessionUpdate": "tool_call_update", "toolCallId": tool,
-            "rawInput": input, "title": "touch a.txt"}));
+        update(
+            sid,
+            json!({"sessionUpdate": "tool_call", "toolCallId": tool, "name": "Bash",
+            "rawInput": {}, "status": "pending", "title": "Terminal", "kind": "execute", "content": []}),
+        );
+        update(
+            sid,
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": tool,
+            "rawInput": input, "title": "touch a.txt"}),
+        );
         let ask = self.next_id;
         self.next_id += 1;
         let mut options = vec![
@@ -199,10 +209,12 @@ impl Agent {
                 json!({"optionId": "allow-always", "name": "Always", "kind": "allow_always"}),
             );
         }
-        send(&json!({"jsonrpc": "2.0", "id": ask, "method": "session/request_permission",
+        send(
+            &json!({"jsonrpc": "2.0", "id": ask, "method": "session/request_permission",
             "params": {"sessionId": sid, "toolCall": {"toolCallId": tool, "name": "Bash",
             "status": "pending", "rawInput": input, "title": "touch a.txt", "kind": "execute"},
-            "options": options}}));
+            "options": options}}),
+        );
         let mut cancelled = false;
         let outcome = loop {
             match self.next(Duration::from_secs(600)) {
@@ -225,12 +237,18 @@ impl Agent {
         }
         let allowed = outcome["optionId"] == "allow-once" || outcome["optionId"] == "allow-always";
         if allowed {
-            update(sid, json!({"sessionUpdate": "tool_call_update", "toolCallId": tool,
-                "status": "completed", "rawOutput": "ran"}));
+            update(
+                sid,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": tool,
+                "status": "completed", "rawOutput": "ran"}),
+            );
             chunk(sid, "Tool said: ran");
         } else {
-            update(sid, json!({"sessionUpdate": "tool_call_update", "toolCallId": tool,
-                "status": "failed", "rawOutput": "The user doesn't want to proceed with this tool use."}));
+            update(
+                sid,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": tool,
+                "status": "failed", "rawOutput": "The user doesn't want to proceed with this tool use."}),
+            );
             chunk(sid, "Tool was denied");
         }
         end(id, "end_turn");
@@ -254,44 +272,69 @@ impl Agent {
                     if !self.args.no_resume {
                         caps["sessionCapabilities"]["resume"] = json!({});
                     }
-                    answer(&id, json!({"protocolVersion": 1, "agentCapabilities": caps,
-                        "authMethods": [], "agentInfo": {"name": "fake-acp", "version": "1"}}));
+                    answer(
+                        &id,
+                        json!({"protocolVersion": 1, "agentCapabilities": caps,
+                        "authMethods": [], "agentInfo": {"name": "fake-acp", "version": "1"}}),
+                    );
                 }
                 "session/new" => {
                     let sid = uuid::Uuid::new_v4().to_string();
                     self.sid = Some(sid.clone());
                     self.turns.clear();
                     save(&self.args.state, &sid, &self.turns);
-                    answer(&id, json!({"sessionId": sid, "modes": modes(&self.args.start_mode), "configOptions": config_options()}));
+                    answer(
+                        &id,
+                        json!({"sessionId": sid, "modes": modes(&self.args.start_mode), "configOptions": config_options()}),
+                    );
                 }
                 "session/resume" | "session/load" => {
                     let sid = params["sessionId"].as_str().unwrap_or_default().to_owned();
                     let Some(turns) = load(&self.args.state, &sid) else {
-                        send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002,
-                            "message": "Resource not found", "data": {"sessionId": sid}}}));
+                        send(
+                            &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002,
+                            "message": "Resource not found", "data": {"sessionId": sid}}}),
+                        );
                         continue;
                     };
                     if method == "session/load" {
                         for (prompt, reply) in &turns {
-                            update(&sid, json!({"sessionUpdate": "user_message_chunk",
-                                "content": {"type": "text", "text": prompt}}));
+                            update(
+                                &sid,
+                                json!({"sessionUpdate": "user_message_chunk",
+                                "content": {"type": "text", "text": prompt}}),
+                            );
                             chunk(&sid, reply);
                         }
                     }
                     self.sid = Some(sid);
                     self.turns = turns;
-                    answer(&id, json!({"modes": modes(&self.args.start_mode), "configOptions": config_options()}));
+                    answer(
+                        &id,
+                        json!({"modes": modes(&self.args.start_mode), "configOptions": config_options()}),
+                    );
                 }
                 "session/set_mode" => {
                     let mode = params["modeId"].clone();
-                    log_call(&self.args.state, &format!("mode {}", mode.as_str().unwrap_or_default()));
+                    log_call(
+                        &self.args.state,
+                        &format!("mode {}", mode.as_str().unwrap_or_default()),
+                    );
                     let sid = self.sid.clone().unwrap_or_default();
-                    update(&sid, json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}));
+                    update(
+                        &sid,
+                        json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
+                    );
                     answer(&id, json!({}));
                 }
-                "session/set_config_option" => answer(&id, json!({"configOptions": config_options()})),
+                "session/set_config_option" => {
+                    answer(&id, json!({"configOptions": config_options()}))
+                }
                 "session/prompt" => {
-                    let text = params["prompt"][0]["text"].as_str().unwrap_or_default().to_owned();
+                    let text = params["prompt"][0]["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
                     self.prompt(&id, &text);
                 }
                 _ => {}

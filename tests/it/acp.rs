@@ -137,7 +137,11 @@ async fn an_acp_conversation_streams_stores_and_remembers() {
         .collect();
     assert_eq!(deltas, "Echo: hello one (history 1)");
     let assistants = stored(&first, "assistant");
-    assert_eq!(assistants.len(), 1, "deltas are coalesced into one stored reply");
+    assert_eq!(
+        assistants.len(),
+        1,
+        "deltas are coalesced into one stored reply"
+    );
     assert_eq!(
         assistants[0]["message"]["message"]["content"][0]["text"],
         "Echo: hello one (history 1)"
@@ -185,12 +189,22 @@ async fn agent_and_options_are_validated() {
     let server = setup.start().await;
     let rest = Rest::new(&server);
     let mut c = server.client().await;
-    for bad in [json!("nope"), json!("../fake"), json!("-x"), json!(7), json!("a".repeat(65))] {
+    for bad in [
+        json!("nope"),
+        json!("../fake"),
+        json!("-x"),
+        json!(7),
+        json!("a".repeat(65)),
+    ] {
         let err = chat_with(&mut c, "v1", "hi", json!({"agent": bad})).await;
         assert_eq!(err["code"], "invalid_options", "{bad}: {err}");
         assert_eq!(err["agent_id"], "v1");
     }
-    assert_eq!(rest.get("/api/sessions/v1").await.0, 404, "nothing was created");
+    assert_eq!(
+        rest.get("/api/sessions/v1").await.0,
+        404,
+        "nothing was created"
+    );
 
     chat_with(&mut c, "v1", "hi", json!({"agent": "fake"})).await;
     c.until_result("v1").await;
@@ -203,8 +217,17 @@ async fn agent_and_options_are_validated() {
     // Once the agent has said what it offers, other values are refused up front.
     let err = chat_with(&mut c, "v1", "x", json!({"model": "no-such-model"})).await;
     assert_eq!(err["code"], "invalid_options", "{err}");
-    assert!(err["error"].as_str().unwrap().contains("fast-model"), "{err}");
-    let err = chat_with(&mut c, "v2", "x", json!({"agent": "fake", "permission_mode": "dontAsk"})).await;
+    assert!(
+        err["error"].as_str().unwrap().contains("fast-model"),
+        "{err}"
+    );
+    let err = chat_with(
+        &mut c,
+        "v2",
+        "x",
+        json!({"agent": "fake", "permission_mode": "dontAsk"}),
+    )
+    .await;
     assert_eq!(err["code"], "invalid_options", "{err}");
     assert_eq!(rest.get("/api/sessions/v2").await.0, 404);
 
@@ -220,7 +243,10 @@ async fn agent_and_options_are_validated() {
     c.until_result("v1").await;
     let calls = setup.calls();
     assert!(calls.contains(&"session/set_mode".to_owned()), "{calls:?}");
-    assert!(calls.contains(&"session/set_config_option".to_owned()), "{calls:?}");
+    assert!(
+        calls.contains(&"session/set_config_option".to_owned()),
+        "{calls:?}"
+    );
 }
 
 /// `rewind` and `fork` of an ACP conversation answer `unsupported`, over the socket and REST.
@@ -295,21 +321,34 @@ async fn permission_requests_are_answered_from_the_socket() {
     assert!(calls.iter().any(|l| l.contains("\"reject\"")), "{calls:?}");
 
     // "always" picks allow_always where the agent offers it, and is refused when malformed.
-    chat_with(&mut c, "p-always", "PERMIT ALWAYS", json!({"agent": "fake"})).await;
+    chat_with(
+        &mut c,
+        "p-always",
+        "PERMIT ALWAYS",
+        json!({"agent": "fake"}),
+    )
+    .await;
     let request = c
         .recv_until(|v| v["message_type"] == "permission_request")
         .await
         .pop()
         .unwrap();
-    c.send(json!({"type": "permission_response", "agent_id": "p-always",
-        "request_id": request["request_id"], "behavior": "allow", "always": "yes"}))
-        .await;
+    c.send(
+        json!({"type": "permission_response", "agent_id": "p-always",
+        "request_id": request["request_id"], "behavior": "allow", "always": "yes"}),
+    )
+    .await;
     let err = c.recv_until(|v| v["message_type"] == "error").await;
     assert_eq!(err.last().unwrap()["code"], "bad_frame");
-    c.send(json!({"type": "permission_response", "agent_id": "p-always",
-        "request_id": request["request_id"], "behavior": "allow", "always": true}))
-        .await;
-    assert_eq!(reply_text(&c.until_result("p-always").await), "Tool said: ran");
+    c.send(
+        json!({"type": "permission_response", "agent_id": "p-always",
+        "request_id": request["request_id"], "behavior": "allow", "always": true}),
+    )
+    .await;
+    assert_eq!(
+        reply_text(&c.until_result("p-always").await),
+        "Tool said: ran"
+    );
     assert!(
         setup.calls().iter().any(|l| l.contains("allow-always")),
         "{:?}",
@@ -319,7 +358,8 @@ async fn permission_requests_are_answered_from_the_socket() {
     chat_with(&mut c, "p-cancel", "PERMIT", json!({"agent": "fake"})).await;
     c.recv_until(|v| v["message_type"] == "permission_request")
         .await;
-    c.send(json!({"type": "interrupt", "agent_id": "p-cancel"})).await;
+    c.send(json!({"type": "interrupt", "agent_id": "p-cancel"}))
+        .await;
     let rest = c.until_result("p-cancel").await;
     let resolved = rest
         .iter()
@@ -373,8 +413,14 @@ async fn a_crash_mid_turn_is_survived_and_the_session_resumed() {
     c.until_result("c1").await;
     chat_ack(&mut c, "c1", "CRASH").await;
     let frames = c.until_result("c1").await;
-    assert!(statuses(&frames).contains(&"crashed".to_owned()), "{frames:?}");
-    assert_eq!(stored(&frames, "result")[0]["message"]["terminal_reason"], "crashed");
+    assert!(
+        statuses(&frames).contains(&"crashed".to_owned()),
+        "{frames:?}"
+    );
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["terminal_reason"],
+        "crashed"
+    );
     chat_ack(&mut c, "c1", "again").await;
     let frames = c.until_result("c1").await;
     assert_eq!(reply_text(&frames), "Echo: again (history 2)");
@@ -428,7 +474,12 @@ async fn load_without_resume_drops_the_replay() {
     c.send(json!({"type": "subscribe", "agent_id": "l1", "since_seq": 0}))
         .await;
     let all = c
-        .recv_until(|v| v["message_type"] == "result" && v["message"]["result"].as_str().is_some_and(|r| r.contains("second")))
+        .recv_until(|v| {
+            v["message_type"] == "result"
+                && v["message"]["result"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("second"))
+        })
         .await;
     let replies: Vec<&str> = stored(&all, "assistant")
         .iter()
@@ -456,13 +507,19 @@ async fn no_resume_no_load_starts_over_and_keeps_history() {
     let mut c = server2.client().await;
     chat_ack(&mut c, "n1", "second").await;
     let frames = c.until_result("n1").await;
-    assert!(statuses(&frames).contains(&"resume_failed".to_owned()), "{frames:?}");
+    assert!(
+        statuses(&frames).contains(&"resume_failed".to_owned()),
+        "{frames:?}"
+    );
     assert_eq!(reply_text(&frames), "Echo: second (history 1)");
     let new_session = stored(&frames, "system")[0]["message"]["session_id"].clone();
     assert_ne!(old_session, new_session);
     let (status, page) = Rest::new(&server2).get("/api/sessions/n1/messages").await;
     assert_eq!(status, 200);
-    assert!(page.to_string().contains("Echo: first (history 1)"), "history kept");
+    assert!(
+        page.to_string().contains("Echo: first (history 1)"),
+        "history kept"
+    );
 }
 
 /// The agent is started in the conversation's workspace, with the configured `env` and
@@ -489,18 +546,27 @@ async fn backend_flag_picks_a_configured_agent() {
 /// A configured agent whose program is missing stops the server from starting.
 #[tokio::test]
 async fn a_missing_agent_program_is_refused_at_start() {
-    let (_cfg, config) = config_file(
-        "[agents.ghost]\nkind = \"acp\"\ncommand = [\"/nonexistent/agent\"]\n",
-    );
+    let (_cfg, config) =
+        config_file("[agents.ghost]\nkind = \"acp\"\ncommand = [\"/nonexistent/agent\"]\n");
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
-        .args(["serve", "--bind", "127.0.0.1:0", "--config", &config, "--data-dir"])
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--config",
+            &config,
+            "--data-dir",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("ghost") && stderr.contains("does not exist"), "{stderr}");
+    assert!(
+        stderr.contains("ghost") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
     let _ = Path::new("");
 }
 
@@ -539,9 +605,23 @@ async fn an_oversized_line_is_skipped() {
         .iter()
         .find(|f| f["message_type"] == "status" && f["status"] == "warning")
         .expect("a warning");
-    assert!(warning["detail"].as_str().unwrap().contains("4096 byte limit"), "{warning}");
+    assert!(
+        warning["detail"]
+            .as_str()
+            .unwrap()
+            .contains("4096 byte limit"),
+        "{warning}"
+    );
     assert_eq!(reply_text(&frames), "Echo: HUGE (history 1)");
-    assert!(!frames.to_vec().iter().any(|f| f.to_string().contains("xxxxxxxxxx")));
+    assert!(
+        !frames
+            .to_vec()
+            .iter()
+            .any(|f| f.to_string().contains("xxxxxxxxxx"))
+    );
     chat_ack(&mut c, "h1", "small").await;
-    assert_eq!(reply_text(&c.until_result("h1").await), "Echo: small (history 2)");
+    assert_eq!(
+        reply_text(&c.until_result("h1").await),
+        "Echo: small (history 2)"
+    );
 }

@@ -69,7 +69,12 @@ fn is_root() -> bool {
 }
 
 async fn start(data_dir: &Path, config: &str) -> TestServer {
-    TestServer::start_in(data_dir, &["--config", config, "--backend", "claude-acp"], &[]).await
+    TestServer::start_in(
+        data_dir,
+        &["--config", config, "--backend", "claude-acp"],
+        &[],
+    )
+    .await
 }
 
 /// Stops the server gracefully and checks that the adapter and its CLI went with it.
@@ -87,12 +92,18 @@ async fn stop(mut server: TestServer) {
 #[tokio::test]
 async fn real_acp_adapter_end_to_end() {
     let Some(cli) = real_cli() else { return };
-    let Some((node, adapter)) = real_adapter() else { return };
+    let Some((node, adapter)) = real_adapter() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let api = FakeApi::start(dir.path()).await;
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let sandbox = if is_root() { "IS_SANDBOX = \"1\"\n" } else { "" };
+    let sandbox = if is_root() {
+        "IS_SANDBOX = \"1\"\n"
+    } else {
+        ""
+    };
     let (_cfg, config) = config_file(&format!(
         "[agents.claude-acp]\nkind = \"acp\"\ncommand = [{}, {}]\n[agents.claude-acp.env]\n\
          HOME = {}\nCLAUDE_CONFIG_DIR = {}\nCLAUDE_CODE_EXECUTABLE = {}\n\
@@ -146,7 +157,10 @@ async fn real_acp_adapter_end_to_end() {
             "request_id": request["request_id"], "behavior": behavior}))
             .await;
         let turn = c.until_result("acp").await;
-        assert!(turn.iter().any(|f| f["message_type"] == "permission_resolved"));
+        assert!(
+            turn.iter()
+                .any(|f| f["message_type"] == "permission_resolved")
+        );
         assert_eq!(workspace.join(file).exists(), behavior == "allow", "{file}");
     }
 
@@ -154,14 +168,22 @@ async fn real_acp_adapter_end_to_end() {
     chat_ack(&mut c, "acp", "SLOW story please").await;
     c.recv_until(|f| f["message_type"] == "stream_event").await;
     let asked = Instant::now();
-    c.send(json!({"type": "interrupt", "agent_id": "acp"})).await;
+    c.send(json!({"type": "interrupt", "agent_id": "acp"}))
+        .await;
     let interrupted = c.until_result("acp").await;
-    assert!(asked.elapsed() < Duration::from_secs(5), "{:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
     let result = &interrupted.last().unwrap()["message"];
     assert_eq!(result["terminal_reason"], "aborted_streaming", "{result}");
     chat_ack(&mut c, "acp", "after the stop").await;
     let reply = reply_text(&c.until_result("acp").await);
-    assert!(reply.starts_with("Echo: after the stop (history "), "{reply}");
+    assert!(
+        reply.starts_with("Echo: after the stop (history "),
+        "{reply}"
+    );
 
     stop(server).await;
 

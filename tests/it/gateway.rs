@@ -126,7 +126,10 @@ async fn switching(server: TestServer, reply: fn(&str, u32) -> String) {
                 "same session_id for the same agent_id"
             );
             let frames = c.until_result(agent).await;
-            assert_eq!(reply_text(&frames), reply(&format!("{agent} {round}"), round));
+            assert_eq!(
+                reply_text(&frames),
+                reply(&format!("{agent} {round}"), round)
+            );
         }
     }
     let ids: std::collections::HashSet<_> = sessions.values().collect();

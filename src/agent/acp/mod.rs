@@ -116,7 +116,9 @@ impl Backend for AcpBackend {
             ));
         }
         if let Some(model) = model
-            && !offered.option("model").is_some_and(|v| v.iter().any(|m| m == model))
+            && !offered
+                .option("model")
+                .is_some_and(|v| v.iter().any(|m| m == model))
         {
             return Err(match offered.option("model") {
                 Some(models) => format!(

@@ -245,9 +245,9 @@ pub(super) enum Update {
     /// A piece of a user message (only in a `session/load` replay).
     UserChunk,
     /// A new tool call.
-    ToolCall(Tool),
+    NewTool(Tool),
     /// News about a tool call.
-    ToolCallUpdate(Tool),
+    ToolNews(Tool),
     /// The mode changed.
     Mode(String),
     /// Anything else (plans, commands, usage, config options, unknown kinds).
@@ -291,7 +291,8 @@ pub(super) fn update(params: &Value) -> Option<(String, Update)> {
         return Some((session_id, Update::Other));
     };
     let update = match note.update {
-        acp::SessionUpdate::AgentMessageChunk(chunk) | acp::SessionUpdate::AgentThoughtChunk(chunk)
+        acp::SessionUpdate::AgentMessageChunk(chunk)
+        | acp::SessionUpdate::AgentThoughtChunk(chunk)
             if !matches!(chunk.content, acp::ContentBlock::Text(_)) =>
         {
             Update::Other
@@ -311,7 +312,7 @@ pub(super) fn update(params: &Value) -> Option<(String, Update)> {
             _ => Update::Other,
         },
         acp::SessionUpdate::UserMessageChunk(_) => Update::UserChunk,
-        acp::SessionUpdate::ToolCall(call) => Update::ToolCall(Tool {
+        acp::SessionUpdate::ToolCall(call) => Update::NewTool(Tool {
             id: call.tool_call_id.0.to_string(),
             title: Some(call.title.clone()).filter(|t| !t.is_empty()),
             output: tool_output(Some(&call.content), call.raw_output.as_ref())
@@ -322,7 +323,7 @@ pub(super) fn update(params: &Value) -> Option<(String, Update)> {
         }),
         acp::SessionUpdate::ToolCallUpdate(update) => {
             let fields = update.fields;
-            Update::ToolCallUpdate(Tool {
+            Update::ToolNews(Tool {
                 id: update.tool_call_id.0.to_string(),
                 output: tool_output(fields.content.as_deref(), fields.raw_output.as_ref()),
                 finished: finished(fields.status),
@@ -331,7 +332,9 @@ pub(super) fn update(params: &Value) -> Option<(String, Update)> {
                 input: fields.raw_input,
             })
         }
-        acp::SessionUpdate::CurrentModeUpdate(mode) => Update::Mode(mode.current_mode_id.0.to_string()),
+        acp::SessionUpdate::CurrentModeUpdate(mode) => {
+            Update::Mode(mode.current_mode_id.0.to_string())
+        }
         _ => Update::Other,
     };
     Some((session_id, update))
@@ -418,10 +421,18 @@ mod tests {
 
     #[test]
     fn recorded_answers_are_read() {
-        let caps = capabilities(&json!({"protocolVersion":1,"agentCapabilities":{"loadSession":true,
-            "sessionCapabilities":{"resume":{},"fork":{}}},"authMethods":[]}))
+        let caps = capabilities(
+            &json!({"protocolVersion":1,"agentCapabilities":{"loadSession":true,
+            "sessionCapabilities":{"resume":{},"fork":{}}},"authMethods":[]}),
+        )
         .unwrap();
-        assert_eq!(caps, Capabilities { load: true, resume: true });
+        assert_eq!(
+            caps,
+            Capabilities {
+                load: true,
+                resume: true
+            }
+        );
         let (id, offered) = new_session_result(&json!({"sessionId":"abc","modes":{"currentModeId":"auto",
             "availableModes":[{"id":"default","name":"Manual"},{"id":"auto","name":"Auto"}]},
             "configOptions":[{"id":"model","name":"Model","category":"model","type":"select",
@@ -433,11 +444,20 @@ mod tests {
         let end = turn_end(&json!({"stopReason":"cancelled","usage":{"inputTokens":3,"outputTokens":2,"totalTokens":5}})).unwrap();
         assert_eq!(end.stop_reason, "cancelled");
         assert_eq!((end.input_tokens, end.output_tokens), (3, 2));
-        let (_, u) = update(&json!({"sessionId":"abc","update":{"sessionUpdate":"tool_call_update",
-            "toolCallId":"t1","status":"completed","rawOutput":"done"}})).unwrap();
-        let Update::ToolCallUpdate(tool) = u else { panic!("{u:?}") };
-        assert_eq!((tool.finished, tool.output.as_deref()), (Some(false), Some("done")));
-        let (_, u) = update(&json!({"sessionId":"abc","update":{"sessionUpdate":"something_new"}})).unwrap();
+        let (_, u) = update(
+            &json!({"sessionId":"abc","update":{"sessionUpdate":"tool_call_update",
+            "toolCallId":"t1","status":"completed","rawOutput":"done"}}),
+        )
+        .unwrap();
+        let Update::ToolNews(tool) = u else {
+            panic!("{u:?}")
+        };
+        assert_eq!(
+            (tool.finished, tool.output.as_deref()),
+            (Some(false), Some("done"))
+        );
+        let (_, u) =
+            update(&json!({"sessionId":"abc","update":{"sessionUpdate":"something_new"}})).unwrap();
         assert_eq!(u, Update::Other);
     }
 }

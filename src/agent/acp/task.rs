@@ -202,7 +202,12 @@ impl AcpTask {
             .map_err(|e| format!("cannot write to the agent: {e}"))
     }
 
-    async fn request(&mut self, proc: &mut Proc, method: &str, params: Value) -> Result<u64, String> {
+    async fn request(
+        &mut self,
+        proc: &mut Proc,
+        method: &str,
+        params: Value,
+    ) -> Result<u64, String> {
         let id = self.next_id;
         self.next_id += 1;
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -284,13 +289,23 @@ impl AcpTask {
         if let Some(id) = previous {
             let reopened = if caps.resume {
                 Some(
-                    self.call(proc, method::SESSION_RESUME, schema::resume_session(&id, &cwd), false)
-                        .await?,
+                    self.call(
+                        proc,
+                        method::SESSION_RESUME,
+                        schema::resume_session(&id, &cwd),
+                        false,
+                    )
+                    .await?,
                 )
             } else if caps.load {
                 Some(
-                    self.call(proc, method::SESSION_LOAD, schema::load_session(&id, &cwd), true)
-                        .await?,
+                    self.call(
+                        proc,
+                        method::SESSION_LOAD,
+                        schema::load_session(&id, &cwd),
+                        true,
+                    )
+                    .await?,
                 )
             } else {
                 None
@@ -374,8 +389,11 @@ impl AcpTask {
             && self.applied_mode.as_deref() != Some(mode.as_str())
         {
             self.applied_mode = Some(mode.clone());
-            let params = if self.offered.modes.iter().any(|m| *m == mode) {
-                Some((method::SESSION_SET_MODE, schema::set_mode(&self.session, &mode)))
+            let params = if self.offered.modes.contains(&mode) {
+                Some((
+                    method::SESSION_SET_MODE,
+                    schema::set_mode(&self.session, &mode),
+                ))
             } else if offers_mode(&self.offered, &mode) {
                 let params = schema::set_config_option(&self.session, "mode", &mode);
                 Some((method::SESSION_SET_CONFIG_OPTION, params))
@@ -388,8 +406,11 @@ impl AcpTask {
                     self.option_calls.insert(id);
                 }
                 None => {
-                    self.status("warning", format!("the agent has no mode `{mode}`; it keeps its own"))
-                        .await;
+                    self.status(
+                        "warning",
+                        format!("the agent has no mode `{mode}`; it keeps its own"),
+                    )
+                    .await;
                 }
             }
         }
@@ -400,7 +421,7 @@ impl AcpTask {
             if self
                 .offered
                 .option("model")
-                .is_some_and(|v| v.iter().any(|m| *m == model))
+                .is_some_and(|v| v.contains(&model))
             {
                 let params = schema::set_config_option(&self.session, "model", &model);
                 let id = self
@@ -408,8 +429,11 @@ impl AcpTask {
                     .await?;
                 self.option_calls.insert(id);
             } else {
-                self.status("warning", format!("the agent has no model `{model}`; it keeps its own"))
-                    .await;
+                self.status(
+                    "warning",
+                    format!("the agent has no model `{model}`; it keeps its own"),
+                )
+                .await;
             }
         }
         Ok(())
@@ -551,7 +575,8 @@ impl AcpTask {
         let Some((rpc_id, _)) = self.permissions.remove(request_id) else {
             return;
         };
-        let answer = json!({"jsonrpc": "2.0", "id": rpc_id, "result": schema::permission_outcome(option)});
+        let answer =
+            json!({"jsonrpc": "2.0", "id": rpc_id, "result": schema::permission_outcome(option)});
         let _ = self.send(proc, &answer).await;
     }
 
@@ -584,14 +609,20 @@ impl AcpTask {
                     && let Some(error) = v.get("error")
                 {
                     let why = error["message"].as_str().unwrap_or("refused");
-                    self.status("warning", format!("the agent refused the new settings ({why})"))
-                        .await;
+                    self.status(
+                        "warning",
+                        format!("the agent refused the new settings ({why})"),
+                    )
+                    .await;
                 }
                 Ok(())
             }
             (None, None) => {
-                self.status("warning", "the agent wrote a JSON object that is not JSON-RPC; it was skipped")
-                    .await;
+                self.status(
+                    "warning",
+                    "the agent wrote a JSON object that is not JSON-RPC; it was skipped",
+                )
+                .await;
                 Ok(())
             }
         }
@@ -619,7 +650,8 @@ impl AcpTask {
             }
         };
         if turn.as_ref().is_some_and(|t| t.cancelled) {
-            let answer = json!({"jsonrpc": "2.0", "id": id, "result": schema::permission_outcome(None)});
+            let answer =
+                json!({"jsonrpc": "2.0", "id": id, "result": schema::permission_outcome(None)});
             return self.send(proc, &answer).await;
         }
         if let Some(t) = turn.as_mut() {
@@ -679,7 +711,8 @@ impl AcpTask {
     async fn flush(&self, turn: &mut Turn) {
         let mut content = Vec::new();
         if !turn.thinking.is_empty() {
-            content.push(json!({"type": "thinking", "thinking": std::mem::take(&mut turn.thinking)}));
+            content
+                .push(json!({"type": "thinking", "thinking": std::mem::take(&mut turn.thinking)}));
         }
         if !turn.text.is_empty() {
             content.push(json!({"type": "text", "text": std::mem::take(&mut turn.text)}));
@@ -710,18 +743,23 @@ impl AcpTask {
         if !turn.finished_tools.insert(tool.id.clone()) {
             return;
         }
-        self.message(json!({"type": "user", "uuid": uuid::Uuid::new_v4().to_string(),
+        self.message(
+            json!({"type": "user", "uuid": uuid::Uuid::new_v4().to_string(),
             "session_id": self.session, "parent_tool_use_id": null,
             "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool.id,
                 "content": tool.output.clone().unwrap_or_default(),
-                "is_error": tool.finished == Some(true)}]}}))
+                "is_error": tool.finished == Some(true)}]}}),
+        )
         .await;
     }
 
     async fn on_update(&mut self, params: &Value, turn: &mut Option<Turn>) {
         let Some((session, update)) = schema::update(params) else {
-            self.status("warning", "the agent sent a session/update without a session id")
-                .await;
+            self.status(
+                "warning",
+                "the agent sent a session/update without a session id",
+            )
+            .await;
             return;
         };
         if session != self.session {
@@ -742,7 +780,7 @@ impl AcpTask {
                     }
                 }
             }
-            (Update::ToolCall(tool), Some(t)) => {
+            (Update::NewTool(tool), Some(t)) => {
                 self.flush(t).await;
                 if tool.finished.is_some() {
                     self.tool_use(&tool).await;
@@ -751,11 +789,12 @@ impl AcpTask {
                     t.pending_tools.push(tool);
                 }
             }
-            (Update::ToolCallUpdate(tool), Some(t)) => {
+            (Update::ToolNews(tool), Some(t)) => {
                 Self::merge_pending(t, &tool);
-                let ready = t.pending_tools.iter().any(|p| {
-                    p.id == tool.id && p.input.as_ref().is_some_and(|i| i != &json!({}))
-                });
+                let ready = t
+                    .pending_tools
+                    .iter()
+                    .any(|p| p.id == tool.id && p.input.as_ref().is_some_and(|i| i != &json!({})));
                 if ready || tool.finished.is_some() {
                     self.flush(t).await;
                 }
@@ -780,7 +819,9 @@ impl AcpTask {
         let duration_ms = u64::try_from(turn.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let result = match answer.get("error") {
             Some(error) => {
-                let why = error["message"].as_str().unwrap_or("the agent failed the turn");
+                let why = error["message"]
+                    .as_str()
+                    .unwrap_or("the agent failed the turn");
                 json!({"type": "result", "subtype": "error_during_execution", "is_error": true,
                     "terminal_reason": "agent_error", "result": why, "errors": [error]})
             }

@@ -10,8 +10,8 @@ use tracing::Instrument;
 
 use super::ClaudeSettings;
 use super::control;
-use crate::agent::process::Proc;
 use crate::agent::Launch;
+use crate::agent::process::Proc;
 
 /// How often the spare process is checked for life.
 const SPARE_CHECK: Duration = Duration::from_secs(1);

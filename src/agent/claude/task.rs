@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
 use super::control::{self, Request};
-use crate::agent::lines::Line;
 use super::pool::{Lease, Pool};
+use crate::agent::lines::Line;
 use crate::agent::process::Proc;
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
 use crate::protocol::PermissionDecision;

@@ -6,8 +6,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::http::AppState;
-use crate::http::auth::Principal;
 use crate::http::ErrorBody;
+use crate::http::auth::Principal;
 use crate::session::AgentInfo;
 
 /// The agents of this server.
@@ -22,7 +22,10 @@ pub struct AgentList {
 /// Lists the agents a conversation can run (`options.agent` on its first chat).
 #[utoipa::path(get, path = "/api/agents",
     responses((status = 200, body = AgentList), (status = 401, body = ErrorBody)))]
-pub async fn list(State(app): State<AppState>, Principal(_principal): Principal) -> Json<AgentList> {
+pub async fn list(
+    State(app): State<AppState>,
+    Principal(_principal): Principal,
+) -> Json<AgentList> {
     let (agents, default) = app.manager.agents();
     Json(AgentList { agents, default })
 }
