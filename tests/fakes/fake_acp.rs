@@ -19,6 +19,9 @@
 //! * `HUGE` — one 100 000-byte `session/update` line, then a normal reply;
 //! * `SLOW` — 50 words, 200 ms apart; `session/cancel` ends the turn `cancelled`;
 //! * otherwise `Echo: <text> (history N)`, N the session's number of prompts so far.
+//!
+//! Like the adapter, a normal turn reports the session's cost so far (one cent per prompt, over
+//! every process that served the session) in a `usage_update` before it ends.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -107,6 +110,16 @@ fn log_call(state: &Path, method: &str) {
     }
 }
 
+/// Reports the session's cost so far, as the adapter does near the end of each turn: one
+/// cent per prompt the session has had.
+fn report_cost(sid: &str, prompts: usize) {
+    update(
+        sid,
+        json!({"sessionUpdate": "usage_update", "used": 100, "size": 1000,
+            "cost": {"amount": prompts as f64 * 0.01, "currency": "USD"}}),
+    );
+}
+
 fn end(id: &Value, reason: &str) {
     answer(
         id,
@@ -181,6 +194,7 @@ impl Agent {
         }
         self.turns.push((text.to_owned(), said));
         save(&self.args.state, &sid, &self.turns);
+        report_cost(&sid, self.turns.len());
         end(id, "end_turn");
     }
 

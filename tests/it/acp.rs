@@ -625,3 +625,36 @@ async fn an_oversized_line_is_skipped() {
         "Echo: small (history 2)"
     );
 }
+
+/// Agents report the session's cost so far, across processes: each turn's `result` counts only
+/// its own share, and after a resume the first turn (whose share is unknown) adds nothing, so
+/// the conversation's total is never counted twice.
+#[tokio::test]
+async fn turn_costs_come_from_the_agents_running_total() {
+    let setup = AcpSetup::new(&[]);
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "cost1", "one", json!({"agent": "fake"})).await;
+    let first = c.until_result("cost1").await;
+    chat_ack(&mut c, "cost1", "two").await;
+    let second = c.until_result("cost1").await;
+    let turn_cost = |frames: &[Value]| {
+        stored(frames, "result")[0]["turn_cost_usd"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((turn_cost(&first) - 0.01).abs() < 1e-9, "{first:?}");
+    assert!((turn_cost(&second) - 0.01).abs() < 1e-9, "{second:?}");
+    drop(c);
+    let server2 = restart(&mut server, &setup).await;
+    let mut c = server2.client().await;
+    chat_ack(&mut c, "cost1", "three").await;
+    assert_eq!(turn_cost(&c.until_result("cost1").await), 0.0);
+    chat_ack(&mut c, "cost1", "four").await;
+    assert!((turn_cost(&c.until_result("cost1").await) - 0.01).abs() < 1e-9);
+    let (_, session) = Rest::new(&server2).get("/api/sessions/cost1").await;
+    assert!(
+        (session["total_cost_usd"].as_f64().unwrap() - 0.03).abs() < 1e-9,
+        "{session}"
+    );
+}

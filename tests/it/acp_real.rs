@@ -137,6 +137,11 @@ async fn real_acp_adapter_end_to_end() {
             .any(|f| f["message_type"] == "assistant" && f["seq"].is_i64()),
         "the reply is stored"
     );
+    let result = first.last().unwrap();
+    assert!(
+        result["turn_cost_usd"].as_f64().is_some_and(|c| c > 0.0),
+        "the agent's cost report counts: {result}"
+    );
     chat_ack(&mut c, "acp", "hello two").await;
     assert_eq!(
         reply_text(&c.until_result("acp").await),

@@ -250,6 +250,8 @@ pub(super) enum Update {
     ToolNews(Tool),
     /// The mode changed.
     Mode(String),
+    /// The session's cost so far, in US dollars (a usage update that carries one).
+    CostUsd(f64),
     /// Anything else (plans, commands, usage, config options, unknown kinds).
     Other,
 }
@@ -332,6 +334,12 @@ pub(super) fn update(params: &Value) -> Option<(String, Update)> {
                 input: fields.raw_input,
             })
         }
+        acp::SessionUpdate::UsageUpdate(usage) => match usage.cost {
+            Some(cost) if cost.currency.eq_ignore_ascii_case("USD") && cost.amount.is_finite() => {
+                Update::CostUsd(cost.amount)
+            }
+            _ => Update::Other,
+        },
         acp::SessionUpdate::CurrentModeUpdate(mode) => {
             Update::Mode(mode.current_mode_id.0.to_string())
         }

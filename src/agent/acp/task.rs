@@ -74,6 +74,34 @@ pub(super) struct AcpTask {
     permission_count: u64,
     /// `session/set_mode` and `session/set_config_option` requests not answered yet.
     option_calls: HashSet<u64>,
+    /// Cost accounting. Agents report the session's cost so far (across processes, for a
+    /// resumed one); results carry this process's running total, as the CLI's do.
+    cost: Cost,
+}
+
+/// What the agent's cost reports add up to.
+#[derive(Debug, Default)]
+struct Cost {
+    /// The session's cost when the current turn began; unknown for a reopened session until
+    /// the agent reports one (that turn's cost is then not counted).
+    base: Option<f64>,
+    /// The latest report.
+    seen: Option<f64>,
+    /// This process's total.
+    process: f64,
+}
+
+impl Cost {
+    /// At the end of a turn: adds its cost and returns the running total.
+    fn turn_ended(&mut self) -> f64 {
+        if let Some(seen) = self.seen {
+            if let Some(base) = self.base {
+                self.process += (seen - base).max(0.0);
+            }
+            self.base = Some(seen);
+        }
+        self.process
+    }
 }
 
 impl AcpTask {
@@ -99,6 +127,7 @@ impl AcpTask {
             permissions: HashMap::new(),
             permission_count: 0,
             option_calls: HashSet::new(),
+            cost: Cost::default(),
         }
     }
 
@@ -348,6 +377,7 @@ impl AcpTask {
             .await;
         }
         self.session = id;
+        self.cost.base = Some(0.0);
         self.adopt(offered);
         self.announce().await;
         Ok(())
@@ -804,6 +834,10 @@ impl AcpTask {
                     self.agent_event(params).await;
                 }
             }
+            (Update::CostUsd(amount), _) => {
+                self.cost.seen = Some(amount);
+                self.agent_event(params).await;
+            }
             (Update::Mode(mode), _) => {
                 self.applied_mode = Some(mode);
                 self.agent_event(params).await;
@@ -843,7 +877,7 @@ impl AcpTask {
         result["session_id"] = json!(self.session);
         result["duration_ms"] = json!(duration_ms);
         result["num_turns"] = json!(1);
-        result["total_cost_usd"] = json!(0);
+        result["total_cost_usd"] = json!(self.cost.turn_ended());
         if result.get("usage").is_none() {
             result["usage"] = json!({"input_tokens": 0, "output_tokens": 0});
         }
