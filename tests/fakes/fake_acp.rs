@@ -6,7 +6,9 @@
 //! Usage: `fake-acp --state DIR [--no-resume] [--no-load] [--start-mode MODE]`. Sessions are kept in
 //! `DIR/<session id>.json` (their prompts and replies), so a new process can resume or load
 //! them. Each `initialize` is logged as a line `initialize` in `DIR/calls.log`, and every
-//! method it receives likewise, one per line.
+//! method it receives likewise, one per line. At start it writes its working directory and
+//! the names and values of its environment to `DIR/env.log` (one `cwd=` line, then `NAME=value`
+//! lines).
 //!
 //! A prompt's text picks the behaviour:
 //! * `CRASH` — one chunk, then the process exits with status 3;
@@ -18,6 +20,8 @@
 //! * `GARBAGE` — lines that are not JSON-RPC, then a normal reply;
 //! * `HUGE` — one 100 000-byte `session/update` line, then a normal reply;
 //! * `SLOW` — 50 words, 200 ms apart; `session/cancel` ends the turn `cancelled`;
+//! * `STUCK` — one chunk, then nothing: it ignores `session/cancel` and a closed stdin (only a
+//!   signal ends it);
 //! * otherwise `Echo: <text> (history N)`, N the session's number of prompts so far.
 //!
 //! Like the adapter, a normal turn reports the session's cost so far (one cent per prompt, over
@@ -162,6 +166,12 @@ impl Agent {
             raw(
                 "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"x\"",
             );
+        }
+        if text.contains("STUCK") {
+            chunk(&sid, "thinking forever ");
+            loop {
+                std::thread::sleep(Duration::from_secs(60));
+            }
         }
         if text.contains("HUGE") {
             chunk(&sid, &"x".repeat(100_000));
@@ -360,6 +370,16 @@ impl Agent {
 fn main() {
     let args = Args::parse();
     std::fs::create_dir_all(&args.state).expect("state dir");
+    let mut env = format!(
+        "cwd={}\n",
+        std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default()
+    );
+    for (name, value) in std::env::vars() {
+        env.push_str(&format!("{name}={value}\n"));
+    }
+    let _ = std::fs::write(args.state.join("env.log"), env);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {

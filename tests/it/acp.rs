@@ -2,11 +2,12 @@
 //! recorded real adapter): agents by name, turns, permissions, interrupts, crashes, garbage,
 //! resume, load and the fallback to a new session, and what ACP can't do.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use crate::common::*;
+use crate::real_cli::{running, stat, wait_gone};
 use crate::rest::Rest;
 
 /// A server whose default agent is `demo`, with the fake ACP agent as `fake` (flags: extra
@@ -567,7 +568,6 @@ async fn a_missing_agent_program_is_refused_at_start() {
         stderr.contains("ghost") && stderr.contains("does not exist"),
         "{stderr}"
     );
-    let _ = Path::new("");
 }
 
 /// A session that starts in a mode running tools without asking is switched to `default`,
@@ -657,4 +657,113 @@ async fn turn_costs_come_from_the_agents_running_total() {
         (session["total_cost_usd"].as_f64().unwrap() - 0.03).abs() < 1e-9,
         "{session}"
     );
+}
+
+/// The agent runs in the conversation's workspace with `PATH`, `HOME`, `LANG` and its own `env`:
+/// none of the server's other variables (its secrets) reach it.
+#[tokio::test]
+async fn the_agent_gets_its_workspace_and_an_allow_listed_environment() {
+    let setup = AcpSetup::new(&[]);
+    let server = TestServer::start_in(
+        &setup.data_dir(),
+        &["--config", &setup.config],
+        &[
+            ("AGENTMUX_TICKET_SECRET", "server-secret"),
+            ("ANTHROPIC_API_KEY", "server-key"),
+        ],
+    )
+    .await;
+    let mut c = server.client().await;
+    let ack = chat_with(&mut c, "e1", "hi", json!({"agent": "fake"})).await;
+    c.until_result("e1").await;
+    let env = std::fs::read_to_string(setup.dir.path().join("agent-state/env.log")).unwrap();
+    let workspace = setup
+        .data_dir()
+        .join("workspaces")
+        .join(ack["session_id"].as_str().unwrap());
+    assert!(
+        env.lines()
+            .any(|l| l == format!("cwd={}", workspace.display())),
+        "{env}"
+    );
+    assert!(env.lines().any(|l| l == "FAKE_KEY=secret"), "{env}");
+    let names: Vec<&str> = env
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once('=').map(|(n, _)| n))
+        .collect();
+    for name in &names {
+        assert!(
+            ["PATH", "HOME", "LANG", "FAKE_KEY"].contains(name),
+            "{name} leaked into the agent's environment"
+        );
+    }
+    assert!(!env.contains("server-secret") && !env.contains("server-key"));
+}
+
+/// An agent that ignores `session/cancel` (and a closed stdin) is stopped once
+/// `session.interrupt_timeout_secs` pass: the turn ends `interrupt_timeout`, the process is
+/// gone, and the next turn resumes the session in a new one.
+#[tokio::test]
+async fn an_agent_that_ignores_cancel_is_stopped() {
+    let setup = AcpSetup::with_config(
+        &[],
+        "[session]\ninterrupt_timeout_secs = 1\n[acp]\nstop_grace_secs = 1\n",
+    );
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "s1", "first", json!({"agent": "fake"})).await;
+    c.until_result("s1").await;
+    chat_ack(&mut c, "s1", "STUCK").await;
+    c.recv_until(|v| v["message_type"] == "stream_event").await;
+    let pids = fake_agents(&server);
+    assert_eq!(pids.len(), 1);
+    c.send(json!({"type": "interrupt", "agent_id": "s1"})).await;
+    let frames = c.until_result("s1").await;
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["terminal_reason"],
+        "interrupt_timeout"
+    );
+    wait_gone(&pids, std::time::Duration::from_secs(10)).await;
+    chat_ack(&mut c, "s1", "again").await;
+    let reply = reply_text(&c.until_result("s1").await);
+    assert!(reply.starts_with("Echo: again (history "), "{reply}");
+    assert!(setup.calls().contains(&"session/resume".to_owned()));
+}
+
+/// The running `fake-acp` processes the server started.
+fn fake_agents(server: &TestServer) -> Vec<u32> {
+    let bin = sibling("fake-acp").canonicalize().unwrap();
+    let server = server.child.id().expect("the server runs");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| stat(*pid).is_some_and(|(state, ppid)| ppid == server && state != 'Z'))
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == bin))
+        .collect()
+}
+
+/// Agents die with a server killed by -9 mid-turn (parent-death signal), and a graceful stop
+/// leaves none behind.
+#[tokio::test]
+async fn agents_die_with_the_server() {
+    let setup = AcpSetup::new(&[]);
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "k1", "SLOW", json!({"agent": "fake"})).await;
+    c.recv_until(|v| v["message_type"] == "stream_event").await;
+    let pids = fake_agents(&server);
+    assert_eq!(pids.len(), 1, "one agent for the conversation");
+    server.kill9().await;
+    wait_gone(&pids, std::time::Duration::from_secs(3)).await;
+
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "k1", "after").await;
+    c.until_result("k1").await;
+    let pids = fake_agents(&server);
+    assert_eq!(pids.len(), 1);
+    assert!(pids.iter().all(|p| running(*p)));
+    assert!(server.terminate().await.success());
+    wait_gone(&pids, std::time::Duration::from_secs(10)).await;
 }
