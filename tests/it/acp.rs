@@ -767,3 +767,47 @@ async fn agents_die_with_the_server() {
     assert!(server.terminate().await.success());
     wait_gone(&pids, std::time::Duration::from_secs(10)).await;
 }
+
+/// A configured `kind = "claude"` agent runs its own CLI program with its `env`, beside the
+/// default demo agent, and keeps the CLI's rewind and fork.
+#[tokio::test]
+async fn a_configured_claude_agent_runs_its_own_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("cli.log");
+    let (_cfg, config) = config_file(&format!(
+        "[claude]\nconfig_dir = {}\n[agents.cli]\nkind = \"claude\"\ncommand = [{}]\nenv = {{ FAKE_CLAUDE_LOG = {} }}\n",
+        toml_string(&dir.path().join("home").to_string_lossy()),
+        toml_string(&sibling("fake-claude").to_string_lossy()),
+        toml_string(&log.to_string_lossy()),
+    ));
+    let server = TestServer::start_in(
+        &dir.path().join("data"),
+        &["--demo-delay-ms", "0", "--config", &config],
+        &[],
+    )
+    .await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "cli1", "hello", json!({"agent": "cli"})).await;
+    assert_eq!(
+        reply_text(&c.until_result("cli1").await),
+        "Echo: hello (history 1)"
+    );
+    let spawned = std::fs::read_to_string(&log).unwrap();
+    assert!(spawned.contains("\"argv\""), "{spawned}");
+    chat_ack(&mut c, "demo1", "plain").await;
+    assert_eq!(
+        reply_text(&c.until_result("demo1").await),
+        "Echo: plain (turn 1)",
+        "the default agent is still demo"
+    );
+    let (_, agents) = Rest::new(&server).get("/api/agents").await;
+    let cli = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "cli")
+        .unwrap()
+        .clone();
+    assert_eq!(cli["kind"], "claude");
+    assert_eq!(cli["supports"]["rewind"], true);
+}
