@@ -39,15 +39,23 @@ ensure_node() {
   apt_install nodejs npm || return 1
 }
 
+# Installs the npm package `spec` (name@version) into `dir`/node_modules without running its
+# scripts. A third argument goes first on PATH: npm checks a package's engines against the node
+# it finds there.
+npm_pin() {
+  local dir="$1" spec="$2" path_first="${3:-}"
+  echo "== installing $spec"
+  mkdir -p "$dir"
+  (cd "$dir" && PATH="${path_first:+$path_first:}$PATH" npm install --no-save --no-audit \
+     --no-fund --ignore-scripts "$spec" >/dev/null)
+}
+
 ensure_claude_cli() {
   local dir="$DEPS_DIR/claude-$CLAUDE_CLI_VERSION"
   local bin="$dir/node_modules/$CLAUDE_CLI_PACKAGE/claude"
   if [ ! -x "$bin" ]; then
     ensure_node || return 1
-    echo "== installing $CLAUDE_CLI_PACKAGE@$CLAUDE_CLI_VERSION"
-    mkdir -p "$dir"
-    if ! (cd "$dir" && npm install --no-save --no-audit --no-fund --ignore-scripts \
-          "$CLAUDE_CLI_PACKAGE@$CLAUDE_CLI_VERSION" >/dev/null); then
+    if ! npm_pin "$dir" "$CLAUDE_CLI_PACKAGE@$CLAUDE_CLI_VERSION"; then
       missing "could not install the Claude CLI from the npm registry"
       return 1
     fi
@@ -102,10 +110,7 @@ ensure_node22() {
   local bin="$dir/node_modules/$NODE22_PACKAGE/bin/node"
   if [ ! -x "$bin" ]; then
     ensure_node || { missing "npm is needed to install Node.js $NODE22_VERSION"; return 1; }
-    echo "== installing $NODE22_PACKAGE@$NODE22_VERSION"
-    mkdir -p "$dir"
-    if ! (cd "$dir" && npm install --no-save --no-audit --no-fund --ignore-scripts \
-          "$NODE22_PACKAGE@$NODE22_VERSION" >/dev/null); then
+    if ! npm_pin "$dir" "$NODE22_PACKAGE@$NODE22_VERSION"; then
       missing "could not install Node.js $NODE22_VERSION from the npm registry"
       return 1
     fi
@@ -124,11 +129,7 @@ ensure_acp_adapter() {
   local dir="$DEPS_DIR/claude-agent-acp-$ACP_ADAPTER_VERSION"
   local script="$dir/node_modules/$ACP_ADAPTER_PACKAGE/dist/index.js"
   if [ ! -f "$script" ]; then
-    echo "== installing $ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION"
-    mkdir -p "$dir"
-    # npm checks the package's engines against the node on PATH: put the new one first.
-    if ! (cd "$dir" && PATH="$(dirname "$ACP_NODE"):$PATH" npm install --no-save --no-audit \
-          --no-fund --ignore-scripts "$ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION" >/dev/null); then
+    if ! npm_pin "$dir" "$ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION" "$(dirname "$ACP_NODE")"; then
       missing "could not install $ACP_ADAPTER_PACKAGE from the npm registry"
       return 1
     fi

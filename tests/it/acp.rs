@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::common::*;
-use crate::real_cli::{running, stat, wait_gone};
+use crate::real_cli::{cli_children, running, wait_gone};
 use crate::rest::Rest;
 
 /// A server whose default agent is `demo`, with the fake ACP agent as `fake` (flags: extra
@@ -733,14 +733,7 @@ async fn an_agent_that_ignores_cancel_is_stopped() {
 
 /// The running `fake-acp` processes the server started.
 fn fake_agents(server: &TestServer) -> Vec<u32> {
-    let bin = sibling("fake-acp").canonicalize().unwrap();
-    let server = server.child.id().expect("the server runs");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| stat(*pid).is_some_and(|(state, ppid)| ppid == server && state != 'Z'))
-        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == bin))
-        .collect()
+    cli_children(server, &sibling("fake-acp"))
 }
 
 /// Agents die with a server killed by -9 mid-turn (parent-death signal), and a graceful stop

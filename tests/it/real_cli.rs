@@ -87,7 +87,7 @@ pub fn running(pid: u32) -> bool {
 }
 
 /// pids of the running `bin` processes the server started (other tests run CLIs too).
-fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
+pub fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
     let bin = bin.canonicalize().unwrap();
     let server = server.child.id().expect("the server runs");
     std::fs::read_dir("/proc")
