@@ -544,28 +544,43 @@ async fn backend_flag_picks_a_configured_agent() {
     assert_eq!(agents["default"], "fake");
 }
 
-/// A configured agent whose program is missing stops the server from starting.
+/// A server whose agents can't run refuses to start, and says which: a missing program, a
+/// malformed agent name, an unknown default agent.
 #[tokio::test]
-async fn a_missing_agent_program_is_refused_at_start() {
+async fn bad_agent_settings_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |config: &str, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--config", config])
+            .args(extra)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{config} {extra:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
     let (_cfg, config) =
         config_file("[agents.ghost]\nkind = \"acp\"\ncommand = [\"/nonexistent/agent\"]\n");
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--config",
-            &config,
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused(&config, &[]);
     assert!(
         stderr.contains("ghost") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    let (_cfg, config) = config_file("[agents.empty]\nkind = \"acp\"\n");
+    assert!(refused(&config, &[]).contains("`command` must name"));
+    let fake = toml_string(&sibling("fake-acp").to_string_lossy());
+    for bad in ["\"../x\"", "\"-x\"", "\"a b\"", "\".hidden\""] {
+        let (_cfg, config) = config_file(&format!(
+            "[agents.{bad}]\nkind = \"acp\"\ncommand = [{fake}]\n"
+        ));
+        let stderr = refused(&config, &[]);
+        assert!(stderr.contains("agent name"), "{bad}: {stderr}");
+    }
+    let (_cfg, config) = config_file("");
+    let stderr = refused(&config, &["--backend", "nope"]);
+    assert!(
+        stderr.contains("default agent `nope`") && stderr.contains("demo"),
         "{stderr}"
     );
 }
