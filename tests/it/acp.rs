@@ -819,3 +819,36 @@ async fn a_configured_claude_agent_runs_its_own_cli() {
     assert_eq!(cli["kind"], "claude");
     assert_eq!(cli["supports"]["rewind"], true);
 }
+
+/// A permission request nobody answers in `session.permission_timeout_secs` is resolved
+/// `timed_out` for the sockets and answered `cancelled` to the agent: the tool does not run.
+#[tokio::test]
+async fn an_unanswered_permission_request_times_out_as_cancelled() {
+    let setup = AcpSetup::with_config(&[], "[session]\npermission_timeout_secs = 1\n");
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "t1", "PERMIT", json!({"agent": "fake"})).await;
+    let frames = c.until_result("t1").await;
+    let resolved = frames
+        .iter()
+        .find(|f| f["message_type"] == "permission_resolved")
+        .expect("resolved");
+    assert_eq!(resolved["outcome"], "timed_out");
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["stop_reason"],
+        "cancelled"
+    );
+    assert!(
+        setup
+            .calls()
+            .iter()
+            .any(|l| l.starts_with("permission") && l.contains("cancelled")),
+        "{:?}",
+        setup.calls()
+    );
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.to_string().contains("Tool said: ran"))
+    );
+}
