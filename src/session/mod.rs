@@ -349,7 +349,10 @@ impl Manager {
         let key = Self::key(principal, &agent_id);
         let (slot, mut guard) = self.lock_slot(&key).await;
         let handle = match &*guard {
-            SlotState::Live(h) if !h.tx.is_closed() => h.clone(),
+            SlotState::Live(h) if !h.tx.is_closed() => {
+                self.check_chat_options(&h.session.agent, &chat)?;
+                h.clone()
+            }
             _ => match self.start(principal, &chat, &slot).await {
                 Ok(h) => {
                     *guard = SlotState::Live(h.clone());
@@ -361,10 +364,6 @@ impl Manager {
                 }
             },
         };
-        if let Err(err) = self.check_chat_options(&handle.session, &chat) {
-            self.release_if_unused(&key, &slot, &guard);
-            return Err(err);
-        }
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
         send_command(&handle, &agent_id, actor::Command::Chat { chat, reply })?;
@@ -377,23 +376,23 @@ impl Manager {
         })
     }
 
-    /// Checks a chat's options against the conversation's agent: `options.agent` must be that
-    /// agent, and the model and permission mode must be ones it offers (when that is known).
-    fn check_chat_options(&self, session: &Conversation, chat: &Chat) -> Result<(), FrameError> {
+    /// Checks a chat's options against the conversation's agent (by name): `options.agent`
+    /// must be that agent, and the model and permission mode must be ones it offers (when that
+    /// is known).
+    fn check_chat_options(&self, conversation_agent: &str, chat: &Chat) -> Result<(), FrameError> {
         let invalid = |message: String| {
             FrameError::new(ErrorCode::InvalidOptions, message)
                 .for_agent(Some(&chat.agent_id))
                 .with_client_msg_id(chat.client_msg_id.clone())
         };
         if let Some(agent) = &chat.options.agent
-            && *agent != session.agent
+            && agent != conversation_agent
         {
             return Err(invalid(format!(
-                "this conversation's agent is `{}`; it can't change to `{agent}`",
-                session.agent
+                "this conversation's agent is `{conversation_agent}`; it can't change to `{agent}`"
             )));
         }
-        if let Some(backend) = self.shared.agents.get(&session.agent) {
+        if let Some(backend) = self.shared.agents.get(conversation_agent) {
             backend
                 .check_options(
                     chat.options.model.as_deref(),
@@ -466,20 +465,15 @@ impl Manager {
             .await
             .map_err(store_err)?
         {
-            Some(record) => record,
+            Some(record) => {
+                // Checked before the actor starts, so a refused chat wakes nothing up.
+                self.check_chat_options(&record.backend, chat)?;
+                record
+            }
             None => {
                 let agent = self.pick_agent(chat)?;
+                self.check_chat_options(&agent, chat)?;
                 let backend = shared.agents.get(&agent).expect("checked by pick_agent");
-                backend
-                    .check_options(
-                        chat.options.model.as_deref(),
-                        chat.options.permission_mode.as_deref(),
-                    )
-                    .map_err(|message| {
-                        FrameError::new(ErrorCode::InvalidOptions, message)
-                            .for_agent(Some(&chat.agent_id))
-                            .with_client_msg_id(chat.client_msg_id.clone())
-                    })?;
                 let session_id = backend
                     .take_prewarmed()
                     .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());

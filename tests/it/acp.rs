@@ -506,6 +506,11 @@ async fn no_resume_no_load_starts_over_and_keeps_history() {
     drop(c);
     let server2 = restart(&mut server, &setup).await;
     let mut c = server2.client().await;
+    // A refused chat to the dormant conversation wakes nothing up.
+    let err = chat_with(&mut c, "n1", "x", json!({"agent": "demo"})).await;
+    assert_eq!(err["code"], "invalid_options");
+    let (_, summary) = Rest::new(&server2).get("/api/sessions/n1").await;
+    assert_eq!(summary["live"], false, "{summary}");
     chat_ack(&mut c, "n1", "second").await;
     let frames = c.until_result("n1").await;
     assert!(
