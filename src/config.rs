@@ -47,8 +47,13 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Which `Host` names the server answers to.
     pub server: ServerConfig,
-    /// What clients may ask of every agent.
+    /// What clients may ask of every agent, and which agent a new conversation gets.
     pub agent: AgentConfig,
+    /// Settings of the Agent Client Protocol backend, for every `kind = "acp"` agent.
+    pub acp: AcpConfig,
+    /// Agents by name (`[agents.NAME]`), besides the built-in `demo` and (when the Claude CLI
+    /// is configured) `claude`.
+    pub agents: BTreeMap<String, AgentDef>,
     /// Project roots: the directories conversations may work in.
     pub projects: ProjectsConfig,
 }
@@ -130,6 +135,70 @@ impl ProjectsConfig {
     }
 }
 
+/// What program an agent is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// An Agent Client Protocol agent: JSON-RPC over its stdio.
+    Acp,
+    /// The Claude Code CLI in stream-json mode.
+    Claude,
+    /// The built-in echo agent.
+    Demo,
+}
+
+/// One named agent (`[agents.NAME]`).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDef {
+    /// What program it is.
+    pub kind: AgentKind,
+    /// Program and arguments, no shell; the program is a path (PATH is not searched). For
+    /// `claude`: the CLI and extra arguments (default: `claude.bin`).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Variables added to the agent's allow-listed environment (API keys and the like).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Shows which variables are set, never their values (they are often keys).
+impl fmt::Debug for AgentDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentDef")
+            .field("kind", &self.kind)
+            .field("command", &self.command)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Settings of the Agent Client Protocol backend.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AcpConfig {
+    /// Longest stdout line accepted from an agent, in bytes; a longer one is skipped with a warning.
+    pub max_line_bytes: usize,
+    /// How long an agent may take to answer `initialize` and to open its session.
+    pub init_timeout_secs: u64,
+    /// Each step of stopping an agent (close stdin, TERM, KILL) waits this long.
+    pub stop_grace_secs: u64,
+    /// Extra environment variable names passed to every ACP agent, besides `PATH`, `HOME` and
+    /// `LANG` (and each agent's own `env`).
+    pub env_allow: Vec<String>,
+}
+
+impl Default for AcpConfig {
+    fn default() -> Self {
+        AcpConfig {
+            max_line_bytes: 64 << 20,
+            init_timeout_secs: 60,
+            stop_grace_secs: 5,
+            env_allow: Vec::new(),
+        }
+    }
+}
+
 /// Settings of the HTTP server itself.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -147,6 +216,9 @@ pub struct AgentConfig {
     /// Whether a client may choose a permission mode that lets the agent run tools without
     /// asking (`bypassPermissions`, `auto`).
     pub allow_bypass_permissions: bool,
+    /// The agent (by name) of a conversation whose first chat names none; `--backend` sets it.
+    /// When unset: the backend in force (`claude` or `demo`).
+    pub default: Option<String>,
 }
 
 /// Authentication settings. Authentication is on whenever a token or a JWT key is set.
@@ -320,6 +392,8 @@ impl Default for Config {
             server: ServerConfig::default(),
             agent: AgentConfig::default(),
             projects: ProjectsConfig::default(),
+            acp: AcpConfig::default(),
+            agents: BTreeMap::new(),
         }
     }
 }
@@ -474,6 +548,17 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("bad config {}: {e}", path.display()))
+    }
+
+    /// The name of the agent a new conversation gets when its first chat names none.
+    pub fn default_agent(&self) -> String {
+        match &self.agent.default {
+            Some(name) => name.clone(),
+            None => match self.backend_kind() {
+                BackendKind::Claude => "claude".to_owned(),
+                BackendKind::Demo => "demo".to_owned(),
+            },
+        }
     }
 
     /// The backend in force.

@@ -14,7 +14,8 @@
 //! - [`session`]: conversations, independent of any transport, and the only way in: the
 //!   manager (single-flight create/resume, eviction, history, rewind, fork), one actor per
 //!   live conversation, replay by `seq`.
-//! - [`agent`]: what runs behind a conversation (the Claude Code CLI, the demo agent).
+//! - [`agent`]: what runs behind a conversation (the Claude Code CLI, Agent Client Protocol
+//!   agents, the demo agent), by name.
 //! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
 //! - [`protocol`]: the wire frames, their decoding with typed errors and their building; a
 //!   leaf that imports nothing else of the crate.
@@ -41,8 +42,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Backend;
-use crate::config::{BackendKind, Config};
+use crate::agent::registry::Agents;
+use crate::config::Config;
 use crate::http::AppState;
 use crate::http::auth::Authenticator;
 use crate::limits::Quota;
@@ -74,13 +75,8 @@ impl Server {
             &config.server,
             config.bind,
         )?);
-        // A CLI that can't run would fail every turn: refuse to start instead.
-        let claude_bin = match (config.backend_kind(), &config.claude.bin) {
-            (BackendKind::Claude, Some(bin)) => {
-                Some(agent::claude::check_bin(bin).map_err(anyhow::Error::msg)?)
-            }
-            _ => None,
-        };
+        // An agent program that can't run would fail every turn: refuse to start instead.
+        let agents = Arc::new(Agents::from_config(&config)?);
         // Conversations and workspaces are the server's user's alone: directories it creates
         // are 0700 (the database file itself is made 0600 by the store).
         for dir in [config.data_dir.clone(), config.workspaces_dir()] {
@@ -113,31 +109,9 @@ impl Server {
                 "closed turns left unfinished by the last run"
             );
         }
-        let backend: Arc<dyn Backend> = match config.backend_kind() {
-            BackendKind::Demo => {
-                let demo = agent::demo::DemoBackend {
-                    word_delay: Duration::from_millis(config.demo.delay_ms),
-                };
-                match config.demo.gate_dir.clone() {
-                    Some(gate_dir) => Arc::new(agent::demo::GatedDemoBackend { demo, gate_dir }),
-                    None => Arc::new(demo),
-                }
-            }
-            BackendKind::Claude => {
-                let bin = claude_bin.ok_or_else(|| {
-                    anyhow::anyhow!("the claude backend needs the CLI's path: --claude-bin or AGENTMUX_CLAUDE_BIN")
-                })?;
-                let settings = agent::claude::ClaudeSettings {
-                    config: config.claude.clone(),
-                    bin,
-                    workspaces: config.workspaces_dir(),
-                };
-                Arc::new(agent::claude::ClaudeBackend::new(settings))
-            }
-        };
         let sockets = Quota::new(config.socket.max_per_principal, 0);
         let config = Arc::new(config);
-        let manager = Manager::new(store.clone(), backend, config.clone(), metrics.clone());
+        let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone());
         Ok(Server {
             state: AppState {
                 manager,

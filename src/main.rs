@@ -51,9 +51,10 @@ struct ServeArgs {
     /// Directory for the database and the agents' workspaces [default: ./data]
     #[arg(long, env = "AGENTMUX_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// Agent backend [default: claude when a Claude binary is set, else demo]
-    #[arg(long, env = "AGENTMUX_BACKEND", value_enum)]
-    backend: Option<BackendKind>,
+    /// The default agent: `claude`, `demo` or the name of an `[agents.NAME]` of the config
+    /// file [default: claude when a Claude binary is set, else demo]
+    #[arg(long, env = "AGENTMUX_BACKEND")]
+    backend: Option<String>,
     /// Path of the Claude Code CLI binary
     #[arg(long, env = "AGENTMUX_CLAUDE_BIN")]
     claude_bin: Option<PathBuf>,
@@ -87,8 +88,13 @@ impl ServeArgs {
         if let Some(delay) = self.demo_delay_ms {
             config.demo.delay_ms = delay;
         }
-        if let Some(backend) = self.backend {
-            config.backend = Some(backend);
+        if let Some(name) = self.backend {
+            match name.as_str() {
+                "claude" => config.backend = Some(BackendKind::Claude),
+                "demo" => config.backend = Some(BackendKind::Demo),
+                _ => {}
+            }
+            config.agent.default = Some(name);
         }
         if let Ok(list) = std::env::var("AGENTMUX_PROJECT_ROOTS") {
             config.projects.add_root_list(&list);

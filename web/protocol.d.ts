@@ -1,7 +1,7 @@
 // Generated from src/protocol.rs by its unit tests; do not edit.
 // Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
 
-export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type";
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported";
 
 export type ChatOptions = { 
 /**
@@ -37,13 +37,23 @@ max_turns?: number,
  * More directories the agent may read and change, each inside a project root the
  * principal may use.
  */
-add_dirs?: Array<string>, };
+add_dirs?: Array<string>, 
+/**
+ * The agent (by name) of a new conversation; on a later chat it must name the
+ * conversation's own agent.
+ */
+agent?: string, };
 
 export type PermissionDecision = { "behavior": "allow", 
 /**
  * The edited tool input, when the user changed it.
  */
-updated_input?: Record<string, unknown>, } | { "behavior": "deny", 
+updated_input?: Record<string, unknown>, 
+/**
+ * Allow this tool for the rest of the conversation, where the agent offers that (an
+ * Agent Client Protocol agent's `allow_always`); otherwise the same as once.
+ */
+always?: boolean, } | { "behavior": "deny", 
 /**
  * Shown to the agent.
  */
@@ -121,7 +131,12 @@ request_id: string, } & ({ "behavior": "allow",
 /**
  * The edited tool input, when the user changed it.
  */
-updated_input?: Record<string, unknown>, } | { "behavior": "deny", 
+updated_input?: Record<string, unknown>, 
+/**
+ * Allow this tool for the rest of the conversation, where the agent offers that (an
+ * Agent Client Protocol agent's `allow_always`); otherwise the same as once.
+ */
+always?: boolean, } | { "behavior": "deny", 
 /**
  * Shown to the agent.
  */

@@ -131,6 +131,16 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
                             let dirs = value.as_array().unwrap();
                             assert!(dirs.len() <= 16 && dirs.iter().all(path_ok), "{value}");
                         }
+                        "agent" => {
+                            let name = value.as_str().unwrap();
+                            assert!(
+                                (1..=64).contains(&name.len()) && !name.starts_with(['-', '.'])
+                            );
+                            assert!(
+                                name.bytes()
+                                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                            );
+                        }
                         other => panic!("option {other}"),
                     }
                     assert_eq!(asked.and_then(|a| a.get(key)), Some(value));
@@ -287,6 +297,7 @@ const OPTIONS: &[&str] = &[
     "disallowed_tools",
     "max_turns",
     "add_dirs",
+    "agent",
 ];
 
 /// protocol.md's form of a path option: absolute, at most 4096 bytes, no control characters.
@@ -299,15 +310,18 @@ fn path_ok(value: &Value) -> bool {
 /// protocol.md's form of a tool pattern: a name of letters, digits and `_.*-` starting with a
 /// letter, then optionally one `(specifier)` without commas or parentheses; never a flag.
 fn tool_pattern_ok(value: &Value) -> bool {
-    let Some(p) = value.as_str() else { return false };
+    let Some(p) = value.as_str() else {
+        return false;
+    };
     let name_end = p.find('(').unwrap_or(p.len());
     let (name, rest) = p.split_at(name_end);
     let name_ok = name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.*-".contains(&b));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.*-".contains(&b));
     let rest_ok = rest.is_empty()
         || (rest.len() > 2
             && rest.ends_with(')')
             && !rest[1..rest.len() - 1].contains(['(', ')', ',']));
     name_ok && rest_ok && !p.chars().any(char::is_control)
 }
-

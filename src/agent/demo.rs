@@ -29,6 +29,17 @@ const DEFAULT_PERMISSION_MODE: &str = "default";
 /// Cost the demo reports per turn, in US dollars.
 const COST_PER_TURN_USD: f64 = 0.0001;
 
+/// What the demo agent can do: it remembers its turns through the store.
+const DEMO_SUPPORTS: super::Supports = super::Supports {
+    resume: true,
+    load: false,
+    permissions: false,
+    modes: false,
+    rewind: true,
+    fork: true,
+    known: true,
+};
+
 /// The demo backend.
 #[derive(Debug, Clone)]
 pub struct DemoBackend {
@@ -40,6 +51,10 @@ pub struct DemoBackend {
 impl Backend for DemoBackend {
     fn name(&self) -> &'static str {
         "demo"
+    }
+
+    fn supports(&self) -> super::Supports {
+        DEMO_SUPPORTS
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
@@ -63,6 +78,10 @@ pub struct GatedDemoBackend {
 impl Backend for GatedDemoBackend {
     fn name(&self) -> &'static str {
         "demo"
+    }
+
+    fn supports(&self) -> super::Supports {
+        DEMO_SUPPORTS
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
@@ -139,7 +158,9 @@ impl DemoAgent {
             let prompt = match next {
                 AgentInput::Prompt(p) => p,
                 // Nothing to stop, and the demo never asks for permissions.
-                AgentInput::Interrupt | AgentInput::Permission { .. } => continue,
+                AgentInput::Interrupt
+                | AgentInput::Permission { .. }
+                | AgentInput::PermissionTimedOut { .. } => continue,
                 AgentInput::SetOptions {
                     model,
                     permission_mode,
@@ -239,7 +260,7 @@ impl DemoAgent {
                     _ = tokio::time::sleep(self.word_delay) => {}
                     got = input.recv() => match got {
                         Some(AgentInput::Interrupt) => { end = TurnEnd::Interrupted; break; }
-                        Some(AgentInput::Permission { .. }) => {}
+                        Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
                         Some(later) => pending.push_back(later),
                         None => { end = TurnEnd::Closed; break; }
                     }
@@ -316,7 +337,7 @@ impl DemoAgent {
                 _ = tokio::time::sleep(Duration::from_millis(10)) => {}
                 got = input.recv() => match got {
                     Some(AgentInput::Interrupt) => return Some(TurnEnd::Interrupted),
-                    Some(AgentInput::Permission { .. }) => {}
+                    Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
                     Some(later) => pending.push_back(later),
                     None => return Some(TurnEnd::Closed),
                 }
@@ -335,7 +356,7 @@ fn check_input(
     loop {
         match input.try_recv() {
             Ok(AgentInput::Interrupt) => return Some(TurnEnd::Interrupted),
-            Ok(AgentInput::Permission { .. }) => {}
+            Ok(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
             Ok(later) => pending.push_back(later),
             Err(mpsc::error::TryRecvError::Empty) => return None,
             Err(mpsc::error::TryRecvError::Disconnected) => return Some(TurnEnd::Closed),

@@ -5,8 +5,12 @@
 //! shape of the Claude CLI's stream-json output, whichever backend produced them. Dropping the
 //! input side asks the agent to stop; the event channel closes once it has.
 
+pub mod acp;
 pub mod claude;
 pub mod demo;
+mod lines;
+mod process;
+pub mod registry;
 
 use std::path::PathBuf;
 
@@ -106,6 +110,11 @@ pub enum AgentInput {
         /// What the user decided.
         decision: PermissionDecision,
     },
+    /// Nobody answered a tool permission request in time: the tool must not run.
+    PermissionTimedOut {
+        /// The agent's id of the request.
+        request_id: String,
+    },
 }
 
 /// One message from the agent, kept verbatim.
@@ -201,11 +210,48 @@ impl AgentConn {
 #[error("{0}")]
 pub struct SpawnError(pub String);
 
+/// What an agent can do, as `GET /api/agents` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct Supports {
+    /// Whether a conversation continues with the agent's memory after eviction or restart
+    /// (for an ACP agent: `session/resume`).
+    pub resume: bool,
+    /// Whether the agent can reload a session by replaying it (ACP `session/load`).
+    pub load: bool,
+    /// Whether the agent asks before using tools (`permission_request` frames).
+    pub permissions: bool,
+    /// Whether the agent has modes that `options.permission_mode` picks.
+    pub modes: bool,
+    /// Whether `rewind` works on its conversations.
+    pub rewind: bool,
+    /// Whether `fork` works on its conversations.
+    pub fork: bool,
+    /// False while an ACP agent has not started yet: what it supports is learnt from its
+    /// first `initialize`, and the other fields are guesses until then.
+    pub known: bool,
+}
+
 /// Something that can start agents.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
-    /// `claude` or `demo`, as stored in `session_info.backend`.
+    /// What it is: `claude`, `demo` or `acp`.
     fn name(&self) -> &'static str;
+
+    /// What its agents can do.
+    fn supports(&self) -> Supports;
+
+    /// Checks a chat's model and permission mode against what the agent offers, when that is
+    /// known; `Err` says why one can't be used.
+    ///
+    /// # Errors
+    /// When the agent is known not to offer the model or the mode.
+    fn check_options(
+        &self,
+        _model: Option<&str>,
+        _permission_mode: Option<&str>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Starts an agent for a conversation. It returns at once: a backend that needs time to
     /// get ready buffers inputs meanwhile, so the conversation keeps answering its clients.

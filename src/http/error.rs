@@ -49,6 +49,7 @@ impl ApiError {
             | ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorCode::UnknownAgent | ErrorCode::UnknownRequest => StatusCode::NOT_FOUND,
             ErrorCode::Busy | ErrorCode::AgentExists => StatusCode::CONFLICT,
+            ErrorCode::Unsupported => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::LimitExceeded | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::BackendUnavailable | ErrorCode::StoreUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE

@@ -5,9 +5,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    Content, ErrorCode, FrameError, MAX_ADD_DIRS, MAX_AGENT_ID_CHARS, MAX_MODEL_CHARS,
-    MAX_PATH_BYTES, MAX_SYSTEM_PROMPT_BYTES, MAX_TOOL_PATTERN_CHARS, MAX_TOOL_PATTERNS,
-    MAX_TURNS_LIMIT, PERMISSION_MODES, UNATTENDED_PERMISSION_MODES, truncate_chars,
+    Content, ErrorCode, FrameError, MAX_ADD_DIRS, MAX_AGENT_ID_CHARS, MAX_AGENT_NAME_CHARS,
+    MAX_MODEL_CHARS, MAX_PATH_BYTES, MAX_SYSTEM_PROMPT_BYTES, MAX_TOOL_PATTERN_CHARS,
+    MAX_TOOL_PATTERNS, MAX_TURNS_LIMIT, PERMISSION_MODES, UNATTENDED_PERMISSION_MODES,
+    truncate_chars,
 };
 
 /// The answer to a tool permission request; on the wire, `behavior` says which.
@@ -21,6 +22,11 @@ pub enum PermissionDecision {
         #[serde(skip_serializing_if = "Option::is_none")]
         #[cfg_attr(test, ts(type = "Record<string, unknown>", optional))]
         updated_input: Option<Value>,
+        /// Allow this tool for the rest of the conversation, where the agent offers that (an
+        /// Agent Client Protocol agent's `allow_always`); otherwise the same as once.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        #[cfg_attr(test, ts(type = "boolean", optional))]
+        always: bool,
     },
     /// Don't run the tool; the agent is told why.
     Deny {
@@ -68,6 +74,11 @@ pub struct ChatOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub add_dirs: Option<Vec<String>>,
+    /// The agent (by name) of a new conversation; on a later chat it must name the
+    /// conversation's own agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub agent: Option<String>,
 }
 
 impl ChatOptions {
@@ -227,6 +238,16 @@ pub fn valid_agent_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
+/// Checks an agent name: 1–64 characters of `[A-Za-z0-9._-]`, not starting with `-` or `.`.
+pub fn valid_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_AGENT_NAME_CHARS
+        && !name.starts_with(['-', '.'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// Checks a model name: 1–64 characters of `[A-Za-z0-9._:-]`, not starting with `-`.
 pub fn valid_model(model: &str) -> bool {
     !model.is_empty()
@@ -380,6 +401,11 @@ pub fn decode_object(
                         Some(v @ Value::Object(_)) => Some(v.clone()),
                         Some(_) => return Err(bad("`updated_input` must be an object")),
                     },
+                    always: match obj.get("always") {
+                        None | Some(Value::Null) => false,
+                        Some(Value::Bool(b)) => *b,
+                        Some(_) => return Err(bad("`always` must be a boolean")),
+                    },
                 },
                 Some("deny") => PermissionDecision::Deny {
                     message: message.unwrap_or_else(|| "The user denied this tool use.".into()),
@@ -476,6 +502,16 @@ fn chat_options(value: Option<&Value>, limits: DecodeLimits) -> Result<ChatOptio
                 return Err(FrameError::new(
                     ErrorCode::InvalidOptions,
                     "`options.model` must be 1-64 characters of [A-Za-z0-9._:-]",
+                ));
+            }
+            ("agent", Value::String(a)) if valid_agent_name(a) => options.agent = Some(a.clone()),
+            ("agent", _) => {
+                return Err(FrameError::new(
+                    ErrorCode::InvalidOptions,
+                    format!(
+                        "`options.agent` must be 1-{MAX_AGENT_NAME_CHARS} characters of \
+                         [A-Za-z0-9._-], not starting with `-` or `.`"
+                    ),
                 ));
             }
             ("permission_mode", Value::String(m))

@@ -20,6 +20,8 @@ use serde::Serialize;
 
 /// Longest accepted `agent_id`, in characters.
 pub const MAX_AGENT_ID_CHARS: usize = 128;
+/// Longest accepted `options.agent`, in characters.
+pub const MAX_AGENT_NAME_CHARS: usize = 64;
 /// Longest accepted `options.model`, in characters.
 pub const MAX_MODEL_CHARS: usize = 64;
 /// Longest accepted path (`options.cwd`, each of `options.add_dirs`), in bytes.
@@ -93,6 +95,9 @@ pub enum ErrorCode {
     ForbiddenHost,
     /// A request body that is not declared as JSON (HTTP 415).
     UnsupportedMediaType,
+    /// An operation this conversation's agent can't do (`rewind` or `fork` of an Agent
+    /// Client Protocol agent).
+    Unsupported,
 }
 
 impl ErrorCode {
@@ -118,6 +123,7 @@ impl ErrorCode {
             ErrorCode::ForbiddenOrigin => "forbidden_origin",
             ErrorCode::ForbiddenHost => "forbidden_host",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::Unsupported => "unsupported",
         }
     }
 }
@@ -151,6 +157,12 @@ impl FrameError {
         self.agent_id = agent_id.map(str::to_owned);
         self
     }
+
+    /// Attaches the frame's `client_msg_id`.
+    pub fn with_client_msg_id(mut self, client_msg_id: Option<String>) -> Self {
+        self.client_msg_id = client_msg_id;
+        self
+    }
 }
 
 /// The first `n` Unicode scalar values of `s`.
@@ -166,7 +178,7 @@ mod typescript;
 
 #[cfg(test)]
 mod tests {
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -316,6 +328,28 @@ mod tests {
     }
 
     #[test]
+    fn options_agent_is_a_plain_name() {
+        let chat = |agent: &str| {
+            let frame = json!({"type": "chat", "agent_id": "a", "content": "hi",
+                "options": {"agent": serde_json::from_str::<Value>(agent).unwrap()}});
+            decode(&frame.to_string(), LIMITS)
+        };
+        let Ok(ClientFrame::Chat(ok)) = chat("\"codex-acp\"") else {
+            panic!("a plain name decodes");
+        };
+        assert_eq!(ok.options.agent.as_deref(), Some("codex-acp"));
+        let long = format!("\"{}\"", "a".repeat(MAX_AGENT_NAME_CHARS + 1));
+        let bad = [
+            "\"\"", "\"../x\"", "\"-x\"", "\".x\"", "\"a/b\"", "\"a b\"", "7", "[]",
+        ];
+        for bad in bad.iter().copied().chain([long.as_str()]) {
+            let err = chat(bad).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidOptions, "{bad}");
+            assert_eq!(err.agent_id.as_deref(), Some("a"));
+        }
+    }
+
+    #[test]
     fn serialized_client_frames_decode_to_themselves() {
         let frames = [
             ClientFrame::Chat(Chat {
@@ -331,6 +365,7 @@ mod tests {
                     disallowed_tools: Some(vec![]),
                     max_turns: Some(3),
                     add_dirs: Some(vec!["/srv/other".into()]),
+                    agent: Some("gemini".into()),
                 },
             }),
             ClientFrame::Chat(Chat {
@@ -356,6 +391,15 @@ mod tests {
                 request_id: "r".into(),
                 decision: PermissionDecision::Allow {
                     updated_input: Some(serde_json::json!({"command": "ls"})),
+                    always: false,
+                },
+            },
+            ClientFrame::PermissionResponse {
+                agent_id: "a".into(),
+                request_id: "r".into(),
+                decision: PermissionDecision::Allow {
+                    updated_input: None,
+                    always: true,
                 },
             },
             ClientFrame::PermissionResponse {

@@ -97,6 +97,8 @@ struct Actor {
     busy: Arc<AtomicBool>,
     commands: mpsc::Receiver<Command>,
     cwd: std::path::PathBuf,
+    /// What starts this conversation's agent; none when its agent is no longer configured.
+    backend: Option<Arc<dyn crate::agent::Backend>>,
     sdk_session_id: Option<String>,
     model: Option<String>,
     permission_mode: Option<String>,
@@ -133,6 +135,7 @@ pub(crate) fn spawn(init: ActorInit) {
     shared.metrics.live_sessions(1);
     let actor = Actor {
         cwd: record.cwd.clone().into(),
+        backend: shared.agents.get(&record.backend).cloned(),
         sdk_session_id: record.sdk_session_id.clone(),
         model: record.model.clone(),
         permission_mode: record.permission_mode.clone(),
@@ -526,11 +529,13 @@ impl Actor {
             options: self.launch_options.clone(),
             prior_prompts,
         };
-        let conn = shared
-            .backend
-            .spawn(spec)
-            .await
-            .map_err(|e| e.to_string())?;
+        let backend = self.backend.as_ref().ok_or_else(|| {
+            format!(
+                "the agent `{}` is not configured on this server any more",
+                self.session.agent
+            )
+        })?;
+        let conn = backend.spawn(spec).await.map_err(|e| e.to_string())?;
         shared.metrics.agent_spawned(resumed);
         self.process_cost = 0.0;
         self.agent = Some(conn);
@@ -775,9 +780,12 @@ impl Actor {
         let mut outs = Vec::new();
         for request_id in expired {
             self.pending_permissions.remove(&request_id);
-            let message = "Nobody answered the permission request in time.".to_owned();
-            self.send_decision(request_id.clone(), PermissionDecision::Deny { message })
-                .await;
+            if let Some(agent) = &self.agent {
+                let input = AgentInput::PermissionTimedOut {
+                    request_id: request_id.clone(),
+                };
+                let _ = agent.input.send(input).await;
+            }
             outs.push(Out::Stored(resolved(&request_id, "timed_out")));
         }
         self.publish_batch(outs).await;

@@ -563,7 +563,7 @@ impl Manager {
             principal: principal.to_owned(),
             agent_id: agent_id.to_owned(),
             session_id,
-            backend: self.shared.backend.name().to_owned(),
+            backend: self.shared.agents.default_name().to_owned(),
             cwd: cwd.to_string_lossy().into_owned(),
             model: None,
             permission_mode: None,

@@ -16,6 +16,8 @@ pub mod events;
 mod history;
 pub mod replay;
 
+pub use crate::agent::Supports;
+pub use crate::agent::registry::AgentInfo;
 pub use crate::store::{SessionQuery, SessionRecord};
 pub use cli_sessions::{CliSession, Project};
 pub use history::{ExportLine, MAX_TITLE_CHARS};
@@ -27,7 +29,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::sync::{Mutex, OwnedMutexGuard, mpsc, oneshot};
 
-use crate::agent::Backend;
+use crate::agent::registry::Agents;
 use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
@@ -48,6 +50,8 @@ pub struct Conversation {
     pub agent_id: String,
     /// Our id of the conversation.
     pub session_id: String,
+    /// The name of its agent (`session_info.backend`), fixed for its life.
+    pub agent: String,
 }
 
 impl Conversation {
@@ -57,6 +61,7 @@ impl Conversation {
             row: record.row,
             agent_id: record.agent_id.clone(),
             session_id: record.session_id.clone(),
+            agent: record.backend.clone(),
         })
     }
 
@@ -163,7 +168,7 @@ pub struct Interrupted {
 
 pub(crate) struct Shared {
     store: Arc<dyn Store>,
-    backend: Arc<dyn Backend>,
+    agents: Arc<Agents>,
     config: Arc<Config>,
     metrics: Metrics,
     /// Live conversations per principal and in total.
@@ -219,10 +224,10 @@ pub(crate) fn store_error(err: StoreError, agent_id: &str) -> FrameError {
 }
 
 impl Manager {
-    /// A manager over `store`, starting agents with `backend`.
+    /// A manager over `store`, starting the agents of `agents`.
     pub fn new(
         store: Arc<dyn Store>,
-        backend: Arc<dyn Backend>,
+        agents: Arc<Agents>,
         config: Arc<Config>,
         metrics: Metrics,
     ) -> Self {
@@ -235,12 +240,18 @@ impl Manager {
                 ),
                 transfers: Quota::new(config.session.max_transfers_per_principal, 0),
                 store,
-                backend,
+                agents,
                 config,
                 metrics,
                 closing: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// The agents conversations can run, and the name of the default one.
+    pub fn agents(&self) -> (Vec<AgentInfo>, String) {
+        let agents = &self.shared.agents;
+        (agents.list(), agents.default_name().to_owned())
     }
 
     /// Drops dormant, unwatched slots from memory now and then, until `stop` fires.
@@ -341,7 +352,10 @@ impl Manager {
         let key = Self::key(principal, &agent_id);
         let (slot, mut guard) = self.lock_slot(&key).await;
         let handle = match &*guard {
-            SlotState::Live(h) if !h.tx.is_closed() => h.clone(),
+            SlotState::Live(h) if !h.tx.is_closed() => {
+                self.check_chat_options(&h.session.agent, &chat)?;
+                h.clone()
+            }
             _ => match self.start(principal, &chat, &slot).await {
                 Ok(h) => {
                     *guard = SlotState::Live(h.clone());
@@ -365,6 +379,79 @@ impl Manager {
         })
     }
 
+    /// Checks a chat's options against the conversation's agent (by name): `options.agent`
+    /// must be that agent, and the model and permission mode must be ones it offers (when that
+    /// is known).
+    fn check_chat_options(&self, conversation_agent: &str, chat: &Chat) -> Result<(), FrameError> {
+        let invalid = |message: String| {
+            FrameError::new(ErrorCode::InvalidOptions, message)
+                .for_agent(Some(&chat.agent_id))
+                .with_client_msg_id(chat.client_msg_id.clone())
+        };
+        if let Some(agent) = &chat.options.agent
+            && agent != conversation_agent
+        {
+            return Err(invalid(format!(
+                "this conversation's agent is `{conversation_agent}`; it can't change to `{agent}`"
+            )));
+        }
+        if let Some(backend) = self.shared.agents.get(conversation_agent) {
+            backend
+                .check_options(
+                    chat.options.model.as_deref(),
+                    chat.options.permission_mode.as_deref(),
+                )
+                .map_err(invalid)?;
+        }
+        Ok(())
+    }
+
+    /// The agent a new conversation gets: the chat's `options.agent`, else the default.
+    fn pick_agent(&self, chat: &Chat) -> Result<String, FrameError> {
+        let agents = &self.shared.agents;
+        let name = chat
+            .options
+            .agent
+            .clone()
+            .unwrap_or_else(|| agents.default_name().to_owned());
+        if agents.get(&name).is_none() {
+            let known: Vec<String> = agents.list().into_iter().map(|a| a.name).collect();
+            return Err(FrameError::new(
+                ErrorCode::InvalidOptions,
+                format!(
+                    "no agent named `{name}` on this server (agents: {})",
+                    known.join(", ")
+                ),
+            )
+            .for_agent(Some(&chat.agent_id))
+            .with_client_msg_id(chat.client_msg_id.clone()));
+        }
+        Ok(name)
+    }
+
+    /// Refuses an operation the conversation's agent can't do with `unsupported`.
+    fn require(
+        &self,
+        agent: &str,
+        agent_id: &str,
+        what: &str,
+        can: impl Fn(&crate::agent::Supports) -> bool,
+    ) -> Result<(), FrameError> {
+        let supported = self
+            .shared
+            .agents
+            .get(agent)
+            .is_some_and(|b| can(&b.supports()));
+        if supported {
+            return Ok(());
+        }
+        Err(FrameError::new(
+            ErrorCode::Unsupported,
+            format!("this conversation's agent `{agent}` can't {what}"),
+        )
+        .for_agent(Some(agent_id)))
+    }
+
     /// Starts the actor of a conversation, creating the conversation if it is new.
     async fn start(
         &self,
@@ -381,16 +468,24 @@ impl Manager {
             .await
             .map_err(store_err)?
         {
-            Some(record) => record,
+            Some(record) => {
+                // Checked before the actor starts, so a refused chat wakes nothing up.
+                self.check_chat_options(&record.backend, chat)?;
+                record
+            }
             None => {
+                let agent = self.pick_agent(chat)?;
+                self.check_chat_options(&agent, chat)?;
+                let backend = shared.agents.get(&agent).expect("checked by pick_agent");
                 let launch = LaunchOptions::default().updated(&chat.options);
                 // The pre-warmed agent runs in its own workspace with no launch options.
                 let warm = chat.options.cwd.is_none() && launch.is_empty();
                 let session_id = warm
-                    .then(|| shared.backend.take_prewarmed())
+                    .then(|| backend.take_prewarmed())
                     .flatten()
                     .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
                 let mut new = self.new_session(principal, &chat.agent_id, session_id);
+                new.backend = agent;
                 if let Some(cwd) = &chat.options.cwd {
                     new.cwd.clone_from(cwd);
                 }
@@ -496,6 +591,8 @@ impl Manager {
         to_seq: i64,
     ) -> Result<Frame, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
+        let agent = &slot.session.get().expect("set by existing_slot").agent;
+        self.require(agent, agent_id, "rewind", |s| s.rewind)?;
         match &*guard {
             SlotState::Live(handle) if !handle.tx.is_closed() => {
                 let (reply, rx) = oneshot::channel();
@@ -529,6 +626,7 @@ impl Manager {
     ) -> Result<SessionRecord, FrameError> {
         let store = &self.shared.store;
         let source = self.get(principal, agent_id).await?;
+        self.require(&source.backend, agent_id, "fork", |s| s.fork)?;
         let mut new = self.new_session(principal, new_agent_id, uuid::Uuid::new_v4().to_string());
         new.backend = source.backend.clone();
         new.model = source.model.clone();

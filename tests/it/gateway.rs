@@ -89,10 +89,30 @@ async fn a_turn_streams_and_is_stored_in_order() {
     assert!(unified);
 }
 
+/// The demo agent's reply to turn `n` of `content`.
+fn demo_reply(content: &str, n: u32) -> String {
+    format!("Echo: {content} (turn {n})")
+}
+
+/// The fake ACP agent's reply to turn `n` of `content`.
+fn acp_reply(content: &str, n: u32) -> String {
+    format!("Echo: {content} (history {n})")
+}
+
 /// One socket talks to several conversations; each keeps its own history and tags.
 #[tokio::test]
 async fn one_socket_switches_between_sessions() {
-    let server = TestServer::start().await;
+    switching(TestServer::start().await, demo_reply).await;
+}
+
+/// The same with Agent Client Protocol conversations.
+#[tokio::test]
+async fn one_socket_switches_between_acp_sessions() {
+    let setup = crate::acp::AcpSetup::new(&[]);
+    switching(setup.start_as_default().await, acp_reply).await;
+}
+
+async fn switching(server: TestServer, reply: fn(&str, u32) -> String) {
     let mut c = server.client().await;
     let mut sessions = HashMap::new();
     for round in 1..=2 {
@@ -108,7 +128,7 @@ async fn one_socket_switches_between_sessions() {
             let frames = c.until_result(agent).await;
             assert_eq!(
                 reply_text(&frames),
-                format!("Echo: {agent} {round} (turn {round})")
+                reply(&format!("{agent} {round}"), round)
             );
         }
     }
@@ -120,7 +140,17 @@ async fn one_socket_switches_between_sessions() {
 /// sees only that conversation's frames, replies echo the right content, seqs have no gaps.
 #[tokio::test]
 async fn interleaved_turns_do_not_mix() {
-    let server = TestServer::start().await;
+    interleaved(TestServer::start().await, demo_reply).await;
+}
+
+/// The same with Agent Client Protocol conversations (20 agent processes).
+#[tokio::test]
+async fn interleaved_acp_turns_do_not_mix() {
+    let setup = crate::acp::AcpSetup::new(&[]);
+    interleaved(setup.start_as_default().await, acp_reply).await;
+}
+
+async fn interleaved(server: TestServer, reply: fn(&str, u32) -> String) {
     let mut tasks = Vec::new();
     for s in 0..50 {
         let addr = server.addr.clone();
@@ -146,9 +176,7 @@ async fn interleaved_turns_do_not_mix() {
                 // The conversation runs its turns in some order: this one is turn 1, 2 or 3
                 // (20 conversations share 50 sockets).
                 if f["message_type"] == "result"
-                    && (1..=3).any(|n| {
-                        f["message"]["result"] == format!("Echo: {content} (turn {n})").as_str()
-                    })
+                    && (1..=3).any(|n| f["message"]["result"] == reply(&content, n).as_str())
                 {
                     my_result = true;
                 }
@@ -201,7 +229,17 @@ async fn interleaved_turns_do_not_mix() {
 /// missed, and other subscribers see every frame of the conversation.
 #[tokio::test]
 async fn subscribe_replays_exactly_the_missed_frames() {
-    let server = TestServer::start().await;
+    replaying(TestServer::start().await, demo_reply).await;
+}
+
+/// The same with an Agent Client Protocol conversation.
+#[tokio::test]
+async fn subscribe_replays_exactly_the_missed_acp_frames() {
+    let setup = crate::acp::AcpSetup::new(&[]);
+    replaying(setup.start_as_default().await, acp_reply).await;
+}
+
+async fn replaying(server: TestServer, reply: fn(&str, u32) -> String) {
     let mut a = server.client().await;
     chat_ack(&mut a, "r1", "first").await;
     let first = a.until_result("r1").await;
@@ -235,7 +273,7 @@ async fn subscribe_replays_exactly_the_missed_frames() {
     let from_b = b.until_result("r1").await;
     let from_watcher = watcher.until_result("r1").await;
     assert_eq!(seqs(&from_watcher), seqs(&from_b));
-    assert_eq!(reply_text(&from_watcher), "Echo: third (turn 3)");
+    assert_eq!(reply_text(&from_watcher), reply("third", 3));
 
     // Subscribing to an unknown conversation is a typed error and starts nothing.
     watcher

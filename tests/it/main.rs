@@ -1,6 +1,8 @@
 //! Integration tests: a real `agentmux serve` process on an ephemeral port, real WebSocket
 //! clients, a real SQLite file; and the fakes that stand in for the Claude CLI and its API.
 
+mod acp;
+mod acp_real;
 mod bench;
 mod bodies;
 mod claude;

@@ -82,7 +82,7 @@ impl FakeApi {
 }
 
 /// The state letter and parent pid of a process, from `/proc/<pid>/stat`.
-fn stat(pid: u32) -> Option<(char, u32)> {
+pub fn stat(pid: u32) -> Option<(char, u32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
     let state = rest.next()?.chars().next()?;
@@ -91,12 +91,12 @@ fn stat(pid: u32) -> Option<(char, u32)> {
 }
 
 /// Whether a process is running (a zombie is not).
-fn running(pid: u32) -> bool {
+pub fn running(pid: u32) -> bool {
     stat(pid).is_some_and(|(state, _)| state != 'Z')
 }
 
 /// pids of the running `bin` processes the server started (other tests run CLIs too).
-fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
+pub fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
     let bin = bin.canonicalize().unwrap();
     let server = server.child.id().expect("the server runs");
     std::fs::read_dir("/proc")
@@ -129,7 +129,7 @@ pub async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &s
 }
 
 /// Waits up to `deadline` for every process in `pids` to be gone.
-async fn wait_gone(pids: &[u32], deadline: Duration) {
+pub async fn wait_gone(pids: &[u32], deadline: Duration) {
     let start = std::time::Instant::now();
     while pids.iter().any(|p| running(*p)) && start.elapsed() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -949,3 +949,20 @@ async fn the_data_dir_and_database_are_private() {
     assert_eq!(mode(&data.join("agentmux.db")), 0o600);
     assert_eq!(mode(&data.join("agentmux.db-wal")), 0o600);
 }
+
+/// `GET /api/agents` needs credentials like every other route, and lists the same agents to
+/// every principal (they are the server's, not anyone's conversations).
+#[tokio::test]
+async fn the_agent_list_needs_credentials() {
+    let (server, _cfg) = server_with(TOKENS).await;
+    let anonymous = http(&server.addr, "GET", "/api/agents", None, None).await;
+    assert_eq!(anonymous.status, 401);
+    let wrong = http(&server.addr, "GET", "/api/agents", Some("tok-nobody"), None).await;
+    assert_eq!(wrong.status, 401);
+    let alice = http(&server.addr, "GET", "/api/agents", Some("tok-alice"), None).await;
+    let bob = http(&server.addr, "GET", "/api/agents", Some("tok-bob"), None).await;
+    assert_eq!(alice.status, 200);
+    assert_eq!(alice.body, bob.body);
+    let list: Value = serde_json::from_str(&alice.body).unwrap();
+    assert_eq!(list["default"], "demo");
+}

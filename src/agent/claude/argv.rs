@@ -83,7 +83,10 @@ impl ClaudeSettings {
 
     /// The CLI's environment: an allow-list of the server's, never its own secrets.
     pub fn env(&self) -> Vec<(String, String)> {
-        self.env_from(std::env::vars())
+        let mut env = self.env_from(std::env::vars());
+        env.retain(|(name, _)| !self.extra_env.iter().any(|(extra, _)| extra == name));
+        env.extend(self.extra_env.iter().cloned());
+        env
     }
 
     /// The allow-listed part of `vars`, plus `CLAUDE_CONFIG_DIR` when one is configured.
@@ -122,6 +125,7 @@ mod tests {
             config,
             bin: PathBuf::from("/bin/claude"),
             workspaces: PathBuf::from("/data/workspaces"),
+            extra_env: Vec::new(),
         }
     }
 

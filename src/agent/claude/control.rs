@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::lines::Line;
-use super::process::Proc;
+use crate::agent::lines::Line;
+use crate::agent::process::Proc;
 use crate::protocol::PermissionDecision;
 
 /// The id of the `initialize` request.
@@ -48,7 +48,7 @@ pub(super) fn permission_answer(
     proposed: Value,
 ) -> Value {
     let response = match decision {
-        PermissionDecision::Allow { updated_input } => {
+        PermissionDecision::Allow { updated_input, .. } => {
             json!({"behavior": "allow", "updatedInput": updated_input.unwrap_or(proposed)})
         }
         PermissionDecision::Deny { message } => json!({"behavior": "deny", "message": message}),
@@ -151,7 +151,8 @@ mod tests {
             permission_answer(
                 "r1",
                 PermissionDecision::Allow {
-                    updated_input: None
+                    updated_input: None,
+                    always: false,
                 },
                 proposed.clone()
             ),
@@ -162,7 +163,8 @@ mod tests {
             permission_answer(
                 "r2",
                 PermissionDecision::Allow {
-                    updated_input: Some(json!({"command": "pwd"}))
+                    updated_input: Some(json!({"command": "pwd"})),
+                    always: false,
                 },
                 proposed.clone()
             )["response"]["response"]["updatedInput"],

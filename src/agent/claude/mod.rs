@@ -15,9 +15,7 @@
 
 mod argv;
 mod control;
-mod lines;
 mod pool;
-mod process;
 mod spare;
 mod task;
 
@@ -44,6 +42,8 @@ pub struct ClaudeSettings {
     pub bin: PathBuf,
     /// Root of the workspaces (`<data-dir>/workspaces`).
     pub workspaces: PathBuf,
+    /// Variables added to the CLI's environment (an `[agents.NAME]`'s `env`).
+    pub extra_env: Vec<(String, String)>,
 }
 
 impl ClaudeSettings {
@@ -53,6 +53,23 @@ impl ClaudeSettings {
 
     fn stop_grace(&self) -> Duration {
         Duration::from_secs(self.config.stop_grace_secs)
+    }
+
+    /// How to start the CLI with `args` in `cwd`.
+    fn proc_spec<'a>(
+        &'a self,
+        args: &'a [String],
+        cwd: &'a Path,
+    ) -> crate::agent::process::ProcSpec<'a> {
+        crate::agent::process::ProcSpec {
+            program: &self.bin,
+            args,
+            env: self.env(),
+            cwd,
+            create_cwd: cwd.starts_with(&self.workspaces),
+            max_line_bytes: self.config.max_line_bytes,
+            label: "the Claude CLI",
+        }
     }
 }
 
@@ -111,6 +128,18 @@ impl ClaudeBackend {
 impl Backend for ClaudeBackend {
     fn name(&self) -> &'static str {
         "claude"
+    }
+
+    fn supports(&self) -> super::Supports {
+        super::Supports {
+            resume: true,
+            load: false,
+            permissions: true,
+            modes: true,
+            rewind: true,
+            fork: true,
+            known: true,
+        }
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {

@@ -10,8 +10,8 @@ use tracing::Instrument;
 
 use super::ClaudeSettings;
 use super::control;
-use super::process::Proc;
 use crate::agent::Launch;
+use crate::agent::process::Proc;
 
 /// How often the spare process is checked for life.
 const SPARE_CHECK: Duration = Duration::from_secs(1);
@@ -91,7 +91,7 @@ async fn start_spare(settings: &ClaudeSettings, id: &str) -> Option<Proc> {
         None,
         &crate::protocol::LaunchOptions::default(),
     );
-    match Proc::start(settings, &args, &cwd) {
+    match Proc::start(settings.proc_spec(&args, &cwd)) {
         Ok(mut proc) => match control::initialize(&mut proc, settings.init_timeout()).await {
             Ok(()) => Some(proc),
             Err(e) => {

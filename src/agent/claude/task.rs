@@ -13,11 +13,11 @@ use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
 use super::control::{self, Request};
-use super::lines::Line;
 use super::pool::{Lease, Pool};
-use super::process::Proc;
+use crate::agent::lines::Line;
+use crate::agent::process::Proc;
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
-use crate::protocol::Content;
+use crate::protocol::{Content, PermissionDecision};
 
 /// Where the running turn is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +115,7 @@ impl AgentTask {
                 }
                 true
             }
-            Some(AgentInput::Permission { .. }) => true,
+            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => true,
             Some(AgentInput::SetOptions {
                 model,
                 permission_mode,
@@ -293,7 +293,7 @@ impl AgentTask {
             &self.spec.options,
         );
         self.applied = self.wanted_options();
-        let mut proc = Proc::start(&self.settings, &args, &self.spec.cwd)
+        let mut proc = Proc::start(self.settings.proc_spec(&args, &self.spec.cwd))
             .map_err(|e| format!("cannot start the Claude CLI: {e}"))?;
         let timeout = self.settings.init_timeout();
         let outcome = {
@@ -400,6 +400,12 @@ impl AgentTask {
                             }
                         }
                     },
+                    Some(AgentInput::PermissionTimedOut { request_id }) => {
+                        let message = "Nobody answered the permission request in time.".to_owned();
+                        let proposed = self.tool_inputs.remove(&request_id).unwrap_or(Value::Null);
+                        let answer = control::permission_answer(&request_id, PermissionDecision::Deny { message }, proposed);
+                        let _ = proc.write(&answer).await;
+                    }
                     Some(AgentInput::Permission { request_id, decision }) => {
                         let proposed = self.tool_inputs.remove(&request_id).unwrap_or(Value::Null);
                         let answer = control::permission_answer(&request_id, decision, proposed);

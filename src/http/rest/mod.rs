@@ -1,10 +1,11 @@
-//! The REST API under `/api/sessions` and `/api/projects`, and its OpenAPI document at `/api/openapi.json`,
+//! The REST API under `/api/sessions`, `/api/projects` and `/api/agents`, and its OpenAPI document at `/api/openapi.json`,
 //! generated from the handlers' own types.
 //!
 //! Every handler acts for the caller's [`Principal`](crate::http::auth::Principal) and sees only
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
 //! stable codes of the WebSocket protocol.
 
+mod agents;
 mod projects;
 mod sessions;
 
@@ -40,6 +41,7 @@ use crate::http::AppState;
         projects::sync,
         super::sse::events,
         super::auth::ws_ticket,
+        agents::list,
     ),
     components(schemas(
         crate::http::ErrorBody,
@@ -62,6 +64,10 @@ use crate::http::AppState;
         projects::ImportCliBody,
         projects::Synced,
         super::auth::Ticket,
+        agents::AgentList,
+        crate::session::AgentInfo,
+        crate::session::Supports,
+        crate::config::AgentKind,
     ))
 )]
 pub struct ApiDoc;
@@ -77,6 +83,7 @@ pub fn docs() -> Router<AppState> {
 /// The routes of the REST API.
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route("/api/agents", get(agents::list))
         .route("/api/sessions", get(sessions::list))
         .route("/api/sessions/import", post(sessions::import))
         .route(

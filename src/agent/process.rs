@@ -1,6 +1,6 @@
-//! One CLI process: spawning it in its own process group with a parent-death signal, its
-//! pipes and stderr tail, and stopping it (close stdin, SIGTERM, SIGKILL the group) and
-//! reaping it.
+//! One agent process (the Claude CLI or an ACP agent): spawning it in its own process group
+//! with a parent-death signal and an allow-listed environment, its pipes and stderr tail, and
+//! stopping it (close stdin, SIGTERM, SIGKILL the group) and reaping it.
 
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
@@ -14,44 +14,67 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tracing::Instrument;
 
-use super::ClaudeSettings;
 use super::lines::LineReader;
 
 /// The part of stderr kept to explain an exit, in bytes.
 const STDERR_TAIL_BYTES: usize = 4096;
 
-/// One CLI process and its pipes.
-pub(super) struct Proc {
+/// How to start an agent process.
+pub(crate) struct ProcSpec<'a> {
+    /// The program (an absolute path; PATH is not searched).
+    pub(crate) program: &'a Path,
+    /// Its arguments.
+    pub(crate) args: &'a [String],
+    /// Its whole environment (nothing of the server's is inherited).
+    pub(crate) env: Vec<(String, String)>,
+    /// Its working directory.
+    pub(crate) cwd: &'a Path,
+    /// Whether to create `cwd` (0700) if missing: only for the server's own workspaces.
+    pub(crate) create_cwd: bool,
+    /// Longest stdout line accepted.
+    pub(crate) max_line_bytes: usize,
+    /// Names the process in logs and exit details (`the Claude CLI`, `the ACP agent`).
+    pub(crate) label: &'static str,
+}
+
+/// One agent process and its pipes.
+pub(crate) struct Proc {
     child: Child,
     pid: Option<i32>,
     stdin: Option<ChildStdin>,
     /// Its stdout, line by line.
-    pub(super) stdout: LineReader<ChildStdout>,
+    pub(crate) stdout: LineReader<ChildStdout>,
     stderr_tail: Arc<Mutex<String>>,
     /// Whether stdout has produced anything (a refusal at start produces nothing).
-    pub(super) spoke: bool,
+    pub(crate) spoke: bool,
+    label: &'static str,
 }
 
 impl Proc {
-    /// Starts the CLI with `args` in `cwd` (created if missing when it is a workspace of the
-    /// server's; a project directory must exist), in its own process group, killed if the
-    /// server dies. Its stderr is logged in the current span.
-    pub(super) fn start(
-        settings: &ClaudeSettings,
-        args: &[String],
-        cwd: &Path,
-    ) -> io::Result<Proc> {
-        if cwd.starts_with(&settings.workspaces) {
+    /// Starts the program with `args` in `cwd` (created if missing when `create_cwd` says so:
+    /// a workspace of the server's; a project directory must exist), in its own process group,
+    /// killed if the server dies. Its stderr is logged in the current span.
+    pub(crate) fn start(spec: ProcSpec<'_>) -> io::Result<Proc> {
+        let ProcSpec {
+            program,
+            args,
+            env,
+            cwd,
+            create_cwd,
+            max_line_bytes,
+            label,
+        } = spec;
+        if create_cwd {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(cwd)?;
         }
-        let mut cmd = Command::new(&settings.bin);
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .current_dir(cwd)
             .env_clear()
-            .envs(settings.env())
+            .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -72,20 +95,21 @@ impl Proc {
         let stdout = child.stdout.take().expect("stdout is piped");
         let stderr = child.stderr.take().expect("stderr is piped");
         let stderr_tail = Arc::new(Mutex::new(String::new()));
-        tokio::spawn(log_stderr(stderr, stderr_tail.clone()).in_current_span());
-        tracing::info!(pid, ?args, "started the Claude CLI");
+        tokio::spawn(log_stderr(stderr, stderr_tail.clone(), label).in_current_span());
+        tracing::info!(pid, ?args, "started {label}");
         Ok(Proc {
             child,
             pid,
             stdin,
-            stdout: LineReader::new(stdout, settings.config.max_line_bytes),
+            stdout: LineReader::new(stdout, max_line_bytes),
             stderr_tail,
             spoke: false,
+            label,
         })
     }
 
     /// Writes one JSON line to stdin.
-    pub(super) async fn write(&mut self, value: &Value) -> io::Result<()> {
+    pub(crate) async fn write(&mut self, value: &Value) -> io::Result<()> {
         let stdin = self
             .stdin
             .as_mut()
@@ -96,12 +120,12 @@ impl Proc {
         stdin.flush().await
     }
 
-    pub(super) fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Waits for the exit and describes it with the end of stderr.
-    pub(super) async fn exit_detail(&mut self) -> String {
+    pub(crate) async fn exit_detail(&mut self) -> String {
         let status = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
         // Give the stderr reader a moment to take the last lines.
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -110,10 +134,10 @@ impl Proc {
             Ok(Ok(s)) => s.to_string(),
             _ => "no exit status".into(),
         };
-        format!("the CLI exited ({status}): {}", tail.trim())
+        format!("{} exited ({status}): {}", self.label, tail.trim())
     }
 
-    pub(super) fn stderr_says(&self, needle: &str) -> bool {
+    pub(crate) fn stderr_says(&self, needle: &str) -> bool {
         self.stderr_tail
             .lock()
             .expect("stderr tail lock")
@@ -122,7 +146,7 @@ impl Proc {
 
     /// Stops the process and everything it started: close stdin, wait, SIGTERM the group,
     /// wait, SIGKILL the group.
-    pub(super) async fn stop(mut self, grace: Duration) {
+    pub(crate) async fn stop(mut self, grace: Duration) {
         drop(self.stdin.take());
         let mut exited = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
         if !exited {
@@ -148,10 +172,10 @@ impl Proc {
 }
 
 /// Logs each stderr line and keeps the last [`STDERR_TAIL_BYTES`] of them in `tail`.
-async fn log_stderr(stderr: ChildStderr, tail: Arc<Mutex<String>>) {
+async fn log_stderr(stderr: ChildStderr, tail: Arc<Mutex<String>>, label: &'static str) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!("claude: {line}");
+        tracing::info!("{label}: {line}");
         let mut t = tail.lock().expect("stderr tail lock");
         t.push_str(&line);
         t.push('\n');

@@ -1,5 +1,5 @@
-//! Framing of the CLI's stdout into lines, with a length cap that skips an over-long line
-//! instead of failing.
+//! Framing of an agent process's stdout into lines, with a length cap that skips an
+//! over-long line instead of failing.
 
 use std::io;
 
@@ -7,7 +7,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 /// One stdout line.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Line {
+pub(crate) enum Line {
     /// A line, without its `\n` (a `\r` before it is kept).
     Text(String),
     /// A line over the cap, skipped; its length in bytes.
@@ -16,7 +16,7 @@ pub(super) enum Line {
 
 /// Reads newline-delimited lines with a length cap; a longer line is skipped, not fatal.
 /// Cancel-safe: its only await point is `fill_buf`, and state changes after it returns.
-pub(super) struct LineReader<R> {
+pub(crate) struct LineReader<R> {
     reader: BufReader<R>,
     buf: Vec<u8>,
     cap: usize,
@@ -25,7 +25,7 @@ pub(super) struct LineReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
-    pub(super) fn new(reader: R, cap: usize) -> Self {
+    pub(crate) fn new(reader: R, cap: usize) -> Self {
         LineReader {
             reader: BufReader::with_capacity(64 << 10, reader),
             buf: Vec::new(),
@@ -35,8 +35,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 
     /// The next line; `None` at the end of the stream, where an unterminated last line is
-    /// dropped (the CLI ends every message with a newline: a partial one is a torn write).
-    pub(super) async fn next(&mut self) -> io::Result<Option<Line>> {
+    /// dropped (agents end every message with a newline: a partial one is a torn write).
+    pub(crate) async fn next(&mut self) -> io::Result<Option<Line>> {
         loop {
             let available = self.reader.fill_buf().await?;
             if available.is_empty() {

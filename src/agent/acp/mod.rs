@@ -1,0 +1,163 @@
+//! The Agent Client Protocol backend: any agent that speaks ACP (JSON-RPC 2.0, one message
+//! per line on its stdio), one process per live conversation.
+//!
+//! The task of each agent (`task`) starts the configured program in the conversation's working
+//! directory, in its own process group with a parent-death signal (the same process handling
+//! as the Claude CLI's), sends `initialize` advertising no file system or terminal capability,
+//! opens the session (`session/new`, or `session/resume` / `session/load` for a conversation
+//! the agent already knows), then sends one `session/prompt` per turn and turns the agent's
+//! `session/update` notifications into the stream-json shaped messages every backend reports.
+//! The wire types come from the pinned schema crate, through `schema` only.
+
+mod schema;
+mod task;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::{AgentConn, Backend, EVENT_QUEUE, INPUT_QUEUE, SpawnError, SpawnSpec, Supports};
+use crate::config::AcpConfig;
+
+/// One configured ACP agent.
+#[derive(Debug, Clone)]
+pub struct AcpSettings {
+    /// Its name (`[agents.NAME]`).
+    pub name: String,
+    /// The program, an absolute path.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables added to its environment.
+    pub env: Vec<(String, String)>,
+    /// The `[acp]` settings.
+    pub config: AcpConfig,
+    /// Whether a session may keep a mode that runs tools without asking
+    /// (`agent.allow_bypass_permissions`); when not, such a starting mode is switched to
+    /// `default` where the agent offers it.
+    pub allow_unattended: bool,
+}
+
+impl AcpSettings {
+    /// The agent's environment: `PATH`, `HOME`, `LANG` and the names of `acp.env_allow` from
+    /// the server's, then the agent's own `env`. Nothing else of the server's.
+    fn environment(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = std::env::vars()
+            .filter(|(name, _)| {
+                matches!(name.as_str(), "PATH" | "HOME" | "LANG")
+                    || self.config.env_allow.iter().any(|allowed| allowed == name)
+            })
+            .filter(|(name, _)| !self.env.iter().any(|(own, _)| own == name))
+            .collect();
+        env.extend(self.env.iter().cloned());
+        env
+    }
+}
+
+/// What the backend learnt from its agents: capabilities from `initialize`, and the modes and
+/// options of the latest session. Empty until an agent has started.
+#[derive(Debug, Default)]
+struct Learnt {
+    caps: Option<schema::Capabilities>,
+    offered: Option<schema::Offered>,
+}
+
+/// The ACP backend of one configured agent.
+pub struct AcpBackend {
+    settings: Arc<AcpSettings>,
+    learnt: Arc<Mutex<Learnt>>,
+}
+
+impl AcpBackend {
+    /// A backend starting `settings`' program.
+    pub fn new(settings: AcpSettings) -> Self {
+        AcpBackend {
+            settings: Arc::new(settings),
+            learnt: Arc::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for AcpBackend {
+    fn name(&self) -> &'static str {
+        "acp"
+    }
+
+    fn supports(&self) -> Supports {
+        let learnt = self.learnt.lock().expect("learnt lock");
+        let caps = learnt.caps.unwrap_or_default();
+        Supports {
+            resume: caps.resume || caps.load,
+            load: caps.load,
+            permissions: true,
+            modes: learnt.offered.as_ref().is_some_and(|o| !o.modes.is_empty()),
+            rewind: false,
+            fork: false,
+            known: learnt.caps.is_some(),
+        }
+    }
+
+    fn check_options(&self, model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
+        let learnt = self.learnt.lock().expect("learnt lock");
+        let Some(offered) = &learnt.offered else {
+            return Ok(());
+        };
+        if let Some(mode) = mode
+            && !task::offers_mode(offered, mode)
+        {
+            return Err(format!(
+                "agent `{}` has no mode `{mode}` (modes: {})",
+                self.settings.name,
+                offered.modes.join(", ")
+            ));
+        }
+        if let Some(model) = model
+            && !offered
+                .option("model")
+                .is_some_and(|v| v.iter().any(|m| m == model))
+        {
+            return Err(match offered.option("model") {
+                Some(models) => format!(
+                    "agent `{}` has no model `{model}` (models: {})",
+                    self.settings.name,
+                    models.join(", ")
+                ),
+                None => format!("agent `{}` offers no choice of model", self.settings.name),
+            });
+        }
+        Ok(())
+    }
+
+    async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
+        if !self.settings.program.is_file() {
+            return Err(SpawnError(format!(
+                "the agent program is not at {}",
+                self.settings.program.display()
+            )));
+        }
+        let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
+        let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
+        let span = tracing::info_span!(
+            "acp_agent",
+            agent = %self.settings.name,
+            session_id = %spec.session_id,
+            agent_id = %spec.agent_id
+        );
+        let task = task::AcpTask::new(
+            self.settings.clone(),
+            self.learnt.clone(),
+            spec,
+            input_rx,
+            event_tx,
+        );
+        tokio::spawn(task.run().instrument(span));
+        Ok(AgentConn {
+            input: input_tx,
+            events: event_rx,
+        })
+    }
+}

@@ -1,0 +1,191 @@
+//! The agents a server offers by name: the built-in `demo`, `claude` when the CLI is
+//! configured, and every `[agents.NAME]`, each with the backend that starts it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::acp::{AcpBackend, AcpSettings};
+use super::claude::{ClaudeBackend, ClaudeSettings, check_bin};
+use super::demo::{DemoBackend, GatedDemoBackend};
+use super::{Backend, Supports};
+use crate::config::{AgentDef, AgentKind, BackendKind, Config};
+
+pub use crate::protocol::{MAX_AGENT_NAME_CHARS, valid_agent_name};
+
+/// One agent as `GET /api/agents` lists it.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct AgentInfo {
+    /// Its name, what `options.agent` gives.
+    pub name: String,
+    /// What program it is.
+    pub kind: AgentKind,
+    /// Whether a conversation whose first chat names no agent gets this one.
+    pub default: bool,
+    /// What it can do.
+    pub supports: Supports,
+}
+
+struct Entry {
+    kind: AgentKind,
+    backend: Arc<dyn Backend>,
+}
+
+/// The agents of a server, by name.
+pub struct Agents {
+    default: String,
+    entries: BTreeMap<String, Entry>,
+}
+
+impl Agents {
+    /// A registry with one agent, `name`, which is also the default (for tests and tools).
+    pub fn single(name: &str, kind: AgentKind, backend: Arc<dyn Backend>) -> Self {
+        let mut entries = BTreeMap::new();
+        entries.insert(name.to_owned(), Entry { kind, backend });
+        Agents {
+            default: name.to_owned(),
+            entries,
+        }
+    }
+
+    /// Builds every agent the configuration names, checking their programs.
+    ///
+    /// # Errors
+    /// When an agent's name is malformed, its program is missing or not executable, the
+    /// default agent does not exist, or the claude backend has no CLI.
+    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+        let mut entries = BTreeMap::new();
+        let demo = DemoBackend {
+            word_delay: Duration::from_millis(config.demo.delay_ms),
+        };
+        let demo: Arc<dyn Backend> = match config.demo.gate_dir.clone() {
+            Some(gate_dir) => Arc::new(GatedDemoBackend { demo, gate_dir }),
+            None => Arc::new(demo),
+        };
+        entries.insert(
+            "demo".to_owned(),
+            Entry {
+                kind: AgentKind::Demo,
+                backend: demo.clone(),
+            },
+        );
+        match (&config.claude.bin, config.backend_kind()) {
+            (Some(bin), _) => {
+                let bin = check_bin(bin).map_err(anyhow::Error::msg)?;
+                let settings = ClaudeSettings {
+                    config: config.claude.clone(),
+                    bin,
+                    workspaces: config.workspaces_dir(),
+                    extra_env: Vec::new(),
+                };
+                entries.insert(
+                    "claude".to_owned(),
+                    Entry {
+                        kind: AgentKind::Claude,
+                        backend: Arc::new(ClaudeBackend::new(settings)),
+                    },
+                );
+            }
+            (None, BackendKind::Claude) => anyhow::bail!(
+                "the claude backend needs the CLI's path: --claude-bin or AGENTMUX_CLAUDE_BIN"
+            ),
+            (None, BackendKind::Demo) => {}
+        }
+        for (name, def) in &config.agents {
+            if !valid_agent_name(name) {
+                anyhow::bail!(
+                    "agent name `{name}` must be 1-{MAX_AGENT_NAME_CHARS} characters of \
+                     [A-Za-z0-9._-], not starting with `-` or `.`"
+                );
+            }
+            let backend = Self::build(config, name, def)?;
+            entries.insert(
+                name.clone(),
+                Entry {
+                    kind: def.kind,
+                    backend,
+                },
+            );
+        }
+        let default = config.default_agent();
+        if !entries.contains_key(&default) {
+            anyhow::bail!(
+                "the default agent `{default}` is not configured (agents: {})",
+                entries.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+        Ok(Agents { default, entries })
+    }
+
+    fn build(config: &Config, name: &str, def: &AgentDef) -> anyhow::Result<Arc<dyn Backend>> {
+        let program = |what: &str| -> anyhow::Result<PathBuf> {
+            let Some(program) = def.command.first() else {
+                anyhow::bail!("agents.{name}: `command` must name the {what} to run");
+            };
+            check_bin(std::path::Path::new(program))
+                .map_err(|e| anyhow::anyhow!("agents.{name}: {e}"))
+        };
+        let env: Vec<(String, String)> = def
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(match def.kind {
+            AgentKind::Demo => Arc::new(DemoBackend {
+                word_delay: Duration::from_millis(config.demo.delay_ms),
+            }),
+            AgentKind::Claude => {
+                let mut claude = config.claude.clone();
+                let bin = if def.command.is_empty() {
+                    let bin = claude.bin.clone().ok_or_else(|| {
+                        anyhow::anyhow!("agents.{name}: no `command` and no claude.bin")
+                    })?;
+                    check_bin(&bin).map_err(|e| anyhow::anyhow!("agents.{name}: {e}"))?
+                } else {
+                    program("Claude CLI")?
+                };
+                claude
+                    .extra_args
+                    .extend(def.command.iter().skip(1).cloned());
+                Arc::new(ClaudeBackend::new(ClaudeSettings {
+                    config: claude,
+                    bin,
+                    workspaces: config.workspaces_dir(),
+                    extra_env: env,
+                }))
+            }
+            AgentKind::Acp => Arc::new(AcpBackend::new(AcpSettings {
+                name: name.to_owned(),
+                program: program("agent program")?,
+                args: def.command.iter().skip(1).cloned().collect(),
+                env,
+                config: config.acp.clone(),
+                allow_unattended: config.agent.allow_bypass_permissions,
+            })),
+        })
+    }
+
+    /// The backend of the agent `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Backend>> {
+        self.entries.get(name).map(|e| &e.backend)
+    }
+
+    /// The name of the default agent.
+    pub fn default_name(&self) -> &str {
+        &self.default
+    }
+
+    /// Every agent, by name.
+    pub fn list(&self) -> Vec<AgentInfo> {
+        self.entries
+            .iter()
+            .map(|(name, entry)| AgentInfo {
+                name: name.clone(),
+                kind: entry.kind,
+                default: *name == self.default,
+                supports: entry.backend.supports(),
+            })
+            .collect()
+    }
+}

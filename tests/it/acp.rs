@@ -1,0 +1,859 @@
+//! Agent Client Protocol conversations against the fake ACP agent (which answers like the
+//! recorded real adapter): agents by name, turns, permissions, interrupts, crashes, garbage,
+//! resume, load and the fallback to a new session, and what ACP can't do.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::real_cli::{cli_children, running, wait_gone};
+use crate::rest::Rest;
+
+/// A server whose default agent is `demo`, with the fake ACP agent as `fake` (flags: extra
+/// arguments of `fake-acp`), keeping its sessions in `state`.
+pub struct AcpSetup {
+    pub dir: tempfile::TempDir,
+    pub config: String,
+    _cfg: tempfile::TempDir,
+}
+
+impl AcpSetup {
+    pub fn new(flags: &[&str]) -> Self {
+        Self::with_config(flags, "")
+    }
+
+    /// With more settings (TOML) before the agent's table.
+    pub fn with_config(flags: &[&str], extra: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("agent-state");
+        let mut command = vec![
+            sibling("fake-acp").to_string_lossy().into_owned(),
+            "--state".to_owned(),
+            state.to_string_lossy().into_owned(),
+        ];
+        command.extend(flags.iter().map(|f| f.to_string()));
+        let command: Vec<String> = command.iter().map(|c| toml_string(c)).collect();
+        let (cfg, config) = config_file(&format!(
+            "{extra}\n[agents.fake]\nkind = \"acp\"\ncommand = [{}]\nenv = {{ FAKE_KEY = \"secret\" }}\n",
+            command.join(", ")
+        ));
+        AcpSetup {
+            dir,
+            config,
+            _cfg: cfg,
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// What the agent was asked, one method (or permission outcome) per line.
+    pub fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("agent-state/calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A server whose default agent is the fake ACP agent.
+    pub async fn start_as_default(&self) -> TestServer {
+        TestServer::start_in(
+            &self.data_dir(),
+            &["--config", &self.config, "--backend", "fake"],
+            &[],
+        )
+        .await
+    }
+
+    pub async fn start(&self) -> TestServer {
+        TestServer::start_in(
+            &self.data_dir(),
+            &["--demo-delay-ms", "0", "--config", &self.config],
+            &[],
+        )
+        .await
+    }
+}
+
+/// Sends a chat with options and returns its ack (or error).
+pub async fn chat_with(c: &mut Client, agent_id: &str, content: &str, options: Value) -> Value {
+    c.send(json!({"type": "chat", "agent_id": agent_id, "content": content, "options": options}))
+        .await;
+    let frames = c
+        .recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error")
+        .await;
+    frames.last().unwrap().clone()
+}
+
+fn stored<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    frames
+        .iter()
+        .filter(|f| f["message_type"] == kind && f["seq"].is_i64())
+        .collect()
+}
+
+fn statuses(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f["message_type"] == "status")
+        .map(|f| f["status"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Two turns stream as deltas and are stored as one assistant and one result each; the
+/// conversation's agent shows in REST and `GET /api/agents` lists it.
+#[tokio::test]
+async fn an_acp_conversation_streams_stores_and_remembers() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let (status, agents) = rest.get("/api/agents").await;
+    assert_eq!(status, 200);
+    assert_eq!(agents["default"], "demo");
+    let fake = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "fake")
+        .expect("the configured agent is listed");
+    assert_eq!(fake["kind"], "acp");
+    assert_eq!(fake["supports"]["rewind"], false);
+    assert!(
+        !agents.to_string().contains("secret"),
+        "no env value leaks: {agents}"
+    );
+
+    let mut c = server.client().await;
+    let ack = chat_with(&mut c, "a1", "hello one", json!({"agent": "fake"})).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let first = c.until_result("a1").await;
+    assert_eq!(reply_text(&first), "Echo: hello one (history 1)");
+    let deltas: String = first
+        .iter()
+        .filter(|f| f["message_type"] == "stream_event")
+        .map(|f| f["message"]["event"]["delta"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, "Echo: hello one (history 1)");
+    let assistants = stored(&first, "assistant");
+    assert_eq!(
+        assistants.len(),
+        1,
+        "deltas are coalesced into one stored reply"
+    );
+    assert_eq!(
+        assistants[0]["message"]["message"]["content"][0]["text"],
+        "Echo: hello one (history 1)"
+    );
+    let result = stored(&first, "result")[0];
+    assert_eq!(result["message"]["stop_reason"], "end_turn");
+    assert_eq!(result["message"]["usage"]["output_tokens"], 5);
+    let init = stored(&first, "system")[0];
+    let agent_session = init["message"]["session_id"].as_str().unwrap().to_owned();
+
+    chat_ack(&mut c, "a1", "hello two").await;
+    assert_eq!(
+        reply_text(&c.until_result("a1").await),
+        "Echo: hello two (history 2)",
+        "the same agent session carries on"
+    );
+    let (status, session) = rest.get("/api/sessions/a1").await;
+    assert_eq!(status, 200);
+    assert_eq!(session["backend"], "fake");
+    let db = server.db().await;
+    let (sdk,): (Option<String>,) =
+        sqlx::query_as("SELECT sdk_session_id FROM session_info WHERE agent_id = 'a1'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(sdk.as_deref(), Some(agent_session.as_str()));
+    let (_, agents) = rest.get("/api/agents").await;
+    let fake = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "fake")
+        .unwrap()
+        .clone();
+    assert_eq!(fake["supports"]["known"], true);
+    assert_eq!(fake["supports"]["resume"], true);
+    assert_eq!(fake["supports"]["modes"], true);
+}
+
+/// Agent choice and options are checked before anything is created: an unknown or malformed
+/// agent, another agent for an existing conversation, a mode or model the agent doesn't offer.
+#[tokio::test]
+async fn agent_and_options_are_validated() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    for bad in [
+        json!("nope"),
+        json!("../fake"),
+        json!("-x"),
+        json!(7),
+        json!("a".repeat(65)),
+    ] {
+        let err = chat_with(&mut c, "v1", "hi", json!({"agent": bad})).await;
+        assert_eq!(err["code"], "invalid_options", "{bad}: {err}");
+        assert_eq!(err["agent_id"], "v1");
+    }
+    assert_eq!(
+        rest.get("/api/sessions/v1").await.0,
+        404,
+        "nothing was created"
+    );
+
+    chat_with(&mut c, "v1", "hi", json!({"agent": "fake"})).await;
+    c.until_result("v1").await;
+    let err = chat_with(&mut c, "v1", "again", json!({"agent": "demo"})).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    let same = chat_with(&mut c, "v1", "again", json!({"agent": "fake"})).await;
+    assert_eq!(same["message_type"], "ack");
+    c.until_result("v1").await;
+
+    // Once the agent has said what it offers, other values are refused up front.
+    let err = chat_with(&mut c, "v1", "x", json!({"model": "no-such-model"})).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(
+        err["error"].as_str().unwrap().contains("fast-model"),
+        "{err}"
+    );
+    let err = chat_with(
+        &mut c,
+        "v2",
+        "x",
+        json!({"agent": "fake", "permission_mode": "dontAsk"}),
+    )
+    .await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert_eq!(rest.get("/api/sessions/v2").await.0, 404);
+
+    // Offered ones reach the agent as set_mode / set_config_option.
+    let ok = chat_with(
+        &mut c,
+        "v1",
+        "x",
+        json!({"model": "fast-model", "permission_mode": "plan"}),
+    )
+    .await;
+    assert_eq!(ok["message_type"], "ack", "{ok}");
+    c.until_result("v1").await;
+    let calls = setup.calls();
+    assert!(calls.contains(&"session/set_mode".to_owned()), "{calls:?}");
+    assert!(
+        calls.contains(&"session/set_config_option".to_owned()),
+        "{calls:?}"
+    );
+}
+
+/// `rewind` and `fork` of an ACP conversation answer `unsupported`, over the socket and REST.
+#[tokio::test]
+async fn rewind_and_fork_are_unsupported() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    chat_with(&mut c, "r1", "one", json!({"agent": "fake"})).await;
+    let frames = c.until_result("r1").await;
+    let result_seq = stored(&frames, "result")[0]["seq"].as_i64().unwrap();
+    c.send(json!({"type": "rewind", "agent_id": "r1", "to_seq": result_seq}))
+        .await;
+    let err = c.recv_until(|v| v["message_type"] == "error").await;
+    assert_eq!(err.last().unwrap()["code"], "unsupported");
+    c.send(json!({"type": "fork", "agent_id": "r1", "new_agent_id": "r2"}))
+        .await;
+    let err = c.recv_until(|v| v["message_type"] == "error").await;
+    assert_eq!(err.last().unwrap()["code"], "unsupported");
+    let (status, body) = rest
+        .post("/api/sessions/r1/rewind", json!({"to_seq": result_seq}))
+        .await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("unsupported")));
+    assert_eq!(rest.get("/api/sessions/r2").await.0, 404);
+}
+
+/// Allow runs the tool and stores its result; deny stores a failed result; both resolve the
+/// request. A request open when the user interrupts is withdrawn: `cancelled` to the agent and
+/// to the sockets, and the turn ends `aborted_streaming`.
+#[tokio::test]
+async fn permission_requests_are_answered_from_the_socket() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    for (agent_id, behavior) in [("p-allow", "allow"), ("p-deny", "deny")] {
+        chat_with(&mut c, agent_id, "PERMIT", json!({"agent": "fake"})).await;
+        let asked = c
+            .recv_until(|v| v["message_type"] == "permission_request")
+            .await;
+        let request = asked.last().unwrap();
+        assert_eq!(request["tool_name"], "Bash");
+        assert_eq!(request["input"]["command"], "touch a.txt");
+        let tool_use = stored(&asked, "assistant");
+        assert_eq!(
+            tool_use.last().unwrap()["message"]["message"]["content"][0]["input"]["command"],
+            "touch a.txt",
+            "the tool call is stored with its input"
+        );
+        c.send(json!({"type": "permission_response", "agent_id": agent_id,
+            "request_id": request["request_id"], "behavior": behavior}))
+            .await;
+        let rest = c.until_result(agent_id).await;
+        let resolved = rest
+            .iter()
+            .find(|f| f["message_type"] == "permission_resolved")
+            .unwrap();
+        let tool_result = &stored(&rest, "user")[0]["message"]["message"]["content"][0];
+        if behavior == "allow" {
+            assert_eq!(resolved["outcome"], "allowed");
+            assert_eq!(tool_result["content"], "ran");
+            assert_eq!(tool_result["is_error"], false);
+            assert_eq!(reply_text(&rest), "Tool said: ran");
+        } else {
+            assert_eq!(resolved["outcome"], "denied");
+            assert_eq!(tool_result["is_error"], true);
+            assert_eq!(reply_text(&rest), "Tool was denied");
+        }
+    }
+    let calls = setup.calls();
+    assert!(calls.iter().any(|l| l.contains("allow-once")), "{calls:?}");
+    assert!(calls.iter().any(|l| l.contains("\"reject\"")), "{calls:?}");
+
+    // "always" picks allow_always where the agent offers it, and is refused when malformed.
+    chat_with(
+        &mut c,
+        "p-always",
+        "PERMIT ALWAYS",
+        json!({"agent": "fake"}),
+    )
+    .await;
+    let request = c
+        .recv_until(|v| v["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    c.send(
+        json!({"type": "permission_response", "agent_id": "p-always",
+        "request_id": request["request_id"], "behavior": "allow", "always": "yes"}),
+    )
+    .await;
+    let err = c.recv_until(|v| v["message_type"] == "error").await;
+    assert_eq!(err.last().unwrap()["code"], "bad_frame");
+    c.send(
+        json!({"type": "permission_response", "agent_id": "p-always",
+        "request_id": request["request_id"], "behavior": "allow", "always": true}),
+    )
+    .await;
+    assert_eq!(
+        reply_text(&c.until_result("p-always").await),
+        "Tool said: ran"
+    );
+    assert!(
+        setup.calls().iter().any(|l| l.contains("allow-always")),
+        "{:?}",
+        setup.calls()
+    );
+
+    chat_with(&mut c, "p-cancel", "PERMIT", json!({"agent": "fake"})).await;
+    c.recv_until(|v| v["message_type"] == "permission_request")
+        .await;
+    c.send(json!({"type": "interrupt", "agent_id": "p-cancel"}))
+        .await;
+    let rest = c.until_result("p-cancel").await;
+    let resolved = rest
+        .iter()
+        .find(|f| f["message_type"] == "permission_resolved")
+        .expect("the open request is resolved");
+    assert_eq!(resolved["outcome"], "cancelled");
+    let result = stored(&rest, "result")[0];
+    assert_eq!(result["message"]["terminal_reason"], "aborted_streaming");
+    assert!(
+        setup
+            .calls()
+            .iter()
+            .any(|l| l.contains("permission") && l.contains("cancelled")),
+        "the agent was told cancelled: {:?}",
+        setup.calls()
+    );
+    chat_ack(&mut c, "p-cancel", "after").await;
+    assert!(reply_text(&c.until_result("p-cancel").await).starts_with("Echo: after"));
+}
+
+/// An interrupt during a slow stream ends the turn at once as `aborted_streaming`; the next
+/// turn runs on the same agent session.
+#[tokio::test]
+async fn interrupt_cancels_the_turn_and_the_next_one_works() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "i1", "SLOW", json!({"agent": "fake"})).await;
+    c.recv_until(|v| v["message_type"] == "stream_event").await;
+    c.send(json!({"type": "interrupt", "agent_id": "i1"})).await;
+    let rest = c.until_result("i1").await;
+    let result = stored(&rest, "result")[0];
+    assert_eq!(result["message"]["terminal_reason"], "aborted_streaming");
+    assert_eq!(result["message"]["stop_reason"], "cancelled");
+    assert!(setup.calls().contains(&"session/cancel".to_owned()));
+    chat_ack(&mut c, "i1", "next").await;
+    assert_eq!(
+        reply_text(&c.until_result("i1").await),
+        "Echo: next (history 2)"
+    );
+}
+
+/// An agent that dies mid-turn: the turn ends `crashed`, and the next turn resumes the
+/// agent's session in a new process.
+#[tokio::test]
+async fn a_crash_mid_turn_is_survived_and_the_session_resumed() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "c1", "first", json!({"agent": "fake"})).await;
+    c.until_result("c1").await;
+    chat_ack(&mut c, "c1", "CRASH").await;
+    let frames = c.until_result("c1").await;
+    assert!(
+        statuses(&frames).contains(&"crashed".to_owned()),
+        "{frames:?}"
+    );
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["terminal_reason"],
+        "crashed"
+    );
+    chat_ack(&mut c, "c1", "again").await;
+    let frames = c.until_result("c1").await;
+    assert_eq!(reply_text(&frames), "Echo: again (history 2)");
+    assert!(statuses(&frames).contains(&"resuming".to_owned()));
+    assert!(setup.calls().contains(&"session/resume".to_owned()));
+}
+
+/// Lines that are not JSON-RPC are skipped with a warning; the turn and the next one work.
+#[tokio::test]
+async fn garbage_lines_are_skipped() {
+    let setup = AcpSetup::new(&[]);
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "g1", "GARBAGE", json!({"agent": "fake"})).await;
+    let frames = c.until_result("g1").await;
+    assert_eq!(reply_text(&frames), "Echo: GARBAGE (history 1)");
+    let warnings = statuses(&frames)
+        .into_iter()
+        .filter(|s| s == "warning")
+        .count();
+    assert!(warnings >= 3, "{frames:?}");
+    chat_ack(&mut c, "g1", "fine").await;
+    assert_eq!(
+        reply_text(&c.until_result("g1").await),
+        "Echo: fine (history 2)"
+    );
+}
+
+async fn restart(server: &mut TestServer, setup: &AcpSetup) -> TestServer {
+    assert!(server.terminate().await.success());
+    setup.start().await
+}
+
+/// An agent that offers `session/load` but not resume: after a restart the session is loaded,
+/// its replayed updates are not stored again, and the agent remembers.
+#[tokio::test]
+async fn load_without_resume_drops_the_replay() {
+    let setup = AcpSetup::new(&["--no-resume"]);
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "l1", "first", json!({"agent": "fake"})).await;
+    c.until_result("l1").await;
+    drop(c);
+    let server2 = restart(&mut server, &setup).await;
+    let mut c = server2.client().await;
+    chat_ack(&mut c, "l1", "second").await;
+    let frames = c.until_result("l1").await;
+    assert_eq!(reply_text(&frames), "Echo: second (history 2)");
+    assert!(setup.calls().contains(&"session/load".to_owned()));
+    assert!(!setup.calls().contains(&"session/resume".to_owned()));
+    c.send(json!({"type": "subscribe", "agent_id": "l1", "since_seq": 0}))
+        .await;
+    let all = c
+        .recv_until(|v| {
+            v["message_type"] == "result"
+                && v["message"]["result"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("second"))
+        })
+        .await;
+    let replies: Vec<&str> = stored(&all, "assistant")
+        .iter()
+        .filter_map(|f| f["message"]["message"]["content"][0]["text"].as_str())
+        .collect();
+    assert_eq!(
+        replies,
+        ["Echo: first (history 1)", "Echo: second (history 2)"],
+        "nothing replayed is stored twice"
+    );
+}
+
+/// An agent that can neither resume nor load: after a restart a new agent session starts,
+/// `resume_failed` says so, and the stored history is kept.
+#[tokio::test]
+async fn no_resume_no_load_starts_over_and_keeps_history() {
+    let setup = AcpSetup::new(&["--no-resume", "--no-load"]);
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "n1", "first", json!({"agent": "fake"})).await;
+    let before = c.until_result("n1").await;
+    let old_session = stored(&before, "system")[0]["message"]["session_id"].clone();
+    drop(c);
+    let server2 = restart(&mut server, &setup).await;
+    let mut c = server2.client().await;
+    // A refused chat to the dormant conversation wakes nothing up.
+    let err = chat_with(&mut c, "n1", "x", json!({"agent": "demo"})).await;
+    assert_eq!(err["code"], "invalid_options");
+    let (_, summary) = Rest::new(&server2).get("/api/sessions/n1").await;
+    assert_eq!(summary["live"], false, "{summary}");
+    chat_ack(&mut c, "n1", "second").await;
+    let frames = c.until_result("n1").await;
+    assert!(
+        statuses(&frames).contains(&"resume_failed".to_owned()),
+        "{frames:?}"
+    );
+    assert_eq!(reply_text(&frames), "Echo: second (history 1)");
+    let new_session = stored(&frames, "system")[0]["message"]["session_id"].clone();
+    assert_ne!(old_session, new_session);
+    let (status, page) = Rest::new(&server2).get("/api/sessions/n1/messages").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.to_string().contains("Echo: first (history 1)"),
+        "history kept"
+    );
+}
+
+/// The agent is started in the conversation's workspace, with the configured `env` and
+/// nothing else of the server's secrets; `--backend` makes a configured agent the default.
+#[tokio::test]
+async fn backend_flag_picks_a_configured_agent() {
+    let setup = AcpSetup::new(&[]);
+    let server = TestServer::start_in(
+        &setup.data_dir(),
+        &["--config", &setup.config, "--backend", "fake"],
+        &[],
+    )
+    .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "d1", "plain").await;
+    assert_eq!(
+        reply_text(&c.until_result("d1").await),
+        "Echo: plain (history 1)"
+    );
+    let (_, agents) = Rest::new(&server).get("/api/agents").await;
+    assert_eq!(agents["default"], "fake");
+}
+
+/// A server whose agents can't run refuses to start, and says which: a missing program, a
+/// malformed agent name, an unknown default agent.
+#[tokio::test]
+async fn bad_agent_settings_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |config: &str, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--config", config])
+            .args(extra)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{config} {extra:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let (_cfg, config) =
+        config_file("[agents.ghost]\nkind = \"acp\"\ncommand = [\"/nonexistent/agent\"]\n");
+    let stderr = refused(&config, &[]);
+    assert!(
+        stderr.contains("ghost") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    let (_cfg, config) = config_file("[agents.empty]\nkind = \"acp\"\n");
+    assert!(refused(&config, &[]).contains("`command` must name"));
+    let fake = toml_string(&sibling("fake-acp").to_string_lossy());
+    for bad in ["\"../x\"", "\"-x\"", "\"a b\"", "\".hidden\""] {
+        let (_cfg, config) = config_file(&format!(
+            "[agents.{bad}]\nkind = \"acp\"\ncommand = [{fake}]\n"
+        ));
+        let stderr = refused(&config, &[]);
+        assert!(stderr.contains("agent name"), "{bad}: {stderr}");
+    }
+    let (_cfg, config) = config_file("");
+    let stderr = refused(&config, &["--backend", "nope"]);
+    assert!(
+        stderr.contains("default agent `nope`") && stderr.contains("demo"),
+        "{stderr}"
+    );
+}
+
+/// A session that starts in a mode running tools without asking is switched to `default`,
+/// unless the operator allows such modes.
+#[tokio::test]
+async fn an_unattended_starting_mode_is_switched_to_default() {
+    for (allowed, switched) in [(false, true), (true, false)] {
+        let setup = AcpSetup::with_config(
+            &["--start-mode", "auto"],
+            &format!("[agent]\nallow_bypass_permissions = {allowed}\n"),
+        );
+        let server = setup.start().await;
+        let mut c = server.client().await;
+        chat_with(&mut c, "m1", "hi", json!({"agent": "fake"})).await;
+        c.until_result("m1").await;
+        assert_eq!(
+            setup.calls().contains(&"mode default".to_owned()),
+            switched,
+            "allowed={allowed}: {:?}",
+            setup.calls()
+        );
+    }
+}
+
+/// A line over `acp.max_line_bytes` is skipped with a warning naming the limit; the turn ends
+/// normally and the conversation goes on.
+#[tokio::test]
+async fn an_oversized_line_is_skipped() {
+    let setup = AcpSetup::with_config(&[], "[acp]\nmax_line_bytes = 4096\n");
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "h1", "HUGE", json!({"agent": "fake"})).await;
+    let frames = c.until_result("h1").await;
+    let warning = frames
+        .iter()
+        .find(|f| f["message_type"] == "status" && f["status"] == "warning")
+        .expect("a warning");
+    assert!(
+        warning["detail"]
+            .as_str()
+            .unwrap()
+            .contains("4096 byte limit"),
+        "{warning}"
+    );
+    assert_eq!(reply_text(&frames), "Echo: HUGE (history 1)");
+    assert!(
+        !frames
+            .to_vec()
+            .iter()
+            .any(|f| f.to_string().contains("xxxxxxxxxx"))
+    );
+    chat_ack(&mut c, "h1", "small").await;
+    assert_eq!(
+        reply_text(&c.until_result("h1").await),
+        "Echo: small (history 2)"
+    );
+}
+
+/// Agents report the session's cost so far, across processes: each turn's `result` counts only
+/// its own share, and after a resume the first turn (whose share is unknown) adds nothing, so
+/// the conversation's total is never counted twice.
+#[tokio::test]
+async fn turn_costs_come_from_the_agents_running_total() {
+    let setup = AcpSetup::new(&[]);
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "cost1", "one", json!({"agent": "fake"})).await;
+    let first = c.until_result("cost1").await;
+    chat_ack(&mut c, "cost1", "two").await;
+    let second = c.until_result("cost1").await;
+    let turn_cost = |frames: &[Value]| {
+        stored(frames, "result")[0]["turn_cost_usd"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((turn_cost(&first) - 0.01).abs() < 1e-9, "{first:?}");
+    assert!((turn_cost(&second) - 0.01).abs() < 1e-9, "{second:?}");
+    drop(c);
+    let server2 = restart(&mut server, &setup).await;
+    let mut c = server2.client().await;
+    chat_ack(&mut c, "cost1", "three").await;
+    assert_eq!(turn_cost(&c.until_result("cost1").await), 0.0);
+    chat_ack(&mut c, "cost1", "four").await;
+    assert!((turn_cost(&c.until_result("cost1").await) - 0.01).abs() < 1e-9);
+    let (_, session) = Rest::new(&server2).get("/api/sessions/cost1").await;
+    assert!(
+        (session["total_cost_usd"].as_f64().unwrap() - 0.03).abs() < 1e-9,
+        "{session}"
+    );
+}
+
+/// The agent runs in the conversation's workspace with `PATH`, `HOME`, `LANG` and its own `env`:
+/// none of the server's other variables (its secrets) reach it.
+#[tokio::test]
+async fn the_agent_gets_its_workspace_and_an_allow_listed_environment() {
+    let setup = AcpSetup::new(&[]);
+    let server = TestServer::start_in(
+        &setup.data_dir(),
+        &["--config", &setup.config],
+        &[
+            ("AGENTMUX_TICKET_SECRET", "server-secret"),
+            ("ANTHROPIC_API_KEY", "server-key"),
+        ],
+    )
+    .await;
+    let mut c = server.client().await;
+    let ack = chat_with(&mut c, "e1", "hi", json!({"agent": "fake"})).await;
+    c.until_result("e1").await;
+    let env = std::fs::read_to_string(setup.dir.path().join("agent-state/env.log")).unwrap();
+    let workspace = setup
+        .data_dir()
+        .join("workspaces")
+        .join(ack["session_id"].as_str().unwrap());
+    assert!(
+        env.lines()
+            .any(|l| l == format!("cwd={}", workspace.display())),
+        "{env}"
+    );
+    assert!(env.lines().any(|l| l == "FAKE_KEY=secret"), "{env}");
+    let names: Vec<&str> = env
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once('=').map(|(n, _)| n))
+        .collect();
+    for name in &names {
+        assert!(
+            ["PATH", "HOME", "LANG", "FAKE_KEY"].contains(name),
+            "{name} leaked into the agent's environment"
+        );
+    }
+    assert!(!env.contains("server-secret") && !env.contains("server-key"));
+}
+
+/// An agent that ignores `session/cancel` (and a closed stdin) is stopped once
+/// `session.interrupt_timeout_secs` pass: the turn ends `interrupt_timeout`, the process is
+/// gone, and the next turn resumes the session in a new one.
+#[tokio::test]
+async fn an_agent_that_ignores_cancel_is_stopped() {
+    let setup = AcpSetup::with_config(
+        &[],
+        "[session]\ninterrupt_timeout_secs = 1\n[acp]\nstop_grace_secs = 1\n",
+    );
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "s1", "first", json!({"agent": "fake"})).await;
+    c.until_result("s1").await;
+    chat_ack(&mut c, "s1", "STUCK").await;
+    c.recv_until(|v| v["message_type"] == "stream_event").await;
+    let pids = fake_agents(&server);
+    assert_eq!(pids.len(), 1);
+    c.send(json!({"type": "interrupt", "agent_id": "s1"})).await;
+    let frames = c.until_result("s1").await;
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["terminal_reason"],
+        "interrupt_timeout"
+    );
+    wait_gone(&pids, std::time::Duration::from_secs(10)).await;
+    chat_ack(&mut c, "s1", "again").await;
+    let reply = reply_text(&c.until_result("s1").await);
+    assert!(reply.starts_with("Echo: again (history "), "{reply}");
+    assert!(setup.calls().contains(&"session/resume".to_owned()));
+}
+
+/// The running `fake-acp` processes the server started.
+fn fake_agents(server: &TestServer) -> Vec<u32> {
+    cli_children(server, &sibling("fake-acp"))
+}
+
+/// Agents die with a server killed by -9 mid-turn (parent-death signal), and a graceful stop
+/// leaves none behind.
+#[tokio::test]
+async fn agents_die_with_the_server() {
+    let setup = AcpSetup::new(&[]);
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "k1", "SLOW", json!({"agent": "fake"})).await;
+    c.recv_until(|v| v["message_type"] == "stream_event").await;
+    let pids = fake_agents(&server);
+    assert_eq!(pids.len(), 1, "one agent for the conversation");
+    server.kill9().await;
+    wait_gone(&pids, std::time::Duration::from_secs(3)).await;
+
+    let mut server = setup.start().await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "k1", "after").await;
+    c.until_result("k1").await;
+    let pids = fake_agents(&server);
+    assert_eq!(pids.len(), 1);
+    assert!(pids.iter().all(|p| running(*p)));
+    assert!(server.terminate().await.success());
+    wait_gone(&pids, std::time::Duration::from_secs(10)).await;
+}
+
+/// A configured `kind = "claude"` agent runs its own CLI program with its `env`, beside the
+/// default demo agent, and keeps the CLI's rewind and fork.
+#[tokio::test]
+async fn a_configured_claude_agent_runs_its_own_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("cli.log");
+    let (_cfg, config) = config_file(&format!(
+        "[claude]\nconfig_dir = {}\n[agents.cli]\nkind = \"claude\"\ncommand = [{}]\nenv = {{ FAKE_CLAUDE_LOG = {} }}\n",
+        toml_string(&dir.path().join("home").to_string_lossy()),
+        toml_string(&sibling("fake-claude").to_string_lossy()),
+        toml_string(&log.to_string_lossy()),
+    ));
+    let server = TestServer::start_in(
+        &dir.path().join("data"),
+        &["--demo-delay-ms", "0", "--config", &config],
+        &[],
+    )
+    .await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "cli1", "hello", json!({"agent": "cli"})).await;
+    assert_eq!(
+        reply_text(&c.until_result("cli1").await),
+        "Echo: hello (history 1)"
+    );
+    let spawned = std::fs::read_to_string(&log).unwrap();
+    assert!(spawned.contains("\"argv\""), "{spawned}");
+    chat_ack(&mut c, "demo1", "plain").await;
+    assert_eq!(
+        reply_text(&c.until_result("demo1").await),
+        "Echo: plain (turn 1)",
+        "the default agent is still demo"
+    );
+    let (_, agents) = Rest::new(&server).get("/api/agents").await;
+    let cli = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "cli")
+        .unwrap()
+        .clone();
+    assert_eq!(cli["kind"], "claude");
+    assert_eq!(cli["supports"]["rewind"], true);
+}
+
+/// A permission request nobody answers in `session.permission_timeout_secs` is resolved
+/// `timed_out` for the sockets and answered `cancelled` to the agent: the tool does not run.
+#[tokio::test]
+async fn an_unanswered_permission_request_times_out_as_cancelled() {
+    let setup = AcpSetup::with_config(&[], "[session]\npermission_timeout_secs = 1\n");
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "t1", "PERMIT", json!({"agent": "fake"})).await;
+    let frames = c.until_result("t1").await;
+    let resolved = frames
+        .iter()
+        .find(|f| f["message_type"] == "permission_resolved")
+        .expect("resolved");
+    assert_eq!(resolved["outcome"], "timed_out");
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["stop_reason"],
+        "cancelled"
+    );
+    assert!(
+        setup
+            .calls()
+            .iter()
+            .any(|l| l.starts_with("permission") && l.contains("cancelled")),
+        "{:?}",
+        setup.calls()
+    );
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.to_string().contains("Tool said: ran"))
+    );
+}
