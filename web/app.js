@@ -396,9 +396,10 @@ async function refreshSessions() {
     for (const info of fresh) sessions.set(info.agent_id, info);
     for (const info of keep) if (!sessions.has(info.agent_id)) sessions.set(info.agent_id, info);
     saveLocalSessions();
-    if (!projectsLoaded) await loadProjects();
     renderSidebar();
     renderHeader();
+    // The project names group the sidebar, once known.
+    if (!projectsLoaded) loadProjects().then(() => projects.length && renderSidebar());
   } catch {
     // Offline or restarting: the socket's state already says so.
   }
