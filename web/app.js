@@ -33,6 +33,7 @@ import { parseInline, renderMarkdown } from './markdown.js';
  * @property {string | null} [backend] The agent behind it (`claude`, `demo`).
  * @property {string | null} [model]
  * @property {string | null} [permission_mode]
+ * @property {string | null} [cwd] The project directory it works in (none: its own workspace).
  * @property {number} [total_cost_usd] The conversation's total, from the server.
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
@@ -51,9 +52,22 @@ import { parseInline, renderMarkdown } from './markdown.js';
  * @property {string | null} [backend]
  * @property {string | null} [model]
  * @property {string | null} [permission_mode]
+ * @property {string | null} [cwd]
  * @property {number} [total_cost_usd]
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
+ */
+
+/**
+ * A project directory, as `GET /api/projects` lists it.
+ * @typedef {{path: string, name: string, sessions: number, cli_sessions: number,
+ *   last_active_at: string | null}} Project
+ */
+
+/**
+ * A session the Claude CLI keeps for a project, as `GET /api/projects/cli-sessions` lists it.
+ * @typedef {{cli_session_id: string, title: string | null, message_count: number,
+ *   modified_at: string, imported_as: string | null}} CliSession
  */
 
 /**
@@ -165,6 +179,14 @@ const ui = {
   dialogCancel: byId('dialog-cancel'),
   shortcuts: /** @type {HTMLDialogElement} */ (byId('shortcuts')),
   shortcutsClose: byId('shortcuts-close'),
+  projectDialog: /** @type {HTMLDialogElement} */ (byId('project-dialog')),
+  projectForm: /** @type {HTMLFormElement} */ (byId('project-form')),
+  project: /** @type {HTMLSelectElement} */ (byId('project')),
+  projectCli: /** @type {HTMLButtonElement} */ (byId('project-cli')),
+  projectCancel: byId('project-cancel'),
+  cliSessions: byId('cli-sessions'),
+  cliStatus: byId('cli-status'),
+  cliList: byId('cli-list'),
   signIn: /** @type {HTMLFormElement} */ (byId('sign-in')),
   token: /** @type {HTMLInputElement} */ (byId('token')),
   signInError: byId('sign-in-error'),
@@ -289,6 +311,12 @@ let current = null;
 let sessionsApi = true;
 /** @type {string[] | null} agent_ids matching the search box, newest first; null: no search */
 let searchResults = null;
+/** @type {Project[]} the server's project directories; empty when it has no roots */
+let projects = [];
+/** Whether {@link projects} was loaded from the server at least once. */
+let projectsLoaded = false;
+/** @type {Map<string, string>} new conversations' project directories, sent with their first chat */
+const newCwds = new Map();
 
 // ---- the sidebar --------------------------------------------------------------------------
 
@@ -304,11 +332,12 @@ function loadLocalSessions() {
 }
 
 function saveLocalSessions() {
-  const list = [...sessions.values()].map(({ agent_id, title, created_at, last_active_at }) => ({
+  const list = [...sessions.values()].map(({ agent_id, title, created_at, last_active_at, cwd }) => ({
     agent_id,
     title,
     created_at,
     last_active_at,
+    cwd,
   }));
   localStorage.setItem(SESSIONS_KEY, JSON.stringify(list));
 }
@@ -329,6 +358,7 @@ function fromApi(s) {
     backend: s.backend ?? null,
     model: s.model ?? known?.model ?? null,
     permission_mode: s.permission_mode ?? known?.permission_mode ?? null,
+    cwd: s.cwd ?? known?.cwd ?? null,
     total_cost_usd: s.total_cost_usd,
     input_tokens: s.input_tokens,
     output_tokens: s.output_tokens,
@@ -368,6 +398,8 @@ async function refreshSessions() {
     saveLocalSessions();
     renderSidebar();
     renderHeader();
+    // The project names group the sidebar, once known.
+    if (!projectsLoaded) loadProjects().then(() => projects.length && renderSidebar());
   } catch {
     // Offline or restarting: the socket's state already says so.
   }
@@ -457,41 +489,107 @@ function plainTitle(title) {
   return flat(parseInline(lines.join(' '))).replace(/\s+/g, ' ').trim();
 }
 
+/**
+ * The sidebar's groups: with no search and some conversation in a project, one group per
+ * project (the most recently active first, conversations newest first in each); otherwise one
+ * group without a name.
+ * @returns {{cwd: string | null, sessions: SessionInfo[]}[] | null} null: not grouped
+ */
+function projectGroups() {
+  if (searchResults || projects.length === 0) return null;
+  const all = sortedSessions();
+  if (!all.some((s) => projectOf(s))) return null;
+  /** @type {Map<string, SessionInfo[]>} */
+  const groups = new Map();
+  for (const info of all) {
+    const key = projectOf(info) ?? '';
+    groups.set(key, [...(groups.get(key) ?? []), info]);
+  }
+  return [...groups].map(([cwd, list]) => ({ cwd: cwd || null, sessions: list }));
+}
+
+/**
+ * The project a conversation works in: its `cwd` when that is one of the server's project
+ * directories or inside one; null for a conversation in a workspace of its own.
+ * @param {SessionInfo} info
+ */
+function projectOf(info) {
+  const cwd = info.cwd;
+  if (!cwd) return null;
+  return projects.some((p) => cwd === p.path || cwd.startsWith(`${p.path.replace(/\/$/, '')}/`)) ? cwd : null;
+}
+
+/**
+ * A project's name in the sidebar: as the server names it, else its last path component.
+ * @param {string | null} cwd
+ */
+function projectName(cwd) {
+  if (!cwd) return 'No project';
+  return projects.find((p) => p.path === cwd)?.name || cwd.split('/').filter(Boolean).pop() || cwd;
+}
+
+/** The conversations in the order the sidebar shows them. */
+function displayOrder() {
+  if (searchResults) return searchResults;
+  const groups = projectGroups();
+  return (groups ? groups.flatMap((g) => g.sessions) : sortedSessions()).map((s) => s.agent_id);
+}
+
 function renderSidebar() {
-  const now = Date.now();
+  const groups = projectGroups();
+  if (groups) {
+    ui.searchEmpty.hidden = true;
+    ui.sessions.replaceChildren(
+      ...groups.map((group, i) => {
+        const li = el('li', 'project-group');
+        const name = projectName(group.cwd);
+        const heading = li.appendChild(el('h2', 'project-name', name));
+        heading.id = `project-group-${i}`;
+        if (group.cwd) heading.title = group.cwd;
+        const list = li.appendChild(el('ul', 'project-sessions'));
+        list.setAttribute('aria-labelledby', heading.id);
+        list.append(...group.sessions.map(sessionEntry));
+        return li;
+      }),
+    );
+    return;
+  }
   const list = searchResults
     ? searchResults.map((id) => sessions.get(id)).filter((s) => s !== undefined)
-    : [...sessions.values()].sort((a, b) =>
-        (b.last_active_at || b.created_at).localeCompare(a.last_active_at || a.created_at),
-      );
+    : sortedSessions();
   ui.searchEmpty.hidden = !(searchResults && list.length === 0);
-  ui.sessions.replaceChildren(
-    ...list.map((info) => {
-      const li = el('li');
-      const entry = li.appendChild(el('button', 'session'));
-      entry.type = 'button';
-      entry.dataset.agentId = info.agent_id;
-      if (info.agent_id === current) entry.setAttribute('aria-current', 'true');
-      const title = plainTitle(info.title) || 'New session';
-      entry.append(el('span', 'session-title', title));
-      const meta = entry.appendChild(el('span', 'session-meta'));
-      const state = badge(info);
-      const when = el('time', 'session-age', age(info.last_active_at || info.created_at, now));
-      when.dateTime = info.last_active_at || info.created_at;
-      when.title = new Date(when.dateTime).toLocaleString();
-      meta.append(el('span', `badge badge-${state}`, state), when);
-      const agent = [info.backend, info.model].filter(Boolean).join(' · ');
-      if (agent) meta.append(el('span', 'session-agent', agent));
-      if (info.attention) {
-        entry.classList.add('attention', `attention-${info.attention}`);
-        const what = info.attention === 'permission' ? 'waits for approval' : 'has a new reply';
-        meta.append(el('span', 'attention-dot', info.attention === 'permission' ? 'approval' : 'new'));
-        entry.setAttribute('aria-description', what);
-      }
-      entry.addEventListener('click', () => openSession(info.agent_id));
-      return li;
-    }),
-  );
+  ui.sessions.replaceChildren(...list.map(sessionEntry));
+}
+
+/**
+ * One conversation's entry in the sidebar.
+ * @param {SessionInfo} info
+ */
+function sessionEntry(info) {
+  const now = Date.now();
+  const li = el('li');
+  const entry = li.appendChild(el('button', 'session'));
+  entry.type = 'button';
+  entry.dataset.agentId = info.agent_id;
+  if (info.agent_id === current) entry.setAttribute('aria-current', 'true');
+  const title = plainTitle(info.title) || 'New session';
+  entry.append(el('span', 'session-title', title));
+  const meta = entry.appendChild(el('span', 'session-meta'));
+  const state = badge(info);
+  const when = el('time', 'session-age', age(info.last_active_at || info.created_at, now));
+  when.dateTime = info.last_active_at || info.created_at;
+  when.title = new Date(when.dateTime).toLocaleString();
+  meta.append(el('span', `badge badge-${state}`, state), when);
+  const agent = [info.backend, info.model].filter(Boolean).join(' · ');
+  if (agent) meta.append(el('span', 'session-agent', agent));
+  if (info.attention) {
+    entry.classList.add('attention', `attention-${info.attention}`);
+    const what = info.attention === 'permission' ? 'waits for approval' : 'has a new reply';
+    meta.append(el('span', 'attention-dot', info.attention === 'permission' ? 'approval' : 'new'));
+    entry.setAttribute('aria-description', what);
+  }
+  entry.addEventListener('click', () => openSession(info.agent_id));
+  return li;
 }
 
 /**
@@ -1142,7 +1240,7 @@ function conversationDeleted(agentId) {
     current = null;
     const next = sortedSessions()[0];
     if (next) openSession(next.agent_id);
-    else newSession();
+    else startSession();
   } else {
     renderSidebar();
   }
@@ -1265,13 +1363,146 @@ function openSession(agentId) {
   ui.input.focus();
 }
 
-function newSession() {
-  openSession(`web-${randomId()}`);
+/**
+ * Starts a new conversation, in project directory `cwd` when given (sent as `options.cwd`
+ * with its first message).
+ * @param {string | null} [cwd]
+ */
+function startSession(cwd = null) {
+  const agentId = `web-${randomId()}`;
+  if (cwd) {
+    const now = new Date().toISOString();
+    sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now, cwd });
+    newCwds.set(agentId, cwd);
+  }
+  openSession(agentId);
+}
+
+/**
+ * "New session": when the server has project roots, asks in which project first (the list is
+ * refreshed for next time meanwhile); without roots, starts one at once.
+ */
+async function newSession() {
+  if (!projectsLoaded) await loadProjects();
+  if (projects.length === 0) startSession();
+  else chooseProject();
+  loadProjects();
+}
+
+/** Loads the server's project directories (none when it has no roots or no such API). */
+async function loadProjects() {
+  try {
+    const response = await api('/api/projects');
+    if (!response.ok) return;
+    /** @type {{projects: Project[]}} */
+    const body = await response.json();
+    projects = body.projects;
+    projectsLoaded = true;
+  } catch {
+    // Offline: the last list stays.
+  }
+}
+
+/**
+ * The new-session dialog: pick a project (or none) and start, or list the project's CLI
+ * sessions and import one.
+ */
+function chooseProject() {
+  if (ui.projectDialog.open) return;
+  const last = current ? sessions.get(current)?.cwd : null;
+  ui.project.replaceChildren(
+    ...projects.map((p) => {
+      const option = new Option(`${p.name} \u2014 ${p.path}`, p.path);
+      option.title = p.path;
+      return option;
+    }),
+    new Option('No project (a workspace of its own)', ''),
+  );
+  ui.project.value = last && projects.some((p) => p.path === last) ? last : projects[0]?.path ?? '';
+  hideCliSessions();
+  ui.projectDialog.showModal();
+  ui.project.focus();
+}
+
+function hideCliSessions() {
+  ui.cliSessions.hidden = true;
+  ui.cliList.replaceChildren();
+  ui.cliStatus.textContent = '';
+  ui.projectCli.disabled = !ui.project.value;
+}
+
+/** Lists the chosen project's CLI sessions in the dialog, each with an Import (or Open) button. */
+async function showCliSessions() {
+  const cwd = ui.project.value;
+  if (!cwd) return;
+  ui.cliSessions.hidden = false;
+  ui.cliList.replaceChildren();
+  ui.cliStatus.textContent = 'Loading…';
+  try {
+    const response = await api(`/api/projects/cli-sessions?cwd=${encodeURIComponent(cwd)}`);
+    if (!response.ok) throw new Error(await apiError(response));
+    /** @type {{sessions: CliSession[]}} */
+    const body = await response.json();
+    if (ui.project.value !== cwd) return;
+    const now = Date.now();
+    ui.cliStatus.textContent = body.sessions.length
+      ? `${body.sessions.length} Claude CLI session${body.sessions.length === 1 ? '' : 's'} in ${projectName(cwd)}`
+      : `No Claude CLI sessions in ${projectName(cwd)}.`;
+    ui.cliList.replaceChildren(
+      ...body.sessions.map((cli) => {
+        const title = plainTitle(cli.title ?? '') || cli.cli_session_id;
+        const li = el('li');
+        li.append(
+          el('span', 'cli-title', title),
+          el('span', 'cli-meta', `${cli.message_count} messages · ${age(cli.modified_at, now)}`),
+        );
+        const action = cli.imported_as
+          ? button('Open', 'cli-open', () => {
+              ui.projectDialog.close();
+              openSession(/** @type {string} */ (cli.imported_as));
+            })
+          : button('Import', 'cli-import', () => importCliSession(cwd, cli, action));
+        action.setAttribute('aria-label', `${cli.imported_as ? 'Open' : 'Import'} ${title}`);
+        li.append(action);
+        return li;
+      }),
+    );
+  } catch (err) {
+    ui.cliStatus.textContent = `Could not list the CLI sessions: ${/** @type {Error} */ (err).message}`;
+  }
+}
+
+/**
+ * Imports a CLI session as a conversation and opens it.
+ * @param {string} cwd
+ * @param {CliSession} cli
+ * @param {HTMLButtonElement} action
+ */
+async function importCliSession(cwd, cli, action) {
+  action.disabled = true;
+  ui.cliStatus.textContent = 'Importing…';
+  try {
+    const response = await api('/api/projects/cli-sessions/import', {
+      method: 'POST',
+      json: { cwd, cli_session_id: cli.cli_session_id },
+    });
+    if (!response.ok) throw new Error(await apiError(response));
+    /** @type {ApiSession} */
+    const imported = await response.json();
+    sessions.set(imported.agent_id, fromApi(imported));
+    saveLocalSessions();
+    ui.projectDialog.close();
+    openSession(imported.agent_id);
+    scheduleSessionsRefresh();
+  } catch (err) {
+    action.disabled = false;
+    ui.cliStatus.textContent = `Not imported: ${/** @type {Error} */ (err).message}`;
+  }
 }
 
 /** @param {number} step +1 for the next session in the sidebar, -1 for the previous */
 function stepSession(step) {
-  const list = searchResults ?? sortedSessions().map((s) => s.agent_id);
+  const list = displayOrder();
   if (!list.length) return;
   const at = current ? list.indexOf(current) : -1;
   const next = list[(at + step + list.length) % list.length];
@@ -1389,7 +1620,7 @@ function renderAttachments() {
  * @param {Iterable<File>} files
  */
 async function attach(files) {
-  if (!current) newSession();
+  if (!current) startSession();
   const agentId = /** @type {string} */ (current);
   for (const file of files) {
     const used = attachments.reduce((sum, a) => sum + a.source.data.length, 0);
@@ -1413,7 +1644,7 @@ function saveDraft(agentId) {
 function send() {
   const text = ui.input.value;
   if (!text.trim() && attachments.length === 0) return;
-  if (!current) newSession();
+  if (!current) startSession();
   const agentId = /** @type {string} */ (current);
   const content = attachments.length
     ? [...(text.trim() ? [{ type: /** @type {const} */ ('text'), text }] : []), ...attachments]
@@ -1427,6 +1658,9 @@ function send() {
   const options = {};
   if (ui.model.value) options.model = ui.model.value;
   if (ui.permissionMode.value) options.permission_mode = ui.permissionMode.value;
+  // A new conversation names its project; the server keeps it from then on.
+  const cwd = newCwds.get(agentId);
+  if (cwd && client.lastSeq(agentId) === 0) options.cwd = cwd;
   const hasOptions = Object.keys(options).length > 0;
   client.chat(agentId, content, hasOptions ? { options } : {}).catch((err) => {
     notice(agentId, `Not sent: ${err.message}`);
@@ -1555,7 +1789,7 @@ function typing(target) {
 }
 
 document.addEventListener('keydown', (event) => {
-  if (ui.dialog.open || ui.shortcuts.open || !ui.signIn.hidden) return;
+  if (ui.dialog.open || ui.shortcuts.open || ui.projectDialog.open || !ui.signIn.hidden) return;
   if (event.key === 'Escape') {
     interrupt();
     return;
@@ -1583,6 +1817,15 @@ ui.help.addEventListener('click', () => ui.shortcuts.showModal());
 ui.shortcutsClose.addEventListener('click', () => ui.shortcuts.close());
 ui.stop.addEventListener('click', interrupt);
 ui.newSession.addEventListener('click', newSession);
+ui.project.addEventListener('change', hideCliSessions);
+ui.projectCli.addEventListener('click', showCliSessions);
+ui.projectCancel.addEventListener('click', () => ui.projectDialog.close());
+ui.projectForm.addEventListener('submit', (event) => {
+  event.preventDefault();
+  const cwd = ui.project.value || null;
+  ui.projectDialog.close();
+  startSession(cwd);
+});
 ui.rename.addEventListener('click', renameCurrent);
 ui.deleteButton.addEventListener('click', deleteCurrent);
 ui.exportButton.addEventListener('click', exportCurrent);
@@ -1612,7 +1855,7 @@ const initial =
   localStorage.getItem(CURRENT_KEY) ||
   sortedSessions()[0]?.agent_id;
 if (initial) openSession(initial);
-else newSession();
+else startSession();
 setInterval(() => {
   refreshSessions();
   renderSidebar();

@@ -4,19 +4,25 @@
 //! Replies stream as they arrive. Ctrl-C interrupts the running turn; a second Ctrl-C (or one
 //! with no turn running) quits. Commands: `/resume` (pick from a numbered list), `/resume <id>`
 //! (an `agent_id`, a `session_id`, or a unique prefix of either), `/resume --last`, `/new`,
-//! `/list`, `/rename <title>`, `/help`. With standard input piped, lines are sent one turn
-//! at a time and the client exits after the last reply.
+//! `/list`, `/rename <title>`, `/import` (one of the project's Claude CLI sessions), `/help`.
+//! New conversations work in the project of `--cwd` (default: the current directory when it
+//! is inside one of the server's project roots). Tool calls show one line each; permission
+//! requests are answered `y`, `n` or `a` (always). With standard input piped, lines are sent
+//! one turn at a time and the client exits after the last reply.
 
 mod render;
 mod rest;
 mod resume;
 mod session;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Parser;
 
 use crate::resume::Resume;
+use crate::session::Options;
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +41,13 @@ struct Cli {
     /// With --resume: the session with the most recent activity
     #[arg(long)]
     last: bool,
+    /// The project directory new sessions work in (inside one of the server's project
+    /// roots); default: the current directory when it is inside one
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// API token (or JWT) for a server with authentication on
+    #[arg(long, env = "AGENTMUX_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 impl Cli {
@@ -45,13 +58,39 @@ impl Cli {
             (None, false) => None,
         }
     }
+
+    /// The options of the session: `--cwd` made absolute with links resolved (the server
+    /// checks it against its roots).
+    fn options(&self) -> anyhow::Result<Options> {
+        let cwd = match &self.cwd {
+            Some(dir) => {
+                let full = std::fs::canonicalize(dir)
+                    .with_context(|| format!("cannot use --cwd {}", dir.display()))?;
+                anyhow::ensure!(
+                    full.is_dir(),
+                    "cannot use --cwd {}: not a directory",
+                    dir.display()
+                );
+                Some(full.to_string_lossy().into_owned())
+            }
+            None => None,
+        };
+        Ok(Options {
+            url: self.url.clone(),
+            token: self.token.clone().filter(|t| !t.is_empty()),
+            cwd,
+            resume: self.resume(),
+        })
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let outcome = tokio::runtime::Runtime::new()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(session::run(&cli.url, cli.resume())));
+    let outcome = cli.options().and_then(|options| {
+        tokio::runtime::Runtime::new()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(session::run(options)))
+    });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

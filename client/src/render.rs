@@ -1,11 +1,11 @@
-//! What the terminal shows: streamed replies, errors and statuses of the current conversation,
-//! the history of a resumed one, the session list and the help.
+//! What the terminal shows: streamed replies, tool calls, permission questions, errors and
+//! statuses of the current conversation, the history of a resumed one, the lists and the help.
 
 use std::io::Write;
 
 use serde_json::Value;
 
-use crate::rest::Summary;
+use crate::rest::{CliSession, Summary};
 
 /// The help `/help` prints.
 pub const HELP: &str = "\
@@ -14,11 +14,18 @@ running, Ctrl-C quits.
   /resume           pick a recent session from a numbered list (Enter cancels)
   /resume <id>      resume by agent_id, session_id or a unique prefix of either
   /resume --last    resume the session with the most recent activity
-  /new              start a new session
+  /new              start a new session (in the project of --cwd, if any)
   /list             list recent sessions
   /rename <title>   rename the current session
+  /import           pick one of the project's Claude CLI sessions and continue it here
+  /import <n|id>    import that one directly
   /help             this help
-  /quit             quit";
+  /quit             quit
+When the agent asks to use a tool, answer y (allow), n (deny) or a (always: allow this tool
+for the rest of this session, without asking again).";
+
+/// Longest tool-call summary shown, in characters.
+const TOOL_LINE_CHARS: usize = 150;
 
 /// Prints a line.
 pub fn say(text: &str) {
@@ -43,6 +50,93 @@ pub enum Shown {
     TurnEnded,
     /// A chat of ours failed before it became a turn (an `error` without `client_msg_id`).
     ChatFailed,
+    /// The agent asks to use a tool: the request to answer.
+    Permission(Permission),
+    /// A permission request ended (answered here or elsewhere, timed out or withdrawn).
+    PermissionResolved(String),
+    /// The server acknowledged a chat of ours on the current conversation.
+    Acked,
+}
+
+/// A tool permission request waiting for the user's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permission {
+    pub request_id: String,
+    pub tool_name: String,
+    /// The one-line summary of what the tool would do.
+    pub summary: String,
+}
+
+impl Permission {
+    /// The request in a `permission_request` frame.
+    pub fn from_frame(frame: &Value) -> Option<Self> {
+        let tool_name = frame["tool_name"].as_str()?.to_owned();
+        Some(Permission {
+            request_id: frame["request_id"].as_str()?.to_owned(),
+            summary: tool_summary(&tool_name, &frame["input"]),
+            tool_name,
+        })
+    }
+
+    /// The question shown for it.
+    pub fn question(&self) -> String {
+        format!(
+            "? Allow {}: {}  [y]es / [n]o / [a]lways",
+            self.tool_name, self.summary
+        )
+    }
+}
+
+/// `⚙ Bash: ls -la`: one line for a tool call.
+pub fn tool_line(name: &str, input: &Value) -> String {
+    format!("\u{2699} {name}: {}", tool_summary(name, input))
+}
+
+/// What a tool call does, on one line: the command, path, pattern or URL it is about, else its
+/// input as JSON; shortened to [`TOOL_LINE_CHARS`].
+pub fn tool_summary(name: &str, input: &Value) -> String {
+    let key = match name {
+        "Bash" => "command",
+        "Read" | "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => "file_path",
+        "Glob" | "Grep" => "pattern",
+        "WebFetch" => "url",
+        "WebSearch" => "query",
+        "Task" => "description",
+        _ => "",
+    };
+    let text = match input.get(key).and_then(Value::as_str) {
+        Some(text) => text.to_owned(),
+        None => input.to_string(),
+    };
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > TOOL_LINE_CHARS {
+        let cut: String = one_line.chars().take(TOOL_LINE_CHARS - 1).collect();
+        format!("{cut}\u{2026}")
+    } else {
+        one_line
+    }
+}
+
+/// The text blocks of an assistant message, joined.
+fn assistant_text(message: &Value) -> String {
+    message["message"]["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str())
+        .collect()
+}
+
+/// The tool calls of an assistant message, one line each.
+fn tool_lines(message: &Value) -> Vec<String> {
+    message["message"]["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| tool_line(b["name"].as_str().unwrap_or("tool"), &b["input"]))
+        .collect()
 }
 
 /// The reply being printed: whether its text was shown and whether the cursor is mid-line.
@@ -101,15 +195,31 @@ impl Screen {
                     self.print_reply(text);
                 }
             }
-            "assistant" if !self.streamed => {
-                let text: String = message["message"]["content"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|b| b["text"].as_str())
-                    .collect();
-                if !text.is_empty() {
+            "assistant" => {
+                let text = assistant_text(message);
+                if !self.streamed && !text.is_empty() {
                     self.print_reply(&text);
+                }
+                let tools = tool_lines(message);
+                if !tools.is_empty() {
+                    self.end_line();
+                    for line in tools {
+                        say(&line);
+                    }
+                    // Text after a tool call is a new paragraph of the reply.
+                    self.streamed = false;
+                }
+            }
+            "ack" => return Shown::Acked,
+            "permission_request" => {
+                if let Some(permission) = Permission::from_frame(frame) {
+                    self.end_line();
+                    return Shown::Permission(permission);
+                }
+            }
+            "permission_resolved" => {
+                if let Some(id) = frame["request_id"].as_str() {
+                    return Shown::PermissionResolved(id.to_owned());
                 }
             }
             "result" => {
@@ -144,7 +254,32 @@ impl Screen {
 
 /// The lines of a resumed conversation's last `turns` turns.
 pub fn history(frames: &[Value], turns: usize) -> Vec<String> {
-    let mut lines: Vec<String> = frames.iter().filter_map(history_line).collect();
+    let mut lines = Vec::new();
+    // Whether the turn's reply text was shown from its assistant messages; a `result` repeats
+    // it, and an imported transcript has assistant messages but no `result`.
+    let mut replied = false;
+    for frame in frames {
+        let message = &frame["message"];
+        match frame["message_type"].as_str() {
+            Some("assistant") => {
+                let text = assistant_text(message);
+                if !text.is_empty() {
+                    lines.push(text);
+                    replied = true;
+                }
+                lines.extend(tool_lines(message));
+            }
+            Some("result") if message["is_error"] != true && replied => {}
+            _ => {
+                if let Some(line) = history_line(frame) {
+                    if line.starts_with("> ") {
+                        replied = false;
+                    }
+                    lines.push(line);
+                }
+            }
+        }
+    }
     // From the `turns`-th prompt from the end; everything when there are fewer.
     let start = match turns.checked_sub(1) {
         None => lines.len(),
@@ -187,10 +322,17 @@ fn history_line(frame: &Value) -> Option<String> {
             message["terminal_reason"].as_str().unwrap_or("error")
         )),
         "result" => message["result"].as_str().map(str::to_owned),
-        "status" if frame["status"] == "rewound" || frame["status"] == "imported" => Some(format!(
-            "[{}]",
-            frame["detail"].as_str().unwrap_or_default()
-        )),
+        "status"
+            if matches!(
+                frame["status"].as_str(),
+                Some("rewound" | "imported" | "synced")
+            ) =>
+        {
+            Some(format!(
+                "[{}]",
+                frame["detail"].as_str().unwrap_or_default()
+            ))
+        }
         _ => None,
     }
 }
@@ -207,6 +349,24 @@ pub fn print_list(list: &[Summary]) {
             s.title.as_deref().unwrap_or("untitled"),
             s.agent_id,
             age(&s.last_active_at),
+            s.message_count
+        ));
+    }
+}
+
+/// Prints a numbered list of a project's CLI sessions.
+pub fn print_cli_sessions(list: &[CliSession]) {
+    for (i, s) in list.iter().enumerate() {
+        let imported = match &s.imported_as {
+            Some(agent_id) => format!("  (imported as {agent_id})"),
+            None => String::new(),
+        };
+        say(&format!(
+            "{:>3}. {}  [{}]  {}, {} messages{imported}",
+            i + 1,
+            s.title.as_deref().unwrap_or("untitled"),
+            s.cli_session_id,
+            age(&s.modified_at),
             s.message_count
         ));
     }
@@ -298,5 +458,53 @@ mod tests {
         assert_eq!(screen.show(&failed, "a"), Shown::ChatFailed);
         let answered = json!({"message_type": "error", "agent_id": "a", "client_msg_id": "c1", "code": "x", "error": "x"});
         assert_eq!(screen.show(&answered, "a"), Shown::Nothing);
+    }
+
+    #[test]
+    fn tool_calls_are_one_line_each() {
+        assert_eq!(
+            tool_line(
+                "Bash",
+                &json!({"command": "ls -la\n  | head", "description": "x"})
+            ),
+            "\u{2699} Bash: ls -la | head"
+        );
+        assert_eq!(
+            tool_line("Edit", &json!({"file_path": "/p/a.rs", "old_string": "a"})),
+            "\u{2699} Edit: /p/a.rs"
+        );
+        assert_eq!(
+            tool_line("Mystery", &json!({"n": 1})),
+            "\u{2699} Mystery: {\"n\":1}"
+        );
+        let long = tool_summary("Bash", &json!({"command": "x".repeat(500)}));
+        assert_eq!(long.chars().count(), TOOL_LINE_CHARS);
+        assert!(long.ends_with('\u{2026}'));
+    }
+
+    #[test]
+    fn an_imported_transcript_shows_replies_and_tool_calls_without_results() {
+        let assistant = |content: Value| json!({"message_type": "assistant", "message": {"type": "assistant", "message": {"content": content}}});
+        let frames = [
+            user("list the files"),
+            assistant(
+                json!([{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]),
+            ),
+            json!({"message_type": "user", "message": {"message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]}}}),
+            assistant(json!([{"type": "text", "text": "There is a README."}])),
+            user("and now?"),
+            assistant(json!([{"type": "text", "text": "Echo: and now?"}])),
+            result("Echo: and now?"),
+        ];
+        assert_eq!(
+            history(&frames, 10),
+            [
+                "> list the files",
+                "\u{2699} Bash: ls",
+                "There is a README.",
+                "> and now?",
+                "Echo: and now?"
+            ]
+        );
     }
 }

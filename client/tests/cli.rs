@@ -12,7 +12,7 @@ fn help_lists_the_options() {
         .unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for option in ["--url", "--resume", "--last"] {
+    for option in ["--url", "--resume", "--last", "--cwd", "--token"] {
         assert!(help.contains(option), "{help}");
     }
 }
@@ -32,4 +32,26 @@ fn no_server_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("cannot connect to ws://127.0.0.1:"), "{err}");
+}
+
+#[test]
+fn a_cwd_that_is_not_a_directory_is_refused_before_connecting() {
+    let dir = std::env::temp_dir();
+    let file = dir.join(format!("agentmux-chat-{}.txt", std::process::id()));
+    std::fs::write(&file, "x").unwrap();
+    for cwd in [
+        file.to_string_lossy().into_owned(),
+        "/no/such/dir".to_owned(),
+        "-rf".to_owned(),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentmux-chat"))
+            .arg(format!("--cwd={cwd}"))
+            .args(["--url", "ws://127.0.0.1:9/ws"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{cwd}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(&format!("cannot use --cwd {cwd}")), "{err}");
+    }
+    std::fs::remove_file(file).unwrap();
 }

@@ -1,14 +1,21 @@
 //! `agentmux chat` driven like a person would: in a terminal (tmux), through `/resume`, a
-//! turn, a Ctrl-C interrupt and, after a server restart, `/resume --last`; and
-//! non-interactively with `--resume --last` and piped input.
+//! turn, a Ctrl-C interrupt and, after a server restart, `/resume --last`; in a project on a
+//! server with authentication (tool calls, permission prompts, `/import`); and
+//! non-interactively with `--resume --last`, piped input, a refused token or directory.
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 
+use serde_json::{Value, json};
+
+use crate::claude::Fixture;
 use crate::common::*;
+use crate::projects::{transcript_line, write_transcript};
 use crate::rest::turn;
+use crate::security::{TOKENS, http};
 
 /// A tmux server of its own running one `agentmux chat`; killed on drop.
 struct Terminal {
@@ -28,26 +35,29 @@ impl Terminal {
 
     /// Starts `agentmux chat --url <url>` in a detached 200x50 terminal.
     fn open(url: &str) -> Self {
+        Self::open_in(url, &[], None)
+    }
+
+    /// Starts `agentmux chat --url <url> <args>` in a detached 200x50 terminal, in directory
+    /// `dir` when given.
+    fn open_in(url: &str, args: &[&str], dir: Option<&Path>) -> Self {
         sibling("agentmux-chat");
         let term = Terminal {
             socket: format!("agentmux-test-{}", uuid::Uuid::new_v4().simple()),
         };
         // Keep the pane after the client exits so its last words can still be read.
         let command = format!(
-            "{} chat --url {url}; echo \"[exited $?]\"; sleep 600",
-            env!("CARGO_BIN_EXE_agentmux")
+            "{} chat --url {url} {}; echo \"[exited $?]\"; sleep 600",
+            env!("CARGO_BIN_EXE_agentmux"),
+            args.join(" ")
         );
-        let out = term.tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            "chat",
-            "-x",
-            "200",
-            "-y",
-            "50",
-            &command,
-        ]);
+        let dir = dir.map(|d| d.to_string_lossy().into_owned());
+        let mut tmux_args = vec!["new-session", "-d", "-s", "chat", "-x", "200", "-y", "50"];
+        if let Some(dir) = &dir {
+            tmux_args.extend(["-c", dir.as_str()]);
+        }
+        tmux_args.push(&command);
+        let out = term.tmux(&tmux_args);
         assert!(
             out.status.success(),
             "tmux: {}",
@@ -240,4 +250,230 @@ async fn chat_resume_last_works_non_interactively() {
     assert!(text.contains("Echo: new (turn 1)"), "{text}");
     assert!(text.contains("Echo: piped one (turn 2)"), "{text}");
     assert!(text.contains("Echo: piped two (turn 3)"), "{text}");
+}
+
+/// A project root with project `app` and a server (fake CLI, tokens for alice and bob) that
+/// opens it; the CLI config dir is the fixture's.
+fn project_server_fixture() -> (tempfile::TempDir, std::path::PathBuf, Fixture) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap().join("root");
+    let app = root.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(tmp.path().join("outside")).unwrap();
+    let fx = Fixture::new(&format!(
+        "{TOKENS}\n[projects]\nroots = [{{ path = {} }}]\n[session]\npermission_timeout_secs = 3600\n",
+        toml_string(&root.to_string_lossy())
+    ));
+    (tmp, app, fx)
+}
+
+async fn get(server: &TestServer, path: &str, token: &str) -> Value {
+    let r = http(&server.addr, "GET", path, Some(token), None).await;
+    assert_eq!(r.status, 200, "{path}: {}", r.body);
+    serde_json::from_str(&r.body).unwrap()
+}
+
+/// In a terminal, started inside a project of a server with authentication on and only a
+/// token: the new conversation works in that project (REST shows its cwd); each tool call
+/// shows as one line; permission prompts are answered `y` (the tool runs), `n` (refused) and
+/// `a` (runs, and the next request of that tool is allowed without asking); `/import` lists
+/// the project's CLI sessions, imports the picked one, shows its history and continues it.
+#[tokio::test]
+async fn terminal_client_works_in_a_project_with_a_token_and_answers_permissions() {
+    if !have_tmux() {
+        return;
+    }
+    let (_tmp, app, fx) = project_server_fixture();
+    let server = fx.start(&[]).await;
+    let url = format!("ws://{}/ws", server.addr);
+    let term = Terminal::open_in(&url, &["--token", "tok-alice"], Some(&app));
+    let screen = term.wait_for("New session: chat-", 1).await;
+    assert!(
+        screen.contains(&format!(" in {}", app.display())),
+        "{screen}"
+    );
+
+    term.type_line("please run TOOL:touch+one");
+    term.wait_for("\u{2699} Bash: touch one", 1).await;
+    term.wait_for("? Allow Bash: touch one  [y]es / [n]o / [a]lways", 1)
+        .await;
+    term.type_line("y");
+    term.wait_for("Tool said: ran: touch one", 1).await;
+
+    term.type_line("now TOOL:touch+two");
+    term.wait_for("? Allow Bash: touch two", 1).await;
+    term.type_line("maybe");
+    term.wait_for("answer y (allow), n (deny) or a", 1).await;
+    term.type_line("n");
+    term.wait_for("Tool said: denied: The user said no in the terminal.", 1)
+        .await;
+
+    term.type_line("then TOOL:touch+three");
+    term.wait_for("? Allow Bash: touch three", 1).await;
+    term.type_line("a");
+    term.wait_for("Tool said: ran: touch three", 1).await;
+    term.type_line("last TOOL:touch+four");
+    let screen = term.wait_for("Tool said: ran: touch four", 1).await;
+    assert!(
+        !screen.contains("? Allow Bash: touch four"),
+        "always allowed, not asked again:\n{screen}"
+    );
+    assert!(
+        screen.contains("(allowed touch four: Bash is always allowed)"),
+        "{screen}"
+    );
+
+    // The conversation works in the project, and it is alice's.
+    let list = get(&server, "/api/sessions", "tok-alice").await;
+    assert_eq!(list["total"], 1, "{list}");
+    assert_eq!(list["sessions"][0]["cwd"], app.to_string_lossy().as_ref());
+    let agent_id = list["sessions"][0]["agent_id"].as_str().unwrap().to_owned();
+    let one = get(&server, &format!("/api/sessions/{agent_id}"), "tok-alice").await;
+    assert_eq!(one["cwd"], app.to_string_lossy().as_ref());
+    assert_eq!(get(&server, "/api/sessions", "tok-bob").await["total"], 0);
+    let spawns = fx.spawns();
+    assert_eq!(spawns.len(), 1, "{spawns:?}");
+    assert_eq!(spawns[0]["cwd"], app.to_string_lossy().as_ref());
+
+    // A session the user ran with the CLI in the project, imported from the terminal.
+    let id = "2f0a5e1c-4a43-4a53-9d5c-3a3c7d2c1f00";
+    let transcript = [
+        transcript_line("user", "u1", id, json!("what is in this repo")),
+        transcript_line(
+            "assistant",
+            "a1",
+            id,
+            json!([{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls -la"}}]),
+        ),
+        transcript_line(
+            "user",
+            "u2",
+            id,
+            json!([{"type": "tool_result", "tool_use_id": "t1", "content": "README.md"}]),
+        ),
+        transcript_line(
+            "assistant",
+            "a2",
+            id,
+            json!([{"type": "text", "text": "Only a README so far."}]),
+        ),
+    ]
+    .join("\n");
+    write_transcript(&fx.dir.path().join("claude-home"), &app, id, &transcript);
+    term.type_line("/import");
+    let screen = term
+        .wait_for("Pick a number or a session id to import", 1)
+        .await;
+    assert!(
+        screen.contains(&format!("1. what is in this repo  [{id}]")),
+        "{screen}"
+    );
+    term.type_line("1");
+    term.wait_for(&format!("Imported CLI session {id} as {id}"), 1)
+        .await;
+    term.wait_for(&format!("Resumed session: {id}"), 1).await;
+    term.wait_for("\u{2699} Bash: ls -la", 1).await;
+    term.wait_for("Only a README so far.", 1).await;
+    term.type_line("and now?");
+    term.wait_for("Echo: and now?", 1).await;
+    let imported = get(&server, &format!("/api/sessions/{id}"), "tok-alice").await;
+    assert_eq!(imported["cwd"], app.to_string_lossy().as_ref());
+    assert_eq!(imported["session_id"], id);
+    let resumed = fx.spawns().pop().unwrap();
+    assert!(
+        resumed["argv"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(format!("--resume={id}"))),
+        "{resumed}"
+    );
+    // Picking it again opens the imported conversation instead of importing twice.
+    term.type_line("/import 1");
+    term.wait_for(&format!("already imported as {id}"), 1).await;
+    term.wait_for(&format!("Resumed session: {id}"), 2).await;
+}
+
+/// Runs `agentmux chat <args>` with `input` piped in; its exit code, stdout and stderr.
+async fn chat_piped(args: &[&str], input: &str) -> (Option<i32>, String, String) {
+    sibling("agentmux-chat");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .arg("chat")
+        .args(args)
+        .env_remove("AGENTMUX_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("the client exits")
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// Against a server with authentication on: no token and a wrong token are clear errors,
+/// `AGENTMUX_TOKEN`-less `--token` works; `--cwd` outside every root (or a link out of it) is
+/// refused by the server and creates nothing; `--cwd` inside one reaches the conversation.
+#[tokio::test]
+async fn chat_with_a_token_and_a_cwd_non_interactively() {
+    let (tmp, app, fx) = project_server_fixture();
+    let server = fx.start(&[]).await;
+    let url = format!("ws://{}/ws", server.addr);
+
+    let (code, _, err) = chat_piped(&["--url", &url], "hi\n").await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("needs a token: pass --token or set AGENTMUX_TOKEN"),
+        "{err}"
+    );
+    let (code, _, err) = chat_piped(&["--url", &url, "--token", "tok-nobody"], "hi\n").await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("refused the token"), "{err}");
+
+    let outside = std::fs::canonicalize(tmp.path().join("outside")).unwrap();
+    std::os::unix::fs::symlink(&outside, app.join("link-out")).unwrap();
+    for refused in [outside.clone(), app.join("link-out")] {
+        let (code, out, _) = chat_piped(
+            &[
+                "--url",
+                &url,
+                "--token",
+                "tok-bob",
+                "--cwd",
+                &refused.to_string_lossy(),
+            ],
+            "hi\n",
+        )
+        .await;
+        assert_eq!(code, Some(0), "{out}");
+        assert!(out.contains("error (invalid_options)"), "{out}");
+    }
+    assert_eq!(get(&server, "/api/sessions", "tok-bob").await["total"], 0);
+    assert!(fx.spawns().is_empty(), "no agent started");
+
+    let (code, out, _) = chat_piped(
+        &[
+            "--url",
+            &url,
+            "--token",
+            "tok-bob",
+            "--cwd",
+            &app.to_string_lossy(),
+        ],
+        "hello there\n",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("Echo: hello there"), "{out}");
+    let list = get(&server, "/api/sessions", "tok-bob").await;
+    assert_eq!(list["sessions"][0]["cwd"], app.to_string_lossy().as_ref());
 }

@@ -393,7 +393,7 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
 }
 
 /// One line of a CLI transcript, as the CLI writes it.
-fn transcript_line(kind: &str, uuid: &str, session: &str, content: Value) -> String {
+pub(crate) fn transcript_line(kind: &str, uuid: &str, session: &str, content: Value) -> String {
     let role = if kind == "assistant" {
         "assistant"
     } else {
@@ -406,7 +406,7 @@ fn transcript_line(kind: &str, uuid: &str, session: &str, content: Value) -> Str
 }
 
 /// Writes a transcript of session `id` for project `cwd` under `home`.
-fn write_transcript(home: &Path, cwd: &Path, id: &str, text: &str) -> PathBuf {
+pub(crate) fn write_transcript(home: &Path, cwd: &Path, id: &str, text: &str) -> PathBuf {
     let dir = home.join("projects").join(sanitize(cwd));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{id}.jsonl"));
