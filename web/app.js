@@ -182,6 +182,9 @@ const ui = {
   projectDialog: /** @type {HTMLDialogElement} */ (byId('project-dialog')),
   projectForm: /** @type {HTMLFormElement} */ (byId('project-form')),
   project: /** @type {HTMLSelectElement} */ (byId('project')),
+  projectField: byId('project-field'),
+  agent: /** @type {HTMLSelectElement} */ (byId('agent')),
+  agentField: byId('agent-field'),
   projectCli: /** @type {HTMLButtonElement} */ (byId('project-cli')),
   projectCancel: byId('project-cancel'),
   cliSessions: byId('cli-sessions'),
@@ -315,8 +318,19 @@ let searchResults = null;
 let projects = [];
 /** Whether {@link projects} was loaded from the server at least once. */
 let projectsLoaded = false;
-/** @type {Map<string, string>} new conversations' project directories, sent with their first chat */
-const newCwds = new Map();
+/**
+ * The agents a new conversation can run, as `GET /api/agents` lists them (the default first);
+ * empty until loaded or when the server has no such API.
+ * @type {{name: string, kind: string}[]}
+ */
+let agents = [];
+/** Whether {@link agents} was loaded from the server at least once. */
+let agentsLoaded = false;
+/**
+ * New conversations' project directory and agent, sent with their first chat.
+ * @type {Map<string, {cwd: string | null, agent: string | null}>}
+ */
+const newOptions = new Map();
 
 // ---- the sidebar --------------------------------------------------------------------------
 
@@ -1364,16 +1378,17 @@ function openSession(agentId) {
 }
 
 /**
- * Starts a new conversation, in project directory `cwd` when given (sent as `options.cwd`
- * with its first message).
+ * Starts a new conversation, in project directory `cwd` and run by agent `agent` when given
+ * (sent as `options.cwd` and `options.agent` with its first message).
  * @param {string | null} [cwd]
+ * @param {string | null} [agent]
  */
-function startSession(cwd = null) {
+function startSession(cwd = null, agent = null) {
   const agentId = `web-${randomId()}`;
-  if (cwd) {
+  if (cwd || agent) {
     const now = new Date().toISOString();
-    sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now, cwd });
-    newCwds.set(agentId, cwd);
+    sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now, cwd, backend: agent });
+    newOptions.set(agentId, { cwd, agent });
   }
   openSession(agentId);
 }
@@ -1383,10 +1398,24 @@ function startSession(cwd = null) {
  * refreshed for next time meanwhile); without roots, starts one at once.
  */
 async function newSession() {
-  if (!projectsLoaded) await loadProjects();
-  if (projects.length === 0) startSession();
+  await Promise.all([projectsLoaded || loadProjects(), agentsLoaded || loadAgents()]);
+  if (projects.length === 0 && agents.length <= 1) startSession();
   else chooseProject();
   loadProjects();
+}
+
+/** Loads the agents a conversation can run (none known when the server has no such API). */
+async function loadAgents() {
+  try {
+    const response = await api('/api/agents');
+    if (!response.ok) return;
+    /** @type {{default: string, agents: {name: string, kind: string}[]}} */
+    const body = await response.json();
+    agents = [...body.agents].sort((a, b) => Number(b.name === body.default) - Number(a.name === body.default));
+    agentsLoaded = true;
+  } catch {
+    // Offline: the last list stays.
+  }
 }
 
 /** Loads the server's project directories (none when it has no roots or no such API). */
@@ -1419,6 +1448,9 @@ function chooseProject() {
     new Option('No project (a workspace of its own)', ''),
   );
   ui.project.value = last && projects.some((p) => p.path === last) ? last : projects[0]?.path ?? '';
+  ui.projectField.hidden = projects.length === 0;
+  ui.agent.replaceChildren(...agents.map((a) => new Option(`${a.name} (${a.kind})`, a.name)));
+  ui.agentField.hidden = agents.length <= 1;
   hideCliSessions();
   ui.projectDialog.showModal();
   ui.project.focus();
@@ -1429,6 +1461,7 @@ function hideCliSessions() {
   ui.cliList.replaceChildren();
   ui.cliStatus.textContent = '';
   ui.projectCli.disabled = !ui.project.value;
+  ui.projectCli.hidden = projects.length === 0;
 }
 
 /** Lists the chosen project's CLI sessions in the dialog, each with an Import (or Open) button. */
@@ -1658,9 +1691,12 @@ function send() {
   const options = {};
   if (ui.model.value) options.model = ui.model.value;
   if (ui.permissionMode.value) options.permission_mode = ui.permissionMode.value;
-  // A new conversation names its project; the server keeps it from then on.
-  const cwd = newCwds.get(agentId);
-  if (cwd && client.lastSeq(agentId) === 0) options.cwd = cwd;
+  // A new conversation names its project and agent; the server keeps them from then on.
+  const chosen = newOptions.get(agentId);
+  if (chosen && client.lastSeq(agentId) === 0) {
+    if (chosen.cwd) options.cwd = chosen.cwd;
+    if (chosen.agent) options.agent = chosen.agent;
+  }
   const hasOptions = Object.keys(options).length > 0;
   client.chat(agentId, content, hasOptions ? { options } : {}).catch((err) => {
     notice(agentId, `Not sent: ${err.message}`);
@@ -1823,8 +1859,9 @@ ui.projectCancel.addEventListener('click', () => ui.projectDialog.close());
 ui.projectForm.addEventListener('submit', (event) => {
   event.preventDefault();
   const cwd = ui.project.value || null;
+  const agent = agents.length > 1 ? ui.agent.value || null : null;
   ui.projectDialog.close();
-  startSession(cwd);
+  startSession(cwd, agent);
 });
 ui.rename.addEventListener('click', renameCurrent);
 ui.deleteButton.addEventListener('click', deleteCurrent);

@@ -45,6 +45,10 @@ struct Cli {
     /// roots); default: the current directory when it is inside one
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
+    /// The agent (by name, as the server's /api/agents lists them) that runs new sessions;
+    /// default: the server's default agent
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
     /// API token (or JWT) for a server with authentication on
     #[arg(long, env = "AGENTMUX_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -79,6 +83,7 @@ impl Cli {
             url: self.url.clone(),
             token: self.token.clone().filter(|t| !t.is_empty()),
             cwd,
+            agent: self.agent.clone(),
             resume: self.resume(),
         })
     }

@@ -40,6 +40,8 @@ pub struct Options {
     pub token: Option<String>,
     /// The project directory new conversations work in: `Some` when given with `--cwd`.
     pub cwd: Option<String>,
+    /// The agent that runs new conversations: `Some` when given with `--agent`.
+    pub agent: Option<String>,
     /// A conversation to resume at start.
     pub resume: Option<Resume>,
 }
@@ -62,7 +64,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         socket,
         agent_id: new_agent_id(),
         cwd,
-        send_cwd: true,
+        agent: options.agent,
+        send_new_options: true,
         pending: 0,
         interrupting: false,
         screen: Screen::default(),
@@ -130,9 +133,11 @@ struct Client {
     agent_id: String,
     /// The project directory new conversations work in.
     cwd: Option<String>,
-    /// Whether chats carry `options.cwd`: on a conversation this client started, until the
-    /// server acknowledged one (the directory is fixed from then on).
-    send_cwd: bool,
+    /// The agent new conversations run.
+    agent: Option<String>,
+    /// Whether chats carry `options.cwd` and `options.agent`: on a conversation this client
+    /// started, until the server acknowledged one (both are fixed from then on).
+    send_new_options: bool,
     /// Turns sent on this conversation whose `result` has not arrived.
     pending: usize,
     /// Set after the first Ctrl-C of a running turn.
@@ -218,12 +223,32 @@ impl Client {
         }
     }
 
-    /// " in <dir>" for a conversation that will work in a project.
+    /// " in <dir>" for a conversation that will work in a project, " with <agent>" for one
+    /// a chosen agent will run.
     fn project_note(&self) -> String {
-        match (&self.cwd, self.send_cwd) {
-            (Some(cwd), true) => format!(" in {cwd}"),
-            _ => String::new(),
+        if !self.send_new_options {
+            return String::new();
         }
+        let mut note = String::new();
+        if let Some(cwd) = &self.cwd {
+            note.push_str(&format!(" in {cwd}"));
+        }
+        if let Some(agent) = &self.agent {
+            note.push_str(&format!(" with {agent}"));
+        }
+        note
+    }
+
+    /// The `options` a chat of a new conversation carries: its project and agent.
+    fn new_options(&self) -> Option<Value> {
+        let mut options = serde_json::Map::new();
+        if let Some(cwd) = &self.cwd {
+            options.insert("cwd".into(), json!(cwd));
+        }
+        if let Some(agent) = &self.agent {
+            options.insert("agent".into(), json!(agent));
+        }
+        (self.send_new_options && !options.is_empty()).then_some(Value::Object(options))
     }
 
     async fn send(&mut self, frame: Value) -> anyhow::Result<()> {
@@ -271,7 +296,7 @@ impl Client {
             "/new" => {
                 self.leave().await?;
                 self.agent_id = new_agent_id();
-                self.send_cwd = true;
+                self.send_new_options = true;
                 say(&format!(
                     "New session: {}{}",
                     self.agent_id,
@@ -296,8 +321,8 @@ impl Client {
                 self.pending += 1;
                 self.interrupting = false;
                 let mut chat = json!({"type": "chat", "agent_id": self.agent_id, "content": line});
-                if let (Some(cwd), true) = (&self.cwd, self.send_cwd) {
-                    chat["options"] = json!({"cwd": cwd});
+                if let Some(options) = self.new_options() {
+                    chat["options"] = options;
                 }
                 self.send(chat).await?;
             }
@@ -480,7 +505,7 @@ impl Client {
         self.leave().await?;
         self.agent_id = summary.agent_id.clone();
         // A stored conversation keeps the directory it has.
-        self.send_cwd = false;
+        self.send_new_options = false;
         let (frames, last_seq) = self.rest.history(&summary.agent_id).await?;
         let title = summary.title.as_deref().unwrap_or("untitled");
         say(&format!(
@@ -503,7 +528,7 @@ impl Client {
     async fn on_frame(&mut self, frame: &Value) -> anyhow::Result<()> {
         match self.screen.show(frame, &self.agent_id) {
             Shown::Nothing => {}
-            Shown::Acked => self.send_cwd = false,
+            Shown::Acked => self.send_new_options = false,
             Shown::ChatFailed => self.pending = self.pending.saturating_sub(1),
             Shown::TurnEnded => {
                 self.pending = self.pending.saturating_sub(1);

@@ -477,3 +477,30 @@ async fn chat_with_a_token_and_a_cwd_non_interactively() {
     let list = get(&server, "/api/sessions", "tok-bob").await;
     assert_eq!(list["sessions"][0]["cwd"], app.to_string_lossy().as_ref());
 }
+
+/// `--agent` picks the agent of new conversations: the server reports it; an agent the server
+/// doesn't have is refused and creates nothing.
+#[tokio::test]
+async fn chat_runs_new_sessions_on_the_agent_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agents.toml");
+    std::fs::write(&config, "[agents.helper]\nkind = \"demo\"\n").unwrap();
+    let config = config.to_string_lossy();
+    let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
+    let url = format!("ws://{}/ws", server.addr);
+    let rest = crate::rest::Rest::new(&server);
+
+    let (code, out, _) = chat_piped(&["--url", &url, "--agent", "nosuch"], "hi\n").await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("error (invalid_options)"), "{out}");
+    assert_eq!(rest.get("/api/sessions").await.1["total"], 0);
+
+    let (code, out, _) = chat_piped(&["--url", &url, "--agent", "helper"], "hello helper\n").await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("Echo: hello helper (turn 1)"), "{out}");
+    let list = rest.get("/api/sessions").await.1;
+    assert_eq!(
+        (&list["total"], &list["sessions"][0]["backend"]),
+        (&json!(1), &json!("helper"))
+    );
+}
