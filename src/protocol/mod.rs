@@ -93,6 +93,11 @@ pub enum ErrorCode {
     ForbiddenHost,
     /// A request body that is not declared as JSON (HTTP 415).
     UnsupportedMediaType,
+    /// A schedule whose timing or fields are not allowed (bad cron, `every_secs` 0, both or
+    /// neither of them, a bad name or mode).
+    InvalidSchedule,
+    /// No schedule with that id exists (for this principal).
+    UnknownSchedule,
 }
 
 impl ErrorCode {
@@ -118,6 +123,8 @@ impl ErrorCode {
             ErrorCode::ForbiddenOrigin => "forbidden_origin",
             ErrorCode::ForbiddenHost => "forbidden_host",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::InvalidSchedule => "invalid_schedule",
+            ErrorCode::UnknownSchedule => "unknown_schedule",
         }
     }
 }
