@@ -260,7 +260,8 @@ impl Scheduler {
 
     fn next_cron_tick(&self, cron: &str, after_ms: i64) -> Result<i64, FrameError> {
         let cron = parse_cron(cron)?;
-        let after = DateTime::<Utc>::from_timestamp_millis(after_ms)
+        // Ticks are on whole minutes; the search would keep the start's milliseconds.
+        let after = DateTime::<Utc>::from_timestamp_millis(after_ms - after_ms.rem_euclid(1000))
             .unwrap_or_default()
             .with_timezone(&self.inner.time_zone);
         cron.find_next_occurrence(&after, false)
