@@ -30,10 +30,10 @@ const EVENT_BATCH: usize = 128;
 pub(crate) enum Command {
     /// Store and queue a user turn; the reply is `(seq, queue_position)`.
     Chat {
-        chat: Chat,
+        chat: Box<Chat>,
         /// A status stored (and published) just before the user message, in the same write:
         /// the `scheduled_run` mark of a schedule's run.
-        marker: Option<NewMessage>,
+        marker: Option<Box<NewMessage>>,
         reply: oneshot::Sender<Result<(i64, usize), FrameError>>,
     },
     /// Stop the running turn; the reply says whether one was running.
@@ -189,7 +189,7 @@ impl Actor {
             tokio::select! {
                 cmd = self.commands.recv() => match cmd {
                     Some(Command::Chat { chat, marker, reply }) => {
-                        self.on_chat(chat, marker, reply).await
+                        self.on_chat(*chat, marker, reply).await
                     }
                     Some(Command::Interrupt { reply }) => {
                         let _ = reply.send(self.interrupt());
@@ -261,7 +261,7 @@ impl Actor {
     async fn on_chat(
         &mut self,
         chat: Chat,
-        marker: Option<NewMessage>,
+        marker: Option<Box<NewMessage>>,
         reply: oneshot::Sender<Result<(i64, usize), FrameError>>,
     ) {
         // The working directory is fixed: the agent's resume is scoped by it.
@@ -314,7 +314,7 @@ impl Actor {
         let marker_frame = marker
             .as_ref()
             .map(|m| (m.created_at.clone(), m.payload.clone()));
-        messages.extend(marker);
+        messages.extend(marker.map(|m| *m));
         messages.push(message);
         let seq = match self.shared.store.append(self.session.row, messages).await {
             Ok(first) => {

@@ -346,7 +346,7 @@ impl Manager {
         &self,
         principal: &str,
         chat: Chat,
-        marker: Option<NewMessage>,
+        marker: Option<Box<NewMessage>>,
     ) -> Result<PendingChat, FrameError> {
         let chat = self.resolve_paths(principal, chat).await?;
         let agent_id = chat.agent_id.clone();
@@ -371,7 +371,7 @@ impl Manager {
             &handle,
             &agent_id,
             actor::Command::Chat {
-                chat,
+                chat: Box::new(chat),
                 marker,
                 reply,
             },

@@ -668,7 +668,7 @@ impl Scheduler {
         marker.title = Some(row.name.clone());
         self.inner
             .manager
-            .submit_marked(&row.principal, chat, Some(marker))
+            .submit_marked(&row.principal, chat, Some(Box::new(marker)))
             .await?
             .stored()
             .await
