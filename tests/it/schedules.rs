@@ -486,6 +486,7 @@ async fn bad_schedules_are_refused_with_typed_errors_and_store_nothing() {
             "invalid_options",
         ),
         (json!({"options": {"cwd": "relative"}}), "invalid_options"),
+        (json!({"options": {"cwd": "-rf"}}), "invalid_options"),
         (
             json!({"options": {"cwd": "/nonexistent-dir"}}),
             "invalid_options",
@@ -680,4 +681,34 @@ async fn another_principal_can_neither_see_nor_touch_a_schedule() {
     assert_eq!(run["outcome"], "started", "{run}");
     assert_eq!(alice.get("/api/sessions/private").await.0, 200);
     assert_eq!(bob.get("/api/sessions/private").await.0, 404);
+}
+
+#[tokio::test]
+async fn a_principal_has_at_most_the_configured_number_of_schedules() {
+    let (_dir, config) = config_file("[schedules]\nmax_per_principal = 2\n");
+    let server = TestServer::start_with(&["--config", &config]).await;
+    let rest = Rest::new(&server);
+    let body = json!({"name": "n", "agent_id": "a", "content": "c", "every_secs": 3600});
+    for _ in 0..2 {
+        assert_eq!(rest.post("/api/schedules", body.clone()).await.0, 201);
+    }
+    let (status, err) = rest.post("/api/schedules", body.clone()).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (429, Some("limit_exceeded")),
+        "{err}"
+    );
+    let (_, list) = rest.get("/api/schedules").await;
+    let ids: Vec<&str> = list["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(
+        rest.delete(&format!("/api/schedules/{}", ids[0])).await,
+        204
+    );
+    assert_eq!(rest.post("/api/schedules", body).await.0, 201, "room again");
 }
