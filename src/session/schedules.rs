@@ -32,6 +32,8 @@ const MAX_EVERY_SECS: i64 = 366 * 24 * 3600;
 const NEW_SUFFIX_CHARS: usize = 21;
 /// The longest the loop sleeps without looking at the store again.
 const MAX_SLEEP_MS: i64 = 60_000;
+/// The pause after the store failed the loop.
+const RETRY_MS: i64 = 1_000;
 
 /// The body of `POST /api/schedules` (`name`, `agent_id`, `content` and one of `cron` or
 /// `every_secs` required) and of `PATCH /api/schedules/{id}` (every field optional; a field
@@ -174,6 +176,19 @@ fn parse_cron(expr: &str) -> Result<croner::Cron, FrameError> {
         .map_err(|e| invalid(format!("`cron`: {e}")))
 }
 
+/// The first tick of `cron`, read in `time_zone`, strictly after `after_ms` (milliseconds since
+/// the epoch).
+fn cron_tick(cron: &str, time_zone: chrono_tz::Tz, after_ms: i64) -> Result<i64, FrameError> {
+    let cron = parse_cron(cron)?;
+    // Ticks are on whole minutes; the search would keep the start's milliseconds.
+    let after = DateTime::<Utc>::from_timestamp_millis(after_ms - after_ms.rem_euclid(1000))
+        .unwrap_or_default()
+        .with_timezone(&time_zone);
+    cron.find_next_occurrence(&after, false)
+        .map(|t| t.with_timezone(&Utc).timestamp_millis())
+        .map_err(|e| invalid(format!("`cron` has no next occurrence: {e}")))
+}
+
 impl Scheduler {
     /// A scheduler of `store`'s schedules, running them through `manager`.
     ///
@@ -210,17 +225,25 @@ impl Scheduler {
         tokio::spawn(async move {
             loop {
                 let now = now_ms();
+                let mut failed = false;
                 match this.inner.store.due_schedules(now).await {
                     Ok(due) => {
                         for row in due {
-                            this.tick(row, now).await;
+                            failed |= !this.tick(row, now).await;
                         }
                     }
-                    Err(err) => tracing::warn!(error = %err, "cannot read due schedules"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "cannot read due schedules");
+                        failed = true;
+                    }
                 }
                 let earliest = this.inner.store.earliest_tick().await.ok().flatten();
-                let wait =
+                let mut wait =
                     earliest.map_or(MAX_SLEEP_MS, |at| (at - now_ms()).clamp(0, MAX_SLEEP_MS));
+                if failed {
+                    // A store that fails now is not asked again at once.
+                    wait = wait.max(RETRY_MS);
+                }
                 tokio::select! {
                     () = stop.cancelled() => return,
                     () = this.inner.wake.notified() => {}
@@ -230,8 +253,9 @@ impl Scheduler {
         });
     }
 
-    /// Claims a due tick (moving the schedule's next tick on) and runs it.
-    async fn tick(&self, row: ScheduleRow, now: i64) {
+    /// Claims a due tick (moving the schedule's next tick on) and runs it; false when the store
+    /// failed.
+    async fn tick(&self, row: ScheduleRow, now: i64) -> bool {
         let next = match (row.every_secs, row.cron.as_deref()) {
             (Some(every), _) => {
                 let step = every.saturating_mul(1000);
@@ -252,21 +276,18 @@ impl Scheduler {
                 tokio::spawn(async move {
                     this.run(&row, "tick").await;
                 });
+                true
             }
-            Ok(false) => {}
-            Err(err) => tracing::warn!(error = %err, schedule = %row.id, "cannot claim a tick"),
+            Ok(false) => true,
+            Err(err) => {
+                tracing::warn!(error = %err, schedule = %row.id, "cannot claim a tick");
+                false
+            }
         }
     }
 
     fn next_cron_tick(&self, cron: &str, after_ms: i64) -> Result<i64, FrameError> {
-        let cron = parse_cron(cron)?;
-        // Ticks are on whole minutes; the search would keep the start's milliseconds.
-        let after = DateTime::<Utc>::from_timestamp_millis(after_ms - after_ms.rem_euclid(1000))
-            .unwrap_or_default()
-            .with_timezone(&self.inner.time_zone);
-        cron.find_next_occurrence(&after, false)
-            .map(|t| t.with_timezone(&Utc).timestamp_millis())
-            .map_err(|e| invalid(format!("`cron` has no next occurrence: {e}")))
+        cron_tick(cron, self.inner.time_zone, after_ms)
     }
 
     fn next_tick(&self, row: &ScheduleRow, after_ms: i64) -> Result<i64, FrameError> {
@@ -761,5 +782,75 @@ impl Scheduler {
             last.detail = detail;
             self.record(&id, &last).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_standard_five_field_expressions_parse() {
+        for good in [
+            "* * * * *",
+            "*/15 9-17 * * 1-5",
+            "0 8 1 jan,jul mon",
+            "5 4 * * sun",
+        ] {
+            assert!(parse_cron(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "@hourly",
+            "* * * *",
+            "0 * * * * *",
+            "0 0 * * * 2030",
+            "60 * * * *",
+            "* 24 * * *",
+            "* * 32 * *",
+            "* * * 13 *",
+            "-1 * * * *",
+            "* * * * * * *",
+        ] {
+            let err = parse_cron(bad).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidSchedule, "{bad}");
+        }
+        let long = format!("{} * * * *", "0,".repeat(100));
+        assert!(parse_cron(&long).is_err(), "too long");
+        let never = cron_tick("0 0 30 2 *", chrono_tz::Tz::UTC, 0).unwrap_err();
+        assert_eq!(
+            never.code,
+            ErrorCode::InvalidSchedule,
+            "February 30th never comes"
+        );
+    }
+
+    #[test]
+    fn a_cron_tick_is_the_next_match_in_the_time_zone_on_a_whole_minute() {
+        let next = |zone: &str, expr: &str, after: &str| {
+            let after = DateTime::parse_from_rfc3339(after)
+                .unwrap()
+                .timestamp_millis();
+            let at = cron_tick(expr, zone.parse().unwrap(), after).unwrap();
+            rfc3339_ms(at)
+        };
+        assert_eq!(
+            next("UTC", "0 9 * * *", "2026-11-23T08:59:59.999Z"),
+            "2026-11-23T09:00:00.000Z"
+        );
+        assert_eq!(
+            next("UTC", "0 9 * * *", "2026-11-23T09:00:00.000Z"),
+            "2026-11-24T09:00:00.000Z",
+            "a tick is strictly after its start"
+        );
+        // Paris is UTC+1 in winter and UTC+2 in summer.
+        assert_eq!(
+            next("Europe/Paris", "0 8 * * *", "2026-01-10T00:00:00Z"),
+            "2026-01-10T07:00:00.000Z"
+        );
+        assert_eq!(
+            next("Europe/Paris", "0 8 * * *", "2026-07-10T00:00:00Z"),
+            "2026-07-10T06:00:00.000Z"
+        );
     }
 }
