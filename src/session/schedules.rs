@@ -274,7 +274,17 @@ impl Scheduler {
             Ok(true) => {
                 let this = self.clone();
                 tokio::spawn(async move {
-                    this.run(&row, "tick").await;
+                    // Paused, changed or deleted since it was read: it runs as it is now, or not.
+                    let fresh = this
+                        .inner
+                        .store
+                        .find_schedule(&row.principal, &row.id)
+                        .await;
+                    if let Ok(Some(fresh)) = fresh
+                        && fresh.enabled
+                    {
+                        this.run(&fresh, "tick").await;
+                    }
                 });
                 true
             }
