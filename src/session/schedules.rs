@@ -300,10 +300,17 @@ impl Scheduler {
         cron_tick(cron, self.inner.time_zone, after_ms)
     }
 
-    fn next_tick(&self, row: &ScheduleRow, after_ms: i64) -> Result<i64, FrameError> {
-        match (row.every_secs, row.cron.as_deref()) {
+    /// The first tick of a new or changed definition after `after_ms`. A cron expression
+    /// that rarely or never matches takes a while to search: that runs off the async workers.
+    async fn next_tick(&self, row: &ScheduleRow, after_ms: i64) -> Result<i64, FrameError> {
+        match (row.every_secs, row.cron.clone()) {
             (Some(every), _) => Ok(after_ms.saturating_add(every.saturating_mul(1000))),
-            (None, Some(cron)) => self.next_cron_tick(cron, after_ms),
+            (None, Some(cron)) => {
+                let time_zone = self.inner.time_zone;
+                tokio::task::spawn_blocking(move || cron_tick(&cron, time_zone, after_ms))
+                    .await
+                    .map_err(|_| invalid("`cron` could not be evaluated"))?
+            }
             (None, None) => Err(invalid("give one of `cron` or `every_secs`")),
         }
     }
@@ -445,7 +452,7 @@ impl Scheduler {
             updated_at: now,
         };
         let mut row = self.checked(row).await?;
-        row.next_run_ms = self.next_tick(&row, now_ms())?;
+        row.next_run_ms = self.next_tick(&row, now_ms()).await?;
         let max = self.inner.max_per_principal;
         if max > 0 {
             let count = self
@@ -538,7 +545,7 @@ impl Scheduler {
         let mut row = self.checked(row).await?;
         let retimed = row.cron != old.cron || row.every_secs != old.every_secs;
         if retimed || (row.enabled && !old.enabled) {
-            row.next_run_ms = self.next_tick(&row, now_ms())?;
+            row.next_run_ms = self.next_tick(&row, now_ms()).await?;
         }
         row.updated_at = protocol::now_rfc3339();
         let found = self
