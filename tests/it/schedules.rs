@@ -209,12 +209,13 @@ async fn mode_new_starts_one_conversation_per_run() {
     assert_eq!(rest.delete(&format!("/api/schedules/{id}")).await, 204);
     for conv in &runs {
         let agent_id = conv["agent_id"].as_str().unwrap();
-        assert_eq!(conv["title"], "Morning report");
         let frames = eventually("the run's turn ends", || async {
             let frames = messages(&rest, agent_id).await;
             frames.iter().any(is_result).then_some(frames)
         })
         .await;
+        let (_, conv) = rest.get(&format!("/api/sessions/{agent_id}")).await;
+        assert_eq!(conv["title"], "Morning report");
         assert_eq!(
             count(&frames, |f| is_mark(f, &id)),
             1,
@@ -457,6 +458,10 @@ async fn bad_schedules_are_refused_with_typed_errors_and_store_nothing() {
         ),
         (
             json!({"cron": "-1 * * * *", "every_secs": null}),
+            "invalid_schedule",
+        ),
+        (
+            json!({"cron": "0 0 30 2 *", "every_secs": null}),
             "invalid_schedule",
         ),
         (json!({"cron": "0 9 * * *"}), "invalid_schedule"),
