@@ -56,6 +56,28 @@ pub struct Config {
     pub agents: BTreeMap<String, AgentDef>,
     /// Project roots: the directories conversations may work in.
     pub projects: ProjectsConfig,
+    /// Scheduled prompts.
+    pub schedules: SchedulesConfig,
+}
+
+/// Settings of scheduled prompts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulesConfig {
+    /// The time zone cron expressions are read in: an IANA name (`Europe/Paris`) or `UTC`.
+    /// An unknown name refuses to start.
+    pub time_zone: String,
+    /// Schedules one principal may have (`limit_exceeded` beyond). 0 is no limit.
+    pub max_per_principal: usize,
+}
+
+impl Default for SchedulesConfig {
+    fn default() -> Self {
+        SchedulesConfig {
+            time_zone: "UTC".into(),
+            max_per_principal: 100,
+        }
+    }
 }
 
 /// Where conversations may work: the operator's project roots.
@@ -394,6 +416,7 @@ impl Default for Config {
             projects: ProjectsConfig::default(),
             acp: AcpConfig::default(),
             agents: BTreeMap::new(),
+            schedules: SchedulesConfig::default(),
         }
     }
 }

@@ -48,13 +48,14 @@ use crate::http::AppState;
 use crate::http::auth::Authenticator;
 use crate::limits::Quota;
 use crate::metrics::Metrics;
-use crate::session::Manager;
+use crate::session::{Manager, Scheduler};
 use crate::store::Store;
 use crate::store::sqlite::{SqliteSettings, SqliteStore};
 
 /// A configured server, ready to run on a listener.
 pub struct Server {
     state: AppState,
+    scheduler: Scheduler,
     store: Arc<dyn Store>,
 }
 
@@ -93,8 +94,9 @@ impl Server {
             max_page_count: config.store.max_page_count,
             ..SqliteSettings::default()
         };
-        let store: Arc<dyn Store> =
+        let sqlite =
             Arc::new(SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?);
+        let store: Arc<dyn Store> = sqlite.clone();
         let discarded = store.discard_unfinished_imports().await?;
         if discarded > 0 {
             tracing::info!(
@@ -112,9 +114,12 @@ impl Server {
         let sockets = Quota::new(config.socket.max_per_principal, 0);
         let config = Arc::new(config);
         let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone());
+        let scheduler = Scheduler::new(manager.clone(), sqlite, &config.schedules)?;
         Ok(Server {
+            scheduler: scheduler.clone(),
             state: AppState {
                 manager,
+                scheduler,
                 config,
                 metrics,
                 shutdown: CancellationToken::new(),
@@ -143,10 +148,14 @@ impl Server {
         let handshake = Duration::from_secs(self.state.config.socket.handshake_timeout_secs);
         let stop_accepting = CancellationToken::new();
         let manager = self.state.manager.clone();
+        // Schedules run from now on; ticks missed while the server was down run at once.
+        let stop_schedules = CancellationToken::new();
+        self.scheduler.spawn(stop_schedules.clone());
         let ending = {
             let stop_accepting = stop_accepting.clone();
             tokio::spawn(async move {
                 shutdown.await;
+                stop_schedules.cancel();
                 stop_accepting.cancel();
                 manager.shutdown().await;
                 sockets.cancel();

@@ -38,6 +38,7 @@ struct Inner {
     agent_resumes: AtomicU64,
     agent_crashes: AtomicU64,
     errors: DashMap<&'static str, AtomicU64>,
+    scheduled_runs: DashMap<&'static str, AtomicU64>,
 }
 
 impl Metrics {
@@ -110,6 +111,11 @@ impl Metrics {
     /// An error frame with `code` was sent.
     pub fn error(&self, code: &'static str) {
         bump(&self.inner.errors, code);
+    }
+
+    /// A schedule's tick or run-now ended as `outcome` (`started`, `skipped`, `refused`).
+    pub fn scheduled_run(&self, outcome: &'static str) {
+        bump(&self.inner.scheduled_runs, outcome);
     }
 
     /// Renders every metric in the Prometheus text format.
@@ -234,6 +240,13 @@ impl Metrics {
             "Error frames sent, by code.",
             "code",
             &i.errors,
+        );
+        labelled(
+            &mut out,
+            "agentmux_scheduled_runs_total",
+            "Runs of schedules, by outcome (started, skipped, refused).",
+            "outcome",
+            &i.scheduled_runs,
         );
         out
     }

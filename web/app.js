@@ -190,6 +190,22 @@ const ui = {
   cliSessions: byId('cli-sessions'),
   cliStatus: byId('cli-status'),
   cliList: byId('cli-list'),
+  openSchedules: byId('open-schedules'),
+  schedules: /** @type {HTMLDialogElement} */ (byId('schedules')),
+  scheduleList: byId('schedule-list'),
+  schedulesEmpty: byId('schedules-empty'),
+  schedulesClose: byId('schedules-close'),
+  scheduleForm: /** @type {HTMLFormElement} */ (byId('schedule-form')),
+  scheduleFormTitle: byId('schedule-form-title'),
+  scheduleName: /** @type {HTMLInputElement} */ (byId('schedule-name')),
+  scheduleAgent: /** @type {HTMLInputElement} */ (byId('schedule-agent')),
+  scheduleContent: /** @type {HTMLTextAreaElement} */ (byId('schedule-content')),
+  scheduleKind: /** @type {HTMLSelectElement} */ (byId('schedule-kind')),
+  scheduleWhen: /** @type {HTMLInputElement} */ (byId('schedule-when')),
+  scheduleMode: /** @type {HTMLSelectElement} */ (byId('schedule-mode')),
+  scheduleError: byId('schedule-error'),
+  scheduleReset: byId('schedule-reset'),
+  scheduleSave: /** @type {HTMLButtonElement} */ (byId('schedule-save')),
   signIn: /** @type {HTMLFormElement} */ (byId('sign-in')),
   token: /** @type {HTMLInputElement} */ (byId('token')),
   signInError: byId('sign-in-error'),
@@ -331,6 +347,163 @@ let agentsLoaded = false;
  * @type {Map<string, {cwd: string | null, agent: string | null}>}
  */
 const newOptions = new Map();
+
+// ---- schedules ----------------------------------------------------------------------------
+
+/**
+ * A schedule as `GET /api/schedules` lists it (the fields the UI reads).
+ * @typedef {object} Schedule
+ * @property {string} id
+ * @property {string} name
+ * @property {string} agent_id
+ * @property {string} content
+ * @property {string | null} cron
+ * @property {number | null} every_secs
+ * @property {'same' | 'new'} mode
+ * @property {boolean} enabled
+ * @property {string | null} next_run_at
+ * @property {{agent_id: string, outcome: string, at: string, detail?: string} | null} last_run
+ */
+
+/** @type {Schedule[]} */
+let schedules = [];
+/** The schedule the form edits; null: the form creates one. */
+let editing = /** @type {string | null} */ (null);
+
+/**
+ * The schedule that started conversation `agentId`: its own conversation (`same`), or one of
+ * the `<agent_id>-<time>` conversations it creates (`new`).
+ * @param {string} agentId
+ */
+function scheduleOf(agentId) {
+  return schedules.find((sc) =>
+    sc.mode === 'new'
+      ? agentId.startsWith(`${sc.agent_id}-`) && /^\d{8}T\d{6}\.\d{3}Z$/.test(agentId.slice(sc.agent_id.length + 1))
+      : agentId === sc.agent_id,
+  );
+}
+
+async function loadSchedules() {
+  if (signedIn) return;
+  try {
+    const response = await api('/api/schedules');
+    if (!response.ok) return;
+    schedules = (await response.json()).schedules;
+    renderSchedules();
+    renderSidebar();
+  } catch {
+    // Offline: the list stays as it was.
+  }
+}
+
+/** @param {Schedule} sc */
+function timing(sc) {
+  return sc.cron ? `cron ${sc.cron}` : `every ${sc.every_secs} s`;
+}
+
+function renderSchedules() {
+  ui.schedulesEmpty.hidden = schedules.length > 0;
+  ui.scheduleList.replaceChildren(
+    ...schedules.map((sc) => {
+      const li = el('li', 'schedule');
+      li.dataset.scheduleId = sc.id;
+      const head = li.appendChild(el('div', 'schedule-head'));
+      head.append(el('strong', 'schedule-name', sc.name), el('span', 'schedule-timing', timing(sc)));
+      const where = sc.mode === 'new' ? `new conversation per run (${sc.agent_id}-…)` : sc.agent_id;
+      li.append(el('div', 'schedule-where', where));
+      const state = sc.enabled && sc.next_run_at ? `next ${new Date(sc.next_run_at).toLocaleString()}` : 'paused';
+      const last = sc.last_run ? ` · last run ${sc.last_run.outcome}${sc.last_run.detail ? `: ${sc.last_run.detail}` : ''}` : '';
+      li.append(el('div', 'schedule-state', state + last));
+      const actions = li.appendChild(el('div', 'schedule-actions'));
+      actions.append(
+        button('Edit', 'schedule-edit', () => editSchedule(sc)),
+        button(sc.enabled ? 'Pause' : 'Resume', 'schedule-toggle', () => changeSchedule(sc, { enabled: !sc.enabled })),
+        button('Run now', 'schedule-run', () => runSchedule(sc)),
+        button('Delete', 'schedule-delete danger', () => deleteSchedule(sc)),
+      );
+      return li;
+    }),
+  );
+}
+
+function resetScheduleForm() {
+  editing = null;
+  ui.scheduleForm.reset();
+  ui.scheduleError.textContent = '';
+  ui.scheduleFormTitle.textContent = 'New schedule';
+  ui.scheduleSave.textContent = 'Create';
+  ui.scheduleAgent.disabled = false;
+}
+
+/** @param {Schedule} sc */
+function editSchedule(sc) {
+  editing = sc.id;
+  ui.scheduleError.textContent = '';
+  ui.scheduleFormTitle.textContent = `Edit “${sc.name}”`;
+  ui.scheduleSave.textContent = 'Save';
+  ui.scheduleName.value = sc.name;
+  ui.scheduleAgent.value = sc.agent_id;
+  ui.scheduleContent.value = sc.content;
+  ui.scheduleKind.value = sc.cron ? 'cron' : 'every';
+  ui.scheduleWhen.value = sc.cron ?? String(sc.every_secs);
+  ui.scheduleMode.value = sc.mode;
+  ui.scheduleName.focus();
+}
+
+async function saveSchedule() {
+  const when = ui.scheduleWhen.value.trim();
+  /** @type {Record<string, unknown>} */
+  const body = {
+    name: ui.scheduleName.value,
+    agent_id: ui.scheduleAgent.value.trim(),
+    content: ui.scheduleContent.value,
+    mode: ui.scheduleMode.value,
+  };
+  if (ui.scheduleKind.value === 'cron') body.cron = when;
+  else body.every_secs = Number(when);
+  const response = editing
+    ? await api(`/api/schedules/${encodeURIComponent(editing)}`, { method: 'PATCH', json: body })
+    : await api('/api/schedules', { method: 'POST', json: body });
+  if (!response.ok) {
+    ui.scheduleError.textContent = await apiError(response);
+    return;
+  }
+  resetScheduleForm();
+  await loadSchedules();
+}
+
+/**
+ * @param {Schedule} sc
+ * @param {Record<string, unknown>} change
+ */
+async function changeSchedule(sc, change) {
+  const response = await api(`/api/schedules/${encodeURIComponent(sc.id)}`, { method: 'PATCH', json: change });
+  if (!response.ok) ui.scheduleError.textContent = await apiError(response);
+  await loadSchedules();
+}
+
+/** @param {Schedule} sc */
+async function runSchedule(sc) {
+  const response = await api(`/api/schedules/${encodeURIComponent(sc.id)}/run`, { method: 'POST' });
+  if (!response.ok) ui.scheduleError.textContent = await apiError(response);
+  await loadSchedules();
+  scheduleSessionsRefresh();
+}
+
+/** @param {Schedule} sc */
+async function deleteSchedule(sc) {
+  const sure = await ask({
+    title: `Delete the schedule “${sc.name}”?`,
+    text: 'No run of it starts any more; the conversations it started stay.',
+    ok: 'Delete',
+    danger: true,
+  });
+  if (sure === null) return;
+  const response = await api(`/api/schedules/${encodeURIComponent(sc.id)}`, { method: 'DELETE' });
+  if (!response.ok && response.status !== 404) ui.scheduleError.textContent = await apiError(response);
+  if (editing === sc.id) resetScheduleForm();
+  await loadSchedules();
+}
 
 // ---- the sidebar --------------------------------------------------------------------------
 
@@ -596,6 +769,12 @@ function sessionEntry(info) {
   meta.append(el('span', `badge badge-${state}`, state), when);
   const agent = [info.backend, info.model].filter(Boolean).join(' · ');
   if (agent) meta.append(el('span', 'session-agent', agent));
+  const by = scheduleOf(info.agent_id);
+  if (by) {
+    const mark = meta.appendChild(el('span', 'session-scheduled', 'scheduled'));
+    mark.title = `Started by the schedule “${by.name}”`;
+    entry.classList.add('scheduled');
+  }
   if (info.attention) {
     entry.classList.add('attention', `attention-${info.attention}`);
     const what = info.attention === 'permission' ? 'waits for approval' : 'has a new reply';
@@ -988,7 +1167,7 @@ class View {
     }
   }
 
-  /** @param {import('./protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[]}} frame */
+  /** @param {import('./protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[], schedule_name?: string}} frame */
   onStatus(frame) {
     const { status, detail } = frame;
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
@@ -1003,6 +1182,10 @@ class View {
     if (status === 'deleted') {
       conversationDeleted(this.agentId);
       return;
+    }
+    if (status === 'scheduled_run') {
+      const name = typeof frame.schedule_name === 'string' ? frame.schedule_name : 'a schedule';
+      this.append(el('div', 'msg notice scheduled-run', `Scheduled run: ${name}`), frame);
     }
     if (status === 'crashed' || status === 'resume_failed' || status === 'warning') {
       this.append(el('div', 'msg notice error', `${status}: ${detail}`));
@@ -1850,6 +2033,21 @@ document.addEventListener('keydown', (event) => {
   }
 });
 ui.help.addEventListener('click', () => ui.shortcuts.showModal());
+ui.openSchedules.addEventListener('click', () => {
+  resetScheduleForm();
+  renderSchedules();
+  ui.schedules.showModal();
+  loadSchedules();
+});
+ui.schedulesClose.addEventListener('click', () => ui.schedules.close());
+ui.scheduleReset.addEventListener('click', resetScheduleForm);
+ui.scheduleKind.addEventListener('change', () => {
+  ui.scheduleWhen.placeholder = ui.scheduleKind.value === 'cron' ? '0 8 * * 1-5' : '3600';
+});
+ui.scheduleForm.addEventListener('submit', (event) => {
+  event.preventDefault();
+  saveSchedule();
+});
 ui.shortcutsClose.addEventListener('click', () => ui.shortcuts.close());
 ui.stop.addEventListener('click', interrupt);
 ui.newSession.addEventListener('click', newSession);
@@ -1879,6 +2077,7 @@ client.onState((state) => {
     if (wasConnected) for (const view of views.values()) view.endStream();
     wasConnected = true;
     refreshSessions();
+    loadSchedules();
   }
 });
 
@@ -1895,5 +2094,6 @@ if (initial) openSession(initial);
 else startSession();
 setInterval(() => {
   refreshSessions();
+  loadSchedules();
   renderSidebar();
 }, SIDEBAR_REFRESH_MS);

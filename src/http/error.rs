@@ -46,8 +46,11 @@ impl ApiError {
             | ErrorCode::InvalidContent
             | ErrorCode::InvalidOptions
             | ErrorCode::InvalidSeq
-            | ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
-            ErrorCode::UnknownAgent | ErrorCode::UnknownRequest => StatusCode::NOT_FOUND,
+            | ErrorCode::InvalidRequest
+            | ErrorCode::InvalidSchedule => StatusCode::BAD_REQUEST,
+            ErrorCode::UnknownAgent | ErrorCode::UnknownRequest | ErrorCode::UnknownSchedule => {
+                StatusCode::NOT_FOUND
+            }
             ErrorCode::Busy | ErrorCode::AgentExists => StatusCode::CONFLICT,
             ErrorCode::Unsupported => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::LimitExceeded | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,

@@ -35,7 +35,7 @@ use crate::config::Config;
 use crate::limits::{Quota, QuotaPermit};
 use crate::metrics::Metrics;
 use crate::protocol::ErrorCode;
-use crate::session::Manager;
+use crate::session::{Manager, Scheduler};
 use auth::Authenticator;
 
 /// Media types a request body may be declared as: JSON, or JSON Lines for an import. None of
@@ -51,6 +51,8 @@ const BODY_TYPES: &[&str] = &[
 pub struct AppState {
     /// The registry of conversations.
     pub manager: Manager,
+    /// Scheduled prompts.
+    pub scheduler: Scheduler,
     /// Settings in force.
     pub config: Arc<Config>,
     /// Counters.

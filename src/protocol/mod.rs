@@ -98,6 +98,11 @@ pub enum ErrorCode {
     /// An operation this conversation's agent can't do (`rewind` or `fork` of an Agent
     /// Client Protocol agent).
     Unsupported,
+    /// A schedule whose timing or fields are not allowed (bad cron, `every_secs` 0, both or
+    /// neither of them, a bad name or mode).
+    InvalidSchedule,
+    /// No schedule with that id exists (for this principal).
+    UnknownSchedule,
 }
 
 impl ErrorCode {
@@ -124,6 +129,8 @@ impl ErrorCode {
             ErrorCode::ForbiddenHost => "forbidden_host",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::Unsupported => "unsupported",
+            ErrorCode::InvalidSchedule => "invalid_schedule",
+            ErrorCode::UnknownSchedule => "unknown_schedule",
         }
     }
 }

@@ -30,7 +30,10 @@ const EVENT_BATCH: usize = 128;
 pub(crate) enum Command {
     /// Store and queue a user turn; the reply is `(seq, queue_position)`.
     Chat {
-        chat: Chat,
+        chat: Box<Chat>,
+        /// A status stored (and published) just before the user message, in the same write:
+        /// the `scheduled_run` mark of a schedule's run.
+        marker: Option<Box<NewMessage>>,
         reply: oneshot::Sender<Result<(i64, usize), FrameError>>,
     },
     /// Stop the running turn; the reply says whether one was running.
@@ -188,7 +191,9 @@ impl Actor {
             let permission_deadline = self.pending_permissions.values().min().copied();
             tokio::select! {
                 cmd = self.commands.recv() => match cmd {
-                    Some(Command::Chat { chat, reply }) => self.on_chat(chat, reply).await,
+                    Some(Command::Chat { chat, marker, reply }) => {
+                        self.on_chat(*chat, marker, reply).await
+                    }
                     Some(Command::Interrupt { reply }) => {
                         let _ = reply.send(self.interrupt());
                     }
@@ -259,6 +264,7 @@ impl Actor {
     async fn on_chat(
         &mut self,
         chat: Chat,
+        marker: Option<Box<NewMessage>>,
         reply: oneshot::Sender<Result<(i64, usize), FrameError>>,
     ) {
         // The working directory is fixed: the agent's resume is scoped by it.
@@ -301,16 +307,32 @@ impl Actor {
         message.prompt = true;
         // A turn that runs at once is recorded as running in the same write.
         message.running = (!busy).then_some(RunningTurn::Starts);
-        message.title =
-            Some(protocol::truncate_chars(chat.content.title_text().trim(), 50).to_owned());
+        // A marker's title (a schedule's name) wins over the prompt's.
+        if marker.as_ref().is_none_or(|m| m.title.is_none()) {
+            message.title =
+                Some(protocol::truncate_chars(chat.content.title_text().trim(), 50).to_owned());
+        }
         let created_at = message.created_at.clone();
-        let seq = match self
-            .shared
-            .store
-            .append(self.session.row, vec![message])
-            .await
-        {
-            Ok(seq) => seq,
+        let mut messages = Vec::with_capacity(2);
+        let marker_frame = marker
+            .as_ref()
+            .map(|m| (m.created_at.clone(), m.payload.clone()));
+        messages.extend(marker.map(|m| *m));
+        messages.push(message);
+        let seq = match self.shared.store.append(self.session.row, messages).await {
+            Ok(first) => {
+                if let Some((at, payload)) = &marker_frame {
+                    self.publish(protocol::session_frame(
+                        self.session.tag(),
+                        "status",
+                        Some(first),
+                        at,
+                        payload,
+                        None,
+                    ));
+                }
+                first + i64::from(marker_frame.is_some())
+            }
             Err(err) => {
                 let mut e = super::store_error(err, &chat.agent_id);
                 e.client_msg_id = chat.client_msg_id;

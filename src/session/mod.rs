@@ -15,12 +15,14 @@ mod cli_sessions;
 pub mod events;
 mod history;
 pub mod replay;
+mod schedules;
 
 pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
 pub use crate::store::{SessionQuery, SessionRecord};
 pub use cli_sessions::{CliSession, Project};
 pub use history::{ExportLine, MAX_TITLE_CHARS};
+pub use schedules::{LastRun, Schedule, ScheduleBody, Scheduler};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +36,7 @@ use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
 use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError, LaunchOptions, Tag};
-use crate::store::{RowId, Store, StoreError};
+use crate::store::{NewMessage, RowId, Store, StoreError};
 
 /// Commands waiting for one actor; a full queue answers `limit_exceeded`.
 const COMMAND_QUEUE: usize = 256;
@@ -347,6 +349,16 @@ impl Manager {
         principal: &str,
         chat: Chat,
     ) -> Result<PendingChat, FrameError> {
+        self.submit_marked(principal, chat, None).await
+    }
+
+    /// [`Self::submit_chat`], storing `marker` (a status) just before the user message.
+    async fn submit_marked(
+        &self,
+        principal: &str,
+        chat: Chat,
+        marker: Option<Box<NewMessage>>,
+    ) -> Result<PendingChat, FrameError> {
         let chat = self.resolve_paths(principal, chat).await?;
         let agent_id = chat.agent_id.clone();
         let key = Self::key(principal, &agent_id);
@@ -369,7 +381,15 @@ impl Manager {
         };
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
-        send_command(&handle, &agent_id, actor::Command::Chat { chat, reply })?;
+        send_command(
+            &handle,
+            &agent_id,
+            actor::Command::Chat {
+                chat: Box::new(chat),
+                marker,
+                reply,
+            },
+        )?;
         drop(guard);
         Ok(PendingChat {
             agent_id,

@@ -3,6 +3,7 @@
 //! SQLite ([`sqlite::SqliteStore`]) is the implementation; the trait keeps the door open for a
 //! shared PostgreSQL store. `seq` is assigned inside the same write that stores the rows.
 
+pub mod schedules;
 pub mod sqlite;
 
 use async_trait::async_trait;

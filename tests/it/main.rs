@@ -25,5 +25,6 @@ mod projects;
 mod real_cli;
 mod refused;
 mod rest;
+mod schedules;
 mod security;
 mod store;

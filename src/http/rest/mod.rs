@@ -1,4 +1,4 @@
-//! The REST API under `/api/sessions`, `/api/projects` and `/api/agents`, and its OpenAPI document at `/api/openapi.json`,
+//! The REST API under `/api/sessions`, `/api/projects`, `/api/agents` and `/api/schedules`, and its OpenAPI document at `/api/openapi.json`,
 //! generated from the handlers' own types.
 //!
 //! Every handler acts for the caller's [`Principal`](crate::http::auth::Principal) and sees only
@@ -7,6 +7,7 @@
 
 mod agents;
 mod projects;
+mod schedules;
 mod sessions;
 
 pub(super) use sessions::{agent_id, last_event_id};
@@ -22,7 +23,7 @@ use crate::http::AppState;
 #[openapi(
     info(
         title = "agentmux",
-        description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; tickets for the WebSocket."
+        description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; tickets for the WebSocket."
     ),
     paths(
         sessions::list,
@@ -39,6 +40,12 @@ use crate::http::AppState;
         projects::cli_sessions,
         projects::import,
         projects::sync,
+        schedules::create,
+        schedules::list,
+        schedules::get_one,
+        schedules::update,
+        schedules::delete,
+        schedules::run,
         super::sse::events,
         super::auth::ws_ticket,
         agents::list,
@@ -63,6 +70,10 @@ use crate::http::AppState;
         projects::CliSessionList,
         projects::ImportCliBody,
         projects::Synced,
+        schedules::ScheduleList,
+        crate::session::Schedule,
+        crate::session::ScheduleBody,
+        crate::session::LastRun,
         super::auth::Ticket,
         agents::AgentList,
         crate::session::AgentInfo,
@@ -104,4 +115,15 @@ pub fn router() -> Router<AppState> {
         .route("/api/projects/cli-sessions", get(projects::cli_sessions))
         .route("/api/projects/cli-sessions/import", post(projects::import))
         .route("/api/sessions/{agent_id}/events", get(super::sse::events))
+        .route(
+            "/api/schedules",
+            get(schedules::list).post(schedules::create),
+        )
+        .route(
+            "/api/schedules/{id}",
+            get(schedules::get_one)
+                .patch(schedules::update)
+                .delete(schedules::delete),
+        )
+        .route("/api/schedules/{id}/run", post(schedules::run))
 }
