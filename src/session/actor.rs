@@ -766,6 +766,9 @@ impl Actor {
             }
         }
         let tag = self.session.tag();
+        // Live frames of one wake-up share one timestamp: formatting the clock is a good part of
+        // a streamed delta's cost.
+        let mut live_at: Option<String> = None;
         for out in outs {
             match out {
                 Out::Stored(m) => {
@@ -782,11 +785,12 @@ impl Actor {
                     }
                 }
                 Out::Live(kind, raw) => {
+                    let at = live_at.get_or_insert_with(protocol::now_rfc3339);
                     self.publish(protocol::session_frame(
                         tag,
                         kind,
                         None,
-                        &protocol::now_rfc3339(),
+                        at,
                         &raw,
                         None,
                     ));

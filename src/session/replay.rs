@@ -59,27 +59,37 @@ impl Cursor {
     }
 
     /// The stored frames after this cursor, in order, a page at a time; the stream ends after
-    /// the last page or the first error (`store_unavailable`).
+    /// the last page or the first error (`store_unavailable`). The next page is read while the
+    /// caller sends the current one.
     pub fn replay(&self) -> impl Stream<Item = Result<Vec<Frame>, FrameError>> + Send + 'static {
         let store = self.store.clone();
         let session = self.session.clone();
-        futures_util::stream::unfold(Some(self.last_seq), move |after| {
-            let store = store.clone();
-            let session = session.clone();
-            async move {
-                let after = after?;
-                match store.messages_after(session.row, after, REPLAY_PAGE).await {
-                    Err(err) => Some((Err(store_error(err, &session.agent_id)), None)),
-                    Ok(rows) if rows.is_empty() => None,
+        let mut after = self.last_seq;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                let page = match store.messages_after(session.row, after, REPLAY_PAGE).await {
+                    Err(err) => Err(store_error(err, &session.agent_id)),
+                    Ok(rows) if rows.is_empty() => return,
                     Ok(rows) => {
                         let more = rows.len() == REPLAY_PAGE as usize;
-                        let last = rows.last().map(|r| r.seq);
-                        let frames = rows.iter().map(|row| stored_frame(&session, row)).collect();
-                        Some((Ok(frames), if more { last } else { None }))
+                        after = rows.last().map_or(after, |r| r.seq);
+                        let frames: Vec<Frame> =
+                            rows.iter().map(|row| stored_frame(&session, row)).collect();
+                        if more { Ok(frames) } else {
+                            let _ = tx.send(Ok(frames)).await;
+                            return;
+                        }
                     }
+                };
+                let failed = page.is_err();
+                // The follower went away (or the page was the last): stop reading.
+                if tx.send(page).await.is_err() || failed {
+                    return;
                 }
             }
-        })
+        });
+        tokio_stream::wrappers::ReceiverStream::new(rx)
     }
 }
 

@@ -4,6 +4,7 @@
 //! shared PostgreSQL store. `seq` is assigned inside the same write that stores the rows.
 
 pub mod sqlite;
+mod writer;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
