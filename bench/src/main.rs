@@ -101,6 +101,18 @@ enum Scenario {
         #[command(flatten)]
         common: Common,
     },
+    /// agentmux on the Claude backend with the fake CLI streaming as fast as it can: latency
+    /// from a CLI stdout line to its frame on the socket.
+    Cli {
+        /// Conversations, each with its own CLI process.
+        #[arg(long, default_value_t = 4)]
+        sessions: usize,
+        /// Words per reply (one streamed delta each).
+        #[arg(long, default_value_t = 200)]
+        words: usize,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Repeat {start the server, drive load, kill -9 at a random moment, restart, verify}.
     Kill9 {
         /// Cycles to run.
@@ -143,6 +155,9 @@ impl Scenario {
             Scenario::Idle { sockets, .. } => &[("--sockets", *sockets)],
             Scenario::Replay { messages, .. } => &[("--messages", *messages as usize)],
             Scenario::Churn { sessions, .. } => &[("--sessions", *sessions)],
+            Scenario::Cli {
+                sessions, words, ..
+            } => &[("--sessions", *sessions), ("--words", *words)],
             Scenario::Kill9 {
                 clients, sessions, ..
             } => &[("--clients", *clients), ("--sessions", *sessions)],
@@ -229,6 +244,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Idle { sockets, common } => (load::idle(sockets, &common).await?, common.json),
         Scenario::Replay { messages, common } => {
             (load::replay(messages, &common).await?, common.json)
+        }
+        Scenario::Cli {
+            sessions,
+            words,
+            common,
+        } => {
+            let report = load::cli(sessions, words, &common).await?;
+            print!("{}", report.table());
+            if let Some(path) = common.json {
+                std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                println!("report written to {}", path.display());
+            }
+            return Ok(());
         }
         Scenario::Churn { sessions, common } => {
             (load::churn(sessions, &common).await?, common.json)
