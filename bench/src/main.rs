@@ -93,6 +93,24 @@ enum Scenario {
         #[command(flatten)]
         common: Common,
     },
+    /// Paced live turns alone, then while many sockets replay a long session from seq 0 over
+    /// and over (agentmux only; the row's "baseline" is the live turns alone).
+    ReplayLoad {
+        /// Stored frames in the replayed session.
+        #[arg(long, default_value_t = 100_000)]
+        messages: u64,
+        /// Sockets replaying at once.
+        #[arg(long, default_value_t = 16)]
+        replayers: usize,
+        /// Sessions with live turns.
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        /// Live turns per second, in all.
+        #[arg(long, default_value_t = 100.0)]
+        turns_per_sec: f64,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Create, evict and resume sessions over and over (sessions are evicted as soon as idle).
     Churn {
         /// Sessions cycling at once.
@@ -155,6 +173,16 @@ impl Scenario {
             Scenario::Idle { sockets, .. } => &[("--sockets", *sockets)],
             Scenario::Replay { messages, .. } => &[("--messages", *messages as usize)],
             Scenario::Churn { sessions, .. } => &[("--sessions", *sessions)],
+            Scenario::ReplayLoad {
+                messages,
+                replayers,
+                sessions,
+                ..
+            } => &[
+                ("--messages", *messages as usize),
+                ("--replayers", *replayers),
+                ("--sessions", *sessions),
+            ],
             Scenario::Cli {
                 sessions, words, ..
             } => &[("--sessions", *sessions), ("--words", *words)],
@@ -259,6 +287,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        Scenario::ReplayLoad {
+            messages,
+            replayers,
+            sessions,
+            turns_per_sec,
+            common,
+        } => (
+            load::replay_load(messages, replayers, sessions, turns_per_sec, &common).await?,
+            common.json,
+        ),
         Scenario::Churn { sessions, common } => {
             (load::churn(sessions, &common).await?, common.json)
         }

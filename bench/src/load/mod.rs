@@ -13,7 +13,7 @@ use std::time::Duration;
 
 pub use self::cli::cli;
 pub use self::idle::idle;
-pub use self::replay::replay;
+pub use self::replay::{replay, replay_load};
 pub use self::scenarios::{churn, fanout, many_sessions, sweep};
 
 use self::driver::Plan;
