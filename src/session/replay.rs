@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use futures_util::Stream;
+use tokio::sync::Semaphore;
 
 use super::{Conversation, Manager, store_error};
 use crate::protocol::{self, Frame, FrameError};
@@ -12,6 +13,11 @@ use crate::store::{Store, StoredMessage};
 
 /// Stored frames read per page.
 pub const REPLAY_PAGE: u32 = 1000;
+
+/// Replay pages read and built at once, server-wide. Replays of many followers at once (each a
+/// page ahead of its socket) take turns here instead of crowding out the live conversations'
+/// work: two keep one replay's reads overlapping its socket's writes.
+pub(super) const REPLAY_READERS: usize = 2;
 
 /// A follower's position in a conversation: the highest stored `seq` it was sent.
 #[derive(Clone)]
@@ -21,6 +27,7 @@ pub struct Cursor {
     /// Highest stored `seq` sent.
     pub last_seq: i64,
     store: Arc<dyn Store>,
+    readers: Arc<Semaphore>,
 }
 
 impl Manager {
@@ -30,6 +37,7 @@ impl Manager {
             session,
             last_seq,
             store: self.shared.store.clone(),
+            readers: self.shared.replay_readers.clone(),
         }
     }
 }
@@ -64,27 +72,30 @@ impl Cursor {
     pub fn replay(&self) -> impl Stream<Item = Result<Vec<Frame>, FrameError>> + Send + 'static {
         let store = self.store.clone();
         let session = self.session.clone();
+        let readers = self.readers.clone();
         let mut after = self.last_seq;
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         tokio::spawn(async move {
             loop {
-                let page = match store.messages_after(session.row, after, REPLAY_PAGE).await {
-                    Err(err) => Err(store_error(err, &session.agent_id)),
-                    Ok(rows) if rows.is_empty() => return,
-                    Ok(rows) => {
-                        let more = rows.len() == REPLAY_PAGE as usize;
-                        after = rows.last().map_or(after, |r| r.seq);
-                        let frames: Vec<Frame> =
-                            rows.iter().map(|row| stored_frame(&session, row)).collect();
-                        if more { Ok(frames) } else {
-                            let _ = tx.send(Ok(frames)).await;
-                            return;
+                // The turn is held while the page is read and built, never while it waits for
+                // the follower's socket: a slow follower holds up no one else's replay.
+                let (page, last) = {
+                    let Ok(_turn) = readers.acquire().await else {
+                        return;
+                    };
+                    match store.messages_after(session.row, after, REPLAY_PAGE).await {
+                        Err(err) => (Err(store_error(err, &session.agent_id)), true),
+                        Ok(rows) if rows.is_empty() => return,
+                        Ok(rows) => {
+                            after = rows.last().map_or(after, |r| r.seq);
+                            let last = rows.len() < REPLAY_PAGE as usize;
+                            let frames = rows.iter().map(|row| stored_frame(&session, row));
+                            (Ok(frames.collect::<Vec<Frame>>()), last)
                         }
                     }
                 };
-                let failed = page.is_err();
-                // The follower went away (or the page was the last): stop reading.
-                if tx.send(page).await.is_err() || failed {
+                // The follower went away, or that was the last page (or an error): stop.
+                if tx.send(page).await.is_err() || last {
                     return;
                 }
             }
