@@ -263,7 +263,10 @@ pub trait Backend: Send + Sync + 'static {
 mod tests {
     use super::*;
 
-    fn parsed(line: &str) -> Result<(String, Option<String>, Option<String>, Option<String>), String> {
+    /// `type`, `subtype`, `uuid` and `session_id` as read.
+    type Fields = (String, Option<String>, Option<String>, Option<String>);
+
+    fn parsed(line: &str) -> Result<Fields, String> {
         AgentMessage::parse(line.to_owned()).map(|m| {
             assert_eq!(m.raw, line, "kept verbatim");
             (m.kind, m.subtype, m.uuid, m.session_id)
@@ -274,7 +277,9 @@ mod tests {
     fn routing_fields_are_read_as_the_value_tree_reads_them() {
         let s = |v: &str| Some(v.to_owned());
         assert_eq!(
-            parsed(r#"{"type":"system","subtype":"init","uuid":"u-1","session_id":"s\u002d1","x":{"type":"no"}}"#),
+            parsed(
+                r#"{"type":"system","subtype":"init","uuid":"u-1","session_id":"s\u002d1","x":{"type":"no"}}"#
+            ),
             Ok(("system".into(), s("init"), s("u-1"), s("s-1")))
         );
         // Fields of other types count as absent, as `null` does.

@@ -786,14 +786,7 @@ impl Actor {
                 }
                 Out::Live(kind, raw) => {
                     let at = live_at.get_or_insert_with(protocol::now_rfc3339);
-                    self.publish(protocol::session_frame(
-                        tag,
-                        kind,
-                        None,
-                        at,
-                        &raw,
-                        None,
-                    ));
+                    self.publish(protocol::session_frame(tag, kind, None, at, &raw, None));
                 }
                 Out::Status(status, detail) => self.publish_status(status, &detail),
             }

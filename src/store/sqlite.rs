@@ -16,11 +16,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
+use super::writer::{Append, Readers, WriteOp, WriterSettings};
 use super::{
     NewMessage, NewSession, NextLaunch, Result, Rewound, RewoundStatus, RowId, RunningTurn,
     SessionQuery, SessionRecord, Store, StoreError, StoredMessage,
 };
-use super::writer::{Append, Readers, WriteOp, WriterSettings};
 use crate::metrics::Metrics;
 
 /// Rows an unfinished import loses per transaction while it is discarded.
@@ -163,7 +163,11 @@ impl SqliteStore {
 
 /// Stores `status` as the next message of `row` inside the caller's transaction (a rewind's);
 /// returns its seq. A status starts or ends no turn and adds no totals.
-async fn append_status(conn: &mut SqliteConnection, row: RowId, status: &NewMessage) -> Result<i64> {
+async fn append_status(
+    conn: &mut SqliteConnection,
+    row: RowId,
+    status: &NewMessage,
+) -> Result<i64> {
     let seq: i64 = sqlx::query_scalar(
         "update session_info set last_seq = last_seq + 1, message_count = message_count + 1,
             last_active_at = ? where id = ? returning last_seq",

@@ -54,7 +54,11 @@ pub(super) fn start(
     rx: mpsc::Receiver<WriteOp>,
     metrics: Metrics,
 ) -> anyhow::Result<()> {
-    let conn = open(&settings.path, settings.synchronous_full, settings.max_page_count)?;
+    let conn = open(
+        &settings.path,
+        settings.synchronous_full,
+        settings.max_page_count,
+    )?;
     // The rows' conversation is checked by the seq-assigning UPDATE of the same transaction,
     // which holds the write lock until the commit: nothing can delete it in between, so the
     // foreign key check (and the statement journal it costs each INSERT) is redundant here.
@@ -103,11 +107,10 @@ fn spawn_checkpointer(path: &Path) -> anyhow::Result<std_mpsc::SyncSender<()>> {
     std::thread::Builder::new()
         .name("store-checkpoint".into())
         .spawn(move || {
-            loop {
-                match rx.recv_timeout(CHECKPOINT_INTERVAL) {
-                    Ok(()) | Err(std_mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
-                }
+            // Woken by the writer, or every interval; ends once the writer drops the sender.
+            while let Ok(()) | Err(std_mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(CHECKPOINT_INTERVAL)
+            {
                 if let Err(err) = conn.execute_batch("pragma wal_checkpoint(passive)") {
                     tracing::warn!(error = %err, "WAL checkpoint failed");
                 }
@@ -219,7 +222,8 @@ const UPDATE_SESSION: &str = "update session_info set
      where id = ?1
      returning last_seq";
 
-const INSERT_MESSAGE: &str = "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt,
+const INSERT_MESSAGE: &str =
+    "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt,
         turn_anchor, payload, created_at, turn_cost_usd)
      values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
@@ -335,7 +339,8 @@ pub(super) struct Readers {
 }
 
 /// Stored frames of one conversation after a seq, in order.
-const MESSAGES_AFTER: &str = "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd
+const MESSAGES_AFTER: &str =
+    "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd
      from messages where session_pk = ?1 and seq > ?2 order by seq limit ?3";
 
 impl Readers {

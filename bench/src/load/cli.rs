@@ -220,9 +220,7 @@ impl Tally {
             self.errors += 1;
             anyhow::bail!("error frame: {text}");
         }
-        if measure
-            && let Some(at) = stamp(text)
-        {
+        if measure && let Some(at) = stamp(text) {
             let micros = u64::try_from(now.saturating_sub(at) / 1000).unwrap_or(u64::MAX);
             let h = if header.kind == "stream_event" {
                 &mut self.live
