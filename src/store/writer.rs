@@ -1,11 +1,12 @@
-//! The store's writer: one thread with its own synchronous SQLite connection doing group
-//! commits, and one thread checkpointing the WAL beside it.
+//! The store's synchronous SQLite connections: the writer thread doing group commits, the
+//! thread checkpointing the WAL beside it, and the readers of stored messages.
 //!
 //! The writer takes every append request that is queued (up to a batch limit), stores them all
 //! in one transaction with statements prepared once, and only then answers each caller, so a
 //! frame is never sent before it is committed. Checkpoints (copying the WAL back into the
 //! database and syncing it) never run inside a commit: the writer's connection has automatic
 //! checkpoints off and wakes the checkpointer, whose passive checkpoints never block it.
+//! Stored messages are read a page at a time on blocking threads, with no hand-off per row.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -336,7 +337,12 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
 pub(super) struct Readers {
     path: PathBuf,
     idle: std::sync::Mutex<Vec<Connection>>,
+    /// Reads running at once (each on a blocking thread with its own connection).
+    running: tokio::sync::Semaphore,
 }
+
+/// Most reads of stored messages running at once; as many connections are kept open.
+const READERS: usize = 4;
 
 /// Stored frames of one conversation after a seq, in order.
 const MESSAGES_AFTER: &str =
@@ -348,6 +354,7 @@ impl Readers {
         Readers {
             path,
             idle: std::sync::Mutex::new(Vec::new()),
+            running: tokio::sync::Semaphore::new(READERS),
         }
     }
 
@@ -363,6 +370,11 @@ impl Readers {
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<super::StoredMessage>> {
+        let _running = self
+            .running
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Unavailable("store is closed".into()))?;
         let readers = self.clone();
         tokio::task::spawn_blocking(move || {
             let conn = match readers.idle.lock().expect("readers lock").pop() {
