@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 SECS="${SECS:-10}"
 OUT=docs/bench
 mkdir -p "$OUT"
-cargo build --release --locked -p agentmux -p agentmux-bench
+cargo build --release --locked -p agentmux -p agentmux-bench -p agentmux-fakes
 bench() { ./target/release/agentmux bench "$@"; }
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then
   bench() { "$CARGO_TARGET_DIR/release/agentmux" bench "$@"; }
@@ -19,6 +19,9 @@ bench many-sessions --secs "$SECS" --max-batch 1 --json "$OUT/many-sessions-max-
 bench fanout --secs "$SECS" --json "$OUT/fanout.json"
 bench churn --secs "$SECS" --json "$OUT/churn.json"
 bench replay --json "$OUT/replay.json"
+bench replay-load --secs "$SECS" --json "$OUT/replay-load.json"
+bench cli --secs "$SECS" --sessions 1 --json "$OUT/cli-1.json"
+bench cli --secs "$SECS" --sessions 4 --json "$OUT/cli-4.json"
 bench idle --secs "$SECS" --json "$OUT/idle.json"
 bench sweep --secs 5 --json "$OUT/sweep.json"
 bench kill9 --cycles 50 --json "$OUT/kill9.json"

@@ -93,11 +93,41 @@ enum Scenario {
         #[command(flatten)]
         common: Common,
     },
+    /// Paced live turns alone, then while many sockets replay a long session from seq 0 over
+    /// and over (agentmux only; the row's "baseline" is the live turns alone).
+    ReplayLoad {
+        /// Stored frames in the replayed session.
+        #[arg(long, default_value_t = 100_000)]
+        messages: u64,
+        /// Sockets replaying at once.
+        #[arg(long, default_value_t = 16)]
+        replayers: usize,
+        /// Sessions with live turns.
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        /// Live turns per second, in all.
+        #[arg(long, default_value_t = 100.0)]
+        turns_per_sec: f64,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Create, evict and resume sessions over and over (sessions are evicted as soon as idle).
     Churn {
         /// Sessions cycling at once.
         #[arg(long, default_value_t = 100)]
         sessions: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// agentmux on the Claude backend with the fake CLI streaming as fast as it can: latency
+    /// from a CLI stdout line to its frame on the socket.
+    Cli {
+        /// Conversations, each with its own CLI process.
+        #[arg(long, default_value_t = 4)]
+        sessions: usize,
+        /// Words per reply (one streamed delta each).
+        #[arg(long, default_value_t = 200)]
+        words: usize,
         #[command(flatten)]
         common: Common,
     },
@@ -143,6 +173,19 @@ impl Scenario {
             Scenario::Idle { sockets, .. } => &[("--sockets", *sockets)],
             Scenario::Replay { messages, .. } => &[("--messages", *messages as usize)],
             Scenario::Churn { sessions, .. } => &[("--sessions", *sessions)],
+            Scenario::ReplayLoad {
+                messages,
+                replayers,
+                sessions,
+                ..
+            } => &[
+                ("--messages", *messages as usize),
+                ("--replayers", *replayers),
+                ("--sessions", *sessions),
+            ],
+            Scenario::Cli {
+                sessions, words, ..
+            } => &[("--sessions", *sessions), ("--words", *words)],
             Scenario::Kill9 {
                 clients, sessions, ..
             } => &[("--clients", *clients), ("--sessions", *sessions)],
@@ -230,6 +273,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Replay { messages, common } => {
             (load::replay(messages, &common).await?, common.json)
         }
+        Scenario::Cli {
+            sessions,
+            words,
+            common,
+        } => {
+            let report = load::cli(sessions, words, &common).await?;
+            print!("{}", report.table());
+            if let Some(path) = common.json {
+                std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                println!("report written to {}", path.display());
+            }
+            return Ok(());
+        }
+        Scenario::ReplayLoad {
+            messages,
+            replayers,
+            sessions,
+            turns_per_sec,
+            common,
+        } => (
+            load::replay_load(messages, replayers, sessions, turns_per_sec, &common).await?,
+            common.json,
+        ),
         Scenario::Churn { sessions, common } => {
             (load::churn(sessions, &common).await?, common.json)
         }

@@ -67,6 +67,9 @@ pub struct Tweaks {
     pub idle_evict_secs: Option<u64>,
     /// Start the baseline with `--keep-history`.
     pub keep_history: bool,
+    /// Run agentmux with the Claude backend on this CLI (the fake one, stamping its lines)
+    /// instead of the demo agent.
+    pub claude_bin: Option<PathBuf>,
 }
 
 /// A running server process; killed on drop.
@@ -89,7 +92,7 @@ impl Server {
                 if tweaks.keep_history {
                     args.push("--keep-history");
                 }
-                let (child, addr) = spawn(&std::env::current_exe()?, &args).await?;
+                let (child, addr) = spawn(&std::env::current_exe()?, &args, &[]).await?;
                 Ok(Server {
                     kind,
                     addr,
@@ -162,21 +165,18 @@ async fn start_agentmux(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<(Chi
     let config = config_file(data_dir, tweaks)?;
     let data = data_dir.to_string_lossy();
     let config = config.to_string_lossy();
-    spawn(
-        &agentmux_bin()?,
-        &[
-            "serve",
-            "--demo-delay-ms",
-            "0",
-            "--backend",
-            "demo",
-            "--data-dir",
-            &data,
-            "--config",
-            &config,
-        ],
-    )
-    .await
+    let mut args = vec!["serve", "--data-dir", &data, "--config", &config];
+    let mut env = vec![];
+    let claude_bin;
+    match &tweaks.claude_bin {
+        Some(bin) => {
+            claude_bin = bin.to_string_lossy();
+            args.extend(["--backend", "claude", "--claude-bin", &claude_bin]);
+            env.push(("FAKE_CLAUDE_STAMP", "1"));
+        }
+        None => args.extend(["--demo-delay-ms", "0", "--backend", "demo"]),
+    }
+    spawn(&agentmux_bin()?, &args, &env).await
 }
 
 fn config_file(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<PathBuf> {
@@ -189,16 +189,30 @@ fn config_file(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<PathBuf> {
     if let Some(secs) = tweaks.idle_evict_secs {
         text.push_str(&format!("idle_evict_secs = {secs}\n"));
     }
+    if tweaks.claude_bin.is_some() {
+        let claude_dir = data_dir.join("claude");
+        std::fs::create_dir_all(&claude_dir)?;
+        text.push_str(&format!(
+            "[claude]\nenv_allow = [\"FAKE_CLAUDE_STAMP\"]\nconfig_dir = {}\n",
+            toml_string(&claude_dir.to_string_lossy())
+        ));
+    }
     std::fs::create_dir_all(data_dir)?;
     let path = data_dir.join("bench.toml");
     std::fs::write(&path, text)?;
     Ok(path)
 }
 
-/// Runs `exe` with `args` and bind port 0, and reads the address it prints.
-async fn spawn(exe: &Path, args: &[&str]) -> anyhow::Result<(Child, String)> {
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialize")
+}
+
+/// Runs `exe` with `args`, `env` and bind port 0, and reads the address it prints.
+async fn spawn(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new(exe)
         .args(args)
+        .envs(env.iter().copied())
         .args(["--bind", "127.0.0.1:0"])
         .env("RUST_LOG", "warn")
         .env_remove("AGENTMUX_CONFIG")

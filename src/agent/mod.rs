@@ -138,6 +138,20 @@ impl AgentMessage {
     /// # Errors
     /// When the line is not a JSON object with a string `type`.
     pub fn parse(raw: String) -> Result<Self, String> {
+        // The common case (an object with each key once) reads the four fields without building
+        // a value tree of the whole line; anything else takes the general path below.
+        if raw.trim_start().starts_with('{')
+            && let Ok(head) = serde_json::from_str::<Head>(&raw)
+            && let Some(kind) = head.kind.and_then(RawField::into_string)
+        {
+            return Ok(AgentMessage {
+                kind,
+                subtype: head.subtype.and_then(RawField::into_string),
+                uuid: head.uuid.and_then(RawField::into_string),
+                session_id: head.session_id.and_then(RawField::into_string),
+                raw,
+            });
+        }
         let value: Value = serde_json::from_str(&raw).map_err(|e| format!("not JSON: {e}"))?;
         let field = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_owned);
         let kind = field("type").ok_or("no string `type`")?;
@@ -148,6 +162,36 @@ impl AgentMessage {
             kind,
             raw,
         })
+    }
+}
+
+/// The routing fields of an agent's line, each as it is written (other fields are skipped).
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<RawField<'a>>,
+    #[serde(borrow)]
+    subtype: Option<RawField<'a>>,
+    #[serde(borrow)]
+    uuid: Option<RawField<'a>>,
+    #[serde(borrow)]
+    session_id: Option<RawField<'a>>,
+}
+
+/// A field's JSON text, whatever its type.
+#[derive(serde::Deserialize)]
+#[serde(transparent)]
+struct RawField<'a>(#[serde(borrow)] &'a serde_json::value::RawValue);
+
+impl RawField<'_> {
+    /// The field's value when it is a string (`None` for any other type).
+    fn into_string(self) -> Option<String> {
+        let text = self.0.get();
+        if text.starts_with('"') {
+            serde_json::from_str(text).ok()
+        } else {
+            None
+        }
     }
 }
 
@@ -261,5 +305,46 @@ pub trait Backend: Send + Sync + 'static {
     /// the conversation must use it as its `session_id` (and its workspace directory name).
     fn take_prewarmed(&self) -> Option<String> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `type`, `subtype`, `uuid` and `session_id` as read.
+    type Fields = (String, Option<String>, Option<String>, Option<String>);
+
+    fn parsed(line: &str) -> Result<Fields, String> {
+        AgentMessage::parse(line.to_owned()).map(|m| {
+            assert_eq!(m.raw, line, "kept verbatim");
+            (m.kind, m.subtype, m.uuid, m.session_id)
+        })
+    }
+
+    #[test]
+    fn routing_fields_are_read_as_the_value_tree_reads_them() {
+        let s = |v: &str| Some(v.to_owned());
+        assert_eq!(
+            parsed(
+                r#"{"type":"system","subtype":"init","uuid":"u-1","session_id":"s\u002d1","x":{"type":"no"}}"#
+            ),
+            Ok(("system".into(), s("init"), s("u-1"), s("s-1")))
+        );
+        // Fields of other types count as absent, as `null` does.
+        assert_eq!(
+            parsed(r#"{"type":"result","subtype":null,"uuid":7,"session_id":["s"]}"#),
+            Ok(("result".into(), None, None, None))
+        );
+        // A repeated key: the last one wins, as in a parsed value.
+        assert_eq!(
+            parsed(r#"{"type":"user","type":"assistant"}"#),
+            Ok(("assistant".into(), None, None, None))
+        );
+        assert!(parsed(r#"{"type":1}"#).is_err(), "type must be a string");
+        assert!(parsed(r#"{"subtype":"x"}"#).is_err(), "type is required");
+        assert!(parsed(r#"["type","x"]"#).is_err(), "not an object");
+        assert!(parsed(r#"{"type":"x""#).is_err(), "not JSON");
+        assert!(parsed(r#"{"type":"x"} trailing"#).is_err(), "not JSON");
     }
 }

@@ -849,6 +849,9 @@ impl Actor {
             }
         }
         let tag = self.session.tag();
+        // Live frames of one wake-up share one timestamp: formatting the clock is a good part of
+        // a streamed delta's cost.
+        let mut live_at: Option<String> = None;
         for out in outs {
             match out {
                 Out::Stored(m) => {
@@ -865,14 +868,8 @@ impl Actor {
                     }
                 }
                 Out::Live(kind, raw) => {
-                    self.publish(protocol::session_frame(
-                        tag,
-                        kind,
-                        None,
-                        &protocol::now_rfc3339(),
-                        &raw,
-                        None,
-                    ));
+                    let at = live_at.get_or_insert_with(protocol::now_rfc3339);
+                    self.publish(protocol::session_frame(tag, kind, None, at, &raw, None));
                 }
                 Out::Status(status, detail) => self.publish_status(status, &detail),
             }

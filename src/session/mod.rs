@@ -179,6 +179,8 @@ pub(crate) struct Shared {
     closing: AtomicBool,
     /// Imports and exports running per principal.
     transfers: Quota,
+    /// Replay pages being read at once, server-wide (see [`replay::REPLAY_READERS`]).
+    replay_readers: Arc<tokio::sync::Semaphore>,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -246,6 +248,7 @@ impl Manager {
                 config,
                 metrics,
                 closing: AtomicBool::new(false),
+                replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
             }),
         }
     }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use futures_util::Stream;
+use tokio::sync::Semaphore;
 
 use super::{Conversation, Manager, store_error};
 use crate::protocol::{self, Frame, FrameError};
@@ -12,6 +13,11 @@ use crate::store::{Store, StoredMessage};
 
 /// Stored frames read per page.
 pub const REPLAY_PAGE: u32 = 1000;
+
+/// Replay pages read and built at once, server-wide. Replays of many followers at once (each a
+/// page ahead of its socket) take turns here instead of crowding out the live conversations'
+/// work: two keep one replay's reads overlapping its socket's writes.
+pub(super) const REPLAY_READERS: usize = 2;
 
 /// A follower's position in a conversation: the highest stored `seq` it was sent.
 #[derive(Clone)]
@@ -21,6 +27,7 @@ pub struct Cursor {
     /// Highest stored `seq` sent.
     pub last_seq: i64,
     store: Arc<dyn Store>,
+    readers: Arc<Semaphore>,
 }
 
 impl Manager {
@@ -30,6 +37,7 @@ impl Manager {
             session,
             last_seq,
             store: self.shared.store.clone(),
+            readers: self.shared.replay_readers.clone(),
         }
     }
 }
@@ -59,27 +67,40 @@ impl Cursor {
     }
 
     /// The stored frames after this cursor, in order, a page at a time; the stream ends after
-    /// the last page or the first error (`store_unavailable`).
+    /// the last page or the first error (`store_unavailable`). The next page is read while the
+    /// caller sends the current one.
     pub fn replay(&self) -> impl Stream<Item = Result<Vec<Frame>, FrameError>> + Send + 'static {
         let store = self.store.clone();
         let session = self.session.clone();
-        futures_util::stream::unfold(Some(self.last_seq), move |after| {
-            let store = store.clone();
-            let session = session.clone();
-            async move {
-                let after = after?;
-                match store.messages_after(session.row, after, REPLAY_PAGE).await {
-                    Err(err) => Some((Err(store_error(err, &session.agent_id)), None)),
-                    Ok(rows) if rows.is_empty() => None,
-                    Ok(rows) => {
-                        let more = rows.len() == REPLAY_PAGE as usize;
-                        let last = rows.last().map(|r| r.seq);
-                        let frames = rows.iter().map(|row| stored_frame(&session, row)).collect();
-                        Some((Ok(frames), if more { last } else { None }))
+        let readers = self.readers.clone();
+        let mut after = self.last_seq;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                // The turn is held while the page is read and built, never while it waits for
+                // the follower's socket: a slow follower holds up no one else's replay.
+                let (page, last) = {
+                    let Ok(_turn) = readers.acquire().await else {
+                        return;
+                    };
+                    match store.messages_after(session.row, after, REPLAY_PAGE).await {
+                        Err(err) => (Err(store_error(err, &session.agent_id)), true),
+                        Ok(rows) if rows.is_empty() => return,
+                        Ok(rows) => {
+                            after = rows.last().map_or(after, |r| r.seq);
+                            let last = rows.len() < REPLAY_PAGE as usize;
+                            let frames = rows.iter().map(|row| stored_frame(&session, row));
+                            (Ok(frames.collect::<Vec<Frame>>()), last)
+                        }
                     }
+                };
+                // The follower went away, or that was the last page (or an error): stop.
+                if tx.send(page).await.is_err() || last {
+                    return;
                 }
             }
-        })
+        });
+        tokio_stream::wrappers::ReceiverStream::new(rx)
     }
 }
 

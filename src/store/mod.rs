@@ -5,6 +5,7 @@
 
 pub mod schedules;
 pub mod sqlite;
+mod writer;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -1,21 +1,22 @@
-//! The SQLite store: WAL, migrations at start-up, and one writer task doing group commits.
+//! The SQLite store: WAL, migrations at start-up, reads and the rare small updates.
 //!
-//! Every append goes through the writer. It takes whatever requests are queued (up to a batch
-//! limit), stores them all in one transaction, and only then answers each caller, so a frame
-//! is never sent before it is committed and a busy server pays one commit for many frames.
-//! Reads and the rare small updates use a separate pool; WAL lets them run beside the writer.
+//! Every append goes through the writer ([`super::writer`]), which stores whatever requests
+//! are queued in one transaction and only then answers each caller, so a frame is never sent
+//! before it is committed and a busy server pays one commit for many frames. Reads and the
+//! rare small updates use a separate pool; WAL lets them run beside the writer.
 
-use std::collections::HashMap;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
+use super::writer::{Append, Readers, WriteOp, WriterSettings};
 use super::{
     NewMessage, NewSession, NextLaunch, Result, Rewound, RewoundStatus, RowId, RunningTurn,
     SessionQuery, SessionRecord, Store, StoreError, StoredMessage,
@@ -23,10 +24,6 @@ use super::{
 use crate::metrics::Metrics;
 use crate::protocol::LaunchOptions;
 
-/// Rows per INSERT statement (each row binds 8 values; SQLite allows 32,766).
-const ROWS_PER_INSERT: usize = 1024;
-/// Conversations per seq-assigning UPDATE (each binds 12 values).
-const SESSIONS_PER_UPDATE: usize = 1024;
 /// Rows an unfinished import loses per transaction while it is discarded.
 const DISCARD_ROWS: u32 = 2000;
 
@@ -54,21 +51,12 @@ impl Default for SqliteSettings {
     }
 }
 
-struct Append {
-    row: RowId,
-    messages: Vec<NewMessage>,
-    reply: oneshot::Sender<Result<i64>>,
-}
-
-enum WriteOp {
-    Append(Append),
-    Close(oneshot::Sender<()>),
-}
-
 /// The SQLite implementation of [`Store`].
 pub struct SqliteStore {
     pool: SqlitePool,
     writer: mpsc::Sender<WriteOp>,
+    /// Reads of stored messages (replays, history pages, exports).
+    readers: Arc<Readers>,
 }
 
 impl SqliteStore {
@@ -104,7 +92,7 @@ impl SqliteStore {
             })
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
-            .pragma("wal_autocheckpoint", "16384")
+            .pragma("wal_autocheckpoint", "0")
             .pragma("cache_size", "-65536");
         if settings.max_page_count > 0 {
             options = options.pragma("max_page_count", settings.max_page_count.to_string());
@@ -122,10 +110,22 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        let conn = options.connect().await?;
         let (tx, rx) = mpsc::channel(settings.queue_depth);
-        tokio::spawn(run_writer(conn, rx, settings.max_batch, metrics));
-        Ok(SqliteStore { pool, writer: tx })
+        super::writer::start(
+            WriterSettings {
+                path: path.to_owned(),
+                synchronous_full: settings.synchronous_full,
+                max_batch: settings.max_batch,
+                max_page_count: settings.max_page_count,
+            },
+            rx,
+            metrics,
+        )?;
+        Ok(SqliteStore {
+            pool,
+            writer: tx,
+            readers: Arc::new(Readers::new(path.to_owned())),
+        })
     }
 
     /// The read pool, for queries of other modules' own (REST listings, checks in tests).
@@ -163,236 +163,35 @@ impl SqliteStore {
     }
 }
 
-async fn run_writer(
-    mut conn: SqliteConnection,
-    mut rx: mpsc::Receiver<WriteOp>,
-    max_batch: usize,
-    metrics: Metrics,
-) {
-    let mut batch: Vec<Append> = Vec::with_capacity(max_batch);
-    let mut closing = None;
-    while closing.is_none() {
-        let Some(op) = rx.recv().await else { break };
-        let mut next = Some(op);
-        while let Some(op) = next.take() {
-            match op {
-                WriteOp::Append(a) => batch.push(a),
-                WriteOp::Close(done) => {
-                    closing = Some(done);
-                    break;
-                }
-            }
-            if batch.len() < max_batch {
-                next = rx.try_recv().ok();
-            }
-        }
-        metrics.store_queue(rx.len());
-        if !batch.is_empty() {
-            let started = Instant::now();
-            let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
-            commit_batch(&mut conn, &mut batch).await;
-            metrics.record_commit(started.elapsed(), rows);
-        }
-    }
-    let _ = sqlx::query("pragma wal_checkpoint(truncate)")
-        .execute(&mut conn)
-        .await;
-    let _ = conn.close().await;
-    if let Some(done) = closing {
-        let _ = done.send(());
-    }
-}
-
-/// Stores every request of `batch` in one transaction, then answers each.
-async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Append>) {
-    let outcome = write_batch(conn, batch).await;
-    match outcome {
-        Ok(seqs) => {
-            for (append, seq) in batch.drain(..).zip(seqs) {
-                let _ = append.reply.send(seq);
-            }
-        }
-        Err(err) => {
-            let _ = sqlx::query("rollback").execute(&mut *conn).await;
-            tracing::error!(error = %err, "store commit failed");
-            for append in batch.drain(..) {
-                let _ = append
-                    .reply
-                    .send(Err(StoreError::Unavailable(err.to_string())));
-            }
-        }
-    }
-}
-
-/// What one batch adds to one conversation's row.
-struct Delta<'a> {
-    row: RowId,
-    rows: i64,
-    prompts: i64,
-    results: i64,
-    last_active: &'a str,
-    title: Option<&'a str>,
-    totals: super::Totals,
-    /// How the running turn changes: 0 not at all, 1 to the prompt at 1-based position
-    /// `running_at` among these rows, 2 to the user seq `running_at` (or none).
-    running: i64,
-    running_at: Option<i64>,
-}
-
-/// Stores every request of `batch` in one transaction (see [`write_appends`]).
-async fn write_batch(
-    conn: &mut SqliteConnection,
-    batch: &[Append],
-) -> Result<Vec<Result<i64>>, sqlx::Error> {
-    sqlx::query("begin immediate").execute(&mut *conn).await?;
-    let appends: Vec<(RowId, &[NewMessage])> = batch
-        .iter()
-        .map(|a| (a.row, a.messages.as_slice()))
-        .collect();
-    let outcomes = write_appends(conn, &appends).await?;
-    sqlx::query("commit").execute(&mut *conn).await?;
-    Ok(outcomes)
-}
-
-/// Stores one request inside the caller's transaction; returns its first seq.
-async fn write_append(
+/// Stores `status` as the next message of `row` inside the caller's transaction (a rewind's);
+/// returns its seq. A status starts or ends no turn and adds no totals.
+async fn append_status(
     conn: &mut SqliteConnection,
     row: RowId,
-    msgs: &[NewMessage],
-) -> Result<Result<i64>, sqlx::Error> {
-    let mut outcomes = write_appends(conn, &[(row, msgs)]).await?;
-    Ok(outcomes.pop().expect("one outcome per request"))
-}
-
-/// Stores `(row, messages)` requests in a handful of statements whatever their number: one
-/// UPDATE that assigns the seqs of every conversation among them, then multi-row INSERTs of all
-/// their messages. A request whose conversation vanished fails alone; a database error fails
-/// them all.
-async fn write_appends(
-    conn: &mut SqliteConnection,
-    appends: &[(RowId, &[NewMessage])],
-) -> Result<Vec<Result<i64>>, sqlx::Error> {
-    let mut deltas: Vec<Delta> = Vec::new();
-    let mut index: HashMap<RowId, usize> = HashMap::new();
-    for &(row, messages) in appends.iter().filter(|(_, m)| !m.is_empty()) {
-        let i = *index.entry(row).or_insert_with(|| {
-            deltas.push(Delta {
-                row,
-                rows: 0,
-                prompts: 0,
-                results: 0,
-                last_active: "",
-                title: None,
-                totals: super::Totals::default(),
-                running: 0,
-                running_at: None,
-            });
-            deltas.len() - 1
-        });
-        let d = &mut deltas[i];
-        for m in messages {
-            d.rows += 1;
-            d.prompts += i64::from(m.prompt);
-            d.results += i64::from(m.message_type == "result");
-            d.last_active = &m.created_at;
-            d.title = d.title.or(m.title.as_deref());
-            if let Some(t) = m.totals {
-                d.totals.cost_usd += t.cost_usd;
-                d.totals.input_tokens += t.input_tokens;
-                d.totals.output_tokens += t.output_tokens;
-                d.totals.duration_ms += t.duration_ms;
-            }
-            match m.running {
-                Some(RunningTurn::Starts) => (d.running, d.running_at) = (1, Some(d.rows)),
-                Some(RunningTurn::Ends { next }) => (d.running, d.running_at) = (2, next),
-                None => {}
-            }
-        }
-    }
-    // Next seq to hand out, per conversation that still exists.
-    let mut next: HashMap<RowId, i64> = HashMap::with_capacity(deltas.len());
-    for chunk in deltas.chunks(SESSIONS_PER_UPDATE) {
-        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "with d (id, n, prompts, results, active, title, cost, tokens_in, tokens_out, duration, running, running_at) as (",
-        );
-        qb.push_values(chunk, |mut row, d| {
-            row.push_bind(d.row)
-                .push_bind(d.rows)
-                .push_bind(d.prompts)
-                .push_bind(d.results)
-                .push_bind(d.last_active)
-                .push_bind(d.title)
-                .push_bind(d.totals.cost_usd)
-                .push_bind(d.totals.input_tokens)
-                .push_bind(d.totals.output_tokens)
-                .push_bind(d.totals.duration_ms)
-                .push_bind(d.running)
-                .push_bind(d.running_at);
-        });
-        qb.push(
-            ") update session_info set
-                last_seq = session_info.last_seq + d.n,
-                message_count = session_info.message_count + d.n,
-                prompt_count = session_info.prompt_count + d.prompts,
-                result_count = session_info.result_count + d.results,
-                last_active_at = d.active, title = coalesce(session_info.title, d.title),
-                total_cost_usd = session_info.total_cost_usd + d.cost,
-                input_tokens = session_info.input_tokens + d.tokens_in,
-                output_tokens = session_info.output_tokens + d.tokens_out,
-                duration_ms = session_info.duration_ms + d.duration,
-                running_seq = case d.running
-                    when 1 then session_info.last_seq + d.running_at
-                    when 2 then d.running_at
-                    else session_info.running_seq end
-             from d where session_info.id = d.id
-             returning session_info.id, session_info.last_seq",
-        );
-        let updated: Vec<(RowId, i64)> = qb
-            .build_query_as()
-            .persistent(true)
-            .fetch_all(&mut *conn)
-            .await?;
-        for (id, last_seq) in updated {
-            let rows = deltas[index[&id]].rows;
-            next.insert(id, last_seq - rows + 1);
-        }
-    }
-    let mut outcomes = Vec::with_capacity(appends.len());
-    let mut rows: Vec<(RowId, i64, &NewMessage)> = Vec::new();
-    for &(row, messages) in appends {
-        if messages.is_empty() {
-            outcomes.push(Err(StoreError::Unavailable("empty append".into())));
-            continue;
-        }
-        let Some(seq) = next.get_mut(&row) else {
-            outcomes.push(Err(StoreError::UnknownSession));
-            continue;
-        };
-        outcomes.push(Ok(*seq));
-        for m in messages {
-            rows.push((row, *seq, m));
-            *seq += 1;
-        }
-    }
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
-        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at, turn_cost_usd) ",
-        );
-        qb.push_values(chunk, |mut values, (row, seq, m)| {
-            values
-                .push_bind(row)
-                .push_bind(seq)
-                .push_bind(m.message_type)
-                .push_bind(m.sdk_uuid.as_deref())
-                .push_bind(m.prompt)
-                .push_bind(m.turn_anchor.as_deref())
-                .push_bind(m.payload.as_str())
-                .push_bind(m.created_at.as_str())
-                .push_bind(m.totals.map(|t| t.cost_usd));
-        });
-        qb.build().persistent(true).execute(&mut *conn).await?;
-    }
-    Ok(outcomes)
+    status: &NewMessage,
+) -> Result<i64> {
+    let seq: i64 = sqlx::query_scalar(
+        "update session_info set last_seq = last_seq + 1, message_count = message_count + 1,
+            last_active_at = ? where id = ? returning last_seq",
+    )
+    .bind(&status.created_at)
+    .bind(row)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(StoreError::UnknownSession)?;
+    sqlx::query(
+        "insert into messages (session_pk, seq, message_type, sdk_uuid, payload, created_at)
+         values (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(row)
+    .bind(seq)
+    .bind(status.message_type)
+    .bind(status.sdk_uuid.as_deref())
+    .bind(&status.payload)
+    .bind(&status.created_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(seq)
 }
 
 /// Commits when `outcome` is a success, rolls back otherwise.
@@ -542,7 +341,7 @@ async fn rewind_in(
         .await?;
     recount(conn, row).await?;
     let status = status(&later);
-    let status_seq = write_append(conn, row, std::slice::from_ref(&status)).await??;
+    let status_seq = append_status(conn, row, &status).await?;
     Ok(Rewound {
         status_seq,
         status,
@@ -690,16 +489,7 @@ impl Store for SqliteStore {
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<StoredMessage>> {
-        Ok(sqlx::query_as(
-            "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd from messages
-             where session_pk = ? and seq > ? order by seq limit ?",
-        )
-        .bind(row)
-        .bind(after_seq)
-        .bind(limit)
-        .persistent(true)
-        .fetch_all(&self.pool)
-        .await?)
+        self.readers.messages_after(row, after_seq, limit).await
     }
 
     async fn record_agent_session(
@@ -941,6 +731,7 @@ impl Store for SqliteStore {
         if self.writer.send(WriteOp::Close(done)).await.is_ok() {
             let _ = rx.await;
         }
+        self.readers.close();
         self.pool.close().await;
     }
 }

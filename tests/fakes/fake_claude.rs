@@ -74,6 +74,10 @@
 //!   bytes long (without the newline), before the text `assistant` frame.
 //! * `FAKE_CLAUDE_REFUSE_RESUME=1`: every `--resume` fails with "No conversation found".
 //! * `FAKE_CLAUDE_ENV_DUMP=<file>`: write the process environment as a JSON object at start.
+//! * `FAKE_CLAUDE_STAMP=1`: every stdout line gets a first key `"stamp_ns"`, the wall clock in
+//!   nanoseconds since the Unix epoch at the moment the line is written, so that a client of the
+//!   server can tell how long a line took from the CLI's stdout to its socket (`agentmux bench
+//!   cli`).
 //! * `FAKE_CLAUDE_CANCEL_PERMISSION_MS=N`: N ms after a `can_use_tool` request, withdraw it with a
 //!   `control_cancel_request` and go on as if it had been denied.
 
@@ -616,6 +620,13 @@ impl Conversation {
 // Output
 // ---------------------------------------------------------------------------------------------
 
+/// Nanoseconds since the Unix epoch, the clock `FAKE_CLAUDE_STAMP` stamps lines with.
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
 enum OutMsg {
     Line(String),
     Exit(i32),
@@ -629,11 +640,15 @@ struct Out(mpsc::UnboundedSender<OutMsg>);
 impl Out {
     fn start() -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let stamp = env_flag("FAKE_CLAUDE_STAMP");
         tokio::spawn(async move {
             let mut stdout = tokio::io::stdout();
             while let Some(msg) = rx.recv().await {
                 match msg {
                     OutMsg::Line(mut line) => {
+                        if stamp && line.starts_with('{') && line.len() > 2 {
+                            line.insert_str(1, &format!("\"stamp_ns\":{},", unix_nanos()));
+                        }
                         line.push('\n');
                         if stdout.write_all(line.as_bytes()).await.is_err()
                             || stdout.flush().await.is_err()

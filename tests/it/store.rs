@@ -336,3 +336,52 @@ async fn rewind_counts_turns_since_the_last_rewind() {
         .collect();
     assert_eq!(kept, [1, 2, 3, 4, 5, 6, 7]);
 }
+
+/// Followers that stop reading in the middle of a long replay hold up no one else's: another
+/// socket replays the whole conversation while three (more than the replays the server reads at
+/// once) sit on megabytes they never read.
+#[tokio::test]
+async fn stalled_replays_do_not_block_another_followers_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let record = store
+        .create_session(new_session("local", "long"))
+        .await
+        .unwrap();
+    // 3,000 frames of 8 KiB: far more than the socket buffers of a follower that reads nothing.
+    let filler = "x".repeat(8 << 10);
+    for _ in 0..6 {
+        let page: Vec<NewMessage> = (0..500)
+            .map(|_| {
+                let detail = serde_json::json!({"status": "note", "detail": filler});
+                NewMessage::new("status", detail.to_string())
+            })
+            .collect();
+        store.append(record.row, page).await.unwrap();
+    }
+    store.close().await;
+    drop(store);
+    let server =
+        crate::common::TestServer::start_in(dir.path(), &["--demo-delay-ms", "0"], &[]).await;
+    let subscribe = serde_json::json!({"type": "subscribe", "agent_id": "long", "since_seq": 0});
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        let mut c = crate::common::Client::connect(&server.addr).await;
+        c.send(subscribe.clone()).await;
+        stalled.push(c);
+    }
+    // Let the stalled replays fill their sockets.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut reader = crate::common::Client::connect(&server.addr).await;
+    reader.send(subscribe).await;
+    let frames = reader.recv_until(|f| f["seq"].as_i64() == Some(3000)).await;
+    assert_eq!(frames.len(), 3000, "every stored frame, once");
+    assert!(
+        frames
+            .iter()
+            .enumerate()
+            .all(|(i, f)| f["seq"].as_i64() == Some(i as i64 + 1)),
+        "in order"
+    );
+    drop(stalled);
+}

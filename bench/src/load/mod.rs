@@ -1,6 +1,7 @@
 //! The load scenarios, each run once against the baseline and once against agentmux with the
 //! same client code and the same load, one row per load in the report.
 
+mod cli;
 mod driver;
 mod idle;
 mod replay;
@@ -10,8 +11,9 @@ mod tally;
 
 use std::time::Duration;
 
+pub use self::cli::cli;
 pub use self::idle::idle;
-pub use self::replay::replay;
+pub use self::replay::{replay, replay_load};
 pub use self::scenarios::{churn, fanout, many_sessions, sweep};
 
 use self::driver::Plan;

@@ -1,5 +1,6 @@
 //! The `replay` scenario: `subscribe` from seq 0 on a session holding many stored frames,
-//! seeded on both servers the same way, by chatting with them.
+//! seeded on both servers the same way, by chatting with them; and `replay-load`: live turns
+//! while many sockets replay at once.
 
 use std::time::Duration;
 
@@ -128,4 +129,94 @@ async fn time_replay(server: &Server, messages: u64) -> anyhow::Result<Measureme
         ..Measurement::empty(server.kind, secs)
     }
     .with_cpu(cpu))
+}
+
+/// Live turns on `sessions` sessions paced at `turns_per_sec` in all, first alone, then while
+/// `replayers` sockets replay a session of `messages` stored frames from seq 0 over and over:
+/// how much replays slow live turns. One row, whose "baseline" is the live turns alone.
+pub async fn replay_load(
+    messages: u64,
+    replayers: usize,
+    sessions: usize,
+    turns_per_sec: f64,
+    common: &Common,
+) -> anyhow::Result<Report> {
+    let mut report = Report::new(
+        "replay-load",
+        json!({"messages": messages, "replayers": replayers, "sessions": sessions,
+               "turns_per_sec": turns_per_sec, "secs": common.secs}),
+    );
+    let mut server = Server::start(crate::servers::Kind::Agentmux, &tweaks(common)).await?;
+    let outcome = async {
+        seed(&server, messages).await?;
+        let pace = Duration::from_secs_f64(sessions as f64 / turns_per_sec.max(0.1));
+        let plans = |prefix: &str| {
+            let mut plans = vec![super::driver::Plan::default(); 2];
+            for i in 0..sessions {
+                plans[i % 2].drive.push(format!("{prefix}-{i}"));
+            }
+            for p in &mut plans {
+                p.pace = Some(pace);
+            }
+            plans
+        };
+        let alone = super::run::drive(&server, plans("alone"), common.duration()).await?;
+        let stop = stop_flag();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..replayers {
+            let addr = server.addr.clone();
+            let stop = stop.clone();
+            tasks.spawn(async move {
+                let mut replays = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    replay_once(&addr, messages).await?;
+                    replays += 1;
+                }
+                anyhow::Ok(replays)
+            });
+        }
+        let loaded = super::run::drive(&server, plans("loaded"), common.duration()).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut replays = 0;
+        while let Some(done) = tasks.join_next().await {
+            replays += done??;
+        }
+        anyhow::Ok((alone, loaded?, replays))
+    }
+    .await;
+    server.kill().await;
+    let (alone, loaded, replays) = outcome?;
+    report.rows.push(Row::new(
+        format!("{replayers} replayers ({replays} replays of {messages})"),
+        Some(alone),
+        loaded,
+    ));
+    Ok(report)
+}
+
+/// A flag the replayers stop at.
+fn stop_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))
+}
+
+/// One `subscribe` from seq 0 on [`REPLAY_AGENT`], read until its `messages`th frame.
+async fn replay_once(addr: &str, messages: u64) -> anyhow::Result<()> {
+    let mut ws = connect(addr).await?;
+    ws.send(Message::text(subscribe_text(REPLAY_AGENT, 0)))
+        .await?;
+    timeout(SETUP_TIMEOUT, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) => {
+                    if seq_field(t.as_str()).is_some_and(|s| s as u64 >= messages) {
+                        return anyhow::Ok(());
+                    }
+                }
+                Some(Ok(_)) => {}
+                _ => anyhow::bail!("the server closed the socket during a replay"),
+            }
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("a replay took too long"))?
 }

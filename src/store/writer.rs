@@ -1,0 +1,412 @@
+//! The store's synchronous SQLite connections: the writer thread doing group commits, the
+//! thread checkpointing the WAL beside it, and the readers of stored messages.
+//!
+//! The writer takes every append request that is queued (up to a batch limit), stores them all
+//! in one transaction with statements prepared once, and only then answers each caller, so a
+//! frame is never sent before it is committed. Checkpoints (copying the WAL back into the
+//! database and syncing it) never run inside a commit: the writer's connection has automatic
+//! checkpoints off and wakes the checkpointer, whose passive checkpoints never block it.
+//! Stored messages are read a page at a time on blocking threads, with no hand-off per row.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{NewMessage, Result, RowId, RunningTurn, StoreError, Totals};
+use crate::metrics::Metrics;
+
+/// Rows committed between two wake-ups of the checkpointer (about 4 MiB of WAL at the sizes a
+/// turn's rows have).
+const CHECKPOINT_EVERY_ROWS: usize = 4096;
+/// The checkpointer also runs this often while rows keep coming in slowly.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
+
+/// An append request: rows of one conversation, answered with the `seq` of the first.
+pub(super) struct Append {
+    pub row: RowId,
+    pub messages: Vec<NewMessage>,
+    pub reply: oneshot::Sender<Result<i64>>,
+}
+
+/// What the writer is asked.
+pub(super) enum WriteOp {
+    Append(Append),
+    Close(oneshot::Sender<()>),
+}
+
+/// How the writer's connections are opened.
+pub(super) struct WriterSettings {
+    pub path: PathBuf,
+    pub synchronous_full: bool,
+    pub max_batch: usize,
+    pub max_page_count: u64,
+}
+
+/// Opens the writer's connection and starts the writer and checkpointer threads.
+///
+/// # Errors
+/// When the database can't be opened or configured.
+pub(super) fn start(
+    settings: WriterSettings,
+    rx: mpsc::Receiver<WriteOp>,
+    metrics: Metrics,
+) -> anyhow::Result<()> {
+    let conn = open(
+        &settings.path,
+        settings.synchronous_full,
+        settings.max_page_count,
+    )?;
+    // The rows' conversation is checked by the seq-assigning UPDATE of the same transaction,
+    // which holds the write lock until the commit: nothing can delete it in between, so the
+    // foreign key check (and the statement journal it costs each INSERT) is redundant here.
+    // Every other connection keeps foreign keys on (deletes cascade there).
+    conn.execute_batch("pragma foreign_keys = off")?;
+    let checkpointer = spawn_checkpointer(&settings.path)?;
+    std::thread::Builder::new()
+        .name("store-writer".into())
+        .spawn(move || {
+            Writer {
+                conn,
+                max_batch: settings.max_batch.max(1),
+                metrics,
+                checkpointer,
+                rows_since_checkpoint: 0,
+            }
+            .run(rx)
+        })?;
+    Ok(())
+}
+
+/// A connection to `path` with the store's settings and automatic checkpoints off.
+fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    let synchronous = if synchronous_full { "full" } else { "normal" };
+    conn.execute_batch(&format!(
+        "pragma journal_mode = wal; pragma synchronous = {synchronous};
+         pragma wal_autocheckpoint = 0; pragma cache_size = -65536; pragma temp_store = memory;
+         pragma foreign_keys = on;"
+    ))?;
+    if max_page_count > 0 {
+        conn.execute_batch(&format!("pragma max_page_count = {max_page_count}"))?;
+    }
+    Ok(conn)
+}
+
+/// Starts the thread that checkpoints the WAL whenever the writer wakes it (and every
+/// [`CHECKPOINT_INTERVAL`]); it ends when the writer drops the sender.
+fn spawn_checkpointer(path: &Path) -> anyhow::Result<std_mpsc::SyncSender<()>> {
+    let conn = open(path, false, 0)?;
+    let (tx, rx) = std_mpsc::sync_channel::<()>(1);
+    std::thread::Builder::new()
+        .name("store-checkpoint".into())
+        .spawn(move || {
+            // Woken by the writer, or every interval; ends once the writer drops the sender.
+            while let Ok(()) | Err(std_mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(CHECKPOINT_INTERVAL)
+            {
+                if let Err(err) = conn.execute_batch("pragma wal_checkpoint(passive)") {
+                    tracing::warn!(error = %err, "WAL checkpoint failed");
+                }
+            }
+        })?;
+    Ok(tx)
+}
+
+struct Writer {
+    conn: Connection,
+    max_batch: usize,
+    metrics: Metrics,
+    checkpointer: std_mpsc::SyncSender<()>,
+    rows_since_checkpoint: usize,
+}
+
+impl Writer {
+    fn run(mut self, mut rx: mpsc::Receiver<WriteOp>) {
+        let mut batch: Vec<Append> = Vec::with_capacity(self.max_batch);
+        let mut closing = None;
+        while closing.is_none() {
+            let Some(op) = rx.blocking_recv() else { break };
+            let mut next = Some(op);
+            while let Some(op) = next.take() {
+                match op {
+                    WriteOp::Append(a) => batch.push(a),
+                    WriteOp::Close(done) => {
+                        closing = Some(done);
+                        break;
+                    }
+                }
+                if batch.len() < self.max_batch {
+                    next = rx.try_recv().ok();
+                }
+            }
+            self.metrics.store_queue(rx.len());
+            if !batch.is_empty() {
+                let started = Instant::now();
+                let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
+                self.commit(&mut batch);
+                self.metrics.record_commit(started.elapsed(), rows);
+                self.rows_since_checkpoint += rows;
+                if self.rows_since_checkpoint >= CHECKPOINT_EVERY_ROWS {
+                    self.rows_since_checkpoint = 0;
+                    let _ = self.checkpointer.try_send(());
+                }
+            }
+        }
+        drop(self.checkpointer);
+        let _ = self.conn.execute_batch("pragma wal_checkpoint(truncate)");
+        drop(self.conn);
+        if let Some(done) = closing {
+            let _ = done.send(());
+        }
+    }
+
+    /// Stores every request of `batch` in one transaction, then answers each.
+    fn commit(&mut self, batch: &mut Vec<Append>) {
+        match write_batch(&self.conn, batch) {
+            Ok(seqs) => {
+                for (append, seq) in batch.drain(..).zip(seqs) {
+                    let _ = append.reply.send(seq);
+                }
+            }
+            Err(err) => {
+                let _ = self.conn.execute_batch("rollback");
+                tracing::error!(error = %err, "store commit failed");
+                for append in batch.drain(..) {
+                    let _ = append
+                        .reply
+                        .send(Err(StoreError::Unavailable(err.to_string())));
+                }
+            }
+        }
+    }
+}
+
+/// What one batch adds to one conversation's row.
+struct Delta<'a> {
+    row: RowId,
+    rows: i64,
+    prompts: i64,
+    results: i64,
+    last_active: &'a str,
+    title: Option<&'a str>,
+    totals: Totals,
+    /// How the running turn changes: 0 not at all, 1 to the prompt at 1-based position
+    /// `running_at` among these rows, 2 to the user seq `running_at` (or none).
+    running: i64,
+    running_at: Option<i64>,
+}
+
+/// Assigns the seqs of one conversation and adds a batch's counts to its row; returns the new
+/// `last_seq`, or nothing when the conversation is gone.
+const UPDATE_SESSION: &str = "update session_info set
+        last_seq = last_seq + ?2,
+        message_count = message_count + ?2,
+        prompt_count = prompt_count + ?3,
+        result_count = result_count + ?4,
+        last_active_at = ?5, title = coalesce(title, ?6),
+        total_cost_usd = total_cost_usd + ?7,
+        input_tokens = input_tokens + ?8,
+        output_tokens = output_tokens + ?9,
+        duration_ms = duration_ms + ?10,
+        running_seq = case ?11
+            when 1 then last_seq + ?12
+            when 2 then ?12
+            else running_seq end
+     where id = ?1
+     returning last_seq";
+
+const INSERT_MESSAGE: &str =
+    "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt,
+        turn_anchor, payload, created_at, turn_cost_usd)
+     values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+/// Stores every request of `batch` in one transaction: one UPDATE per conversation assigns its
+/// seqs, one INSERT per row stores it, each statement prepared once per connection. A request
+/// whose conversation vanished fails alone; a database error fails them all (the caller rolls
+/// back).
+fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Result<i64>>> {
+    conn.execute_batch("begin immediate")?;
+    let mut deltas: Vec<Delta> = Vec::new();
+    let mut index: HashMap<RowId, usize> = HashMap::new();
+    for append in batch.iter().filter(|a| !a.messages.is_empty()) {
+        let i = *index.entry(append.row).or_insert_with(|| {
+            deltas.push(Delta {
+                row: append.row,
+                rows: 0,
+                prompts: 0,
+                results: 0,
+                last_active: "",
+                title: None,
+                totals: Totals::default(),
+                running: 0,
+                running_at: None,
+            });
+            deltas.len() - 1
+        });
+        let d = &mut deltas[i];
+        for m in &append.messages {
+            d.rows += 1;
+            d.prompts += i64::from(m.prompt);
+            d.results += i64::from(m.message_type == "result");
+            d.last_active = &m.created_at;
+            d.title = d.title.or(m.title.as_deref());
+            if let Some(t) = m.totals {
+                d.totals.cost_usd += t.cost_usd;
+                d.totals.input_tokens += t.input_tokens;
+                d.totals.output_tokens += t.output_tokens;
+                d.totals.duration_ms += t.duration_ms;
+            }
+            match m.running {
+                Some(RunningTurn::Starts) => (d.running, d.running_at) = (1, Some(d.rows)),
+                Some(RunningTurn::Ends { next }) => (d.running, d.running_at) = (2, next),
+                None => {}
+            }
+        }
+    }
+    // Next seq to hand out, per conversation that still exists.
+    let mut next: HashMap<RowId, i64> = HashMap::with_capacity(deltas.len());
+    {
+        let mut update = conn.prepare_cached(UPDATE_SESSION)?;
+        for d in &deltas {
+            let last_seq: Option<i64> = update
+                .query_row(
+                    params![
+                        d.row.0,
+                        d.rows,
+                        d.prompts,
+                        d.results,
+                        d.last_active,
+                        d.title,
+                        d.totals.cost_usd,
+                        d.totals.input_tokens,
+                        d.totals.output_tokens,
+                        d.totals.duration_ms,
+                        d.running,
+                        d.running_at,
+                    ],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(last_seq) = last_seq {
+                next.insert(d.row, last_seq - d.rows + 1);
+            }
+        }
+    }
+    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut insert = conn.prepare_cached(INSERT_MESSAGE)?;
+    for append in batch {
+        if append.messages.is_empty() {
+            outcomes.push(Err(StoreError::Unavailable("empty append".into())));
+            continue;
+        }
+        let Some(seq) = next.get_mut(&append.row) else {
+            outcomes.push(Err(StoreError::UnknownSession));
+            continue;
+        };
+        outcomes.push(Ok(*seq));
+        for m in &append.messages {
+            insert.execute(params![
+                append.row.0,
+                *seq,
+                m.message_type,
+                m.sdk_uuid.as_deref(),
+                m.prompt,
+                m.turn_anchor.as_deref(),
+                m.payload.as_str(),
+                m.created_at.as_str(),
+                m.totals.map(|t| t.cost_usd),
+            ])?;
+            *seq += 1;
+        }
+    }
+    drop(insert);
+    conn.execute_batch("commit")?;
+    Ok(outcomes)
+}
+
+/// Connections that read stored messages on blocking threads, kept for reuse: a page of a
+/// replay is read and decoded there without a hand-off per row.
+pub(super) struct Readers {
+    path: PathBuf,
+    idle: std::sync::Mutex<Vec<Connection>>,
+    /// Reads running at once (each on a blocking thread with its own connection).
+    running: tokio::sync::Semaphore,
+}
+
+/// Most reads of stored messages running at once; as many connections are kept open.
+const READERS: usize = 4;
+
+/// Stored frames of one conversation after a seq, in order.
+const MESSAGES_AFTER: &str =
+    "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd
+     from messages where session_pk = ?1 and seq > ?2 order by seq limit ?3";
+
+impl Readers {
+    pub(super) fn new(path: PathBuf) -> Self {
+        Readers {
+            path,
+            idle: std::sync::Mutex::new(Vec::new()),
+            running: tokio::sync::Semaphore::new(READERS),
+        }
+    }
+
+    /// Closes the idle connections.
+    pub(super) fn close(&self) {
+        self.idle.lock().expect("readers lock").clear();
+    }
+
+    /// Stored frames of `row` with `seq > after_seq`, in order, at most `limit`.
+    pub(super) async fn messages_after(
+        self: &std::sync::Arc<Self>,
+        row: RowId,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<super::StoredMessage>> {
+        let _running = self
+            .running
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Unavailable("store is closed".into()))?;
+        let readers = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = match readers.idle.lock().expect("readers lock").pop() {
+                Some(conn) => conn,
+                None => open(&readers.path, false, 0)?,
+            };
+            let rows = read_after(&conn, row, after_seq, limit);
+            readers.idle.lock().expect("readers lock").push(conn);
+            rows
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(e.to_string()))?
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
+    }
+}
+
+fn read_after(
+    conn: &Connection,
+    row: RowId,
+    after_seq: i64,
+    limit: u32,
+) -> rusqlite::Result<Vec<super::StoredMessage>> {
+    let mut stmt = conn.prepare_cached(MESSAGES_AFTER)?;
+    let rows = stmt.query_map(params![row.0, after_seq, limit], |r| {
+        Ok(super::StoredMessage {
+            seq: r.get(0)?,
+            message_type: r.get(1)?,
+            sdk_uuid: r.get(2)?,
+            payload: r.get(3)?,
+            created_at: r.get(4)?,
+            turn_cost_usd: r.get(5)?,
+        })
+    })?;
+    rows.collect()
+}
