@@ -181,9 +181,16 @@ pub enum AgentEvent {
         /// The withdrawn request.
         request_id: String,
     },
-    /// The agent ended; `detail` says how.
+    /// The agent ended unexpectedly (it crashed, was killed, or could not start); `detail`
+    /// says how. The session starts it again in the background.
     Exited {
         /// Exit status or reason.
+        detail: String,
+    },
+    /// The backend stopped an idle agent on purpose, to free its place for another
+    /// conversation; the session starts it again at its next turn, not before.
+    Released {
+        /// Why it was stopped.
         detail: String,
     },
 }

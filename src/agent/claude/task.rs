@@ -222,7 +222,7 @@ impl AgentTask {
             match self.drive(proc, &lease).await {
                 End::Stopped => return,
                 End::Evicted => {
-                    self.emit(AgentEvent::Exited {
+                    self.emit(AgentEvent::Released {
                         detail: "stopped to free a process slot".into(),
                     })
                     .await;
