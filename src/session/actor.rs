@@ -51,6 +51,8 @@ pub(crate) enum Command {
     },
     /// Stop the agent at once, whatever it is doing, and end (the conversation is deleted).
     Abandon { reply: oneshot::Sender<()> },
+    /// Someone opened the conversation: start its agent in the background if none is running.
+    Warm,
 }
 
 pub(crate) struct ActorInit {
@@ -217,6 +219,7 @@ impl Actor {
                         let _ = reply.send(());
                         return;
                     }
+                    Some(Command::Warm) => self.warm().await,
                     None => {
                         self.stop().await;
                         return;
@@ -723,6 +726,19 @@ impl Actor {
                 delay.as_millis()
             ),
         );
+    }
+
+    /// Starts the agent with no turn for it, unless one is running or a turn is on its way;
+    /// the idle timer starts over.
+    async fn warm(&mut self) {
+        if self.running.is_none() && self.queue.is_empty() {
+            self.idle_since = Instant::now();
+        }
+        if self.stopping || self.agent.is_some() || self.running.is_some() {
+            return;
+        }
+        self.respawn_at = None;
+        self.start_idle_agent().await;
     }
 
     /// Starts the agent again in the background, if nothing else has started it meanwhile.

@@ -170,7 +170,7 @@ mod toml_edit_free {
     }
 }
 
-fn arg<'a>(spawn: &'a Value, prefix: &str) -> Option<&'a str> {
+pub(crate) fn arg<'a>(spawn: &'a Value, prefix: &str) -> Option<&'a str> {
     spawn["argv"]
         .as_array()?
         .iter()
@@ -178,7 +178,7 @@ fn arg<'a>(spawn: &'a Value, prefix: &str) -> Option<&'a str> {
         .find_map(|a| a.strip_prefix(prefix))
 }
 
-fn alive(pid: i64) -> bool {
+pub(crate) fn alive(pid: i64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
             let state = stat
@@ -206,7 +206,7 @@ async fn assert_no_leftovers(fixture: &Fixture) {
     }
 }
 
-async fn stop(mut server: TestServer, fixture: &Fixture) {
+pub(crate) async fn stop(mut server: TestServer, fixture: &Fixture) {
     assert!(server.terminate().await.success());
     assert_no_leftovers(fixture).await;
 }
@@ -1139,7 +1139,7 @@ fn kill9(pid: i64) {
 }
 
 /// Waits (at most `within`) until the fake has been spawned `count` times; returns the spawns.
-async fn spawned(fx: &Fixture, count: usize, within: Duration) -> Vec<Value> {
+pub(crate) async fn spawned(fx: &Fixture, count: usize, within: Duration) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + within;
     loop {
         let spawns = fx.spawns();

@@ -27,3 +27,4 @@ mod refused;
 mod rest;
 mod security;
 mod store;
+mod warm;
