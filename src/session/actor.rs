@@ -23,6 +23,9 @@ use crate::protocol::{
 };
 use crate::store::{NewMessage, NextLaunch, RunningTurn, SessionRecord, Totals};
 
+/// The `user_seq` of an agent started with no turn for it: every stored prompt is before it.
+const NO_TURN: i64 = i64::MAX;
+
 /// Most agent events stored in one append.
 const EVENT_BATCH: usize = 128;
 
@@ -389,13 +392,14 @@ impl Actor {
                 self.fail_turn(&turn, "backend_unavailable", &detail).await;
                 continue;
             }
-            let agent = self.agent.as_ref().expect("spawned above");
-            if agent
-                .input
-                .send(AgentInput::Prompt(turn.content.clone()))
-                .await
-                .is_err()
-            {
+            let mut sent = self.send_prompt(&turn).await;
+            if !sent && self.agent.is_none() {
+                // The agent had stopped (a background start that gave up its place, or a
+                // crash not yet reported): start one for this turn.
+                sent =
+                    self.spawn_agent(turn.user_seq).await.is_ok() && self.send_prompt(&turn).await;
+            }
+            if !sent {
                 self.agent = None;
                 self.fail_turn(
                     &turn,
@@ -414,6 +418,23 @@ impl Actor {
             return;
         }
         self.idle_since = Instant::now();
+    }
+
+    /// Hands a turn's prompt to the live agent; false (and no agent) when it has stopped.
+    async fn send_prompt(&mut self, turn: &Turn) -> bool {
+        let Some(agent) = self.agent.as_ref() else {
+            return false;
+        };
+        if agent
+            .input
+            .send(AgentInput::Prompt(turn.content.clone()))
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        self.agent = None;
+        false
     }
 
     /// Runs the next turns under the options a turn asked for, and stores them. A live agent
@@ -543,6 +564,11 @@ impl Actor {
             permission_mode: self.permission_mode.clone(),
             options: self.launch_options.clone(),
             prior_prompts,
+            background: user_seq == NO_TURN,
+            watched: {
+                let events = self.events.clone();
+                crate::agent::Watched::new(move || events.receiver_count() > 0)
+            },
         };
         let backend = self.backend.as_ref().ok_or_else(|| {
             format!(
@@ -753,7 +779,7 @@ impl Actor {
     /// Starts the agent with no turn for it (a respawn or a warm-up); a failure to start
     /// counts as an unexpected exit.
     async fn start_idle_agent(&mut self) {
-        if let Err(detail) = self.spawn_agent(i64::MAX).await {
+        if let Err(detail) = self.spawn_agent(NO_TURN).await {
             tracing::warn!(agent_id = %self.session.agent_id, detail, "cannot start the agent in the background");
             self.schedule_respawn(&detail);
         }

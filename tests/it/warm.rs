@@ -188,3 +188,78 @@ async fn warm_is_private_and_checks_its_input() {
     let bad = bob.recv_until(|f| f["message_type"] == "error").await;
     assert_eq!(bad.last().unwrap()["code"], "bad_frame");
 }
+
+/// With every process place taken by a running turn, a warm starts nothing and says so; the
+/// running turn is not disturbed.
+#[tokio::test]
+async fn warm_never_displaces_a_running_turn() {
+    let fx = Fixture::new("[claude]\nmax_live_processes = 1\n");
+    let (server, _) = dormant(&fx, &["a", "b"], "").await;
+    let before = fx.spawns().len();
+    let mut c = server.client().await;
+    chat_ack(&mut c, "a", "LATE hello").await;
+    let mut follower = server.client().await;
+    follower
+        .send(json!({"type": "subscribe", "agent_id": "b", "since_seq": 0}))
+        .await;
+    let (status, body) = Rest::new(&server)
+        .post("/api/sessions/b/warm", json!({}))
+        .await;
+    assert_eq!((status, body["status"].as_str()), (202, Some("warming")));
+    let told = follower
+        .recv_until(|f| f["agent_id"] == "b" && f["status"] == "warm_refused")
+        .await;
+    assert!(
+        told.last().unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("running turns")
+    );
+    assert_eq!(
+        reply_text(&c.until_result("a").await),
+        "Echo: LATE hello (history 2)"
+    );
+    assert_eq!(fx.spawns().len(), before + 1, "only a's process");
+    // b's next chat starts it as usual.
+    chat_ack(&mut c, "b", "second").await;
+    assert_eq!(
+        reply_text(&c.until_result("b").await),
+        "Echo: second (history 2)"
+    );
+    stop(server, &fx).await;
+}
+
+/// When the process cap is reached, the idle process of a conversation nobody follows is
+/// stopped before that of a followed one, even one used less recently.
+#[tokio::test]
+async fn eviction_prefers_conversations_nobody_follows() {
+    let fx = Fixture::new("[claude]\nmax_live_processes = 2\n");
+    let server = fx.start(&[]).await;
+    let mut a = server.client().await;
+    chat_ack(&mut a, "a", "hi").await;
+    a.until_result("a").await;
+    let mut b = server.client().await;
+    chat_ack(&mut b, "b", "hi").await;
+    b.until_result("b").await;
+    let spawns = fx.spawns();
+    let (a_pid, b_pid) = (
+        spawns[0]["pid"].as_i64().unwrap(),
+        spawns[1]["pid"].as_i64().unwrap(),
+    );
+    b.send(json!({"type": "unsubscribe", "agent_id": "b"}))
+        .await;
+    b.send(json!({"type": "ping", "ts": "gone"})).await;
+    b.recv_until(|f| f["message_type"] == "pong").await;
+
+    let mut c = server.client().await;
+    chat_ack(&mut c, "c", "hi").await;
+    c.until_result("c").await;
+    let mut tries = 0;
+    while alive(b_pid) && tries < 50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tries += 1;
+    }
+    assert!(!alive(b_pid), "b, followed by nobody, was stopped");
+    assert!(alive(a_pid), "a, followed and least recently used, stays");
+    stop(server, &fx).await;
+}
