@@ -760,7 +760,8 @@ impl Actor {
         if self.running.is_none() && self.queue.is_empty() {
             self.idle_since = Instant::now();
         }
-        if self.stopping || self.agent.is_some() || self.running.is_some() {
+        if self.stopping || self.agent.is_some() || self.running.is_some() || self.backend.is_none()
+        {
             return;
         }
         self.respawn_at = None;
@@ -770,7 +771,8 @@ impl Actor {
     /// Starts the agent again in the background, if nothing else has started it meanwhile.
     async fn respawn(&mut self) {
         self.respawn_at = None;
-        if self.stopping || self.agent.is_some() || self.running.is_some() {
+        if self.stopping || self.agent.is_some() || self.running.is_some() || self.backend.is_none()
+        {
             return;
         }
         self.start_idle_agent().await;
