@@ -374,6 +374,16 @@ pub struct SessionConfig {
     pub max_live_total: usize,
     /// Imports and exports one principal may run at once; 0 is no limit.
     pub max_transfers_per_principal: usize,
+    /// Delay before the second restart of an agent that keeps exiting unexpectedly, in
+    /// milliseconds; the first restart is at once, each later one waits twice as long.
+    pub respawn_backoff_ms: u64,
+    /// Longest wait between two restarts of a crashing agent.
+    pub respawn_backoff_max_secs: u64,
+    /// Unexpected exits within `respawn_window_secs` after which the agent is no longer
+    /// restarted in the background (status `respawn_failed`); 0 turns restarting off.
+    pub max_respawns: u32,
+    /// The window in which unexpected exits are counted.
+    pub respawn_window_secs: u64,
 }
 
 /// Store settings.
@@ -539,6 +549,10 @@ impl Default for SessionConfig {
             max_live_per_principal: 0,
             max_live_total: 0,
             max_transfers_per_principal: 2,
+            respawn_backoff_ms: 1000,
+            respawn_backoff_max_secs: 30,
+            max_respawns: 5,
+            respawn_window_secs: 300,
         }
     }
 }

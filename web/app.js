@@ -905,8 +905,10 @@ class View {
     this.live = false;
     /** @type {string} model of the running turn, from its `system` `init` */
     this.turnModel = '';
+    // A person opened it: the agent starts meanwhile, so a message typed next skips start-up.
     this.close = client.open(agentId, (frame) => this.onFrame(frame), {
       onReplayed: () => (this.live = true),
+      warm: true,
     });
   }
 

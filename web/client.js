@@ -69,6 +69,7 @@ export class ClientError extends Error {
  * @property {boolean} unknown The last `subscribe` was answered `unknown_agent` and nothing has
  *   been delivered since: the conversation did not exist yet (it may by now).
  * @property {number} retries Re-subscribes tried since it was unknown.
+ * @property {boolean} warm The next `subscribe` asks the server to start the agent (`warm`).
  * @property {ReturnType<typeof setTimeout> | undefined} retryTimer
  */
 
@@ -191,15 +192,17 @@ export class AgentmuxClient {
    * this client sends it a `chat`: so a conversation that another tab or client starts is
    * followed from its first message. `onReplayed` is called each time the stored frames of a
    * subscription have all been delivered (what follows is live). Returns a function that stops
-   * following.
+   * following. With `warm`, the server is asked to start the conversation's agent in the
+   * background, so that a message typed next skips its start-up (once, not on reconnects).
    * @param {string} agentId
    * @param {FrameListener} listener
-   * @param {{onReplayed?: () => void}} [options]
+   * @param {{onReplayed?: () => void, warm?: boolean}} [options]
    * @returns {() => void}
    */
   open(agentId, listener, options = {}) {
     const conversation = this.conversation(agentId);
     conversation.listeners.add(listener);
+    if (options.warm) conversation.warm = true;
     const replayed = options.onReplayed;
     if (replayed) conversation.onReplayed.add(replayed);
     if (conversation.listeners.size === 1) this.subscribe(agentId, conversation);
@@ -282,6 +285,7 @@ export class AgentmuxClient {
         onReplayed: new Set(),
         unknown: false,
         retries: 0,
+        warm: false,
         retryTimer: undefined,
       };
       this.conversations.set(agentId, conversation);
@@ -296,7 +300,13 @@ export class AgentmuxClient {
    */
   subscribe(agentId, conversation) {
     clearTimeout(conversation.retryTimer);
-    this.send({ type: 'subscribe', agent_id: agentId, since_seq: conversation.lastSeq });
+    /** @type {ClientFrame} */
+    const frame = { type: 'subscribe', agent_id: agentId, since_seq: conversation.lastSeq };
+    if (conversation.warm && this.socket && this.socket.readyState === this.WebSocketImpl.OPEN) {
+      frame.warm = true;
+      conversation.warm = false;
+    }
+    this.send(frame);
     // The server answers frames in order and replays within its answer to `subscribe`: the
     // pong of this ping comes after the last stored frame.
     this.send({ type: 'ping', ts: { replayed: agentId } });

@@ -115,7 +115,12 @@ agent_id: string,
 /**
  * The last `seq` the client has; 0 for everything.
  */
-since_seq: number, } | { "type": "unsubscribe", 
+since_seq: number, 
+/**
+ * Start the conversation's agent in the background if it is not running, so that the
+ * next chat skips its start-up (a hint: refused by limits, a `status` says so).
+ */
+warm?: boolean, } | { "type": "unsubscribe", 
 /**
  * The conversation.
  */

@@ -516,7 +516,8 @@ impl Client {
         for line in crate::render::history(&frames, HISTORY_TURNS) {
             say(&line);
         }
-        self.send(json!({"type": "subscribe", "agent_id": self.agent_id, "since_seq": last_seq}))
+        // `warm`: the agent starts while the person reads, so the next message skips start-up.
+        self.send(json!({"type": "subscribe", "agent_id": self.agent_id, "since_seq": last_seq, "warm": true}))
             .await?;
         // Requests still waiting (asked before the client came) can be answered here.
         for request in waiting_permissions(&frames) {

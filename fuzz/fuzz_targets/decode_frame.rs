@@ -75,7 +75,7 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
         "chat" => &["type", "agent_id", "content", "client_msg_id", "options"],
         "interrupt" | "unsubscribe" => &["type", "agent_id"],
         "ping" => &["type", "ts"],
-        "subscribe" => &["type", "agent_id", "since_seq"],
+        "subscribe" => &["type", "agent_id", "since_seq", "warm"],
         "permission_response" => &[
             "type",
             "agent_id",
@@ -155,6 +155,15 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
                 Some(asked) => assert_eq!(asked.as_i64(), Some(since)),
             }
             assert!(since >= 0);
+            // `warm` is serialized only when true, and only when the input asked for it.
+            match given(input, "warm") {
+                Some(asked) => {
+                    assert!(asked.is_boolean());
+                    assert_eq!(frame.get("warm").is_some(), asked == &Value::Bool(true));
+                }
+                None => assert!(frame.get("warm").is_none()),
+            }
+            assert!(frame.get("warm").is_none_or(|w| w == &Value::Bool(true)));
         }
         "permission_response" => {
             let id = frame["request_id"].as_str().unwrap();

@@ -83,6 +83,40 @@ pub struct SpawnSpec {
     pub options: LaunchOptions,
     /// User turns the conversation already holds (the demo agent's memory).
     pub prior_prompts: i64,
+    /// Started with no turn waiting for it (a warm-up or a restart after a crash): it must not
+    /// wait behind busy agents for a place, only take a free one or an idle one's.
+    pub background: bool,
+    /// Whether someone follows the conversation now; an agent nobody follows is stopped first
+    /// when places run out.
+    pub watched: Watched,
+}
+
+/// Tells whether a conversation has followers right now.
+#[derive(Clone)]
+pub struct Watched(std::sync::Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl Watched {
+    /// From a function that answers it.
+    pub fn new(f: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        Watched(std::sync::Arc::new(f))
+    }
+
+    /// Whether someone follows the conversation now.
+    pub fn now(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl Default for Watched {
+    fn default() -> Self {
+        Watched::new(|| false)
+    }
+}
+
+impl std::fmt::Debug for Watched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Watched({})", self.now())
+    }
 }
 
 /// An input for a running agent.
@@ -225,9 +259,16 @@ pub enum AgentEvent {
         /// The withdrawn request.
         request_id: String,
     },
-    /// The agent ended; `detail` says how.
+    /// The agent ended unexpectedly (it crashed, was killed, or could not start); `detail`
+    /// says how. The session starts it again in the background.
     Exited {
         /// Exit status or reason.
+        detail: String,
+    },
+    /// The backend stopped an idle agent on purpose, to free its place for another
+    /// conversation; the session starts it again at its next turn, not before.
+    Released {
+        /// Why it was stopped.
         detail: String,
     },
 }

@@ -338,6 +338,7 @@ impl Connection {
             ClientFrame::Subscribe {
                 agent_id,
                 since_seq,
+                warm,
             } => {
                 self.app.metrics.frame_in("subscribe");
                 if let Err(err) = self.room_to_follow(&agent_id) {
@@ -345,9 +346,25 @@ impl Connection {
                 }
                 match manager.subscribe(&self.principal, &agent_id).await {
                     Ok(sub) => {
+                        let session = sub.session.clone();
                         let cursor = manager.cursor(sub.session, since_seq);
                         self.follow(agent_id.clone(), cursor, sub.events);
-                        self.replay(&agent_id).await
+                        self.replay(&agent_id).await?;
+                        if !warm {
+                            return Ok(());
+                        }
+                        match manager.warm(&self.principal, &agent_id).await {
+                            Ok(crate::session::Warm::Started) => Ok(()),
+                            Ok(crate::session::Warm::Refused(detail)) => {
+                                self.send(protocol::status_frame(
+                                    session.tag(),
+                                    "warm_refused",
+                                    &detail,
+                                ))
+                                .await
+                            }
+                            Err(err) => self.send_error(&err).await,
+                        }
                     }
                     Err(err) => self.send_error(&err).await,
                 }

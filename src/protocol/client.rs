@@ -183,6 +183,11 @@ pub enum ClientFrame {
         agent_id: String,
         /// The last `seq` the client has; 0 for everything.
         since_seq: i64,
+        /// Start the conversation's agent in the background if it is not running, so that the
+        /// next chat skips its start-up (a hint: refused by limits, a `status` says so).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        #[cfg_attr(test, ts(optional, as = "Option<bool>"))]
+        warm: bool,
     },
     /// Stop following a conversation.
     Unsubscribe {
@@ -374,9 +379,20 @@ pub fn decode_object(
                     ))
                 })?,
             };
+            let warm = match obj.get("warm") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return Err(fail(FrameError::new(
+                        ErrorCode::BadFrame,
+                        "`warm` must be a boolean",
+                    )));
+                }
+            };
             Ok(ClientFrame::Subscribe {
                 agent_id,
                 since_seq,
+                warm,
             })
         }
         "unsubscribe" => Ok(ClientFrame::Unsubscribe {

@@ -221,9 +221,28 @@ mod tests {
             decode(r#"{"type":"subscribe","agent_id":"x"}"#, LIMITS).unwrap(),
             ClientFrame::Subscribe {
                 agent_id: "x".into(),
-                since_seq: 0
+                since_seq: 0,
+                warm: false,
             }
         );
+        assert_eq!(
+            decode(r#"{"type":"subscribe","agent_id":"x","warm":true}"#, LIMITS).unwrap(),
+            ClientFrame::Subscribe {
+                agent_id: "x".into(),
+                since_seq: 0,
+                warm: true,
+            }
+        );
+        for bad in [r#""yes""#, "1", "[]", "{}"] {
+            let err = decode(
+                &format!(r#"{{"type":"subscribe","agent_id":"x","warm":{bad}}}"#),
+                LIMITS,
+            )
+            .unwrap_err();
+            assert_eq!(err.code, ErrorCode::BadFrame, "{bad}");
+            assert_eq!(err.message, "`warm` must be a boolean");
+            assert_eq!(err.agent_id.as_deref(), Some("x"));
+        }
         assert_eq!(
             decode(r#"{"type":"ping","ts":5}"#, LIMITS).unwrap(),
             ClientFrame::Ping { ts: Some(5.into()) }
@@ -389,6 +408,12 @@ mod tests {
             ClientFrame::Subscribe {
                 agent_id: "a".into(),
                 since_seq: 4,
+                warm: false,
+            },
+            ClientFrame::Subscribe {
+                agent_id: "a".into(),
+                since_seq: 0,
+                warm: true,
             },
             ClientFrame::Unsubscribe {
                 agent_id: "a".into(),

@@ -23,6 +23,9 @@ use crate::protocol::{
 };
 use crate::store::{NewMessage, NextLaunch, RunningTurn, SessionRecord, Totals};
 
+/// The `user_seq` of an agent started with no turn for it: every stored prompt is before it.
+const NO_TURN: i64 = i64::MAX;
+
 /// Most agent events stored in one append.
 const EVENT_BATCH: usize = 128;
 
@@ -54,6 +57,8 @@ pub(crate) enum Command {
     },
     /// Stop the agent at once, whatever it is doing, and end (the conversation is deleted).
     Abandon { reply: oneshot::Sender<()> },
+    /// Someone opened the conversation: start its agent in the background if none is running.
+    Warm,
 }
 
 pub(crate) struct ActorInit {
@@ -122,6 +127,12 @@ struct Actor {
     pending_permissions: HashMap<String, Instant>,
     /// Held while live; dropped on eviction before the slot can start another actor.
     live: Option<QuotaPermit>,
+    /// When the agent that exited unexpectedly is started again in the background.
+    respawn_at: Option<Instant>,
+    /// Unexpected exits within the respawn window, oldest first.
+    crashes: VecDeque<Instant>,
+    /// Set once restarting was given up (`respawn_failed` told); cleared by a turn that ends well.
+    gave_up: bool,
 }
 
 pub(crate) fn spawn(init: ActorInit) {
@@ -158,6 +169,9 @@ pub(crate) fn spawn(init: ActorInit) {
         stopping: false,
         pending_permissions: HashMap::new(),
         live: Some(live),
+        respawn_at: None,
+        crashes: VecDeque::new(),
+        gave_up: false,
     };
     let busy = actor.busy.clone();
     let span = tracing::info_span!(
@@ -213,6 +227,7 @@ impl Actor {
                         let _ = reply.send(());
                         return;
                     }
+                    Some(Command::Warm) => self.warm().await,
                     None => {
                         self.stop().await;
                         return;
@@ -229,6 +244,9 @@ impl Actor {
                 }
                 _ = sleep_until(permission_deadline.unwrap_or_else(Instant::now)), if permission_deadline.is_some() => {
                     self.expire_permissions().await;
+                }
+                _ = sleep_until(self.respawn_at.unwrap_or_else(Instant::now)), if self.respawn_at.is_some() => {
+                    self.respawn().await;
                 }
             }
         }
@@ -396,13 +414,14 @@ impl Actor {
                 self.fail_turn(&turn, "backend_unavailable", &detail).await;
                 continue;
             }
-            let agent = self.agent.as_ref().expect("spawned above");
-            if agent
-                .input
-                .send(AgentInput::Prompt(turn.content.clone()))
-                .await
-                .is_err()
-            {
+            let mut sent = self.send_prompt(&turn).await;
+            if !sent && self.agent.is_none() {
+                // The agent had stopped (a background start that gave up its place, or a
+                // crash not yet reported): start one for this turn.
+                sent =
+                    self.spawn_agent(turn.user_seq).await.is_ok() && self.send_prompt(&turn).await;
+            }
+            if !sent {
                 self.agent = None;
                 self.fail_turn(
                     &turn,
@@ -421,6 +440,23 @@ impl Actor {
             return;
         }
         self.idle_since = Instant::now();
+    }
+
+    /// Hands a turn's prompt to the live agent; false (and no agent) when it has stopped.
+    async fn send_prompt(&mut self, turn: &Turn) -> bool {
+        let Some(agent) = self.agent.as_ref() else {
+            return false;
+        };
+        if agent
+            .input
+            .send(AgentInput::Prompt(turn.content.clone()))
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        self.agent = None;
+        false
     }
 
     /// Runs the next turns under the options a turn asked for, and stores them. A live agent
@@ -550,6 +586,11 @@ impl Actor {
             permission_mode: self.permission_mode.clone(),
             options: self.launch_options.clone(),
             prior_prompts,
+            background: user_seq == NO_TURN,
+            watched: {
+                let events = self.events.clone();
+                crate::agent::Watched::new(move || events.receiver_count() > 0)
+            },
         };
         let backend = self.backend.as_ref().ok_or_else(|| {
             format!(
@@ -597,6 +638,7 @@ impl Actor {
     async fn on_agent_events(&mut self, first: Option<AgentEvent>) {
         let mut outs = Vec::new();
         let mut turn_ended = false;
+        let mut crashed = None;
         let mut next = Some(first);
         while let Some(event) = next.take() {
             match event {
@@ -636,10 +678,17 @@ impl Actor {
                 }
                 Some(AgentEvent::Exited { detail }) => {
                     self.on_exit(&detail, &mut outs, &mut turn_ended);
+                    crashed = Some(detail);
+                    break;
+                }
+                Some(AgentEvent::Released { detail }) => {
+                    self.on_exit(&detail, &mut outs, &mut turn_ended);
                     break;
                 }
                 None => {
-                    self.on_exit("the agent stopped", &mut outs, &mut turn_ended);
+                    let detail = "the agent stopped".to_owned();
+                    self.on_exit(&detail, &mut outs, &mut turn_ended);
+                    crashed = Some(detail);
                     break;
                 }
             }
@@ -657,6 +706,11 @@ impl Actor {
             }
         }
         self.publish_batch(outs).await;
+        if turn_ended && crashed.is_none() {
+            // The agent proved healthy: a later crash starts the back-off over.
+            self.crashes.clear();
+            self.gave_up = false;
+        }
         if turn_ended {
             self.running = None;
             if self.queue.is_empty() || self.stopping {
@@ -666,6 +720,92 @@ impl Actor {
                 self.shared.metrics.queued_turns(-1);
                 self.start_next_turn().await;
             }
+        }
+        if let Some(detail) = crashed {
+            self.schedule_respawn(&detail);
+        }
+    }
+
+    /// After an unexpected exit: plans to start the agent again in the background (at once the
+    /// first time, then after a doubling delay), unless a turn already started one, or gives
+    /// up with a `respawn_failed` status after too many exits in the window.
+    fn schedule_respawn(&mut self, detail: &str) {
+        let config = &self.shared.config.session;
+        let now = Instant::now();
+        let window = std::time::Duration::from_secs(config.respawn_window_secs);
+        while self
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= window)
+        {
+            self.crashes.pop_front();
+        }
+        self.crashes.push_back(now);
+        if self.stopping || self.agent.is_some() || config.max_respawns == 0 {
+            return;
+        }
+        let exits = self.crashes.len();
+        if exits > config.max_respawns as usize {
+            self.respawn_at = None;
+            if !self.gave_up {
+                self.gave_up = true;
+                tracing::warn!(agent_id = %self.session.agent_id, exits, detail, "agent keeps exiting; not restarting it");
+                self.publish_status(
+                    "respawn_failed",
+                    &format!(
+                        "the agent exited unexpectedly {exits} times in {} s ({detail}); it is no longer restarted in the background, the next message starts it",
+                        config.respawn_window_secs
+                    ),
+                );
+            }
+            return;
+        }
+        let delay = respawn_delay(
+            exits,
+            config.respawn_backoff_ms,
+            config.respawn_backoff_max_secs,
+        );
+        tracing::info!(agent_id = %self.session.agent_id, exits, ?delay, detail, "agent exited unexpectedly; restarting it");
+        self.respawn_at = Some(now + delay);
+        self.publish_status(
+            "respawning",
+            &format!(
+                "the agent exited unexpectedly ({detail}); starting it again in {} ms",
+                delay.as_millis()
+            ),
+        );
+    }
+
+    /// Starts the agent with no turn for it, unless one is running or a turn is on its way;
+    /// the idle timer starts over.
+    async fn warm(&mut self) {
+        if self.running.is_none() && self.queue.is_empty() {
+            self.idle_since = Instant::now();
+        }
+        if self.stopping || self.agent.is_some() || self.running.is_some() || self.backend.is_none()
+        {
+            return;
+        }
+        self.respawn_at = None;
+        self.start_idle_agent().await;
+    }
+
+    /// Starts the agent again in the background, if nothing else has started it meanwhile.
+    async fn respawn(&mut self) {
+        self.respawn_at = None;
+        if self.stopping || self.agent.is_some() || self.running.is_some() || self.backend.is_none()
+        {
+            return;
+        }
+        self.start_idle_agent().await;
+    }
+
+    /// Starts the agent with no turn for it (a respawn or a warm-up); a failure to start
+    /// counts as an unexpected exit.
+    async fn start_idle_agent(&mut self) {
+        if let Err(detail) = self.spawn_agent(NO_TURN).await {
+            tracing::warn!(agent_id = %self.session.agent_id, detail, "cannot start the agent in the background");
+            self.schedule_respawn(&detail);
         }
     }
 
@@ -1040,6 +1180,18 @@ pub(super) async fn rewind_store(
     Ok((frame, rewound.next_launch))
 }
 
+/// How long to wait before restarting an agent after its `exits`-th unexpected exit in the
+/// window: nothing after the first, then `base_ms`, doubling, at most `max_secs`.
+fn respawn_delay(exits: usize, base_ms: u64, max_secs: u64) -> std::time::Duration {
+    let max = std::time::Duration::from_secs(max_secs);
+    if exits <= 1 {
+        return std::time::Duration::ZERO;
+    }
+    let doublings = u32::try_from(exits - 2).unwrap_or(u32::MAX).min(32);
+    let ms = base_ms.saturating_mul(1u64 << doublings);
+    std::time::Duration::from_millis(ms).min(max)
+}
+
 /// A stored `permission_resolved` frame.
 fn resolved(request_id: &str, outcome: &str) -> NewMessage {
     let payload = protocol::PermissionResolved {
@@ -1050,4 +1202,19 @@ fn resolved(request_id: &str, outcome: &str) -> NewMessage {
         "permission_resolved",
         serde_json::to_string(&payload).expect("permission outcomes serialize"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::respawn_delay;
+
+    #[test]
+    fn respawn_backs_off_doubling_up_to_the_cap() {
+        let delays: Vec<Duration> = (1..=8).map(|n| respawn_delay(n, 1000, 30)).collect();
+        let secs: Vec<u64> = delays.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [0, 1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(respawn_delay(1000, 1000, 30), Duration::from_secs(30));
+    }
 }

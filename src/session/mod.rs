@@ -160,6 +160,16 @@ pub enum Activity {
     Dormant,
 }
 
+/// What became of a request to warm a conversation's agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warm {
+    /// Its agent is running or starting in the background.
+    Started,
+    /// Not now: the live limits are reached (or the server is shutting down); the detail says
+    /// why. The next chat starts the agent as usual.
+    Refused(String),
+}
+
 /// The result of an `interrupt`.
 pub struct Interrupted {
     /// The conversation.
@@ -791,6 +801,46 @@ impl Manager {
             session: slot.session.get().expect("set by existing_slot").clone(),
             events: slot.events.subscribe(),
         })
+    }
+
+    /// Starts a conversation's agent in the background unless it is running, so that its next
+    /// turn skips the start-up: a hint, refused (not failed) when the principal or the server
+    /// is at its live limit. It never stops another conversation's turn.
+    ///
+    /// # Errors
+    /// `unknown_agent` when there is no such conversation, `store_unavailable`.
+    pub async fn warm(&self, principal: &str, agent_id: &str) -> Result<Warm, FrameError> {
+        let key = Self::key(principal, agent_id);
+        let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
+        let handle = match &*guard {
+            SlotState::Live(h) if !h.tx.is_closed() => h.clone(),
+            _ => {
+                let live = match self.acquire_live(principal, agent_id) {
+                    Ok(live) => live,
+                    Err(err) => {
+                        self.release_if_unused(&key, &slot, &guard);
+                        return Ok(Warm::Refused(err.message));
+                    }
+                };
+                let record = match self.shared.store.find_session(principal, agent_id).await {
+                    Ok(Some(record)) => record,
+                    Ok(None) => {
+                        self.release_if_unused(&key, &slot, &guard);
+                        return Err(unknown_agent(agent_id));
+                    }
+                    Err(err) => {
+                        self.release_if_unused(&key, &slot, &guard);
+                        return Err(store_error(err, agent_id));
+                    }
+                };
+                let handle = self.spawn_actor(record, &slot, live);
+                *guard = SlotState::Live(handle.clone());
+                handle
+            }
+        };
+        // A full command queue means the conversation is busy anyway: nothing to warm.
+        let _ = handle.tx.try_send(actor::Command::Warm);
+        Ok(Warm::Started)
     }
 
     /// Stops the running turn of a conversation, if any.

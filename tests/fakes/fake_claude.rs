@@ -73,6 +73,8 @@
 //! * `FAKE_CLAUDE_HUGE_LINE_BYTES=N`: each turn emits one `system/huge` frame whose line is N
 //!   bytes long (without the newline), before the text `assistant` frame.
 //! * `FAKE_CLAUDE_REFUSE_RESUME=1`: every `--resume` fails with "No conversation found".
+//! * `FAKE_CLAUDE_FAIL_START_IF=<file>`: while `<file>` exists, every new process fails at start
+//!   as the real CLI does on a start-up error: nothing on stdout, `Error: …` on stderr, code 1.
 //! * `FAKE_CLAUDE_ENV_DUMP=<file>`: write the process environment as a JSON object at start.
 //! * `FAKE_CLAUDE_STAMP=1`: every stdout line gets a first key `"stamp_ns"`, the wall clock in
 //!   nanoseconds since the Unix epoch at the moment the line is written, so that a client of the
@@ -1806,6 +1808,14 @@ async fn main() {
         cwd,
     };
     cfg.log(json!({"argv": argv, "cwd": cfg.cwd, "pid": cfg.pid}));
+    if std::env::var_os("FAKE_CLAUDE_FAIL_START_IF")
+        .filter(|p| !p.is_empty())
+        .is_some_and(|p| Path::new(&p).exists())
+    {
+        // As the real CLI's start-up errors: nothing on stdout, one line on stderr, rc 1.
+        eprintln!("Error: the CLI could not start (FAKE_CLAUDE_FAIL_START_IF)");
+        std::process::exit(1);
+    }
     if let Some(path) = std::env::var_os("FAKE_CLAUDE_ENV_DUMP").filter(|p| !p.is_empty()) {
         let env: Map<String, Value> = std::env::vars_os()
             .map(|(k, v)| {

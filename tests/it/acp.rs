@@ -422,10 +422,16 @@ async fn a_crash_mid_turn_is_survived_and_the_session_resumed() {
         stored(&frames, "result")[0]["message"]["terminal_reason"],
         "crashed"
     );
+    // The agent is started again at once, resuming, before anyone writes.
+    let restart = c
+        .recv_until(|f| f["agent_id"] == "c1" && f["status"] == "active")
+        .await;
+    let restart = statuses(&restart);
+    assert!(restart.contains(&"respawning".to_owned()), "{restart:?}");
+    assert!(restart.contains(&"resuming".to_owned()), "{restart:?}");
     chat_ack(&mut c, "c1", "again").await;
     let frames = c.until_result("c1").await;
     assert_eq!(reply_text(&frames), "Echo: again (history 2)");
-    assert!(statuses(&frames).contains(&"resuming".to_owned()));
     assert!(setup.calls().contains(&"session/resume".to_owned()));
 }
 

@@ -24,6 +24,7 @@ const FAKE_SWITCHES: &[&str] = &[
     "FAKE_CLAUDE_IGNORE_EOF",
     "FAKE_CLAUDE_IGNORE_SIGTERM",
     "FAKE_CLAUDE_REFUSE_SET_MODEL",
+    "FAKE_CLAUDE_FAIL_START_IF",
     "IS_SANDBOX",
 ];
 
@@ -169,7 +170,7 @@ mod toml_edit_free {
     }
 }
 
-fn arg<'a>(spawn: &'a Value, prefix: &str) -> Option<&'a str> {
+pub(crate) fn arg<'a>(spawn: &'a Value, prefix: &str) -> Option<&'a str> {
     spawn["argv"]
         .as_array()?
         .iter()
@@ -177,7 +178,7 @@ fn arg<'a>(spawn: &'a Value, prefix: &str) -> Option<&'a str> {
         .find_map(|a| a.strip_prefix(prefix))
 }
 
-fn alive(pid: i64) -> bool {
+pub(crate) fn alive(pid: i64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
             let state = stat
@@ -205,7 +206,7 @@ async fn assert_no_leftovers(fixture: &Fixture) {
     }
 }
 
-async fn stop(mut server: TestServer, fixture: &Fixture) {
+pub(crate) async fn stop(mut server: TestServer, fixture: &Fixture) {
     assert!(server.terminate().await.success());
     assert_no_leftovers(fixture).await;
 }
@@ -1126,4 +1127,104 @@ async fn a_relative_claude_bin_is_found_from_the_servers_directory() {
     assert_eq!(spawn["argv"][0], fake.to_str().unwrap());
     child.start_kill().unwrap();
     let _ = child.wait().await;
+}
+
+/// Sends SIGKILL to a process the server started.
+fn kill9(pid: i64) {
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits (at most `within`) until the fake has been spawned `count` times; returns the spawns.
+pub(crate) async fn spawned(fx: &Fixture, count: usize, within: Duration) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let spawns = fx.spawns();
+        if spawns.len() >= count || tokio::time::Instant::now() >= deadline {
+            return spawns;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An agent killed between turns is started again at once with resume, without any chat; the
+/// next turn runs on that process and remembers; the respawn stores nothing.
+#[tokio::test]
+async fn a_killed_agent_is_respawned_with_resume() {
+    let fx = Fixture::new("");
+    let server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "rs", "first").await;
+    let session_id = ack["session_id"].as_str().unwrap().to_owned();
+    c.until_result("rs").await;
+    let first_pid = fx.spawns()[0]["pid"].as_i64().unwrap();
+    kill9(first_pid);
+
+    let spawns = spawned(&fx, 2, Duration::from_secs(3)).await;
+    assert_eq!(spawns.len(), 2, "a new process within 3 s, without a chat");
+    assert_eq!(arg(&spawns[1], "--resume="), Some(session_id.as_str()));
+    let respawned = spawns[1]["pid"].as_i64().unwrap();
+    assert!(alive(respawned));
+    let told = c
+        .recv_until(|f| f["agent_id"] == "rs" && f["status"] == "active")
+        .await;
+    assert!(told.iter().any(|f| f["status"] == "respawning"));
+
+    chat_ack(&mut c, "rs", "second").await;
+    assert_eq!(
+        reply_text(&c.until_result("rs").await),
+        "Echo: second (history 2)",
+        "the respawned agent remembers the first turn"
+    );
+    assert_eq!(fx.prompt_pids().last(), Some(&respawned), "same process");
+    assert_eq!(fx.spawns().len(), 2);
+    let db = server.db().await;
+    let statuses: i64 = sqlx::query_scalar(
+        "select count(*) from messages m join session_info s on s.id = m.session_pk
+         where s.agent_id = 'rs' and m.message_type = 'status'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(statuses, 0, "respawn statuses are not stored");
+    stop(server, &fx).await;
+}
+
+/// A CLI that fails at start every time is restarted with back-off a bounded number of times,
+/// then given up on with `respawn_failed`; the next chat starts it as usual once it can start.
+#[tokio::test]
+async fn a_cli_that_cannot_start_is_given_up_on() {
+    let fx = Fixture::new("[session]\nrespawn_backoff_ms = 100\nmax_respawns = 3\n");
+    let fail = fx.dir.path().join("fail-start");
+    let fail_str = fail.to_string_lossy().into_owned();
+    let server = fx.start(&[("FAKE_CLAUDE_FAIL_START_IF", &fail_str)]).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "cl", "first").await;
+    c.until_result("cl").await;
+    std::fs::write(&fail, "").unwrap();
+    kill9(fx.spawns()[0]["pid"].as_i64().unwrap());
+
+    let frames = c
+        .recv_until(|f| f["agent_id"] == "cl" && f["status"] == "respawn_failed")
+        .await;
+    let respawning = frames
+        .iter()
+        .filter(|f| f["status"] == "respawning")
+        .count();
+    assert_eq!(respawning, 3, "three restarts: {frames:?}");
+    // The kill and three failed starts: one process and three restarts, no more.
+    assert_eq!(fx.spawns().len(), 4);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fx.spawns().len(), 4, "no restart after giving up");
+
+    std::fs::remove_file(&fail).unwrap();
+    chat_ack(&mut c, "cl", "again").await;
+    assert_eq!(
+        reply_text(&c.until_result("cl").await),
+        "Echo: again (history 2)"
+    );
+    stop(server, &fx).await;
 }

@@ -28,3 +28,4 @@ mod rest;
 mod schedules;
 mod security;
 mod store;
+mod warm;

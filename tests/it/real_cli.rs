@@ -329,3 +329,62 @@ async fn real_cli_dies_with_a_killed_server() {
     server.kill9().await;
     wait_gone(&pids, Duration::from_secs(3)).await;
 }
+
+/// The real CLI killed between turns is started again with `--resume` within 3 s, without a
+/// chat; the next turn runs on that process and the model gets the earlier turn.
+#[tokio::test]
+async fn real_cli_killed_between_turns_is_respawned() {
+    let Some(cli) = real_cli() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApi::start(dir.path()).await;
+    let home = dir.path().join("claude-home");
+    let (_cfg_dir, config) =
+        config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
+    let server = start_server(&dir.path().join("data"), &cli, &api, &config).await;
+    let mut c = server.client().await;
+    let ack = chat_ack(&mut c, "rk", "hello one").await;
+    let session_id = ack["session_id"].as_str().unwrap().to_owned();
+    c.until_result("rk").await;
+    let first = cli_children(&server, &cli);
+    assert_eq!(first.len(), 1);
+    std::process::Command::new("kill")
+        .args(["-9", &first[0].to_string()])
+        .status()
+        .unwrap();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let respawned = loop {
+        let now: Vec<u32> = cli_children(&server, &cli)
+            .into_iter()
+            .filter(|p| *p != first[0])
+            .collect();
+        if let [pid] = now[..] {
+            break Some(pid);
+        }
+        if std::time::Instant::now() >= deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let respawned = respawned.expect("a new CLI within 3 s, without a chat");
+    let cmdline = std::fs::read_to_string(format!("/proc/{respawned}/cmdline")).unwrap();
+    assert!(
+        cmdline
+            .split('\0')
+            .any(|a| a == format!("--resume={session_id}")),
+        "{cmdline:?}"
+    );
+
+    chat_ack(&mut c, "rk", "hello two").await;
+    assert_eq!(
+        reply_text(&c.until_result("rk").await),
+        "Echo: hello two (history 2)",
+        "the respawned CLI remembers"
+    );
+    assert_eq!(
+        cli_children(&server, &cli),
+        vec![respawned],
+        "the same process"
+    );
+    stop(server, &cli).await;
+}

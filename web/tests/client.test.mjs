@@ -188,3 +188,16 @@ test('a conversation that did not exist is asked for again, and before this clie
   assert.deepEqual(seen, ['unknown_agent', 1]);
   c.close();
 });
+
+test('open with warm asks the server to start the agent once, not again on a reconnect', async () => {
+  const c = client();
+  c.open('w', () => {}, { warm: true });
+  const first = FakeSocket.all[0];
+  first.accept();
+  assert.deepEqual(first.sent[0], { type: 'subscribe', agent_id: 'w', since_seq: 0, warm: true });
+  first.drop();
+  const second = await nextSocket(2);
+  second.accept();
+  assert.deepEqual(second.sent[0], { type: 'subscribe', agent_id: 'w', since_seq: 0 });
+  c.close();
+});

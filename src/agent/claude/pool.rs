@@ -1,10 +1,12 @@
-//! The cap on live CLI processes: leases, and eviction of the least recently used idle
-//! process for a turn that waits for one.
+//! The cap on live CLI processes: leases, and eviction of an idle process (one nobody
+//! follows first, else the least recently used) for a start that waits for a place.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+
+use crate::agent::Watched;
 
 /// The cap on live processes, with least-recently-used eviction of idle ones.
 pub(super) struct Pool {
@@ -26,6 +28,8 @@ struct PoolEntry {
     busy: bool,
     last_used: u64,
     evict: Arc<Notify>,
+    /// Whether its conversation has followers; unwatched idle processes go first.
+    watched: Watched,
 }
 
 /// A live process's place in the pool; dropping it frees the place.
@@ -44,9 +48,22 @@ impl Pool {
         }
     }
 
-    /// A place for one more process. While the pool is full it asks the least recently
-    /// used idle process to go, and waits until a place is freed.
-    pub(super) async fn acquire(self: &Arc<Self>) -> Lease {
+    /// A place for one more process. While the pool is full it asks an idle process to go
+    /// (one whose conversation nobody follows first, else the least recently used), and waits
+    /// until a place is freed.
+    pub(super) async fn acquire(self: &Arc<Self>, watched: Watched) -> Lease {
+        self.acquire_inner(watched, true)
+            .await
+            .expect("waits until a place is free")
+    }
+
+    /// As [`Self::acquire`], for a process no turn waits for: None at once when the pool is
+    /// full of busy processes (it never waits for a running turn to end).
+    pub(super) async fn acquire_if_idle(self: &Arc<Self>, watched: Watched) -> Option<Lease> {
+        self.acquire_inner(watched, false).await
+    }
+
+    async fn acquire_inner(self: &Arc<Self>, watched: Watched, wait: bool) -> Option<Lease> {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -64,21 +81,24 @@ impl Pool {
                             busy: false,
                             last_used,
                             evict: evict.clone(),
+                            watched,
                         },
                     );
-                    return Lease {
+                    return Some(Lease {
                         pool: self.clone(),
                         id,
                         evict,
-                    };
+                    });
                 }
-                if let Some(lru) = state
+                match state
                     .entries
                     .values()
                     .filter(|e| !e.busy)
-                    .min_by_key(|e| e.last_used)
+                    .min_by_key(|e| (e.watched.now(), e.last_used))
                 {
-                    lru.evict.notify_one();
+                    Some(lru) => lru.evict.notify_one(),
+                    None if !wait => return None,
+                    None => {}
                 }
             }
             changed.await;
@@ -136,7 +156,48 @@ mod tests {
     }
 
     fn lease(pool: &Arc<Pool>) -> Lease {
-        pool.acquire().now_or_never().expect("a free place")
+        watched_lease(pool, false)
+    }
+
+    fn watched_lease(pool: &Arc<Pool>, watched: bool) -> Lease {
+        pool.acquire(Watched::new(move || watched))
+            .now_or_never()
+            .expect("a free place")
+    }
+
+    /// An idle process nobody follows goes before a less recently used one somebody follows.
+    #[test]
+    fn an_unwatched_idle_process_goes_first() {
+        let pool = Arc::new(Pool::new(2));
+        let followed = watched_lease(&pool, true);
+        let unfollowed = lease(&pool);
+        followed.set_busy(true);
+        followed.set_busy(false);
+        unfollowed.set_busy(true);
+        unfollowed.set_busy(false);
+        let mut waiter = pin!(pool.acquire(Watched::default()));
+        assert!(waiter.as_mut().now_or_never().is_none());
+        assert!(asked_to_go(&unfollowed), "nobody follows it");
+        assert!(!asked_to_go(&followed), "followed, though used longer ago");
+        drop(unfollowed);
+        assert!(waiter.as_mut().now_or_never().is_some());
+    }
+
+    /// A background start takes a free place or an idle one's, and never waits for busy ones.
+    #[test]
+    fn a_background_start_never_waits_for_busy_processes() {
+        let pool = Arc::new(Pool::new(1));
+        let a = lease(&pool);
+        a.set_busy(true);
+        let none = pool.acquire_if_idle(Watched::default()).now_or_never();
+        assert!(matches!(none, Some(None)), "refused at once");
+        assert!(!asked_to_go(&a));
+        a.set_busy(false);
+        let mut warm = pin!(pool.acquire_if_idle(Watched::default()));
+        assert!(warm.as_mut().now_or_never().is_none());
+        assert!(asked_to_go(&a), "an idle one is asked to go");
+        drop(a);
+        assert!(matches!(warm.as_mut().now_or_never(), Some(Some(_))));
     }
 
     #[test]
@@ -144,7 +205,7 @@ mod tests {
         let pool = Arc::new(Pool::new(2));
         let a = lease(&pool);
         let _b = lease(&pool);
-        let mut third = pin!(pool.acquire());
+        let mut third = pin!(pool.acquire(Watched::default()));
         assert!(third.as_mut().now_or_never().is_none(), "the pool is full");
         drop(a);
         assert!(
@@ -162,7 +223,7 @@ mod tests {
         let b = lease(&pool);
         a.set_busy(true);
         b.set_busy(true);
-        let mut third = pin!(pool.acquire());
+        let mut third = pin!(pool.acquire(Watched::default()));
         assert!(third.as_mut().now_or_never().is_none());
         assert!(!asked_to_go(&a) && !asked_to_go(&b), "busy ones stay");
 
@@ -192,7 +253,7 @@ mod tests {
         b.set_busy(false);
         c.set_busy(false);
         a.set_busy(false);
-        let mut waiter = pin!(pool.acquire());
+        let mut waiter = pin!(pool.acquire(Watched::default()));
         assert!(waiter.as_mut().now_or_never().is_none());
         assert!(asked_to_go(&b), "b has been idle longest");
         assert!(!asked_to_go(&a) && !asked_to_go(&c));
@@ -213,8 +274,8 @@ mod tests {
         let pool = Arc::new(Pool::new(1));
         let a = lease(&pool);
         a.set_busy(true);
-        let mut first = pin!(pool.acquire());
-        let mut second = pin!(pool.acquire());
+        let mut first = pin!(pool.acquire(Watched::default()));
+        let mut second = pin!(pool.acquire(Watched::default()));
         assert!(
             first.as_mut().now_or_never().is_none() && second.as_mut().now_or_never().is_none()
         );

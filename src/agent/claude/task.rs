@@ -222,7 +222,7 @@ impl AgentTask {
             match self.drive(proc, &lease).await {
                 End::Stopped => return,
                 End::Evicted => {
-                    self.emit(AgentEvent::Exited {
+                    self.emit(AgentEvent::Released {
                         detail: "stopped to free a process slot".into(),
                     })
                     .await;
@@ -258,27 +258,59 @@ impl AgentTask {
         }
     }
 
-    /// Waits for a process slot, buffering inputs meanwhile. None when the session went away.
+    /// Waits for a process slot, buffering inputs meanwhile. None when the session went away,
+    /// or, for a background start, when every place is taken by a busy process.
     async fn acquire(&mut self) -> Option<Lease> {
-        let pool = self.pool.clone();
-        let acquire = pool.acquire();
-        tokio::pin!(acquire);
+        let mut background = self.spec.background;
         let mut told = false;
-        loop {
-            tokio::select! {
-                lease = &mut acquire => return Some(lease),
-                input = self.inputs.recv() => {
-                    if !self.buffer_input(input).await {
+        'again: loop {
+            let pool = self.pool.clone();
+            let watched = self.spec.watched.clone();
+            let acquire = async move {
+                if background {
+                    pool.acquire_if_idle(watched).await
+                } else {
+                    Some(pool.acquire(watched).await)
+                }
+            };
+            tokio::pin!(acquire);
+            loop {
+                tokio::select! {
+                    lease = &mut acquire => {
+                        if lease.is_some() {
+                            return lease;
+                        }
+                        // A prompt that came meanwhile makes it a start a turn waits for.
+                        while let Ok(input) = self.inputs.try_recv() {
+                            if !self.buffer_input(Some(input)).await {
+                                return None;
+                            }
+                        }
+                        if !self.prompts.is_empty() {
+                            background = false;
+                            continue 'again;
+                        }
+                        let detail = format!(
+                            "all {} agent processes are running turns; the agent starts with the next message",
+                            self.settings.config.max_live_processes
+                        );
+                        self.status("warm_refused", detail.clone()).await;
+                        self.emit(AgentEvent::Released { detail }).await;
                         return None;
                     }
-                }
-                _ = tokio::time::sleep(Duration::from_millis(50)), if !told => {
-                    told = true;
-                    let detail = format!(
-                        "all {} agent processes are busy; this turn starts when one is free",
-                        self.settings.config.max_live_processes
-                    );
-                    self.status("queued", detail).await;
+                    input = self.inputs.recv() => {
+                        if !self.buffer_input(input).await {
+                            return None;
+                        }
+                    }
+                    _ = tokio::time::sleep(Duration::from_millis(50)), if !told && !background => {
+                        told = true;
+                        let detail = format!(
+                            "all {} agent processes are busy; this turn starts when one is free",
+                            self.settings.config.max_live_processes
+                        );
+                        self.status("queued", detail).await;
+                    }
                 }
             }
         }

@@ -36,6 +36,7 @@ use crate::http::AppState;
         sessions::chat,
         sessions::rewind,
         sessions::fork,
+        sessions::warm,
         projects::list,
         projects::cli_sessions,
         projects::import,
@@ -63,6 +64,7 @@ use crate::http::AppState;
         sessions::RewindBody,
         sessions::RewoundStatus,
         sessions::ForkBody,
+        sessions::Warmed,
         crate::session::ExportLine,
         crate::session::Project,
         crate::session::CliSession,
@@ -110,6 +112,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/sessions/{agent_id}/export", get(sessions::export))
         .route("/api/sessions/{agent_id}/rewind", post(sessions::rewind))
         .route("/api/sessions/{agent_id}/fork", post(sessions::fork))
+        .route("/api/sessions/{agent_id}/warm", post(sessions::warm))
         .route("/api/sessions/{agent_id}/sync", post(projects::sync))
         .route("/api/projects", get(projects::list))
         .route("/api/projects/cli-sessions", get(projects::cli_sessions))

@@ -516,6 +516,42 @@ pub async fn rewind(
     Ok(frame_response(StatusCode::OK, status))
 }
 
+/// What `POST /api/sessions/{agent_id}/warm` answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Warmed {
+    /// `warming` (its agent is running or starting in the background) or `refused` (the live
+    /// limits are reached; the next chat starts it as usual).
+    pub status: String,
+    /// Human-readable explanation.
+    pub detail: String,
+}
+
+/// Starts the conversation's agent in the background if it is not running, so that the next
+/// chat skips its start-up. A hint: when the live limits are reached it answers `refused`
+/// (still 202), and it never stops a running turn.
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/warm",
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 202, body = Warmed), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn warm(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = agent_id(id)?;
+    let warmed = match app.manager.warm(&principal, &id).await? {
+        crate::session::Warm::Started => Warmed {
+            status: "warming".into(),
+            detail: "the agent is running or starting".into(),
+        },
+        crate::session::Warm::Refused(detail) => Warmed {
+            status: "refused".into(),
+            detail,
+        },
+    };
+    Ok((StatusCode::ACCEPTED, Json(warmed)).into_response())
+}
+
 /// Creates a new conversation from this one's history up to a turn.
 #[utoipa::path(post, path = "/api/sessions/{agent_id}/fork", request_body = ForkBody,
     params(("agent_id" = String, Path, description = "The conversation to fork")),
