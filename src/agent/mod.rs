@@ -175,6 +175,7 @@ impl AgentMessage {
         // The common case (an object with each key once) reads the four fields without building
         // a value tree of the whole line; anything else takes the general path below.
         if raw.trim_start().starts_with('{')
+            && !may_overflow(&raw)
             && let Ok(head) = serde_json::from_str::<Head>(&raw)
             && let Some(kind) = head.kind.and_then(RawField::into_string)
         {
@@ -197,6 +198,38 @@ impl AgentMessage {
             raw,
         })
     }
+}
+
+/// Whether `raw` may hold a number too large for an `f64`: a run of 300 digits, or an exponent
+/// of three digits or more. Skipping a field does not check its number's range, so such a line
+/// takes the general path, which refuses it as the rest of the server would (its own text
+/// inside a string only costs that line the slower path).
+fn may_overflow(raw: &str) -> bool {
+    let bytes = raw.as_bytes();
+    let mut digits = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b.is_ascii_digit() {
+            digits += 1;
+            if digits >= 300 {
+                return true;
+            }
+            continue;
+        }
+        if digits > 0 && (b == b'e' || b == b'E') {
+            let rest = &bytes[i + 1..];
+            let rest = rest
+                .strip_prefix(b"-")
+                .or(rest.strip_prefix(b"+"))
+                .unwrap_or(rest);
+            if rest.iter().take_while(|d| d.is_ascii_digit()).count() >= 3 {
+                return true;
+            }
+        }
+        if b != b'.' {
+            digits = 0;
+        }
+    }
+    false
 }
 
 /// The routing fields of an agent's line, each as it is written (other fields are skipped).
@@ -387,5 +420,13 @@ mod tests {
         assert!(parsed(r#"["type","x"]"#).is_err(), "not an object");
         assert!(parsed(r#"{"type":"x""#).is_err(), "not JSON");
         assert!(parsed(r#"{"type":"x"} trailing"#).is_err(), "not JSON");
+        // A number out of an f64's range is refused, as a parsed value refuses it (found by
+        // fuzzing); one in range, or such text inside a string, is fine.
+        assert!(parsed(r#"{"type":"result","total_cost_usd":1e1111}"#).is_err());
+        assert!(parsed(&format!(r#"{{"type":"result","n":{}}}"#, "9".repeat(400))).is_err());
+        assert_eq!(
+            parsed(r#"{"type":"result","total_cost_usd":1.5e-300,"note":"1e999"}"#),
+            Ok(("result".into(), None, None, None))
+        );
     }
 }
