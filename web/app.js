@@ -587,6 +587,7 @@ async function refreshSessions() {
     renderHeader();
     // The project names group the sidebar, once known.
     if (!projectsLoaded) loadProjects().then(() => projects.length && renderSidebar());
+    if (!agentsLoaded) loadAgents();
   } catch {
     // Offline or restarting: the socket's state already says so.
   }
@@ -1583,7 +1584,10 @@ function startSession(cwd = null, agent = null) {
  * refreshed for next time meanwhile); without roots, starts one at once.
  */
 async function newSession() {
-  await Promise.all([projectsLoaded || loadProjects(), agentsLoaded || loadAgents()]);
+  // Both lists are loaded with the sidebar; only a click before that waits for them.
+  if (!projectsLoaded || !agentsLoaded) {
+    await Promise.all([projectsLoaded || loadProjects(), agentsLoaded || loadAgents()]);
+  }
   if (projects.length === 0 && agents.length <= 1) startSession();
   else chooseProject();
   loadProjects();
@@ -1596,7 +1600,11 @@ async function loadAgents() {
     if (!response.ok) return;
     /** @type {{default: string, agents: {name: string, kind: string}[]}} */
     const body = await response.json();
-    agents = [...body.agents].sort((a, b) => Number(b.name === body.default) - Number(a.name === body.default));
+    // The built-in demo agent is offered only where it is the default: beside a real agent it
+    // would turn every "New session" into a question nobody needs.
+    agents = body.agents
+      .filter((a) => a.name !== 'demo' || a.kind !== 'demo' || body.default === 'demo')
+      .sort((a, b) => Number(b.name === body.default) - Number(a.name === body.default));
     agentsLoaded = true;
   } catch {
     // Offline: the last list stays.
