@@ -262,6 +262,26 @@ impl RawField<'_> {
     }
 }
 
+/// Where an agent's task reports to its conversation.
+#[derive(Debug, Clone)]
+pub(crate) struct Reports(pub(crate) mpsc::Sender<AgentEvent>);
+
+impl Reports {
+    /// Reports `event`; a conversation that is gone no longer listens.
+    pub(crate) async fn emit(&self, event: AgentEvent) {
+        let _ = self.0.send(event).await;
+    }
+
+    /// Reports a `status` with its detail.
+    pub(crate) async fn status(&self, status: &'static str, detail: impl Into<String>) {
+        self.emit(AgentEvent::Status {
+            status,
+            detail: detail.into(),
+        })
+        .await;
+    }
+}
+
 /// What an agent reports.
 #[derive(Debug)]
 pub enum AgentEvent {

@@ -13,7 +13,7 @@ use super::schema::{self, Offered, Tool, Update, method};
 use super::{AcpSettings, Learnt};
 use crate::agent::lines::Line;
 use crate::agent::process::{Proc, ProcSpec};
-use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
+use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, Reports, SpawnSpec};
 use crate::protocol::{Content, PermissionDecision, UNATTENDED_PERMISSION_MODES};
 
 /// JSON-RPC error code for a method the client does not implement.
@@ -61,7 +61,7 @@ pub(super) struct AcpTask {
     learnt: Arc<Mutex<Learnt>>,
     spec: SpawnSpec,
     inputs: mpsc::Receiver<AgentInput>,
-    events: mpsc::Sender<AgentEvent>,
+    events: Reports,
     prompts: VecDeque<Content>,
     next_id: u64,
     /// The agent's id of the open session.
@@ -117,7 +117,7 @@ impl AcpTask {
             learnt,
             spec,
             inputs,
-            events,
+            events: Reports(events),
             prompts: VecDeque::new(),
             next_id: 0,
             session: String::new(),
@@ -131,22 +131,10 @@ impl AcpTask {
         }
     }
 
-    async fn emit(&self, event: AgentEvent) {
-        let _ = self.events.send(event).await;
-    }
-
-    async fn status(&self, status: &'static str, detail: impl Into<String>) {
-        self.emit(AgentEvent::Status {
-            status,
-            detail: detail.into(),
-        })
-        .await;
-    }
-
     /// Reports one stream-json shaped message.
     async fn message(&self, value: Value) {
         if let Ok(message) = AgentMessage::parse(value.to_string()) {
-            self.emit(AgentEvent::Message(message)).await;
+            self.events.emit(AgentEvent::Message(message)).await;
         }
     }
 
@@ -176,10 +164,11 @@ impl AcpTask {
         let mut proc = match started {
             Ok(proc) => proc,
             Err(e) => {
-                self.emit(AgentEvent::Exited {
-                    detail: format!("cannot start the agent: {e}"),
-                })
-                .await;
+                self.events
+                    .emit(AgentEvent::Exited {
+                        detail: format!("cannot start the agent: {e}"),
+                    })
+                    .await;
                 return;
             }
         };
@@ -190,7 +179,7 @@ impl AcpTask {
         };
         proc.stop(self.stop_grace()).await;
         if let Some(detail) = end {
-            self.emit(AgentEvent::Exited { detail }).await;
+            self.events.emit(AgentEvent::Exited { detail }).await;
         }
     }
 
@@ -372,11 +361,14 @@ impl AcpTask {
         };
         let (id, offered) = schema::new_session_result(&result).map_err(CallFail::Failed)?;
         if let Some(reason) = refused {
-            self.status(
-                "resume_failed",
-                format!("{reason}; continuing in a new agent session (the stored history is kept)"),
-            )
-            .await;
+            self.events
+                .status(
+                    "resume_failed",
+                    format!(
+                        "{reason}; continuing in a new agent session (the stored history is kept)"
+                    ),
+                )
+                .await;
         }
         self.session = id;
         self.cost.base = Some(0.0);
@@ -438,11 +430,12 @@ impl AcpTask {
                     self.option_calls.insert(id);
                 }
                 None => {
-                    self.status(
-                        "warning",
-                        format!("the agent has no mode `{mode}`; it keeps its own"),
-                    )
-                    .await;
+                    self.events
+                        .status(
+                            "warning",
+                            format!("the agent has no mode `{mode}`; it keeps its own"),
+                        )
+                        .await;
                 }
             }
         }
@@ -461,11 +454,12 @@ impl AcpTask {
                     .await?;
                 self.option_calls.insert(id);
             } else {
-                self.status(
-                    "warning",
-                    format!("the agent has no model `{model}`; it keeps its own"),
-                )
-                .await;
+                self.events
+                    .status(
+                        "warning",
+                        format!("the agent has no model `{model}`; it keeps its own"),
+                    )
+                    .await;
             }
         }
         Ok(())
@@ -521,7 +515,7 @@ impl AcpTask {
                             // requests `cancelled` once it cancels.
                             for request_id in self.permissions.keys().cloned().collect::<Vec<_>>() {
                                 self.answer_permission(proc, &request_id, None).await;
-                                self.emit(AgentEvent::PermissionCancelled { request_id }).await;
+                                self.events.emit(AgentEvent::PermissionCancelled { request_id }).await;
                             }
                         }
                         Some(_) => {}
@@ -554,7 +548,7 @@ impl AcpTask {
     }
 
     async fn too_long(&self, bytes: usize) {
-        self.status(
+        self.events.status(
             "warning",
             format!(
                 "the agent wrote a line of {bytes} bytes, over the {} byte limit; it was skipped",
@@ -575,11 +569,12 @@ impl AcpTask {
             Ok(_) | Err(_) => {
                 let shown: String = trimmed.chars().take(80).collect();
                 tracing::debug!(line = %shown, "a line from the agent that is not JSON-RPC");
-                self.status(
-                    "warning",
-                    "the agent wrote a line that is not a JSON-RPC message; it was skipped",
-                )
-                .await;
+                self.events
+                    .status(
+                        "warning",
+                        "the agent wrote a line that is not a JSON-RPC message; it was skipped",
+                    )
+                    .await;
                 None
             }
         }
@@ -641,20 +636,22 @@ impl AcpTask {
                     && let Some(error) = v.get("error")
                 {
                     let why = error["message"].as_str().unwrap_or("refused");
-                    self.status(
-                        "warning",
-                        format!("the agent refused the new settings ({why})"),
-                    )
-                    .await;
+                    self.events
+                        .status(
+                            "warning",
+                            format!("the agent refused the new settings ({why})"),
+                        )
+                        .await;
                 }
                 Ok(())
             }
             (None, None) => {
-                self.status(
-                    "warning",
-                    "the agent wrote a JSON object that is not JSON-RPC; it was skipped",
-                )
-                .await;
+                self.events
+                    .status(
+                        "warning",
+                        "the agent wrote a JSON object that is not JSON-RPC; it was skipped",
+                    )
+                    .await;
                 Ok(())
             }
         }
@@ -694,18 +691,19 @@ impl AcpTask {
         let request_id = format!("acp-{}", self.permission_count);
         self.permissions
             .insert(request_id.clone(), (id, ask.options.clone()));
-        self.emit(AgentEvent::PermissionRequest {
-            request_id,
-            tool_name: ask
-                .tool
-                .name
-                .clone()
-                .or(ask.tool.title.clone())
-                .unwrap_or_else(|| "tool".to_owned()),
-            input: ask.tool.input.clone().unwrap_or_else(|| json!({})),
-            suggestions: ask.raw_options,
-        })
-        .await;
+        self.events
+            .emit(AgentEvent::PermissionRequest {
+                request_id,
+                tool_name: ask
+                    .tool
+                    .name
+                    .clone()
+                    .or(ask.tool.title.clone())
+                    .unwrap_or_else(|| "tool".to_owned()),
+                input: ask.tool.input.clone().unwrap_or_else(|| json!({})),
+                suggestions: ask.raw_options,
+            })
+            .await;
         Ok(())
     }
 
@@ -787,11 +785,12 @@ impl AcpTask {
 
     async fn on_update(&mut self, params: &Value, turn: &mut Option<Turn>) {
         let Some((session, update)) = schema::update(params) else {
-            self.status(
-                "warning",
-                "the agent sent a session/update without a session id",
-            )
-            .await;
+            self.events
+                .status(
+                    "warning",
+                    "the agent sent a session/update without a session id",
+                )
+                .await;
             return;
         };
         if session != self.session {

@@ -16,7 +16,7 @@ use super::control::{self, Request};
 use super::pool::{Lease, Pool};
 use crate::agent::lines::Line;
 use crate::agent::process::Proc;
-use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
+use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, Reports, SpawnSpec};
 use crate::protocol::{Content, PermissionDecision};
 
 /// Where the running turn is.
@@ -50,7 +50,7 @@ pub(super) struct AgentTask {
     pool: Arc<Pool>,
     spec: SpawnSpec,
     inputs: mpsc::Receiver<AgentInput>,
-    events: mpsc::Sender<AgentEvent>,
+    events: Reports,
     /// Prompts not yet written to the CLI.
     prompts: VecDeque<Content>,
     /// The proposed input of each open permission request (an `allow` without edits sends it back).
@@ -78,7 +78,7 @@ impl AgentTask {
             pool,
             spec,
             inputs,
-            events,
+            events: Reports(events),
             prompts: VecDeque::new(),
             tool_inputs: HashMap::new(),
             applied: (None, None),
@@ -86,18 +86,6 @@ impl AgentTask {
             options_refused: None,
             reported_session_id: None,
         }
-    }
-
-    async fn emit(&self, event: AgentEvent) {
-        let _ = self.events.send(event).await;
-    }
-
-    async fn status(&self, status: &'static str, detail: impl Into<String>) {
-        self.emit(AgentEvent::Status {
-            status,
-            detail: detail.into(),
-        })
-        .await;
     }
 
     /// Handles an input that arrives while no process is ready. False when the session is gone.
@@ -192,7 +180,7 @@ impl AgentTask {
         })
         .to_string();
         if let Ok(message) = AgentMessage::parse(raw) {
-            self.emit(AgentEvent::Message(message)).await;
+            self.events.emit(AgentEvent::Message(message)).await;
         }
     }
 
@@ -214,7 +202,7 @@ impl AgentTask {
                     Ok(Some(proc)) => proc,
                     Ok(None) => return,
                     Err(detail) => {
-                        self.emit(AgentEvent::Exited { detail }).await;
+                        self.events.emit(AgentEvent::Exited { detail }).await;
                         return;
                     }
                 },
@@ -222,24 +210,26 @@ impl AgentTask {
             match self.drive(proc, &lease).await {
                 End::Stopped => return,
                 End::Evicted => {
-                    self.emit(AgentEvent::Released {
-                        detail: "stopped to free a process slot".into(),
-                    })
-                    .await;
+                    self.events
+                        .emit(AgentEvent::Released {
+                            detail: "stopped to free a process slot".into(),
+                        })
+                        .await;
                     return;
                 }
                 End::Exited(detail) => {
-                    self.emit(AgentEvent::Exited { detail }).await;
+                    self.events.emit(AgentEvent::Exited { detail }).await;
                     return;
                 }
                 End::Restart(reason) => {
-                    self.status(
-                        "restarting",
-                        format!(
-                            "{reason}; restarting the agent with resume under the new settings"
-                        ),
-                    )
-                    .await;
+                    self.events
+                        .status(
+                            "restarting",
+                            format!(
+                                "{reason}; restarting the agent with resume under the new settings"
+                            ),
+                        )
+                        .await;
                     self.options_pending = 0;
                     if let Some(id) = self.reported_session_id.clone() {
                         self.spec.launch = Launch::Resume { sdk_session_id: id };
@@ -247,7 +237,7 @@ impl AgentTask {
                 }
                 End::Refused(reason) => {
                     let fresh = uuid::Uuid::new_v4().to_string();
-                    self.status(
+                    self.events.status(
                         "resume_failed",
                         format!("{reason}; continuing in a fresh agent conversation (the stored history is kept)"),
                     )
@@ -294,8 +284,8 @@ impl AgentTask {
                             "all {} agent processes are running turns; the agent starts with the next message",
                             self.settings.config.max_live_processes
                         );
-                        self.status("warm_refused", detail.clone()).await;
-                        self.emit(AgentEvent::Released { detail }).await;
+                        self.events.status("warm_refused", detail.clone()).await;
+                        self.events.emit(AgentEvent::Released { detail }).await;
                         return None;
                     }
                     input = self.inputs.recv() => {
@@ -309,7 +299,7 @@ impl AgentTask {
                             "all {} agent processes are busy; this turn starts when one is free",
                             self.settings.config.max_live_processes
                         );
-                        self.status("queued", detail).await;
+                        self.events.status("queued", detail).await;
                     }
                 }
             }
@@ -467,7 +457,7 @@ impl AgentTask {
                         }
                     }
                     Ok(Some(Line::TooLong(bytes))) => {
-                        self.status("warning", format!(
+                        self.events.status("warning", format!(
                             "the agent wrote a line of {bytes} bytes, over the {} byte limit; it was skipped",
                             self.settings.config.max_line_bytes
                         )).await;
@@ -509,11 +499,12 @@ impl AgentTask {
         let message = match AgentMessage::parse(text) {
             Ok(m) => m,
             Err(e) => {
-                self.status(
-                    "warning",
-                    format!("the agent wrote a line that is not a JSON message ({e})"),
-                )
-                .await;
+                self.events
+                    .status(
+                        "warning",
+                        format!("the agent wrote a line that is not a JSON message ({e})"),
+                    )
+                    .await;
                 return None;
             }
         };
@@ -531,10 +522,11 @@ impl AgentTask {
                     && let Some(id) = v["request_id"].as_str()
                 {
                     self.tool_inputs.remove(id);
-                    self.emit(AgentEvent::PermissionCancelled {
-                        request_id: id.to_owned(),
-                    })
-                    .await;
+                    self.events
+                        .emit(AgentEvent::PermissionCancelled {
+                            request_id: id.to_owned(),
+                        })
+                        .await;
                 }
                 None
             }
@@ -544,7 +536,7 @@ impl AgentTask {
                 if *turn == (Turn::Sent { started: false }) {
                     *turn = Turn::Sent { started: true };
                 }
-                self.emit(AgentEvent::Message(message)).await;
+                self.events.emit(AgentEvent::Message(message)).await;
                 None
             }
             "result" => {
@@ -556,11 +548,11 @@ impl AgentTask {
                     return Some("the agent could not find the conversation to resume".into());
                 }
                 *turn = Turn::Idle;
-                self.emit(AgentEvent::Message(message)).await;
+                self.events.emit(AgentEvent::Message(message)).await;
                 None
             }
             _ => {
-                self.emit(AgentEvent::Message(message)).await;
+                self.events.emit(AgentEvent::Message(message)).await;
                 None
             }
         }
@@ -575,16 +567,17 @@ impl AgentTask {
         if request["subtype"] == "can_use_tool" {
             let input = request["input"].clone();
             self.tool_inputs.insert(request_id.clone(), input.clone());
-            self.emit(AgentEvent::PermissionRequest {
-                request_id,
-                tool_name: request["tool_name"].as_str().unwrap_or_default().to_owned(),
-                input,
-                suggestions: request
-                    .get("permission_suggestions")
-                    .cloned()
-                    .unwrap_or_else(|| json!([])),
-            })
-            .await;
+            self.events
+                .emit(AgentEvent::PermissionRequest {
+                    request_id,
+                    tool_name: request["tool_name"].as_str().unwrap_or_default().to_owned(),
+                    input,
+                    suggestions: request
+                        .get("permission_suggestions")
+                        .cloned()
+                        .unwrap_or_else(|| json!([])),
+                })
+                .await;
             return;
         }
         let subtype = request["subtype"].as_str().unwrap_or("unknown");
