@@ -1178,7 +1178,9 @@ class View {
       this.append(el('div', 'msg notice', 'Rewound to an earlier turn'), frame);
       scheduleSessionsRefresh();
     }
-    if (status === 'idle') {
+    // Nothing runs after `idle`, and the prompts an import left without a reply never ran:
+    // none of them waits any more.
+    if (status === 'idle' || status === 'imported') {
       for (const msg of this.open) setQueued(msg, false);
       this.open = [];
     }

@@ -517,6 +517,20 @@ test('an image pasted, dropped or picked goes with the message, is shown, and is
   assert.deepEqual(problems, []);
 });
 
+test('prompts an import left without a reply are not shown as queued, and the next turn pairs with its own reply', async () => {
+  const s = await server();
+  const prompt = (content) => ({ message_type: 'user', payload: { type: 'user', message: { role: 'user', content } } });
+  await importTranscript(s.url, 'never-ran', [prompt('first, never answered'), prompt('second, never answered')]);
+  const { page, problems } = await openUi(await context(), `${s.url}/#never-ran`);
+  await page.locator('.msg.user').filter({ hasText: 'second, never answered' }).waitFor();
+  await until(async () => (await page.locator('.msg.user.queued').count()) === 0, 'no queued prompt');
+  await send(page, 'now one that runs');
+  await reply(page, 'Echo: now one that runs (turn 1)');
+  await page.locator('.msg.result').waitFor();
+  assert.equal(await page.locator('.msg.user.queued').count(), 0);
+  assert.deepEqual(problems, []);
+});
+
 test('phone width: a drawer for the sessions, the composer in reach, no horizontal scroll', async () => {
   const s = await server();
   const { page, problems } = await openUi(await context({ viewport: { width: 390, height: 760 } }), s.url);
