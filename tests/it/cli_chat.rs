@@ -490,9 +490,11 @@ async fn chat_runs_new_sessions_on_the_agent_named() {
     let url = format!("ws://{}/ws", server.addr);
     let rest = crate::rest::Rest::new(&server);
 
-    let (code, out, _) = chat_piped(&["--url", &url, "--agent", "nosuch"], "hi\n").await;
-    assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("error (invalid_options)"), "{out}");
+    for refused in ["--agent=nosuch", "--agent=-rf", "--agent=../demo"] {
+        let (code, out, _) = chat_piped(&["--url", &url, refused], "hi\n").await;
+        assert_eq!(code, Some(0), "{refused}: {out}");
+        assert!(out.contains("error (invalid_options)"), "{refused}: {out}");
+    }
     assert_eq!(rest.get("/api/sessions").await.1["total"], 0);
 
     let (code, out, _) = chat_piped(&["--url", &url, "--agent", "helper"], "hello helper\n").await;
