@@ -202,6 +202,13 @@ async fn warm_never_displaces_a_running_turn() {
     follower
         .send(json!({"type": "subscribe", "agent_id": "b", "since_seq": 0}))
         .await;
+    // The warm must find b followed: wait until the socket has handled the subscribe.
+    follower
+        .send(json!({"type": "ping", "ts": "followed"}))
+        .await;
+    follower
+        .recv_until(|f| f["message_type"] == "pong" && f["ts"] == "followed")
+        .await;
     let (status, body) = Rest::new(&server)
         .post("/api/sessions/b/warm", json!({}))
         .await;

@@ -48,17 +48,17 @@ impl Pool {
         }
     }
 
-    /// A place for one more process. While the pool is full it asks an idle process to go
-    /// (one whose conversation nobody follows first, else the least recently used), and waits
-    /// until a place is freed.
+    /// A place for one more process, busy (a turn waits for it). While the pool is full it
+    /// asks an idle process to go (one whose conversation nobody follows first, else the least
+    /// recently used), and waits until a place is freed.
     pub(super) async fn acquire(self: &Arc<Self>, watched: Watched) -> Lease {
         self.acquire_inner(watched, true)
             .await
             .expect("waits until a place is free")
     }
 
-    /// As [`Self::acquire`], for a process no turn waits for: None at once when the pool is
-    /// full of busy processes (it never waits for a running turn to end).
+    /// As [`Self::acquire`], for a process no turn waits for (idle): None at once when the
+    /// pool is full of busy processes (it never waits for a running turn to end).
     pub(super) async fn acquire_if_idle(self: &Arc<Self>, watched: Watched) -> Option<Lease> {
         self.acquire_inner(watched, false).await
     }
@@ -78,7 +78,8 @@ impl Pool {
                     state.entries.insert(
                         id,
                         PoolEntry {
-                            busy: false,
+                            // A start a turn waits for is busy until its process goes idle.
+                            busy: wait,
                             last_used,
                             evict: evict.clone(),
                             watched,
@@ -183,11 +184,16 @@ mod tests {
         assert!(waiter.as_mut().now_or_never().is_some());
     }
 
-    /// A background start takes a free place or an idle one's, and never waits for busy ones.
+    /// A background start takes a free place or an idle one's, and never waits for busy ones,
+    /// nor for one still starting for a turn (the regression: a warm evicted it).
     #[test]
     fn a_background_start_never_waits_for_busy_processes() {
         let pool = Arc::new(Pool::new(1));
         let a = lease(&pool);
+        let none = pool.acquire_if_idle(Watched::default()).now_or_never();
+        assert!(matches!(none, Some(None)), "a start for a turn is busy");
+        assert!(!asked_to_go(&a));
+        a.set_busy(false);
         a.set_busy(true);
         let none = pool.acquire_if_idle(Watched::default()).now_or_never();
         assert!(matches!(none, Some(None)), "refused at once");

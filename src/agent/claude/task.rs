@@ -368,6 +368,9 @@ impl AgentTask {
         let mut interrupts = 0u64;
         let mut seen_init = false;
         let mut current: Option<Content> = None;
+        if self.prompts.is_empty() {
+            lease.set_busy(false);
+        }
         let end = loop {
             if turn == Turn::Idle
                 && self.wanted_options() != self.applied
