@@ -1169,9 +1169,14 @@ async fn a_killed_agent_is_respawned_with_resume() {
     let respawned = spawns[1]["pid"].as_i64().unwrap();
     assert!(alive(respawned));
     let told = c
-        .recv_until(|f| f["agent_id"] == "rs" && f["status"] == "active")
+        .recv_until(|f| f["agent_id"] == "rs" && f["status"] == "ready")
         .await;
-    assert!(told.iter().any(|f| f["status"] == "respawning"));
+    let statuses: Vec<&str> = told.iter().filter_map(|f| f["status"].as_str()).collect();
+    assert_eq!(
+        statuses[statuses.len().saturating_sub(4)..],
+        ["respawning", "resuming", "active", "ready"],
+        "{told:?}"
+    );
 
     chat_ack(&mut c, "rs", "second").await;
     assert_eq!(

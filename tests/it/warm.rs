@@ -91,6 +91,9 @@ async fn warm_respects_the_live_limit() {
     assert!(!frames.iter().any(|f| f["status"] == "warm_refused"));
     let spawns = spawned(&fx, before + 1, Duration::from_secs(10)).await;
     assert_eq!(spawns.len(), before + 1);
+    // The opener is told when the warm-up is complete.
+    c.recv_until(|f| f["agent_id"] == "a" && f["status"] == "ready")
+        .await;
 
     let frames = warm_subscribe(&mut c, "b").await;
     let refused: Vec<&Value> = frames

@@ -468,6 +468,12 @@ impl AcpTask {
     /// Runs turns until the session stops the agent (`None`) or the agent ends (`Some`).
     async fn drive(&mut self, proc: &mut Proc) -> Option<String> {
         let mut turn: Option<Turn> = None;
+        if self.prompts.is_empty() {
+            // A start no turn waits for (a warm-up or a respawn) is complete.
+            self.events
+                .status("ready", "the agent is started and waits for a message")
+                .await;
+        }
         loop {
             if turn.is_none() && self.option_calls.is_empty() {
                 if let Err(detail) = self.apply_options(proc).await {

@@ -370,6 +370,10 @@ impl AgentTask {
         let mut current: Option<Content> = None;
         if self.prompts.is_empty() {
             lease.set_busy(false);
+            // A start no turn waits for (a warm-up or a respawn) is complete.
+            self.events
+                .status("ready", "the agent is started and waits for a message")
+                .await;
         }
         let end = loop {
             if turn == Turn::Idle
