@@ -131,6 +131,19 @@ enum Scenario {
         #[command(flatten)]
         common: Common,
     },
+    /// agentmux on the real Claude CLI against the fake model API: first token of a turn when
+    /// the agent starts cold, is running, was respawned after `kill -9`, or was warmed on open.
+    Warm {
+        /// The Claude CLI executable.
+        #[arg(long, env = "AGENTMUX_BENCH_CLAUDE_BIN")]
+        claude_bin: PathBuf,
+        /// Conversations measured (one sample of each case per conversation).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Repeat {start the server, drive load, kill -9 at a random moment, restart, verify}.
     Kill9 {
         /// Cycles to run.
@@ -189,6 +202,7 @@ impl Scenario {
             Scenario::Kill9 {
                 clients, sessions, ..
             } => &[("--clients", *clients), ("--sessions", *sessions)],
+            Scenario::Warm { rounds, .. } => &[("--rounds", *rounds)],
             Scenario::Baseline { .. } => &[],
         };
         for (flag, value) in sizes {
@@ -279,13 +293,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             common,
         } => {
             let report = load::cli(sessions, words, &common).await?;
-            print!("{}", report.table());
-            if let Some(path) = common.json {
-                std::fs::write(&path, serde_json::to_string_pretty(&report)?)
-                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-                println!("report written to {}", path.display());
-            }
-            return Ok(());
+            return write_json(&report.table(), &report, common.json.as_deref());
+        }
+        Scenario::Warm {
+            claude_bin,
+            rounds,
+            json,
+        } => {
+            let report = load::warm(&claude_bin, rounds).await?;
+            return write_json(&report.table(), &report, json.as_deref());
         }
         Scenario::ReplayLoad {
             messages,
@@ -305,7 +321,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn finish(report: &Report, json: Option<&std::path::Path>) -> anyhow::Result<()> {
-    print!("{}", report.table());
+    write_json(&report.table(), report, json)
+}
+
+/// Prints `table`, and writes `report` as JSON to `json` when given.
+fn write_json(
+    table: &str,
+    report: &impl serde::Serialize,
+    json: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    print!("{table}");
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_string_pretty(report)?)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

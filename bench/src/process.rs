@@ -1,5 +1,5 @@
-//! Processes as the OS reports them: a process's resident memory and CPU time from `/proc`,
-//! and this process's limit on open files.
+//! Processes as the OS reports them: a process's resident memory, CPU time and children from
+//! `/proc`, `kill -9`, and this process's limit on open files.
 
 /// Resident memory of process `pid`, in KiB (`VmRSS`); 0 when it can't be read.
 pub fn rss_kib(pid: u32) -> u64 {
@@ -69,5 +69,35 @@ mod tests {
         assert!(x != 1);
         assert!(cpu_secs(pid).is_some_and(|s| s >= 0.0));
         assert!(rss_kib(pid) > 0);
+    }
+}
+
+/// Running (not zombie) children of `parent` whose executable is `exe` (canonical).
+pub fn children(parent: u32, exe: &std::path::Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let mut rest = stat
+                    .rsplit_once(')')
+                    .map_or("", |(_, r)| r)
+                    .split_whitespace();
+                let state = rest.next();
+                let ppid = rest.next().and_then(|p| p.parse::<u32>().ok());
+                state != Some("Z") && ppid == Some(parent)
+            })
+        })
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe))
+        .collect()
+}
+
+/// Sends SIGKILL to process `pid`.
+pub fn kill9(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill only sends a signal.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }

@@ -67,9 +67,11 @@ pub struct Tweaks {
     pub idle_evict_secs: Option<u64>,
     /// Start the baseline with `--keep-history`.
     pub keep_history: bool,
-    /// Run agentmux with the Claude backend on this CLI (the fake one, stamping its lines)
-    /// instead of the demo agent.
+    /// Run agentmux with the Claude backend on this CLI (the fake one, stamping its lines, or
+    /// the real one) instead of the demo agent.
     pub claude_bin: Option<PathBuf>,
+    /// More environment for agentmux (and, where its allow-list lets it, the CLI).
+    pub env: Vec<(String, String)>,
 }
 
 /// A running server process; killed on drop.
@@ -166,7 +168,11 @@ async fn start_agentmux(data_dir: &Path, tweaks: &Tweaks) -> anyhow::Result<(Chi
     let data = data_dir.to_string_lossy();
     let config = config.to_string_lossy();
     let mut args = vec!["serve", "--data-dir", &data, "--config", &config];
-    let mut env = vec![];
+    let mut env: Vec<(&str, &str)> = tweaks
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     let claude_bin;
     match &tweaks.claude_bin {
         Some(bin) => {

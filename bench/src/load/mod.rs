@@ -8,6 +8,7 @@ mod replay;
 mod run;
 mod scenarios;
 mod tally;
+mod warm;
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ pub use self::cli::cli;
 pub use self::idle::idle;
 pub use self::replay::{replay, replay_load};
 pub use self::scenarios::{churn, fanout, many_sessions, sweep};
+pub use self::warm::warm;
 
 use self::driver::Plan;
 use crate::Common;
