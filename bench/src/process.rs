@@ -47,31 +47,6 @@ pub fn raise_fd_limit() {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_ticks_are_utime_plus_stime() {
-        let stat = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 2185 0 0 0 731 96 0 0 20 0 9 0 \
-                    5000 100000 2000 18446744073709551615";
-        assert_eq!(cpu_ticks(stat), Some(731 + 96));
-        assert_eq!(cpu_ticks("1 (x) S 1 2"), None);
-    }
-
-    #[test]
-    fn this_process_has_cpu_time_and_memory() {
-        let pid = std::process::id();
-        let mut x = 0u64;
-        for i in 0..2_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        assert!(x != 1);
-        assert!(cpu_secs(pid).is_some_and(|s| s >= 0.0));
-        assert!(rss_kib(pid) > 0);
-    }
-}
-
 /// Running (not zombie) children of `parent` whose executable is `exe` (canonical).
 pub fn children(parent: u32, exe: &std::path::Path) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -99,5 +74,30 @@ pub fn kill9(pid: u32) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {
         // SAFETY: kill only sends a signal.
         unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_utime_plus_stime() {
+        let stat = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 2185 0 0 0 731 96 0 0 20 0 9 0 \
+                    5000 100000 2000 18446744073709551615";
+        assert_eq!(cpu_ticks(stat), Some(731 + 96));
+        assert_eq!(cpu_ticks("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn this_process_has_cpu_time_and_memory() {
+        let pid = std::process::id();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert!(x != 1);
+        assert!(cpu_secs(pid).is_some_and(|s| s >= 0.0));
+        assert!(rss_kib(pid) > 0);
     }
 }
