@@ -82,8 +82,8 @@ struct Turn {
 }
 
 struct Running {
-    /// `seq` of the turn's user message.
-    user_seq: i64,
+    /// The turn handed to the agent.
+    turn: Turn,
     /// Set once an interrupt was sent: the agent is killed if the turn has not ended by then.
     interrupt_deadline: Option<Instant>,
     /// uuid of the latest assistant message of this turn (the rewind anchor).
@@ -432,7 +432,7 @@ impl Actor {
                 continue;
             }
             self.running = Some(Running {
-                user_seq: turn.user_seq,
+                turn,
                 interrupt_deadline: None,
                 last_assistant_uuid: None,
             });
@@ -639,6 +639,7 @@ impl Actor {
         let mut outs = Vec::new();
         let mut turn_ended = false;
         let mut crashed = None;
+        let mut requeued = false;
         let mut next = Some(first);
         while let Some(event) = next.take() {
             match event {
@@ -682,7 +683,14 @@ impl Actor {
                     break;
                 }
                 Some(AgentEvent::Released { detail }) => {
-                    self.on_exit(&detail, &mut outs, &mut turn_ended);
+                    tracing::info!(agent_id = %self.session.agent_id, %detail, "agent released");
+                    self.agent = None;
+                    // Only an idle agent is released: a turn handed to it as it went never
+                    // reached it, and runs on the next one.
+                    if let Some(running) = self.running.take() {
+                        self.queue.push_front(running.turn);
+                        requeued = true;
+                    }
                     break;
                 }
                 None => {
@@ -720,6 +728,9 @@ impl Actor {
                 self.shared.metrics.queued_turns(-1);
                 self.start_next_turn().await;
             }
+        }
+        if requeued {
+            self.start_next_turn().await;
         }
         if let Some(detail) = crashed {
             self.schedule_respawn(&detail);
@@ -1019,7 +1030,7 @@ impl Actor {
     /// The interrupt deadline passed without the turn ending: kill the agent and close the
     /// turn. The conversation resumes from the agent's own record on the next turn.
     async fn kill_stuck_turn(&mut self) {
-        let seq = self.running.as_ref().map(|r| r.user_seq);
+        let seq = self.running.as_ref().map(|r| r.turn.user_seq);
         tracing::warn!(agent_id = %self.session.agent_id, ?seq, "interrupt not honoured in time; stopping the agent");
         if let Some(agent) = self.agent.take() {
             agent.stop().await;

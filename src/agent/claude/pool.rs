@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use futures_util::FutureExt;
 use tokio::sync::Notify;
 
 use crate::agent::Watched;
@@ -120,7 +121,11 @@ impl Lease {
                 entry.last_used = now;
             }
         }
-        if !busy {
+        if busy {
+            // A request to go that came while it was idle is void now that it works: a
+            // waiter still waiting asks again when a process goes idle.
+            let _ = self.evict.notified().now_or_never();
+        } else {
             self.pool.changed.notify_waiters();
         }
     }
@@ -146,8 +151,6 @@ impl Drop for Lease {
 #[cfg(test)]
 mod tests {
     use std::pin::pin;
-
-    use futures_util::FutureExt;
 
     use super::*;
 
@@ -272,6 +275,22 @@ mod tests {
         assert!(!asked_to_go(&c));
         drop(a);
         assert!(waiter.as_mut().now_or_never().is_some());
+    }
+
+    /// A request to go is void once the process takes a turn: after that turn it stays,
+    /// when the waiter that asked is gone.
+    #[test]
+    fn a_request_to_go_is_void_once_the_process_works() {
+        let pool = Arc::new(Pool::new(1));
+        let a = lease(&pool);
+        a.set_busy(false);
+        {
+            let mut waiter = pin!(pool.acquire(Watched::default()));
+            assert!(waiter.as_mut().now_or_never().is_none(), "a is asked to go");
+        }
+        a.set_busy(true);
+        a.set_busy(false);
+        assert!(!asked_to_go(&a), "nobody waits any more");
     }
 
     /// Each of several waiters gets a place of its own.
