@@ -319,6 +319,7 @@ async function apiError(response) {
 }
 
 const client = new AgentmuxClient({ url: socketUrl });
+client.watchActivity((frame) => onActivity(frame));
 
 /** @type {Map<string, SessionInfo>} */
 const sessions = new Map();
@@ -585,6 +586,7 @@ async function refreshSessions() {
     saveLocalSessions();
     renderSidebar();
     renderHeader();
+    markUnlisted();
     // The project names group the sidebar, once known.
     if (!projectsLoaded) loadProjects().then(() => projects.length && renderSidebar());
     if (!agentsLoaded) loadAgents();
@@ -652,7 +654,7 @@ function age(iso, now) {
 
 /** @param {SessionInfo} info */
 function badge(info) {
-  if (views.get(info.agent_id)?.busy) return 'busy';
+  if (views.get(info.agent_id)?.busy || running.has(info.agent_id)) return 'busy';
   return info.live ? 'live' : 'idle';
 }
 
@@ -842,6 +844,47 @@ function clearAttention(agentId) {
   info.attention = '';
   renderSidebar();
   renderTabTitle();
+}
+
+/** @type {Map<string, {kind: 'done' | 'permission', text: string}>} news about conversations not listed yet */
+const unlisted = new Map();
+/** @type {Set<string>} conversations the activity feed says are running a turn */
+const running = new Set();
+
+/**
+ * An `activity` line about any conversation of ours: the sidebar shows which run, and one not
+ * on screen is marked when its turn ends or a tool waits (the open one's frames say so).
+ * @param {import('./protocol').ActivityFrame} frame
+ */
+function onActivity(frame) {
+  const agentId = frame.agent_id;
+  if (frame.activity === 'turn_started') running.add(agentId);
+  if (frame.activity === 'turn_ended') running.delete(agentId);
+  const news =
+    frame.activity === 'turn_ended'
+      ? { kind: /** @type {const} */ ('done'), text: frame.is_error ? 'The turn ended with an error' : 'The reply is ready' }
+      : frame.activity === 'permission_request'
+        ? { kind: /** @type {const} */ ('permission'), text: `${frame.tool_name ?? 'A tool'} waits for your approval` }
+        : null;
+  if (!sessions.has(agentId)) {
+    // Started elsewhere (another tab, a schedule): listed at the next refresh.
+    if (news) unlisted.set(agentId, news);
+    scheduleSessionsRefresh();
+    return;
+  }
+  if (frame.activity === 'turn_started' || frame.activity === 'turn_ended') {
+    touchSession(agentId, { last_active_at: frame.timestamp });
+  }
+  if (news && !views.get(agentId)?.live) needsAttention(agentId, news.kind, news.text);
+}
+
+/** Marks the conversations news came for before they were listed. */
+function markUnlisted() {
+  for (const [agentId, news] of unlisted) {
+    if (!sessions.has(agentId)) continue;
+    unlisted.delete(agentId);
+    needsAttention(agentId, news.kind, news.text);
+  }
 }
 
 function renderTabTitle() {
@@ -2087,6 +2130,8 @@ client.onState((state) => {
   if (state === 'open') {
     // A reply that was streaming when the socket dropped is replaced by the stored one.
     if (wasConnected) for (const view of views.values()) view.endStream();
+    // Turns that ended while the socket was down sent no activity line.
+    running.clear();
     wasConnected = true;
     refreshSessions();
     loadSchedules();

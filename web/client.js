@@ -104,6 +104,8 @@ export class AgentmuxClient {
     this.stateListeners = new Set();
     /** @private @type {Map<string, Conversation>} */
     this.conversations = new Map();
+    /** @private @type {Set<(frame: import('./protocol').ActivityFrame) => void>} */
+    this.activityListeners = new Set();
     /** @private @type {Map<string, PendingChat>} client_msg_id → waiting `chat` */
     this.pending = new Map();
     /** @private @type {string[]} frames written while the socket was not open */
@@ -182,6 +184,22 @@ export class AgentmuxClient {
     this.socket = null;
     this.failPending();
     this.setState('closed');
+  }
+
+  /**
+   * Calls `listener` with every `activity` frame: a turn started or ended, or a tool waits for
+   * approval, in any conversation of this principal (followed or not). Returns a function that
+   * stops it. The socket `watch`es while there are listeners, again after each reconnect.
+   * @param {(frame: import('./protocol').ActivityFrame) => void} listener
+   */
+  watchActivity(listener) {
+    this.activityListeners.add(listener);
+    if (this.activityListeners.size === 1) this.send({ type: 'watch' });
+    return () => {
+      if (this.activityListeners.delete(listener) && this.activityListeners.size === 0) {
+        this.send({ type: 'unwatch' });
+      }
+    };
   }
 
   /**
@@ -337,8 +355,9 @@ export class AgentmuxClient {
     const text = JSON.stringify(frame);
     if (this.socket && this.socket.readyState === this.WebSocketImpl.OPEN) {
       this.socket.send(text);
-    } else if (frame.type !== 'subscribe' && frame.type !== 'unsubscribe' && frame.type !== 'ping') {
-      // Subscriptions are re-sent from `conversations` on open; only user actions wait here.
+    } else if (!['subscribe', 'unsubscribe', 'watch', 'unwatch', 'ping'].includes(frame.type)) {
+      // Subscriptions are re-sent from `conversations` (and `watch` from its listeners) on
+      // open; only user actions wait here.
       this.outbox.push(text);
     }
   }
@@ -350,6 +369,7 @@ export class AgentmuxClient {
     clearInterval(this.pingTimer);
     this.pingTimer = setInterval(() => this.heartbeat(), this.pingIntervalMs);
     this.setState('open');
+    if (this.activityListeners.size > 0) this.send({ type: 'watch' });
     for (const [agentId, conversation] of this.conversations) {
       if (conversation.listeners.size > 0) this.subscribe(agentId, conversation);
     }
@@ -428,6 +448,10 @@ export class AgentmuxClient {
         }
         return;
       }
+      case 'activity':
+        // About a conversation, but not one of its frames: its `seq` is not this socket's.
+        for (const listener of this.activityListeners) listener(frame);
+        return;
       case 'ack':
         this.settle(frame.client_msg_id, (p) => p.resolve(frame));
         break;

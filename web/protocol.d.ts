@@ -124,7 +124,7 @@ warm?: boolean, } | { "type": "unsubscribe",
 /**
  * The conversation.
  */
-agent_id: string, } | { "type": "permission_response", 
+agent_id: string, } | { "type": "watch" } | { "type": "unwatch" } | { "type": "permission_response", 
 /**
  * The conversation.
  */
@@ -282,7 +282,39 @@ forked_from?: string,
  */
 at_seq?: number, };
 
-export type ControlFrame = { "message_type": "ack" } & AckFrame | { "message_type": "error" } & ErrorFrame | { "message_type": "pong" } & PongFrame | { "message_type": "status" } & StatusFrame;
+export type Activity = "turn_started" | "turn_ended" | "permission_request" | "permission_resolved";
+
+export type ActivityFrame = { 
+/**
+ * The conversation.
+ */
+agent_id: string, 
+/**
+ * The server's conversation id.
+ */
+session_id: string, 
+/**
+ * RFC 3339.
+ */
+timestamp: string, 
+/**
+ * What happened.
+ */
+activity: Activity, 
+/**
+ * The `seq` of the stored message it is about.
+ */
+seq: number, 
+/**
+ * For `permission_request`: the tool.
+ */
+tool_name?: string, 
+/**
+ * For `turn_ended`: whether the turn ended with an error.
+ */
+is_error?: boolean, };
+
+export type ControlFrame = { "message_type": "ack" } & AckFrame | { "message_type": "error" } & ErrorFrame | { "message_type": "pong" } & PongFrame | { "message_type": "status" } & StatusFrame | { "message_type": "activity" } & ActivityFrame;
 
 export type PermissionRequest = { 
 /**

@@ -1,8 +1,9 @@
 //! Client frame decoding, checked against docs/protocol.md rather than against the decoder's
 //! own validators. Any text either
 //! - decodes to a frame of every type the protocol has (chat, interrupt, ping, subscribe,
-//!   unsubscribe, permission_response, rewind, fork) whose fields are the input's own, within
-//!   the documented rules, and which re-encodes to JSON that decodes to the same frame; or
+//!   unsubscribe, watch, unwatch, permission_response, rewind, fork) whose fields are the
+//!   input's own, within the documented rules, and which re-encodes to JSON that decodes to
+//!   the same frame; or
 //! - is refused with one of the documented client error codes, as an `error` frame that is
 //!   JSON and echoes only the input's own `agent_id` and `client_msg_id`.
 //!
@@ -75,6 +76,7 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
         "chat" => &["type", "agent_id", "content", "client_msg_id", "options"],
         "interrupt" | "unsubscribe" => &["type", "agent_id"],
         "ping" => &["type", "ts"],
+        "watch" | "unwatch" => &["type"],
         "subscribe" => &["type", "agent_id", "since_seq", "warm"],
         "permission_response" => &[
             "type",
@@ -89,7 +91,7 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
         other => panic!("a frame type protocol.md does not have: {other}"),
     };
     assert!(keys.iter().all(|k| allowed.contains(k)), "{ty}: {keys:?}");
-    if ty != "ping" {
+    if !["ping", "watch", "unwatch"].contains(&ty) {
         assert_eq!(input.get("agent_id"), Some(&frame["agent_id"]));
         assert!(agent_id_ok(&frame["agent_id"]));
     }

@@ -133,6 +133,14 @@ impl Stream for Live {
     }
 }
 
+/// The next line of the activity feed; never, while the socket does not watch.
+async fn next_activity(feed: &mut Option<Receiver>) -> Option<Result<Frame, Lagged>> {
+    match feed {
+        Some(feed) => feed.next().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A chat waiting for its user message to be stored: `(agent_id, client_msg_id, outcome)`.
 type PendingAck = Pin<
     Box<dyn Future<Output = (String, Option<String>, Result<ChatAccepted, FrameError>)> + Send>,
@@ -153,6 +161,8 @@ struct Connection {
     acks: FuturesOrdered<PendingAck>,
     /// Frames per second; `None` when unlimited.
     rate: Option<RateLimiter>,
+    /// The principal's activity feed, once the client sent `watch`.
+    activity: Option<Receiver>,
     /// This socket's place in its principal's socket quota.
     _permit: QuotaPermit,
 }
@@ -172,6 +182,7 @@ impl Connection {
             followed: HashMap::new(),
             acks: FuturesOrdered::new(),
             rate,
+            activity: None,
             _permit: permit,
         }
     }
@@ -227,6 +238,15 @@ impl Connection {
                     self.on_stored(agent_id, client_msg_id, outcome).await
                 }
                 Some(item) = self.subs.next() => self.forward(item).await,
+                Some(item) = next_activity(&mut self.activity) => match item {
+                    Ok(frame) => {
+                        self.app.metrics.frame_out(frame.kind);
+                        self.send(frame).await
+                    }
+                    // A watcher that fell far behind misses some lines; the session list
+                    // (REST) has the state.
+                    Err(Lagged(_)) => Ok(()),
+                },
             };
             if outcome.is_err() {
                 return;
@@ -388,6 +408,18 @@ impl Connection {
                 if let Some(followed) = self.followed.remove(&agent_id) {
                     followed.stop.abort();
                 }
+                Ok(())
+            }
+            ClientFrame::Watch => {
+                self.app.metrics.frame_in("watch");
+                if self.activity.is_none() {
+                    self.activity = Some(manager.watch(&self.principal));
+                }
+                Ok(())
+            }
+            ClientFrame::Unwatch => {
+                self.app.metrics.frame_in("unwatch");
+                self.activity = None;
                 Ok(())
             }
             ClientFrame::Rewind { agent_id, to_seq } => {

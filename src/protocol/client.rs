@@ -194,6 +194,11 @@ pub enum ClientFrame {
         /// The conversation.
         agent_id: String,
     },
+    /// Get an `activity` frame whenever a turn starts or ends or a tool waits for approval in
+    /// any of the principal's conversations, followed or not.
+    Watch,
+    /// Stop the `activity` frames.
+    Unwatch,
     /// Answer a pending tool permission request.
     PermissionResponse {
         /// The conversation.
@@ -398,6 +403,8 @@ pub fn decode_object(
         "unsubscribe" => Ok(ClientFrame::Unsubscribe {
             agent_id: agent_id(obj).map_err(fail)?,
         }),
+        "watch" => Ok(ClientFrame::Watch),
+        "unwatch" => Ok(ClientFrame::Unwatch),
         "permission_response" => {
             let agent_id = agent_id(obj).map_err(fail)?;
             let bad = |m: &str| fail(FrameError::new(ErrorCode::BadFrame, m));

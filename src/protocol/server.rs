@@ -220,6 +220,8 @@ pub enum ControlFrame<'a> {
     Pong(PongFrame<'a>),
     /// A conversation changed state.
     Status(StatusFrame<'a>),
+    /// Something happened in one of the principal's conversations (to sockets that `watch`).
+    Activity(ActivityFrame<'a>),
 }
 
 impl ControlFrame<'_> {
@@ -229,6 +231,7 @@ impl ControlFrame<'_> {
             ControlFrame::Error(_) => "error",
             ControlFrame::Pong(_) => "pong",
             ControlFrame::Status(_) => "status",
+            ControlFrame::Activity(_) => "activity",
         };
         Frame::unstored(
             kind,
@@ -311,6 +314,67 @@ pub struct StatusFrame<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub at_seq: Option<i64>,
+}
+
+/// What happened in a conversation, for the sockets that `watch` their principal's activity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum Activity {
+    /// A turn started (`seq`: its user message).
+    TurnStarted,
+    /// A turn ended (`seq`: its `result`; `is_error` as the result's).
+    TurnEnded,
+    /// A tool waits for approval (`seq`: the `permission_request`; `tool_name`).
+    PermissionRequest,
+    /// A permission request was answered, withdrawn or timed out (`seq`: the
+    /// `permission_resolved`).
+    PermissionResolved,
+}
+
+/// Sent to the sockets that `watch`: one line about one of the principal's conversations,
+/// whether or not the socket follows it.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct ActivityFrame<'a> {
+    /// The conversation.
+    pub agent_id: &'a str,
+    /// The server's conversation id.
+    pub session_id: &'a str,
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// What happened.
+    pub activity: Activity,
+    /// The `seq` of the stored message it is about.
+    pub seq: i64,
+    /// For `permission_request`: the tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub tool_name: Option<&'a str>,
+    /// For `turn_ended`: whether the turn ended with an error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub is_error: Option<bool>,
+}
+
+/// An `activity` frame about conversation `tag`.
+pub fn activity_frame(
+    tag: Tag<'_>,
+    activity: Activity,
+    seq: i64,
+    tool_name: Option<&str>,
+    is_error: Option<bool>,
+) -> Frame {
+    ControlFrame::Activity(ActivityFrame {
+        agent_id: tag.agent_id,
+        session_id: tag.session_id,
+        timestamp: &now_rfc3339(),
+        activity,
+        seq,
+        tool_name,
+        is_error,
+    })
+    .to_frame()
 }
 
 /// The fields of a stored `permission_request` frame, after its [`SessionHeader`]: the agent

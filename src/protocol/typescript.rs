@@ -4,9 +4,10 @@
 use ts_rs::{Config, TS};
 
 use super::{
-    AGENT_MESSAGE_TYPES, AckFrame, Chat, ChatOptions, ClientFrame, Content, ContentBlock,
-    ControlFrame, ErrorCode, ErrorFrame, ImageSource, LIVE_AGENT_MESSAGE_TYPES, PermissionDecision,
-    PermissionRequest, PermissionResolved, PongFrame, SessionHeader, StatusFrame,
+    AGENT_MESSAGE_TYPES, AckFrame, Activity, ActivityFrame, Chat, ChatOptions, ClientFrame,
+    Content, ContentBlock, ControlFrame, ErrorCode, ErrorFrame, ImageSource,
+    LIVE_AGENT_MESSAGE_TYPES, PermissionDecision, PermissionRequest, PermissionResolved, PongFrame,
+    SessionHeader, StatusFrame,
 };
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web/protocol.d.ts");
@@ -29,6 +30,8 @@ fn render() -> String {
         ErrorFrame::decl(&cfg),
         PongFrame::decl(&cfg),
         StatusFrame::decl(&cfg),
+        Activity::decl(&cfg),
+        ActivityFrame::decl(&cfg),
         ControlFrame::decl(&cfg),
         PermissionRequest::decl(&cfg),
         PermissionResolved::decl(&cfg),

@@ -18,8 +18,8 @@ use super::{Conversation, Shared, SlotState};
 use crate::agent::{AgentConn, AgentEvent, AgentInput, AgentMessage, Launch, SpawnSpec};
 use crate::limits::QuotaPermit;
 use crate::protocol::{
-    self, Chat, ChatOptions, ErrorCode, Frame, FrameError, LaunchOptions, PermissionDecision,
-    error_result,
+    self, Activity, Chat, ChatOptions, ErrorCode, Frame, FrameError, LaunchOptions,
+    PermissionDecision, error_result,
 };
 use crate::store::{NewMessage, NextLaunch, RunningTurn, SessionRecord, Totals};
 
@@ -257,6 +257,28 @@ impl Actor {
         let _ = self.events.send(frame);
     }
 
+    /// Tells the principal's watchers what happened; the frame is built only when someone
+    /// watches. `payload` is the stored message's, for the details the activity carries.
+    fn publish_activity(&self, activity: Activity, seq: i64, payload: &str) {
+        let tag = self.session.tag();
+        self.shared.activity.publish(&self.session.principal, || {
+            let detail = match activity {
+                Activity::PermissionRequest | Activity::TurnEnded => {
+                    serde_json::from_str::<Value>(payload).unwrap_or_default()
+                }
+                _ => Value::Null,
+            };
+            protocol::activity_frame(
+                tag,
+                activity,
+                seq,
+                detail["tool_name"].as_str(),
+                (activity == Activity::TurnEnded)
+                    .then(|| detail["is_error"].as_bool() == Some(true)),
+            )
+        });
+    }
+
     fn publish_status(&self, status: &str, detail: &str) {
         match status {
             "busy" => self.busy.store(true, Ordering::Release),
@@ -431,12 +453,14 @@ impl Actor {
                 .await;
                 continue;
             }
+            let user_seq = turn.user_seq;
             self.running = Some(Running {
                 turn,
                 interrupt_deadline: None,
                 last_assistant_uuid: None,
             });
             self.publish_status("busy", "a turn is running");
+            self.publish_activity(Activity::TurnStarted, user_seq, "");
             return;
         }
         self.idle_since = Instant::now();
@@ -1007,6 +1031,15 @@ impl Actor {
             match out {
                 Out::Stored(m) => {
                     if let Some(s) = seq.as_mut() {
+                        let activity = match m.message_type {
+                            "result" => Some(Activity::TurnEnded),
+                            "permission_request" => Some(Activity::PermissionRequest),
+                            "permission_resolved" => Some(Activity::PermissionResolved),
+                            _ => None,
+                        };
+                        if let Some(activity) = activity {
+                            self.publish_activity(activity, *s, &m.payload);
+                        }
                         self.publish(protocol::session_frame(
                             tag,
                             m.message_type,

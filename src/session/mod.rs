@@ -10,6 +10,7 @@
 //! per conversation. A slot exists only while it has an actor or a subscriber (or is being
 //! worked on): work refused by a limit leaves none behind.
 
+mod activity;
 mod actor;
 mod cli_sessions;
 pub mod events;
@@ -54,6 +55,8 @@ pub struct Conversation {
     pub session_id: String,
     /// The name of its agent (`session_info.backend`), fixed for its life.
     pub agent: String,
+    /// Whose conversation it is.
+    pub principal: String,
 }
 
 impl Conversation {
@@ -64,6 +67,7 @@ impl Conversation {
             agent_id: record.agent_id.clone(),
             session_id: record.session_id.clone(),
             agent: record.backend.clone(),
+            principal: record.principal.clone(),
         })
     }
 
@@ -191,6 +195,8 @@ pub(crate) struct Shared {
     transfers: Quota,
     /// Replay pages being read at once, server-wide (see [`replay::REPLAY_READERS`]).
     replay_readers: Arc<tokio::sync::Semaphore>,
+    /// Each principal's activity feed.
+    activity: activity::Feeds,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -259,8 +265,15 @@ impl Manager {
                 metrics,
                 closing: AtomicBool::new(false),
                 replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
+                activity: activity::Feeds::default(),
             }),
         }
+    }
+
+    /// The activity of every conversation of `principal` from now on: an `activity` frame
+    /// when a turn starts or ends or a tool waits for approval.
+    pub fn watch(&self, principal: &str) -> events::Receiver {
+        self.shared.activity.watch(principal)
     }
 
     /// The agents conversations can run, and the name of the default one.

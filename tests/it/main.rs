@@ -3,6 +3,7 @@
 
 mod acp;
 mod acp_real;
+mod activity;
 mod bench;
 mod bodies;
 mod claude;

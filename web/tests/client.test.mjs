@@ -201,3 +201,27 @@ test('open with warm asks the server to start the agent once, not again on a rec
   assert.deepEqual(second.sent[0], { type: 'subscribe', agent_id: 'w', since_seq: 0 });
   c.close();
 });
+
+test('watchActivity watches once, again after a reconnect, and its lines never move a conversation on', async () => {
+  const c = client();
+  const lines = [];
+  const seen = [];
+  const stop = c.watchActivity((f) => lines.push(`${f.agent_id}:${f.activity}:${f.seq}`));
+  c.open('a', (f) => seen.push(f.seq));
+  const first = FakeSocket.all[0];
+  first.accept();
+  assert.deepEqual(first.sent[0], { type: 'watch' });
+  first.push(stored(1, 'one'));
+  // An activity line about `a` with a later seq: not one of `a`'s frames.
+  first.push({ message_type: 'activity', agent_id: 'a', session_id: 's', timestamp: 't', activity: 'turn_ended', seq: 5, is_error: false });
+  first.push(stored(2, 'two'));
+  assert.deepEqual(seen, [1, 2]);
+  assert.deepEqual(lines, ['a:turn_ended:5']);
+  first.drop();
+  const second = await nextSocket(2);
+  second.accept();
+  assert.deepEqual(second.sent.filter((f) => f.type === 'watch'), [{ type: 'watch' }]);
+  stop();
+  assert.deepEqual(second.sent.at(-1), { type: 'unwatch' });
+  c.close();
+});

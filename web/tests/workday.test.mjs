@@ -340,6 +340,37 @@ test('a finished turn off screen marks the sidebar and the tab title; with permi
   assert.deepEqual(problems, []);
 });
 
+test('a conversation this tab never opened (started elsewhere) is marked when its turn ends; a hidden tab is notified', async () => {
+  const s = await server();
+  const ctx = await context();
+  await ctx.grantPermissions(['notifications'], { origin: s.url });
+  await ctx.addInitScript(spyScript);
+  const { page, problems } = await openUi(ctx, s.url);
+  await turn(page, 'on screen', 1);
+  const notify = page.getByRole('button', { name: 'Notifications' });
+  await notify.click();
+  await until(async () => (await notify.getAttribute('aria-pressed')) === 'true', 'notifications on');
+  await page.evaluate(() => /** @type {any} */ (window).__setHidden(true));
+  // A script (or a schedule, or another device) runs a turn in a new conversation.
+  const posted = await rest(s.url, '/api/sessions/from-elsewhere/messages', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ content: 'started by a script' }),
+  });
+  assert.equal(posted.status, 202);
+  const marked = page.locator('.session.attention[data-agent-id="from-elsewhere"]');
+  await marked.waitFor();
+  assert.equal(await marked.locator('.attention-dot').textContent(), 'new');
+  await until(async () => (await page.title()) === '(1) agentmux', 'the count in the title');
+  const notes = await page.evaluate(() => /** @type {any} */ (window).__notes);
+  assert.deepEqual(notes, [{ title: 'started by a script', body: 'The reply is ready' }]);
+  await page.evaluate(() => /** @type {any} */ (window).__setHidden(false));
+  await marked.click();
+  await reply(page, 'Echo: started by a script (turn 1)');
+  await until(async () => (await page.title()) === 'agentmux', 'the count cleared');
+  assert.deepEqual(problems, []);
+});
+
 test('a permission request marks its conversation and stays answerable after a reload', async () => {
   const s = await server({ fakeClaude: true });
   const { page, problems } = await openUi(await context(), s.url);
