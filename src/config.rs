@@ -182,6 +182,10 @@ pub struct AgentDef {
     /// Variables added to the agent's allow-listed environment (API keys and the like).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// For an ACP agent: the ids of its modes that run tools without asking anyone (default:
+    /// `acp.unattended_modes`).
+    #[serde(default)]
+    pub unattended_modes: Option<Vec<String>>,
 }
 
 /// Shows which variables are set, never their values (they are often keys).
@@ -191,6 +195,7 @@ impl fmt::Debug for AgentDef {
             .field("kind", &self.kind)
             .field("command", &self.command)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("unattended_modes", &self.unattended_modes)
             .finish()
     }
 }
@@ -208,6 +213,11 @@ pub struct AcpConfig {
     /// Extra environment variable names passed to every ACP agent, besides `PATH`, `HOME` and
     /// `LANG` (and each agent's own `env`).
     pub env_allow: Vec<String>,
+    /// Mode ids that let an agent run tools without asking anyone (ACP has no field saying
+    /// so): a chat may pick one only with `agent.allow_bypass_permissions`, and a session that
+    /// starts in one is switched to a mode that asks. An agent's own `unattended_modes`
+    /// replaces this list.
+    pub unattended_modes: Vec<String>,
 }
 
 impl Default for AcpConfig {
@@ -217,6 +227,9 @@ impl Default for AcpConfig {
             init_timeout_secs: 60,
             stop_grace_secs: 5,
             env_allow: Vec::new(),
+            unattended_modes: ["bypassPermissions", "auto", "yolo"]
+                .map(str::to_owned)
+                .to_vec(),
         }
     }
 }
@@ -616,7 +629,6 @@ impl Config {
     pub fn decode_limits(&self) -> DecodeLimits {
         DecodeLimits {
             max_content_bytes: self.socket.max_content_bytes,
-            allow_bypass_permissions: self.agent.allow_bypass_permissions,
         }
     }
 

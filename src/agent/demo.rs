@@ -57,6 +57,14 @@ impl Backend for DemoBackend {
         DEMO_SUPPORTS
     }
 
+    fn check_options(&self, _model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
+        super::check_cli_mode(mode)
+    }
+
+    fn unattended_mode(&self, mode: &str) -> bool {
+        super::CLI_UNATTENDED_MODES.contains(&mode)
+    }
+
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
         Ok(self.start(spec, None))
     }
@@ -82,6 +90,14 @@ impl Backend for GatedDemoBackend {
 
     fn supports(&self) -> super::Supports {
         DEMO_SUPPORTS
+    }
+
+    fn check_options(&self, _model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
+        super::check_cli_mode(mode)
+    }
+
+    fn unattended_mode(&self, mode: &str) -> bool {
+        super::CLI_UNATTENDED_MODES.contains(&mode)
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {

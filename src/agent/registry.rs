@@ -162,6 +162,10 @@ impl Agents {
                 env,
                 config: config.acp.clone(),
                 allow_unattended: config.agent.allow_bypass_permissions,
+                unattended_modes: def
+                    .unattended_modes
+                    .clone()
+                    .unwrap_or_else(|| config.acp.unattended_modes.clone()),
             })),
         })
     }

@@ -863,3 +863,184 @@ async fn an_unanswered_permission_request_times_out_as_cancelled() {
             .any(|f| f.to_string().contains("Tool said: ran"))
     );
 }
+
+/// An agent's own mode ids (Gemini CLI's here) are picked on a first chat and between turns;
+/// once the agent has said what it offers, an id it lacks is `invalid_options` and creates
+/// nothing; before that it is reported when the session opens. Its unattended mode (`yolo`)
+/// needs the operator, on a first chat as on a later one.
+#[tokio::test]
+async fn an_agents_own_modes_are_picked_and_others_refused() {
+    let setup = AcpSetup::new(&["--modes", "gemini"]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+
+    // Before any process of the agent has started, its modes are not known yet: an id it
+    // lacks is stored, and the session says so when it opens.
+    let ack = chat_with(
+        &mut c,
+        "g0",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "dontAsk"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let frames = c.until_result("g0").await;
+    let warning = frames
+        .iter()
+        .find(|f| f["status"] == "warning")
+        .unwrap_or_else(|| panic!("a warning: {frames:?}"));
+    assert!(
+        warning["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no mode `dontAsk`"),
+        "{warning}"
+    );
+
+    let ack = chat_with(
+        &mut c,
+        "g1",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "autoEdit"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("g1").await;
+    assert!(
+        setup.calls().contains(&"mode autoEdit".to_owned()),
+        "{:?}",
+        setup.calls()
+    );
+    let ack = chat_with(&mut c, "g1", "next", json!({"permission_mode": "plan"})).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("g1").await;
+    assert!(
+        setup.calls().contains(&"mode plan".to_owned()),
+        "{:?}",
+        setup.calls()
+    );
+    let (_, session) = rest.get("/api/sessions/g1").await;
+    assert_eq!(session["permission_mode"], "plan", "{session}");
+
+    // Now known: a Claude CLI mode this agent lacks, or an unknown id, is refused up front,
+    // on a new conversation (nothing created) as on this one.
+    for mode in ["acceptEdits", "nope"] {
+        let err = chat_with(
+            &mut c,
+            "g2",
+            "x",
+            json!({"agent": "fake", "permission_mode": mode}),
+        )
+        .await;
+        assert_eq!(err["code"], "invalid_options", "{mode}: {err}");
+        assert!(err["error"].as_str().unwrap().contains("autoEdit"), "{err}");
+        assert_eq!(rest.get("/api/sessions/g2").await.0, 404, "{mode}");
+        let err = chat_with(&mut c, "g1", "x", json!({"permission_mode": mode})).await;
+        assert_eq!(err["code"], "invalid_options", "{mode}: {err}");
+    }
+    // Gemini's own id picks on a first chat too.
+    let ack = chat_with(
+        &mut c,
+        "g3",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "plan"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("g3").await;
+
+    // `yolo` runs tools without asking: refused unless the operator allows it.
+    let err = chat_with(
+        &mut c,
+        "g4",
+        "x",
+        json!({"agent": "fake", "permission_mode": "yolo"}),
+    )
+    .await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("allow_bypass_permissions"),
+        "{err}"
+    );
+    assert_eq!(rest.get("/api/sessions/g4").await.0, 404);
+    let err = chat_with(&mut c, "g1", "x", json!({"permission_mode": "yolo"})).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    let (_, messages) = rest.get("/api/sessions/g1/messages").await;
+    assert!(
+        !messages.to_string().contains("\"x\""),
+        "a refused chat stores nothing"
+    );
+    let ack = chat_with(&mut c, "g1", "after", json!({})).await;
+    assert_eq!(
+        ack["message_type"], "ack",
+        "the conversation goes on: {ack}"
+    );
+    c.until_result("g1").await;
+    assert!(!setup.calls().contains(&"mode yolo".to_owned()));
+
+    let allowed = AcpSetup::with_config(
+        &["--modes", "gemini"],
+        "[agent]\nallow_bypass_permissions = true\n",
+    );
+    let server = allowed.start().await;
+    let mut c = server.client().await;
+    let ack = chat_with(
+        &mut c,
+        "y1",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "yolo"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("y1").await;
+    assert!(
+        allowed.calls().contains(&"mode yolo".to_owned()),
+        "{:?}",
+        allowed.calls()
+    );
+}
+
+/// Malformed mode ids never reach an agent: flag-like, path-like, overlong or odd ones are
+/// `invalid_options` over the socket and REST, and create nothing.
+#[tokio::test]
+async fn malformed_mode_ids_are_refused() {
+    let setup = AcpSetup::new(&["--modes", "gemini"]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    for bad in [
+        json!("-yolo"),
+        json!("--dangerously-skip-permissions"),
+        json!("../plan"),
+        json!("pl an"),
+        json!("plan;rm"),
+        json!("m".repeat(65)),
+        json!(""),
+        json!(true),
+    ] {
+        let options = json!({"agent": "fake", "permission_mode": bad});
+        let err = chat_with(&mut c, "bad", "hi", options.clone()).await;
+        assert_eq!(err["code"], "invalid_options", "{bad}: {err}");
+        let (status, body) = rest
+            .post(
+                "/api/sessions/bad/messages",
+                json!({"content": "hi", "options": options}),
+            )
+            .await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("invalid_options")),
+            "{bad}"
+        );
+    }
+    assert_eq!(rest.get("/api/sessions/bad").await.0, 404);
+    assert!(
+        setup.calls().is_empty(),
+        "no agent started: {:?}",
+        setup.calls()
+    );
+}

@@ -39,6 +39,9 @@ pub struct AcpSettings {
     /// (`agent.allow_bypass_permissions`); when not, such a starting mode is switched to
     /// `default` where the agent offers it.
     pub allow_unattended: bool,
+    /// Its mode ids that run tools without asking (`unattended_modes`, else
+    /// `acp.unattended_modes`).
+    pub unattended_modes: Vec<String>,
 }
 
 impl AcpSettings {
@@ -99,6 +102,10 @@ impl Backend for AcpBackend {
             fork: false,
             known: learnt.caps.is_some(),
         }
+    }
+
+    fn unattended_mode(&self, mode: &str) -> bool {
+        self.settings.unattended_modes.iter().any(|m| m == mode)
     }
 
     fn check_options(&self, model: Option<&str>, mode: Option<&str>) -> Result<(), String> {

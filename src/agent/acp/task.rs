@@ -14,7 +14,7 @@ use super::{AcpSettings, Learnt};
 use crate::agent::lines::Line;
 use crate::agent::process::{Proc, ProcSpec};
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, Reports, SpawnSpec};
-use crate::protocol::{Content, PermissionDecision, UNATTENDED_PERMISSION_MODES};
+use crate::protocol::{Content, PermissionDecision};
 
 /// JSON-RPC error code for a method the client does not implement.
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -399,15 +399,19 @@ impl AcpTask {
     /// Asks the agent for the mode and model the conversation wants, when they differ from
     /// what it has; one it does not offer is reported and left alone.
     async fn apply_options(&mut self, proc: &mut Proc) -> Result<(), String> {
-        let unattended = self
-            .applied_mode
-            .as_deref()
-            .is_some_and(|m| UNATTENDED_PERMISSION_MODES.contains(&m));
+        let unattended = |mode: &str| self.settings.unattended_modes.iter().any(|m| m == mode);
+        let starts_unattended = self.applied_mode.as_deref().is_some_and(unattended);
         let wanted = self.spec.permission_mode.clone().or_else(|| {
-            // A session that starts in a mode running tools without asking is switched to
-            // the agent's `default`, unless the operator allows such modes.
-            (unattended && !self.settings.allow_unattended && offers_mode(&self.offered, "default"))
-                .then(|| "default".to_owned())
+            // A session that starts in a mode running tools without asking is switched to the
+            // agent's `default` (else its first mode that asks), unless the operator allows
+            // such modes.
+            if !starts_unattended || self.settings.allow_unattended {
+                return None;
+            }
+            if offers_mode(&self.offered, "default") {
+                return Some("default".to_owned());
+            }
+            self.offered.modes.iter().find(|m| !unattended(m)).cloned()
         });
         if let Some(mode) = wanted
             && self.applied_mode.as_deref() != Some(mode.as_str())

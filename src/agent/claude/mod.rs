@@ -142,6 +142,14 @@ impl Backend for ClaudeBackend {
         }
     }
 
+    fn check_options(&self, _model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
+        super::check_cli_mode(mode)
+    }
+
+    fn unattended_mode(&self, mode: &str) -> bool {
+        super::CLI_UNATTENDED_MODES.contains(&mode)
+    }
+
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
         if !self.settings.bin.is_file() {
             return Err(SpawnError(format!(
