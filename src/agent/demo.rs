@@ -37,6 +37,7 @@ const DEMO_SUPPORTS: super::Supports = super::Supports {
     modes: false,
     rewind: true,
     fork: true,
+    images: true,
     known: true,
 };
 

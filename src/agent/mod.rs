@@ -393,6 +393,8 @@ pub struct Supports {
     pub rewind: bool,
     /// Whether `fork` works on its conversations.
     pub fork: bool,
+    /// Whether a chat may carry images (an ACP agent's `promptCapabilities.image`).
+    pub images: bool,
     /// False while an ACP agent has not started yet: what it supports is learnt from its
     /// first `initialize`, and the other fields are guesses until then.
     pub known: bool,

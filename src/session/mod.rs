@@ -415,7 +415,8 @@ impl Manager {
     /// Checks a chat's options against the conversation's agent (by name): `options.agent`
     /// must be that agent, the model and permission mode must be ones it offers (for an ACP
     /// agent, once that is known), and a mode that runs tools without asking needs
-    /// `agent.allow_bypass_permissions`.
+    /// `agent.allow_bypass_permissions`. Images to an agent known not to take them are
+    /// `unsupported`.
     fn check_chat_options(&self, conversation_agent: &str, chat: &Chat) -> Result<(), FrameError> {
         let invalid = |message: String| {
             FrameError::new(ErrorCode::InvalidOptions, message)
@@ -432,6 +433,17 @@ impl Manager {
         let Some(backend) = self.shared.agents.get(conversation_agent) else {
             return Ok(());
         };
+        if !chat.content.images().is_empty() && !backend.supports().images {
+            return Err(FrameError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "this conversation's agent `{conversation_agent}` does not take images; \
+                     send the message without them"
+                ),
+            )
+            .for_agent(Some(&chat.agent_id))
+            .with_client_msg_id(chat.client_msg_id.clone()));
+        }
         if let Some(mode) = &chat.options.permission_mode
             && backend.unattended_mode(mode)
             && !self.shared.config.agent.allow_bypass_permissions

@@ -1044,3 +1044,110 @@ async fn malformed_mode_ids_are_refused() {
         setup.calls()
     );
 }
+
+/// Sends a chat with `content` blocks and returns its ack (or error).
+async fn chat_blocks(c: &mut Client, agent_id: &str, content: Value, options: Value) -> Value {
+    c.send(json!({"type": "chat", "agent_id": agent_id, "content": content, "options": options}))
+        .await;
+    let frames = c
+        .recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error")
+        .await;
+    frames.last().unwrap().clone()
+}
+
+/// An agent that does not advertise image prompts never gets an image: once it has said so, a
+/// chat with one is `unsupported` and stores nothing, on a new conversation as on a running
+/// one; on the first start since the server started (when that is not known yet) the stored
+/// turn ends at once with an `unsupported` result without reaching the agent. Either way the
+/// conversation goes on. An agent that takes images gets them.
+#[tokio::test]
+async fn images_to_an_agent_that_cant_take_them_are_refused() {
+    use crate::images::{PNG_1X1, image};
+    let with_image =
+        json!([{"type": "text", "text": "what is this?"}, image("image/png", PNG_1X1)]);
+    let setup = AcpSetup::new(&["--no-images"]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+
+    let ack = chat_blocks(&mut c, "i1", with_image.clone(), json!({"agent": "fake"})).await;
+    assert_eq!(ack["message_type"], "ack", "not known yet: {ack}");
+    let frames = c.until_result("i1").await;
+    let result = stored(&frames, "result")[0];
+    assert_eq!(
+        result["message"]["terminal_reason"], "unsupported",
+        "{result}"
+    );
+    assert!(
+        result["message"]["result"]
+            .as_str()
+            .unwrap()
+            .contains("does not take images"),
+        "{result}"
+    );
+    assert!(
+        !setup.calls().iter().any(|l| l.contains("image")),
+        "the agent never saw it: {:?}",
+        setup.calls()
+    );
+    chat_ack(&mut c, "i1", "plain").await;
+    assert_eq!(
+        reply_text(&c.until_result("i1").await),
+        "Echo: plain (history 1)"
+    );
+
+    let (_, agents) = rest.get("/api/agents").await;
+    let fake = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "fake")
+        .unwrap()
+        .clone();
+    assert_eq!(fake["supports"]["images"], false, "{fake}");
+    assert_eq!(fake["supports"]["known"], true, "{fake}");
+
+    let (_, before) = rest.get("/api/sessions/i1/messages").await;
+    let err = chat_blocks(&mut c, "i1", with_image.clone(), json!({})).await;
+    assert_eq!(err["code"], "unsupported", "{err}");
+    assert_eq!(err["agent_id"], "i1");
+    let (_, after) = rest.get("/api/sessions/i1/messages").await;
+    assert_eq!(before, after, "nothing stored");
+    let err = chat_blocks(&mut c, "i2", with_image.clone(), json!({"agent": "fake"})).await;
+    assert_eq!(err["code"], "unsupported", "{err}");
+    assert_eq!(rest.get("/api/sessions/i2").await.0, 404, "nothing created");
+    let (status, body) = rest
+        .post(
+            "/api/sessions/i1/messages",
+            json!({"content": with_image.clone()}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("unsupported")),
+        "{body}"
+    );
+    chat_ack(&mut c, "i1", "still here").await;
+    assert_eq!(
+        reply_text(&c.until_result("i1").await),
+        "Echo: still here (history 2)"
+    );
+    assert!(!setup.calls().iter().any(|l| l.contains("image")));
+
+    // The same agent with image prompts gets them.
+    let able = AcpSetup::new(&[]);
+    let server = able.start().await;
+    let mut c = server.client().await;
+    let ack = chat_blocks(&mut c, "i3", with_image, json!({"agent": "fake"})).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let frames = c.until_result("i3").await;
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["subtype"],
+        "success"
+    );
+    assert!(
+        able.calls().contains(&"prompt with 1 image(s)".to_owned()),
+        "{:?}",
+        able.calls()
+    );
+}

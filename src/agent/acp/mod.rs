@@ -100,6 +100,8 @@ impl Backend for AcpBackend {
             modes: learnt.offered.as_ref().is_some_and(|o| !o.modes.is_empty()),
             rewind: false,
             fork: false,
+            // Until the agent has said, images are let through (and refused at the turn).
+            images: learnt.caps.is_none_or(|c| c.image),
             known: learnt.caps.is_some(),
         }
     }

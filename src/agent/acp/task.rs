@@ -66,6 +66,8 @@ pub(super) struct AcpTask {
     next_id: u64,
     /// The agent's id of the open session.
     session: String,
+    /// What the agent said it can do.
+    caps: schema::Capabilities,
     offered: Offered,
     applied_mode: Option<String>,
     applied_model: Option<String>,
@@ -121,6 +123,7 @@ impl AcpTask {
             prompts: VecDeque::new(),
             next_id: 0,
             session: String::new(),
+            caps: schema::Capabilities::default(),
             offered: Offered::default(),
             applied_mode: None,
             applied_model: None,
@@ -216,6 +219,19 @@ impl AcpTask {
         .await;
     }
 
+    /// Ends a turn the agent can't take before it is sent: an error `result` whose
+    /// `terminal_reason` is `unsupported`.
+    async fn emit_refused(&self, why: &str) {
+        self.message(json!({
+            "type": "result", "subtype": "error_during_execution", "is_error": true,
+            "session_id": self.session, "terminal_reason": "unsupported",
+            "result": why, "num_turns": 0, "duration_ms": 0,
+            "total_cost_usd": self.cost.process, "usage": {"input_tokens": 0, "output_tokens": 0},
+            "errors": [why],
+        }))
+        .await;
+    }
+
     async fn send(&self, proc: &mut Proc, message: &Value) -> Result<(), String> {
         proc.write(message)
             .await
@@ -300,6 +316,7 @@ impl AcpTask {
             }
         };
         self.learnt.lock().expect("learnt lock").caps = Some(caps);
+        self.caps = caps;
         let cwd = self.spec.cwd.clone();
         let previous = match &self.spec.launch {
             Launch::Resume { sdk_session_id } => Some(sdk_session_id.clone()),
@@ -480,6 +497,16 @@ impl AcpTask {
                 if self.option_calls.is_empty()
                     && let Some(prompt) = self.prompts.pop_front()
                 {
+                    if !self.caps.image && !prompt.images().is_empty() {
+                        // Known only now (the first start since the server started): the
+                        // agent never sees the turn, which ends at once.
+                        self.emit_refused(&format!(
+                            "the agent `{}` does not take images; the message was not sent to it",
+                            self.settings.name
+                        ))
+                        .await;
+                        continue;
+                    }
                     let params = schema::prompt(&self.session, &prompt);
                     match self.request(proc, method::SESSION_PROMPT, params).await {
                         Ok(rpc_id) => {

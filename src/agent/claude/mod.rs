@@ -138,6 +138,7 @@ impl Backend for ClaudeBackend {
             modes: true,
             rewind: true,
             fork: true,
+            images: true,
             known: true,
         }
     }
