@@ -9,6 +9,7 @@ pub mod acp;
 pub mod claude;
 pub mod demo;
 mod lines;
+mod pool;
 mod process;
 pub mod registry;
 

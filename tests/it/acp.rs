@@ -1151,3 +1151,100 @@ async fn images_to_an_agent_that_cant_take_them_are_refused() {
         able.calls()
     );
 }
+
+/// Claude CLIs and ACP agents share one cap on live processes (`agent.max_live_processes`):
+/// with room for one, an ACP conversation and a Claude CLI conversation each stop the other's
+/// idle process, and both resume with their history; a running turn is never stopped for
+/// another (its turn waits, `queued`, until the running one ends).
+#[tokio::test]
+async fn acp_and_cli_processes_share_one_cap() {
+    let home = tempfile::tempdir().unwrap();
+    let log = home.path().join("cli.log");
+    let setup = AcpSetup::with_config(
+        &[],
+        &format!(
+            "[agent]\nmax_live_processes = 1\n[session]\npermission_timeout_secs = 3600\n\
+             [claude]\nconfig_dir = {}\n\
+             [agents.cli]\nkind = \"claude\"\ncommand = [{}]\nenv = {{ FAKE_CLAUDE_LOG = {} }}\n",
+            toml_string(&home.path().join("home").to_string_lossy()),
+            toml_string(&sibling("fake-claude").to_string_lossy()),
+            toml_string(&log.to_string_lossy()),
+        ),
+    );
+    let server = setup.start().await;
+    let cli_procs = || cli_children(&server, &sibling("fake-claude"));
+    let mut c = server.client().await;
+
+    chat_with(&mut c, "acp1", "one", json!({"agent": "fake"})).await;
+    assert_eq!(
+        reply_text(&c.until_result("acp1").await),
+        "Echo: one (history 1)"
+    );
+    assert_eq!(fake_agents(&server).len(), 1);
+
+    chat_with(&mut c, "cli1", "one", json!({"agent": "cli"})).await;
+    assert_eq!(
+        reply_text(&c.until_result("cli1").await),
+        "Echo: one (history 1)"
+    );
+    assert_eq!(cli_procs().len(), 1);
+    assert!(
+        fake_agents(&server).is_empty(),
+        "the idle ACP agent made room"
+    );
+
+    chat_ack(&mut c, "acp1", "two").await;
+    assert_eq!(
+        reply_text(&c.until_result("acp1").await),
+        "Echo: two (history 2)"
+    );
+    assert!(
+        setup.calls().contains(&"session/resume".to_owned()),
+        "{:?}",
+        setup.calls()
+    );
+    assert!(cli_procs().is_empty(), "the idle CLI made room");
+    assert_eq!(fake_agents(&server).len(), 1);
+
+    chat_ack(&mut c, "cli1", "two").await;
+    assert_eq!(
+        reply_text(&c.until_result("cli1").await),
+        "Echo: two (history 2)"
+    );
+    let spawns = std::fs::read_to_string(&log).unwrap();
+    assert!(spawns.contains("--resume="), "the CLI resumed: {spawns}");
+    assert!(fake_agents(&server).is_empty());
+
+    // An ACP turn waiting for a permission answer is running: the CLI's turn waits for it.
+    chat_ack(&mut c, "acp1", "PERMIT").await;
+    let asked = c
+        .recv_until(|f| f["agent_id"] == "acp1" && f["message_type"] == "permission_request")
+        .await;
+    let request_id = asked.last().unwrap()["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chat_ack(&mut c, "cli1", "three").await;
+    c.recv_until(|f| f["agent_id"] == "cli1" && f["status"] == "queued")
+        .await;
+    assert_eq!(
+        fake_agents(&server).len(),
+        1,
+        "the running turn keeps its process"
+    );
+    assert!(cli_procs().is_empty());
+    c.send(json!({"type": "permission_response", "agent_id": "acp1",
+        "request_id": request_id, "behavior": "allow"}))
+        .await;
+    let frames = c.until_result("acp1").await;
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["subtype"],
+        "success"
+    );
+    assert_eq!(reply_text(&frames), "Tool said: ran");
+    assert_eq!(
+        reply_text(&c.until_result("cli1").await),
+        "Echo: three (history 3)"
+    );
+    assert!(fake_agents(&server).is_empty());
+}

@@ -1,7 +1,8 @@
 //! The Agent Client Protocol backend: any agent that speaks ACP (JSON-RPC 2.0, one message
 //! per line on its stdio), one process per live conversation.
 //!
-//! The task of each agent (`task`) starts the configured program in the conversation's working
+//! The task of each agent (`task`) waits for a place among the live agent processes (the pool
+//! the Claude CLI's share), starts the configured program in the conversation's working
 //! directory, in its own process group with a parent-death signal (the same process handling
 //! as the Claude CLI's), sends `initialize` advertising no file system or terminal capability,
 //! opens the session (`session/new`, or `session/resume` / `session/load` for a conversation
@@ -19,6 +20,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use super::pool::Pool;
 use super::{AgentConn, Backend, EVENT_QUEUE, INPUT_QUEUE, SpawnError, SpawnSpec, Supports};
 use crate::config::AcpConfig;
 
@@ -72,14 +74,16 @@ struct Learnt {
 pub struct AcpBackend {
     settings: Arc<AcpSettings>,
     learnt: Arc<Mutex<Learnt>>,
+    pool: Arc<Pool>,
 }
 
 impl AcpBackend {
-    /// A backend starting `settings`' program.
-    pub fn new(settings: AcpSettings) -> Self {
+    /// A backend starting `settings`' program, each process taking its place in `pool`.
+    pub(crate) fn new(settings: AcpSettings, pool: Arc<Pool>) -> Self {
         AcpBackend {
             settings: Arc::new(settings),
             learnt: Arc::default(),
+            pool,
         }
     }
 }
@@ -159,6 +163,7 @@ impl Backend for AcpBackend {
         let task = task::AcpTask::new(
             self.settings.clone(),
             self.learnt.clone(),
+            self.pool.clone(),
             spec,
             input_rx,
             event_tx,

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::schema::{self, Offered, Tool, Update, method};
 use super::{AcpSettings, Learnt};
 use crate::agent::lines::Line;
+use crate::agent::pool::{Lease, Pool, Waiter, wait_for_place};
 use crate::agent::process::{Proc, ProcSpec};
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, Reports, SpawnSpec};
 use crate::protocol::{Content, PermissionDecision};
@@ -27,6 +28,16 @@ pub(super) fn offers_mode(offered: &Offered, mode: &str) -> bool {
         || offered
             .option("mode")
             .is_some_and(|v| v.iter().any(|m| m == mode))
+}
+
+/// How the turn loop ended.
+enum End {
+    /// The session dropped its input.
+    Stopped,
+    /// The agent ended, or can't be written to; the detail says how.
+    Exited(String),
+    /// Stopped while idle to free its place for another conversation's process.
+    Evicted,
 }
 
 /// Why a call during start-up did not get its answer.
@@ -59,6 +70,7 @@ struct Turn {
 pub(super) struct AcpTask {
     settings: Arc<AcpSettings>,
     learnt: Arc<Mutex<Learnt>>,
+    pool: Arc<Pool>,
     spec: SpawnSpec,
     inputs: mpsc::Receiver<AgentInput>,
     events: Reports,
@@ -106,10 +118,47 @@ impl Cost {
     }
 }
 
+impl Waiter for AcpTask {
+    fn inputs(&mut self) -> &mut mpsc::Receiver<AgentInput> {
+        &mut self.inputs
+    }
+
+    fn reports(&self) -> &Reports {
+        &self.events
+    }
+
+    fn has_prompts(&self) -> bool {
+        !self.prompts.is_empty()
+    }
+
+    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
+        match input {
+            None => return false,
+            Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
+            Some(AgentInput::Interrupt) => {
+                if self.prompts.pop_front().is_some() {
+                    self.emit_aborted("Interrupted before the agent started.")
+                        .await;
+                }
+            }
+            Some(AgentInput::SetOptions {
+                model,
+                permission_mode,
+            }) => {
+                self.spec.model = model;
+                self.spec.permission_mode = permission_mode;
+            }
+            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
+        }
+        true
+    }
+}
+
 impl AcpTask {
     pub(super) fn new(
         settings: Arc<AcpSettings>,
         learnt: Arc<Mutex<Learnt>>,
+        pool: Arc<Pool>,
         spec: SpawnSpec,
         inputs: mpsc::Receiver<AgentInput>,
         events: mpsc::Sender<AgentEvent>,
@@ -117,6 +166,7 @@ impl AcpTask {
         AcpTask {
             settings,
             learnt,
+            pool,
             spec,
             inputs,
             events: Reports(events),
@@ -153,6 +203,14 @@ impl AcpTask {
 
     /// Serves the conversation until its session drops the input or the agent ends.
     pub(super) async fn run(mut self) {
+        let (pool, background, watched) = (
+            self.pool.clone(),
+            self.spec.background,
+            self.spec.watched.clone(),
+        );
+        let Some(lease) = wait_for_place(&mut self, &pool, background, &watched).await else {
+            return;
+        };
         let env = self.settings.environment();
         let started = Proc::start(ProcSpec {
             program: &self.settings.program,
@@ -176,37 +234,23 @@ impl AcpTask {
             }
         };
         let end = match self.open(&mut proc).await {
-            Ok(()) => self.drive(&mut proc).await,
-            Err(CallFail::Stopped) => None,
-            Err(CallFail::Failed(detail)) => Some(detail),
+            Ok(()) => self.drive(&mut proc, &lease).await,
+            Err(CallFail::Stopped) => End::Stopped,
+            Err(CallFail::Failed(detail)) => End::Exited(detail),
         };
         proc.stop(self.stop_grace()).await;
-        if let Some(detail) = end {
-            self.events.emit(AgentEvent::Exited { detail }).await;
-        }
-    }
-
-    /// Handles an input while no turn can run yet. False when the session is gone.
-    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
-        match input {
-            None => return false,
-            Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
-            Some(AgentInput::Interrupt) => {
-                if self.prompts.pop_front().is_some() {
-                    self.emit_aborted("Interrupted before the agent started.")
-                        .await;
-                }
+        drop(lease);
+        match end {
+            End::Stopped => {}
+            End::Exited(detail) => self.events.emit(AgentEvent::Exited { detail }).await,
+            End::Evicted => {
+                self.events
+                    .emit(AgentEvent::Released {
+                        detail: "stopped to free a process slot".into(),
+                    })
+                    .await;
             }
-            Some(AgentInput::SetOptions {
-                model,
-                permission_mode,
-            }) => {
-                self.spec.model = model;
-                self.spec.permission_mode = permission_mode;
-            }
-            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
         }
-        true
     }
 
     async fn emit_aborted(&self, why: &str) {
@@ -486,13 +530,16 @@ impl AcpTask {
         Ok(())
     }
 
-    /// Runs turns until the session stops the agent (`None`) or the agent ends (`Some`).
-    async fn drive(&mut self, proc: &mut Proc) -> Option<String> {
+    /// Runs turns until the session stops the agent, the agent ends, or the pool asks the idle
+    /// process to make room.
+    async fn drive(&mut self, proc: &mut Proc, lease: &Lease) -> End {
         let mut turn: Option<Turn> = None;
+        // Whether the pool was last told the process is idle (evictable).
+        let mut told_idle = None;
         loop {
             if turn.is_none() && self.option_calls.is_empty() {
                 if let Err(detail) = self.apply_options(proc).await {
-                    return Some(detail);
+                    return End::Exited(detail);
                 }
                 if self.option_calls.is_empty()
                     && let Some(prompt) = self.prompts.pop_front()
@@ -521,14 +568,21 @@ impl AcpTask {
                                 cancelled: false,
                             });
                         }
-                        Err(detail) => return Some(detail),
+                        Err(detail) => return End::Exited(detail),
                     }
                 }
             }
+            let idle = turn.is_none() && self.prompts.is_empty() && self.option_calls.is_empty();
+            if told_idle != Some(idle) {
+                lease.set_busy(!idle);
+                told_idle = Some(idle);
+            }
             tokio::select! {
+                // An input that arrives with an eviction request wins: the eviction is only for
+                // an idle process with nothing queued.
                 biased;
                 input = self.inputs.recv() => match input {
-                    None => return None,
+                    None => return End::Stopped,
                     Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
                     Some(AgentInput::SetOptions { model, permission_mode }) => {
                         self.spec.model = model;
@@ -540,7 +594,7 @@ impl AcpTask {
                             let note = json!({"jsonrpc": "2.0", "method": method::SESSION_CANCEL,
                                 "params": schema::cancel(&self.session)});
                             if let Err(detail) = self.send(proc, &note).await {
-                                return Some(detail);
+                                return End::Exited(detail);
                             }
                             // The protocol asks the client to answer open permission
                             // requests `cancelled` once it cancels.
@@ -568,12 +622,13 @@ impl AcpTask {
                     Ok(Some(Line::Text(text))) => {
                         let Some(v) = self.parse_line(&text).await else { continue };
                         if let Err(detail) = self.on_message(proc, v, &mut turn).await {
-                            return Some(detail);
+                            return End::Exited(detail);
                         }
                     }
                     Ok(Some(Line::TooLong(bytes))) => self.too_long(bytes).await,
-                    Ok(None) | Err(_) => return Some(proc.exit_detail().await),
+                    Ok(None) | Err(_) => return End::Exited(proc.exit_detail().await),
                 },
+                () = lease.evicted(), if idle => return End::Evicted,
             }
         }
     }
