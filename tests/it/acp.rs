@@ -25,6 +25,11 @@ impl AcpSetup {
 
     /// With more settings (TOML) before the agent's table.
     pub fn with_config(flags: &[&str], extra: &str) -> Self {
+        Self::with_agent_keys(flags, extra, "")
+    }
+
+    /// With more settings before the agent's table, and more keys in it.
+    pub fn with_agent_keys(flags: &[&str], extra: &str, agent_keys: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("agent-state");
         let mut command = vec![
@@ -35,7 +40,7 @@ impl AcpSetup {
         command.extend(flags.iter().map(|f| f.to_string()));
         let command: Vec<String> = command.iter().map(|c| toml_string(c)).collect();
         let (cfg, config) = config_file(&format!(
-            "{extra}\n[agents.fake]\nkind = \"acp\"\ncommand = [{}]\nenv = {{ FAKE_KEY = \"secret\" }}\n",
+            "{extra}\n[agents.fake]\nkind = \"acp\"\ncommand = [{}]\nenv = {{ FAKE_KEY = \"secret\" }}\n{agent_keys}",
             command.join(", ")
         ));
         AcpSetup {
@@ -80,12 +85,7 @@ impl AcpSetup {
 
 /// Sends a chat with options and returns its ack (or error).
 pub async fn chat_with(c: &mut Client, agent_id: &str, content: &str, options: Value) -> Value {
-    c.send(json!({"type": "chat", "agent_id": agent_id, "content": content, "options": options}))
-        .await;
-    let frames = c
-        .recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error")
-        .await;
-    frames.last().unwrap().clone()
+    chat_blocks(c, agent_id, json!(content), options).await
 }
 
 fn stored<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -1045,7 +1045,7 @@ async fn malformed_mode_ids_are_refused() {
     );
 }
 
-/// Sends a chat with `content` blocks and returns its ack (or error).
+/// Sends a chat with `content` (text or blocks) and returns its ack (or error).
 async fn chat_blocks(c: &mut Client, agent_id: &str, content: Value, options: Value) -> Value {
     c.send(json!({"type": "chat", "agent_id": agent_id, "content": content, "options": options}))
         .await;
@@ -1247,4 +1247,46 @@ async fn acp_and_cli_processes_share_one_cap() {
         "Echo: three (history 3)"
     );
     assert!(fake_agents(&server).is_empty());
+}
+
+/// An agent's own `unattended_modes` replaces `acp.unattended_modes` for it: the modes it
+/// names need the operator, and the default list's no longer do.
+#[tokio::test]
+async fn an_agents_own_unattended_modes_replace_the_default_list() {
+    let setup = AcpSetup::with_agent_keys(
+        &["--modes", "gemini"],
+        "",
+        "unattended_modes = [\"autoEdit\"]\n",
+    );
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    let err = chat_with(
+        &mut c,
+        "u1",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "autoEdit"}),
+    )
+    .await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("allow_bypass_permissions"),
+        "{err}"
+    );
+    let ack = chat_with(
+        &mut c,
+        "u1",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "yolo"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("u1").await;
+    assert!(
+        setup.calls().contains(&"mode yolo".to_owned()),
+        "{:?}",
+        setup.calls()
+    );
 }

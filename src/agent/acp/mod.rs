@@ -47,6 +47,11 @@ pub struct AcpSettings {
 }
 
 impl AcpSettings {
+    /// Whether `mode` is one of the agent's modes that run tools without asking.
+    fn is_unattended(&self, mode: &str) -> bool {
+        self.unattended_modes.iter().any(|m| m == mode)
+    }
+
     /// The agent's environment: `PATH`, `HOME`, `LANG` and the names of `acp.env_allow` from
     /// the server's, then the agent's own `env`. Nothing else of the server's.
     fn environment(&self) -> Vec<(String, String)> {
@@ -111,7 +116,7 @@ impl Backend for AcpBackend {
     }
 
     fn unattended_mode(&self, mode: &str) -> bool {
-        self.settings.unattended_modes.iter().any(|m| m == mode)
+        self.settings.is_unattended(mode)
     }
 
     fn check_options(&self, model: Option<&str>, mode: Option<&str>) -> Result<(), String> {

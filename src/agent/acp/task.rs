@@ -460,7 +460,7 @@ impl AcpTask {
     /// Asks the agent for the mode and model the conversation wants, when they differ from
     /// what it has; one it does not offer is reported and left alone.
     async fn apply_options(&mut self, proc: &mut Proc) -> Result<(), String> {
-        let unattended = |mode: &str| self.settings.unattended_modes.iter().any(|m| m == mode);
+        let unattended = |mode: &str| self.settings.is_unattended(mode);
         let starts_unattended = self.applied_mode.as_deref().is_some_and(unattended);
         let wanted = self.spec.permission_mode.clone().or_else(|| {
             // A session that starts in a mode running tools without asking is switched to the
