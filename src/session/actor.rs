@@ -88,6 +88,9 @@ struct Running {
     interrupt_deadline: Option<Instant>,
     /// uuid of the latest assistant message of this turn (the rewind anchor).
     last_assistant_uuid: Option<String>,
+    /// The turn, to hand to a new agent if the one it was sent to went away without reading
+    /// it (see [`AgentEvent::Released`]).
+    turn: Turn,
 }
 
 /// A frame to publish after the store has committed the batch it belongs to.
@@ -435,6 +438,7 @@ impl Actor {
                 user_seq: turn.user_seq,
                 interrupt_deadline: None,
                 last_assistant_uuid: None,
+                turn,
             });
             self.publish_status("busy", "a turn is running");
             return;
@@ -639,6 +643,7 @@ impl Actor {
         let mut outs = Vec::new();
         let mut turn_ended = false;
         let mut crashed = None;
+        let mut redeliver = false;
         let mut next = Some(first);
         while let Some(event) = next.take() {
             match event {
@@ -682,7 +687,29 @@ impl Actor {
                     break;
                 }
                 Some(AgentEvent::Released { detail }) => {
-                    self.on_exit(&detail, &mut outs, &mut turn_ended);
+                    // An agent goes only while idle with no prompt read: the prompt of a turn
+                    // sent meanwhile never reached it, and goes to the next agent instead.
+                    self.agent = None;
+                    match self.running.take() {
+                        // Interrupted meanwhile: it ends as if the agent had read both.
+                        Some(running) if running.interrupt_deadline.is_some() => {
+                            self.running = Some(running);
+                            let mut result = NewMessage::new(
+                                "result",
+                                error_result(&self.session.session_id, "aborted_streaming"),
+                            );
+                            result.totals = Some(Totals::default());
+                            result.running = Some(self.turn_ends());
+                            outs.push(Out::Stored(result));
+                            turn_ended = true;
+                        }
+                        Some(running) => {
+                            tracing::debug!(agent_id = %self.session.agent_id, detail, "the agent went before reading the turn; starting another");
+                            self.queue.push_front(running.turn);
+                            redeliver = true;
+                        }
+                        None => {}
+                    }
                     break;
                 }
                 None => {
@@ -723,6 +750,9 @@ impl Actor {
         }
         if let Some(detail) = crashed {
             self.schedule_respawn(&detail);
+        }
+        if redeliver {
+            self.start_next_turn().await;
         }
     }
 

@@ -1290,3 +1290,58 @@ async fn an_agents_own_unattended_modes_replace_the_default_list() {
         setup.calls()
     );
 }
+
+/// With room for one process, a conversation with a turn queued behind its running one and
+/// another conversation waiting for a place: when the running turn ends, whichever gets the
+/// process first, every turn runs to its own reply; none is lost or reported crashed (the
+/// queued turn handed to an agent that was just asked to go is given to the next one).
+#[tokio::test]
+async fn a_turn_sent_to_an_agent_that_made_room_runs_on_the_next_one() {
+    let setup = AcpSetup::with_config(
+        &[],
+        "[agent]\nmax_live_processes = 1\n[session]\npermission_timeout_secs = 3600\n",
+    );
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "qa", "PERMIT", json!({"agent": "fake"})).await;
+    let asked = c
+        .recv_until(|f| f["agent_id"] == "qa" && f["message_type"] == "permission_request")
+        .await;
+    let request_id = asked.last().unwrap()["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chat_ack(&mut c, "qa", "second").await;
+    chat_with(&mut c, "qb", "other", json!({"agent": "fake"})).await;
+    c.recv_until(|f| f["agent_id"] == "qb" && f["status"] == "queued")
+        .await;
+    c.send(json!({"type": "permission_response", "agent_id": "qa",
+        "request_id": request_id, "behavior": "allow"}))
+        .await;
+    let mut replies = std::collections::BTreeMap::new();
+    let mut seen = Vec::new();
+    while replies.len() < 3 {
+        let f = c.recv().await;
+        seen.push(f.clone());
+        if f["message_type"] == "result" {
+            let agent = f["agent_id"].as_str().unwrap().to_owned();
+            let text = f["message"]["result"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            replies.insert(format!("{agent}:{}", replies.len()), text);
+        }
+    }
+    assert!(!statuses(&seen).contains(&"crashed".to_owned()), "{seen:?}");
+    let mut got: Vec<String> = replies.into_values().collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "Echo: other (history 1)",
+            "Echo: second (history 2)",
+            "Tool said: ran"
+        ],
+        "{seen:?}"
+    );
+}

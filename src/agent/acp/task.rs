@@ -1,6 +1,7 @@
-//! The task behind one ACP conversation: it starts the agent, opens (or reopens) its session,
-//! then runs turns: prompts out, `session/update` notifications in as stream-json shaped
-//! messages, permission requests relayed, `session/cancel` for interrupts.
+//! The task behind one ACP conversation: it waits for a place among the live agent processes,
+//! starts the agent, opens (or reopens) its session, then runs turns: prompts out,
+//! `session/update` notifications in as stream-json shaped messages, permission requests
+//! relayed, `session/cancel` for interrupts; an idle agent goes when the pool needs its place.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
