@@ -1345,3 +1345,42 @@ async fn a_turn_sent_to_an_agent_that_made_room_runs_on_the_next_one() {
         "{seen:?}"
     );
 }
+
+/// A session that starts in a mode that never asks, in an agent offering no mode that asks,
+/// runs no turn unless the operator allows such modes: each ends at once with an `unsupported`
+/// result, and the agent never gets the prompt.
+#[tokio::test]
+async fn an_agent_that_can_only_run_unattended_gets_no_turn() {
+    let keys = "unattended_modes = [\"default\", \"autoEdit\", \"yolo\", \"plan\"]\n";
+    for allowed in [false, true] {
+        let setup = AcpSetup::with_agent_keys(
+            &["--modes", "gemini", "--start-mode", "yolo"],
+            &format!("[agent]\nallow_bypass_permissions = {allowed}\n"),
+            keys,
+        );
+        let server = setup.start().await;
+        let mut c = server.client().await;
+        chat_with(&mut c, "y", "hi", json!({"agent": "fake"})).await;
+        let frames = c.until_result("y").await;
+        let result = &stored(&frames, "result")[0]["message"];
+        let prompted = setup.calls().contains(&"session/prompt".to_owned());
+        if allowed {
+            assert_eq!(reply_text(&frames), "Echo: hi (history 1)");
+            assert!(prompted);
+        } else {
+            assert_eq!(result["terminal_reason"], "unsupported", "{result}");
+            assert!(
+                result["result"]
+                    .as_str()
+                    .unwrap()
+                    .contains("allow_bypass_permissions"),
+                "{result}"
+            );
+            assert!(!prompted, "{:?}", setup.calls());
+            assert!(
+                !setup.calls().contains(&"session/set_mode".to_owned()),
+                "no mode to switch to"
+            );
+        }
+    }
+}

@@ -48,7 +48,7 @@ pub struct AcpSettings {
 
 impl AcpSettings {
     /// Whether `mode` is one of the agent's modes that run tools without asking.
-    fn is_unattended(&self, mode: &str) -> bool {
+    pub(super) fn is_unattended(&self, mode: &str) -> bool {
         self.unattended_modes.iter().any(|m| m == mode)
     }
 

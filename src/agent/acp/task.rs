@@ -470,7 +470,7 @@ impl AcpTask {
             if !starts_unattended || self.settings.allow_unattended {
                 return None;
             }
-            if offers_mode(&self.offered, "default") {
+            if offers_mode(&self.offered, "default") && !unattended("default") {
                 return Some("default".to_owned());
             }
             self.offered.modes.iter().find(|m| !unattended(m)).cloned()
@@ -531,6 +531,14 @@ impl AcpTask {
         Ok(())
     }
 
+    /// The session's mode, when it runs tools without asking and the server does not allow
+    /// that (it could not be switched to a mode that asks).
+    fn unallowed_mode(&self) -> Option<String> {
+        self.applied_mode
+            .clone()
+            .filter(|m| !self.settings.allow_unattended && self.settings.is_unattended(m))
+    }
+
     /// Runs turns until the session stops the agent, the agent ends, or the pool asks the idle
     /// process to make room.
     async fn drive(&mut self, proc: &mut Proc, lease: &Lease) -> End {
@@ -545,6 +553,17 @@ impl AcpTask {
                 if self.option_calls.is_empty()
                     && let Some(prompt) = self.prompts.pop_front()
                 {
+                    if let Some(mode) = self.unallowed_mode() {
+                        // The session runs tools without asking and offers no mode that asks.
+                        self.emit_refused(&format!(
+                            "the agent `{}` is in mode `{mode}`, which runs tools without asking, \
+                             and offers no mode that asks; this server does not allow that \
+                             (agent.allow_bypass_permissions); the message was not sent to it",
+                            self.settings.name
+                        ))
+                        .await;
+                        continue;
+                    }
                     if !self.caps.image && !prompt.images().is_empty() {
                         // Known only now (the first start since the server started): the
                         // agent never sees the turn, which ends at once.
