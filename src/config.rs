@@ -182,6 +182,10 @@ pub struct AgentDef {
     /// Variables added to the agent's allow-listed environment (API keys and the like).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// For an ACP agent: the ids of its modes that run tools without asking anyone (default:
+    /// `acp.unattended_modes`).
+    #[serde(default)]
+    pub unattended_modes: Option<Vec<String>>,
 }
 
 /// Shows which variables are set, never their values (they are often keys).
@@ -191,6 +195,7 @@ impl fmt::Debug for AgentDef {
             .field("kind", &self.kind)
             .field("command", &self.command)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("unattended_modes", &self.unattended_modes)
             .finish()
     }
 }
@@ -208,6 +213,11 @@ pub struct AcpConfig {
     /// Extra environment variable names passed to every ACP agent, besides `PATH`, `HOME` and
     /// `LANG` (and each agent's own `env`).
     pub env_allow: Vec<String>,
+    /// Mode ids that let an agent run tools without asking anyone (ACP has no field saying
+    /// so): a chat may pick one only with `agent.allow_bypass_permissions`, and a session that
+    /// starts in one is switched to a mode that asks. An agent's own `unattended_modes`
+    /// replaces this list.
+    pub unattended_modes: Vec<String>,
 }
 
 impl Default for AcpConfig {
@@ -217,6 +227,9 @@ impl Default for AcpConfig {
             init_timeout_secs: 60,
             stop_grace_secs: 5,
             env_allow: Vec::new(),
+            unattended_modes: ["bypassPermissions", "auto", "yolo"]
+                .map(str::to_owned)
+                .to_vec(),
         }
     }
 }
@@ -241,7 +254,16 @@ pub struct AgentConfig {
     /// The agent (by name) of a conversation whose first chat names none; `--backend` sets it.
     /// When unset: the backend in force (`claude` or `demo`).
     pub default: Option<String>,
+    /// Most agent processes alive at once, Claude CLIs and ACP agents together; beyond it the
+    /// idle one nobody follows (else the least recently used idle one) is stopped, and when
+    /// all are busy new turns wait. When unset: `claude.max_live_processes`, else
+    /// [`DEFAULT_MAX_LIVE_PROCESSES`].
+    pub max_live_processes: Option<usize>,
 }
+
+/// The cap on live agent processes when neither `agent.max_live_processes` nor
+/// `claude.max_live_processes` is set.
+pub const DEFAULT_MAX_LIVE_PROCESSES: usize = 16;
 
 /// Authentication settings. Authentication is on whenever a token or a JWT key is set.
 #[derive(Clone, Deserialize)]
@@ -299,9 +321,9 @@ pub struct ClaudeConfig {
     pub init_timeout_secs: u64,
     /// Each step of stopping a CLI (close stdin, TERM, KILL) waits this long.
     pub stop_grace_secs: u64,
-    /// Most CLI processes alive at once; beyond it the least recently used idle one is
-    /// stopped, and when all are busy new turns wait.
-    pub max_live_processes: usize,
+    /// The former name of `agent.max_live_processes` (which wins when both are set): it caps
+    /// every agent process, not only the CLI's.
+    pub max_live_processes: Option<usize>,
     /// Keep one initialized spare CLI so a new conversation's first reply skips start-up.
     pub prewarm: bool,
 }
@@ -318,7 +340,7 @@ impl Default for ClaudeConfig {
             max_line_bytes: 64 << 20,
             init_timeout_secs: 60,
             stop_grace_secs: 5,
-            max_live_processes: 16,
+            max_live_processes: None,
             prewarm: false,
         }
     }
@@ -612,11 +634,20 @@ impl Config {
         Duration::from_secs(self.session.idle_evict_secs)
     }
 
+    /// Most agent processes alive at once (`agent.max_live_processes`, else the older
+    /// `claude.max_live_processes`, else 16); at least 1.
+    pub fn max_live_processes(&self) -> usize {
+        self.agent
+            .max_live_processes
+            .or(self.claude.max_live_processes)
+            .unwrap_or(DEFAULT_MAX_LIVE_PROCESSES)
+            .max(1)
+    }
+
     /// What decoding a client frame accepts.
     pub fn decode_limits(&self) -> DecodeLimits {
         DecodeLimits {
             max_content_bytes: self.socket.max_content_bytes,
-            allow_bypass_permissions: self.agent.allow_bypass_permissions,
         }
     }
 
@@ -652,6 +683,22 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
         let file = Config::from_file(&path).unwrap();
         assert_eq!(format!("{file:?}"), format!("{:?}", Config::default()));
+    }
+
+    /// `agent.max_live_processes` caps every agent process; the older
+    /// `claude.max_live_processes` counts when it is not set; 0 means 1.
+    #[test]
+    fn the_process_cap_takes_the_new_key_then_the_old_one() {
+        let cap = |text: &str| toml::from_str::<Config>(text).unwrap().max_live_processes();
+        assert_eq!(cap(""), DEFAULT_MAX_LIVE_PROCESSES);
+        assert_eq!(cap("[claude]\nmax_live_processes = 3\n"), 3);
+        assert_eq!(cap("[agent]\nmax_live_processes = 5\n"), 5);
+        assert_eq!(
+            cap("[agent]\nmax_live_processes = 5\n[claude]\nmax_live_processes = 3\n"),
+            5
+        );
+        assert_eq!(cap("[agent]\nmax_live_processes = 0\n"), 1);
+        assert!(toml::from_str::<Config>("[agent]\nmax_live_processes = -1\n").is_err());
     }
 
     #[test]

@@ -9,7 +9,10 @@ export type ChatOptions = {
  */
 model?: string, 
 /**
- * Permission mode for the agent, one of [`PERMISSION_MODES`].
+ * Permission mode for the agent: one of the modes its agent offers (for the Claude CLI,
+ * its permission modes). The protocol checks only its form ([`valid_mode_id`]); the
+ * conversation's agent checks the id, and whether the server allows a mode that runs
+ * tools without asking.
  */
 permission_mode?: string, 
 /**

@@ -37,6 +37,7 @@ const DEMO_SUPPORTS: super::Supports = super::Supports {
     modes: false,
     rewind: true,
     fork: true,
+    images: true,
     known: true,
 };
 
@@ -55,6 +56,14 @@ impl Backend for DemoBackend {
 
     fn supports(&self) -> super::Supports {
         DEMO_SUPPORTS
+    }
+
+    fn check_options(&self, _model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
+        super::check_cli_mode(mode)
+    }
+
+    fn unattended_mode(&self, mode: &str) -> bool {
+        super::CLI_UNATTENDED_MODES.contains(&mode)
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
@@ -82,6 +91,14 @@ impl Backend for GatedDemoBackend {
 
     fn supports(&self) -> super::Supports {
         DEMO_SUPPORTS
+    }
+
+    fn check_options(&self, _model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
+        super::check_cli_mode(mode)
+    }
+
+    fn unattended_mode(&self, mode: &str) -> bool {
+        super::CLI_UNATTENDED_MODES.contains(&mode)
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {

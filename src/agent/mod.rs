@@ -9,6 +9,7 @@ pub mod acp;
 pub mod claude;
 pub mod demo;
 mod lines;
+mod pool;
 mod process;
 pub mod registry;
 
@@ -24,6 +25,35 @@ use crate::protocol::{Content, LaunchOptions, PermissionDecision};
 pub const EVENT_QUEUE: usize = 256;
 /// Capacity of the channel of inputs to one agent.
 pub const INPUT_QUEUE: usize = 16;
+
+/// The Claude CLI's permission modes: what `options.permission_mode` may name for the `claude`
+/// and `demo` agents (an ACP agent offers its own).
+pub const CLI_PERMISSION_MODES: &[&str] = &[
+    "default",
+    "acceptEdits",
+    "bypassPermissions",
+    "plan",
+    "dontAsk",
+    "auto",
+    "manual",
+];
+
+/// The CLI's permission modes that let it run tools without asking anyone.
+pub const CLI_UNATTENDED_MODES: &[&str] = &["bypassPermissions", "auto"];
+
+/// Checks a chat's permission mode against the CLI's names.
+///
+/// # Errors
+/// When `mode` is not one of [`CLI_PERMISSION_MODES`].
+pub fn check_cli_mode(mode: Option<&str>) -> Result<(), String> {
+    match mode {
+        Some(mode) if !CLI_PERMISSION_MODES.contains(&mode) => Err(format!(
+            "`options.permission_mode` must be one of {}",
+            CLI_PERMISSION_MODES.join(", ")
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// How the agent's conversation starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -364,6 +394,8 @@ pub struct Supports {
     pub rewind: bool,
     /// Whether `fork` works on its conversations.
     pub fork: bool,
+    /// Whether a chat may carry images (an ACP agent's `promptCapabilities.image`).
+    pub images: bool,
     /// False while an ACP agent has not started yet: what it supports is learnt from its
     /// first `initialize`, and the other fields are guesses until then.
     pub known: bool,
@@ -378,18 +410,21 @@ pub trait Backend: Send + Sync + 'static {
     /// What its agents can do.
     fn supports(&self) -> Supports;
 
-    /// Checks a chat's model and permission mode against what the agent offers, when that is
-    /// known; `Err` says why one can't be used.
+    /// Checks a chat's model and permission mode against what the agent offers (for an ACP
+    /// agent: once it is known); `Err` says why one can't be used. Called before anything is
+    /// created or stored.
     ///
     /// # Errors
     /// When the agent is known not to offer the model or the mode.
     fn check_options(
         &self,
-        _model: Option<&str>,
-        _permission_mode: Option<&str>,
-    ) -> Result<(), String> {
-        Ok(())
-    }
+        model: Option<&str>,
+        permission_mode: Option<&str>,
+    ) -> Result<(), String>;
+
+    /// Whether permission mode `mode` lets the agent run tools without asking anyone; such a
+    /// mode needs `agent.allow_bypass_permissions`.
+    fn unattended_mode(&self, mode: &str) -> bool;
 
     /// Starts an agent for a conversation. It returns at once: a backend that needs time to
     /// get ready buffers inputs meanwhile, so the conversation keeps answering its clients.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::acp::{AcpBackend, AcpSettings};
 use super::claude::{ClaudeBackend, ClaudeSettings, check_bin};
 use super::demo::{DemoBackend, GatedDemoBackend};
+use super::pool::Pool;
 use super::{Backend, Supports};
 use crate::config::{AgentDef, AgentKind, BackendKind, Config};
 
@@ -56,6 +57,8 @@ impl Agents {
     /// default agent does not exist, or the claude backend has no CLI.
     pub fn from_config(config: &Config) -> anyhow::Result<Self> {
         let mut entries = BTreeMap::new();
+        // One cap for every agent process, whichever agent runs it.
+        let pool = Arc::new(Pool::new(config.max_live_processes()));
         let demo = DemoBackend {
             word_delay: Duration::from_millis(config.demo.delay_ms),
         };
@@ -83,7 +86,7 @@ impl Agents {
                     "claude".to_owned(),
                     Entry {
                         kind: AgentKind::Claude,
-                        backend: Arc::new(ClaudeBackend::new(settings)),
+                        backend: Arc::new(ClaudeBackend::new(settings, pool.clone())),
                     },
                 );
             }
@@ -99,7 +102,7 @@ impl Agents {
                      [A-Za-z0-9._-], not starting with `-` or `.`"
                 );
             }
-            let backend = Self::build(config, name, def)?;
+            let backend = Self::build(config, name, def, &pool)?;
             entries.insert(
                 name.clone(),
                 Entry {
@@ -118,7 +121,12 @@ impl Agents {
         Ok(Agents { default, entries })
     }
 
-    fn build(config: &Config, name: &str, def: &AgentDef) -> anyhow::Result<Arc<dyn Backend>> {
+    fn build(
+        config: &Config,
+        name: &str,
+        def: &AgentDef,
+        pool: &Arc<Pool>,
+    ) -> anyhow::Result<Arc<dyn Backend>> {
         let program = |what: &str| -> anyhow::Result<PathBuf> {
             let Some(program) = def.command.first() else {
                 anyhow::bail!("agents.{name}: `command` must name the {what} to run");
@@ -148,21 +156,31 @@ impl Agents {
                 claude
                     .extra_args
                     .extend(def.command.iter().skip(1).cloned());
-                Arc::new(ClaudeBackend::new(ClaudeSettings {
-                    config: claude,
-                    bin,
-                    workspaces: config.workspaces_dir(),
-                    extra_env: env,
-                }))
+                Arc::new(ClaudeBackend::new(
+                    ClaudeSettings {
+                        config: claude,
+                        bin,
+                        workspaces: config.workspaces_dir(),
+                        extra_env: env,
+                    },
+                    pool.clone(),
+                ))
             }
-            AgentKind::Acp => Arc::new(AcpBackend::new(AcpSettings {
-                name: name.to_owned(),
-                program: program("agent program")?,
-                args: def.command.iter().skip(1).cloned().collect(),
-                env,
-                config: config.acp.clone(),
-                allow_unattended: config.agent.allow_bypass_permissions,
-            })),
+            AgentKind::Acp => Arc::new(AcpBackend::new(
+                AcpSettings {
+                    name: name.to_owned(),
+                    program: program("agent program")?,
+                    args: def.command.iter().skip(1).cloned().collect(),
+                    env,
+                    config: config.acp.clone(),
+                    allow_unattended: config.agent.allow_bypass_permissions,
+                    unattended_modes: def
+                        .unattended_modes
+                        .clone()
+                        .unwrap_or_else(|| config.acp.unattended_modes.clone()),
+                },
+                pool.clone(),
+            )),
         })
     }
 

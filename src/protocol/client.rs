@@ -6,9 +6,8 @@ use serde_json::{Map, Value};
 
 use super::{
     Content, ErrorCode, FrameError, MAX_ADD_DIRS, MAX_AGENT_ID_CHARS, MAX_AGENT_NAME_CHARS,
-    MAX_MODEL_CHARS, MAX_PATH_BYTES, MAX_SYSTEM_PROMPT_BYTES, MAX_TOOL_PATTERN_CHARS,
-    MAX_TOOL_PATTERNS, MAX_TURNS_LIMIT, PERMISSION_MODES, UNATTENDED_PERMISSION_MODES,
-    truncate_chars,
+    MAX_MODE_CHARS, MAX_MODEL_CHARS, MAX_PATH_BYTES, MAX_SYSTEM_PROMPT_BYTES,
+    MAX_TOOL_PATTERN_CHARS, MAX_TOOL_PATTERNS, MAX_TURNS_LIMIT, truncate_chars,
 };
 
 /// The answer to a tool permission request; on the wire, `behavior` says which.
@@ -44,7 +43,10 @@ pub struct ChatOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub model: Option<String>,
-    /// Permission mode for the agent, one of [`PERMISSION_MODES`].
+    /// Permission mode for the agent: one of the modes its agent offers (for the Claude CLI,
+    /// its permission modes). The protocol checks only its form ([`valid_mode_id`]); the
+    /// conversation's agent checks the id, and whether the server allows a mode that runs
+    /// tools without asking.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub permission_mode: Option<String>,
@@ -235,8 +237,6 @@ pub enum ClientFrame {
 pub struct DecodeLimits {
     /// Longest accepted `content` text, in bytes (images are bounded by the frame size).
     pub max_content_bytes: usize,
-    /// Whether a chat may choose one of [`UNATTENDED_PERMISSION_MODES`].
-    pub allow_bypass_permissions: bool,
 }
 
 /// Checks an `agent_id`: 1–128 characters of `[A-Za-z0-9._:-]`.
@@ -265,6 +265,17 @@ pub fn valid_model(model: &str) -> bool {
         && !model.starts_with('-')
         && !model.contains("..")
         && model
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Checks the form of a permission mode id: 1–64 characters of `[A-Za-z0-9._:-]`, starting
+/// with a letter or digit. Which ids exist is for the conversation's agent to say.
+pub fn valid_mode_id(mode: &str) -> bool {
+    !mode.is_empty()
+        && mode.len() <= MAX_MODE_CHARS
+        && mode.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && mode
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
@@ -359,7 +370,7 @@ pub fn decode_object(
             let agent_id = agent_id(obj).map_err(fail)?;
             let content = super::content::decode(obj.get("content"), limits.max_content_bytes)
                 .map_err(fail)?;
-            let options = chat_options(obj.get("options"), limits).map_err(fail)?;
+            let options = chat_options(obj.get("options")).map_err(fail)?;
             Ok(ClientFrame::Chat(Chat {
                 agent_id,
                 content,
@@ -505,7 +516,7 @@ fn seq_field(obj: &Map<String, Value>, name: &str) -> Result<Option<i64>, FrameE
     }
 }
 
-fn chat_options(value: Option<&Value>, limits: DecodeLimits) -> Result<ChatOptions, FrameError> {
+fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
     let obj = match value {
         None | Some(Value::Null) => return Ok(ChatOptions::default()),
         Some(Value::Object(obj)) => obj,
@@ -537,29 +548,14 @@ fn chat_options(value: Option<&Value>, limits: DecodeLimits) -> Result<ChatOptio
                     ),
                 ));
             }
-            ("permission_mode", Value::String(m))
-                if UNATTENDED_PERMISSION_MODES.contains(&m.as_str())
-                    && !limits.allow_bypass_permissions =>
-            {
-                return Err(FrameError::new(
-                    ErrorCode::InvalidOptions,
-                    format!(
-                        "`options.permission_mode` `{m}` lets the agent run tools without asking; \
-                         this server does not allow it (agent.allow_bypass_permissions)"
-                    ),
-                ));
-            }
-            ("permission_mode", Value::String(m)) if PERMISSION_MODES.contains(&m.as_str()) => {
+            ("permission_mode", Value::String(m)) if valid_mode_id(m) => {
                 options.permission_mode = Some(m.clone());
             }
             ("permission_mode", _) => {
-                return Err(FrameError::new(
-                    ErrorCode::InvalidOptions,
-                    format!(
-                        "`options.permission_mode` must be one of {}",
-                        PERMISSION_MODES.join(", ")
-                    ),
-                ));
+                return Err(invalid_option(format!(
+                    "`options.permission_mode` must be 1-{MAX_MODE_CHARS} characters of \
+                     [A-Za-z0-9._:-], starting with a letter or digit"
+                )));
             }
             ("cwd", Value::String(path)) if valid_path_form(path) => {
                 options.cwd = Some(path.clone());

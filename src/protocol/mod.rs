@@ -36,20 +36,8 @@ pub const MAX_TOOL_PATTERN_CHARS: usize = 256;
 pub const MAX_TURNS_LIMIT: u32 = 1000;
 /// Most directories in `options.add_dirs`.
 pub const MAX_ADD_DIRS: usize = 16;
-/// Permission modes the agent understands (`chat.options.permission_mode`).
-pub const PERMISSION_MODES: &[&str] = &[
-    "default",
-    "acceptEdits",
-    "bypassPermissions",
-    "plan",
-    "dontAsk",
-    "auto",
-    "manual",
-];
-
-/// Permission modes that let the agent run tools without asking anyone; a chat may choose
-/// them only where the operator allows it.
-pub const UNATTENDED_PERMISSION_MODES: &[&str] = &["bypassPermissions", "auto"];
+/// Longest accepted `options.permission_mode`, in characters.
+pub const MAX_MODE_CHARS: usize = 64;
 
 /// Stable, snake_case error codes carried by `error` frames and REST errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
@@ -191,7 +179,6 @@ mod tests {
 
     const LIMITS: DecodeLimits = DecodeLimits {
         max_content_bytes: 1024,
-        allow_bypass_permissions: false,
     };
 
     fn code(text: &str) -> ErrorCode {
@@ -351,6 +338,54 @@ mod tests {
             code(r#"{"type":"fork","agent_id":"x","new_agent_id":"y","at_seq":0}"#),
             ErrorCode::InvalidSeq
         );
+    }
+
+    /// A permission mode is decoded by its form only (the agent knows its own ids): CLI names
+    /// and other agents' ids pass, flag-like, path-like, overlong or odd ones don't.
+    #[test]
+    fn permission_modes_are_checked_by_form() {
+        let chat = |mode: Value| {
+            let frame = json!({"type": "chat", "agent_id": "a", "content": "hi",
+                "client_msg_id": "m", "options": {"permission_mode": mode}});
+            decode(&frame.to_string(), LIMITS)
+        };
+        let m64 = "m".repeat(MAX_MODE_CHARS);
+        for good in [
+            "acceptEdits",
+            "yolo",
+            "autoEdit",
+            "read-only",
+            "full_access",
+            "v2.mode:x",
+            &m64,
+        ] {
+            let Ok(ClientFrame::Chat(ok)) = chat(json!(good)) else {
+                panic!("{good} decodes");
+            };
+            assert_eq!(ok.options.permission_mode.as_deref(), Some(good));
+        }
+        let m65 = "m".repeat(MAX_MODE_CHARS + 1);
+        let bad = [
+            json!("-x"),
+            json!("--dangerously-skip-permissions"),
+            json!(".hidden"),
+            json!("_x"),
+            json!("../x"),
+            json!("a/b"),
+            json!("a b"),
+            json!("plan\n"),
+            json!("mod\u{e9}"),
+            json!(""),
+            json!(m65),
+            json!(7),
+            json!(["plan"]),
+        ];
+        for bad in bad {
+            let err = chat(bad.clone()).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidOptions, "{bad}");
+            assert_eq!(err.agent_id.as_deref(), Some("a"));
+            assert_eq!(err.client_msg_id.as_deref(), Some("m"));
+        }
     }
 
     #[test]
@@ -546,12 +581,6 @@ mod tests {
         );
         assert_eq!(
             code(r#"{"type":"chat","agent_id":"a","content":"x","options":{"workdir":"/"}}"#),
-            ErrorCode::InvalidOptions
-        );
-        assert_eq!(
-            code(
-                r#"{"type":"chat","agent_id":"a","content":"x","options":{"permission_mode":"yolo"}}"#
-            ),
             ErrorCode::InvalidOptions
         );
         assert_eq!(

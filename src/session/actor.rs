@@ -82,12 +82,13 @@ struct Turn {
 }
 
 struct Running {
-    /// The turn handed to the agent.
-    turn: Turn,
     /// Set once an interrupt was sent: the agent is killed if the turn has not ended by then.
     interrupt_deadline: Option<Instant>,
     /// uuid of the latest assistant message of this turn (the rewind anchor).
     last_assistant_uuid: Option<String>,
+    /// The turn, to hand to a new agent if the one it was sent to went away without reading
+    /// it (see [`AgentEvent::Released`]).
+    turn: Turn,
 }
 
 /// A frame to publish after the store has committed the batch it belongs to.
@@ -455,9 +456,9 @@ impl Actor {
             }
             let user_seq = turn.user_seq;
             self.running = Some(Running {
-                turn,
                 interrupt_deadline: None,
                 last_assistant_uuid: None,
+                turn,
             });
             self.publish_status("busy", "a turn is running");
             self.publish_activity(Activity::TurnStarted, user_seq, "");
@@ -663,7 +664,7 @@ impl Actor {
         let mut outs = Vec::new();
         let mut turn_ended = false;
         let mut crashed = None;
-        let mut requeued = false;
+        let mut redeliver = false;
         let mut next = Some(first);
         while let Some(event) = next.take() {
             match event {
@@ -707,13 +708,28 @@ impl Actor {
                     break;
                 }
                 Some(AgentEvent::Released { detail }) => {
-                    tracing::info!(agent_id = %self.session.agent_id, %detail, "agent released");
+                    // An agent goes only while idle with no prompt read: the prompt of a turn
+                    // sent meanwhile never reached it, and goes to the next agent instead.
                     self.agent = None;
-                    // Only an idle agent is released: a turn handed to it as it went never
-                    // reached it, and runs on the next one.
-                    if let Some(running) = self.running.take() {
-                        self.queue.push_front(running.turn);
-                        requeued = true;
+                    match self.running.take() {
+                        // Interrupted meanwhile: it ends as if the agent had read both.
+                        Some(running) if running.interrupt_deadline.is_some() => {
+                            self.running = Some(running);
+                            let mut result = NewMessage::new(
+                                "result",
+                                error_result(&self.session.session_id, "aborted_streaming"),
+                            );
+                            result.totals = Some(Totals::default());
+                            result.running = Some(self.turn_ends());
+                            outs.push(Out::Stored(result));
+                            turn_ended = true;
+                        }
+                        Some(running) => {
+                            tracing::debug!(agent_id = %self.session.agent_id, detail, "the agent went before reading the turn; starting another");
+                            self.queue.push_front(running.turn);
+                            redeliver = true;
+                        }
+                        None => {}
                     }
                     break;
                 }
@@ -753,11 +769,11 @@ impl Actor {
                 self.start_next_turn().await;
             }
         }
-        if requeued {
-            self.start_next_turn().await;
-        }
         if let Some(detail) = crashed {
             self.schedule_respawn(&detail);
+        }
+        if redeliver {
+            self.start_next_turn().await;
         }
     }
 

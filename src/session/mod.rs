@@ -426,8 +426,10 @@ impl Manager {
     }
 
     /// Checks a chat's options against the conversation's agent (by name): `options.agent`
-    /// must be that agent, and the model and permission mode must be ones it offers (when that
-    /// is known).
+    /// must be that agent, the model and permission mode must be ones it offers (for an ACP
+    /// agent, once that is known), and a mode that runs tools without asking needs
+    /// `agent.allow_bypass_permissions`. Images to an agent known not to take them are
+    /// `unsupported`.
     fn check_chat_options(&self, conversation_agent: &str, chat: &Chat) -> Result<(), FrameError> {
         let invalid = |message: String| {
             FrameError::new(ErrorCode::InvalidOptions, message)
@@ -441,15 +443,63 @@ impl Manager {
                 "this conversation's agent is `{conversation_agent}`; it can't change to `{agent}`"
             )));
         }
-        if let Some(backend) = self.shared.agents.get(conversation_agent) {
-            backend
-                .check_options(
-                    chat.options.model.as_deref(),
-                    chat.options.permission_mode.as_deref(),
-                )
-                .map_err(invalid)?;
+        let Some(backend) = self.shared.agents.get(conversation_agent) else {
+            return Ok(());
+        };
+        if !chat.content.images().is_empty() && !backend.supports().images {
+            return Err(FrameError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "this conversation's agent `{conversation_agent}` does not take images; \
+                     send the message without them"
+                ),
+            )
+            .for_agent(Some(&chat.agent_id))
+            .with_client_msg_id(chat.client_msg_id.clone()));
         }
-        Ok(())
+        if let Some(mode) = &chat.options.permission_mode
+            && backend.unattended_mode(mode)
+            && !self.shared.config.agent.allow_bypass_permissions
+        {
+            return Err(invalid(format!(
+                "`options.permission_mode` `{mode}` lets the agent run tools without asking; \
+                 this server does not allow it (agent.allow_bypass_permissions)"
+            )));
+        }
+        backend
+            .check_options(
+                chat.options.model.as_deref(),
+                chat.options.permission_mode.as_deref(),
+            )
+            .map_err(invalid)
+    }
+
+    /// Checks a chat's options as [`Self::chat`] would before creating or starting anything,
+    /// against the conversation's agent, or for a new conversation (always when `new`) the
+    /// agent it would get.
+    ///
+    /// # Errors
+    /// `invalid_options`, `store_unavailable`.
+    pub(crate) async fn check_options(
+        &self,
+        principal: &str,
+        chat: &Chat,
+        new: bool,
+    ) -> Result<(), FrameError> {
+        let existing = if new {
+            None
+        } else {
+            self.shared
+                .store
+                .find_session(principal, &chat.agent_id)
+                .await
+                .map_err(|e| store_error(e, &chat.agent_id))?
+        };
+        let agent = match existing {
+            Some(record) => record.backend,
+            None => self.pick_agent(chat)?,
+        };
+        self.check_chat_options(&agent, chat)
     }
 
     /// The agent a new conversation gets: the chat's `options.agent`, else the default.

@@ -385,6 +385,11 @@ impl Scheduler {
             .manager
             .resolve_paths(&row.principal, chat)
             .await?;
+        // With `mode: "new"` each run makes a new conversation, whose agent the options pick.
+        self.inner
+            .manager
+            .check_options(&row.principal, &chat, row.mode == "new")
+            .await?;
         row.options = serde_json::to_string(&chat.options).expect("options serialize");
         Ok(row)
     }

@@ -3,7 +3,8 @@
 //! `tests/it/fixtures/acp/`), for what the real one can't be made to do on demand: crash
 //! mid-turn, write garbage, or load a session without offering resume.
 //!
-//! Usage: `fake-acp --state DIR [--no-resume] [--no-load] [--start-mode MODE]`. Sessions are kept in
+//! Usage: `fake-acp --state DIR [--no-resume] [--no-load] [--no-images] [--modes gemini]
+//! [--start-mode MODE]`. Sessions are kept in
 //! `DIR/<session id>.json` (their prompts and replies), so a new process can resume or load
 //! them. Each `initialize` is logged as a line `initialize` in `DIR/calls.log`, and every
 //! method it receives likewise, one per line. At start it writes its working directory and
@@ -49,6 +50,14 @@ struct Args {
     /// The mode sessions start in (the real adapter starts in `auto`).
     #[arg(long, default_value = "default")]
     start_mode: String,
+    /// The modes sessions offer: `claude` (the adapter's) or `gemini` (Gemini CLI's: `default`,
+    /// `autoEdit`, `yolo`, `plan`).
+    #[arg(long, default_value = "claude")]
+    modes: String,
+    /// Don't advertise image prompts (`promptCapabilities.image`), as agents that can't take
+    /// images do; a prompt with an image is then answered with an error.
+    #[arg(long)]
+    no_images: bool,
 }
 
 fn send(v: &Value) {
@@ -79,10 +88,20 @@ fn answer(id: &Value, result: Value) {
     send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
 }
 
-fn modes(current: &str) -> Value {
-    json!({"currentModeId": current, "availableModes": [
-        {"id": "default", "name": "Manual"}, {"id": "acceptEdits", "name": "Accept edits"},
-        {"id": "plan", "name": "Plan"}, {"id": "auto", "name": "Auto"}]})
+fn modes(kind: &str, current: &str) -> Value {
+    let available = if kind == "gemini" {
+        // As Gemini CLI's ACP mode announces them.
+        json!([
+            {"id": "default", "name": "Default", "description": "Prompts for approval"},
+            {"id": "autoEdit", "name": "Auto Edit", "description": "Auto-approves edit tools"},
+            {"id": "yolo", "name": "YOLO", "description": "Auto-approves all tools"},
+            {"id": "plan", "name": "Plan", "description": "Read-only mode"}])
+    } else {
+        json!([
+            {"id": "default", "name": "Manual"}, {"id": "acceptEdits", "name": "Accept edits"},
+            {"id": "plan", "name": "Plan"}, {"id": "auto", "name": "Auto"}])
+    };
+    json!({"currentModeId": current, "availableModes": available})
 }
 
 fn config_options() -> Value {
@@ -292,7 +311,8 @@ impl Agent {
             match method.as_str() {
                 "initialize" => {
                     let mut caps = json!({"loadSession": !self.args.no_load,
-                        "sessionCapabilities": {}, "promptCapabilities": {}});
+                        "sessionCapabilities": {},
+                        "promptCapabilities": {"image": !self.args.no_images, "embeddedContext": true}});
                     if !self.args.no_resume {
                         caps["sessionCapabilities"]["resume"] = json!({});
                     }
@@ -309,7 +329,7 @@ impl Agent {
                     save(&self.args.state, &sid, &self.turns);
                     answer(
                         &id,
-                        json!({"sessionId": sid, "modes": modes(&self.args.start_mode), "configOptions": config_options()}),
+                        json!({"sessionId": sid, "modes": modes(&self.args.modes, &self.args.start_mode), "configOptions": config_options()}),
                     );
                 }
                 "session/resume" | "session/load" => {
@@ -335,7 +355,7 @@ impl Agent {
                     self.turns = turns;
                     answer(
                         &id,
-                        json!({"modes": modes(&self.args.start_mode), "configOptions": config_options()}),
+                        json!({"modes": modes(&self.args.modes, &self.args.start_mode), "configOptions": config_options()}),
                     );
                 }
                 "session/set_mode" => {
@@ -355,6 +375,19 @@ impl Agent {
                     answer(&id, json!({"configOptions": config_options()}))
                 }
                 "session/prompt" => {
+                    let images = params["prompt"]
+                        .as_array()
+                        .map_or(0, |b| b.iter().filter(|b| b["type"] == "image").count());
+                    if images > 0 {
+                        log_call(&self.args.state, &format!("prompt with {images} image(s)"));
+                        if self.args.no_images {
+                            send(
+                                &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602,
+                                "message": "Invalid params: image content is not supported"}}),
+                            );
+                            continue;
+                        }
+                    }
                     let text = params["prompt"][0]["text"]
                         .as_str()
                         .unwrap_or_default()

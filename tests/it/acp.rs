@@ -25,6 +25,11 @@ impl AcpSetup {
 
     /// With more settings (TOML) before the agent's table.
     pub fn with_config(flags: &[&str], extra: &str) -> Self {
+        Self::with_agent_keys(flags, extra, "")
+    }
+
+    /// With more settings before the agent's table, and more keys in it.
+    pub fn with_agent_keys(flags: &[&str], extra: &str, agent_keys: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("agent-state");
         let mut command = vec![
@@ -35,7 +40,7 @@ impl AcpSetup {
         command.extend(flags.iter().map(|f| f.to_string()));
         let command: Vec<String> = command.iter().map(|c| toml_string(c)).collect();
         let (cfg, config) = config_file(&format!(
-            "{extra}\n[agents.fake]\nkind = \"acp\"\ncommand = [{}]\nenv = {{ FAKE_KEY = \"secret\" }}\n",
+            "{extra}\n[agents.fake]\nkind = \"acp\"\ncommand = [{}]\nenv = {{ FAKE_KEY = \"secret\" }}\n{agent_keys}",
             command.join(", ")
         ));
         AcpSetup {
@@ -80,12 +85,7 @@ impl AcpSetup {
 
 /// Sends a chat with options and returns its ack (or error).
 pub async fn chat_with(c: &mut Client, agent_id: &str, content: &str, options: Value) -> Value {
-    c.send(json!({"type": "chat", "agent_id": agent_id, "content": content, "options": options}))
-        .await;
-    let frames = c
-        .recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error")
-        .await;
-    frames.last().unwrap().clone()
+    chat_blocks(c, agent_id, json!(content), options).await
 }
 
 fn stored<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -862,4 +862,525 @@ async fn an_unanswered_permission_request_times_out_as_cancelled() {
             .iter()
             .any(|f| f.to_string().contains("Tool said: ran"))
     );
+}
+
+/// An agent's own mode ids (Gemini CLI's here) are picked on a first chat and between turns;
+/// once the agent has said what it offers, an id it lacks is `invalid_options` and creates
+/// nothing; before that it is reported when the session opens. Its unattended mode (`yolo`)
+/// needs the operator, on a first chat as on a later one.
+#[tokio::test]
+async fn an_agents_own_modes_are_picked_and_others_refused() {
+    let setup = AcpSetup::new(&["--modes", "gemini"]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+
+    // Before any process of the agent has started, its modes are not known yet: an id it
+    // lacks is stored, and the session says so when it opens.
+    let ack = chat_with(
+        &mut c,
+        "g0",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "dontAsk"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let frames = c.until_result("g0").await;
+    let warning = frames
+        .iter()
+        .find(|f| f["status"] == "warning")
+        .unwrap_or_else(|| panic!("a warning: {frames:?}"));
+    assert!(
+        warning["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no mode `dontAsk`"),
+        "{warning}"
+    );
+
+    let ack = chat_with(
+        &mut c,
+        "g1",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "autoEdit"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("g1").await;
+    assert!(
+        setup.calls().contains(&"mode autoEdit".to_owned()),
+        "{:?}",
+        setup.calls()
+    );
+    let ack = chat_with(&mut c, "g1", "next", json!({"permission_mode": "plan"})).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("g1").await;
+    assert!(
+        setup.calls().contains(&"mode plan".to_owned()),
+        "{:?}",
+        setup.calls()
+    );
+    let (_, session) = rest.get("/api/sessions/g1").await;
+    assert_eq!(session["permission_mode"], "plan", "{session}");
+
+    // Now known: a Claude CLI mode this agent lacks, or an unknown id, is refused up front,
+    // on a new conversation (nothing created) as on this one.
+    for mode in ["acceptEdits", "nope"] {
+        let err = chat_with(
+            &mut c,
+            "g2",
+            "x",
+            json!({"agent": "fake", "permission_mode": mode}),
+        )
+        .await;
+        assert_eq!(err["code"], "invalid_options", "{mode}: {err}");
+        assert!(err["error"].as_str().unwrap().contains("autoEdit"), "{err}");
+        assert_eq!(rest.get("/api/sessions/g2").await.0, 404, "{mode}");
+        let err = chat_with(&mut c, "g1", "x", json!({"permission_mode": mode})).await;
+        assert_eq!(err["code"], "invalid_options", "{mode}: {err}");
+    }
+    // Gemini's own id picks on a first chat too.
+    let ack = chat_with(
+        &mut c,
+        "g3",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "plan"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("g3").await;
+
+    // `yolo` runs tools without asking: refused unless the operator allows it.
+    let err = chat_with(
+        &mut c,
+        "g4",
+        "x",
+        json!({"agent": "fake", "permission_mode": "yolo"}),
+    )
+    .await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("allow_bypass_permissions"),
+        "{err}"
+    );
+    assert_eq!(rest.get("/api/sessions/g4").await.0, 404);
+    let err = chat_with(&mut c, "g1", "x", json!({"permission_mode": "yolo"})).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    let (_, messages) = rest.get("/api/sessions/g1/messages").await;
+    assert!(
+        !messages.to_string().contains("\"x\""),
+        "a refused chat stores nothing"
+    );
+    let ack = chat_with(&mut c, "g1", "after", json!({})).await;
+    assert_eq!(
+        ack["message_type"], "ack",
+        "the conversation goes on: {ack}"
+    );
+    c.until_result("g1").await;
+    assert!(!setup.calls().contains(&"mode yolo".to_owned()));
+
+    let allowed = AcpSetup::with_config(
+        &["--modes", "gemini"],
+        "[agent]\nallow_bypass_permissions = true\n",
+    );
+    let server = allowed.start().await;
+    let mut c = server.client().await;
+    let ack = chat_with(
+        &mut c,
+        "y1",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "yolo"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("y1").await;
+    assert!(
+        allowed.calls().contains(&"mode yolo".to_owned()),
+        "{:?}",
+        allowed.calls()
+    );
+}
+
+/// Malformed mode ids never reach an agent: flag-like, path-like, overlong or odd ones are
+/// `invalid_options` over the socket and REST, and create nothing.
+#[tokio::test]
+async fn malformed_mode_ids_are_refused() {
+    let setup = AcpSetup::new(&["--modes", "gemini"]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    for bad in [
+        json!("-yolo"),
+        json!("--dangerously-skip-permissions"),
+        json!("../plan"),
+        json!("pl an"),
+        json!("plan;rm"),
+        json!("m".repeat(65)),
+        json!(""),
+        json!(true),
+    ] {
+        let options = json!({"agent": "fake", "permission_mode": bad});
+        let err = chat_with(&mut c, "bad", "hi", options.clone()).await;
+        assert_eq!(err["code"], "invalid_options", "{bad}: {err}");
+        let (status, body) = rest
+            .post(
+                "/api/sessions/bad/messages",
+                json!({"content": "hi", "options": options}),
+            )
+            .await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("invalid_options")),
+            "{bad}"
+        );
+    }
+    assert_eq!(rest.get("/api/sessions/bad").await.0, 404);
+    assert!(
+        setup.calls().is_empty(),
+        "no agent started: {:?}",
+        setup.calls()
+    );
+}
+
+/// Sends a chat with `content` (text or blocks) and returns its ack (or error).
+async fn chat_blocks(c: &mut Client, agent_id: &str, content: Value, options: Value) -> Value {
+    c.send(json!({"type": "chat", "agent_id": agent_id, "content": content, "options": options}))
+        .await;
+    let frames = c
+        .recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error")
+        .await;
+    frames.last().unwrap().clone()
+}
+
+/// An agent that does not advertise image prompts never gets an image: once it has said so, a
+/// chat with one is `unsupported` and stores nothing, on a new conversation as on a running
+/// one; on the first start since the server started (when that is not known yet) the stored
+/// turn ends at once with an `unsupported` result without reaching the agent. Either way the
+/// conversation goes on. An agent that takes images gets them.
+#[tokio::test]
+async fn images_to_an_agent_that_cant_take_them_are_refused() {
+    use crate::images::{PNG_1X1, image};
+    let with_image =
+        json!([{"type": "text", "text": "what is this?"}, image("image/png", PNG_1X1)]);
+    let setup = AcpSetup::new(&["--no-images"]);
+    let server = setup.start().await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+
+    let ack = chat_blocks(&mut c, "i1", with_image.clone(), json!({"agent": "fake"})).await;
+    assert_eq!(ack["message_type"], "ack", "not known yet: {ack}");
+    let frames = c.until_result("i1").await;
+    let result = stored(&frames, "result")[0];
+    assert_eq!(
+        result["message"]["terminal_reason"], "unsupported",
+        "{result}"
+    );
+    assert!(
+        result["message"]["result"]
+            .as_str()
+            .unwrap()
+            .contains("does not take images"),
+        "{result}"
+    );
+    assert!(
+        !setup.calls().iter().any(|l| l.contains("image")),
+        "the agent never saw it: {:?}",
+        setup.calls()
+    );
+    chat_ack(&mut c, "i1", "plain").await;
+    assert_eq!(
+        reply_text(&c.until_result("i1").await),
+        "Echo: plain (history 1)"
+    );
+
+    let (_, agents) = rest.get("/api/agents").await;
+    let fake = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "fake")
+        .unwrap()
+        .clone();
+    assert_eq!(fake["supports"]["images"], false, "{fake}");
+    assert_eq!(fake["supports"]["known"], true, "{fake}");
+
+    let (_, before) = rest.get("/api/sessions/i1/messages").await;
+    let err = chat_blocks(&mut c, "i1", with_image.clone(), json!({})).await;
+    assert_eq!(err["code"], "unsupported", "{err}");
+    assert_eq!(err["agent_id"], "i1");
+    let (_, after) = rest.get("/api/sessions/i1/messages").await;
+    assert_eq!(before, after, "nothing stored");
+    let err = chat_blocks(&mut c, "i2", with_image.clone(), json!({"agent": "fake"})).await;
+    assert_eq!(err["code"], "unsupported", "{err}");
+    assert_eq!(rest.get("/api/sessions/i2").await.0, 404, "nothing created");
+    let (status, body) = rest
+        .post(
+            "/api/sessions/i1/messages",
+            json!({"content": with_image.clone()}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("unsupported")),
+        "{body}"
+    );
+    chat_ack(&mut c, "i1", "still here").await;
+    assert_eq!(
+        reply_text(&c.until_result("i1").await),
+        "Echo: still here (history 2)"
+    );
+    assert!(!setup.calls().iter().any(|l| l.contains("image")));
+
+    // The same agent with image prompts gets them.
+    let able = AcpSetup::new(&[]);
+    let server = able.start().await;
+    let mut c = server.client().await;
+    let ack = chat_blocks(&mut c, "i3", with_image, json!({"agent": "fake"})).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let frames = c.until_result("i3").await;
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["subtype"],
+        "success"
+    );
+    assert!(
+        able.calls().contains(&"prompt with 1 image(s)".to_owned()),
+        "{:?}",
+        able.calls()
+    );
+}
+
+/// Claude CLIs and ACP agents share one cap on live processes (`agent.max_live_processes`):
+/// with room for one, an ACP conversation and a Claude CLI conversation each stop the other's
+/// idle process, and both resume with their history; a running turn is never stopped for
+/// another (its turn waits, `queued`, until the running one ends).
+#[tokio::test]
+async fn acp_and_cli_processes_share_one_cap() {
+    let home = tempfile::tempdir().unwrap();
+    let log = home.path().join("cli.log");
+    let setup = AcpSetup::with_config(
+        &[],
+        &format!(
+            "[agent]\nmax_live_processes = 1\n[session]\npermission_timeout_secs = 3600\n\
+             [claude]\nconfig_dir = {}\n\
+             [agents.cli]\nkind = \"claude\"\ncommand = [{}]\nenv = {{ FAKE_CLAUDE_LOG = {} }}\n",
+            toml_string(&home.path().join("home").to_string_lossy()),
+            toml_string(&sibling("fake-claude").to_string_lossy()),
+            toml_string(&log.to_string_lossy()),
+        ),
+    );
+    let server = setup.start().await;
+    let cli_procs = || cli_children(&server, &sibling("fake-claude"));
+    let mut c = server.client().await;
+
+    chat_with(&mut c, "acp1", "one", json!({"agent": "fake"})).await;
+    assert_eq!(
+        reply_text(&c.until_result("acp1").await),
+        "Echo: one (history 1)"
+    );
+    assert_eq!(fake_agents(&server).len(), 1);
+
+    chat_with(&mut c, "cli1", "one", json!({"agent": "cli"})).await;
+    assert_eq!(
+        reply_text(&c.until_result("cli1").await),
+        "Echo: one (history 1)"
+    );
+    assert_eq!(cli_procs().len(), 1);
+    assert!(
+        fake_agents(&server).is_empty(),
+        "the idle ACP agent made room"
+    );
+
+    chat_ack(&mut c, "acp1", "two").await;
+    assert_eq!(
+        reply_text(&c.until_result("acp1").await),
+        "Echo: two (history 2)"
+    );
+    assert!(
+        setup.calls().contains(&"session/resume".to_owned()),
+        "{:?}",
+        setup.calls()
+    );
+    assert!(cli_procs().is_empty(), "the idle CLI made room");
+    assert_eq!(fake_agents(&server).len(), 1);
+
+    chat_ack(&mut c, "cli1", "two").await;
+    assert_eq!(
+        reply_text(&c.until_result("cli1").await),
+        "Echo: two (history 2)"
+    );
+    let spawns = std::fs::read_to_string(&log).unwrap();
+    assert!(spawns.contains("--resume="), "the CLI resumed: {spawns}");
+    assert!(fake_agents(&server).is_empty());
+
+    // An ACP turn waiting for a permission answer is running: the CLI's turn waits for it.
+    chat_ack(&mut c, "acp1", "PERMIT").await;
+    let asked = c
+        .recv_until(|f| f["agent_id"] == "acp1" && f["message_type"] == "permission_request")
+        .await;
+    let request_id = asked.last().unwrap()["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chat_ack(&mut c, "cli1", "three").await;
+    c.recv_until(|f| f["agent_id"] == "cli1" && f["status"] == "queued")
+        .await;
+    assert_eq!(
+        fake_agents(&server).len(),
+        1,
+        "the running turn keeps its process"
+    );
+    assert!(cli_procs().is_empty());
+    c.send(json!({"type": "permission_response", "agent_id": "acp1",
+        "request_id": request_id, "behavior": "allow"}))
+        .await;
+    let frames = c.until_result("acp1").await;
+    assert_eq!(
+        stored(&frames, "result")[0]["message"]["subtype"],
+        "success"
+    );
+    assert_eq!(reply_text(&frames), "Tool said: ran");
+    assert_eq!(
+        reply_text(&c.until_result("cli1").await),
+        "Echo: three (history 3)"
+    );
+    assert!(fake_agents(&server).is_empty());
+}
+
+/// An agent's own `unattended_modes` replaces `acp.unattended_modes` for it: the modes it
+/// names need the operator, and the default list's no longer do.
+#[tokio::test]
+async fn an_agents_own_unattended_modes_replace_the_default_list() {
+    let setup = AcpSetup::with_agent_keys(
+        &["--modes", "gemini"],
+        "",
+        "unattended_modes = [\"autoEdit\"]\n",
+    );
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    let err = chat_with(
+        &mut c,
+        "u1",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "autoEdit"}),
+    )
+    .await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("allow_bypass_permissions"),
+        "{err}"
+    );
+    let ack = chat_with(
+        &mut c,
+        "u1",
+        "hi",
+        json!({"agent": "fake", "permission_mode": "yolo"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result("u1").await;
+    assert!(
+        setup.calls().contains(&"mode yolo".to_owned()),
+        "{:?}",
+        setup.calls()
+    );
+}
+
+/// With room for one process, a conversation with a turn queued behind its running one and
+/// another conversation waiting for a place: when the running turn ends, whichever gets the
+/// process first, every turn runs to its own reply; none is lost or reported crashed (the
+/// queued turn handed to an agent that was just asked to go is given to the next one).
+#[tokio::test]
+async fn a_turn_sent_to_an_agent_that_made_room_runs_on_the_next_one() {
+    let setup = AcpSetup::with_config(
+        &[],
+        "[agent]\nmax_live_processes = 1\n[session]\npermission_timeout_secs = 3600\n",
+    );
+    let server = setup.start().await;
+    let mut c = server.client().await;
+    chat_with(&mut c, "qa", "PERMIT", json!({"agent": "fake"})).await;
+    let asked = c
+        .recv_until(|f| f["agent_id"] == "qa" && f["message_type"] == "permission_request")
+        .await;
+    let request_id = asked.last().unwrap()["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chat_ack(&mut c, "qa", "second").await;
+    chat_with(&mut c, "qb", "other", json!({"agent": "fake"})).await;
+    c.recv_until(|f| f["agent_id"] == "qb" && f["status"] == "queued")
+        .await;
+    c.send(json!({"type": "permission_response", "agent_id": "qa",
+        "request_id": request_id, "behavior": "allow"}))
+        .await;
+    let mut replies = std::collections::BTreeMap::new();
+    let mut seen = Vec::new();
+    while replies.len() < 3 {
+        let f = c.recv().await;
+        seen.push(f.clone());
+        if f["message_type"] == "result" {
+            let agent = f["agent_id"].as_str().unwrap().to_owned();
+            let text = f["message"]["result"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            replies.insert(format!("{agent}:{}", replies.len()), text);
+        }
+    }
+    assert!(!statuses(&seen).contains(&"crashed".to_owned()), "{seen:?}");
+    let mut got: Vec<String> = replies.into_values().collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "Echo: other (history 1)",
+            "Echo: second (history 2)",
+            "Tool said: ran"
+        ],
+        "{seen:?}"
+    );
+}
+
+/// A session that starts in a mode that never asks, in an agent offering no mode that asks,
+/// runs no turn unless the operator allows such modes: each ends at once with an `unsupported`
+/// result, and the agent never gets the prompt.
+#[tokio::test]
+async fn an_agent_that_can_only_run_unattended_gets_no_turn() {
+    let keys = "unattended_modes = [\"default\", \"autoEdit\", \"yolo\", \"plan\"]\n";
+    for allowed in [false, true] {
+        let setup = AcpSetup::with_agent_keys(
+            &["--modes", "gemini", "--start-mode", "yolo"],
+            &format!("[agent]\nallow_bypass_permissions = {allowed}\n"),
+            keys,
+        );
+        let server = setup.start().await;
+        let mut c = server.client().await;
+        chat_with(&mut c, "y", "hi", json!({"agent": "fake"})).await;
+        let frames = c.until_result("y").await;
+        let result = &stored(&frames, "result")[0]["message"];
+        let prompted = setup.calls().contains(&"session/prompt".to_owned());
+        if allowed {
+            assert_eq!(reply_text(&frames), "Echo: hi (history 1)");
+            assert!(prompted);
+        } else {
+            assert_eq!(result["terminal_reason"], "unsupported", "{result}");
+            assert!(
+                result["result"]
+                    .as_str()
+                    .unwrap()
+                    .contains("allow_bypass_permissions"),
+                "{result}"
+            );
+            assert!(!prompted, "{:?}", setup.calls());
+            assert!(
+                !setup.calls().contains(&"session/set_mode".to_owned()),
+                "no mode to switch to"
+            );
+        }
+    }
 }

@@ -1233,3 +1233,48 @@ async fn a_cli_that_cannot_start_is_given_up_on() {
     );
     stop(server, &fx).await;
 }
+
+/// A Claude conversation takes only the CLI's permission modes: another agent's id (Gemini's
+/// `autoEdit`, `yolo`) is `invalid_options` before any CLI starts or anything is stored, on a
+/// first chat and on a later one; `bypassPermissions` still needs the operator.
+#[tokio::test]
+async fn a_claude_conversation_refuses_modes_the_cli_lacks() {
+    let fx = Fixture::new("");
+    let server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    for mode in ["autoEdit", "yolo", "bypassPermissions"] {
+        c.send(json!({"type": "chat", "agent_id": "m", "content": "hi",
+            "options": {"permission_mode": mode}}))
+            .await;
+        let err = c.recv().await;
+        assert_eq!(err["code"], "invalid_options", "{mode}: {err}");
+        assert_eq!(err["agent_id"], "m");
+    }
+    assert!(fx.spawns().is_empty(), "no CLI started");
+    let (status, _) = crate::rest::Rest::new(&server).get("/api/sessions/m").await;
+    assert_eq!(status, 404, "nothing stored");
+
+    chat_ack(&mut c, "m", "one").await;
+    c.until_result("m").await;
+    let err =
+        crate::acp::chat_with(&mut c, "m", "two", json!({"permission_mode": "autoEdit"})).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(
+        err["error"].as_str().unwrap().contains("acceptEdits"),
+        "{err}"
+    );
+    let ack = crate::acp::chat_with(
+        &mut c,
+        "m",
+        "three",
+        json!({"permission_mode": "acceptEdits"}),
+    )
+    .await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    assert_eq!(
+        reply_text(&c.until_result("m").await),
+        "Echo: three (history 2)"
+    );
+    assert_eq!(fx.spawns().len(), 1);
+    stop(server, &fx).await;
+}

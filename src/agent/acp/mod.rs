@@ -1,7 +1,8 @@
 //! The Agent Client Protocol backend: any agent that speaks ACP (JSON-RPC 2.0, one message
 //! per line on its stdio), one process per live conversation.
 //!
-//! The task of each agent (`task`) starts the configured program in the conversation's working
+//! The task of each agent (`task`) waits for a place among the live agent processes (the pool
+//! the Claude CLI's share), starts the configured program in the conversation's working
 //! directory, in its own process group with a parent-death signal (the same process handling
 //! as the Claude CLI's), sends `initialize` advertising no file system or terminal capability,
 //! opens the session (`session/new`, or `session/resume` / `session/load` for a conversation
@@ -19,6 +20,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use super::pool::Pool;
 use super::{AgentConn, Backend, EVENT_QUEUE, INPUT_QUEUE, SpawnError, SpawnSpec, Supports};
 use crate::config::AcpConfig;
 
@@ -39,9 +41,17 @@ pub struct AcpSettings {
     /// (`agent.allow_bypass_permissions`); when not, such a starting mode is switched to
     /// `default` where the agent offers it.
     pub allow_unattended: bool,
+    /// Its mode ids that run tools without asking (`unattended_modes`, else
+    /// `acp.unattended_modes`).
+    pub unattended_modes: Vec<String>,
 }
 
 impl AcpSettings {
+    /// Whether `mode` is one of the agent's modes that run tools without asking.
+    pub(super) fn is_unattended(&self, mode: &str) -> bool {
+        self.unattended_modes.iter().any(|m| m == mode)
+    }
+
     /// The agent's environment: `PATH`, `HOME`, `LANG` and the names of `acp.env_allow` from
     /// the server's, then the agent's own `env`. Nothing else of the server's.
     fn environment(&self) -> Vec<(String, String)> {
@@ -69,14 +79,16 @@ struct Learnt {
 pub struct AcpBackend {
     settings: Arc<AcpSettings>,
     learnt: Arc<Mutex<Learnt>>,
+    pool: Arc<Pool>,
 }
 
 impl AcpBackend {
-    /// A backend starting `settings`' program.
-    pub fn new(settings: AcpSettings) -> Self {
+    /// A backend starting `settings`' program, each process taking its place in `pool`.
+    pub(crate) fn new(settings: AcpSettings, pool: Arc<Pool>) -> Self {
         AcpBackend {
             settings: Arc::new(settings),
             learnt: Arc::default(),
+            pool,
         }
     }
 }
@@ -97,8 +109,14 @@ impl Backend for AcpBackend {
             modes: learnt.offered.as_ref().is_some_and(|o| !o.modes.is_empty()),
             rewind: false,
             fork: false,
+            // Until the agent has said, images are let through (and refused at the turn).
+            images: learnt.caps.is_none_or(|c| c.image),
             known: learnt.caps.is_some(),
         }
+    }
+
+    fn unattended_mode(&self, mode: &str) -> bool {
+        self.settings.is_unattended(mode)
     }
 
     fn check_options(&self, model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
@@ -150,6 +168,7 @@ impl Backend for AcpBackend {
         let task = task::AcpTask::new(
             self.settings.clone(),
             self.learnt.clone(),
+            self.pool.clone(),
             spec,
             input_rx,
             event_tx,

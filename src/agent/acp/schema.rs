@@ -116,6 +116,8 @@ pub(super) struct Capabilities {
     pub(super) load: bool,
     /// `session/resume`.
     pub(super) resume: bool,
+    /// Image blocks in prompts (`promptCapabilities.image`).
+    pub(super) image: bool,
 }
 
 /// Reads the `initialize` result.
@@ -126,6 +128,7 @@ pub(super) fn capabilities(result: &Value) -> Result<Capabilities, String> {
     Ok(Capabilities {
         load: caps.load_session,
         resume: caps.session_capabilities.resume.is_some(),
+        image: caps.prompt_capabilities.image,
     })
 }
 
@@ -463,9 +466,17 @@ mod tests {
             caps,
             Capabilities {
                 load: true,
-                resume: true
+                resume: true,
+                image: false,
             }
         );
+        // The adapter's recorded answer takes images.
+        let caps = capabilities(
+            &json!({"protocolVersion":1,"agentCapabilities":{"loadSession":true,
+            "promptCapabilities":{"image":true,"embeddedContext":true}}}),
+        )
+        .unwrap();
+        assert!(caps.image && caps.load && !caps.resume);
         let (id, offered) = new_session_result(&json!({"sessionId":"abc","modes":{"currentModeId":"auto",
             "availableModes":[{"id":"default","name":"Manual"},{"id":"auto","name":"Auto"}]},
             "configOptions":[{"id":"model","name":"Model","category":"model","type":"select",

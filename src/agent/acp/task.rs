@@ -1,6 +1,7 @@
-//! The task behind one ACP conversation: it starts the agent, opens (or reopens) its session,
-//! then runs turns: prompts out, `session/update` notifications in as stream-json shaped
-//! messages, permission requests relayed, `session/cancel` for interrupts.
+//! The task behind one ACP conversation: it waits for a place among the live agent processes,
+//! starts the agent, opens (or reopens) its session, then runs turns: prompts out,
+//! `session/update` notifications in as stream-json shaped messages, permission requests
+//! relayed, `session/cancel` for interrupts; an idle agent goes when the pool needs its place.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -12,9 +13,10 @@ use tokio::sync::mpsc;
 use super::schema::{self, Offered, Tool, Update, method};
 use super::{AcpSettings, Learnt};
 use crate::agent::lines::Line;
+use crate::agent::pool::{Lease, Pool, Waiter, wait_for_place};
 use crate::agent::process::{Proc, ProcSpec};
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, Reports, SpawnSpec};
-use crate::protocol::{Content, PermissionDecision, UNATTENDED_PERMISSION_MODES};
+use crate::protocol::{Content, PermissionDecision};
 
 /// JSON-RPC error code for a method the client does not implement.
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -27,6 +29,16 @@ pub(super) fn offers_mode(offered: &Offered, mode: &str) -> bool {
         || offered
             .option("mode")
             .is_some_and(|v| v.iter().any(|m| m == mode))
+}
+
+/// How the turn loop ended.
+enum End {
+    /// The session dropped its input.
+    Stopped,
+    /// The agent ended, or can't be written to; the detail says how.
+    Exited(String),
+    /// Stopped while idle to free its place for another conversation's process.
+    Evicted,
 }
 
 /// Why a call during start-up did not get its answer.
@@ -59,6 +71,7 @@ struct Turn {
 pub(super) struct AcpTask {
     settings: Arc<AcpSettings>,
     learnt: Arc<Mutex<Learnt>>,
+    pool: Arc<Pool>,
     spec: SpawnSpec,
     inputs: mpsc::Receiver<AgentInput>,
     events: Reports,
@@ -66,6 +79,8 @@ pub(super) struct AcpTask {
     next_id: u64,
     /// The agent's id of the open session.
     session: String,
+    /// What the agent said it can do.
+    caps: schema::Capabilities,
     offered: Offered,
     applied_mode: Option<String>,
     applied_model: Option<String>,
@@ -104,10 +119,47 @@ impl Cost {
     }
 }
 
+impl Waiter for AcpTask {
+    fn inputs(&mut self) -> &mut mpsc::Receiver<AgentInput> {
+        &mut self.inputs
+    }
+
+    fn reports(&self) -> &Reports {
+        &self.events
+    }
+
+    fn has_prompts(&self) -> bool {
+        !self.prompts.is_empty()
+    }
+
+    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
+        match input {
+            None => return false,
+            Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
+            Some(AgentInput::Interrupt) => {
+                if self.prompts.pop_front().is_some() {
+                    self.emit_aborted("Interrupted before the agent started.")
+                        .await;
+                }
+            }
+            Some(AgentInput::SetOptions {
+                model,
+                permission_mode,
+            }) => {
+                self.spec.model = model;
+                self.spec.permission_mode = permission_mode;
+            }
+            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
+        }
+        true
+    }
+}
+
 impl AcpTask {
     pub(super) fn new(
         settings: Arc<AcpSettings>,
         learnt: Arc<Mutex<Learnt>>,
+        pool: Arc<Pool>,
         spec: SpawnSpec,
         inputs: mpsc::Receiver<AgentInput>,
         events: mpsc::Sender<AgentEvent>,
@@ -115,12 +167,14 @@ impl AcpTask {
         AcpTask {
             settings,
             learnt,
+            pool,
             spec,
             inputs,
             events: Reports(events),
             prompts: VecDeque::new(),
             next_id: 0,
             session: String::new(),
+            caps: schema::Capabilities::default(),
             offered: Offered::default(),
             applied_mode: None,
             applied_model: None,
@@ -150,6 +204,14 @@ impl AcpTask {
 
     /// Serves the conversation until its session drops the input or the agent ends.
     pub(super) async fn run(mut self) {
+        let (pool, background, watched) = (
+            self.pool.clone(),
+            self.spec.background,
+            self.spec.watched.clone(),
+        );
+        let Some(lease) = wait_for_place(&mut self, &pool, background, &watched).await else {
+            return;
+        };
         let env = self.settings.environment();
         let started = Proc::start(ProcSpec {
             program: &self.settings.program,
@@ -173,37 +235,23 @@ impl AcpTask {
             }
         };
         let end = match self.open(&mut proc).await {
-            Ok(()) => self.drive(&mut proc).await,
-            Err(CallFail::Stopped) => None,
-            Err(CallFail::Failed(detail)) => Some(detail),
+            Ok(()) => self.drive(&mut proc, &lease).await,
+            Err(CallFail::Stopped) => End::Stopped,
+            Err(CallFail::Failed(detail)) => End::Exited(detail),
         };
         proc.stop(self.stop_grace()).await;
-        if let Some(detail) = end {
-            self.events.emit(AgentEvent::Exited { detail }).await;
-        }
-    }
-
-    /// Handles an input while no turn can run yet. False when the session is gone.
-    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
-        match input {
-            None => return false,
-            Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
-            Some(AgentInput::Interrupt) => {
-                if self.prompts.pop_front().is_some() {
-                    self.emit_aborted("Interrupted before the agent started.")
-                        .await;
-                }
+        drop(lease);
+        match end {
+            End::Stopped => {}
+            End::Exited(detail) => self.events.emit(AgentEvent::Exited { detail }).await,
+            End::Evicted => {
+                self.events
+                    .emit(AgentEvent::Released {
+                        detail: "stopped to free a process slot".into(),
+                    })
+                    .await;
             }
-            Some(AgentInput::SetOptions {
-                model,
-                permission_mode,
-            }) => {
-                self.spec.model = model;
-                self.spec.permission_mode = permission_mode;
-            }
-            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
         }
-        true
     }
 
     async fn emit_aborted(&self, why: &str) {
@@ -212,6 +260,19 @@ impl AcpTask {
             "session_id": self.session, "terminal_reason": "aborted_streaming",
             "stop_reason": "cancelled", "result": why, "num_turns": 0, "duration_ms": 0,
             "total_cost_usd": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "errors": [],
+        }))
+        .await;
+    }
+
+    /// Ends a turn the agent can't take before it is sent: an error `result` whose
+    /// `terminal_reason` is `unsupported`.
+    async fn emit_refused(&self, why: &str) {
+        self.message(json!({
+            "type": "result", "subtype": "error_during_execution", "is_error": true,
+            "session_id": self.session, "terminal_reason": "unsupported",
+            "result": why, "num_turns": 0, "duration_ms": 0,
+            "total_cost_usd": self.cost.process, "usage": {"input_tokens": 0, "output_tokens": 0},
+            "errors": [why],
         }))
         .await;
     }
@@ -300,6 +361,7 @@ impl AcpTask {
             }
         };
         self.learnt.lock().expect("learnt lock").caps = Some(caps);
+        self.caps = caps;
         let cwd = self.spec.cwd.clone();
         let previous = match &self.spec.launch {
             Launch::Resume { sdk_session_id } => Some(sdk_session_id.clone()),
@@ -399,15 +461,19 @@ impl AcpTask {
     /// Asks the agent for the mode and model the conversation wants, when they differ from
     /// what it has; one it does not offer is reported and left alone.
     async fn apply_options(&mut self, proc: &mut Proc) -> Result<(), String> {
-        let unattended = self
-            .applied_mode
-            .as_deref()
-            .is_some_and(|m| UNATTENDED_PERMISSION_MODES.contains(&m));
+        let unattended = |mode: &str| self.settings.is_unattended(mode);
+        let starts_unattended = self.applied_mode.as_deref().is_some_and(unattended);
         let wanted = self.spec.permission_mode.clone().or_else(|| {
-            // A session that starts in a mode running tools without asking is switched to
-            // the agent's `default`, unless the operator allows such modes.
-            (unattended && !self.settings.allow_unattended && offers_mode(&self.offered, "default"))
-                .then(|| "default".to_owned())
+            // A session that starts in a mode running tools without asking is switched to the
+            // agent's `default` (else its first mode that asks), unless the operator allows
+            // such modes.
+            if !starts_unattended || self.settings.allow_unattended {
+                return None;
+            }
+            if offers_mode(&self.offered, "default") && !unattended("default") {
+                return Some("default".to_owned());
+            }
+            self.offered.modes.iter().find(|m| !unattended(m)).cloned()
         });
         if let Some(mode) = wanted
             && self.applied_mode.as_deref() != Some(mode.as_str())
@@ -465,8 +531,17 @@ impl AcpTask {
         Ok(())
     }
 
-    /// Runs turns until the session stops the agent (`None`) or the agent ends (`Some`).
-    async fn drive(&mut self, proc: &mut Proc) -> Option<String> {
+    /// The session's mode, when it runs tools without asking and the server does not allow
+    /// that (it could not be switched to a mode that asks).
+    fn unallowed_mode(&self) -> Option<String> {
+        self.applied_mode
+            .clone()
+            .filter(|m| !self.settings.allow_unattended && self.settings.is_unattended(m))
+    }
+
+    /// Runs turns until the session stops the agent, the agent ends, or the pool asks the idle
+    /// process to make room.
+    async fn drive(&mut self, proc: &mut Proc, lease: &Lease) -> End {
         let mut turn: Option<Turn> = None;
         if self.prompts.is_empty() {
             // A start no turn waits for (a warm-up or a respawn) is complete.
@@ -474,14 +549,37 @@ impl AcpTask {
                 .status("ready", "the agent is started and waits for a message")
                 .await;
         }
+        // Whether the pool was last told the process is idle (evictable).
+        let mut told_idle = None;
         loop {
             if turn.is_none() && self.option_calls.is_empty() {
                 if let Err(detail) = self.apply_options(proc).await {
-                    return Some(detail);
+                    return End::Exited(detail);
                 }
                 if self.option_calls.is_empty()
                     && let Some(prompt) = self.prompts.pop_front()
                 {
+                    if let Some(mode) = self.unallowed_mode() {
+                        // The session runs tools without asking and offers no mode that asks.
+                        self.emit_refused(&format!(
+                            "the agent `{}` is in mode `{mode}`, which runs tools without asking, \
+                             and offers no mode that asks; this server does not allow that \
+                             (agent.allow_bypass_permissions); the message was not sent to it",
+                            self.settings.name
+                        ))
+                        .await;
+                        continue;
+                    }
+                    if !self.caps.image && !prompt.images().is_empty() {
+                        // Known only now (the first start since the server started): the
+                        // agent never sees the turn, which ends at once.
+                        self.emit_refused(&format!(
+                            "the agent `{}` does not take images; the message was not sent to it",
+                            self.settings.name
+                        ))
+                        .await;
+                        continue;
+                    }
                     let params = schema::prompt(&self.session, &prompt);
                     match self.request(proc, method::SESSION_PROMPT, params).await {
                         Ok(rpc_id) => {
@@ -496,14 +594,21 @@ impl AcpTask {
                                 cancelled: false,
                             });
                         }
-                        Err(detail) => return Some(detail),
+                        Err(detail) => return End::Exited(detail),
                     }
                 }
             }
+            let idle = turn.is_none() && self.prompts.is_empty() && self.option_calls.is_empty();
+            if told_idle != Some(idle) {
+                lease.set_busy(!idle);
+                told_idle = Some(idle);
+            }
             tokio::select! {
+                // An input that arrives with an eviction request wins: the eviction is only for
+                // an idle process with nothing queued.
                 biased;
                 input = self.inputs.recv() => match input {
-                    None => return None,
+                    None => return End::Stopped,
                     Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
                     Some(AgentInput::SetOptions { model, permission_mode }) => {
                         self.spec.model = model;
@@ -515,7 +620,7 @@ impl AcpTask {
                             let note = json!({"jsonrpc": "2.0", "method": method::SESSION_CANCEL,
                                 "params": schema::cancel(&self.session)});
                             if let Err(detail) = self.send(proc, &note).await {
-                                return Some(detail);
+                                return End::Exited(detail);
                             }
                             // The protocol asks the client to answer open permission
                             // requests `cancelled` once it cancels.
@@ -543,12 +648,13 @@ impl AcpTask {
                     Ok(Some(Line::Text(text))) => {
                         let Some(v) = self.parse_line(&text).await else { continue };
                         if let Err(detail) = self.on_message(proc, v, &mut turn).await {
-                            return Some(detail);
+                            return End::Exited(detail);
                         }
                     }
                     Ok(Some(Line::TooLong(bytes))) => self.too_long(bytes).await,
-                    Ok(None) | Err(_) => return Some(proc.exit_detail().await),
+                    Ok(None) | Err(_) => return End::Exited(proc.exit_detail().await),
                 },
+                () = lease.evicted(), if idle => return End::Evicted,
             }
         }
     }

@@ -1,8 +1,8 @@
 //! The Claude Code CLI backend: one long-lived CLI process per live conversation, driven in
 //! stream-json mode over stdin/stdout the way the official Agent SDKs drive it.
 //!
-//! Each agent is a task owning its process (`task`): it waits for a free process slot
-//! (`pool`), starts the CLI (`process`, with the command line and environment of `argv`) or
+//! Each agent is a task owning its process (`task`): it waits for a free process slot (in the
+//! pool every agent process shares), starts the CLI (`process`, with the command line and environment of `argv`) or
 //! adopts the pre-warmed spare (`spare`), sends `initialize` (`control`), then writes one
 //! `user` line per turn and turns stdout lines (`lines`) into [`AgentEvent`]s. It holds an
 //! interrupt that arrives before the turn has started until the CLI can act on it, answers
@@ -15,7 +15,6 @@
 
 mod argv;
 mod control;
-mod pool;
 mod spare;
 mod task;
 
@@ -27,9 +26,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use self::pool::Pool;
 use self::spare::Spare;
 use self::task::AgentTask;
+use super::pool::Pool;
 use super::{AgentConn, Backend, EVENT_QUEUE, INPUT_QUEUE, Launch, SpawnError, SpawnSpec};
 use crate::config::ClaudeConfig;
 
@@ -106,11 +105,12 @@ pub struct ClaudeBackend {
 }
 
 impl ClaudeBackend {
-    /// A backend; with `prewarm` set it starts keeping a spare process right away.
-    pub fn new(settings: ClaudeSettings) -> Self {
+    /// A backend whose processes take their places in `pool`; with `prewarm` set it starts
+    /// keeping a spare process right away.
+    pub(crate) fn new(settings: ClaudeSettings, pool: Arc<Pool>) -> Self {
         let settings = Arc::new(settings);
         let backend = ClaudeBackend {
-            pool: Arc::new(Pool::new(settings.config.max_live_processes.max(1))),
+            pool,
             spare: Arc::new(Spare::default()),
             settings,
         };
@@ -138,8 +138,17 @@ impl Backend for ClaudeBackend {
             modes: true,
             rewind: true,
             fork: true,
+            images: true,
             known: true,
         }
+    }
+
+    fn check_options(&self, _model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
+        super::check_cli_mode(mode)
+    }
+
+    fn unattended_mode(&self, mode: &str) -> bool {
+        super::CLI_UNATTENDED_MODES.contains(&mode)
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {

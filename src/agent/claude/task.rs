@@ -6,15 +6,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
 use super::control::{self, Request};
-use super::pool::{Lease, Pool};
 use crate::agent::lines::Line;
+use crate::agent::pool::{Lease, Pool, Waiter, wait_for_place};
 use crate::agent::process::Proc;
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, Reports, SpawnSpec};
 use crate::protocol::{Content, PermissionDecision};
@@ -42,6 +41,46 @@ enum End {
     /// The CLI refused a model or permission mode between turns: start it again, resuming,
     /// under the new settings.
     Restart(String),
+}
+
+impl Waiter for AgentTask {
+    fn inputs(&mut self) -> &mut mpsc::Receiver<AgentInput> {
+        &mut self.inputs
+    }
+
+    fn reports(&self) -> &Reports {
+        &self.events
+    }
+
+    fn has_prompts(&self) -> bool {
+        !self.prompts.is_empty()
+    }
+
+    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
+        match input {
+            None => false,
+            Some(AgentInput::Prompt(p)) => {
+                self.prompts.push_back(p);
+                true
+            }
+            Some(AgentInput::Interrupt) => {
+                // The turn never reached the CLI: end it here.
+                if self.prompts.pop_front().is_some() {
+                    self.emit_aborted().await;
+                }
+                true
+            }
+            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => true,
+            Some(AgentInput::SetOptions {
+                model,
+                permission_mode,
+            }) => {
+                self.spec.model = model;
+                self.spec.permission_mode = permission_mode;
+                true
+            }
+        }
+    }
 }
 
 /// The task behind one conversation's [`crate::agent::AgentConn`].
@@ -85,33 +124,6 @@ impl AgentTask {
             options_pending: 0,
             options_refused: None,
             reported_session_id: None,
-        }
-    }
-
-    /// Handles an input that arrives while no process is ready. False when the session is gone.
-    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
-        match input {
-            None => false,
-            Some(AgentInput::Prompt(p)) => {
-                self.prompts.push_back(p);
-                true
-            }
-            Some(AgentInput::Interrupt) => {
-                // The turn never reached the CLI: end it here.
-                if self.prompts.pop_front().is_some() {
-                    self.emit_aborted().await;
-                }
-                true
-            }
-            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => true,
-            Some(AgentInput::SetOptions {
-                model,
-                permission_mode,
-            }) => {
-                self.spec.model = model;
-                self.spec.permission_mode = permission_mode;
-                true
-            }
         }
     }
 
@@ -188,7 +200,12 @@ impl AgentTask {
     /// is the pre-warmed process it adopts, if any.
     pub(super) async fn run(mut self, warm: Option<Proc>) {
         let mut warm = warm;
-        let Some(lease) = self.acquire().await else {
+        let (pool, background, watched) = (
+            self.pool.clone(),
+            self.spec.background,
+            self.spec.watched.clone(),
+        );
+        let Some(lease) = wait_for_place(&mut self, &pool, background, &watched).await else {
             return;
         };
         loop {
@@ -243,64 +260,6 @@ impl AgentTask {
                     )
                     .await;
                     self.spec.launch = Launch::New { session_id: fresh };
-                }
-            }
-        }
-    }
-
-    /// Waits for a process slot, buffering inputs meanwhile. None when the session went away,
-    /// or, for a background start, when every place is taken by a busy process.
-    async fn acquire(&mut self) -> Option<Lease> {
-        let mut background = self.spec.background;
-        let mut told = false;
-        'again: loop {
-            let pool = self.pool.clone();
-            let watched = self.spec.watched.clone();
-            let acquire = async move {
-                if background {
-                    pool.acquire_if_idle(watched).await
-                } else {
-                    Some(pool.acquire(watched).await)
-                }
-            };
-            tokio::pin!(acquire);
-            loop {
-                tokio::select! {
-                    lease = &mut acquire => {
-                        if lease.is_some() {
-                            return lease;
-                        }
-                        // A prompt that came meanwhile makes it a start a turn waits for.
-                        while let Ok(input) = self.inputs.try_recv() {
-                            if !self.buffer_input(Some(input)).await {
-                                return None;
-                            }
-                        }
-                        if !self.prompts.is_empty() {
-                            background = false;
-                            continue 'again;
-                        }
-                        let detail = format!(
-                            "all {} agent processes are running turns; the agent starts with the next message",
-                            self.settings.config.max_live_processes
-                        );
-                        self.events.status("warm_refused", detail.clone()).await;
-                        self.events.emit(AgentEvent::Released { detail }).await;
-                        return None;
-                    }
-                    input = self.inputs.recv() => {
-                        if !self.buffer_input(input).await {
-                            return None;
-                        }
-                    }
-                    _ = tokio::time::sleep(Duration::from_millis(50)), if !told && !background => {
-                        told = true;
-                        let detail = format!(
-                            "all {} agent processes are busy; this turn starts when one is free",
-                            self.settings.config.max_live_processes
-                        );
-                        self.events.status("queued", detail).await;
-                    }
                 }
             }
         }

@@ -1,16 +1,18 @@
-//! The cap on live CLI processes: leases, and eviction of an idle process (one nobody
-//! follows first, else the least recently used) for a start that waits for a place.
+//! The cap on live agent processes, shared by every backend that starts them (the Claude CLI
+//! and ACP agents): leases, eviction of an idle process (one nobody follows first, else the
+//! least recently used) for a start that waits for a place, and the wait itself.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 
-use crate::agent::Watched;
+use crate::agent::{AgentEvent, AgentInput, Reports, Watched};
 
 /// The cap on live processes, with least-recently-used eviction of idle ones.
-pub(super) struct Pool {
+pub(crate) struct Pool {
     max: usize,
     state: Mutex<PoolState>,
     /// Wakes the waiters when a place is freed or a process becomes idle (evictable).
@@ -34,25 +36,30 @@ struct PoolEntry {
 }
 
 /// A live process's place in the pool; dropping it frees the place.
-pub(super) struct Lease {
+pub(crate) struct Lease {
     pool: Arc<Pool>,
     id: u64,
     evict: Arc<Notify>,
 }
 
 impl Pool {
-    pub(super) fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Pool {
-            max,
+            max: max.max(1),
             state: Mutex::new(PoolState::default()),
             changed: Notify::new(),
         }
     }
 
+    /// The most processes alive at once.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     /// A place for one more process, busy (a turn waits for it). While the pool is full it
     /// asks an idle process to go (one whose conversation nobody follows first, else the least
     /// recently used), and waits until a place is freed.
-    pub(super) async fn acquire(self: &Arc<Self>, watched: Watched) -> Lease {
+    pub(crate) async fn acquire(self: &Arc<Self>, watched: Watched) -> Lease {
         self.acquire_inner(watched, true)
             .await
             .expect("waits until a place is free")
@@ -60,7 +67,7 @@ impl Pool {
 
     /// As [`Self::acquire`], for a process no turn waits for (idle): None at once when the
     /// pool is full of busy processes (it never waits for a running turn to end).
-    pub(super) async fn acquire_if_idle(self: &Arc<Self>, watched: Watched) -> Option<Lease> {
+    pub(crate) async fn acquire_if_idle(self: &Arc<Self>, watched: Watched) -> Option<Lease> {
         self.acquire_inner(watched, false).await
     }
 
@@ -108,10 +115,89 @@ impl Pool {
     }
 }
 
+/// An agent's task while it waits for a place: where its inputs come from and go meanwhile.
+pub(crate) trait Waiter {
+    /// Its inputs.
+    fn inputs(&mut self) -> &mut mpsc::Receiver<AgentInput>;
+    /// Where it reports.
+    fn reports(&self) -> &Reports;
+    /// Whether a prompt waits for the process.
+    fn has_prompts(&self) -> bool;
+    /// Keeps an input that came before the process is ready. False when the session is gone.
+    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool;
+}
+
+/// Waits for a place in `pool` for `task`'s process, buffering its inputs meanwhile; the
+/// session hears `queued` when a turn has to wait. A `background` start (no turn waits for it)
+/// takes only a free place or an idle process's: when every place is busy it says
+/// `warm_refused`, reports [`AgentEvent::Released`] and returns None, unless a prompt came
+/// meanwhile (it then waits like any start for a turn). None too when the session went away.
+pub(crate) async fn wait_for_place(
+    task: &mut impl Waiter,
+    pool: &Arc<Pool>,
+    background: bool,
+    watched: &Watched,
+) -> Option<Lease> {
+    let mut background = background;
+    let mut told = false;
+    'again: loop {
+        let acquire = {
+            let (pool, watched) = (pool.clone(), watched.clone());
+            async move {
+                if background {
+                    pool.acquire_if_idle(watched).await
+                } else {
+                    Some(pool.acquire(watched).await)
+                }
+            }
+        };
+        tokio::pin!(acquire);
+        loop {
+            tokio::select! {
+                lease = &mut acquire => {
+                    if lease.is_some() {
+                        return lease;
+                    }
+                    // A prompt that came meanwhile makes it a start a turn waits for.
+                    while let Ok(input) = task.inputs().try_recv() {
+                        if !task.buffer_input(Some(input)).await {
+                            return None;
+                        }
+                    }
+                    if task.has_prompts() {
+                        background = false;
+                        continue 'again;
+                    }
+                    let detail = format!(
+                        "all {} agent processes are running turns; the agent starts with the next message",
+                        pool.max()
+                    );
+                    task.reports().status("warm_refused", detail.clone()).await;
+                    task.reports().emit(AgentEvent::Released { detail }).await;
+                    return None;
+                }
+                input = task.inputs().recv() => {
+                    if !task.buffer_input(input).await {
+                        return None;
+                    }
+                }
+                () = tokio::time::sleep(Duration::from_millis(50)), if !told && !background => {
+                    told = true;
+                    let detail = format!(
+                        "all {} agent processes are busy; this turn starts when one is free",
+                        pool.max()
+                    );
+                    task.reports().status("queued", detail).await;
+                }
+            }
+        }
+    }
+}
+
 impl Lease {
     /// Marks the process busy (running a turn) or idle. Going idle makes it evictable, so
     /// waiters are woken to claim it.
-    pub(super) fn set_busy(&self, busy: bool) {
+    pub(crate) fn set_busy(&self, busy: bool) {
         {
             let mut state = self.pool.state.lock().expect("pool lock");
             state.clock += 1;
@@ -131,7 +217,7 @@ impl Lease {
     }
 
     /// Resolves once a waiter asked this idle process to go (at once if one already did).
-    pub(super) async fn evicted(&self) {
+    pub(crate) async fn evicted(&self) {
         self.evict.notified().await;
     }
 }
