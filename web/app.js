@@ -338,7 +338,7 @@ let projectsLoaded = false;
 /**
  * The agents a new conversation can run, as `GET /api/agents` lists them (the default first);
  * empty until loaded or when the server has no such API.
- * @type {{name: string, kind: string}[]}
+ * @type {{name: string, kind: string, modes?: string[]}[]}
  */
 let agents = [];
 /** Whether {@link agents} was loaded from the server at least once. */
@@ -1643,14 +1643,16 @@ async function loadAgents() {
   try {
     const response = await api('/api/agents');
     if (!response.ok) return;
-    /** @type {{default: string, agents: {name: string, kind: string}[]}} */
+    /** @type {{default: string, agents: {name: string, kind: string, modes?: string[], supports?: {known?: boolean}}[]}} */
     const body = await response.json();
     // The built-in demo agent is offered only where it is the default: beside a real agent it
     // would turn every "New session" into a question nobody needs.
     agents = body.agents
       .filter((a) => a.name !== 'demo' || a.kind !== 'demo' || body.default === 'demo')
       .sort((a, b) => Number(b.name === body.default) - Number(a.name === body.default));
-    agentsLoaded = true;
+    // An ACP agent says what it offers (its modes) once it has run: asked again until then.
+    agentsLoaded = body.agents.every((a) => a.supports?.known !== false);
+    renderPickers(current ? sessions.get(current) : undefined);
   } catch {
     // Offline: the last list stays.
   }
@@ -1801,6 +1803,7 @@ function renderHeader() {
  * @param {SessionInfo | undefined} info
  */
 function renderPickers(info) {
+  renderModeOptions(info);
   for (const [select, value] of /** @type {[HTMLSelectElement, string][]} */ ([
     [ui.model, info?.model ?? ''],
     [ui.permissionMode, info?.permission_mode ?? ''],
@@ -1810,6 +1813,25 @@ function renderPickers(info) {
     }
     select.value = value;
   }
+}
+
+/** @type {string[][] | null} the permission modes the page offers for the Claude CLI (and the demo agent) */
+let cliModeOptions = null;
+
+/**
+ * Offers the permission modes of the conversation's agent: an ACP agent's own, once the server
+ * knows them, else the Claude CLI's.
+ * @param {SessionInfo | undefined} info
+ */
+function renderModeOptions(info) {
+  cliModeOptions ??= [...ui.permissionMode.options].map((o) => [o.value, o.text]);
+  const name = info?.backend ?? (info ? newOptions.get(info.agent_id)?.agent : null);
+  const agent = agents.find((a) => a.name === name);
+  const own = agent?.kind === 'acp' && agent.modes?.length ? agent.modes : null;
+  const options = own ? [['', 'Default permissions'], ...own.map((m) => [m, m])] : cliModeOptions;
+  const have = [...ui.permissionMode.options].map((o) => o.value).join('\n');
+  if (have === options.map(([value]) => value).join('\n')) return;
+  ui.permissionMode.replaceChildren(...options.map(([value, text]) => new Option(text, value)));
 }
 
 function renderControls() {

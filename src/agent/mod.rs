@@ -426,6 +426,15 @@ pub trait Backend: Send + Sync + 'static {
     /// mode needs `agent.allow_bypass_permissions`.
     fn unattended_mode(&self, mode: &str) -> bool;
 
+    /// The permission modes `options.permission_mode` may name (the CLI's, unless the agent
+    /// offers its own; empty while they are not known yet).
+    fn modes(&self) -> Vec<String> {
+        CLI_PERMISSION_MODES
+            .iter()
+            .map(|m| (*m).to_owned())
+            .collect()
+    }
+
     /// Starts an agent for a conversation. It returns at once: a backend that needs time to
     /// get ready buffers inputs meanwhile, so the conversation keeps answering its clients.
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError>;

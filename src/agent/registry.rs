@@ -26,6 +26,8 @@ pub struct AgentInfo {
     pub default: bool,
     /// What it can do.
     pub supports: Supports,
+    /// The permission modes a chat may pick (empty while an ACP agent has not said yet).
+    pub modes: Vec<String>,
 }
 
 struct Entry {
@@ -203,6 +205,7 @@ impl Agents {
                 kind: entry.kind,
                 default: *name == self.default,
                 supports: entry.backend.supports(),
+                modes: entry.backend.modes(),
             })
             .collect()
     }

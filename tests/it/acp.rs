@@ -874,6 +874,23 @@ async fn an_agents_own_modes_are_picked_and_others_refused() {
     let server = setup.start().await;
     let rest = Rest::new(&server);
     let mut c = server.client().await;
+    let modes = |agents: &Value, name: &str| -> Vec<String> {
+        let agent = agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .unwrap()
+            .clone();
+        serde_json::from_value(agent["modes"].clone()).unwrap()
+    };
+    let (_, agents) = rest.get("/api/agents").await;
+    assert_eq!(
+        modes(&agents, "fake"),
+        Vec::<String>::new(),
+        "not known yet"
+    );
+    assert!(modes(&agents, "demo").contains(&"acceptEdits".to_owned()));
 
     // Before any process of the agent has started, its modes are not known yet: an id it
     // lacks is stored, and the session says so when it opens.
@@ -907,6 +924,12 @@ async fn an_agents_own_modes_are_picked_and_others_refused() {
     .await;
     assert_eq!(ack["message_type"], "ack", "{ack}");
     c.until_result("g1").await;
+    let (_, agents) = rest.get("/api/agents").await;
+    assert_eq!(
+        modes(&agents, "fake"),
+        ["default", "autoEdit", "yolo", "plan"],
+        "the modes the agent offered"
+    );
     assert!(
         setup.calls().contains(&"mode autoEdit".to_owned()),
         "{:?}",

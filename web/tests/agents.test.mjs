@@ -3,9 +3,12 @@
 // one agent, nothing is asked.
 
 import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { browserTests, currentAgent, openUi, reply, send } from './helpers.mjs';
+import { REPO, browserTests, currentAgent, openUi, reply, send } from './helpers.mjs';
 
 const { server, context } = browserTests();
 
@@ -40,5 +43,34 @@ test('with a single agent, "New session" asks nothing', async () => {
   await send(page, 'just go');
   await reply(page, 'Echo: just go (turn 1)');
   assert.equal(await page.getByRole('dialog', { name: 'New session' }).count(), 0);
+  assert.deepEqual(problems, []);
+});
+
+test("an ACP agent's own permission modes are offered once it has said them, and the one picked is used", async () => {
+  const fakeAcp = join(REPO, 'target', 'debug', 'fake-acp');
+  const state = mkdtempSync(join(tmpdir(), 'acp-state-'));
+  const config = `[agents.gem]\nkind = "acp"\ncommand = [${JSON.stringify(fakeAcp)}, "--state", ${JSON.stringify(state)}, "--modes", "gemini"]\n`;
+  const s = await server({ config });
+  const { page, problems } = await openUi(await context(), s.url);
+  await page.getByRole('button', { name: 'New session', exact: true }).click();
+  const dialog = page.getByRole('dialog', { name: 'New session' });
+  await dialog.getByRole('combobox', { name: 'Agent' }).selectOption('gem');
+  await dialog.getByRole('button', { name: 'Start' }).click();
+  await dialog.waitFor({ state: 'hidden' });
+  await send(page, 'first');
+  await reply(page, 'Echo: first (history 1)');
+  const modes = page.getByRole('combobox', { name: 'Permission mode' });
+  const offered = async () => (await modes.locator('option').allTextContents()).join(',');
+  const deadline = Date.now() + 10_000;
+  while ((await offered()) !== 'Default permissions,default,autoEdit,yolo,plan') {
+    assert.ok(Date.now() < deadline, `the agent's modes, not: ${await offered()}`);
+    await new Promise((done) => setTimeout(done, 100));
+  }
+  await modes.selectOption('plan');
+  await send(page, 'second');
+  await reply(page, 'Echo: second (history 2)');
+  const agentId = await currentAgent(page);
+  const response = await fetch(`${s.url}/api/sessions/${agentId}`);
+  assert.equal((await response.json()).permission_mode, 'plan');
   assert.deepEqual(problems, []);
 });

@@ -119,6 +119,15 @@ impl Backend for AcpBackend {
         self.settings.is_unattended(mode)
     }
 
+    fn modes(&self) -> Vec<String> {
+        let learnt = self.learnt.lock().expect("learnt lock");
+        learnt
+            .offered
+            .as_ref()
+            .map(|o| o.modes.clone())
+            .unwrap_or_default()
+    }
+
     fn check_options(&self, model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
         let learnt = self.learnt.lock().expect("learnt lock");
         let Some(offered) = &learnt.offered else {
