@@ -191,21 +191,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
     let server = Server::new(config).await?;
     let addr = listener.local_addr()?;
+    // Handled from before the address is printed: a SIGTERM as soon as a supervisor (or a
+    // test) sees it is a graceful shutdown, not the default kill.
+    let shutdown = shutdown_signal()?;
     println!("listening on http://{addr}");
     std::io::stdout().flush()?;
-    server.run(listener, shutdown_signal()).await
+    server.run(listener, shutdown).await
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending().await,
-            }
-        } => {}
-    }
-    tracing::info!("shutting down");
+/// Resolves at the first SIGINT or SIGTERM; both are handled from the moment this returns.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+    })
 }

@@ -672,6 +672,17 @@ async fn idle_sessions_are_evicted_and_resumed() {
     );
 }
 
+/// A SIGTERM the moment the server has printed its address is a graceful shutdown (exit 0),
+/// not the default kill: the handler is in place before the address is printed.
+#[tokio::test]
+async fn sigterm_right_after_start_is_graceful() {
+    for _ in 0..10 {
+        let mut server = TestServer::start().await;
+        let status = server.terminate().await;
+        assert!(status.success(), "graceful shutdown exits 0: {status:?}");
+    }
+}
+
 /// A restart on the same data dir resumes with the same session_id, continues seq, and keeps
 /// the agent's memory; SIGTERM exits 0 and closes sockets with 1001.
 #[tokio::test]
