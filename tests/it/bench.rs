@@ -16,29 +16,17 @@ use crate::common::*;
 /// has frames per CPU-second for each with the ratio.
 #[tokio::test]
 async fn a_short_scenario_reports_both_servers_per_cpu_second() {
-    sibling("agentmux-bench");
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("many.json");
-    let out = tokio::time::timeout(
-        std::time::Duration::from_secs(180),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
-            .args(["bench", "many-sessions", "--secs", "1", "--sessions", "8"])
-            .args(["--sockets", "2", "--json"])
-            .arg(&report)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the scenario finishes in time")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, report) = run_bench(&[
+        "many-sessions",
+        "--secs",
+        "1",
+        "--sessions",
+        "8",
+        "--sockets",
+        "2",
+    ])
+    .await;
     assert!(stdout.contains("frames/CPU-s"), "{stdout}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let row = &report["rows"][0];
     for server in ["baseline", "agentmux"] {
         let m = &row[server];
@@ -49,6 +37,34 @@ async fn a_short_scenario_reports_both_servers_per_cpu_second() {
         assert!(m["frames_per_cpu_sec"].as_f64().unwrap() > 0.0, "{m}");
     }
     assert!(row["vs_baseline"]["frames_per_cpu_sec"].as_f64().unwrap() > 0.0);
+}
+
+/// Runs `agentmux bench ARGS --json FILE`, which must succeed: its table and its JSON report.
+pub async fn run_bench(args: &[&str]) -> (String, Value) {
+    sibling("agentmux-bench");
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(180),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .arg("bench")
+            .args(args)
+            .arg("--json")
+            .arg(&report)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the scenario finishes in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    (stdout, report)
 }
 
 /// One turn's frames, in order, until its `result`; `status` frames left out (agentmux says

@@ -394,30 +394,10 @@ async fn real_cli_killed_between_turns_is_respawned() {
 #[tokio::test]
 async fn the_warm_benchmark_measures_every_case() {
     let Some(cli) = real_cli() else { return };
-    sibling("agentmux-bench");
     sibling("fake-anthropic");
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("warm.json");
-    let out = tokio::time::timeout(
-        Duration::from_secs(180),
-        Command::new(env!("CARGO_BIN_EXE_agentmux"))
-            .args(["bench", "warm", "--rounds", "1", "--claude-bin"])
-            .arg(&cli)
-            .arg("--json")
-            .arg(&report)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the scenario finishes in time")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let cli = cli.to_str().unwrap();
+    let (stdout, report) =
+        crate::bench::run_bench(&["warm", "--rounds", "1", "--claude-bin", cli]).await;
     let cases: Vec<&str> = report["cases"]
         .as_array()
         .unwrap()
