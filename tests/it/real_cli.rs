@@ -389,8 +389,8 @@ async fn real_cli_killed_between_turns_is_respawned() {
     stop(server, &cli).await;
 }
 
-/// `agentmux bench warm` on the real CLI: every case (cold, running, respawned, warmed on open)
-/// completes a turn and is reported, in the table and the JSON.
+/// `agentmux bench warm` on the real CLI: every case (cold, running, respawned, warmed on open,
+/// and the CLI alone) completes a turn and is reported, in the table and the JSON.
 #[tokio::test]
 async fn the_warm_benchmark_measures_every_case() {
     let Some(cli) = real_cli() else { return };
@@ -410,7 +410,9 @@ async fn the_warm_benchmark_measures_every_case() {
             "cold start",
             "running agent",
             "respawned after kill -9",
-            "warmed on open"
+            "warmed on open",
+            "CLI alone: resumed, 1st turn",
+            "CLI alone: resumed, 2nd turn"
         ]
     );
     for case in report["cases"].as_array().unwrap() {

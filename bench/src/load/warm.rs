@@ -1,6 +1,7 @@
 //! `warm`: agentmux on the real Claude CLI against the fake model API (`fake-anthropic`): the
 //! first token of a conversation's turn when its agent starts cold, when it is already running,
-//! when it was respawned after a `kill -9`, and when a dormant conversation was warmed on open.
+//! when it was respawned after a `kill -9`, and when a dormant conversation was warmed on open;
+//! and, as the baseline, the same CLI driven over its stdio without agentmux.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
@@ -175,6 +176,16 @@ pub async fn warm(claude_bin: &Path, rounds: usize) -> anyhow::Result<WarmReport
         warmed.push(turn(&mut ws, id).await?);
     }
     server.kill().await;
+
+    // The same CLI without agentmux, driven over its stdio by this process: what a resumed
+    // process's first turn costs by itself, and its second.
+    let (mut alone_first, mut alone_later) = (vec![], vec![]);
+    let config_dir = data.path().join("claude");
+    for _ in 0..rounds {
+        let (first, later) = cli_alone(&claude_bin, &config_dir, &api.url).await?;
+        alone_first.push(first);
+        alone_later.push(later);
+    }
     Ok(WarmReport {
         scenario: "warm",
         machine: Machine::this(),
@@ -184,8 +195,142 @@ pub async fn warm(claude_bin: &Path, rounds: usize) -> anyhow::Result<WarmReport
             Case::new("running agent", running),
             Case::new("respawned after kill -9", respawned),
             Case::new("warmed on open", warmed),
+            Case::new("CLI alone: resumed, 1st turn", alone_first),
+            Case::new("CLI alone: resumed, 2nd turn", alone_later),
         ],
     })
+}
+
+/// The CLI driven over its stdio by this process.
+struct Alone {
+    child: Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Alone {
+    /// Starts the CLI with `launch` (`--session-id=…` or `--resume=…`) and initializes it.
+    async fn start(
+        bin: &Path,
+        config_dir: &Path,
+        cwd: &Path,
+        api_url: &str,
+        launch: &str,
+    ) -> anyhow::Result<Self> {
+        let mut child = Command::new(bin)
+            .args([
+                "-p",
+                "--input-format",
+                "stream-json",
+                "--output-format",
+                "stream-json",
+            ])
+            .args(["--verbose", "--include-partial-messages"])
+            .args(["--permission-prompt-tool", "stdio", launch])
+            .current_dir(cwd)
+            .env("CLAUDE_CONFIG_DIR", config_dir)
+            .env("ANTHROPIC_BASE_URL", api_url)
+            .env("ANTHROPIC_API_KEY", "bench")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", bin.display()))?;
+        let stdin = child.stdin.take().expect("piped");
+        let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let mut alone = Alone {
+            child,
+            stdin,
+            lines,
+        };
+        alone
+            .write(json!({"type": "control_request", "request_id": "init",
+                "request": {"subtype": "initialize", "hooks": null}}))
+            .await?;
+        alone
+            .until(|line| line.contains("\"control_response\""))
+            .await
+            .map_err(|e| anyhow::anyhow!("initialize: {e}"))?;
+        Ok(alone)
+    }
+
+    async fn write(&mut self, line: serde_json::Value) -> anyhow::Result<()> {
+        Ok(self.stdin.write_all(format!("{line}\n").as_bytes()).await?)
+    }
+
+    /// Reads lines up to one that `done` accepts (it sees every line).
+    async fn until(&mut self, mut done: impl FnMut(&str) -> bool) -> anyhow::Result<()> {
+        timeout(SETUP_TIMEOUT, async {
+            while let Some(line) = self.lines.next_line().await? {
+                if done(&line) {
+                    return Ok(());
+                }
+            }
+            anyhow::bail!("the CLI exited")
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("the CLI did not answer in time"))?
+    }
+
+    /// A turn: milliseconds to its first `stream_event` line.
+    async fn turn(&mut self) -> anyhow::Result<f64> {
+        let sent = Instant::now();
+        self.write(json!({"type": "user",
+            "message": {"role": "user", "content": "Say something short."},
+            "parent_tool_use_id": null, "session_id": "default"}))
+            .await?;
+        let mut first = None;
+        self.until(|line| {
+            let at = sent.elapsed();
+            // Key order varies between the CLI's message types: read the type properly.
+            let kind = serde_json::from_str::<serde_json::Value>(line)
+                .map(|v| v["type"].as_str().unwrap_or_default().to_owned())
+                .unwrap_or_default();
+            if first.is_none() && kind == "stream_event" {
+                first = Some(at);
+            }
+            kind == "result"
+        })
+        .await?;
+        let first = first.ok_or_else(|| anyhow::anyhow!("the CLI's turn streamed nothing"))?;
+        Ok(first.as_secs_f64() * 1000.0)
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A conversation of the CLI's own: one turn, then a new process resuming it, initialized and
+/// left alone for a moment as a warmed one is; the first and the second turn of that process.
+async fn cli_alone(bin: &Path, config_dir: &Path, api_url: &str) -> anyhow::Result<(f64, f64)> {
+    let cwd = tempfile::tempdir()?;
+    let id = uuid::Uuid::new_v4();
+    let mut first = Alone::start(
+        bin,
+        config_dir,
+        cwd.path(),
+        api_url,
+        &format!("--session-id={id}"),
+    )
+    .await?;
+    first.turn().await?;
+    first.stop().await;
+    let mut resumed = Alone::start(
+        bin,
+        config_dir,
+        cwd.path(),
+        api_url,
+        &format!("--resume={id}"),
+    )
+    .await?;
+    tokio::time::sleep(THINK_TIME).await;
+    let times = (resumed.turn().await?, resumed.turn().await?);
+    resumed.stop().await;
+    Ok(times)
 }
 
 /// Sends a chat and waits for its `result`: milliseconds to the first `stream_event`.
