@@ -16,7 +16,8 @@
 //!   live conversation, replay by `seq`.
 //! - [`agent`]: what runs behind a conversation (the Claude Code CLI, Agent Client Protocol
 //!   agents, the demo agent), by name.
-//! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
+//! - [`store`]: the `Store` trait and its SQLite and PostgreSQL implementations with group
+//!   commit.
 //! - [`protocol`]: the wire frames, their decoding with typed errors and their building; a
 //!   leaf that imports nothing else of the crate.
 //! - [`config`], [`limits`], [`metrics`], [`projects`]: settings, quotas, counters and the
@@ -50,6 +51,8 @@ use crate::limits::Quota;
 use crate::metrics::Metrics;
 use crate::session::{Manager, Scheduler};
 use crate::store::Store;
+use crate::store::postgres::{PgSettings, PgStore};
+use crate::store::schedules::ScheduleStore;
 use crate::store::sqlite::{SqliteSettings, SqliteStore};
 
 /// A configured server, ready to run on a listener.
@@ -94,9 +97,25 @@ impl Server {
             max_page_count: config.store.max_page_count,
             ..SqliteSettings::default()
         };
-        let sqlite =
-            Arc::new(SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?);
-        let store: Arc<dyn Store> = sqlite.clone();
+        let (store, schedules): (Arc<dyn Store>, Arc<dyn ScheduleStore>) =
+            if config.store.url.is_empty() {
+                let sqlite = Arc::new(
+                    SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?,
+                );
+                (sqlite.clone(), sqlite)
+            } else {
+                let settings = PgSettings {
+                    max_batch: config.store.max_batch,
+                    ..PgSettings::default()
+                };
+                let pg =
+                    Arc::new(PgStore::open(&config.store.url, settings, metrics.clone()).await?);
+                tracing::info!(
+                    url = %store::postgres::redact_url(&config.store.url),
+                    "conversations are stored in PostgreSQL"
+                );
+                (pg.clone(), pg)
+            };
         let discarded = store.discard_unfinished_imports().await?;
         if discarded > 0 {
             tracing::info!(
@@ -114,7 +133,7 @@ impl Server {
         let sockets = Quota::new(config.socket.max_per_principal, 0);
         let config = Arc::new(config);
         let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone());
-        let scheduler = Scheduler::new(manager.clone(), sqlite, &config.schedules)?;
+        let scheduler = Scheduler::new(manager.clone(), schedules, &config.schedules)?;
         Ok(Server {
             scheduler: scheduler.clone(),
             state: AppState {

@@ -1,8 +1,13 @@
 //! The store: conversations and their stored frames, behind the [`Store`] trait.
 //!
-//! SQLite ([`sqlite::SqliteStore`]) is the implementation; the trait keeps the door open for a
-//! shared PostgreSQL store. `seq` is assigned inside the same write that stores the rows.
+//! SQLite ([`sqlite::SqliteStore`]) is the embedded default; PostgreSQL
+//! ([`postgres::PgStore`]) the store that several nodes can share. Both commit appends in
+//! groups ([`batch`]) and share what rewind and fork decide ([`edits`]); `seq` is assigned
+//! inside the same write that stores the rows.
 
+mod batch;
+mod edits;
+pub mod postgres;
 pub mod schedules;
 pub mod sqlite;
 mod writer;

@@ -1,19 +1,139 @@
-//! The store's identity invariants, on a real SQLite file: NULL detection, capture, resume
-//! data, foreign keys and cascades, seq assignment, and closing unfinished turns.
+//! The store's identity invariants, on both engines (a real SQLite file and a real PostgreSQL
+//! database): NULL detection, capture, resume data, foreign keys and cascades, seq assignment,
+//! rewinds, and closing unfinished turns.
+
+use std::sync::Arc;
 
 use agentmux::metrics::Metrics;
+use agentmux::store::postgres::{PgSettings, PgStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
 use agentmux::store::{NewMessage, NewSession, RowId, RunningTurn, Store};
 
-async fn open(dir: &std::path::Path) -> SqliteStore {
-    SqliteStore::open(
-        &dir.join("agentmux.db"),
-        SqliteSettings::default(),
-        Metrics::default(),
-    )
-    .await
-    .unwrap()
+use crate::common::{create_database, drop_database, pg_url};
+
+/// One engine's store for one test: a SQLite file in a temporary directory, or a PostgreSQL
+/// database of its own (dropped at the end).
+struct Fixture {
+    dir: tempfile::TempDir,
+    /// The test server's URL and this test's database on it, on PostgreSQL.
+    pg: Option<(String, String)>,
 }
+
+impl Fixture {
+    fn sqlite() -> Self {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            pg: None,
+        }
+    }
+
+    /// None (after saying so) when no PostgreSQL server is configured outside CI.
+    async fn postgres() -> Option<Self> {
+        let Some(server) = pg_url() else {
+            eprintln!("skipped: AGENTMUX_TEST_PG_URL is not set (see scripts/pg.sh)");
+            return None;
+        };
+        let name = format!("agentmux_store_{}", uuid::Uuid::new_v4().simple());
+        create_database(&server, &name).await;
+        Some(Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            pg: Some((server, name)),
+        })
+    }
+
+    /// The URL of this test's PostgreSQL database.
+    fn pg_url(&self) -> Option<String> {
+        self.pg
+            .as_ref()
+            .map(|(server, name)| crate::common::with_database(server, name))
+    }
+
+    /// Opens (again) this test's store.
+    async fn open(&self) -> Arc<dyn Store> {
+        match self.pg_url() {
+            Some(url) => Arc::new(
+                PgStore::open(&url, PgSettings::default(), Metrics::default())
+                    .await
+                    .unwrap(),
+            ),
+            None => Arc::new(
+                SqliteStore::open(
+                    &self.dir.path().join("agentmux.db"),
+                    SqliteSettings::default(),
+                    Metrics::default(),
+                )
+                .await
+                .unwrap(),
+            ),
+        }
+    }
+
+    /// A connection to the same database, for checks in SQL both engines take.
+    async fn sql(&self) -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        let url = self.pg_url().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}",
+                self.dir.path().join("agentmux.db").to_str().unwrap()
+            )
+        });
+        sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .unwrap()
+    }
+
+    /// Starts a server on this test's store.
+    async fn server(&self) -> crate::common::TestServer {
+        let url = self.pg_url().unwrap_or_default();
+        crate::common::TestServer::start_in(
+            self.dir.path(),
+            &["--demo-delay-ms", "0"],
+            &[("AGENTMUX_STORE_URL", url.as_str())],
+        )
+        .await
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some((server, name)) = &self.pg {
+            drop_database(server, name);
+        }
+    }
+}
+
+/// Each named `async fn(Fixture)` becomes a module of two tests: `sqlite` and `postgres`.
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test]
+                async fn sqlite() {
+                    super::$name(super::Fixture::sqlite()).await;
+                }
+
+                #[tokio::test]
+                async fn postgres() {
+                    if let Some(fixture) = super::Fixture::postgres().await {
+                        super::$name(fixture).await;
+                    }
+                }
+            }
+        )*
+    };
+}
+
+on_both_engines!(
+    sdk_session_id_is_null_until_captured,
+    keys_are_per_principal_and_unique,
+    seqs_are_per_conversation_and_gap_free,
+    foreign_keys_hold_and_delete_cascades,
+    only_the_running_turn_is_closed_once,
+    rewind_counts_turns_since_the_last_rewind,
+    stalled_replays_do_not_block_another_followers_replay,
+);
 
 fn new_session(principal: &str, agent_id: &str) -> NewSession {
     NewSession {
@@ -40,10 +160,8 @@ fn prompt(text: &str) -> NewMessage {
 }
 
 /// sdk_session_id is NULL until the agent reports one; then it is captured, unified when equal.
-#[tokio::test]
-async fn sdk_session_id_is_null_until_captured() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn sdk_session_id_is_null_until_captured(fx: Fixture) {
+    let store = fx.open().await;
     let s = store
         .create_session(new_session("local", "a"))
         .await
@@ -70,10 +188,8 @@ async fn sdk_session_id_is_null_until_captured() {
 }
 
 /// The same key twice is one conversation; the same agent_id under two principals is two.
-#[tokio::test]
-async fn keys_are_per_principal_and_unique() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn keys_are_per_principal_and_unique(fx: Fixture) {
+    let store = fx.open().await;
     let a = store
         .create_session(new_session("alice", "same"))
         .await
@@ -93,10 +209,8 @@ async fn keys_are_per_principal_and_unique() {
 }
 
 /// seqs rise by one per conversation, independently, and appends to a vanished conversation fail.
-#[tokio::test]
-async fn seqs_are_per_conversation_and_gap_free() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = std::sync::Arc::new(open(dir.path()).await);
+async fn seqs_are_per_conversation_and_gap_free(fx: Fixture) {
+    let store = fx.open().await;
     let a = store
         .create_session(new_session("local", "a"))
         .await
@@ -141,35 +255,51 @@ async fn seqs_are_per_conversation_and_gap_free() {
 }
 
 /// Messages can't exist without their conversation, and deleting it deletes them.
-#[tokio::test]
-async fn foreign_keys_hold_and_delete_cascades() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn foreign_keys_hold_and_delete_cascades(fx: Fixture) {
+    let store = fx.open().await;
     let s = store
         .create_session(new_session("local", "fk"))
         .await
         .unwrap();
     store.append(s.row, vec![prompt("hi")]).await.unwrap();
-    let pool = store.pool();
+    let other = store
+        .create_session(new_session("local", "other"))
+        .await
+        .unwrap();
+    let db = fx.sql().await;
+    let pool = &db;
     let orphan = sqlx::query("insert into messages (session_pk, seq, message_type, payload, created_at) values (424242, 1, 'user', '{}', 'now')")
         .execute(pool)
         .await;
     assert!(orphan.is_err(), "an orphan row is refused");
-    sqlx::query("delete from session_info where id = ?")
-        .bind(s.row)
+    sqlx::query("delete from session_info where id = $1")
+        .bind(s.row.0)
         .execute(pool)
         .await
         .unwrap();
-    let left: i64 = sqlx::query_scalar("select count(*) from messages")
+    let left: i64 = sqlx::query_scalar("select count(*) from messages where session_pk <> $1")
+        .bind(other.row.0)
         .fetch_one(pool)
         .await
         .unwrap();
     assert_eq!(left, 0);
-    let violations: Vec<(String,)> = sqlx::query_as("pragma foreign_key_check")
-        .fetch_all(pool)
-        .await
-        .unwrap();
-    assert!(violations.is_empty());
+    if fx.pg.is_none() {
+        let violations: Vec<(String,)> = sqlx::query_as("pragma foreign_key_check")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        assert!(violations.is_empty());
+    }
+    // Appends to the deleted conversation fail alone; another's in the same batches go on.
+    let (gone, kept) = tokio::join!(
+        store.append(s.row, vec![prompt("late")]),
+        store.append(other.row, vec![prompt("fine")]),
+    );
+    assert!(
+        matches!(gone, Err(agentmux::store::StoreError::UnknownSession)),
+        "{gone:?}"
+    );
+    assert_eq!(kept.unwrap(), 1);
     store.close().await;
 }
 
@@ -183,10 +313,8 @@ fn result_then(next: Option<i64>) -> NewMessage {
 /// The turn that was running when the server died is closed with one server_restart result,
 /// once; prompts that never ran (queued behind it, or imported without results) get none. A
 /// turn's result hands "running" to the queued turn it names, in the same write.
-#[tokio::test]
-async fn only_the_running_turn_is_closed_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn only_the_running_turn_is_closed_once(fx: Fixture) {
+    let store = fx.open().await;
     let s = store
         .create_session(new_session("local", "u"))
         .await
@@ -243,7 +371,7 @@ async fn only_the_running_turn_is_closed_once() {
         .unwrap();
     store.close().await;
 
-    let store = open(dir.path()).await;
+    let store = fx.open().await;
     assert_eq!(store.close_unfinished_turns().await.unwrap(), 2);
     assert_eq!(store.close_unfinished_turns().await.unwrap(), 0);
     let types = |id| {
@@ -285,10 +413,8 @@ fn rewound_status() -> agentmux::store::RewoundStatus {
 /// A rewind drops the prompts of later turns stored before its point, counting turns from the
 /// last stored `rewound` status (nothing ran or waited then): a history that an older rewind
 /// left with an unanswered prompt keeps the prompt of the turn it rewinds to.
-#[tokio::test]
-async fn rewind_counts_turns_since_the_last_rewind() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn rewind_counts_turns_since_the_last_rewind(fx: Fixture) {
+    let store = fx.open().await;
     let result = || message("result", serde_json::json!({"type": "result"}));
     let s = store
         .create_session(new_session("local", "q"))
@@ -340,10 +466,8 @@ async fn rewind_counts_turns_since_the_last_rewind() {
 /// Followers that stop reading in the middle of a long replay hold up no one else's: another
 /// socket replays the whole conversation while three (more than the replays the server reads at
 /// once) sit on megabytes they never read.
-#[tokio::test]
-async fn stalled_replays_do_not_block_another_followers_replay() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn stalled_replays_do_not_block_another_followers_replay(fx: Fixture) {
+    let store = fx.open().await;
     let record = store
         .create_session(new_session("local", "long"))
         .await
@@ -361,8 +485,7 @@ async fn stalled_replays_do_not_block_another_followers_replay() {
     }
     store.close().await;
     drop(store);
-    let server =
-        crate::common::TestServer::start_in(dir.path(), &["--demo-delay-ms", "0"], &[]).await;
+    let server = fx.server().await;
     let subscribe = serde_json::json!({"type": "subscribe", "agent_id": "long", "since_seq": 0});
     let mut stalled = Vec::new();
     for _ in 0..3 {

@@ -1,0 +1,899 @@
+//! The PostgreSQL store: the store several nodes can share, behind the same [`Store`] trait.
+//!
+//! Appends go through one writer task that stores whatever requests are queued in one
+//! transaction ([`super::batch`]) with one statement: it adds each conversation's counts to its
+//! row, takes its seqs from the same UPDATE and inserts the rows, so `seq` is assigned in the
+//! statement that stores them (the place where an ownership check will go). Reads, rewinds,
+//! forks and the rare small updates use the pool.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool};
+use tokio::sync::mpsc;
+
+use super::batch::{self, Append, WriteOp};
+use super::edits::{self, EditTx, ForkRow, launch_json};
+use super::{
+    NewMessage, NewSession, Result, Rewound, RewoundStatus, RowId, SessionQuery, SessionRecord,
+    Store, StoreError, StoredMessage,
+};
+use crate::metrics::Metrics;
+use crate::protocol::LaunchOptions;
+
+/// Rows an unfinished import loses per transaction while it is discarded.
+const DISCARD_ROWS: i64 = 2000;
+
+/// Settings of the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgSettings {
+    /// Most append requests stored in one transaction.
+    pub max_batch: usize,
+    /// Depth of the queue in front of the writer.
+    pub queue_depth: usize,
+    /// Most connections open to the server (the writer's included).
+    pub max_connections: u32,
+    /// How long to wait for a connection, at start-up and later.
+    pub connect_timeout: Duration,
+}
+
+impl Default for PgSettings {
+    fn default() -> Self {
+        PgSettings {
+            max_batch: 512,
+            queue_depth: 4096,
+            max_connections: 8,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A store URL as it may be shown: its password (if any) replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, tail) = match rest.find(['/', '?', '#']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+                    None => url.to_owned(),
+                },
+                None => url.to_owned(),
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// `text` with every occurrence of the password of `url` (raw or percent-encoded) replaced by
+/// `***`: errors of the driver may quote what they were given.
+fn scrub(url: &str, text: &str) -> String {
+    let Some(password) = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?', '#']).next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, password)| password)
+        .filter(|p| !p.is_empty())
+    else {
+        return text.to_owned();
+    };
+    let mut out = text.replace(password, "***");
+    if let Ok(decoded) = percent_decode(password)
+        && !decoded.is_empty()
+    {
+        out = out.replace(&decoded, "***");
+    }
+    out
+}
+
+/// Decodes `%XX` escapes.
+fn percent_decode(s: &str) -> std::result::Result<String, ()> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).ok_or(())?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| ())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| ())
+}
+
+/// Text PostgreSQL accepts: it refuses NUL characters, which a decoded client or agent string
+/// may hold. Used for what is shown or searched (titles, agent ids of messages); keys are
+/// bound as they are, so that a NUL fails that one call instead of matching another key.
+fn pg_text(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// A JSON text PostgreSQL accepts, with the same meaning: a NUL can only be inside a string
+/// there, where `\u0000` says the same.
+fn pg_json(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\\u0000"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// The PostgreSQL implementation of [`Store`].
+pub struct PgStore {
+    pool: PgPool,
+    writer: mpsc::Sender<WriteOp>,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://…`), runs the migrations and starts the writer.
+    ///
+    /// # Errors
+    /// When the URL is not a PostgreSQL URL, the server can't be reached or refuses the login,
+    /// or a migration fails. The password of `url` never appears in the error.
+    pub async fn open(url: &str, settings: PgSettings, metrics: Metrics) -> anyhow::Result<Self> {
+        let shown = redact_url(url);
+        let fail = |what: &str, err: &dyn std::fmt::Display| {
+            anyhow::anyhow!("{what} {shown}: {}", scrub(url, &err.to_string()))
+        };
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            anyhow::bail!(
+                "store URL {shown} is not a PostgreSQL URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE)"
+            );
+        }
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| fail("bad store URL", &e))?
+            .application_name("agentmux");
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections.max(2))
+            .acquire_timeout(settings.connect_timeout)
+            .connect_with(options)
+            .await
+            .map_err(|e| fail("cannot connect to the store at", &e))?;
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| fail("cannot migrate the store at", &e))?;
+        let (tx, rx) = mpsc::channel(settings.queue_depth);
+        tokio::spawn(
+            Writer {
+                pool: pool.clone(),
+                max_batch: settings.max_batch.max(1),
+                metrics,
+            }
+            .run(rx),
+        );
+        Ok(PgStore { pool, writer: tx })
+    }
+
+    /// The pool, for queries of other modules' own.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Inserts the row of conversation `new` unless its key or its `session_id` is taken
+    /// (then None); a `pending` one (an import being stored) is invisible until finished.
+    async fn insert_session(&self, new: &NewSession, pending: bool) -> Result<Option<RowId>> {
+        let now = crate::protocol::now_rfc3339();
+        Ok(sqlx::query_scalar(
+            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
+                launch_options, created_at, last_active_at, pending)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)
+             on conflict do nothing returning id",
+        )
+        .bind(&new.principal)
+        .bind(&new.agent_id)
+        .bind(&new.session_id)
+        .bind(&new.backend)
+        .bind(&new.cwd)
+        .bind(&new.model)
+        .bind(&new.permission_mode)
+        .bind(launch_json(&new.launch_options))
+        .bind(&now)
+        .bind(pending)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+}
+
+/// Adds each conversation's counts to its row and takes its seqs (`base` is the last seq
+/// before this batch), then inserts the rows at `base + ord`, all in one statement. A
+/// conversation that is gone gets no row in `u`, so its rows are not stored.
+const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
+        output_tokens, duration_ms, running, running_at) as (
+        select * from unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
+            $6::text[], $7::float8[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
+            $12::bigint[])
+    ),
+    u as (
+        update session_info s set
+            last_seq = s.last_seq + d.n,
+            message_count = s.message_count + d.n,
+            prompt_count = s.prompt_count + d.prompts,
+            result_count = s.result_count + d.results,
+            last_active_at = d.last_active,
+            title = coalesce(s.title, d.title),
+            total_cost_usd = s.total_cost_usd + d.cost,
+            input_tokens = s.input_tokens + d.input_tokens,
+            output_tokens = s.output_tokens + d.output_tokens,
+            duration_ms = s.duration_ms + d.duration_ms,
+            running_seq = case d.running
+                when 1 then s.last_seq + d.running_at
+                when 2 then d.running_at
+                else s.running_seq end
+        from d where s.id = d.id
+        returning s.id, s.last_seq - d.n as base
+    ),
+    ins as (
+        insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
+            payload, created_at, turn_cost_usd)
+        select m.id, u.base + m.ord, m.message_type, m.sdk_uuid, m.prompt, m.turn_anchor,
+            m.payload, m.created_at, m.turn_cost_usd
+        from unnest($13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::bool[],
+            $18::text[], $19::text[], $20::text[], $21::float8[])
+            as m (id, ord, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
+                turn_cost_usd)
+        join u on u.id = m.id
+    )
+    select id, base from u";
+
+/// The writer: one task storing each batch in one transaction.
+struct Writer {
+    pool: PgPool,
+    max_batch: usize,
+    metrics: Metrics,
+}
+
+impl Writer {
+    async fn run(self, mut rx: mpsc::Receiver<WriteOp>) {
+        let mut batch: Vec<Append> = Vec::with_capacity(self.max_batch);
+        let mut closing = None;
+        while closing.is_none() {
+            let Some(op) = rx.recv().await else { break };
+            closing = batch::fill(op, &mut rx, &mut batch, self.max_batch);
+            self.metrics.store_queue(rx.len());
+            if !batch.is_empty() {
+                let started = Instant::now();
+                let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
+                let outcome = self.write(&batch).await.map_err(|e| e.to_string());
+                batch::answer(&mut batch, outcome);
+                self.metrics.record_commit(started.elapsed(), rows);
+            }
+        }
+        if let Some(done) = closing {
+            let _ = done.send(());
+        }
+    }
+
+    /// Stores `batch` in one transaction; each request's outcome in order.
+    async fn write(&self, batch: &[Append]) -> sqlx::Result<Vec<Result<i64>>> {
+        let deltas = batch::deltas(batch);
+        let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
+        // Each row's position among its conversation's rows of this batch (from 1).
+        let ones = deltas.iter().map(|d| (d.row, 1)).collect();
+        let mut m = Rows::with_capacity(rows);
+        let _ = batch::assign(batch, ones, |row, ord, msg| {
+            m.push(row, ord, msg);
+            Ok::<(), ()>(())
+        });
+        let mut tx = self.pool.begin().await?;
+        let bases: Vec<(i64, i64)> = sqlx::query_as(APPEND)
+            .bind(deltas.iter().map(|d| d.row.0).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.rows).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.prompts).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.results).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.last_active).collect::<Vec<_>>())
+            .bind(
+                deltas
+                    .iter()
+                    .map(|d| d.title.map(pg_text))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(deltas.iter().map(|d| d.totals.cost_usd).collect::<Vec<_>>())
+            .bind(
+                deltas
+                    .iter()
+                    .map(|d| d.totals.input_tokens)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                deltas
+                    .iter()
+                    .map(|d| d.totals.output_tokens)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                deltas
+                    .iter()
+                    .map(|d| d.totals.duration_ms)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(deltas.iter().map(|d| d.running).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.running_at).collect::<Vec<_>>())
+            .bind(m.id)
+            .bind(m.ord)
+            .bind(m.message_type)
+            .bind(m.sdk_uuid)
+            .bind(m.prompt)
+            .bind(m.turn_anchor)
+            .bind(m.payload)
+            .bind(m.created_at)
+            .bind(m.turn_cost_usd)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let next: HashMap<RowId, i64> = bases
+            .into_iter()
+            .map(|(id, base)| (RowId(id), base + 1))
+            .collect();
+        Ok(batch::assign(batch, next, |_, _, _| Ok::<(), ()>(())).expect("nothing to fail"))
+    }
+}
+
+/// The rows of a batch as the columns [`APPEND`] unnests.
+struct Rows<'a> {
+    id: Vec<i64>,
+    ord: Vec<i64>,
+    message_type: Vec<&'static str>,
+    sdk_uuid: Vec<Option<Cow<'a, str>>>,
+    prompt: Vec<bool>,
+    turn_anchor: Vec<Option<Cow<'a, str>>>,
+    payload: Vec<Cow<'a, str>>,
+    created_at: Vec<&'a str>,
+    turn_cost_usd: Vec<Option<f64>>,
+}
+
+impl<'a> Rows<'a> {
+    fn with_capacity(n: usize) -> Self {
+        Rows {
+            id: Vec::with_capacity(n),
+            ord: Vec::with_capacity(n),
+            message_type: Vec::with_capacity(n),
+            sdk_uuid: Vec::with_capacity(n),
+            prompt: Vec::with_capacity(n),
+            turn_anchor: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            created_at: Vec::with_capacity(n),
+            turn_cost_usd: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, row: RowId, ord: i64, m: &'a NewMessage) {
+        self.id.push(row.0);
+        self.ord.push(ord);
+        self.message_type.push(m.message_type);
+        self.sdk_uuid.push(m.sdk_uuid.as_deref().map(pg_text));
+        self.prompt.push(m.prompt);
+        self.turn_anchor.push(m.turn_anchor.as_deref().map(pg_text));
+        self.payload.push(pg_json(&m.payload));
+        self.created_at.push(&m.created_at);
+        self.turn_cost_usd.push(m.totals.map(|t| t.cost_usd));
+    }
+}
+
+/// A rewind's or a fork's transaction on PostgreSQL, holding the conversation's row lock.
+struct Tx<'c>(&'c mut PgConnection);
+
+#[async_trait]
+impl EditTx for Tx<'_> {
+    async fn message_type(&mut self, row: RowId, seq: i64) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "select message_type from messages where session_pk = $1 and seq = $2",
+        )
+        .bind(row)
+        .bind(seq)
+        .fetch_optional(&mut *self.0)
+        .await?)
+    }
+
+    /// The same rule as SQLite's: the first as many prompts as there are results since the
+    /// last `rewound` or `imported` status are the ended turns'; later ones are later turns'.
+    async fn later_prompts(&mut self, row: RowId, at: i64) -> Result<Vec<i64>> {
+        Ok(sqlx::query_scalar(
+            "with since (seq) as (
+                select coalesce(max(seq), 0) from messages
+                where session_pk = $1 and seq < $2 and message_type = 'status'
+                  and agentmux_try_jsonb(payload) ->> 'status' in ('rewound', 'imported')
+             ),
+             ended (n) as (
+                select count(*) from messages
+                where session_pk = $1 and message_type = 'result'
+                  and seq > (select seq from since) and seq <= $2
+             )
+             select seq from messages
+             where session_pk = $1 and prompt and seq > (select seq from since) and seq <= $2
+             order by seq offset (select n from ended)",
+        )
+        .bind(row)
+        .bind(at)
+        .fetch_all(&mut *self.0)
+        .await?)
+    }
+
+    async fn agent_row(
+        &mut self,
+        row: RowId,
+    ) -> Result<Option<(Option<String>, Option<String>, i64)>> {
+        Ok(sqlx::query_as(
+            "select sdk_session_id, next_launch, memory_from_seq from session_info where id = $1",
+        )
+        .bind(row)
+        .fetch_optional(&mut *self.0)
+        .await?)
+    }
+
+    async fn anchor_at(&mut self, row: RowId, seq: i64) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "select turn_anchor from messages where session_pk = $1 and seq <= $2
+               and message_type = 'result' and turn_anchor is not null
+             order by seq desc limit 1",
+        )
+        .bind(row)
+        .bind(seq)
+        .fetch_optional(&mut *self.0)
+        .await?)
+    }
+
+    async fn delete_after(&mut self, row: RowId, seq: i64) -> Result<u64> {
+        Ok(
+            sqlx::query("delete from messages where session_pk = $1 and seq > $2")
+                .bind(row)
+                .bind(seq)
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected(),
+        )
+    }
+
+    async fn delete_seqs(&mut self, row: RowId, seqs: &[i64]) -> Result<u64> {
+        Ok(
+            sqlx::query("delete from messages where session_pk = $1 and seq = any($2)")
+                .bind(row)
+                .bind(seqs)
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected(),
+        )
+    }
+
+    async fn set_next_launch(&mut self, row: RowId, launch: &str, memory_from: i64) -> Result<()> {
+        sqlx::query("update session_info set next_launch = $1, memory_from_seq = $2 where id = $3")
+            .bind(launch)
+            .bind(memory_from)
+            .bind(row)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
+    }
+
+    async fn recount(&mut self, row: RowId) -> Result<()> {
+        sqlx::query(
+            "update session_info set
+                message_count = (select count(*) from messages where session_pk = $1),
+                prompt_count = (select count(*) from messages where session_pk = $1 and prompt),
+                result_count = (select count(*) from messages where session_pk = $1 and message_type = 'result')
+             where id = $1",
+        )
+        .bind(row)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+
+    /// A status starts or ends no turn and adds no totals; seq and row in one statement.
+    async fn append_status(&mut self, row: RowId, status: &NewMessage) -> Result<i64> {
+        sqlx::query_scalar(
+            "with u as (
+                update session_info set last_seq = last_seq + 1, message_count = message_count + 1,
+                    last_active_at = $2 where id = $1 returning last_seq
+             )
+             insert into messages (session_pk, seq, message_type, sdk_uuid, payload, created_at)
+             select $1, last_seq, $3, $4, $5, $2 from u
+             returning seq",
+        )
+        .bind(row)
+        .bind(&status.created_at)
+        .bind(status.message_type)
+        .bind(status.sdk_uuid.as_deref().map(pg_text))
+        .bind(pg_json(&status.payload))
+        .fetch_optional(&mut *self.0)
+        .await?
+        .ok_or(StoreError::UnknownSession)
+    }
+
+    async fn last_result(&mut self, row: RowId) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "select max(seq) from messages where session_pk = $1 and message_type = 'result'",
+        )
+        .bind(row)
+        .fetch_one(&mut *self.0)
+        .await?)
+    }
+
+    async fn agent_messages_after(&mut self, row: RowId, seq: i64) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "select count(*) from messages where session_pk = $1 and seq > $2
+               and message_type in ('user', 'assistant', 'system', 'result')",
+        )
+        .bind(row)
+        .bind(seq)
+        .fetch_one(&mut *self.0)
+        .await?)
+    }
+
+    async fn insert_fork(&mut self, source: RowId, fork: &ForkRow<'_>) -> Result<Option<RowId>> {
+        let new = fork.new;
+        Ok(sqlx::query_scalar(
+            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
+                launch_options, title, created_at, last_active_at, last_seq, next_launch, memory_from_seq)
+             select $1, $2, $3, $4, $5, $6, $7, $8, title, $9, $9, $10, $11, $12 from session_info where id = $13
+             on conflict (principal, agent_id) do nothing
+             returning id",
+        )
+        .bind(&new.principal)
+        .bind(&new.agent_id)
+        .bind(&new.session_id)
+        .bind(&new.backend)
+        .bind(&new.cwd)
+        .bind(&new.model)
+        .bind(&new.permission_mode)
+        .bind(launch_json(&new.launch_options))
+        .bind(&fork.created_at)
+        .bind(fork.last_seq)
+        .bind(&fork.next_launch)
+        .bind(fork.memory_from_seq)
+        .bind(source)
+        .fetch_optional(&mut *self.0)
+        .await?)
+    }
+
+    async fn copy_messages(
+        &mut self,
+        source: RowId,
+        fork: RowId,
+        at: i64,
+        except: &[i64],
+    ) -> Result<()> {
+        sqlx::query(
+            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at)
+             select $1, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at
+             from messages where session_pk = $2 and seq <= $3 and seq <> all($4)",
+        )
+        .bind(fork)
+        .bind(source)
+        .bind(at)
+        .bind(except)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+}
+
+/// Takes the write lock of conversation `row` in `tx` (appends to it wait until the commit).
+async fn lock(conn: &mut PgConnection, row: RowId) -> Result<()> {
+    sqlx::query("select 1 from session_info where id = $1 for update")
+        .bind(row)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|_: sqlx::postgres::PgRow| ())
+        .ok_or(StoreError::UnknownSession)
+}
+
+const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
+     model, permission_mode, created_at, last_active_at, message_count, last_seq, prompt_count, \
+     result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq, \
+     launch_options";
+
+#[async_trait]
+impl Store for PgStore {
+    async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>> {
+        let sql = format!(
+            "select {SESSION_COLUMNS} from session_info where principal = $1 and agent_id = $2 and not pending"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(principal)
+            .bind(agent_id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn create_session(&self, new: NewSession) -> Result<SessionRecord> {
+        self.insert_session(&new, false).await?;
+        // Not found: the key is taken by an import that is not finished.
+        self.find_session(&new.principal, &new.agent_id)
+            .await?
+            .ok_or(StoreError::Importing)
+    }
+
+    async fn append(&self, row: RowId, messages: Vec<NewMessage>) -> Result<i64> {
+        batch::append(&self.writer, row, messages).await
+    }
+
+    async fn messages_after(
+        &self,
+        row: RowId,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>> {
+        Ok(sqlx::query_as(
+            "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd
+             from messages where session_pk = $1 and seq > $2 order by seq limit $3",
+        )
+        .bind(row)
+        .bind(after_seq)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn record_agent_session(
+        &self,
+        row: RowId,
+        sdk_session_id: &str,
+        unified: bool,
+    ) -> Result<()> {
+        sqlx::query(
+            "update session_info set sdk_session_id = $1, unified = $2, next_launch = null where id = $3",
+        )
+        .bind(pg_text(sdk_session_id))
+        .bind(unified)
+        .bind(row)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn prompts_before(&self, row: RowId, seq: i64) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "select count(*) from messages where session_pk = $1 and seq < $2 and prompt
+               and seq > (select memory_from_seq from session_info where id = $1)",
+        )
+        .bind(row)
+        .bind(seq)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn list_sessions(
+        &self,
+        principal: &str,
+        query: &SessionQuery,
+    ) -> Result<(Vec<SessionRecord>, i64)> {
+        // `strpos(lower(..))` rather than LIKE: the filter is literal text, `%` and `_`
+        // included. Content matches are looked for in the text of user and assistant messages
+        // only (see `agentmux_content_texts` in the migration), never in JSON keys or ids.
+        let filter = "principal = $1 and not pending and ($2::text is null
+            or strpos(lower(coalesce(title, '')), lower($2)) > 0
+            or exists (select 1 from messages m,
+                         agentmux_content_texts(agentmux_try_jsonb(m.payload) #> '{message,content}', null) t (atom)
+                       where m.session_pk = session_info.id
+                         and m.message_type in ('user', 'assistant')
+                         and strpos(lower(t.atom), lower($2)) > 0))";
+        let text = query.text_contains.as_deref().map(pg_text);
+        let total: i64 =
+            sqlx::query_scalar(&format!("select count(*) from session_info where {filter}"))
+                .bind(principal)
+                .bind(&text)
+                .fetch_one(&self.pool)
+                .await?;
+        let sql = format!(
+            "select {SESSION_COLUMNS} from session_info where {filter}
+             order by last_active_at desc, id desc limit $3 offset $4"
+        );
+        let rows = sqlx::query_as(&sql)
+            .bind(principal)
+            .bind(&text)
+            .bind(i64::from(query.limit))
+            .bind(i64::from(query.offset))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok((rows, total))
+    }
+
+    async fn project_activity(&self, principal: &str) -> Result<Vec<(String, i64, String)>> {
+        Ok(sqlx::query_as(
+            "select cwd, count(*), max(last_active_at) from session_info
+             where principal = $1 and not pending group by cwd",
+        )
+        .bind(principal)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn find_by_session_id(&self, session_id: &str) -> Result<Option<SessionRecord>> {
+        let sql = format!("select {SESSION_COLUMNS} from session_info where session_id = $1");
+        Ok(sqlx::query_as(&sql)
+            .bind(session_id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn stored_uuids(&self, row: RowId) -> Result<std::collections::HashSet<String>> {
+        let uuids: Vec<String> = sqlx::query_scalar(
+            "select sdk_uuid from messages where session_pk = $1 and sdk_uuid is not null",
+        )
+        .bind(row)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(uuids.into_iter().collect())
+    }
+
+    async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
+        let done = sqlx::query("update session_info set title = $1 where id = $2")
+            .bind(pg_text(title))
+            .bind(row)
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::UnknownSession);
+        }
+        Ok(())
+    }
+
+    async fn delete_session(&self, row: RowId) -> Result<()> {
+        sqlx::query("delete from session_info where id = $1")
+            .bind(row)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_options(
+        &self,
+        row: RowId,
+        model: Option<&str>,
+        permission_mode: Option<&str>,
+        launch: &LaunchOptions,
+    ) -> Result<()> {
+        sqlx::query(
+            "update session_info set model = $1, permission_mode = $2, launch_options = $3 where id = $4",
+        )
+        .bind(model)
+        .bind(permission_mode)
+        .bind(launch_json(launch))
+        .bind(row)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {
+        let mut tx = self.pool.begin().await?;
+        lock(&mut tx, row).await?;
+        let rewound = edits::rewind(&mut Tx(&mut tx), row, to_seq, status).await?;
+        tx.commit().await?;
+        Ok(rewound)
+    }
+
+    async fn fork(
+        &self,
+        source: RowId,
+        at_seq: Option<i64>,
+        new: NewSession,
+    ) -> Result<SessionRecord> {
+        let mut tx = self.pool.begin().await?;
+        lock(&mut tx, source).await?;
+        edits::fork(&mut Tx(&mut tx), source, at_seq, &new).await?;
+        tx.commit().await?;
+        self.find_session(&new.principal, &new.agent_id)
+            .await?
+            .ok_or(StoreError::UnknownSession)
+    }
+
+    async fn begin_import(&self, new: NewSession) -> Result<SessionRecord> {
+        let row = self
+            .insert_session(&new, true)
+            .await?
+            .ok_or(StoreError::AgentExists)?;
+        let sql = format!("select {SESSION_COLUMNS} from session_info where id = $1");
+        Ok(sqlx::query_as(&sql).bind(row).fetch_one(&self.pool).await?)
+    }
+
+    async fn finish_import(&self, row: RowId, remembered: bool) -> Result<()> {
+        let done = sqlx::query(
+            "update session_info set pending = false,
+                memory_from_seq = case when $1 then memory_from_seq else last_seq end
+             where id = $2 and pending",
+        )
+        .bind(remembered)
+        .bind(row)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::UnknownSession);
+        }
+        Ok(())
+    }
+
+    async fn discard_import(&self, row: RowId) -> Result<()> {
+        loop {
+            let gone = sqlx::query(
+                "delete from messages where session_pk = $1 and seq in
+                   (select seq from messages where session_pk = $1 order by seq limit $2)",
+            )
+            .bind(row)
+            .bind(DISCARD_ROWS)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            if gone == 0 {
+                break;
+            }
+        }
+        sqlx::query("delete from session_info where id = $1 and pending")
+            .bind(row)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn discard_unfinished_imports(&self) -> Result<u64> {
+        let pending: Vec<RowId> = sqlx::query_scalar("select id from session_info where pending")
+            .fetch_all(&self.pool)
+            .await?;
+        for &id in &pending {
+            self.discard_import(id).await?;
+        }
+        Ok(pending.len() as u64)
+    }
+
+    async fn close_unfinished_turns(&self) -> Result<u64> {
+        let running: Vec<(RowId, String)> = sqlx::query_as(
+            "select id, session_id from session_info where running_seq is not null and not pending",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for (id, session_id) in &running {
+            self.append(*id, vec![edits::restart_result(session_id)])
+                .await?;
+        }
+        Ok(running.len() as u64)
+    }
+
+    async fn close(&self) {
+        batch::close(&self.writer).await;
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_and_scrubbed() {
+        let url = "postgres://app:s3cr%2Ft@db.example:5432/agentmux?sslmode=require";
+        assert_eq!(
+            redact_url(url),
+            "postgres://app:***@db.example:5432/agentmux?sslmode=require"
+        );
+        assert_eq!(
+            scrub(url, "bad password s3cr%2Ft or s3cr/t"),
+            "bad password *** or ***"
+        );
+        assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(scrub("postgres://app@db/x", "text"), "text");
+        assert_eq!(redact_url("-e"), "-e");
+    }
+
+    #[test]
+    fn nul_characters_are_made_storable() {
+        assert_eq!(pg_text("a\0b"), "a\u{FFFD}b");
+        assert_eq!(pg_json("{\"a\":\"x\0\"}"), "{\"a\":\"x\\u0000\"}");
+        assert!(matches!(pg_text("plain"), Cow::Borrowed(_)));
+    }
+}
