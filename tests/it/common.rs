@@ -126,7 +126,7 @@ pub fn drop_database(server_url: &str, name: &str) {
 
 /// The database of the servers on data dir `data_dir` in the PostgreSQL pass: one per data dir,
 /// so that a restart on the same dir finds its conversations.
-fn database_for(data_dir: &Path) -> String {
+pub fn database_for(data_dir: &Path) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     data_dir.hash(&mut h);

@@ -127,20 +127,24 @@ async fn a_failed_import_leaves_nothing_behind() {
     );
     assert_eq!(rows_left(&db, "bad-line").await, (None, 0));
 
-    // 2,000 pages of 4 KiB hold far less than this.
-    let (status, err) = import(&server, "none", "too-big", export_of(200_000)).await;
-    assert_eq!(
-        (status, err["code"].as_str()),
-        (503, Some("store_unavailable")),
-        "{err}"
-    );
-    let rest = reqwest::get(server.url("/api/sessions/too-big"))
-        .await
-        .unwrap();
-    assert_eq!(rest.status(), 404);
-    assert_eq!(rows_left(&db, "too-big").await, (None, 0));
+    // 2,000 pages of 4 KiB hold far less than this (a size limit only SQLite has).
+    let mut failed = vec!["bad-line"];
+    if !on_postgres() {
+        let (status, err) = import(&server, "none", "too-big", export_of(200_000)).await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (503, Some("store_unavailable")),
+            "{err}"
+        );
+        let rest = reqwest::get(server.url("/api/sessions/too-big"))
+            .await
+            .unwrap();
+        assert_eq!(rest.status(), 404);
+        assert_eq!(rows_left(&db, "too-big").await, (None, 0));
+        failed.push("too-big");
+    }
 
-    for agent_id in ["bad-line", "too-big"] {
+    for agent_id in failed {
         let (status, imported) = import(&server, "none", agent_id, export_of(10)).await;
         assert_eq!(status, 201, "{imported}");
         assert_eq!(imported["message_count"], 11);
