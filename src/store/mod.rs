@@ -9,8 +9,11 @@ mod batch;
 mod edits;
 pub mod postgres;
 pub mod schedules;
+mod shared;
 pub mod sqlite;
 mod writer;
+
+use std::borrow::Cow;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -41,6 +44,18 @@ pub enum StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
         StoreError::Unavailable(err.to_string())
+    }
+}
+
+/// Text as both engines store it: PostgreSQL refuses NUL characters, which a decoded client or
+/// agent string may hold, so they become U+FFFD. For what is shown or searched (titles, agent
+/// ids); keys are bound as they are, so that a NUL fails that one call instead of matching
+/// another key.
+pub(crate) fn text(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
     }
 }
 

@@ -4,7 +4,8 @@
 //! transaction ([`super::batch`]) with one statement: it adds each conversation's counts to its
 //! row, takes its seqs from the same UPDATE and inserts the rows, so `seq` is assigned in the
 //! statement that stores them (the place where an ownership check will go). Reads, rewinds,
-//! forks and the rare small updates use the pool.
+//! forks and the rare small updates use the pool; the calls whose SQL SQLite shares are in
+//! [`super::shared`].
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -17,16 +18,13 @@ use sqlx::{PgConnection, PgPool};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Append, WriteOp};
-use super::edits::{self, EditTx, ForkRow, launch_json};
+use super::edits::{self, EditTx};
+use super::shared;
 use super::{
     NewMessage, NewSession, Result, Rewound, RewoundStatus, RowId, SessionQuery, SessionRecord,
-    Store, StoreError, StoredMessage,
+    Store, StoreError, StoredMessage, text,
 };
 use crate::metrics::Metrics;
-use crate::protocol::LaunchOptions;
-
-/// Rows an unfinished import loses per transaction while it is discarded.
-const DISCARD_ROWS: i64 = 2000;
 
 /// Settings of the PostgreSQL store.
 #[derive(Debug, Clone)]
@@ -112,17 +110,6 @@ fn percent_decode(s: &str) -> std::result::Result<String, ()> {
     String::from_utf8(out).map_err(|_| ())
 }
 
-/// Text PostgreSQL accepts: it refuses NUL characters, which a decoded client or agent string
-/// may hold. Used for what is shown or searched (titles, agent ids of messages); keys are
-/// bound as they are, so that a NUL fails that one call instead of matching another key.
-fn pg_text(s: &str) -> Cow<'_, str> {
-    if s.contains('\0') {
-        Cow::Owned(s.replace('\0', "\u{FFFD}"))
-    } else {
-        Cow::Borrowed(s)
-    }
-}
-
 /// A JSON text PostgreSQL accepts, with the same meaning: a NUL can only be inside a string
 /// there, where `\u0000` says the same.
 fn pg_json(s: &str) -> Cow<'_, str> {
@@ -183,30 +170,6 @@ impl PgStore {
     /// The pool, for queries of other modules' own.
     pub fn pool(&self) -> &PgPool {
         &self.pool
-    }
-
-    /// Inserts the row of conversation `new` unless its key or its `session_id` is taken
-    /// (then None); a `pending` one (an import being stored) is invisible until finished.
-    async fn insert_session(&self, new: &NewSession, pending: bool) -> Result<Option<RowId>> {
-        let now = crate::protocol::now_rfc3339();
-        Ok(sqlx::query_scalar(
-            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
-                launch_options, created_at, last_active_at, pending)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)
-             on conflict do nothing returning id",
-        )
-        .bind(&new.principal)
-        .bind(&new.agent_id)
-        .bind(&new.session_id)
-        .bind(&new.backend)
-        .bind(&new.cwd)
-        .bind(&new.model)
-        .bind(&new.permission_mode)
-        .bind(launch_json(&new.launch_options))
-        .bind(&now)
-        .bind(pending)
-        .fetch_optional(&self.pool)
-        .await?)
     }
 }
 
@@ -297,12 +260,7 @@ impl Writer {
             .bind(deltas.iter().map(|d| d.prompts).collect::<Vec<_>>())
             .bind(deltas.iter().map(|d| d.results).collect::<Vec<_>>())
             .bind(deltas.iter().map(|d| d.last_active).collect::<Vec<_>>())
-            .bind(
-                deltas
-                    .iter()
-                    .map(|d| d.title.map(pg_text))
-                    .collect::<Vec<_>>(),
-            )
+            .bind(deltas.iter().map(|d| d.title.map(text)).collect::<Vec<_>>())
             .bind(deltas.iter().map(|d| d.totals.cost_usd).collect::<Vec<_>>())
             .bind(
                 deltas
@@ -376,9 +334,9 @@ impl<'a> Rows<'a> {
         self.id.push(row.0);
         self.ord.push(ord);
         self.message_type.push(m.message_type);
-        self.sdk_uuid.push(m.sdk_uuid.as_deref().map(pg_text));
+        self.sdk_uuid.push(m.sdk_uuid.as_deref().map(text));
         self.prompt.push(m.prompt);
-        self.turn_anchor.push(m.turn_anchor.as_deref().map(pg_text));
+        self.turn_anchor.push(m.turn_anchor.as_deref().map(text));
         self.payload.push(pg_json(&m.payload));
         self.created_at.push(&m.created_at);
         self.turn_cost_usd.push(m.totals.map(|t| t.cost_usd));
@@ -388,18 +346,7 @@ impl<'a> Rows<'a> {
 /// A rewind's or a fork's transaction on PostgreSQL, holding the conversation's row lock.
 struct Tx<'c>(&'c mut PgConnection);
 
-#[async_trait]
-impl EditTx for Tx<'_> {
-    async fn message_type(&mut self, row: RowId, seq: i64) -> Result<Option<String>> {
-        Ok(sqlx::query_scalar(
-            "select message_type from messages where session_pk = $1 and seq = $2",
-        )
-        .bind(row)
-        .bind(seq)
-        .fetch_optional(&mut *self.0)
-        .await?)
-    }
-
+shared::edit_tx_impl!(Tx<'_>, {
     /// The same rule as SQLite's: the first as many prompts as there are results since the
     /// last `rewound` or `imported` status are the ended turns'; later ones are later turns'.
     async fn later_prompts(&mut self, row: RowId, at: i64) -> Result<Vec<i64>> {
@@ -424,41 +371,6 @@ impl EditTx for Tx<'_> {
         .await?)
     }
 
-    async fn agent_row(
-        &mut self,
-        row: RowId,
-    ) -> Result<Option<(Option<String>, Option<String>, i64)>> {
-        Ok(sqlx::query_as(
-            "select sdk_session_id, next_launch, memory_from_seq from session_info where id = $1",
-        )
-        .bind(row)
-        .fetch_optional(&mut *self.0)
-        .await?)
-    }
-
-    async fn anchor_at(&mut self, row: RowId, seq: i64) -> Result<Option<String>> {
-        Ok(sqlx::query_scalar(
-            "select turn_anchor from messages where session_pk = $1 and seq <= $2
-               and message_type = 'result' and turn_anchor is not null
-             order by seq desc limit 1",
-        )
-        .bind(row)
-        .bind(seq)
-        .fetch_optional(&mut *self.0)
-        .await?)
-    }
-
-    async fn delete_after(&mut self, row: RowId, seq: i64) -> Result<u64> {
-        Ok(
-            sqlx::query("delete from messages where session_pk = $1 and seq > $2")
-                .bind(row)
-                .bind(seq)
-                .execute(&mut *self.0)
-                .await?
-                .rows_affected(),
-        )
-    }
-
     async fn delete_seqs(&mut self, row: RowId, seqs: &[i64]) -> Result<u64> {
         Ok(
             sqlx::query("delete from messages where session_pk = $1 and seq = any($2)")
@@ -468,30 +380,6 @@ impl EditTx for Tx<'_> {
                 .await?
                 .rows_affected(),
         )
-    }
-
-    async fn set_next_launch(&mut self, row: RowId, launch: &str, memory_from: i64) -> Result<()> {
-        sqlx::query("update session_info set next_launch = $1, memory_from_seq = $2 where id = $3")
-            .bind(launch)
-            .bind(memory_from)
-            .bind(row)
-            .execute(&mut *self.0)
-            .await?;
-        Ok(())
-    }
-
-    async fn recount(&mut self, row: RowId) -> Result<()> {
-        sqlx::query(
-            "update session_info set
-                message_count = (select count(*) from messages where session_pk = $1),
-                prompt_count = (select count(*) from messages where session_pk = $1 and prompt),
-                result_count = (select count(*) from messages where session_pk = $1 and message_type = 'result')
-             where id = $1",
-        )
-        .bind(row)
-        .execute(&mut *self.0)
-        .await?;
-        Ok(())
     }
 
     /// A status starts or ends no turn and adds no totals; seq and row in one statement.
@@ -508,57 +396,11 @@ impl EditTx for Tx<'_> {
         .bind(row)
         .bind(&status.created_at)
         .bind(status.message_type)
-        .bind(status.sdk_uuid.as_deref().map(pg_text))
+        .bind(status.sdk_uuid.as_deref().map(text))
         .bind(pg_json(&status.payload))
         .fetch_optional(&mut *self.0)
         .await?
         .ok_or(StoreError::UnknownSession)
-    }
-
-    async fn last_result(&mut self, row: RowId) -> Result<Option<i64>> {
-        Ok(sqlx::query_scalar(
-            "select max(seq) from messages where session_pk = $1 and message_type = 'result'",
-        )
-        .bind(row)
-        .fetch_one(&mut *self.0)
-        .await?)
-    }
-
-    async fn agent_messages_after(&mut self, row: RowId, seq: i64) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "select count(*) from messages where session_pk = $1 and seq > $2
-               and message_type in ('user', 'assistant', 'system', 'result')",
-        )
-        .bind(row)
-        .bind(seq)
-        .fetch_one(&mut *self.0)
-        .await?)
-    }
-
-    async fn insert_fork(&mut self, source: RowId, fork: &ForkRow<'_>) -> Result<Option<RowId>> {
-        let new = fork.new;
-        Ok(sqlx::query_scalar(
-            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
-                launch_options, title, created_at, last_active_at, last_seq, next_launch, memory_from_seq)
-             select $1, $2, $3, $4, $5, $6, $7, $8, title, $9, $9, $10, $11, $12 from session_info where id = $13
-             on conflict (principal, agent_id) do nothing
-             returning id",
-        )
-        .bind(&new.principal)
-        .bind(&new.agent_id)
-        .bind(&new.session_id)
-        .bind(&new.backend)
-        .bind(&new.cwd)
-        .bind(&new.model)
-        .bind(&new.permission_mode)
-        .bind(launch_json(&new.launch_options))
-        .bind(&fork.created_at)
-        .bind(fork.last_seq)
-        .bind(&fork.next_launch)
-        .bind(fork.memory_from_seq)
-        .bind(source)
-        .fetch_optional(&mut *self.0)
-        .await?)
     }
 
     async fn copy_messages(
@@ -581,7 +423,7 @@ impl EditTx for Tx<'_> {
         .await?;
         Ok(())
     }
-}
+});
 
 /// Takes the write lock of conversation `row` in `tx` (appends to it wait until the commit).
 async fn lock(conn: &mut PgConnection, row: RowId) -> Result<()> {
@@ -593,36 +435,7 @@ async fn lock(conn: &mut PgConnection, row: RowId) -> Result<()> {
         .ok_or(StoreError::UnknownSession)
 }
 
-const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
-     model, permission_mode, created_at, last_active_at, message_count, last_seq, prompt_count, \
-     result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq, \
-     launch_options";
-
-#[async_trait]
-impl Store for PgStore {
-    async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>> {
-        let sql = format!(
-            "select {SESSION_COLUMNS} from session_info where principal = $1 and agent_id = $2 and not pending"
-        );
-        Ok(sqlx::query_as(&sql)
-            .bind(principal)
-            .bind(agent_id)
-            .fetch_optional(&self.pool)
-            .await?)
-    }
-
-    async fn create_session(&self, new: NewSession) -> Result<SessionRecord> {
-        self.insert_session(&new, false).await?;
-        // Not found: the key is taken by an import that is not finished.
-        self.find_session(&new.principal, &new.agent_id)
-            .await?
-            .ok_or(StoreError::Importing)
-    }
-
-    async fn append(&self, row: RowId, messages: Vec<NewMessage>) -> Result<i64> {
-        batch::append(&self.writer, row, messages).await
-    }
-
+shared::store_impl!(PgStore, {
     async fn messages_after(
         &self,
         row: RowId,
@@ -637,34 +450,6 @@ impl Store for PgStore {
         .bind(after_seq)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn record_agent_session(
-        &self,
-        row: RowId,
-        sdk_session_id: &str,
-        unified: bool,
-    ) -> Result<()> {
-        sqlx::query(
-            "update session_info set sdk_session_id = $1, unified = $2, next_launch = null where id = $3",
-        )
-        .bind(pg_text(sdk_session_id))
-        .bind(unified)
-        .bind(row)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn prompts_before(&self, row: RowId, seq: i64) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "select count(*) from messages where session_pk = $1 and seq < $2 and prompt
-               and seq > (select memory_from_seq from session_info where id = $1)",
-        )
-        .bind(row)
-        .bind(seq)
-        .fetch_one(&self.pool)
         .await?)
     }
 
@@ -683,7 +468,7 @@ impl Store for PgStore {
                        where m.session_pk = session_info.id
                          and m.message_type in ('user', 'assistant')
                          and strpos(lower(t.atom), lower($2)) > 0))";
-        let text = query.text_contains.as_deref().map(pg_text);
+        let text = query.text_contains.as_deref().map(text);
         let total: i64 =
             sqlx::query_scalar(&format!("select count(*) from session_info where {filter}"))
                 .bind(principal)
@@ -691,8 +476,9 @@ impl Store for PgStore {
                 .fetch_one(&self.pool)
                 .await?;
         let sql = format!(
-            "select {SESSION_COLUMNS} from session_info where {filter}
-             order by last_active_at desc, id desc limit $3 offset $4"
+            "select {} from session_info where {filter}
+             order by last_active_at desc, id desc limit $3 offset $4",
+            shared::SESSION_COLUMNS
         );
         let rows = sqlx::query_as(&sql)
             .bind(principal)
@@ -702,73 +488,6 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await?;
         Ok((rows, total))
-    }
-
-    async fn project_activity(&self, principal: &str) -> Result<Vec<(String, i64, String)>> {
-        Ok(sqlx::query_as(
-            "select cwd, count(*), max(last_active_at) from session_info
-             where principal = $1 and not pending group by cwd",
-        )
-        .bind(principal)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn find_by_session_id(&self, session_id: &str) -> Result<Option<SessionRecord>> {
-        let sql = format!("select {SESSION_COLUMNS} from session_info where session_id = $1");
-        Ok(sqlx::query_as(&sql)
-            .bind(session_id)
-            .fetch_optional(&self.pool)
-            .await?)
-    }
-
-    async fn stored_uuids(&self, row: RowId) -> Result<std::collections::HashSet<String>> {
-        let uuids: Vec<String> = sqlx::query_scalar(
-            "select sdk_uuid from messages where session_pk = $1 and sdk_uuid is not null",
-        )
-        .bind(row)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(uuids.into_iter().collect())
-    }
-
-    async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
-        let done = sqlx::query("update session_info set title = $1 where id = $2")
-            .bind(pg_text(title))
-            .bind(row)
-            .execute(&self.pool)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::UnknownSession);
-        }
-        Ok(())
-    }
-
-    async fn delete_session(&self, row: RowId) -> Result<()> {
-        sqlx::query("delete from session_info where id = $1")
-            .bind(row)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn set_options(
-        &self,
-        row: RowId,
-        model: Option<&str>,
-        permission_mode: Option<&str>,
-        launch: &LaunchOptions,
-    ) -> Result<()> {
-        sqlx::query(
-            "update session_info set model = $1, permission_mode = $2, launch_options = $3 where id = $4",
-        )
-        .bind(model)
-        .bind(permission_mode)
-        .bind(launch_json(launch))
-        .bind(row)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
     }
 
     async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {
@@ -794,81 +513,11 @@ impl Store for PgStore {
             .ok_or(StoreError::UnknownSession)
     }
 
-    async fn begin_import(&self, new: NewSession) -> Result<SessionRecord> {
-        let row = self
-            .insert_session(&new, true)
-            .await?
-            .ok_or(StoreError::AgentExists)?;
-        let sql = format!("select {SESSION_COLUMNS} from session_info where id = $1");
-        Ok(sqlx::query_as(&sql).bind(row).fetch_one(&self.pool).await?)
-    }
-
-    async fn finish_import(&self, row: RowId, remembered: bool) -> Result<()> {
-        let done = sqlx::query(
-            "update session_info set pending = false,
-                memory_from_seq = case when $1 then memory_from_seq else last_seq end
-             where id = $2 and pending",
-        )
-        .bind(remembered)
-        .bind(row)
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::UnknownSession);
-        }
-        Ok(())
-    }
-
-    async fn discard_import(&self, row: RowId) -> Result<()> {
-        loop {
-            let gone = sqlx::query(
-                "delete from messages where session_pk = $1 and seq in
-                   (select seq from messages where session_pk = $1 order by seq limit $2)",
-            )
-            .bind(row)
-            .bind(DISCARD_ROWS)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-            if gone == 0 {
-                break;
-            }
-        }
-        sqlx::query("delete from session_info where id = $1 and pending")
-            .bind(row)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn discard_unfinished_imports(&self) -> Result<u64> {
-        let pending: Vec<RowId> = sqlx::query_scalar("select id from session_info where pending")
-            .fetch_all(&self.pool)
-            .await?;
-        for &id in &pending {
-            self.discard_import(id).await?;
-        }
-        Ok(pending.len() as u64)
-    }
-
-    async fn close_unfinished_turns(&self) -> Result<u64> {
-        let running: Vec<(RowId, String)> = sqlx::query_as(
-            "select id, session_id from session_info where running_seq is not null and not pending",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        for (id, session_id) in &running {
-            self.append(*id, vec![edits::restart_result(session_id)])
-                .await?;
-        }
-        Ok(running.len() as u64)
-    }
-
     async fn close(&self) {
         batch::close(&self.writer).await;
         self.pool.close().await;
     }
-}
+});
 
 #[cfg(test)]
 mod tests {
@@ -892,8 +541,8 @@ mod tests {
 
     #[test]
     fn nul_characters_are_made_storable() {
-        assert_eq!(pg_text("a\0b"), "a\u{FFFD}b");
+        assert_eq!(text("a\0b"), "a\u{FFFD}b");
         assert_eq!(pg_json("{\"a\":\"x\0\"}"), "{\"a\":\"x\\u0000\"}");
-        assert!(matches!(pg_text("plain"), Cow::Borrowed(_)));
+        assert!(matches!(text("plain"), Cow::Borrowed(_)));
     }
 }

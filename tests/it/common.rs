@@ -248,6 +248,21 @@ impl TestServer {
         let _ = self.child.wait().await;
     }
 
+    /// SQLite's verdict on the server's database file (`pragma integrity_check`); None on
+    /// PostgreSQL, which checks its own pages.
+    pub async fn integrity(&self) -> Option<String> {
+        if on_postgres() {
+            return None;
+        }
+        let db = self.db().await;
+        let verdict: String = sqlx::query_scalar("pragma integrity_check")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        db.close().await;
+        Some(verdict)
+    }
+
     /// Opens the server's database for checks: its SQLite file, or its PostgreSQL database in
     /// the PostgreSQL pass. The SQL must suit both (`$1` parameters, no engine's own functions).
     pub async fn db(&self) -> sqlx::AnyPool {

@@ -749,12 +749,7 @@ async fn kill9_mid_turn_loses_no_received_frame() {
         reply_text(&c.until_result("k9").await),
         "Echo: next (turn 3)"
     );
-    if !on_postgres() {
-        let db = server2.db().await;
-        let check: String = sqlx::query_scalar("pragma integrity_check")
-            .fetch_one(&db)
-            .await
-            .unwrap();
+    if let Some(check) = server2.integrity().await {
         assert_eq!(check, "ok");
     }
 }

@@ -413,17 +413,17 @@ fn rewound_status() -> agentmux::store::RewoundStatus {
     })
 }
 
-/// A rewind drops the prompts of later turns stored before its point, counting turns from the
-/// last stored `rewound` status (nothing ran or waited then): a history that an older rewind
-/// left with an unanswered prompt keeps the prompt of the turn it rewinds to.
-async fn rewind_counts_turns_since_the_last_rewind(fx: Fixture) {
-    let store = fx.open().await;
-    let result = || message("result", serde_json::json!({"type": "result"}));
+fn result() -> NewMessage {
+    message("result", serde_json::json!({"type": "result"}))
+}
+
+/// A conversation of two turns: seq 1 turn 1, seq 2 turn 2 (queued while turn 1 ran), 3 and 4
+/// their results.
+async fn two_turns(store: &Arc<dyn Store>, agent_id: &str) -> agentmux::store::SessionRecord {
     let s = store
-        .create_session(new_session("local", "q"))
+        .create_session(new_session("local", agent_id))
         .await
         .unwrap();
-    // seq 1 turn 1, seq 2 turn 2 (queued while turn 1 ran), 3 and 4 their results.
     store
         .append(
             s.row,
@@ -431,6 +431,15 @@ async fn rewind_counts_turns_since_the_last_rewind(fx: Fixture) {
         )
         .await
         .unwrap();
+    s
+}
+
+/// A rewind drops the prompts of later turns stored before its point, counting turns from the
+/// last stored `rewound` status (nothing ran or waited then): a history that an older rewind
+/// left with an unanswered prompt keeps the prompt of the turn it rewinds to.
+async fn rewind_counts_turns_since_the_last_rewind(fx: Fixture) {
+    let store = fx.open().await;
+    let s = two_turns(&store, "q").await;
     let rewound = store.rewind(s.row, 3, rewound_status()).await.unwrap();
     assert_eq!(rewound.dropped_prompts, [2]);
     assert_eq!((rewound.status_seq, rewound.dropped), (5, 2));
@@ -630,19 +639,7 @@ async fn text_search_looks_only_in_message_text(fx: Fixture) {
 /// finished, and a discarded one leaves nothing.
 async fn forks_and_imports_keep_their_rules(fx: Fixture) {
     let store = fx.open().await;
-    let result = || message("result", serde_json::json!({"type": "result"}));
-    let s = store
-        .create_session(new_session("local", "src"))
-        .await
-        .unwrap();
-    // Turn 1 (seq 1), turn 2 queued meanwhile (seq 2), their results (3, 4).
-    store
-        .append(
-            s.row,
-            vec![prompt("one"), prompt("two"), result(), result()],
-        )
-        .await
-        .unwrap();
+    let s = two_turns(&store, "src").await;
     let fork = store
         .fork(s.row, Some(3), new_session("local", "fork"))
         .await
