@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::registry::Agents;
 use crate::config::Config;
@@ -54,6 +55,9 @@ use crate::store::Store;
 use crate::store::postgres::{PgSettings, PgStore};
 use crate::store::schedules::ScheduleStore;
 use crate::store::sqlite::{SqliteSettings, SqliteStore};
+
+/// How long a shutdown waits for the sockets to send their close frames.
+const SOCKETS_CLOSE: Duration = Duration::from_secs(5);
 
 /// A configured server, ready to run on a listener.
 pub struct Server {
@@ -142,6 +146,7 @@ impl Server {
                 config,
                 metrics,
                 shutdown: CancellationToken::new(),
+                open_sockets: TaskTracker::new(),
                 auth,
                 sockets,
             },
@@ -162,6 +167,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let sockets = self.state.shutdown.clone();
+        let open_sockets = self.state.open_sockets.clone();
         self.state.manager.spawn_sweeper(sockets.clone());
         let app = http::router(self.state.clone());
         let handshake = Duration::from_secs(self.state.config.socket.handshake_timeout_secs);
@@ -178,6 +184,14 @@ impl Server {
                 stop_accepting.cancel();
                 manager.shutdown().await;
                 sockets.cancel();
+                // Each socket sends its close frame before the process may end.
+                open_sockets.close();
+                if tokio::time::timeout(SOCKETS_CLOSE, open_sockets.wait())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("sockets still open after {SOCKETS_CLOSE:?}; closing anyway");
+                }
             })
         };
         http::serve::serve(listener, app, handshake, stop_accepting.cancelled_owned()).await;
