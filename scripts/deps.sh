@@ -168,6 +168,7 @@ pg_bin_dir() {
 # run as root: as root, the server runs as the `postgres` user the package creates.
 start_test_postgres() {
   ensure_postgres || return 1
+  PG_TEST_AS=""
   PG_TEST_DIR="$(mktemp -d "${TMPDIR:-/tmp}/agentmux-pg.XXXXXX")"
   local as=()
   if [ "$(id -u)" = 0 ]; then
@@ -200,7 +201,7 @@ start_test_postgres() {
 stop_test_postgres() {
   [ -n "${PG_TEST_DIR:-}" ] && [ -d "$PG_TEST_DIR" ] || return 0
   # shellcheck disable=SC2086
-  $PG_TEST_AS "$PG_BIN/pg_ctl" -D "$PG_TEST_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+  ${PG_TEST_AS:-} "$PG_BIN/pg_ctl" -D "$PG_TEST_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$PG_TEST_DIR"
   PG_TEST_DIR=""
 }
