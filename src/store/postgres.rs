@@ -175,7 +175,10 @@ impl PgStore {
 
 /// Adds each conversation's counts to its row and takes its seqs (`base` is the last seq
 /// before this batch), then inserts the rows at `base + ord`, all in one statement. A
-/// conversation that is gone gets no row in `u`, so its rows are not stored.
+/// conversation that is gone gets no row in `u`, so its rows are not stored: the condition of
+/// `u` (`where s.id = d.id`) is also where a check of the writer's ownership of the
+/// conversation belongs, so that a refused conversation stores nothing and the others of the
+/// batch go on.
 const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
         output_tokens, duration_ms, running, running_at) as (
         select * from unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
