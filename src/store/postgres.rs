@@ -50,7 +50,8 @@ impl Default for PgSettings {
     }
 }
 
-/// A store URL as it may be shown: its password (if any) replaced by `***`.
+/// A store URL as it may be shown: its password (if any) replaced by `***`; a text that is not
+/// a URL but holds an `@` (a mistyped one, maybe with a password) entirely.
 pub fn redact_url(url: &str) -> String {
     match url.split_once("://") {
         Some((scheme, rest)) => {
@@ -66,6 +67,7 @@ pub fn redact_url(url: &str) -> String {
                 None => url.to_owned(),
             }
         }
+        None if url.contains('@') => "***".to_owned(),
         None => url.to_owned(),
     }
 }
@@ -540,6 +542,7 @@ mod tests {
         assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
         assert_eq!(scrub("postgres://app@db/x", "text"), "text");
         assert_eq!(redact_url("-e"), "-e");
+        assert_eq!(redact_url("postgres:/app:s3cret@db/x"), "***");
     }
 
     #[test]
