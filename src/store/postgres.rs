@@ -163,6 +163,8 @@ impl PgStore {
                 pool: pool.clone(),
                 max_batch: settings.max_batch.max(1),
                 metrics,
+                rows_since_analyze: 0,
+                analyzing: None,
             }
             .run(rx),
         );
@@ -224,10 +226,20 @@ struct Writer {
     pool: PgPool,
     max_batch: usize,
     metrics: Metrics,
+    /// Rows stored since the tables' statistics were last refreshed.
+    rows_since_analyze: usize,
+    /// The refresh running now, if any.
+    analyzing: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// Rows stored between two refreshes of the tables' statistics (`analyze`), besides the
+/// server's own autovacuum: a replay reads a conversation a page at a time along its primary
+/// key only while the planner knows how many rows the conversation has; with statistics from
+/// before a large import it sorts the rest of the conversation for every page instead.
+const ANALYZE_EVERY_ROWS: usize = 50_000;
+
 impl Writer {
-    async fn run(self, mut rx: mpsc::Receiver<WriteOp>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<WriteOp>) {
         let mut batch: Vec<Append> = Vec::with_capacity(self.max_batch);
         let mut closing = None;
         while closing.is_none() {
@@ -240,7 +252,25 @@ impl Writer {
                 let outcome = self.write(&batch).await.map_err(|e| e.to_string());
                 batch::answer(&mut batch, outcome);
                 self.metrics.record_commit(started.elapsed(), rows);
+                self.rows_since_analyze += rows;
+                if self.rows_since_analyze >= ANALYZE_EVERY_ROWS
+                    && self.analyzing.as_ref().is_none_or(|a| a.is_finished())
+                {
+                    self.rows_since_analyze = 0;
+                    let pool = self.pool.clone();
+                    self.analyzing = Some(tokio::spawn(async move {
+                        if let Err(err) = sqlx::query("analyze session_info, messages")
+                            .execute(&pool)
+                            .await
+                        {
+                            tracing::warn!(error = %err, "refreshing the store's statistics failed");
+                        }
+                    }));
+                }
             }
+        }
+        if let Some(analyzing) = self.analyzing.take() {
+            let _ = analyzing.await;
         }
         if let Some(done) = closing {
             let _ = done.send(());
