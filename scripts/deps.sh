@@ -138,3 +138,70 @@ ensure_acp_adapter() {
   export AGENTMUX_TEST_ACP_NODE="$ACP_NODE"
   export AGENTMUX_TEST_ACP_ADAPTER="$script"
 }
+
+# PostgreSQL server binaries (initdb, pg_ctl) for the tests on the PostgreSQL store: Debian's
+# `postgresql` package. Sets PG_BIN to their directory.
+ensure_postgres() {
+  PG_BIN="$(pg_bin_dir)" && return 0
+  echo "== installing postgresql"
+  apt_install postgresql || { missing "could not install PostgreSQL"; return 1; }
+  PG_BIN="$(pg_bin_dir)" || { missing "PostgreSQL is installed but initdb was not found"; return 1; }
+}
+
+# The directory of initdb and pg_ctl: pg_config's, else the newest Debian version's.
+pg_bin_dir() {
+  local dir
+  if command -v pg_config >/dev/null 2>&1; then
+    dir="$(pg_config --bindir 2>/dev/null)"
+    [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ] && { echo "$dir"; return 0; }
+  fi
+  for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ] && { echo "$dir"; return 0; }
+  done
+  return 1
+}
+
+# Starts a throwaway PostgreSQL server in a new temporary directory: listening on a unix
+# socket in that directory only (no TCP port), trusting local logins, tuned for tests (no
+# fsync). Exports AGENTMUX_TEST_PG_URL (a server URL; each test creates its own database) and
+# PG_TEST_DIR; `stop_test_postgres` stops it and removes the directory. PostgreSQL refuses to
+# run as root: as root, the server runs as the `postgres` user the package creates.
+start_test_postgres() {
+  ensure_postgres || return 1
+  PG_TEST_AS=""
+  PG_TEST_DIR="$(mktemp -d "${TMPDIR:-/tmp}/agentmux-pg.XXXXXX")"
+  local as=()
+  if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || { missing "no postgres user to run PostgreSQL as"; return 1; }
+    chown postgres: "$PG_TEST_DIR"
+    as=(runuser -u postgres --)
+  fi
+  chmod 700 "$PG_TEST_DIR"
+  if ! "${as[@]}" "$PG_BIN/initdb" -D "$PG_TEST_DIR/data" -U agentmux --auth=trust \
+       --encoding=UTF8 --locale=C.UTF-8 >"$PG_TEST_DIR/initdb.log" 2>&1; then
+    cat "$PG_TEST_DIR/initdb.log" >&2
+    missing "initdb failed"
+    return 1
+  fi
+  local opts="-c listen_addresses='' -c unix_socket_directories='$PG_TEST_DIR'"
+  opts="$opts -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+  opts="$opts -c max_connections=300 -c shared_buffers=64MB"
+  if ! "${as[@]}" "$PG_BIN/pg_ctl" -D "$PG_TEST_DIR/data" -l "$PG_TEST_DIR/server.log" \
+       -o "$opts" -w -t 30 start >/dev/null; then
+    cat "$PG_TEST_DIR/server.log" >&2
+    missing "PostgreSQL did not start"
+    return 1
+  fi
+  PG_TEST_AS="${as[*]}"
+  export PG_TEST_DIR
+  export AGENTMUX_TEST_PG_URL="postgres://agentmux@localhost/postgres?host=$PG_TEST_DIR"
+  echo "== PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') for the tests: $AGENTMUX_TEST_PG_URL"
+}
+
+stop_test_postgres() {
+  [ -n "${PG_TEST_DIR:-}" ] && [ -d "$PG_TEST_DIR" ] || return 0
+  # shellcheck disable=SC2086
+  ${PG_TEST_AS:-} "$PG_BIN/pg_ctl" -D "$PG_TEST_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+  rm -rf "$PG_TEST_DIR"
+  PG_TEST_DIR=""
+}

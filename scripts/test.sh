@@ -16,12 +16,22 @@ ensure_rust_tools
 ensure_claude_cli || true
 ensure_acp_adapter || true
 ensure_tmux || true
+# One PostgreSQL server for the whole run (each test makes its own database in it), stopped at
+# exit.
+trap stop_test_postgres EXIT
+start_test_postgres || true
 
 echo "== cargo test"
 # The workspace's default members: the server, bench/ (agentmux-bench) and client/
 # (agentmux-chat). Their integration tests also build the executables that `agentmux bench` and
 # `agentmux chat` run, which the server's integration tests use.
 cargo test --all-targets --locked
+
+if [ -n "${AGENTMUX_TEST_PG_URL:-}" ]; then
+  echo "== cargo test: the integration tests again, every server on PostgreSQL"
+  # Tests about the SQLite file itself (kill -9 on it, a full disk, WAL) say so and skip.
+  AGENTMUX_TEST_STORE=postgres cargo test --locked --test it
+fi
 
 echo "== fuzz smoke"
 FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh

@@ -409,9 +409,12 @@ pub struct SessionConfig {
 }
 
 /// Store settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
+    /// Where conversations are stored: empty for the SQLite file in the data directory, or a
+    /// `postgres://` URL for a PostgreSQL database (the store several nodes share).
+    pub url: String,
     /// fsync every commit (`synchronous=FULL`) instead of relying on WAL with `NORMAL`.
     pub synchronous_full: bool,
     /// Most append requests stored in one transaction.
@@ -582,10 +585,23 @@ impl Default for SessionConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
+            url: String::new(),
             synchronous_full: false,
             max_batch: 512,
             max_page_count: 0,
         }
+    }
+}
+
+// By hand: the URL may hold a password.
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("url", &crate::store::postgres::redact_url(&self.url))
+            .field("synchronous_full", &self.synchronous_full)
+            .field("max_batch", &self.max_batch)
+            .field("max_page_count", &self.max_page_count)
+            .finish()
     }
 }
 

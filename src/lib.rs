@@ -16,7 +16,8 @@
 //!   live conversation, replay by `seq`.
 //! - [`agent`]: what runs behind a conversation (the Claude Code CLI, Agent Client Protocol
 //!   agents, the demo agent), by name.
-//! - [`store`]: the `Store` trait and its SQLite implementation with group commit.
+//! - [`store`]: the `Store` trait and its SQLite and PostgreSQL implementations with group
+//!   commit.
 //! - [`protocol`]: the wire frames, their decoding with typed errors and their building; a
 //!   leaf that imports nothing else of the crate.
 //! - [`config`], [`limits`], [`metrics`], [`projects`]: settings, quotas, counters and the
@@ -41,6 +42,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::registry::Agents;
 use crate::config::Config;
@@ -50,7 +52,12 @@ use crate::limits::Quota;
 use crate::metrics::Metrics;
 use crate::session::{Manager, Scheduler};
 use crate::store::Store;
+use crate::store::postgres::{PgSettings, PgStore};
+use crate::store::schedules::ScheduleStore;
 use crate::store::sqlite::{SqliteSettings, SqliteStore};
+
+/// How long a shutdown waits for the sockets to send their close frames.
+const SOCKETS_CLOSE: Duration = Duration::from_secs(5);
 
 /// A configured server, ready to run on a listener.
 pub struct Server {
@@ -94,9 +101,25 @@ impl Server {
             max_page_count: config.store.max_page_count,
             ..SqliteSettings::default()
         };
-        let sqlite =
-            Arc::new(SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?);
-        let store: Arc<dyn Store> = sqlite.clone();
+        let (store, schedules): (Arc<dyn Store>, Arc<dyn ScheduleStore>) =
+            if config.store.url.is_empty() {
+                let sqlite = Arc::new(
+                    SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?,
+                );
+                (sqlite.clone(), sqlite)
+            } else {
+                let settings = PgSettings {
+                    max_batch: config.store.max_batch,
+                    ..PgSettings::default()
+                };
+                let pg =
+                    Arc::new(PgStore::open(&config.store.url, settings, metrics.clone()).await?);
+                tracing::info!(
+                    url = %store::postgres::redact_url(&config.store.url),
+                    "conversations are stored in PostgreSQL"
+                );
+                (pg.clone(), pg)
+            };
         let discarded = store.discard_unfinished_imports().await?;
         if discarded > 0 {
             tracing::info!(
@@ -114,7 +137,7 @@ impl Server {
         let sockets = Quota::new(config.socket.max_per_principal, 0);
         let config = Arc::new(config);
         let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone());
-        let scheduler = Scheduler::new(manager.clone(), sqlite, &config.schedules)?;
+        let scheduler = Scheduler::new(manager.clone(), schedules, &config.schedules)?;
         Ok(Server {
             scheduler: scheduler.clone(),
             state: AppState {
@@ -123,6 +146,7 @@ impl Server {
                 config,
                 metrics,
                 shutdown: CancellationToken::new(),
+                open_sockets: TaskTracker::new(),
                 auth,
                 sockets,
             },
@@ -143,6 +167,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let sockets = self.state.shutdown.clone();
+        let open_sockets = self.state.open_sockets.clone();
         self.state.manager.spawn_sweeper(sockets.clone());
         let app = http::router(self.state.clone());
         let handshake = Duration::from_secs(self.state.config.socket.handshake_timeout_secs);
@@ -159,6 +184,14 @@ impl Server {
                 stop_accepting.cancel();
                 manager.shutdown().await;
                 sockets.cancel();
+                // Each socket sends its close frame before the process may end.
+                open_sockets.close();
+                if tokio::time::timeout(SOCKETS_CLOSE, open_sockets.wait())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("sockets still open after {SOCKETS_CLOSE:?}; closing anyway");
+                }
             })
         };
         http::serve::serve(listener, app, handshake, stop_accepting.cancelled_owned()).await;

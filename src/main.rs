@@ -61,6 +61,10 @@ struct ServeArgs {
     /// Pause after each word of the demo agent, in milliseconds [default: 20]
     #[arg(long, env = "AGENTMUX_DEMO_DELAY_MS")]
     demo_delay_ms: Option<u64>,
+    /// Where conversations are stored: a postgres:// URL, or empty for the SQLite file in the
+    /// data directory [default: empty]. Prefer AGENTMUX_STORE_URL or PGPASSWORD for a password
+    #[arg(long, env = "AGENTMUX_STORE_URL", hide_env_values = true)]
+    store_url: Option<String>,
     /// TOML file of settings (see config/default.toml)
     #[arg(long, env = "AGENTMUX_CONFIG")]
     config: Option<PathBuf>,
@@ -81,6 +85,9 @@ impl ServeArgs {
         }
         if let Some(dir) = self.data_dir {
             config.data_dir = dir;
+        }
+        if let Some(url) = self.store_url {
+            config.store.url = url;
         }
         if let Some(bin) = self.claude_bin {
             config.claude.bin = Some(bin);

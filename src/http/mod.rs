@@ -28,6 +28,7 @@ mod ws;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub use error::{ApiError, ErrorBody};
 
@@ -59,6 +60,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Fires when the server begins to shut down.
     pub shutdown: CancellationToken,
+    /// The open WebSockets, so that a shutdown waits until each has sent its close frame.
+    pub open_sockets: TaskTracker,
     /// Checks credentials and origins.
     pub auth: Arc<Authenticator>,
     /// Open sockets, requests and event streams per principal.

@@ -89,8 +89,10 @@ pub async fn upgrade(
         socket = NEXT_SOCKET.fetch_add(1, Ordering::Relaxed),
         %principal,
     );
+    let open = app.open_sockets.token();
     configure(ws, &app.config.socket).on_upgrade(move |socket| {
         async move {
+            let _open = open;
             app.metrics.sockets(1);
             Connection::new(socket, app.clone(), principal, permit)
                 .run()

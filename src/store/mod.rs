@@ -1,11 +1,19 @@
 //! The store: conversations and their stored frames, behind the [`Store`] trait.
 //!
-//! SQLite ([`sqlite::SqliteStore`]) is the implementation; the trait keeps the door open for a
-//! shared PostgreSQL store. `seq` is assigned inside the same write that stores the rows.
+//! SQLite ([`sqlite::SqliteStore`]) is the embedded default; PostgreSQL
+//! ([`postgres::PgStore`]) the store that several nodes can share. Both commit appends in
+//! groups ([`batch`]) and share what rewind and fork decide ([`edits`]); `seq` is assigned
+//! inside the same write that stores the rows.
 
+mod batch;
+mod edits;
+pub mod postgres;
 pub mod schedules;
+mod shared;
 pub mod sqlite;
 mod writer;
+
+use std::borrow::Cow;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -36,6 +44,18 @@ pub enum StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
         StoreError::Unavailable(err.to_string())
+    }
+}
+
+/// Text as both engines store it: PostgreSQL refuses NUL characters, which a decoded client or
+/// agent string may hold, so they become U+FFFD. For what is shown or searched (titles, agent
+/// ids); keys are bound as they are, so that a NUL fails that one call instead of matching
+/// another key.
+pub(crate) fn text(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
     }
 }
 

@@ -1,9 +1,11 @@
 //! Stored schedules (scheduled prompts): their own table and their own calls, kept apart from
-//! the conversations' writer; every read and write here goes through the read pool.
+//! the conversations' writer; every read and write here goes through the pool. The SQL is the
+//! same on both engines (numbered parameters, booleans as such).
 
 use async_trait::async_trait;
 
 use super::Result;
+use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 
 /// A schedule as stored in `schedules`.
@@ -78,13 +80,16 @@ pub trait ScheduleStore: Send + Sync + 'static {
 const COLUMNS: &str = "id, principal, name, agent_id, content, cron, every_secs, mode, options, \
      enabled, next_run_ms, last_run, created_at, updated_at";
 
+/// The same statements for either store.
+macro_rules! schedule_store {
+    ($store:ty) => {
 #[async_trait]
-impl ScheduleStore for SqliteStore {
+impl ScheduleStore for $store {
     async fn insert_schedule(&self, row: &ScheduleRow) -> Result<()> {
         sqlx::query(
             "insert into schedules (id, principal, name, agent_id, content, cron, every_secs, \
              mode, options, enabled, next_run_ms, last_run, created_at, updated_at) \
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(&row.id)
         .bind(&row.principal)
@@ -107,7 +112,7 @@ impl ScheduleStore for SqliteStore {
 
     async fn find_schedule(&self, principal: &str, id: &str) -> Result<Option<ScheduleRow>> {
         Ok(sqlx::query_as(&format!(
-            "select {COLUMNS} from schedules where principal = ? and id = ?"
+            "select {COLUMNS} from schedules where principal = $1 and id = $2"
         ))
         .bind(principal)
         .bind(id)
@@ -117,7 +122,7 @@ impl ScheduleStore for SqliteStore {
 
     async fn list_schedules(&self, principal: &str) -> Result<Vec<ScheduleRow>> {
         Ok(sqlx::query_as(&format!(
-            "select {COLUMNS} from schedules where principal = ? order by created_at, id"
+            "select {COLUMNS} from schedules where principal = $1 order by created_at, id"
         ))
         .bind(principal)
         .fetch_all(self.pool())
@@ -126,7 +131,7 @@ impl ScheduleStore for SqliteStore {
 
     async fn count_schedules(&self, principal: &str) -> Result<i64> {
         Ok(
-            sqlx::query_scalar("select count(*) from schedules where principal = ?")
+            sqlx::query_scalar("select count(*) from schedules where principal = $1")
                 .bind(principal)
                 .fetch_one(self.pool())
                 .await?,
@@ -135,9 +140,9 @@ impl ScheduleStore for SqliteStore {
 
     async fn update_schedule(&self, row: &ScheduleRow) -> Result<bool> {
         let done = sqlx::query(
-            "update schedules set name = ?, agent_id = ?, content = ?, cron = ?, every_secs = ?, \
-             mode = ?, options = ?, enabled = ?, next_run_ms = ?, updated_at = ? \
-             where principal = ? and id = ?",
+            "update schedules set name = $1, agent_id = $2, content = $3, cron = $4, every_secs = $5, \
+             mode = $6, options = $7, enabled = $8, next_run_ms = $9, updated_at = $10 \
+             where principal = $11 and id = $12",
         )
         .bind(&row.name)
         .bind(&row.agent_id)
@@ -157,7 +162,7 @@ impl ScheduleStore for SqliteStore {
     }
 
     async fn delete_schedule(&self, principal: &str, id: &str) -> Result<bool> {
-        let done = sqlx::query("delete from schedules where principal = ? and id = ?")
+        let done = sqlx::query("delete from schedules where principal = $1 and id = $2")
             .bind(principal)
             .bind(id)
             .execute(self.pool())
@@ -167,7 +172,7 @@ impl ScheduleStore for SqliteStore {
 
     async fn due_schedules(&self, now_ms: i64) -> Result<Vec<ScheduleRow>> {
         Ok(sqlx::query_as(&format!(
-            "select {COLUMNS} from schedules where enabled = 1 and next_run_ms <= ? \
+            "select {COLUMNS} from schedules where enabled and next_run_ms <= $1 \
              order by next_run_ms limit 256"
         ))
         .bind(now_ms)
@@ -177,7 +182,7 @@ impl ScheduleStore for SqliteStore {
 
     async fn earliest_tick(&self) -> Result<Option<i64>> {
         Ok(
-            sqlx::query_scalar("select min(next_run_ms) from schedules where enabled = 1")
+            sqlx::query_scalar("select min(next_run_ms) from schedules where enabled")
                 .fetch_one(self.pool())
                 .await?,
         )
@@ -185,7 +190,7 @@ impl ScheduleStore for SqliteStore {
 
     async fn claim_tick(&self, id: &str, from_ms: i64, to_ms: i64) -> Result<bool> {
         let done = sqlx::query(
-            "update schedules set next_run_ms = ? where id = ? and next_run_ms = ? and enabled = 1",
+            "update schedules set next_run_ms = $1 where id = $2 and next_run_ms = $3 and enabled",
         )
         .bind(to_ms)
         .bind(id)
@@ -196,7 +201,7 @@ impl ScheduleStore for SqliteStore {
     }
 
     async fn set_last_run(&self, id: &str, last_run: &str) -> Result<()> {
-        sqlx::query("update schedules set last_run = ? where id = ?")
+        sqlx::query("update schedules set last_run = $1 where id = $2")
             .bind(last_run)
             .bind(id)
             .execute(self.pool())
@@ -204,3 +209,8 @@ impl ScheduleStore for SqliteStore {
         Ok(())
     }
 }
+    };
+}
+
+schedule_store!(SqliteStore);
+schedule_store!(PgStore);

@@ -1,4 +1,5 @@
-//! The SQLite store: WAL, migrations at start-up, reads and the rare small updates.
+//! The SQLite store: WAL, migrations at start-up, reads and the rare small updates (the calls
+//! whose SQL PostgreSQL shares are in [`super::shared`]).
 //!
 //! Every append goes through the writer ([`super::writer`]), which stores whatever requests
 //! are queued in one transaction and only then answers each caller, so a frame is never sent
@@ -14,18 +15,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{SqliteConnection, SqlitePool};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::writer::{Append, Readers, WriteOp, WriterSettings};
+use super::batch::{self, WriteOp};
+use super::edits::{self, EditTx};
+use super::shared;
+use super::writer::{Readers, WriterSettings};
 use super::{
-    NewMessage, NewSession, NextLaunch, Result, Rewound, RewoundStatus, RowId, RunningTurn,
-    SessionQuery, SessionRecord, Store, StoreError, StoredMessage,
+    NewMessage, NewSession, Result, Rewound, RewoundStatus, RowId, SessionQuery, SessionRecord,
+    Store, StoreError, StoredMessage,
 };
 use crate::metrics::Metrics;
-use crate::protocol::LaunchOptions;
-
-/// Rows an unfinished import loses per transaction while it is discarded.
-const DISCARD_ROWS: u32 = 2000;
 
 /// Settings of the SQLite store.
 #[derive(Debug, Clone)]
@@ -132,67 +132,99 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
 
-    /// Inserts the row of conversation `new` unless its key or its `session_id` is taken (then
-    /// nothing happens); a `pending` one (an import being stored) is invisible until finished.
-    async fn insert_session(
-        &self,
-        new: &NewSession,
-        pending: bool,
-    ) -> Result<sqlx::sqlite::SqliteQueryResult> {
-        let now = crate::protocol::now_rfc3339();
-        Ok(sqlx::query(
-            "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
-                launch_options, created_at, last_active_at, pending)
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             on conflict do nothing",
+/// A rewind's or a fork's transaction on SQLite (`begin immediate`: the database's write lock).
+struct Tx<'c>(&'c mut SqliteConnection);
+
+shared::edit_tx_impl!(Tx<'_>, {
+    /// Turns run one at a time in the order their prompts were stored, and each ends with
+    /// exactly one `result`, so the prompts of the turns that ended by `at` are the first as
+    /// many prompts as there are results; any later prompt is a later turn's. Counting starts
+    /// after the last stored `rewound` or `imported` status before `at`, when nothing was
+    /// running or queued.
+    async fn later_prompts(&mut self, row: RowId, at: i64) -> Result<Vec<i64>> {
+        Ok(sqlx::query_scalar(
+            "with since (seq) as (
+                select coalesce(max(seq), 0) from messages
+                where session_pk = ?1 and seq < ?2 and message_type = 'status'
+                  and json_valid(payload)
+                  and json_extract(payload, '$.status') in ('rewound', 'imported')
+             ),
+             ended (n) as (
+                select count(*) from messages
+                where session_pk = ?1 and message_type = 'result'
+                  and seq > (select seq from since) and seq <= ?2
+             )
+             select seq from messages
+             where session_pk = ?1 and prompt = 1 and seq > (select seq from since) and seq <= ?2
+             order by seq limit -1 offset (select n from ended)",
         )
-        .bind(&new.principal)
-        .bind(&new.agent_id)
-        .bind(&new.session_id)
-        .bind(&new.backend)
-        .bind(&new.cwd)
-        .bind(&new.model)
-        .bind(&new.permission_mode)
-        .bind(launch_json(&new.launch_options))
-        .bind(&now)
-        .bind(&now)
-        .bind(pending)
-        .execute(&self.pool)
+        .bind(row)
+        .bind(at)
+        .fetch_all(&mut *self.0)
         .await?)
     }
-}
 
-/// Stores `status` as the next message of `row` inside the caller's transaction (a rewind's);
-/// returns its seq. A status starts or ends no turn and adds no totals.
-async fn append_status(
-    conn: &mut SqliteConnection,
-    row: RowId,
-    status: &NewMessage,
-) -> Result<i64> {
-    let seq: i64 = sqlx::query_scalar(
-        "update session_info set last_seq = last_seq + 1, message_count = message_count + 1,
-            last_active_at = ? where id = ? returning last_seq",
-    )
-    .bind(&status.created_at)
-    .bind(row)
-    .fetch_optional(&mut *conn)
-    .await?
-    .ok_or(StoreError::UnknownSession)?;
-    sqlx::query(
-        "insert into messages (session_pk, seq, message_type, sdk_uuid, payload, created_at)
-         values (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(row)
-    .bind(seq)
-    .bind(status.message_type)
-    .bind(status.sdk_uuid.as_deref())
-    .bind(&status.payload)
-    .bind(&status.created_at)
-    .execute(&mut *conn)
-    .await?;
-    Ok(seq)
-}
+    async fn delete_seqs(&mut self, row: RowId, seqs: &[i64]) -> Result<u64> {
+        Ok(sqlx::query(
+            "delete from messages where session_pk = ? and seq in (select value from json_each(?))",
+        )
+        .bind(row)
+        .bind(serde_json::to_string(seqs).expect("serializes"))
+        .execute(&mut *self.0)
+        .await?
+        .rows_affected())
+    }
+
+    /// A status starts or ends no turn and adds no totals.
+    async fn append_status(&mut self, row: RowId, status: &NewMessage) -> Result<i64> {
+        let seq: i64 = sqlx::query_scalar(
+            "update session_info set last_seq = last_seq + 1, message_count = message_count + 1,
+                last_active_at = ? where id = ? returning last_seq",
+        )
+        .bind(&status.created_at)
+        .bind(row)
+        .fetch_optional(&mut *self.0)
+        .await?
+        .ok_or(StoreError::UnknownSession)?;
+        sqlx::query(
+            "insert into messages (session_pk, seq, message_type, sdk_uuid, payload, created_at)
+             values (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(row)
+        .bind(seq)
+        .bind(status.message_type)
+        .bind(status.sdk_uuid.as_deref())
+        .bind(&status.payload)
+        .bind(&status.created_at)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(seq)
+    }
+
+    async fn copy_messages(
+        &mut self,
+        source: RowId,
+        fork: RowId,
+        at: i64,
+        except: &[i64],
+    ) -> Result<()> {
+        sqlx::query(
+            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at)
+             select ?, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at
+             from messages where session_pk = ? and seq <= ?
+               and seq not in (select value from json_each(?))",
+        )
+        .bind(fork)
+        .bind(source)
+        .bind(at)
+        .bind(serde_json::to_string(except).expect("serializes"))
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+});
 
 /// Commits when `outcome` is a success, rolls back otherwise.
 async fn finish<T>(conn: &mut SqliteConnection, outcome: Result<T>) -> Result<T> {
@@ -208,281 +240,7 @@ async fn finish<T>(conn: &mut SqliteConnection, outcome: Result<T>) -> Result<T>
     }
 }
 
-/// Checks that `seq` is the `seq` of a stored `result` of `row`.
-async fn check_result_seq(conn: &mut SqliteConnection, row: RowId, seq: i64) -> Result<()> {
-    let kind: Option<String> =
-        sqlx::query_scalar("select message_type from messages where session_pk = ? and seq = ?")
-            .bind(row)
-            .bind(seq)
-            .fetch_optional(&mut *conn)
-            .await?;
-    match kind.as_deref() {
-        Some("result") => Ok(()),
-        Some(other) => Err(StoreError::InvalidSeq(format!(
-            "seq {seq} is a `{other}`, not the `result` that ends a turn"
-        ))),
-        None => Err(StoreError::InvalidSeq(format!(
-            "no stored message has seq {seq}"
-        ))),
-    }
-}
-
-/// The uuid of the last assistant message at or before `seq` (the latest turn anchor).
-async fn anchor_at(conn: &mut SqliteConnection, row: RowId, seq: i64) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar(
-        "select turn_anchor from messages where session_pk = ? and seq <= ?
-           and message_type = 'result' and turn_anchor is not null
-         order by seq desc limit 1",
-    )
-    .bind(row)
-    .bind(seq)
-    .fetch_optional(&mut *conn)
-    .await?)
-}
-
-/// `seq`s of the prompts at or before `at` (the `seq` of a `result`) that belong to turns
-/// after the one `at` ends: turns queued while it ran are stored when acked, among its frames.
-///
-/// Turns run one at a time in the order their prompts were stored, and each ends with exactly
-/// one `result`, so the prompts of the turns that ended by `at` are the first as many prompts
-/// as there are results; any later prompt is a later turn's. Counting starts after the last
-/// stored `rewound` or `imported` status before `at`, when nothing was running or queued.
-async fn later_prompts(conn: &mut SqliteConnection, row: RowId, at: i64) -> Result<Vec<i64>> {
-    Ok(sqlx::query_scalar(
-        "with since (seq) as (
-            select coalesce(max(seq), 0) from messages
-            where session_pk = ?1 and seq < ?2 and message_type = 'status'
-              and json_valid(payload)
-              and json_extract(payload, '$.status') in ('rewound', 'imported')
-         ),
-         ended (n) as (
-            select count(*) from messages
-            where session_pk = ?1 and message_type = 'result'
-              and seq > (select seq from since) and seq <= ?2
-         )
-         select seq from messages
-         where session_pk = ?1 and prompt = 1 and seq > (select seq from since) and seq <= ?2
-         order by seq limit -1 offset (select n from ended)",
-    )
-    .bind(row)
-    .bind(at)
-    .fetch_all(&mut *conn)
-    .await?)
-}
-
-/// The agent row a launch of `row` continues, and the pending launch, if any.
-async fn agent_base(
-    conn: &mut SqliteConnection,
-    row: RowId,
-) -> Result<(Option<String>, Option<NextLaunch>, i64)> {
-    let row: Option<(Option<String>, Option<String>, i64)> = sqlx::query_as(
-        "select sdk_session_id, next_launch, memory_from_seq from session_info where id = ?",
-    )
-    .bind(row)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let (sdk, pending, memory_from) = row.ok_or(StoreError::UnknownSession)?;
-    let pending: Option<NextLaunch> = pending.and_then(|p| serde_json::from_str(&p).ok());
-    let base = sdk.or_else(|| pending.as_ref().and_then(|p| p.from().map(str::to_owned)));
-    Ok((base, pending, memory_from))
-}
-
-/// Recomputes the counters of `row` from its rows.
-async fn recount(conn: &mut SqliteConnection, row: RowId) -> Result<()> {
-    sqlx::query(
-        "update session_info set
-            message_count = (select count(*) from messages where session_pk = ?1),
-            prompt_count = (select count(*) from messages where session_pk = ?1 and prompt = 1),
-            result_count = (select count(*) from messages where session_pk = ?1 and message_type = 'result')
-         where id = ?1",
-    )
-    .bind(row)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-async fn rewind_in(
-    conn: &mut SqliteConnection,
-    row: RowId,
-    to_seq: i64,
-    status: RewoundStatus,
-) -> Result<Rewound> {
-    check_result_seq(conn, row, to_seq).await?;
-    let later = later_prompts(conn, row, to_seq).await?;
-    let (base, _, memory_from) = agent_base(conn, row).await?;
-    let next_launch = match (base, anchor_at(conn, row, to_seq).await?) {
-        (Some(from), Some(at)) => NextLaunch::ForkAt { from, at },
-        _ => NextLaunch::Fresh,
-    };
-    let memory_from = match next_launch {
-        NextLaunch::Fresh => to_seq,
-        _ => memory_from.min(to_seq),
-    };
-    let mut dropped = sqlx::query("delete from messages where session_pk = ? and seq > ?")
-        .bind(row)
-        .bind(to_seq)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    for seq in &later {
-        dropped += sqlx::query("delete from messages where session_pk = ? and seq = ?")
-            .bind(row)
-            .bind(seq)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-    }
-    sqlx::query("update session_info set next_launch = ?, memory_from_seq = ? where id = ?")
-        .bind(serde_json::to_string(&next_launch).expect("serializes"))
-        .bind(memory_from)
-        .bind(row)
-        .execute(&mut *conn)
-        .await?;
-    recount(conn, row).await?;
-    let status = status(&later);
-    let status_seq = append_status(conn, row, &status).await?;
-    Ok(Rewound {
-        status_seq,
-        status,
-        next_launch,
-        dropped,
-        dropped_prompts: later,
-    })
-}
-
-async fn fork_in(
-    conn: &mut SqliteConnection,
-    source: RowId,
-    at_seq: Option<i64>,
-    new: &NewSession,
-) -> Result<()> {
-    let at = match at_seq {
-        Some(seq) => {
-            check_result_seq(conn, source, seq).await?;
-            seq
-        }
-        None => sqlx::query_scalar::<_, Option<i64>>(
-            "select max(seq) from messages where session_pk = ? and message_type = 'result'",
-        )
-        .bind(source)
-        .fetch_one(&mut *conn)
-        .await?
-        .ok_or_else(|| {
-            StoreError::InvalidSeq("the conversation has no finished turn to fork".into())
-        })?,
-    };
-    let (base, pending, memory_from) = agent_base(conn, source).await?;
-    // Forking whole is only right when nothing the agent did follows the fork point and no
-    // earlier rewind is waiting to cut the agent's own history.
-    let later: i64 = sqlx::query_scalar(
-        "select count(*) from messages where session_pk = ? and seq > ?
-           and message_type in ('user', 'assistant', 'system', 'result')",
-    )
-    .bind(source)
-    .bind(at)
-    .fetch_one(&mut *conn)
-    .await?;
-    let next_launch = match (base, anchor_at(conn, source, at).await?) {
-        (_, _) if matches!(pending, Some(NextLaunch::Fresh)) => NextLaunch::Fresh,
-        (Some(from), _) if later == 0 && pending.is_none() => NextLaunch::Fork { from },
-        (Some(from), Some(at)) => NextLaunch::ForkAt { from, at },
-        _ => NextLaunch::Fresh,
-    };
-    let memory_from = match next_launch {
-        NextLaunch::Fresh => at,
-        _ => memory_from.min(at),
-    };
-    let now = crate::protocol::now_rfc3339();
-    let created = sqlx::query(
-        "insert into session_info (principal, agent_id, session_id, backend, cwd, model, permission_mode,
-            launch_options, title, created_at, last_active_at, last_seq, next_launch, memory_from_seq)
-         select ?, ?, ?, ?, ?, ?, ?, ?, title, ?, ?, ?, ?, ? from session_info where id = ?
-         on conflict (principal, agent_id) do nothing",
-    )
-    .bind(&new.principal)
-    .bind(&new.agent_id)
-    .bind(&new.session_id)
-    .bind(&new.backend)
-    .bind(&new.cwd)
-    .bind(&new.model)
-    .bind(&new.permission_mode)
-    .bind(launch_json(&new.launch_options))
-    .bind(&now)
-    .bind(&now)
-    .bind(at)
-    .bind(serde_json::to_string(&next_launch).expect("serializes"))
-    .bind(memory_from)
-    .bind(source)
-    .execute(&mut *conn)
-    .await?;
-    if created.rows_affected() == 0 {
-        return Err(StoreError::AgentExists);
-    }
-    let fork = RowId(created.last_insert_rowid());
-    // The prompts of turns after `at` stay behind, like everything else of those turns.
-    let later = later_prompts(conn, source, at).await?;
-    let later = serde_json::to_string(&later).expect("serializes");
-    sqlx::query(
-        "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at)
-         select ?, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at
-         from messages where session_pk = ? and seq <= ?
-           and seq not in (select value from json_each(?))",
-    )
-    .bind(fork)
-    .bind(source)
-    .bind(at)
-    .bind(later)
-    .execute(&mut *conn)
-    .await?;
-    recount(conn, fork).await
-}
-
-const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
-     model, permission_mode, created_at, last_active_at, message_count, last_seq, prompt_count, \
-     result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq, \
-     launch_options";
-
-/// The stored form of launch options: NULL when none is set.
-fn launch_json(options: &LaunchOptions) -> Option<String> {
-    (!options.is_empty()).then(|| serde_json::to_string(options).expect("options serialize"))
-}
-
-#[async_trait]
-impl Store for SqliteStore {
-    async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>> {
-        let sql = format!(
-            "select {SESSION_COLUMNS} from session_info where principal = ? and agent_id = ? and pending = 0"
-        );
-        Ok(sqlx::query_as(&sql)
-            .bind(principal)
-            .bind(agent_id)
-            .fetch_optional(&self.pool)
-            .await?)
-    }
-
-    async fn create_session(&self, new: NewSession) -> Result<SessionRecord> {
-        self.insert_session(&new, false).await?;
-        // Not found: the key is taken by an import that is not finished.
-        self.find_session(&new.principal, &new.agent_id)
-            .await?
-            .ok_or(StoreError::Importing)
-    }
-
-    async fn append(&self, row: RowId, messages: Vec<NewMessage>) -> Result<i64> {
-        let (reply, rx) = oneshot::channel();
-        self.writer
-            .send(WriteOp::Append(Append {
-                row,
-                messages,
-                reply,
-            }))
-            .await
-            .map_err(|_| StoreError::Unavailable("store is closed".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Unavailable("store writer stopped".into()))?
-    }
-
+shared::store_impl!(SqliteStore, {
     async fn messages_after(
         &self,
         row: RowId,
@@ -490,34 +248,6 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<StoredMessage>> {
         self.readers.messages_after(row, after_seq, limit).await
-    }
-
-    async fn record_agent_session(
-        &self,
-        row: RowId,
-        sdk_session_id: &str,
-        unified: bool,
-    ) -> Result<()> {
-        sqlx::query(
-            "update session_info set sdk_session_id = ?, unified = ?, next_launch = null where id = ?",
-        )
-            .bind(sdk_session_id)
-            .bind(unified)
-            .bind(row)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn prompts_before(&self, row: RowId, seq: i64) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "select count(*) from messages where session_pk = ?1 and seq < ?2 and prompt = 1
-               and seq > (select memory_from_seq from session_info where id = ?1)",
-        )
-        .bind(row)
-        .bind(seq)
-        .fetch_one(&self.pool)
-        .await?)
     }
 
     async fn list_sessions(
@@ -545,8 +275,9 @@ impl Store for SqliteStore {
                 .fetch_one(&self.pool)
                 .await?;
         let sql = format!(
-            "select {SESSION_COLUMNS} from session_info where {filter}
-             order by last_active_at desc, id desc limit ?3 offset ?4"
+            "select {} from session_info where {filter}
+             order by last_active_at desc, id desc limit ?3 offset ?4",
+            shared::SESSION_COLUMNS
         );
         let rows = sqlx::query_as(&sql)
             .bind(principal)
@@ -558,77 +289,10 @@ impl Store for SqliteStore {
         Ok((rows, total))
     }
 
-    async fn project_activity(&self, principal: &str) -> Result<Vec<(String, i64, String)>> {
-        Ok(sqlx::query_as(
-            "select cwd, count(*), max(last_active_at) from session_info
-             where principal = ? and pending = 0 group by cwd",
-        )
-        .bind(principal)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn find_by_session_id(&self, session_id: &str) -> Result<Option<SessionRecord>> {
-        let sql = format!("select {SESSION_COLUMNS} from session_info where session_id = ?");
-        Ok(sqlx::query_as(&sql)
-            .bind(session_id)
-            .fetch_optional(&self.pool)
-            .await?)
-    }
-
-    async fn stored_uuids(&self, row: RowId) -> Result<std::collections::HashSet<String>> {
-        let uuids: Vec<String> = sqlx::query_scalar(
-            "select sdk_uuid from messages where session_pk = ? and sdk_uuid is not null",
-        )
-        .bind(row)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(uuids.into_iter().collect())
-    }
-
-    async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
-        let done = sqlx::query("update session_info set title = ? where id = ?")
-            .bind(title)
-            .bind(row)
-            .execute(&self.pool)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::UnknownSession);
-        }
-        Ok(())
-    }
-
-    async fn delete_session(&self, row: RowId) -> Result<()> {
-        sqlx::query("delete from session_info where id = ?")
-            .bind(row)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn set_options(
-        &self,
-        row: RowId,
-        model: Option<&str>,
-        permission_mode: Option<&str>,
-        launch: &LaunchOptions,
-    ) -> Result<()> {
-        sqlx::query(
-            "update session_info set model = ?, permission_mode = ?, launch_options = ? where id = ?",
-        )
-        .bind(model)
-        .bind(permission_mode)
-        .bind(launch_json(launch))
-        .bind(row)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
     async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {
         let mut conn = self.pool.acquire().await?;
         sqlx::query("begin immediate").execute(&mut *conn).await?;
-        let outcome = rewind_in(&mut conn, row, to_seq, status).await;
+        let outcome = edits::rewind(&mut Tx(&mut conn), row, to_seq, status).await;
         finish(&mut conn, outcome).await
     }
 
@@ -640,98 +304,16 @@ impl Store for SqliteStore {
     ) -> Result<SessionRecord> {
         let mut conn = self.pool.acquire().await?;
         sqlx::query("begin immediate").execute(&mut *conn).await?;
-        let outcome = fork_in(&mut conn, source, at_seq, &new).await;
+        let outcome = edits::fork(&mut Tx(&mut conn), source, at_seq, &new).await;
         finish(&mut conn, outcome).await?;
         self.find_session(&new.principal, &new.agent_id)
             .await?
             .ok_or(StoreError::UnknownSession)
     }
 
-    async fn begin_import(&self, new: NewSession) -> Result<SessionRecord> {
-        let created = self.insert_session(&new, true).await?;
-        if created.rows_affected() == 0 {
-            return Err(StoreError::AgentExists);
-        }
-        let sql = format!("select {SESSION_COLUMNS} from session_info where id = ?");
-        Ok(sqlx::query_as(&sql)
-            .bind(created.last_insert_rowid())
-            .fetch_one(&self.pool)
-            .await?)
-    }
-
-    async fn finish_import(&self, row: RowId, remembered: bool) -> Result<()> {
-        let done = sqlx::query(
-            "update session_info set pending = 0,
-                memory_from_seq = case when ? then memory_from_seq else last_seq end
-             where id = ? and pending = 1",
-        )
-        .bind(remembered)
-        .bind(row)
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::UnknownSession);
-        }
-        Ok(())
-    }
-
-    async fn discard_import(&self, row: RowId) -> Result<()> {
-        loop {
-            let gone = sqlx::query(
-                "delete from messages where session_pk = ?1 and seq in
-                   (select seq from messages where session_pk = ?1 order by seq limit ?2)",
-            )
-            .bind(row)
-            .bind(DISCARD_ROWS)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-            if gone == 0 {
-                break;
-            }
-        }
-        sqlx::query("delete from session_info where id = ? and pending = 1")
-            .bind(row)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn discard_unfinished_imports(&self) -> Result<u64> {
-        let pending: Vec<RowId> =
-            sqlx::query_scalar("select id from session_info where pending = 1")
-                .fetch_all(&self.pool)
-                .await?;
-        for &id in &pending {
-            self.discard_import(id).await?;
-        }
-        Ok(pending.len() as u64)
-    }
-
-    async fn close_unfinished_turns(&self) -> Result<u64> {
-        let running: Vec<(RowId, String)> = sqlx::query_as(
-            "select id, session_id from session_info where running_seq is not null and pending = 0",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        for (id, session_id) in &running {
-            let mut result = NewMessage::new(
-                "result",
-                crate::protocol::error_result(session_id, "server_restart"),
-            );
-            result.totals = Some(Default::default());
-            result.running = Some(RunningTurn::Ends { next: None });
-            self.append(*id, vec![result]).await?;
-        }
-        Ok(running.len() as u64)
-    }
-
     async fn close(&self) {
-        let (done, rx) = oneshot::channel();
-        if self.writer.send(WriteOp::Close(done)).await.is_ok() {
-            let _ = rx.await;
-        }
+        batch::close(&self.writer).await;
         self.readers.close();
         self.pool.close().await;
     }
-}
+});

@@ -1,11 +1,10 @@
 //! The store's synchronous SQLite connections: the writer thread doing group commits, the
 //! thread checkpointing the WAL beside it, and the readers of stored messages.
 //!
-//! The writer takes every append request that is queued (up to a batch limit), stores them all
-//! in one transaction with statements prepared once, and only then answers each caller, so a
-//! frame is never sent before it is committed. Checkpoints (copying the WAL back into the
-//! database and syncing it) never run inside a commit: the writer's connection has automatic
-//! checkpoints off and wakes the checkpointer, whose passive checkpoints never block it.
+//! The writer stores each batch ([`super::batch`]) in one transaction with statements prepared
+//! once. Checkpoints (copying the WAL back into the database and syncing it) never run inside
+//! a commit: the writer's connection has automatic checkpoints off and wakes the checkpointer,
+//! whose passive checkpoints never block it.
 //! Stored messages are read a page at a time on blocking threads, with no hand-off per row.
 
 use std::collections::HashMap;
@@ -14,9 +13,10 @@ use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::{NewMessage, Result, RowId, RunningTurn, StoreError, Totals};
+use super::batch::{self, Append, WriteOp};
+use super::{Result, RowId, StoreError};
 use crate::metrics::Metrics;
 
 /// Rows committed between two wake-ups of the checkpointer (about 4 MiB of WAL at the sizes a
@@ -24,19 +24,6 @@ use crate::metrics::Metrics;
 const CHECKPOINT_EVERY_ROWS: usize = 4096;
 /// The checkpointer also runs this often while rows keep coming in slowly.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
-
-/// An append request: rows of one conversation, answered with the `seq` of the first.
-pub(super) struct Append {
-    pub row: RowId,
-    pub messages: Vec<NewMessage>,
-    pub reply: oneshot::Sender<Result<i64>>,
-}
-
-/// What the writer is asked.
-pub(super) enum WriteOp {
-    Append(Append),
-    Close(oneshot::Sender<()>),
-}
 
 /// How the writer's connections are opened.
 pub(super) struct WriterSettings {
@@ -134,19 +121,7 @@ impl Writer {
         let mut closing = None;
         while closing.is_none() {
             let Some(op) = rx.blocking_recv() else { break };
-            let mut next = Some(op);
-            while let Some(op) = next.take() {
-                match op {
-                    WriteOp::Append(a) => batch.push(a),
-                    WriteOp::Close(done) => {
-                        closing = Some(done);
-                        break;
-                    }
-                }
-                if batch.len() < self.max_batch {
-                    next = rx.try_recv().ok();
-                }
-            }
+            closing = batch::fill(op, &mut rx, &mut batch, self.max_batch);
             self.metrics.store_queue(rx.len());
             if !batch.is_empty() {
                 let started = Instant::now();
@@ -170,38 +145,12 @@ impl Writer {
 
     /// Stores every request of `batch` in one transaction, then answers each.
     fn commit(&mut self, batch: &mut Vec<Append>) {
-        match write_batch(&self.conn, batch) {
-            Ok(seqs) => {
-                for (append, seq) in batch.drain(..).zip(seqs) {
-                    let _ = append.reply.send(seq);
-                }
-            }
-            Err(err) => {
-                let _ = self.conn.execute_batch("rollback");
-                tracing::error!(error = %err, "store commit failed");
-                for append in batch.drain(..) {
-                    let _ = append
-                        .reply
-                        .send(Err(StoreError::Unavailable(err.to_string())));
-                }
-            }
-        }
+        let outcome = write_batch(&self.conn, batch).map_err(|err| {
+            let _ = self.conn.execute_batch("rollback");
+            err.to_string()
+        });
+        batch::answer(batch, outcome);
     }
-}
-
-/// What one batch adds to one conversation's row.
-struct Delta<'a> {
-    row: RowId,
-    rows: i64,
-    prompts: i64,
-    results: i64,
-    last_active: &'a str,
-    title: Option<&'a str>,
-    totals: Totals,
-    /// How the running turn changes: 0 not at all, 1 to the prompt at 1-based position
-    /// `running_at` among these rows, 2 to the user seq `running_at` (or none).
-    running: i64,
-    running_at: Option<i64>,
 }
 
 /// Assigns the seqs of one conversation and adds a batch's counts to its row; returns the new
@@ -234,43 +183,7 @@ const INSERT_MESSAGE: &str =
 /// back).
 fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Result<i64>>> {
     conn.execute_batch("begin immediate")?;
-    let mut deltas: Vec<Delta> = Vec::new();
-    let mut index: HashMap<RowId, usize> = HashMap::new();
-    for append in batch.iter().filter(|a| !a.messages.is_empty()) {
-        let i = *index.entry(append.row).or_insert_with(|| {
-            deltas.push(Delta {
-                row: append.row,
-                rows: 0,
-                prompts: 0,
-                results: 0,
-                last_active: "",
-                title: None,
-                totals: Totals::default(),
-                running: 0,
-                running_at: None,
-            });
-            deltas.len() - 1
-        });
-        let d = &mut deltas[i];
-        for m in &append.messages {
-            d.rows += 1;
-            d.prompts += i64::from(m.prompt);
-            d.results += i64::from(m.message_type == "result");
-            d.last_active = &m.created_at;
-            d.title = d.title.or(m.title.as_deref());
-            if let Some(t) = m.totals {
-                d.totals.cost_usd += t.cost_usd;
-                d.totals.input_tokens += t.input_tokens;
-                d.totals.output_tokens += t.output_tokens;
-                d.totals.duration_ms += t.duration_ms;
-            }
-            match m.running {
-                Some(RunningTurn::Starts) => (d.running, d.running_at) = (1, Some(d.rows)),
-                Some(RunningTurn::Ends { next }) => (d.running, d.running_at) = (2, next),
-                None => {}
-            }
-        }
-    }
+    let deltas = batch::deltas(batch);
     // Next seq to hand out, per conversation that still exists.
     let mut next: HashMap<RowId, i64> = HashMap::with_capacity(deltas.len());
     {
@@ -300,22 +213,12 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
             }
         }
     }
-    let mut outcomes = Vec::with_capacity(batch.len());
     let mut insert = conn.prepare_cached(INSERT_MESSAGE)?;
-    for append in batch {
-        if append.messages.is_empty() {
-            outcomes.push(Err(StoreError::Unavailable("empty append".into())));
-            continue;
-        }
-        let Some(seq) = next.get_mut(&append.row) else {
-            outcomes.push(Err(StoreError::UnknownSession));
-            continue;
-        };
-        outcomes.push(Ok(*seq));
-        for m in &append.messages {
-            insert.execute(params![
-                append.row.0,
-                *seq,
+    let outcomes = batch::assign(batch, next, |row, seq, m| {
+        insert
+            .execute(params![
+                row.0,
+                seq,
                 m.message_type,
                 m.sdk_uuid.as_deref(),
                 m.prompt,
@@ -323,10 +226,9 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
                 m.payload.as_str(),
                 m.created_at.as_str(),
                 m.totals.map(|t| t.cost_usd),
-            ])?;
-            *seq += 1;
-        }
-    }
+            ])
+            .map(drop)
+    })?;
     drop(insert);
     conn.execute_batch("commit")?;
     Ok(outcomes)

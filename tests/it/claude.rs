@@ -272,13 +272,14 @@ async fn new_conversation_is_unified_and_one_process_serves_many_turns() {
     assert_eq!(first_line["request"]["subtype"], "initialize");
 
     let db = server.db().await;
-    let (sdk, unified): (String, bool) =
-        sqlx::query_as("select sdk_session_id, unified from session_info where agent_id = 'u1'")
-            .fetch_one(&db)
-            .await
-            .unwrap();
+    let (sdk, unified): (String, i64) = sqlx::query_as(
+        "select sdk_session_id, case when unified then 1 else 0 end from session_info where agent_id = 'u1'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
     assert_eq!(sdk, session_id);
-    assert!(unified);
+    assert_eq!(unified, 1);
     stop(server, &fx).await;
 }
 
@@ -354,15 +355,16 @@ async fn refused_resume_starts_fresh() {
         .to_owned();
     assert_ne!(fresh, sid);
     let db = server2.db().await;
-    let (sdk, unified, session_id, count): (String, bool, String, i64) = sqlx::query_as(
-        "select sdk_session_id, unified, session_id, message_count from session_info where agent_id = 'rf'",
+    let (sdk, unified, session_id, count): (String, i64, String, i64) = sqlx::query_as(
+        "select sdk_session_id, case when unified then 1 else 0 end, session_id, message_count
+         from session_info where agent_id = 'rf'",
     )
     .fetch_one(&db)
     .await
     .unwrap();
     assert_eq!(
         (sdk.as_str(), unified, session_id.as_str()),
-        (fresh.as_str(), false, sid.as_str())
+        (fresh.as_str(), 0, sid.as_str())
     );
     assert!(count > 4, "the stored history is kept");
     stop(server2, &fx).await;

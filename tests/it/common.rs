@@ -31,13 +31,130 @@ pub fn sibling(name: &str) -> PathBuf {
     path
 }
 
+/// The PostgreSQL server the tests may use (`AGENTMUX_TEST_PG_URL`, a URL of its maintenance
+/// database; `scripts/test.sh` and `scripts/pg.sh` start one). None when unset, unless `CI` is
+/// `true`: there a missing server fails the test.
+pub fn pg_url() -> Option<String> {
+    match std::env::var("AGENTMUX_TEST_PG_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "AGENTMUX_TEST_PG_URL is not set (scripts/test.sh starts PostgreSQL and sets it)"
+            );
+            None
+        }
+    }
+}
+
+/// Whether every test server runs on PostgreSQL (`AGENTMUX_TEST_STORE=postgres`).
+pub fn on_postgres() -> bool {
+    let on = std::env::var("AGENTMUX_TEST_STORE").as_deref() == Ok("postgres");
+    if on {
+        assert!(
+            std::env::var("AGENTMUX_TEST_PG_URL").is_ok_and(|u| !u.is_empty()),
+            "AGENTMUX_TEST_STORE=postgres needs AGENTMUX_TEST_PG_URL (see scripts/pg.sh)"
+        );
+    }
+    on
+}
+
+/// Returns from the test (saying why) when the servers run on PostgreSQL: for tests about the
+/// SQLite file itself.
+#[macro_export]
+macro_rules! sqlite_only {
+    ($why:expr) => {
+        if $crate::common::on_postgres() {
+            eprintln!("skipped on PostgreSQL: {}", $why);
+            return;
+        }
+    };
+}
+
+/// `url` (a PostgreSQL server URL) naming database `name` instead of its own.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let (scheme, rest) = base.split_once("://").expect("a URL");
+    let authority = rest.split('/').next().unwrap();
+    format!("{scheme}://{authority}/{name}{query}")
+}
+
+/// Creates database `name` on the test server (nothing when it exists); returns its URL.
+pub async fn create_database(server_url: &str, name: &str) -> String {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(server_url)
+        .await
+        .expect("connect to the test PostgreSQL");
+    match sqlx::query(&format!("create database \"{name}\""))
+        .execute(&mut conn)
+        .await
+    {
+        Ok(_) => {}
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+        Err(e) => panic!("create database {name}: {e}"),
+    }
+    let _ = conn.close().await;
+    with_database(server_url, name)
+}
+
+/// Drops database `name` of the test server, disconnecting whoever still uses it. Blocking:
+/// for `Drop`s.
+pub fn drop_database(server_url: &str, name: &str) {
+    let (url, db) = (server_url.to_owned(), name.to_owned());
+    let dropped = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&url).await?;
+            sqlx::query(&format!("drop database if exists \"{db}\" with (force)"))
+                .execute(&mut conn)
+                .await?;
+            conn.close().await
+        })
+    })
+    .join();
+    if let Ok(Err(e)) = dropped {
+        eprintln!("could not drop test database {name}: {e}");
+    }
+}
+
+/// The database of the servers on data dir `data_dir` in the PostgreSQL pass: one per data dir,
+/// so that a restart on the same dir finds its conversations.
+pub fn database_for(data_dir: &Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    data_dir.hash(&mut h);
+    format!("agentmux_it_{:016x}", h.finish())
+}
+
 /// A running `agentmux serve`; killed on drop.
 pub struct TestServer {
     pub child: Child,
     pub addr: String,
     pub data_dir: PathBuf,
     pub args: Vec<String>,
+    /// The database URL it stores in, when it runs on PostgreSQL.
+    pub store_url: Option<String>,
     _tmp: Option<tempfile::TempDir>,
+}
+
+impl Drop for TestServer {
+    /// A server that owns its data dir takes its PostgreSQL database along.
+    fn drop(&mut self) {
+        if self._tmp.is_some()
+            && self.store_url.is_some()
+            && let Some(url) = pg_url()
+        {
+            let _ = self.child.start_kill();
+            drop_database(&url, &database_for(&self.data_dir));
+        }
+    }
 }
 
 impl TestServer {
@@ -55,8 +172,13 @@ impl TestServer {
         server
     }
 
-    /// Starts a server on an existing data dir (for restart tests).
+    /// Starts a server on an existing data dir (for restart tests). In the PostgreSQL pass it
+    /// stores in the data dir's own database.
     pub async fn start_in(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let store_url = match on_postgres() {
+            true => Some(create_database(&pg_url().unwrap(), &database_for(data_dir)).await),
+            false => None,
+        };
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmux"));
         cmd.arg("serve")
             .arg("--bind")
@@ -67,10 +189,14 @@ impl TestServer {
             .env_remove("AGENTMUX_BACKEND")
             .env_remove("AGENTMUX_CLAUDE_BIN")
             .env_remove("AGENTMUX_CONFIG")
+            .env_remove("AGENTMUX_STORE_URL")
             .env("RUST_LOG", "agentmux=warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
+        if let Some(url) = &store_url {
+            cmd.env("AGENTMUX_STORE_URL", url);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -93,6 +219,7 @@ impl TestServer {
             addr,
             data_dir: data_dir.to_path_buf(),
             args: args.iter().map(|s| s.to_string()).collect(),
+            store_url,
             _tmp: None,
         }
     }
@@ -121,19 +248,41 @@ impl TestServer {
         let _ = self.child.wait().await;
     }
 
-    /// Opens the server's database read-only-ish for checks.
-    pub async fn db(&self) -> sqlx::SqlitePool {
+    /// SQLite's verdict on the server's database file (`pragma integrity_check`); None on
+    /// PostgreSQL, which checks its own pages.
+    pub async fn integrity(&self) -> Option<String> {
+        if on_postgres() {
+            return None;
+        }
+        let db = self.db().await;
+        let verdict: String = sqlx::query_scalar("pragma integrity_check")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        db.close().await;
+        Some(verdict)
+    }
+
+    /// Opens the server's database for checks: its SQLite file, or its PostgreSQL database in
+    /// the PostgreSQL pass. The SQL must suit both (`$1` parameters, no engine's own functions).
+    pub async fn db(&self) -> sqlx::AnyPool {
         open_db(&self.data_dir).await
     }
 }
 
-pub async fn open_db(data_dir: &Path) -> sqlx::SqlitePool {
-    let opts = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(data_dir.join("agentmux.db"))
-        .busy_timeout(Duration::from_secs(10));
-    sqlx::sqlite::SqlitePoolOptions::new()
+/// The database of the servers on `data_dir` (see [`TestServer::db`]).
+pub async fn open_db(data_dir: &Path) -> sqlx::AnyPool {
+    sqlx::any::install_default_drivers();
+    let url = match on_postgres() {
+        true => create_database(&pg_url().unwrap(), &database_for(data_dir)).await,
+        false => format!(
+            "sqlite://{}",
+            data_dir.join("agentmux.db").to_str().expect("a UTF-8 path")
+        ),
+    };
+    sqlx::any::AnyPoolOptions::new()
         .max_connections(1)
-        .connect_with(opts)
+        .connect(&url)
         .await
         .unwrap()
 }
@@ -238,6 +387,15 @@ pub fn reply_text(frames: &[Value]) -> String {
         .find(|f| f["message_type"] == "result")
         .and_then(|f| f["message"]["result"].as_str())
         .unwrap_or_default()
+        .to_owned()
+}
+
+/// The text of a stored prompt's payload (`message.content`).
+pub fn prompt_text(payload: &str) -> String {
+    let v: Value = serde_json::from_str(payload).expect("a JSON payload");
+    v["message"]["content"]
+        .as_str()
+        .expect("a text prompt")
         .to_owned()
 }
 

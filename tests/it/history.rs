@@ -421,7 +421,7 @@ async fn delete_never_removes_anything_outside_the_workspaces() {
 
     turn(&mut c, "elsewhere", "two").await;
     let db = server.db().await;
-    sqlx::query("update session_info set cwd = ? where agent_id = 'elsewhere'")
+    sqlx::query("update session_info set cwd = $1 where agent_id = 'elsewhere'")
         .bind(outside.path().to_str().unwrap())
         .execute(&db)
         .await

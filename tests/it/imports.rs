@@ -32,8 +32,8 @@ async fn import(server: &TestServer, token: &str, agent_id: &str, body: String) 
 }
 
 /// The row id of `agent_id`'s conversation in the database file, visible or not.
-async fn row_of(db: &sqlx::SqlitePool, agent_id: &str) -> Option<i64> {
-    sqlx::query_scalar("select id from session_info where agent_id = ?")
+async fn row_of(db: &sqlx::AnyPool, agent_id: &str) -> Option<i64> {
+    sqlx::query_scalar("select id from session_info where agent_id = $1")
         .bind(agent_id)
         .fetch_optional(db)
         .await
@@ -41,10 +41,10 @@ async fn row_of(db: &sqlx::SqlitePool, agent_id: &str) -> Option<i64> {
 }
 
 /// Messages stored under no conversation, or under `agent_id`'s.
-async fn rows_left(db: &sqlx::SqlitePool, agent_id: &str) -> (Option<i64>, i64) {
+async fn rows_left(db: &sqlx::AnyPool, agent_id: &str) -> (Option<i64>, i64) {
     let orphans: i64 = sqlx::query_scalar(
         "select count(*) from messages where session_pk not in (select id from session_info)
-           or session_pk in (select id from session_info where agent_id = ?)",
+           or session_pk in (select id from session_info where agent_id = $1)",
     )
     .bind(agent_id)
     .fetch_one(db)
@@ -86,7 +86,7 @@ async fn a_big_import_does_not_hold_another_principals_ack() {
     let mut bob = connect_as(&server.addr, "tok-bob").await;
     let ack = chat_ack(&mut bob, "b", "hello").await;
     assert_eq!(ack["message_type"], "ack", "{ack}");
-    let stored: i64 = sqlx::query_scalar("select count(*) from messages where session_pk = ?")
+    let stored: i64 = sqlx::query_scalar("select count(*) from messages where session_pk = $1")
         .bind(id)
         .fetch_one(&db)
         .await
@@ -127,20 +127,24 @@ async fn a_failed_import_leaves_nothing_behind() {
     );
     assert_eq!(rows_left(&db, "bad-line").await, (None, 0));
 
-    // 2,000 pages of 4 KiB hold far less than this.
-    let (status, err) = import(&server, "none", "too-big", export_of(200_000)).await;
-    assert_eq!(
-        (status, err["code"].as_str()),
-        (503, Some("store_unavailable")),
-        "{err}"
-    );
-    let rest = reqwest::get(server.url("/api/sessions/too-big"))
-        .await
-        .unwrap();
-    assert_eq!(rest.status(), 404);
-    assert_eq!(rows_left(&db, "too-big").await, (None, 0));
+    // 2,000 pages of 4 KiB hold far less than this (a size limit only SQLite has).
+    let mut failed = vec!["bad-line"];
+    if !on_postgres() {
+        let (status, err) = import(&server, "none", "too-big", export_of(200_000)).await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (503, Some("store_unavailable")),
+            "{err}"
+        );
+        let rest = reqwest::get(server.url("/api/sessions/too-big"))
+            .await
+            .unwrap();
+        assert_eq!(rest.status(), 404);
+        assert_eq!(rows_left(&db, "too-big").await, (None, 0));
+        failed.push("too-big");
+    }
 
-    for agent_id in ["bad-line", "too-big"] {
+    for agent_id in failed {
         let (status, imported) = import(&server, "none", agent_id, export_of(10)).await;
         assert_eq!(status, 201, "{imported}");
         assert_eq!(imported["message_count"], 11);

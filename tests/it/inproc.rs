@@ -1,5 +1,6 @@
 //! An in-process server on the library's own `Server::run`, for tests where spawning the
-//! binary adds nothing: started in the test's runtime, shut down when dropped.
+//! binary adds nothing: started in the test's runtime, shut down when dropped. In the
+//! PostgreSQL pass it stores in its data dir's own database, like `TestServer`.
 
 use std::path::PathBuf;
 
@@ -34,6 +35,11 @@ impl InProcess {
         }
         let mut config: Config = table.try_into().expect("a valid configuration");
         config.data_dir = tmp.path().to_path_buf();
+        if crate::common::on_postgres() {
+            let server = crate::common::pg_url().unwrap();
+            let name = crate::common::database_for(tmp.path());
+            config.store.url = crate::common::create_database(&server, &name).await;
+        }
         let server = Server::new(config).await.expect("the server starts");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();

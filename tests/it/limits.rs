@@ -226,13 +226,15 @@ async fn queued_turns_are_capped() {
         ]
     );
     let db = server.db().await;
-    let stored: Vec<(String,)> = sqlx::query_as(
-        "select json_extract(payload, '$.message.content') from messages where prompt = 1 order by seq",
-    )
-    .fetch_all(&db)
-    .await
-    .unwrap();
-    let stored: Vec<&str> = stored.iter().map(|(p,)| p.as_str()).collect();
+    let stored: Vec<String> =
+        sqlx::query_scalar("select payload from messages where prompt order by seq")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    let stored: Vec<String> = stored
+        .iter()
+        .map(|p| crate::common::prompt_text(p))
+        .collect();
     assert_eq!(stored, ["m0", "m1", "m2"]);
     let (prompts, results): (i64, i64) =
         sqlx::query_as("select prompt_count, result_count from session_info where agent_id = 'q'")

@@ -153,7 +153,7 @@ async fn subscriptions_are_capped_per_socket_and_cost_little() {
     for i in 0..10_000 {
         sqlx::query(
             "insert into session_info (principal, agent_id, session_id, backend, cwd, created_at, last_active_at)
-             values ('local', ?, ?, 'demo', '/tmp/none', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
+             values ('local', $1, $2, 'demo', '/tmp/none', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
         )
         .bind(format!("s-{i}"))
         .bind(uuid::Uuid::new_v4().to_string())

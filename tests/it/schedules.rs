@@ -365,7 +365,7 @@ async fn a_restart_keeps_schedules_and_runs_a_missed_tick_once() {
     // While the server is down, an hour passes: sixty ticks are missed.
     let db = open_db(tmp.path()).await;
     let hour_ago = chrono::Utc::now().timestamp_millis() - 3_600_000;
-    sqlx::query("update schedules set next_run_ms = ?")
+    sqlx::query("update schedules set next_run_ms = $1")
         .bind(hour_ago)
         .execute(&db)
         .await

@@ -1,19 +1,142 @@
-//! The store's identity invariants, on a real SQLite file: NULL detection, capture, resume
-//! data, foreign keys and cascades, seq assignment, and closing unfinished turns.
+//! The store's identity invariants, on both engines (a real SQLite file and a real PostgreSQL
+//! database): NULL detection, capture, resume data, foreign keys and cascades, seq assignment,
+//! rewinds, and closing unfinished turns.
+
+use std::sync::Arc;
 
 use agentmux::metrics::Metrics;
+use agentmux::store::postgres::{PgSettings, PgStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
 use agentmux::store::{NewMessage, NewSession, RowId, RunningTurn, Store};
 
-async fn open(dir: &std::path::Path) -> SqliteStore {
-    SqliteStore::open(
-        &dir.join("agentmux.db"),
-        SqliteSettings::default(),
-        Metrics::default(),
-    )
-    .await
-    .unwrap()
+use crate::common::{create_database, drop_database, pg_url};
+
+/// One engine's store for one test: a SQLite file in a temporary directory, or a PostgreSQL
+/// database of its own (dropped at the end).
+struct Fixture {
+    dir: tempfile::TempDir,
+    /// The test server's URL and this test's database on it, on PostgreSQL.
+    pg: Option<(String, String)>,
 }
+
+impl Fixture {
+    fn sqlite() -> Self {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            pg: None,
+        }
+    }
+
+    /// None (after saying so) when no PostgreSQL server is configured outside CI.
+    async fn postgres() -> Option<Self> {
+        let Some(server) = pg_url() else {
+            eprintln!("skipped: AGENTMUX_TEST_PG_URL is not set (see scripts/pg.sh)");
+            return None;
+        };
+        let name = format!("agentmux_store_{}", uuid::Uuid::new_v4().simple());
+        create_database(&server, &name).await;
+        Some(Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            pg: Some((server, name)),
+        })
+    }
+
+    /// The URL of this test's PostgreSQL database.
+    fn pg_url(&self) -> Option<String> {
+        self.pg
+            .as_ref()
+            .map(|(server, name)| crate::common::with_database(server, name))
+    }
+
+    /// Opens (again) this test's store.
+    async fn open(&self) -> Arc<dyn Store> {
+        match self.pg_url() {
+            Some(url) => Arc::new(
+                PgStore::open(&url, PgSettings::default(), Metrics::default())
+                    .await
+                    .unwrap(),
+            ),
+            None => Arc::new(
+                SqliteStore::open(
+                    &self.dir.path().join("agentmux.db"),
+                    SqliteSettings::default(),
+                    Metrics::default(),
+                )
+                .await
+                .unwrap(),
+            ),
+        }
+    }
+
+    /// A connection to the same database, for checks in SQL both engines take.
+    async fn sql(&self) -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        let url = self.pg_url().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}",
+                self.dir.path().join("agentmux.db").to_str().unwrap()
+            )
+        });
+        sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .unwrap()
+    }
+
+    /// Starts a server on this test's store.
+    async fn server(&self) -> crate::common::TestServer {
+        let url = self.pg_url().unwrap_or_default();
+        crate::common::TestServer::start_in(
+            self.dir.path(),
+            &["--demo-delay-ms", "0"],
+            &[("AGENTMUX_STORE_URL", url.as_str())],
+        )
+        .await
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some((server, name)) = &self.pg {
+            drop_database(server, name);
+        }
+    }
+}
+
+/// Each named `async fn(Fixture)` becomes a module of two tests: `sqlite` and `postgres`.
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test]
+                async fn sqlite() {
+                    super::$name(super::Fixture::sqlite()).await;
+                }
+
+                #[tokio::test]
+                async fn postgres() {
+                    if let Some(fixture) = super::Fixture::postgres().await {
+                        super::$name(fixture).await;
+                    }
+                }
+            }
+        )*
+    };
+}
+
+on_both_engines!(
+    sdk_session_id_is_null_until_captured,
+    keys_are_per_principal_and_unique,
+    seqs_are_per_conversation_and_gap_free,
+    foreign_keys_hold_and_delete_cascades,
+    only_the_running_turn_is_closed_once,
+    rewind_counts_turns_since_the_last_rewind,
+    stalled_replays_do_not_block_another_followers_replay,
+    nul_characters_are_stored_and_fail_no_one,
+    text_search_looks_only_in_message_text,
+    forks_and_imports_keep_their_rules,
+);
 
 fn new_session(principal: &str, agent_id: &str) -> NewSession {
     NewSession {
@@ -40,10 +163,8 @@ fn prompt(text: &str) -> NewMessage {
 }
 
 /// sdk_session_id is NULL until the agent reports one; then it is captured, unified when equal.
-#[tokio::test]
-async fn sdk_session_id_is_null_until_captured() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn sdk_session_id_is_null_until_captured(fx: Fixture) {
+    let store = fx.open().await;
     let s = store
         .create_session(new_session("local", "a"))
         .await
@@ -70,10 +191,8 @@ async fn sdk_session_id_is_null_until_captured() {
 }
 
 /// The same key twice is one conversation; the same agent_id under two principals is two.
-#[tokio::test]
-async fn keys_are_per_principal_and_unique() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn keys_are_per_principal_and_unique(fx: Fixture) {
+    let store = fx.open().await;
     let a = store
         .create_session(new_session("alice", "same"))
         .await
@@ -93,10 +212,8 @@ async fn keys_are_per_principal_and_unique() {
 }
 
 /// seqs rise by one per conversation, independently, and appends to a vanished conversation fail.
-#[tokio::test]
-async fn seqs_are_per_conversation_and_gap_free() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = std::sync::Arc::new(open(dir.path()).await);
+async fn seqs_are_per_conversation_and_gap_free(fx: Fixture) {
+    let store = fx.open().await;
     let a = store
         .create_session(new_session("local", "a"))
         .await
@@ -141,35 +258,51 @@ async fn seqs_are_per_conversation_and_gap_free() {
 }
 
 /// Messages can't exist without their conversation, and deleting it deletes them.
-#[tokio::test]
-async fn foreign_keys_hold_and_delete_cascades() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn foreign_keys_hold_and_delete_cascades(fx: Fixture) {
+    let store = fx.open().await;
     let s = store
         .create_session(new_session("local", "fk"))
         .await
         .unwrap();
     store.append(s.row, vec![prompt("hi")]).await.unwrap();
-    let pool = store.pool();
+    let other = store
+        .create_session(new_session("local", "other"))
+        .await
+        .unwrap();
+    let db = fx.sql().await;
+    let pool = &db;
     let orphan = sqlx::query("insert into messages (session_pk, seq, message_type, payload, created_at) values (424242, 1, 'user', '{}', 'now')")
         .execute(pool)
         .await;
     assert!(orphan.is_err(), "an orphan row is refused");
-    sqlx::query("delete from session_info where id = ?")
-        .bind(s.row)
+    sqlx::query("delete from session_info where id = $1")
+        .bind(s.row.0)
         .execute(pool)
         .await
         .unwrap();
-    let left: i64 = sqlx::query_scalar("select count(*) from messages")
+    let left: i64 = sqlx::query_scalar("select count(*) from messages where session_pk <> $1")
+        .bind(other.row.0)
         .fetch_one(pool)
         .await
         .unwrap();
     assert_eq!(left, 0);
-    let violations: Vec<(String,)> = sqlx::query_as("pragma foreign_key_check")
-        .fetch_all(pool)
-        .await
-        .unwrap();
-    assert!(violations.is_empty());
+    if fx.pg.is_none() {
+        let violations: Vec<(String,)> = sqlx::query_as("pragma foreign_key_check")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        assert!(violations.is_empty());
+    }
+    // Appends to the deleted conversation fail alone; another's in the same batches go on.
+    let (gone, kept) = tokio::join!(
+        store.append(s.row, vec![prompt("late")]),
+        store.append(other.row, vec![prompt("fine")]),
+    );
+    assert!(
+        matches!(gone, Err(agentmux::store::StoreError::UnknownSession)),
+        "{gone:?}"
+    );
+    assert_eq!(kept.unwrap(), 1);
     store.close().await;
 }
 
@@ -183,10 +316,8 @@ fn result_then(next: Option<i64>) -> NewMessage {
 /// The turn that was running when the server died is closed with one server_restart result,
 /// once; prompts that never ran (queued behind it, or imported without results) get none. A
 /// turn's result hands "running" to the queued turn it names, in the same write.
-#[tokio::test]
-async fn only_the_running_turn_is_closed_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn only_the_running_turn_is_closed_once(fx: Fixture) {
+    let store = fx.open().await;
     let s = store
         .create_session(new_session("local", "u"))
         .await
@@ -243,7 +374,7 @@ async fn only_the_running_turn_is_closed_once() {
         .unwrap();
     store.close().await;
 
-    let store = open(dir.path()).await;
+    let store = fx.open().await;
     assert_eq!(store.close_unfinished_turns().await.unwrap(), 2);
     assert_eq!(store.close_unfinished_turns().await.unwrap(), 0);
     let types = |id| {
@@ -282,19 +413,17 @@ fn rewound_status() -> agentmux::store::RewoundStatus {
     })
 }
 
-/// A rewind drops the prompts of later turns stored before its point, counting turns from the
-/// last stored `rewound` status (nothing ran or waited then): a history that an older rewind
-/// left with an unanswered prompt keeps the prompt of the turn it rewinds to.
-#[tokio::test]
-async fn rewind_counts_turns_since_the_last_rewind() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let result = || message("result", serde_json::json!({"type": "result"}));
+fn result() -> NewMessage {
+    message("result", serde_json::json!({"type": "result"}))
+}
+
+/// A conversation of two turns: seq 1 turn 1, seq 2 turn 2 (queued while turn 1 ran), 3 and 4
+/// their results.
+async fn two_turns(store: &Arc<dyn Store>, agent_id: &str) -> agentmux::store::SessionRecord {
     let s = store
-        .create_session(new_session("local", "q"))
+        .create_session(new_session("local", agent_id))
         .await
         .unwrap();
-    // seq 1 turn 1, seq 2 turn 2 (queued while turn 1 ran), 3 and 4 their results.
     store
         .append(
             s.row,
@@ -302,6 +431,15 @@ async fn rewind_counts_turns_since_the_last_rewind() {
         )
         .await
         .unwrap();
+    s
+}
+
+/// A rewind drops the prompts of later turns stored before its point, counting turns from the
+/// last stored `rewound` status (nothing ran or waited then): a history that an older rewind
+/// left with an unanswered prompt keeps the prompt of the turn it rewinds to.
+async fn rewind_counts_turns_since_the_last_rewind(fx: Fixture) {
+    let store = fx.open().await;
+    let s = two_turns(&store, "q").await;
     let rewound = store.rewind(s.row, 3, rewound_status()).await.unwrap();
     assert_eq!(rewound.dropped_prompts, [2]);
     assert_eq!((rewound.status_seq, rewound.dropped), (5, 2));
@@ -340,10 +478,8 @@ async fn rewind_counts_turns_since_the_last_rewind() {
 /// Followers that stop reading in the middle of a long replay hold up no one else's: another
 /// socket replays the whole conversation while three (more than the replays the server reads at
 /// once) sit on megabytes they never read.
-#[tokio::test]
-async fn stalled_replays_do_not_block_another_followers_replay() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
+async fn stalled_replays_do_not_block_another_followers_replay(fx: Fixture) {
+    let store = fx.open().await;
     let record = store
         .create_session(new_session("local", "long"))
         .await
@@ -361,8 +497,7 @@ async fn stalled_replays_do_not_block_another_followers_replay() {
     }
     store.close().await;
     drop(store);
-    let server =
-        crate::common::TestServer::start_in(dir.path(), &["--demo-delay-ms", "0"], &[]).await;
+    let server = fx.server().await;
     let subscribe = serde_json::json!({"type": "subscribe", "agent_id": "long", "since_seq": 0});
     let mut stalled = Vec::new();
     for _ in 0..3 {
@@ -384,4 +519,353 @@ async fn stalled_replays_do_not_block_another_followers_replay() {
         "in order"
     );
     drop(stalled);
+}
+
+/// A NUL character, which PostgreSQL refuses in text, in a prompt's title, an agent's uuid or
+/// a payload (escaped, as JSON has it): the rows are stored, the payload byte for byte, and
+/// the other conversation whose rows share the batch is not disturbed.
+async fn nul_characters_are_stored_and_fail_no_one(fx: Fixture) {
+    let store = fx.open().await;
+    let a = store
+        .create_session(new_session("local", "nul"))
+        .await
+        .unwrap();
+    let b = store
+        .create_session(new_session("local", "bystander"))
+        .await
+        .unwrap();
+    let mut hostile = prompt("a\0b");
+    hostile.payload =
+        serde_json::json!({"type": "user", "message": {"content": "a\0b"}}).to_string();
+    let sent = hostile.payload.clone();
+    hostile.sdk_uuid = Some("uuid\0".into());
+    let (hostile, bystander) = tokio::join!(
+        store.append(a.row, vec![hostile]),
+        store.append(b.row, vec![prompt("fine")]),
+    );
+    assert_eq!((hostile.unwrap(), bystander.unwrap()), (1, 1));
+    let stored = &store.messages_after(a.row, 0, 10).await.unwrap()[0];
+    assert_eq!(stored.payload, sent);
+    assert_eq!(stored.sdk_uuid.as_deref().map(|u| &u[..4]), Some("uuid"));
+    let title = store
+        .find_session("local", "nul")
+        .await
+        .unwrap()
+        .unwrap()
+        .title;
+    assert!(title.unwrap().starts_with('a'));
+    store.close().await;
+}
+
+/// A search finds text the user or the agent wrote (a prompt, a text block, a tool result),
+/// case-insensitively and literally (`%` is no wildcard), and never JSON keys, ids or other
+/// fields; a payload that is not JSON is skipped.
+async fn text_search_looks_only_in_message_text(fx: Fixture) {
+    let store = fx.open().await;
+    let stored = |agent: &'static str, kind: &'static str, payload: serde_json::Value| {
+        let store = store.clone();
+        async move {
+            let s = store
+                .create_session(new_session("local", agent))
+                .await
+                .unwrap();
+            store
+                .append(s.row, vec![message(kind, payload)])
+                .await
+                .unwrap();
+        }
+    };
+    stored(
+        "prompt",
+        "user",
+        serde_json::json!({"message": {"content": "Find the NEEDLE"}}),
+    )
+    .await;
+    stored(
+        "block",
+        "assistant",
+        serde_json::json!({"message": {"content": [{"type": "text", "text": "a needle here"}]}}),
+    )
+    .await;
+    stored(
+        "tool",
+        "user",
+        serde_json::json!({"message": {"content": [{"type": "tool_result", "tool_use_id": "needle-id",
+            "content": [{"type": "text", "text": "100% done"}]}]}}),
+    )
+    .await;
+    stored(
+        "keys",
+        "assistant",
+        serde_json::json!({"message": {"id": "needle", "content": [{"type": "tool_use", "name": "needle", "input": {"needle": 1}}]}}),
+    )
+    .await;
+    stored("status", "status", serde_json::json!({"detail": "needle"})).await;
+    let broken = store
+        .create_session(new_session("local", "broken"))
+        .await
+        .unwrap();
+    store
+        .append(
+            broken.row,
+            vec![NewMessage::new("user", "not json: needle".into())],
+        )
+        .await
+        .unwrap();
+    let search = |text: &'static str| {
+        let store = store.clone();
+        async move {
+            let query = agentmux::store::SessionQuery {
+                limit: 50,
+                offset: 0,
+                text_contains: Some(text.into()),
+            };
+            let (rows, total) = store.list_sessions("local", &query).await.unwrap();
+            let mut ids: Vec<String> = rows.into_iter().map(|r| r.agent_id).collect();
+            ids.sort();
+            assert_eq!(ids.len() as i64, total);
+            ids
+        }
+    };
+    assert_eq!(search("needle").await, ["block", "prompt"]);
+    assert_eq!(search("0% d").await, ["tool"]);
+    assert!(search("%").await == ["tool"], "a literal %");
+    assert!(search("_").await.is_empty(), "no wildcard");
+    store.close().await;
+}
+
+/// A fork copies the history up to its point under the same seqs, leaves a later turn's
+/// queued prompt behind and can't take a key in use; an import stays invisible until it is
+/// finished, and a discarded one leaves nothing.
+async fn forks_and_imports_keep_their_rules(fx: Fixture) {
+    let store = fx.open().await;
+    let s = two_turns(&store, "src").await;
+    let fork = store
+        .fork(s.row, Some(3), new_session("local", "fork"))
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = store
+        .messages_after(fork.row, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(seqs, [1, 3]);
+    assert_eq!(
+        (fork.last_seq, fork.message_count, fork.prompt_count),
+        (3, 2, 1)
+    );
+    assert_eq!(fork.title.as_deref(), Some("one"));
+    let taken = store.fork(s.row, None, new_session("local", "fork")).await;
+    assert!(matches!(
+        taken,
+        Err(agentmux::store::StoreError::AgentExists)
+    ));
+    let bad = store.fork(s.row, Some(2), new_session("local", "f2")).await;
+    assert!(matches!(
+        bad,
+        Err(agentmux::store::StoreError::InvalidSeq(_))
+    ));
+    // The next append to the fork goes on after the copied seqs.
+    assert_eq!(
+        store.append(fork.row, vec![prompt("three")]).await.unwrap(),
+        4
+    );
+
+    let import = store
+        .begin_import(new_session("local", "imp"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.begin_import(new_session("local", "imp")).await,
+        Err(agentmux::store::StoreError::AgentExists)
+    ));
+    store
+        .append(
+            import.row,
+            (0..10).map(|i| prompt(&format!("p{i}"))).collect(),
+        )
+        .await
+        .unwrap();
+    assert!(store.find_session("local", "imp").await.unwrap().is_none());
+    assert!(matches!(
+        store.create_session(new_session("local", "imp")).await,
+        Err(agentmux::store::StoreError::Importing)
+    ));
+    store.finish_import(import.row, false).await.unwrap();
+    let done = store.find_session("local", "imp").await.unwrap().unwrap();
+    assert_eq!((done.message_count, done.memory_from_seq), (10, 10));
+
+    let dropped = store
+        .begin_import(new_session("local", "gone"))
+        .await
+        .unwrap();
+    store
+        .append(
+            dropped.row,
+            (0..5000).map(|i| prompt(&format!("p{i}"))).collect(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.discard_unfinished_imports().await.unwrap(), 1);
+    assert!(
+        store
+            .find_by_session_id(&dropped.session_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .messages_after(dropped.row, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.close().await;
+}
+
+/// The output of `agentmux serve` with `args` and `env` (and a fresh data dir) once it exits by
+/// itself, or after it was stopped with SIGTERM once it listened; and whether it listened.
+async fn serve_output(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    use tokio::io::AsyncReadExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"));
+    cmd.arg("serve")
+        .args([
+            "--bind",
+            "127.0.0.1:0",
+            "--demo-delay-ms",
+            "0",
+            "--data-dir",
+        ])
+        .arg(tmp.path())
+        .args(args)
+        .env_remove("AGENTMUX_STORE_URL")
+        .env_remove("AGENTMUX_CONFIG")
+        .env("RUST_LOG", "agentmux=debug,sqlx=debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = String::new();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(30), out.read(&mut first))
+        .await
+        .expect("the server starts or exits in time")
+        .unwrap();
+    stdout.push_str(&String::from_utf8_lossy(&first[..n]));
+    let listened = stdout.starts_with("listening on http://");
+    if listened {
+        let addr = stdout
+            .trim_start_matches("listening on http://")
+            .lines()
+            .next()
+            .unwrap()
+            .to_owned();
+        // What a user or a scraper can read while it runs.
+        for path in ["/metrics", "/healthz", "/api/sessions"] {
+            let body = reqwest::get(format!("http://{addr}{path}"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            stdout.push_str(&body);
+        }
+        let mut c = crate::common::Client::connect(&addr).await;
+        crate::common::chat_ack(&mut c, "a", "hello").await;
+        c.until_result("a").await;
+        let pid = child.id().unwrap();
+        std::process::Command::new("kill")
+            .args(["-15", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait())
+        .await
+        .expect("the server exits in time")
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(status.success(), listened, "{stderr}");
+    (listened, format!("{stdout}\n{stderr}"))
+}
+
+const PASSWORD: &str = "Sup3r-S3cret-pw";
+
+/// A password in the store URL appears nowhere a user or operator can read: not in the
+/// debug log of a whole run, nor in `/metrics` or any response.
+#[tokio::test]
+async fn a_store_password_is_never_shown() {
+    let Some(fx) = Fixture::postgres().await else {
+        return;
+    };
+    let (server, name) = fx.pg.clone().unwrap();
+    // The test server trusts local logins, so the password is accepted and unused.
+    let url = crate::common::with_database(&server, &name).replacen(
+        "://agentmux@",
+        &format!("://agentmux:{PASSWORD}@"),
+        1,
+    );
+    assert!(url.contains(PASSWORD), "{url}");
+    let (listened, output) = serve_output(&[], &[("AGENTMUX_STORE_URL", &url)]).await;
+    assert!(listened, "{output}");
+    assert!(!output.contains(PASSWORD), "{output}");
+    assert!(
+        output.contains("agentmux:***@"),
+        "the log names the store, without its password: {output}"
+    );
+}
+
+/// A store that can't be reached, or a URL that is not PostgreSQL's (one that looks like a
+/// flag included), refuses to start with a clear message that shows no password: no silent
+/// fall-back to the SQLite file.
+#[tokio::test]
+async fn a_bad_or_unreachable_store_refuses_to_start() {
+    let unreachable = format!("postgres://agentmux:{PASSWORD}@127.0.0.1:1/agentmux");
+    let cases: [(Vec<String>, &str); 5] = [
+        (
+            vec![format!("--store-url={unreachable}")],
+            "cannot connect to the store",
+        ),
+        (
+            vec![format!(
+                "--store-url=postgres://u:{PASSWORD}@localhost/x?host=/nonexistent-agentmux-dir"
+            )],
+            "cannot connect to the store",
+        ),
+        (vec!["--store-url=-rf".into()], "not a PostgreSQL URL"),
+        (
+            vec![format!("--store-url=mysql://u:{PASSWORD}@localhost/x")],
+            "not a PostgreSQL URL",
+        ),
+        (
+            vec![format!(
+                "--store-url=postgres://u:{PASSWORD}@localhost:99999999/x"
+            )],
+            "bad store URL",
+        ),
+    ];
+    for (args, expected) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (listened, output) = serve_output(&args, &[]).await;
+        assert!(!listened, "{args:?}: {output}");
+        assert!(output.contains(expected), "{args:?}: {output}");
+        assert!(!output.contains(PASSWORD), "{args:?}: {output}");
+    }
+    // A value that starts with `-` as its own argument is a flag to the parser: refused too.
+    let (listened, output) = serve_output(&["--store-url", "-x"], &[]).await;
+    assert!(!listened, "{output}");
 }

@@ -1,0 +1,584 @@
+//! The PostgreSQL store: the store several nodes can share, behind the same [`Store`] trait.
+//!
+//! Appends go through one writer task that stores whatever requests are queued in one
+//! transaction ([`super::batch`]) with one statement: it adds each conversation's counts to its
+//! row, takes its seqs from the same UPDATE and inserts the rows, so `seq` is assigned in the
+//! statement that stores them (the place where an ownership check will go). Reads, rewinds,
+//! forks and the rare small updates use the pool; the calls whose SQL SQLite shares are in
+//! [`super::shared`].
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool};
+use tokio::sync::mpsc;
+
+use super::batch::{self, Append, WriteOp};
+use super::edits::{self, EditTx};
+use super::shared;
+use super::{
+    NewMessage, NewSession, Result, Rewound, RewoundStatus, RowId, SessionQuery, SessionRecord,
+    Store, StoreError, StoredMessage, text,
+};
+use crate::metrics::Metrics;
+
+/// Settings of the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgSettings {
+    /// Most append requests stored in one transaction.
+    pub max_batch: usize,
+    /// Depth of the queue in front of the writer.
+    pub queue_depth: usize,
+    /// Most connections open to the server (the writer's included).
+    pub max_connections: u32,
+    /// How long to wait for a connection, at start-up and later.
+    pub connect_timeout: Duration,
+}
+
+impl Default for PgSettings {
+    fn default() -> Self {
+        PgSettings {
+            max_batch: 512,
+            queue_depth: 4096,
+            max_connections: 8,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A store URL as it may be shown: its password (if any) replaced by `***`; a text that is not
+/// a URL but holds an `@` (a mistyped one, maybe with a password) entirely.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, tail) = match rest.find(['/', '?', '#']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+                    None => url.to_owned(),
+                },
+                None => url.to_owned(),
+            }
+        }
+        None if url.contains('@') => "***".to_owned(),
+        None => url.to_owned(),
+    }
+}
+
+/// `text` with every occurrence of the password of `url` (raw or percent-encoded) replaced by
+/// `***`: errors of the driver may quote what they were given.
+fn scrub(url: &str, text: &str) -> String {
+    let Some(password) = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?', '#']).next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, password)| password)
+        .filter(|p| !p.is_empty())
+    else {
+        return text.to_owned();
+    };
+    let mut out = text.replace(password, "***");
+    if let Ok(decoded) = percent_decode(password)
+        && !decoded.is_empty()
+    {
+        out = out.replace(&decoded, "***");
+    }
+    out
+}
+
+/// Decodes `%XX` escapes.
+fn percent_decode(s: &str) -> std::result::Result<String, ()> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).ok_or(())?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| ())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| ())
+}
+
+/// A JSON text PostgreSQL accepts, with the same meaning: a NUL can only be inside a string
+/// there, where `\u0000` says the same.
+fn pg_json(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\\u0000"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// The PostgreSQL implementation of [`Store`].
+pub struct PgStore {
+    pool: PgPool,
+    writer: mpsc::Sender<WriteOp>,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://…`), runs the migrations and starts the writer.
+    ///
+    /// # Errors
+    /// When the URL is not a PostgreSQL URL, the server can't be reached or refuses the login,
+    /// or a migration fails. The password of `url` never appears in the error.
+    pub async fn open(url: &str, settings: PgSettings, metrics: Metrics) -> anyhow::Result<Self> {
+        let shown = redact_url(url);
+        let fail = |what: &str, err: &dyn std::fmt::Display| {
+            anyhow::anyhow!("{what} {shown}: {}", scrub(url, &err.to_string()))
+        };
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            anyhow::bail!(
+                "store URL {shown} is not a PostgreSQL URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE)"
+            );
+        }
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| fail("bad store URL", &e))?
+            .application_name("agentmux");
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections.max(2))
+            .acquire_timeout(settings.connect_timeout)
+            .connect_with(options)
+            .await
+            .map_err(|e| fail("cannot connect to the store at", &e))?;
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| fail("cannot migrate the store at", &e))?;
+        let (tx, rx) = mpsc::channel(settings.queue_depth);
+        tokio::spawn(
+            Writer {
+                pool: pool.clone(),
+                max_batch: settings.max_batch.max(1),
+                metrics,
+                rows_since_analyze: 0,
+                analyzing: None,
+            }
+            .run(rx),
+        );
+        Ok(PgStore { pool, writer: tx })
+    }
+
+    /// The pool, for queries of other modules' own.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// Adds each conversation's counts to its row and takes its seqs (`base` is the last seq
+/// before this batch), then inserts the rows at `base + ord`, all in one statement. A
+/// conversation that is gone gets no row in `u`, so its rows are not stored: the condition of
+/// `u` (`where s.id = d.id`) is also where a check of the writer's ownership of the
+/// conversation belongs, so that a refused conversation stores nothing and the others of the
+/// batch go on.
+const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
+        output_tokens, duration_ms, running, running_at) as (
+        select * from unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
+            $6::text[], $7::float8[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
+            $12::bigint[])
+    ),
+    u as (
+        update session_info s set
+            last_seq = s.last_seq + d.n,
+            message_count = s.message_count + d.n,
+            prompt_count = s.prompt_count + d.prompts,
+            result_count = s.result_count + d.results,
+            last_active_at = d.last_active,
+            title = coalesce(s.title, d.title),
+            total_cost_usd = s.total_cost_usd + d.cost,
+            input_tokens = s.input_tokens + d.input_tokens,
+            output_tokens = s.output_tokens + d.output_tokens,
+            duration_ms = s.duration_ms + d.duration_ms,
+            running_seq = case d.running
+                when 1 then s.last_seq + d.running_at
+                when 2 then d.running_at
+                else s.running_seq end
+        from d where s.id = d.id
+        returning s.id, s.last_seq - d.n as base
+    ),
+    ins as (
+        insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
+            payload, created_at, turn_cost_usd)
+        select m.id, u.base + m.ord, m.message_type, m.sdk_uuid, m.prompt, m.turn_anchor,
+            m.payload, m.created_at, m.turn_cost_usd
+        from unnest($13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::bool[],
+            $18::text[], $19::text[], $20::text[], $21::float8[])
+            as m (id, ord, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
+                turn_cost_usd)
+        join u on u.id = m.id
+    )
+    select id, base from u";
+
+/// The writer: one task storing each batch in one transaction.
+struct Writer {
+    pool: PgPool,
+    max_batch: usize,
+    metrics: Metrics,
+    /// Rows stored since the tables' statistics were last refreshed.
+    rows_since_analyze: usize,
+    /// The refresh running now, if any.
+    analyzing: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Rows stored between two refreshes of the tables' statistics (`analyze`), besides the
+/// server's own autovacuum: a replay reads a conversation a page at a time along its primary
+/// key only while the planner knows how many rows the conversation has; with statistics from
+/// before a large import it sorts the rest of the conversation for every page instead.
+const ANALYZE_EVERY_ROWS: usize = 50_000;
+
+impl Writer {
+    async fn run(mut self, mut rx: mpsc::Receiver<WriteOp>) {
+        let mut batch: Vec<Append> = Vec::with_capacity(self.max_batch);
+        let mut closing = None;
+        while closing.is_none() {
+            let Some(op) = rx.recv().await else { break };
+            closing = batch::fill(op, &mut rx, &mut batch, self.max_batch);
+            self.metrics.store_queue(rx.len());
+            if !batch.is_empty() {
+                let started = Instant::now();
+                let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
+                let outcome = self.write(&batch).await.map_err(|e| e.to_string());
+                batch::answer(&mut batch, outcome);
+                self.metrics.record_commit(started.elapsed(), rows);
+                self.rows_since_analyze += rows;
+                if self.rows_since_analyze >= ANALYZE_EVERY_ROWS
+                    && self.analyzing.as_ref().is_none_or(|a| a.is_finished())
+                {
+                    self.rows_since_analyze = 0;
+                    let pool = self.pool.clone();
+                    self.analyzing = Some(tokio::spawn(async move {
+                        if let Err(err) = sqlx::query("analyze session_info, messages")
+                            .execute(&pool)
+                            .await
+                        {
+                            tracing::warn!(error = %err, "refreshing the store's statistics failed");
+                        }
+                    }));
+                }
+            }
+        }
+        if let Some(analyzing) = self.analyzing.take() {
+            let _ = analyzing.await;
+        }
+        if let Some(done) = closing {
+            let _ = done.send(());
+        }
+    }
+
+    /// Stores `batch` in one transaction; each request's outcome in order.
+    async fn write(&self, batch: &[Append]) -> sqlx::Result<Vec<Result<i64>>> {
+        let deltas = batch::deltas(batch);
+        let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
+        // Each row's position among its conversation's rows of this batch (from 1).
+        let ones = deltas.iter().map(|d| (d.row, 1)).collect();
+        let mut m = Rows::with_capacity(rows);
+        let _ = batch::assign(batch, ones, |row, ord, msg| {
+            m.push(row, ord, msg);
+            Ok::<(), ()>(())
+        });
+        let mut tx = self.pool.begin().await?;
+        let bases: Vec<(i64, i64)> = sqlx::query_as(APPEND)
+            .bind(deltas.iter().map(|d| d.row.0).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.rows).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.prompts).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.results).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.last_active).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.title.map(text)).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.totals.cost_usd).collect::<Vec<_>>())
+            .bind(
+                deltas
+                    .iter()
+                    .map(|d| d.totals.input_tokens)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                deltas
+                    .iter()
+                    .map(|d| d.totals.output_tokens)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                deltas
+                    .iter()
+                    .map(|d| d.totals.duration_ms)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(deltas.iter().map(|d| d.running).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.running_at).collect::<Vec<_>>())
+            .bind(m.id)
+            .bind(m.ord)
+            .bind(m.message_type)
+            .bind(m.sdk_uuid)
+            .bind(m.prompt)
+            .bind(m.turn_anchor)
+            .bind(m.payload)
+            .bind(m.created_at)
+            .bind(m.turn_cost_usd)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let next: HashMap<RowId, i64> = bases
+            .into_iter()
+            .map(|(id, base)| (RowId(id), base + 1))
+            .collect();
+        Ok(batch::assign(batch, next, |_, _, _| Ok::<(), ()>(())).expect("nothing to fail"))
+    }
+}
+
+/// The rows of a batch as the columns [`APPEND`] unnests.
+struct Rows<'a> {
+    id: Vec<i64>,
+    ord: Vec<i64>,
+    message_type: Vec<&'static str>,
+    sdk_uuid: Vec<Option<Cow<'a, str>>>,
+    prompt: Vec<bool>,
+    turn_anchor: Vec<Option<Cow<'a, str>>>,
+    payload: Vec<Cow<'a, str>>,
+    created_at: Vec<&'a str>,
+    turn_cost_usd: Vec<Option<f64>>,
+}
+
+impl<'a> Rows<'a> {
+    fn with_capacity(n: usize) -> Self {
+        Rows {
+            id: Vec::with_capacity(n),
+            ord: Vec::with_capacity(n),
+            message_type: Vec::with_capacity(n),
+            sdk_uuid: Vec::with_capacity(n),
+            prompt: Vec::with_capacity(n),
+            turn_anchor: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            created_at: Vec::with_capacity(n),
+            turn_cost_usd: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, row: RowId, ord: i64, m: &'a NewMessage) {
+        self.id.push(row.0);
+        self.ord.push(ord);
+        self.message_type.push(m.message_type);
+        self.sdk_uuid.push(m.sdk_uuid.as_deref().map(text));
+        self.prompt.push(m.prompt);
+        self.turn_anchor.push(m.turn_anchor.as_deref().map(text));
+        self.payload.push(pg_json(&m.payload));
+        self.created_at.push(&m.created_at);
+        self.turn_cost_usd.push(m.totals.map(|t| t.cost_usd));
+    }
+}
+
+/// A rewind's or a fork's transaction on PostgreSQL, holding the conversation's row lock.
+struct Tx<'c>(&'c mut PgConnection);
+
+shared::edit_tx_impl!(Tx<'_>, {
+    /// The same rule as SQLite's: the first as many prompts as there are results since the
+    /// last `rewound` or `imported` status are the ended turns'; later ones are later turns'.
+    async fn later_prompts(&mut self, row: RowId, at: i64) -> Result<Vec<i64>> {
+        Ok(sqlx::query_scalar(
+            "with since (seq) as (
+                select coalesce(max(seq), 0) from messages
+                where session_pk = $1 and seq < $2 and message_type = 'status'
+                  and agentmux_try_jsonb(payload) ->> 'status' in ('rewound', 'imported')
+             ),
+             ended (n) as (
+                select count(*) from messages
+                where session_pk = $1 and message_type = 'result'
+                  and seq > (select seq from since) and seq <= $2
+             )
+             select seq from messages
+             where session_pk = $1 and prompt and seq > (select seq from since) and seq <= $2
+             order by seq offset (select n from ended)",
+        )
+        .bind(row)
+        .bind(at)
+        .fetch_all(&mut *self.0)
+        .await?)
+    }
+
+    async fn delete_seqs(&mut self, row: RowId, seqs: &[i64]) -> Result<u64> {
+        Ok(
+            sqlx::query("delete from messages where session_pk = $1 and seq = any($2)")
+                .bind(row)
+                .bind(seqs)
+                .execute(&mut *self.0)
+                .await?
+                .rows_affected(),
+        )
+    }
+
+    /// A status starts or ends no turn and adds no totals; seq and row in one statement.
+    async fn append_status(&mut self, row: RowId, status: &NewMessage) -> Result<i64> {
+        sqlx::query_scalar(
+            "with u as (
+                update session_info set last_seq = last_seq + 1, message_count = message_count + 1,
+                    last_active_at = $2 where id = $1 returning last_seq
+             )
+             insert into messages (session_pk, seq, message_type, sdk_uuid, payload, created_at)
+             select $1, last_seq, $3, $4, $5, $2 from u
+             returning seq",
+        )
+        .bind(row)
+        .bind(&status.created_at)
+        .bind(status.message_type)
+        .bind(status.sdk_uuid.as_deref().map(text))
+        .bind(pg_json(&status.payload))
+        .fetch_optional(&mut *self.0)
+        .await?
+        .ok_or(StoreError::UnknownSession)
+    }
+
+    async fn copy_messages(
+        &mut self,
+        source: RowId,
+        fork: RowId,
+        at: i64,
+        except: &[i64],
+    ) -> Result<()> {
+        sqlx::query(
+            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at)
+             select $1, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at
+             from messages where session_pk = $2 and seq <= $3 and seq <> all($4)",
+        )
+        .bind(fork)
+        .bind(source)
+        .bind(at)
+        .bind(except)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+});
+
+/// Takes the write lock of conversation `row` in `tx` (appends to it wait until the commit).
+async fn lock(conn: &mut PgConnection, row: RowId) -> Result<()> {
+    sqlx::query("select 1 from session_info where id = $1 for update")
+        .bind(row)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|_: sqlx::postgres::PgRow| ())
+        .ok_or(StoreError::UnknownSession)
+}
+
+shared::store_impl!(PgStore, {
+    async fn messages_after(
+        &self,
+        row: RowId,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>> {
+        Ok(sqlx::query_as(
+            "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd
+             from messages where session_pk = $1 and seq > $2 order by seq limit $3",
+        )
+        .bind(row)
+        .bind(after_seq)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn list_sessions(
+        &self,
+        principal: &str,
+        query: &SessionQuery,
+    ) -> Result<(Vec<SessionRecord>, i64)> {
+        // `strpos(lower(..))` rather than LIKE: the filter is literal text, `%` and `_`
+        // included. Content matches are looked for in the text of user and assistant messages
+        // only (see `agentmux_content_texts` in the migration), never in JSON keys or ids.
+        let filter = "principal = $1 and not pending and ($2::text is null
+            or strpos(lower(coalesce(title, '')), lower($2)) > 0
+            or exists (select 1 from messages m,
+                         agentmux_content_texts(agentmux_try_jsonb(m.payload) #> '{message,content}', null) t (atom)
+                       where m.session_pk = session_info.id
+                         and m.message_type in ('user', 'assistant')
+                         and strpos(lower(t.atom), lower($2)) > 0))";
+        let text = query.text_contains.as_deref().map(text);
+        let total: i64 =
+            sqlx::query_scalar(&format!("select count(*) from session_info where {filter}"))
+                .bind(principal)
+                .bind(&text)
+                .fetch_one(&self.pool)
+                .await?;
+        let sql = format!(
+            "select {} from session_info where {filter}
+             order by last_active_at desc, id desc limit $3 offset $4",
+            shared::SESSION_COLUMNS
+        );
+        let rows = sqlx::query_as(&sql)
+            .bind(principal)
+            .bind(&text)
+            .bind(i64::from(query.limit))
+            .bind(i64::from(query.offset))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok((rows, total))
+    }
+
+    async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {
+        let mut tx = self.pool.begin().await?;
+        lock(&mut tx, row).await?;
+        let rewound = edits::rewind(&mut Tx(&mut tx), row, to_seq, status).await?;
+        tx.commit().await?;
+        Ok(rewound)
+    }
+
+    async fn fork(
+        &self,
+        source: RowId,
+        at_seq: Option<i64>,
+        new: NewSession,
+    ) -> Result<SessionRecord> {
+        let mut tx = self.pool.begin().await?;
+        lock(&mut tx, source).await?;
+        edits::fork(&mut Tx(&mut tx), source, at_seq, &new).await?;
+        tx.commit().await?;
+        self.find_session(&new.principal, &new.agent_id)
+            .await?
+            .ok_or(StoreError::UnknownSession)
+    }
+
+    async fn close(&self) {
+        batch::close(&self.writer).await;
+        self.pool.close().await;
+    }
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_and_scrubbed() {
+        let url = "postgres://app:s3cr%2Ft@db.example:5432/agentmux?sslmode=require";
+        assert_eq!(
+            redact_url(url),
+            "postgres://app:***@db.example:5432/agentmux?sslmode=require"
+        );
+        assert_eq!(
+            scrub(url, "bad password s3cr%2Ft or s3cr/t"),
+            "bad password *** or ***"
+        );
+        assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(scrub("postgres://app@db/x", "text"), "text");
+        assert_eq!(redact_url("-e"), "-e");
+        assert_eq!(redact_url("postgres:/app:s3cret@db/x"), "***");
+    }
+
+    #[test]
+    fn nul_characters_are_made_storable() {
+        assert_eq!(text("a\0b"), "a\u{FFFD}b");
+        assert_eq!(pg_json("{\"a\":\"x\0\"}"), "{\"a\":\"x\\u0000\"}");
+        assert!(matches!(text("plain"), Cow::Borrowed(_)));
+    }
+}
