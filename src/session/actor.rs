@@ -711,7 +711,14 @@ impl Actor {
                     // An agent goes only while idle with no prompt read: the prompt of a turn
                     // sent meanwhile never reached it, and goes to the next agent instead.
                     self.agent = None;
-                    match self.running.take() {
+                    // A turn whose result came in this same batch is over (`running` is cleared
+                    // after the batch): nothing to hand on.
+                    let unread = if turn_ended {
+                        None
+                    } else {
+                        self.running.take()
+                    };
+                    match unread {
                         // Interrupted meanwhile: it ends as if the agent had read both.
                         Some(running) if running.interrupt_deadline.is_some() => {
                             self.running = Some(running);
@@ -862,7 +869,8 @@ impl Actor {
 
     fn on_exit(&mut self, detail: &str, outs: &mut Vec<Out>, turn_ended: &mut bool) {
         self.agent = None;
-        if self.running.is_some() {
+        // A turn whose result came in this same batch ended before the agent did.
+        if self.running.is_some() && !*turn_ended {
             tracing::warn!(agent_id = %self.session.agent_id, detail, "agent died mid-turn");
             self.shared.metrics.agent_crashed();
             outs.push(Out::Status(

@@ -96,7 +96,7 @@ fn demo_reply(content: &str, n: u32) -> String {
     format!("Echo: {content} (turn {n})")
 }
 
-/// The fake ACP agent's reply to turn `n` of `content`.
+/// The fake ACP agent's (and the fake CLI's) reply to turn `n` of `content`.
 fn acp_reply(content: &str, n: u32) -> String {
     format!("Echo: {content} (history {n})")
 }
@@ -1076,4 +1076,16 @@ async fn an_agent_that_cannot_start_is_backend_unavailable() {
     assert_eq!(stored["messages"][1], *result);
     c.send(json!({"type": "ping", "ts": 1})).await;
     assert_eq!(c.recv_until(|f| f["message_type"] == "pong").await.len(), 1);
+}
+
+/// The same with a cap of 4 agent processes for 20 conversations, on the fake CLI and on the
+/// fake ACP agent: processes are evicted and resumed between turns, and still every turn runs
+/// exactly once (a turn that ended in the same batch as its agent's release was once run a
+/// second time on the next agent).
+#[tokio::test]
+async fn interleaved_turns_under_a_small_process_cap_run_once_each() {
+    let fx = crate::claude::Fixture::new("[agent]\nmax_live_processes = 4\n");
+    interleaved(fx.start(&[]).await, acp_reply).await;
+    let setup = crate::acp::AcpSetup::with_config(&[], "[agent]\nmax_live_processes = 4\n");
+    interleaved(setup.start_as_default().await, acp_reply).await;
 }
