@@ -28,7 +28,9 @@ use crate::config::SocketConfig;
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::limits::{QuotaPermit, RateLimiter, Verdict};
-use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag};
+use crate::protocol::{
+    self, AgentId, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag,
+};
 use crate::session::ChatAccepted;
 use crate::session::events::{Lagged, Receiver};
 use crate::session::replay::Cursor;
@@ -145,7 +147,7 @@ async fn next_activity(feed: &mut Option<Receiver>) -> Option<Result<Frame, Lagg
 
 /// A chat waiting for its user message to be stored: `(agent_id, client_msg_id, outcome)`.
 type PendingAck = Pin<
-    Box<dyn Future<Output = (String, Option<String>, Result<ChatAccepted, FrameError>)> + Send>,
+    Box<dyn Future<Output = (AgentId, Option<String>, Result<ChatAccepted, FrameError>)> + Send>,
 >;
 
 struct Connection {
@@ -157,7 +159,7 @@ struct Connection {
     /// were woken, so a socket following hundreds of conversations pays per frame, not per
     /// conversation.
     subs: SelectAll<Live>,
-    followed: HashMap<String, Followed>,
+    followed: HashMap<AgentId, Followed>,
     /// Chats handed to their conversations whose user message is being stored, in the order
     /// they arrived. The socket keeps reading meanwhile, so its chats share group commits.
     acks: FuturesOrdered<PendingAck>,
@@ -478,7 +480,7 @@ impl Connection {
     /// the socket follows the conversation, or an `error`.
     async fn on_stored(
         &mut self,
-        agent_id: String,
+        agent_id: AgentId,
         client_msg_id: Option<String>,
         outcome: Result<ChatAccepted, FrameError>,
     ) -> SocketResult {
@@ -512,7 +514,7 @@ impl Connection {
     }
 
     /// Follows a conversation's live frames from the cursor on, replacing any earlier stream.
-    fn follow(&mut self, agent_id: String, cursor: Cursor, events: Receiver) {
+    fn follow(&mut self, agent_id: AgentId, cursor: Cursor, events: Receiver) {
         let (frames, stop) = futures_util::stream::abortable(events);
         self.subs.push(Live {
             agent_id: agent_id.as_str().into(),

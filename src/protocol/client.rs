@@ -5,8 +5,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    Content, ErrorCode, FrameError, MAX_ADD_DIRS, MAX_AGENT_ID_CHARS, MAX_AGENT_NAME_CHARS,
-    MAX_MODE_CHARS, MAX_MODEL_CHARS, MAX_PATH_BYTES, MAX_SYSTEM_PROMPT_BYTES,
+    AgentId, Content, ErrorCode, FrameError, MAX_ADD_DIRS, MAX_AGENT_ID_CHARS,
+    MAX_AGENT_NAME_CHARS, MAX_MODE_CHARS, MAX_MODEL_CHARS, MAX_PATH_BYTES, MAX_SYSTEM_PROMPT_BYTES,
     MAX_TOOL_PATTERN_CHARS, MAX_TOOL_PATTERNS, MAX_TURNS_LIMIT, truncate_chars,
 };
 
@@ -147,7 +147,8 @@ impl LaunchOptions {
 #[cfg_attr(test, derive(ts_rs::TS))]
 pub struct Chat {
     /// Routing key of the conversation.
-    pub agent_id: String,
+    #[cfg_attr(test, ts(as = "String"))]
+    pub agent_id: AgentId,
     /// The user's message.
     pub content: Content,
     /// Echoed in the `ack`.
@@ -170,7 +171,8 @@ pub enum ClientFrame {
     /// Stop the running turn.
     Interrupt {
         /// The conversation.
-        agent_id: String,
+        #[cfg_attr(test, ts(as = "String"))]
+        agent_id: AgentId,
     },
     /// Application-level heartbeat; `ts` is echoed.
     Ping {
@@ -182,7 +184,8 @@ pub enum ClientFrame {
     /// Replay stored frames after `since_seq`, then follow live ones.
     Subscribe {
         /// The conversation.
-        agent_id: String,
+        #[cfg_attr(test, ts(as = "String"))]
+        agent_id: AgentId,
         /// The last `seq` the client has; 0 for everything.
         since_seq: i64,
         /// Start the conversation's agent in the background if it is not running, so that the
@@ -194,7 +197,8 @@ pub enum ClientFrame {
     /// Stop following a conversation.
     Unsubscribe {
         /// The conversation.
-        agent_id: String,
+        #[cfg_attr(test, ts(as = "String"))]
+        agent_id: AgentId,
     },
     /// Get an `activity` frame whenever a turn starts or ends or a tool waits for approval in
     /// any of the principal's conversations, followed or not.
@@ -204,7 +208,8 @@ pub enum ClientFrame {
     /// Answer a pending tool permission request.
     PermissionResponse {
         /// The conversation.
-        agent_id: String,
+        #[cfg_attr(test, ts(as = "String"))]
+        agent_id: AgentId,
         /// The request being answered.
         request_id: String,
         /// Allow (optionally with edited input) or deny (optionally with a message).
@@ -215,16 +220,19 @@ pub enum ClientFrame {
     /// forget them.
     Rewind {
         /// The conversation.
-        agent_id: String,
+        #[cfg_attr(test, ts(as = "String"))]
+        agent_id: AgentId,
         /// The `seq` of the `result` that ends the turn to go back to.
         to_seq: i64,
     },
     /// Start conversation `new_agent_id` from `agent_id`'s history up to `at_seq`.
     Fork {
         /// The conversation to fork.
-        agent_id: String,
+        #[cfg_attr(test, ts(as = "String"))]
+        agent_id: AgentId,
         /// The new conversation's routing key.
-        new_agent_id: String,
+        #[cfg_attr(test, ts(as = "String"))]
+        new_agent_id: AgentId,
         /// The `seq` of the `result` to fork at; the latest when absent.
         #[serde(skip_serializing_if = "Option::is_none")]
         #[cfg_attr(test, ts(optional))]
@@ -464,7 +472,9 @@ pub fn decode_object(
         "fork" => {
             let agent_id = agent_id(obj).map_err(fail)?;
             let new_agent_id = match obj.get("new_agent_id") {
-                Some(Value::String(id)) if valid_agent_id(id) && *id != agent_id => id.clone(),
+                Some(Value::String(id)) if valid_agent_id(id) && agent_id != id.as_str() => {
+                    AgentId::parse(id.as_str()).map_err(fail)?
+                }
                 _ => {
                     return Err(fail(FrameError::new(
                         ErrorCode::InvalidAgentId,
@@ -485,13 +495,9 @@ pub fn decode_object(
     }
 }
 
-fn agent_id(obj: &Map<String, Value>) -> Result<String, FrameError> {
+fn agent_id(obj: &Map<String, Value>) -> Result<AgentId, FrameError> {
     match obj.get("agent_id") {
-        Some(Value::String(id)) if valid_agent_id(id) => Ok(id.clone()),
-        Some(Value::String(_)) => Err(FrameError::new(
-            ErrorCode::InvalidAgentId,
-            "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
-        )),
+        Some(Value::String(id)) => AgentId::parse(id.as_str()),
         Some(_) => Err(FrameError::new(
             ErrorCode::InvalidAgentId,
             "`agent_id` must be a string",

@@ -10,10 +10,12 @@
 
 mod client;
 mod content;
+mod ids;
 mod server;
 
 pub use client::*;
 pub use content::{Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES};
+pub use ids::AgentId;
 pub use server::*;
 
 use serde::Serialize;

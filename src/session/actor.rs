@@ -603,7 +603,7 @@ impl Actor {
             ));
         }
         let spec = SpawnSpec {
-            agent_id: self.session.agent_id.clone(),
+            agent_id: self.session.agent_id.to_string(),
             session_id: self.session.session_id.clone(),
             cwd: self.cwd.clone(),
             launch,

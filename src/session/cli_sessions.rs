@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 
 use super::history::{ImportEnd, Lines, invalid, message_text};
 use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
-use crate::protocol::{self, ErrorCode, FrameError};
+use crate::protocol::{self, AgentId, ErrorCode, FrameError};
 use crate::store::{NewMessage, SessionRecord};
 
 /// Largest transcript read, in bytes.
@@ -352,13 +352,7 @@ impl Manager {
         if !valid_session_id(cli_session_id) {
             return Err(invalid("`cli_session_id` must be a UUID"));
         }
-        let agent_id = agent_id.unwrap_or(cli_session_id);
-        if !protocol::valid_agent_id(agent_id) {
-            return Err(FrameError::new(
-                ErrorCode::InvalidAgentId,
-                "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
-            ));
-        }
+        let agent_id = &AgentId::parse(agent_id.unwrap_or(cli_session_id))?;
         let cwd = self.project_dir(principal, cwd).await?;
         let home = self.cli_home()?;
         let _transfer = self.acquire_transfer(principal, agent_id)?;
@@ -408,7 +402,7 @@ impl Manager {
     pub async fn sync_cli_session(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
     ) -> Result<(SessionRecord, usize), FrameError> {
         let home = self.cli_home()?;
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;

@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 use super::replay::stored_frame;
 use super::{Conversation, Manager, store_error, store_failure, unknown_agent};
 use crate::limits::{QuotaExceeded, QuotaPermit};
-use crate::protocol::{self, ErrorCode, Frame, FrameError};
+use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError};
 use crate::store::{NewMessage, NewSession, RowId, SessionQuery, SessionRecord, Store};
 
 /// Longest title, in characters.
@@ -261,7 +261,7 @@ impl Manager {
     pub async fn find(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
     ) -> Result<Option<SessionRecord>, FrameError> {
         self.shared
             .store
@@ -274,7 +274,11 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent` or `store_unavailable`.
-    pub async fn get(&self, principal: &str, agent_id: &str) -> Result<SessionRecord, FrameError> {
+    pub async fn get(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+    ) -> Result<SessionRecord, FrameError> {
         self.find(principal, agent_id)
             .await?
             .ok_or_else(|| unknown_agent(agent_id))
@@ -304,7 +308,7 @@ impl Manager {
     pub async fn messages(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
         after_seq: i64,
         limit: u32,
     ) -> Result<(Vec<Frame>, bool), FrameError> {
@@ -333,7 +337,7 @@ impl Manager {
     pub async fn rename(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
         title: &str,
     ) -> Result<SessionRecord, FrameError> {
         let title = title.trim();
@@ -360,7 +364,7 @@ impl Manager {
     pub async fn export(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
     ) -> Result<impl Stream<Item = Result<String, FrameError>> + Send + 'static, FrameError> {
         let transfer = self.acquire_transfer(principal, agent_id)?;
         let record = self.get(principal, agent_id).await?;
@@ -409,7 +413,7 @@ impl Manager {
     pub async fn import<S, E>(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
         body: S,
         max_bytes: usize,
     ) -> Result<SessionRecord, FrameError>
@@ -455,8 +459,9 @@ impl Manager {
         M: Stream<Item = Result<NewMessage, FrameError>> + Send,
     {
         let store = &self.shared.store;
-        let (principal, agent_id) = (new.principal.clone(), new.agent_id.clone());
-        let agent_id = agent_id.as_str();
+        // Checked when `new` was made from a request.
+        let (principal, agent_id) = (new.principal.clone(), AgentId::stored(new.agent_id.clone()));
+        let agent_id = &agent_id;
         let mut messages = std::pin::pin!(messages);
         let mut new = Some(new);
         let mut chunk: Vec<NewMessage> = Vec::new();

@@ -36,7 +36,7 @@ use crate::agent::registry::Agents;
 use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
-use crate::protocol::{self, Chat, ErrorCode, Frame, FrameError, LaunchOptions, Tag};
+use crate::protocol::{self, AgentId, Chat, ErrorCode, Frame, FrameError, LaunchOptions, Tag};
 use crate::store::{NewMessage, RowId, Store, StoreError};
 
 /// Commands waiting for one actor; a full queue answers `limit_exceeded`.
@@ -50,7 +50,7 @@ pub struct Conversation {
     /// Its row in the store.
     pub row: RowId,
     /// The client's routing key.
-    pub agent_id: String,
+    pub agent_id: AgentId,
     /// Our id of the conversation.
     pub session_id: String,
     /// The name of its agent (`session_info.backend`), fixed for its life.
@@ -64,7 +64,7 @@ impl Conversation {
     pub fn from_record(record: &SessionRecord) -> Arc<Self> {
         Arc::new(Conversation {
             row: record.row,
-            agent_id: record.agent_id.clone(),
+            agent_id: AgentId::stored(record.agent_id.clone()),
             session_id: record.session_id.clone(),
             agent: record.backend.clone(),
             principal: record.principal.clone(),
@@ -118,7 +118,7 @@ pub struct ChatAccepted {
 
 /// A user turn handed to its conversation and not yet known to be stored.
 pub struct PendingChat {
-    agent_id: String,
+    agent_id: AgentId,
     session: Arc<Conversation>,
     events: events::Receiver,
     reply: oneshot::Receiver<Result<(i64, usize), FrameError>>,
@@ -683,7 +683,7 @@ impl Manager {
     pub async fn rewind(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
         to_seq: i64,
     ) -> Result<Frame, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
@@ -716,8 +716,8 @@ impl Manager {
     pub async fn fork(
         &self,
         principal: &str,
-        agent_id: &str,
-        new_agent_id: &str,
+        agent_id: &AgentId,
+        new_agent_id: &AgentId,
         at_seq: Option<i64>,
     ) -> Result<SessionRecord, FrameError> {
         let store = &self.shared.store;
@@ -759,7 +759,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent` or `store_unavailable`.
-    pub async fn delete(&self, principal: &str, agent_id: &str) -> Result<(), FrameError> {
+    pub async fn delete(&self, principal: &str, agent_id: &AgentId) -> Result<(), FrameError> {
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         let session = slot.session.get().expect("set by existing_slot").clone();
         let cwd = self.get(principal, agent_id).await?.cwd;
@@ -836,7 +836,7 @@ impl Manager {
     async fn existing_slot(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
     ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), FrameError> {
         let key = Self::key(principal, agent_id);
         if !self.slots.contains_key(&key) {
@@ -857,7 +857,7 @@ impl Manager {
     pub async fn subscribe(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
     ) -> Result<Subscription, FrameError> {
         let (slot, _guard) = self.existing_slot(principal, agent_id).await?;
         Ok(Subscription {
@@ -872,7 +872,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent` when there is no such conversation, `store_unavailable`.
-    pub async fn warm(&self, principal: &str, agent_id: &str) -> Result<Warm, FrameError> {
+    pub async fn warm(&self, principal: &str, agent_id: &AgentId) -> Result<Warm, FrameError> {
         let key = Self::key(principal, agent_id);
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         let handle = match &*guard {
@@ -913,7 +913,7 @@ impl Manager {
     pub async fn interrupt(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
     ) -> Result<Interrupted, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
         let session = slot.session.get().expect("set by existing_slot").clone();
@@ -939,7 +939,7 @@ impl Manager {
     pub async fn answer_permission(
         &self,
         principal: &str,
-        agent_id: &str,
+        agent_id: &AgentId,
         request_id: String,
         decision: crate::protocol::PermissionDecision,
     ) -> Result<(), FrameError> {

@@ -799,7 +799,10 @@ impl Scheduler {
         else {
             return;
         };
-        if last.outcome == "started" && last.seq == Some(seq) && last.agent_id == session.agent_id {
+        if last.outcome == "started"
+            && last.seq == Some(seq)
+            && session.agent_id == last.agent_id.as_str()
+        {
             last.outcome = outcome.into();
             last.detail = detail;
             self.record(&id, &last).await;

@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
-use crate::protocol::{self, ClientFrame, ErrorCode, Frame};
+use crate::protocol::{self, AgentId, ClientFrame, Frame};
 use crate::session::{Activity, ExportLine, SessionQuery, SessionRecord};
 
 /// Largest accepted import, in bytes.
@@ -246,15 +246,8 @@ pub struct ImportParams {
 }
 
 /// Checks the `agent_id` of a path.
-pub(crate) fn agent_id(raw: String) -> Result<String, ApiError> {
-    if protocol::valid_agent_id(&raw) {
-        Ok(raw)
-    } else {
-        Err(ApiError::new(
-            ErrorCode::InvalidAgentId,
-            "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
-        ))
-    }
+pub(crate) fn agent_id(raw: String) -> Result<AgentId, ApiError> {
+    Ok(AgentId::parse(raw)?)
 }
 
 pub(crate) fn summary(app: &AppState, principal: &str, record: SessionRecord) -> SessionSummary {
