@@ -63,6 +63,12 @@ impl AcpSetup {
             .collect()
     }
 
+    /// Fails unless the agent got `call` (a line of its call log).
+    pub fn assert_called(&self, call: &str) {
+        let calls = self.calls();
+        assert!(calls.iter().any(|c| c == call), "no `{call}` in {calls:?}");
+    }
+
     /// A server whose default agent is the fake ACP agent.
     pub async fn start_as_default(&self) -> TestServer {
         TestServer::start_in(
@@ -81,6 +87,32 @@ impl AcpSetup {
         )
         .await
     }
+}
+
+/// A turn with options: its chat is acknowledged, and its frames up to its `result`.
+pub async fn turn_with(
+    c: &mut Client,
+    agent_id: &str,
+    content: &str,
+    options: Value,
+) -> Vec<Value> {
+    let ack = chat_with(c, agent_id, content, options).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    c.until_result(agent_id).await
+}
+
+/// A chat whose options name a mode that runs tools without asking: `invalid_options` saying
+/// it needs `agent.allow_bypass_permissions`.
+async fn needs_the_operator(c: &mut Client, agent_id: &str, content: &str, options: Value) {
+    let err = chat_with(c, agent_id, content, options).await;
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("allow_bypass_permissions"),
+        "{err}"
+    );
 }
 
 /// Sends a chat with options and returns its ack (or error).
@@ -395,7 +427,7 @@ async fn interrupt_cancels_the_turn_and_the_next_one_works() {
     let result = stored(&rest, "result")[0];
     assert_eq!(result["message"]["terminal_reason"], "aborted_streaming");
     assert_eq!(result["message"]["stop_reason"], "cancelled");
-    assert!(setup.calls().contains(&"session/cancel".to_owned()));
+    setup.assert_called("session/cancel");
     chat_ack(&mut c, "i1", "next").await;
     assert_eq!(
         reply_text(&c.until_result("i1").await),
@@ -432,7 +464,7 @@ async fn a_crash_mid_turn_is_survived_and_the_session_resumed() {
     chat_ack(&mut c, "c1", "again").await;
     let frames = c.until_result("c1").await;
     assert_eq!(reply_text(&frames), "Echo: again (history 2)");
-    assert!(setup.calls().contains(&"session/resume".to_owned()));
+    setup.assert_called("session/resume");
 }
 
 /// Lines that are not JSON-RPC are skipped with a warning; the turn and the next one work.
@@ -476,7 +508,7 @@ async fn load_without_resume_drops_the_replay() {
     chat_ack(&mut c, "l1", "second").await;
     let frames = c.until_result("l1").await;
     assert_eq!(reply_text(&frames), "Echo: second (history 2)");
-    assert!(setup.calls().contains(&"session/load".to_owned()));
+    setup.assert_called("session/load");
     assert!(!setup.calls().contains(&"session/resume".to_owned()));
     c.send(json!({"type": "subscribe", "agent_id": "l1", "since_seq": 0}))
         .await;
@@ -754,7 +786,7 @@ async fn an_agent_that_ignores_cancel_is_stopped() {
     chat_ack(&mut c, "s1", "again").await;
     let reply = reply_text(&c.until_result("s1").await);
     assert!(reply.starts_with("Echo: again (history "), "{reply}");
-    assert!(setup.calls().contains(&"session/resume".to_owned()));
+    setup.assert_called("session/resume");
 }
 
 /// The running `fake-acp` processes the server started.
@@ -915,34 +947,22 @@ async fn an_agents_own_modes_are_picked_and_others_refused() {
         "{warning}"
     );
 
-    let ack = chat_with(
+    turn_with(
         &mut c,
         "g1",
         "hi",
         json!({"agent": "fake", "permission_mode": "autoEdit"}),
     )
     .await;
-    assert_eq!(ack["message_type"], "ack", "{ack}");
-    c.until_result("g1").await;
     let (_, agents) = rest.get("/api/agents").await;
     assert_eq!(
         modes(&agents, "fake"),
         ["default", "autoEdit", "yolo", "plan"],
         "the modes the agent offered"
     );
-    assert!(
-        setup.calls().contains(&"mode autoEdit".to_owned()),
-        "{:?}",
-        setup.calls()
-    );
-    let ack = chat_with(&mut c, "g1", "next", json!({"permission_mode": "plan"})).await;
-    assert_eq!(ack["message_type"], "ack", "{ack}");
-    c.until_result("g1").await;
-    assert!(
-        setup.calls().contains(&"mode plan".to_owned()),
-        "{:?}",
-        setup.calls()
-    );
+    setup.assert_called("mode autoEdit");
+    turn_with(&mut c, "g1", "next", json!({"permission_mode": "plan"})).await;
+    setup.assert_called("mode plan");
     let (_, session) = rest.get("/api/sessions/g1").await;
     assert_eq!(session["permission_mode"], "plan", "{session}");
 
@@ -963,32 +983,22 @@ async fn an_agents_own_modes_are_picked_and_others_refused() {
         assert_eq!(err["code"], "invalid_options", "{mode}: {err}");
     }
     // Gemini's own id picks on a first chat too.
-    let ack = chat_with(
+    turn_with(
         &mut c,
         "g3",
         "hi",
         json!({"agent": "fake", "permission_mode": "plan"}),
     )
     .await;
-    assert_eq!(ack["message_type"], "ack", "{ack}");
-    c.until_result("g3").await;
 
     // `yolo` runs tools without asking: refused unless the operator allows it.
-    let err = chat_with(
+    needs_the_operator(
         &mut c,
         "g4",
         "x",
         json!({"agent": "fake", "permission_mode": "yolo"}),
     )
     .await;
-    assert_eq!(err["code"], "invalid_options", "{err}");
-    assert!(
-        err["error"]
-            .as_str()
-            .unwrap()
-            .contains("allow_bypass_permissions"),
-        "{err}"
-    );
     assert_eq!(rest.get("/api/sessions/g4").await.0, 404);
     let err = chat_with(&mut c, "g1", "x", json!({"permission_mode": "yolo"})).await;
     assert_eq!(err["code"], "invalid_options", "{err}");
@@ -1011,20 +1021,14 @@ async fn an_agents_own_modes_are_picked_and_others_refused() {
     );
     let server = allowed.start().await;
     let mut c = server.client().await;
-    let ack = chat_with(
+    turn_with(
         &mut c,
         "y1",
         "hi",
         json!({"agent": "fake", "permission_mode": "yolo"}),
     )
     .await;
-    assert_eq!(ack["message_type"], "ack", "{ack}");
-    c.until_result("y1").await;
-    assert!(
-        allowed.calls().contains(&"mode yolo".to_owned()),
-        "{:?}",
-        allowed.calls()
-    );
+    allowed.assert_called("mode yolo");
 }
 
 /// Malformed mode ids never reach an agent: flag-like, path-like, overlong or odd ones are
@@ -1168,11 +1172,7 @@ async fn images_to_an_agent_that_cant_take_them_are_refused() {
         stored(&frames, "result")[0]["message"]["subtype"],
         "success"
     );
-    assert!(
-        able.calls().contains(&"prompt with 1 image(s)".to_owned()),
-        "{:?}",
-        able.calls()
-    );
+    able.assert_called("prompt with 1 image(s)");
 }
 
 /// Claude CLIs and ACP agents share one cap on live processes (`agent.max_live_processes`):
@@ -1221,11 +1221,7 @@ async fn acp_and_cli_processes_share_one_cap() {
         reply_text(&c.until_result("acp1").await),
         "Echo: two (history 2)"
     );
-    assert!(
-        setup.calls().contains(&"session/resume".to_owned()),
-        "{:?}",
-        setup.calls()
-    );
+    setup.assert_called("session/resume");
     assert!(cli_procs().is_empty(), "the idle CLI made room");
     assert_eq!(fake_agents(&server).len(), 1);
 
@@ -1283,35 +1279,21 @@ async fn an_agents_own_unattended_modes_replace_the_default_list() {
     );
     let server = setup.start().await;
     let mut c = server.client().await;
-    let err = chat_with(
+    needs_the_operator(
         &mut c,
         "u1",
         "hi",
         json!({"agent": "fake", "permission_mode": "autoEdit"}),
     )
     .await;
-    assert_eq!(err["code"], "invalid_options", "{err}");
-    assert!(
-        err["error"]
-            .as_str()
-            .unwrap()
-            .contains("allow_bypass_permissions"),
-        "{err}"
-    );
-    let ack = chat_with(
+    turn_with(
         &mut c,
         "u1",
         "hi",
         json!({"agent": "fake", "permission_mode": "yolo"}),
     )
     .await;
-    assert_eq!(ack["message_type"], "ack", "{ack}");
-    c.until_result("u1").await;
-    assert!(
-        setup.calls().contains(&"mode yolo".to_owned()),
-        "{:?}",
-        setup.calls()
-    );
+    setup.assert_called("mode yolo");
 }
 
 /// With room for one process, a conversation with a turn queued behind its running one and
