@@ -342,6 +342,8 @@ let projectsLoaded = false;
  */
 let agents = [];
 /** Whether {@link agents} was loaded from the server at least once. */
+let agentsListed = false;
+/** Whether every agent in {@link agents} has said what it offers (else it is asked again). */
 let agentsLoaded = false;
 /**
  * New conversations' project directory and agent, sent with their first chat.
@@ -560,6 +562,10 @@ function fromApi(s) {
  */
 async function refreshSessions() {
   if (!sessionsApi || signedIn) return;
+  // The project names group the sidebar, once known; both lists are wanted by "New session",
+  // whether or not the server lists sessions.
+  if (!projectsLoaded) loadProjects().then(() => projects.length && renderSidebar());
+  if (!agentsLoaded) loadAgents();
   try {
     const response = await api('/api/sessions?limit=100');
     if (response.status === 401) {
@@ -587,9 +593,6 @@ async function refreshSessions() {
     renderSidebar();
     renderHeader();
     markUnlisted();
-    // The project names group the sidebar, once known.
-    if (!projectsLoaded) loadProjects().then(() => projects.length && renderSidebar());
-    if (!agentsLoaded) loadAgents();
   } catch {
     // Offline or restarting: the socket's state already says so.
   }
@@ -1629,8 +1632,9 @@ function startSession(cwd = null, agent = null) {
  * refreshed for next time meanwhile); without roots, starts one at once.
  */
 async function newSession() {
-  // Both lists are loaded with the sidebar; only a click before that waits for them.
-  if (!projectsLoaded || !agentsLoaded) {
+  // Both lists are loaded with the sidebar; only a click before that waits for them (an agent
+  // that has not said what it offers yet is asked again later, not waited for).
+  if (!projectsLoaded || !agentsListed) {
     await Promise.all([projectsLoaded || loadProjects(), agentsLoaded || loadAgents()]);
   }
   if (projects.length === 0 && agents.length <= 1) startSession();
@@ -1651,6 +1655,7 @@ async function loadAgents() {
       .filter((a) => a.name !== 'demo' || a.kind !== 'demo' || body.default === 'demo')
       .sort((a, b) => Number(b.name === body.default) - Number(a.name === body.default));
     // An ACP agent says what it offers (its modes) once it has run: asked again until then.
+    agentsListed = true;
     agentsLoaded = body.agents.every((a) => a.supports?.known !== false);
     renderPickers(current ? sessions.get(current) : undefined);
   } catch {
