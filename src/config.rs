@@ -430,7 +430,7 @@ pub struct DemoConfig {
     /// Pause after each streamed word, in milliseconds.
     pub delay_ms: u64,
     /// Testing aid: each turn waits after its first word until `<gate_dir>/<agent_id>.<N>`
-    /// exists (see [`crate::agent::demo::GatedDemoBackend`]). Off when unset.
+    /// exists (see [`crate::agent::demo::DemoBackend::gate_dir`]). Off when unset.
     pub gate_dir: Option<PathBuf>,
 }
 

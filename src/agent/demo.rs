@@ -5,7 +5,7 @@
 //! with usage and duration. The reply is `Echo: <content> (turn N)`, N counting the user turns
 //! the agent remembers (an image in the content is echoed as `[<media type> <size> bytes]`), so resume, rewind and fork can be seen from outside.
 //!
-//! A testing aid, [`GatedDemoBackend`] (`demo.gate_dir`), makes each turn wait after its first
+//! A testing aid, [`DemoBackend::gate_dir`] (`demo.gate_dir`), makes each turn wait after its first
 //! word until a file named after the turn exists, so that a test, not the clock, decides how
 //! long a turn runs.
 
@@ -46,6 +46,11 @@ const DEMO_SUPPORTS: super::Supports = super::Supports {
 pub struct DemoBackend {
     /// Pause after each word.
     pub word_delay: Duration,
+    /// Testing aid (`demo.gate_dir`): after its first word, turn N of conversation `agent_id`
+    /// goes on only once the file `<gate_dir>/<agent_id>.<N>` exists (N as in the reply's
+    /// `(turn N)`). An interrupt ends the wait like any turn. The name is made of an `agent_id`
+    /// (no `/`) and a number, so it never leaves the directory.
+    pub gate_dir: Option<PathBuf>,
 }
 
 #[async_trait]
@@ -67,47 +72,12 @@ impl Backend for DemoBackend {
     }
 
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
-        Ok(self.start(spec, None))
-    }
-}
-
-/// The demo backend whose turns wait at a gate (`demo.gate_dir`, for tests): after its first
-/// word, turn N of conversation `agent_id` goes on only once the file `<gate_dir>/<agent_id>.<N>`
-/// exists (N as in the reply's `(turn N)`). An interrupt ends the wait like any turn. The name
-/// is made of an `agent_id` (no `/`) and a number, so it never leaves the directory.
-#[derive(Debug, Clone)]
-pub struct GatedDemoBackend {
-    /// The demo agent's settings.
-    pub demo: DemoBackend,
-    /// Where the test creates the gate files.
-    pub gate_dir: PathBuf,
-}
-
-#[async_trait]
-impl Backend for GatedDemoBackend {
-    fn name(&self) -> &'static str {
-        "demo"
-    }
-
-    fn supports(&self) -> super::Supports {
-        DEMO_SUPPORTS
-    }
-
-    fn check_options(&self, _model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
-        super::check_cli_mode(mode)
-    }
-
-    fn unattended_mode(&self, mode: &str) -> bool {
-        super::CLI_UNATTENDED_MODES.contains(&mode)
-    }
-
-    async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
-        Ok(self.demo.start(spec, Some(self.gate_dir.clone())))
+        Ok(self.start(spec))
     }
 }
 
 impl DemoBackend {
-    fn start(&self, spec: SpawnSpec, gate_dir: Option<PathBuf>) -> AgentConn {
+    fn start(&self, spec: SpawnSpec) -> AgentConn {
         let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
         let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
         // The demo's memory is the number of turns it has seen: `prior_prompts` counts the
@@ -119,7 +89,10 @@ impl DemoBackend {
                 new_session_id.clone()
             }
         };
-        let gate = gate_dir.map(|dir| (dir, spec.agent_id.to_string()));
+        let gate = self
+            .gate_dir
+            .clone()
+            .map(|dir| (dir, spec.agent_id.to_string()));
         let agent = DemoAgent {
             session_id,
             gate,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::acp::{AcpBackend, AcpSettings};
 use super::claude::{ClaudeBackend, ClaudeSettings, check_bin};
-use super::demo::{DemoBackend, GatedDemoBackend};
+use super::demo::DemoBackend;
 use super::pool::Pool;
 use super::{Backend, Supports};
 use crate::config::{AgentDef, AgentKind, BackendKind, Config};
@@ -61,13 +61,10 @@ impl Agents {
         let mut entries = BTreeMap::new();
         // One cap for every agent process, whichever agent runs it.
         let pool = Arc::new(Pool::new(config.max_live_processes()));
-        let demo = DemoBackend {
+        let demo: Arc<dyn Backend> = Arc::new(DemoBackend {
             word_delay: Duration::from_millis(config.demo.delay_ms),
-        };
-        let demo: Arc<dyn Backend> = match config.demo.gate_dir.clone() {
-            Some(gate_dir) => Arc::new(GatedDemoBackend { demo, gate_dir }),
-            None => Arc::new(demo),
-        };
+            gate_dir: config.demo.gate_dir.clone(),
+        });
         entries.insert(
             "demo".to_owned(),
             Entry {
@@ -144,6 +141,7 @@ impl Agents {
         Ok(match def.kind {
             AgentKind::Demo => Arc::new(DemoBackend {
                 word_delay: Duration::from_millis(config.demo.delay_ms),
+                gate_dir: None,
             }),
             AgentKind::Claude => {
                 let mut claude = config.claude.clone();
