@@ -81,6 +81,36 @@ impl FakeApi {
     }
 }
 
+/// A temporary directory holding the fake model API's log, the CLI's home and the server's
+/// data, and a configuration that points the CLI at that home.
+pub struct RealSetup {
+    dir: tempfile::TempDir,
+    pub api: FakeApi,
+    pub config: String,
+    _config_dir: tempfile::TempDir,
+}
+
+impl RealSetup {
+    pub async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let api = FakeApi::start(dir.path()).await;
+        let home = dir.path().join("claude-home");
+        let (_config_dir, config) =
+            config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
+        RealSetup {
+            dir,
+            api,
+            config,
+            _config_dir,
+        }
+    }
+
+    /// The server's data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+}
+
 /// The state letter and parent pid of a process, from `/proc/<pid>/stat`.
 pub fn stat(pid: u32) -> Option<(char, u32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -151,13 +181,10 @@ pub async fn stop(mut server: TestServer, cli: &Path) {
 #[tokio::test]
 async fn real_cli_end_to_end() {
     let Some(cli) = real_cli() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let api = FakeApi::start(dir.path()).await;
-    let home = dir.path().join("claude-home");
-    let (_cfg_dir, config) =
-        config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
-    let data_dir = dir.path().join("data");
-    let server = start_server(&data_dir, &cli, &api, &config).await;
+    let setup = RealSetup::new().await;
+    let (api, config) = (&setup.api, &setup.config);
+    let data_dir = setup.data_dir();
+    let server = start_server(&data_dir, &cli, api, config).await;
     let mut c = server.client().await;
 
     let ack = chat_ack(&mut c, "real", "hello one").await;
@@ -251,7 +278,7 @@ async fn real_cli_end_to_end() {
     stop(server, &cli).await;
 
     // Restart: the conversation resumes and the model gets the earlier turns.
-    let server = start_server(&data_dir, &cli, &api, &config).await;
+    let server = start_server(&data_dir, &cli, api, config).await;
     let mut c = server.client().await;
     let ack = chat_ack(&mut c, "real", "hello three").await;
     assert_eq!(ack["session_id"], session_id.as_str());
@@ -270,12 +297,9 @@ async fn real_cli_end_to_end() {
 #[tokio::test]
 async fn real_cli_api_error_is_an_error_result() {
     let Some(cli) = real_cli() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let api = FakeApi::start(dir.path()).await;
-    let home = dir.path().join("claude-home");
-    let (_cfg_dir, config) =
-        config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
-    let server = start_server(&dir.path().join("data"), &cli, &api, &config).await;
+    let setup = RealSetup::new().await;
+    let (api, config) = (&setup.api, &setup.config);
+    let server = start_server(&setup.data_dir(), &cli, api, config).await;
     let mut c = server.client().await;
 
     chat_ack(&mut c, "apierr", "HTTPERR:500").await;
@@ -311,12 +335,9 @@ async fn real_cli_api_error_is_an_error_result() {
 #[tokio::test]
 async fn real_cli_dies_with_a_killed_server() {
     let Some(cli) = real_cli() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let api = FakeApi::start(dir.path()).await;
-    let home = dir.path().join("claude-home");
-    let (_cfg_dir, config) =
-        config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
-    let mut server = start_server(&dir.path().join("data"), &cli, &api, &config).await;
+    let setup = RealSetup::new().await;
+    let (api, config) = (&setup.api, &setup.config);
+    let mut server = start_server(&setup.data_dir(), &cli, api, config).await;
     let mut c = server.client().await;
     chat_ack(&mut c, "orphan", "SLOW story please").await;
     c.recv_until(|f| {
@@ -335,12 +356,9 @@ async fn real_cli_dies_with_a_killed_server() {
 #[tokio::test]
 async fn real_cli_killed_between_turns_is_respawned() {
     let Some(cli) = real_cli() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let api = FakeApi::start(dir.path()).await;
-    let home = dir.path().join("claude-home");
-    let (_cfg_dir, config) =
-        config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
-    let server = start_server(&dir.path().join("data"), &cli, &api, &config).await;
+    let setup = RealSetup::new().await;
+    let (api, config) = (&setup.api, &setup.config);
+    let server = start_server(&setup.data_dir(), &cli, api, config).await;
     let mut c = server.client().await;
     let ack = chat_ack(&mut c, "rk", "hello one").await;
     let session_id = ack["session_id"].as_str().unwrap().to_owned();
