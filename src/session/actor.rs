@@ -711,14 +711,7 @@ impl Actor {
                     // An agent goes only while idle with no prompt read: the prompt of a turn
                     // sent meanwhile never reached it, and goes to the next agent instead.
                     self.agent = None;
-                    // A turn whose result came in this same batch is over (`running` is cleared
-                    // after the batch): nothing to hand on.
-                    let unread = if turn_ended {
-                        None
-                    } else {
-                        self.running.take()
-                    };
-                    match unread {
+                    match self.running.take() {
                         // Interrupted meanwhile: it ends as if the agent had read both.
                         Some(running) if running.interrupt_deadline.is_some() => {
                             self.running = Some(running);
@@ -869,8 +862,7 @@ impl Actor {
 
     fn on_exit(&mut self, detail: &str, outs: &mut Vec<Out>, turn_ended: &mut bool) {
         self.agent = None;
-        // A turn whose result came in this same batch ended before the agent did.
-        if self.running.is_some() && !*turn_ended {
+        if self.running.is_some() {
             tracing::warn!(agent_id = %self.session.agent_id, detail, "agent died mid-turn");
             self.shared.metrics.agent_crashed();
             outs.push(Out::Status(
@@ -928,7 +920,9 @@ impl Actor {
                 .running
                 .as_mut()
                 .and_then(|r| r.last_assistant_uuid.take());
-            *turn_ended = self.running.is_some();
+            // The turn is over from here on: a release or an exit reported in the same batch
+            // finds nothing running.
+            *turn_ended = self.running.take().is_some();
             if *turn_ended {
                 stored.running = Some(self.turn_ends());
             }
