@@ -205,7 +205,7 @@ impl AgentMessage {
         // The common case (an object with each key once) reads the four fields without building
         // a value tree of the whole line; anything else takes the general path below.
         if raw.trim_start().starts_with('{')
-            && !may_overflow(&raw)
+            && !needs_value_tree(&raw)
             && let Ok(head) = serde_json::from_str::<Head>(&raw)
             && let Some(kind) = head.kind.and_then(RawField::into_string)
         {
@@ -230,10 +230,26 @@ impl AgentMessage {
     }
 }
 
-/// Whether `raw` may hold a number too large for an `f64`: a run of 300 digits, or an exponent
-/// of three digits or more. Skipping a field does not check its number's range, so such a line
-/// takes the general path, which refuses it as the rest of the server would (its own text
-/// inside a string only costs that line the slower path).
+/// Whether `raw` holds something that skipping a field does not check, so that the line must
+/// take the general path, which refuses it as the rest of the server would: a number too large
+/// for an `f64` (a run of 300 digits, or an exponent of three digits or more), or a `\u` escape
+/// naming a UTF-16 surrogate (which may stand alone). Such text inside a string only costs that
+/// line the slower path.
+fn needs_value_tree(raw: &str) -> bool {
+    may_overflow(raw) || names_a_surrogate(raw)
+}
+
+/// Whether `raw` has a `\uD800`–`\uDFFF` escape (in either case).
+fn names_a_surrogate(raw: &str) -> bool {
+    raw.as_bytes().windows(4).any(|w| {
+        w[0] == b'\\'
+            && w[1] == b'u'
+            && w[2].eq_ignore_ascii_case(&b'd')
+            && matches!(w[3].to_ascii_lowercase(), b'8'..=b'9' | b'a'..=b'f')
+    })
+}
+
+/// Whether `raw` may hold a number too large for an `f64`.
 fn may_overflow(raw: &str) -> bool {
     let bytes = raw.as_bytes();
     let mut digits = 0;
@@ -491,6 +507,15 @@ mod tests {
         assert_eq!(
             parsed(r#"{"type":"result","total_cost_usd":1.5e-300,"note":"1e999"}"#),
             Ok(("result".into(), None, None, None))
+        );
+        // Surrogate escapes in a skipped field are taken or refused as a parsed value takes or
+        // refuses them (found by fuzzing): a leading one followed by another escape, or a
+        // trailing one alone, is refused; a pair is a character like any other.
+        assert!(parsed(r#"{"type":"user","x":"\ud9e3\n"}"#).is_err());
+        assert!(parsed(r#"{"type":"user","x":"\uDC00"}"#).is_err());
+        assert_eq!(
+            parsed(r#"{"type":"user","x":"\ud83d\ude00"}"#),
+            Ok(("user".into(), None, None, None))
         );
     }
 }
