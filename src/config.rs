@@ -58,6 +58,72 @@ pub struct Config {
     pub projects: ProjectsConfig,
     /// Scheduled prompts.
     pub schedules: SchedulesConfig,
+    /// Several nodes on one PostgreSQL store: this node's name and its leases.
+    pub cluster: ClusterConfig,
+}
+
+/// Settings of a node among several sharing one PostgreSQL store.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's name, unique among the nodes (`--node-id`, `AGENTMUX_NODE_ID`); empty for
+    /// `<host name>:<port>`. A node restarted under the same name takes its own conversations
+    /// back at once; under another, they wait for their leases to expire.
+    pub node_id: String,
+    /// How long a node's ownership of a conversation lasts unless renewed (it is renewed every
+    /// third of that while the conversation is live). A node that dies leaves its
+    /// conversations to others after at most this long.
+    pub lease_secs: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            node_id: String::new(),
+            lease_secs: 10,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// The node's name: the configured one, or `<host name>:<port of bind>`.
+    ///
+    /// # Errors
+    /// When the name is not 1–128 characters of `[A-Za-z0-9._:-]` starting with no `-`, or
+    /// `lease_secs` is 0.
+    pub fn node_name(&self, bind: SocketAddr) -> anyhow::Result<String> {
+        if self.lease_secs == 0 {
+            anyhow::bail!("cluster.lease_secs must be at least 1");
+        }
+        let name = if self.node_id.is_empty() {
+            format!("{}:{}", host_name(), bind.port())
+        } else {
+            self.node_id.clone()
+        };
+        let valid = (1..=128).contains(&name.len())
+            && !name.starts_with('-')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".:_-".contains(&b));
+        if !valid {
+            anyhow::bail!(
+                "node id {name:?} must be 1-128 characters of [A-Za-z0-9._:-], not starting with \
+                 '-' (--node-id, AGENTMUX_NODE_ID or cluster.node_id)"
+            );
+        }
+        Ok(name)
+    }
+}
+
+/// This machine's host name (`localhost` when it has none).
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer it is given.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return "localhost".to_owned();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Settings of scheduled prompts.
@@ -452,6 +518,7 @@ impl Default for Config {
             acp: AcpConfig::default(),
             agents: BTreeMap::new(),
             schedules: SchedulesConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -715,6 +782,29 @@ mod tests {
         );
         assert_eq!(cap("[agent]\nmax_live_processes = 0\n"), 1);
         assert!(toml::from_str::<Config>("[agent]\nmax_live_processes = -1\n").is_err());
+    }
+
+    #[test]
+    fn a_node_is_named_plainly_and_leases_last_a_while() {
+        let bind = SocketAddr::from(([127, 0, 0, 1], 9000));
+        let named = |id: &str| {
+            ClusterConfig {
+                node_id: id.into(),
+                ..ClusterConfig::default()
+            }
+            .node_name(bind)
+        };
+        assert_eq!(named("node-1.eu:9000").unwrap(), "node-1.eu:9000");
+        let default = named("").unwrap();
+        assert!(default.ends_with(":9000"), "{default}");
+        for bad in ["-rf", "a b", "a/b", "x\0", &"n".repeat(129)] {
+            assert!(named(bad).is_err(), "{bad:?}");
+        }
+        let no_lease = ClusterConfig {
+            lease_secs: 0,
+            ..ClusterConfig::default()
+        };
+        assert!(no_lease.node_name(bind).is_err());
     }
 
     #[test]

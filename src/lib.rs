@@ -108,14 +108,18 @@ impl Server {
                 );
                 (sqlite.clone(), sqlite)
             } else {
+                let node = config.cluster.node_name(config.bind)?;
                 let settings = PgSettings {
                     max_batch: config.store.max_batch,
+                    node_id: node.clone(),
+                    lease: Duration::from_secs(config.cluster.lease_secs),
                     ..PgSettings::default()
                 };
                 let pg =
                     Arc::new(PgStore::open(&config.store.url, settings, metrics.clone()).await?);
                 tracing::info!(
                     url = %store::postgres::redact_url(&config.store.url),
+                    node = %node,
                     "conversations are stored in PostgreSQL"
                 );
                 (pg.clone(), pg)

@@ -65,6 +65,9 @@ struct ServeArgs {
     /// data directory [default: empty]. Prefer AGENTMUX_STORE_URL or PGPASSWORD for a password
     #[arg(long, env = "AGENTMUX_STORE_URL", hide_env_values = true)]
     store_url: Option<String>,
+    /// This node's name among the nodes sharing a PostgreSQL store [default: HOST:PORT]
+    #[arg(long, env = "AGENTMUX_NODE_ID")]
+    node_id: Option<String>,
     /// TOML file of settings (see config/default.toml)
     #[arg(long, env = "AGENTMUX_CONFIG")]
     config: Option<PathBuf>,
@@ -88,6 +91,9 @@ impl ServeArgs {
         }
         if let Some(url) = self.store_url {
             config.store.url = url;
+        }
+        if let Some(node) = self.node_id {
+            config.cluster.node_id = node;
         }
         if let Some(bin) = self.claude_bin {
             config.claude.bin = Some(bin);

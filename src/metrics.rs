@@ -39,6 +39,8 @@ struct Inner {
     agent_crashes: AtomicU64,
     errors: DashMap<&'static str, AtomicU64>,
     scheduled_runs: DashMap<&'static str, AtomicU64>,
+    leases_held: AtomicI64,
+    fence_rejections: AtomicU64,
 }
 
 impl Metrics {
@@ -75,6 +77,16 @@ impl Metrics {
     /// Append requests waiting for the store writer right now.
     pub fn store_queue(&self, depth: usize) {
         self.inner.store_queue.store(depth as i64, Relaxed);
+    }
+
+    /// This node now owns `held` conversations (several nodes on one PostgreSQL store).
+    pub fn leases_held(&self, held: usize) {
+        self.inner.leases_held.store(held as i64, Relaxed);
+    }
+
+    /// An append of a conversation that another node took over was refused.
+    pub fn fence_rejection(&self) {
+        self.inner.fence_rejections.fetch_add(1, Relaxed);
     }
 
     /// One store commit of `rows` rows took `elapsed`.
@@ -165,6 +177,18 @@ impl Metrics {
             "Frames written to sockets, by message_type.",
             "type",
             &i.frames_out,
+        );
+        gauge(
+            &mut out,
+            "agentmux_leases_held",
+            "Conversations this node owns among the nodes sharing its store.",
+            i.leases_held.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agentmux_fence_rejections_total",
+            "Appends refused because another node took the conversation over.",
+            i.fence_rejections.load(Relaxed),
         );
         counter(
             &mut out,

@@ -96,7 +96,7 @@ const TOKEN_KEY = 'agentmux.token';
 /** How often the sidebar is refreshed from the server, in milliseconds. */
 const SIDEBAR_REFRESH_MS = 30_000;
 /** States after which a conversation's agent is no longer in the server's memory. */
-const GONE = new Set(['evicted', 'crashed']);
+const GONE = new Set(['evicted', 'crashed', 'moved']);
 /** Titles are the first 50 characters of the first message, as the server stores them. */
 const TITLE_CHARS = 50;
 /** Tool output longer than this (characters or lines) is folded behind its size. */
@@ -1353,6 +1353,7 @@ function resultSummary(result, cost, model) {
   if (!result.is_error) parts.push('Done');
   else if (result.terminal_reason?.startsWith('aborted')) parts.push('Interrupted');
   else if (result.terminal_reason === 'server_restart') parts.push('Stopped by a server restart');
+  else if (result.terminal_reason === 'node_lost') parts.push('Stopped: the node running it was lost');
   else parts.push(`Error (${result.subtype ?? 'unknown'})`);
   if (typeof cost === 'number') parts.push(dollars(cost));
   const usage = result.usage;

@@ -54,9 +54,9 @@ impl ApiError {
             ErrorCode::Busy | ErrorCode::AgentExists => StatusCode::CONFLICT,
             ErrorCode::Unsupported => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::LimitExceeded | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::BackendUnavailable | ErrorCode::StoreUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ErrorCode::BackendUnavailable
+            | ErrorCode::StoreUnavailable
+            | ErrorCode::OwnedElsewhere => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
             ErrorCode::ForbiddenHost => StatusCode::MISDIRECTED_REQUEST,

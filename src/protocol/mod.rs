@@ -93,6 +93,9 @@ pub enum ErrorCode {
     InvalidSchedule,
     /// No schedule with that id exists (for this principal).
     UnknownSchedule,
+    /// Another node of the cluster runs the conversation right now (or took it over from this
+    /// one); try again there, or once it has stopped.
+    OwnedElsewhere,
 }
 
 impl ErrorCode {
@@ -121,6 +124,7 @@ impl ErrorCode {
             ErrorCode::Unsupported => "unsupported",
             ErrorCode::InvalidSchedule => "invalid_schedule",
             ErrorCode::UnknownSchedule => "unknown_schedule",
+            ErrorCode::OwnedElsewhere => "owned_elsewhere",
         }
     }
 }

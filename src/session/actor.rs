@@ -21,7 +21,7 @@ use crate::protocol::{
     self, Activity, Chat, ChatOptions, ErrorCode, Frame, FrameError, LaunchOptions,
     PermissionDecision, error_result,
 };
-use crate::store::{NewMessage, NextLaunch, RunningTurn, SessionRecord, Totals};
+use crate::store::{NewMessage, NextLaunch, RunningTurn, SessionRecord, StoreError, Totals};
 
 /// The `user_seq` of an agent started with no turn for it: every stored prompt is before it.
 const NO_TURN: i64 = i64::MAX;
@@ -59,6 +59,8 @@ pub(crate) enum Command {
     Abandon { reply: oneshot::Sender<()> },
     /// Someone opened the conversation: start its agent in the background if none is running.
     Warm,
+    /// Another node took the conversation over (its lease was lost): stop and end.
+    TakenOver,
 }
 
 pub(crate) struct ActorInit {
@@ -134,6 +136,8 @@ struct Actor {
     crashes: VecDeque<Instant>,
     /// Set once restarting was given up (`respawn_failed` told); cleared by a turn that ends well.
     gave_up: bool,
+    /// Set when the store refused a write because another node took the conversation over.
+    taken_over: AtomicBool,
 }
 
 pub(crate) fn spawn(init: ActorInit) {
@@ -173,6 +177,7 @@ pub(crate) fn spawn(init: ActorInit) {
         respawn_at: None,
         crashes: VecDeque::new(),
         gave_up: false,
+        taken_over: AtomicBool::new(false),
     };
     let busy = actor.busy.clone();
     let span = tracing::info_span!(
@@ -229,6 +234,7 @@ impl Actor {
                         return;
                     }
                     Some(Command::Warm) => self.warm().await,
+                    Some(Command::TakenOver) => self.taken_over.store(true, Ordering::Release),
                     None => {
                         self.stop().await;
                         return;
@@ -249,6 +255,10 @@ impl Actor {
                 _ = sleep_until(self.respawn_at.unwrap_or_else(Instant::now)), if self.respawn_at.is_some() => {
                     self.respawn().await;
                 }
+            }
+            if self.taken_over.load(Ordering::Acquire) {
+                self.hand_over().await;
+                return;
             }
         }
     }
@@ -289,7 +299,11 @@ impl Actor {
         self.publish(protocol::status_frame(self.session.tag(), status, detail));
     }
 
-    fn store_failed(&self, err: &crate::store::StoreError) {
+    fn store_failed(&self, err: &StoreError) {
+        if matches!(err, StoreError::Fenced) {
+            self.taken_over.store(true, Ordering::Release);
+            return;
+        }
         tracing::error!(agent_id = %self.session.agent_id, error = %err, "could not store agent output");
         self.shared
             .metrics
@@ -375,6 +389,9 @@ impl Actor {
                 first + i64::from(marker_frame.is_some())
             }
             Err(err) => {
+                if matches!(err, StoreError::Fenced) {
+                    self.taken_over.store(true, Ordering::Release);
+                }
                 let mut e = super::store_error(err, &chat.agent_id);
                 e.client_msg_id = chat.client_msg_id;
                 let _ = reply.send(Err(e));
@@ -1119,6 +1136,7 @@ impl Actor {
         }
         self.live = None;
         drop(guard);
+        self.shared.store.release_lease(self.session.row).await;
         self.shared.metrics.live_sessions(-1);
         self.publish_status(
             "evicted",
@@ -1158,7 +1176,52 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
+        self.shared.store.release_lease(self.session.row).await;
         self.shared.metrics.live_sessions(-1);
+    }
+
+    /// Another node took the conversation over, so this node can't store anything more for
+    /// it: stop the agent, drop the turns, answer the commands still queued, and tell the
+    /// subscribers (a `moved` status; the next command reaches the new owner's node, or says
+    /// where the conversation lives).
+    async fn hand_over(&mut self) {
+        self.commands.close();
+        while let Ok(command) = self.commands.try_recv() {
+            let agent_id = self.session.agent_id.as_str();
+            match command {
+                Command::Chat { reply, .. } => {
+                    let _ = reply.send(Err(super::moved(agent_id)));
+                }
+                Command::Permission { reply, .. } => {
+                    let _ = reply.send(Err(super::moved(agent_id)));
+                }
+                Command::Rewind { reply, .. } => {
+                    let _ = reply.send(Err(super::moved(agent_id)));
+                }
+                Command::Interrupt { reply } => {
+                    let _ = reply.send(false);
+                }
+                Command::Stop { reply } | Command::Abandon { reply } => {
+                    let _ = reply.send(());
+                }
+                Command::Warm | Command::TakenOver => {}
+            }
+        }
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
+        self.queue.clear();
+        self.running = None;
+        self.pending_permissions.clear();
+        self.respawn_at = None;
+        self.live = None;
+        self.shared.metrics.live_sessions(-1);
+        self.busy.store(false, Ordering::Release);
+        self.publish_status(
+            "moved",
+            "another node took this conversation over; send again to continue it there",
+        );
     }
 
     /// Server shutdown: the running turn and every queued one end now with a stored result
@@ -1195,6 +1258,7 @@ impl Actor {
             self.publish_batch(outs).await;
             self.publish_status("idle", "the server is shutting down");
         }
+        self.shared.store.release_lease(self.session.row).await;
         self.shared.metrics.live_sessions(-1);
     }
 }

@@ -239,6 +239,14 @@ pub(crate) fn store_error(err: StoreError, agent_id: &str) -> FrameError {
             format!("conversation `{agent_id}` is being imported; try again once it is done"),
         )
         .for_agent(Some(agent_id)),
+        StoreError::OwnedElsewhere(node) => FrameError::new(
+            ErrorCode::OwnedElsewhere,
+            format!(
+                "conversation `{agent_id}` is live on node `{node}`; send it there, or again once that node has stopped"
+            ),
+        )
+        .for_agent(Some(agent_id)),
+        StoreError::Fenced => moved(agent_id),
         err @ StoreError::Unavailable(_) => store_failure(err).for_agent(Some(agent_id)),
     }
 }
@@ -251,7 +259,8 @@ impl Manager {
         config: Arc<Config>,
         metrics: Metrics,
     ) -> Self {
-        Manager {
+        let lost = store.lost_leases();
+        let manager = Manager {
             slots: Arc::new(DashMap::new()),
             shared: Arc::new(Shared {
                 live: Quota::new(
@@ -267,7 +276,33 @@ impl Manager {
                 replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
                 activity: activity::Feeds::default(),
             }),
+        };
+        if let Some(lost) = lost {
+            manager.spawn_hand_overs(lost);
         }
+        manager
+    }
+
+    /// Stops the actor of each conversation another node took over from this one, as the
+    /// store reports them.
+    fn spawn_hand_overs(&self, mut lost: mpsc::UnboundedReceiver<RowId>) {
+        let slots = Arc::downgrade(&self.slots);
+        tokio::spawn(async move {
+            while let Some(row) = lost.recv().await {
+                let Some(slots) = slots.upgrade() else { return };
+                let slot = slots
+                    .iter()
+                    .find(|e| e.value().session.get().is_some_and(|c| c.row == row))
+                    .map(|e| e.value().clone());
+                drop(slots);
+                let Some(slot) = slot else { continue };
+                let tx = match &*slot.state.lock().await {
+                    SlotState::Live(handle) => handle.tx.clone(),
+                    SlotState::Dormant => continue,
+                };
+                let _ = tx.send(actor::Command::TakenOver).await;
+            }
+        });
     }
 
     /// The activity of every conversation of `principal` from now on: an `activity` frame
@@ -591,6 +626,11 @@ impl Manager {
                 shared.store.create_session(new).await.map_err(store_err)?
             }
         };
+        shared
+            .store
+            .take_lease(record.row)
+            .await
+            .map_err(store_err)?;
         Ok(self.spawn_actor(record, slot, live))
     }
 
@@ -697,9 +737,17 @@ impl Manager {
                 rx.await.map_err(|_| stopped(agent_id))?
             }
             _ => {
-                // The held slot keeps a chat from starting the conversation meanwhile.
+                // The held slot keeps a chat on this node from starting the conversation
+                // meanwhile, and the lease one on another node.
                 let session = slot.session.get().expect("set by existing_slot");
-                let (frame, _) = actor::rewind_store(&self.shared, session, to_seq).await?;
+                let store = &self.shared.store;
+                store
+                    .take_lease(session.row)
+                    .await
+                    .map_err(|e| store_error(e, agent_id))?;
+                let rewound = actor::rewind_store(&self.shared, session, to_seq).await;
+                store.release_lease(session.row).await;
+                let (frame, _) = rewound?;
                 let _ = slot.events.send(frame.clone());
                 Ok(frame)
             }
@@ -763,6 +811,18 @@ impl Manager {
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         let session = slot.session.get().expect("set by existing_slot").clone();
         let cwd = self.get(principal, agent_id).await?.cwd;
+        let live = match &*guard {
+            SlotState::Live(handle) => !handle.tx.is_closed(),
+            SlotState::Dormant => false,
+        };
+        if !live {
+            // Not while another node runs it.
+            self.shared
+                .store
+                .take_lease(session.row)
+                .await
+                .map_err(|e| store_error(e, agent_id))?;
+        }
         if let SlotState::Live(handle) = std::mem::replace(&mut *guard, SlotState::Dormant) {
             let (reply, rx) = oneshot::channel();
             if handle
@@ -774,11 +834,9 @@ impl Manager {
                 let _ = rx.await;
             }
         }
-        self.shared
-            .store
-            .delete_session(session.row)
-            .await
-            .map_err(|e| store_error(e, agent_id))?;
+        let deleted = self.shared.store.delete_session(session.row).await;
+        self.shared.store.release_lease(session.row).await;
+        deleted.map_err(|e| store_error(e, agent_id))?;
         // The agent has stopped; the slot is still held, so none starts in it meanwhile.
         self.remove_workspace(&session.session_id, &cwd).await;
         let _ = slot.events.send(protocol::status_frame(
@@ -885,8 +943,23 @@ impl Manager {
                         return Ok(Warm::Refused(err.message));
                     }
                 };
-                let record = match self.shared.store.find_session(principal, agent_id).await {
+                let found = match self.shared.store.find_session(principal, agent_id).await {
+                    Ok(Some(record)) => self
+                        .shared
+                        .store
+                        .take_lease(record.row)
+                        .await
+                        .map(|()| Some(record)),
+                    other => other,
+                };
+                let record = match found {
                     Ok(Some(record)) => record,
+                    Err(StoreError::OwnedElsewhere(node)) => {
+                        self.release_if_unused(&key, &slot, &guard);
+                        return Ok(Warm::Refused(format!(
+                            "the conversation is live on node `{node}`"
+                        )));
+                    }
                     Ok(None) => {
                         self.release_if_unused(&key, &slot, &guard);
                         return Err(unknown_agent(agent_id));
@@ -1021,6 +1094,15 @@ fn send_command(
         )
         .for_agent(Some(agent_id))
     })
+}
+
+/// The answer to a command for a conversation that another node took over from this one.
+pub(crate) fn moved(agent_id: &str) -> FrameError {
+    FrameError::new(
+        ErrorCode::OwnedElsewhere,
+        format!("conversation `{agent_id}` was taken over by another node; send it again"),
+    )
+    .for_agent(Some(agent_id))
 }
 
 fn stopped(agent_id: &str) -> FrameError {

@@ -169,12 +169,10 @@ pub(super) async fn fork(
     tx.recount(fork).await
 }
 
-/// The error `result` that closes a turn a crash left running.
-pub(super) fn restart_result(session_id: &str) -> NewMessage {
-    let mut result = NewMessage::new(
-        "result",
-        crate::protocol::error_result(session_id, "server_restart"),
-    );
+/// The error `result` that closes a turn a crash left running: `server_restart` when this
+/// server's last run was cut off, `node_lost` when another node that ran it was.
+pub(super) fn restart_result(session_id: &str, reason: &str) -> NewMessage {
+    let mut result = NewMessage::new("result", crate::protocol::error_result(session_id, reason));
     result.totals = Some(Default::default());
     result.running = Some(super::RunningTurn::Ends { next: None });
     result

@@ -7,6 +7,7 @@
 
 mod batch;
 mod edits;
+mod leases;
 pub mod postgres;
 pub mod schedules;
 mod shared;
@@ -39,6 +40,13 @@ pub enum StoreError {
     /// An import is creating the conversation with that `agent_id` right now.
     #[error("agent_id is being imported")]
     Importing,
+    /// Another node owns the conversation (its lease is held and not expired).
+    #[error("the conversation is live on node {0}")]
+    OwnedElsewhere(String),
+    /// This node's lease on the conversation was taken over by another node: it may not write
+    /// to the conversation any more.
+    #[error("another node took the conversation over")]
+    Fenced,
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -425,6 +433,28 @@ pub trait Store: Send + Sync + 'static {
     /// [`RunningTurn`] marks) with an error `result` each; returns how many. Prompts that
     /// never ran keep no result.
     async fn close_unfinished_turns(&self) -> Result<u64>;
+
+    /// Makes this node the owner of conversation `row` until [`Store::release_lease`], when
+    /// several nodes share the store: from then on its appends are checked against this
+    /// ownership (a node that lost it gets [`StoreError::Fenced`]), and a turn that a previous
+    /// owner left running is closed with an error `result`. A store only one node uses has
+    /// nothing to check.
+    ///
+    /// # Errors
+    /// [`StoreError::OwnedElsewhere`] while another node's lease on it holds,
+    /// [`StoreError::UnknownSession`].
+    async fn take_lease(&self, _row: RowId) -> Result<()> {
+        Ok(())
+    }
+
+    /// Gives up this node's ownership of conversation `row` (the actor stopped), if it holds it.
+    async fn release_lease(&self, _row: RowId) {}
+
+    /// The conversations whose leases this node lost to another node: their actors must stop.
+    /// Taken once; None for a store only one node uses.
+    fn lost_leases(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<RowId>> {
+        None
+    }
 
     /// Finishes pending writes and closes the database.
     async fn close(&self);

@@ -10,6 +10,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -19,6 +20,7 @@ use tokio::sync::mpsc;
 
 use super::batch::{self, Append, WriteOp};
 use super::edits::{self, EditTx};
+use super::leases::Leases;
 use super::shared;
 use super::{
     NewMessage, NewSession, Result, Rewound, RewoundStatus, RowId, SessionQuery, SessionRecord,
@@ -37,6 +39,10 @@ pub struct PgSettings {
     pub max_connections: u32,
     /// How long to wait for a connection, at start-up and later.
     pub connect_timeout: Duration,
+    /// This node's name, as its leases hold it.
+    pub node_id: String,
+    /// How long a lease lasts unless renewed.
+    pub lease: Duration,
 }
 
 impl Default for PgSettings {
@@ -46,6 +52,8 @@ impl Default for PgSettings {
             queue_depth: 4096,
             max_connections: 8,
             connect_timeout: Duration::from_secs(10),
+            node_id: "localhost:7878".into(),
+            lease: Duration::from_secs(10),
         }
     }
 }
@@ -126,6 +134,7 @@ fn pg_json(s: &str) -> Cow<'_, str> {
 pub struct PgStore {
     pool: PgPool,
     writer: mpsc::Sender<WriteOp>,
+    leases: Arc<Leases>,
 }
 
 impl PgStore {
@@ -157,18 +166,32 @@ impl PgStore {
             .run(&pool)
             .await
             .map_err(|e| fail("cannot migrate the store at", &e))?;
+        let leases = Arc::new(Leases::new(
+            settings.node_id,
+            settings.lease,
+            metrics.clone(),
+        ));
         let (tx, rx) = mpsc::channel(settings.queue_depth);
         tokio::spawn(
             Writer {
                 pool: pool.clone(),
                 max_batch: settings.max_batch.max(1),
                 metrics,
+                leases: leases.clone(),
                 rows_since_analyze: 0,
                 analyzing: None,
             }
             .run(rx),
         );
-        Ok(PgStore { pool, writer: tx })
+        tokio::spawn({
+            let (leases, pool) = (leases.clone(), pool.clone());
+            async move { leases.keep_renewed(pool).await }
+        });
+        Ok(PgStore {
+            pool,
+            writer: tx,
+            leases,
+        })
     }
 
     /// The pool, for queries of other modules' own.
@@ -179,15 +202,13 @@ impl PgStore {
 
 /// Adds each conversation's counts to its row and takes its seqs (`base` is the last seq
 /// before this batch), then inserts the rows at `base + ord`, all in one statement. A
-/// conversation that is gone gets no row in `u`, so its rows are not stored: the condition of
-/// `u` (`where s.id = d.id`) is also where a check of the writer's ownership of the
-/// conversation belongs, so that a refused conversation stores nothing and the others of the
-/// batch go on.
+/// conversation that is gone, or whose lease this node held under `epoch` and lost, gets no
+/// row in `u`, so its rows are not stored while the others of the batch go on.
 const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
-        output_tokens, duration_ms, running, running_at) as (
+        output_tokens, duration_ms, running, running_at, epoch) as (
         select * from unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
             $6::text[], $7::float8[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
-            $12::bigint[])
+            $12::bigint[], $22::bigint[])
     ),
     u as (
         update session_info s set
@@ -206,6 +227,7 @@ const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost,
                 when 2 then d.running_at
                 else s.running_seq end
         from d where s.id = d.id
+            and (d.epoch is null or (s.lease_node = $23 and s.lease_epoch = d.epoch))
         returning s.id, s.last_seq - d.n as base
     ),
     ins as (
@@ -226,6 +248,8 @@ struct Writer {
     pool: PgPool,
     max_batch: usize,
     metrics: Metrics,
+    /// The node's leases, which its appends are checked against.
+    leases: Arc<Leases>,
     /// Rows stored since the tables' statistics were last refreshed.
     rows_since_analyze: usize,
     /// The refresh running now, if any.
@@ -288,6 +312,7 @@ impl Writer {
             m.push(row, ord, msg);
             Ok::<(), ()>(())
         });
+        let epochs: Vec<Option<i64>> = deltas.iter().map(|d| self.leases.epoch(d.row)).collect();
         let mut tx = self.pool.begin().await?;
         let bases: Vec<(i64, i64)> = sqlx::query_as(APPEND)
             .bind(deltas.iter().map(|d| d.row.0).collect::<Vec<_>>())
@@ -326,6 +351,8 @@ impl Writer {
             .bind(m.payload)
             .bind(m.created_at)
             .bind(m.turn_cost_usd)
+            .bind(&epochs)
+            .bind(&self.leases.node)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -333,7 +360,38 @@ impl Writer {
             .into_iter()
             .map(|(id, base)| (RowId(id), base + 1))
             .collect();
-        Ok(batch::assign(batch, next, |_, _, _| Ok::<(), ()>(())).expect("nothing to fail"))
+        // Of the conversations held under a lease and refused, the ones that still exist were
+        // taken over by another node.
+        let refused: Vec<(RowId, i64)> = deltas
+            .iter()
+            .zip(&epochs)
+            .filter_map(|(d, e)| Some((d.row, (*e)?)))
+            .filter(|(row, _)| !next.contains_key(row))
+            .collect();
+        let mut fenced = Vec::new();
+        if !refused.is_empty() {
+            let ids: Vec<i64> = refused.iter().map(|(row, _)| row.0).collect();
+            let existing: Vec<RowId> =
+                sqlx::query_scalar("select id from session_info where id = any($1)")
+                    .bind(ids)
+                    .fetch_all(&self.pool)
+                    .await?;
+            for (row, epoch) in refused {
+                if existing.contains(&row) {
+                    self.leases.lose(row, epoch);
+                    self.metrics.fence_rejection();
+                    fenced.push(row);
+                }
+            }
+        }
+        let mut outcomes =
+            batch::assign(batch, next, |_, _, _| Ok::<(), ()>(())).expect("nothing to fail");
+        for (outcome, append) in outcomes.iter_mut().zip(batch) {
+            if fenced.contains(&append.row) {
+                *outcome = Err(StoreError::Fenced);
+            }
+        }
+        Ok(outcomes)
     }
 }
 
@@ -548,8 +606,49 @@ shared::store_impl!(PgStore, {
             .ok_or(StoreError::UnknownSession)
     }
 
+    /// Closes, for each conversation still marked running, the turn its owner left running
+    /// when it stopped, unless another node owns it now (taking its lease closes the turn).
+    async fn close_unfinished_turns(&self) -> Result<u64> {
+        let running: Vec<RowId> = sqlx::query_scalar(
+            "select id from session_info where running_seq is not null and not pending",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut closed = 0;
+        for row in running {
+            if self.take_lease(row).await.is_ok() {
+                self.release_lease(row).await;
+                closed += 1;
+            }
+        }
+        Ok(closed)
+    }
+
+    async fn take_lease(&self, row: RowId) -> Result<()> {
+        let taken = self.leases.take(&self.pool, row).await?;
+        if taken.orphaned_turn {
+            let reason = if taken.from_another_node {
+                "node_lost"
+            } else {
+                "server_restart"
+            };
+            self.append(row, vec![edits::restart_result(&taken.session_id, reason)])
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn release_lease(&self, row: RowId) {
+        self.leases.release(&self.pool, row).await;
+    }
+
+    fn lost_leases(&self) -> Option<mpsc::UnboundedReceiver<RowId>> {
+        self.leases.lost()
+    }
+
     async fn close(&self) {
         batch::close(&self.writer).await;
+        self.leases.release_all(&self.pool).await;
         self.pool.close().await;
     }
 });

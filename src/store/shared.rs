@@ -180,6 +180,8 @@ macro_rules! store_impl {
                     .insert_session(&new, true)
                     .await?
                     .ok_or(StoreError::AgentExists)?;
+                // Its appends come before any actor's: the import owns the conversation.
+                self.take_lease(row).await?;
                 let sql = format!(
                     "select {} from session_info where id = $1",
                     super::shared::SESSION_COLUMNS
@@ -197,6 +199,7 @@ macro_rules! store_impl {
                 .bind(row)
                 .execute(&self.pool)
                 .await?;
+                self.release_lease(row).await;
                 super::shared::found(done.rows_affected())
             }
 
@@ -219,6 +222,7 @@ macro_rules! store_impl {
                     .bind(row)
                     .execute(&self.pool)
                     .await?;
+                self.release_lease(row).await;
                 Ok(())
             }
 
@@ -227,25 +231,17 @@ macro_rules! store_impl {
                     sqlx::query_scalar("select id from session_info where pending")
                         .fetch_all(&self.pool)
                         .await?;
+                let mut discarded = 0;
                 for &id in &pending {
-                    self.discard_import(id).await?;
+                    // One another node is storing right now is its own to finish.
+                    if self.take_lease(id).await.is_ok() {
+                        self.discard_import(id).await?;
+                        discarded += 1;
+                    }
                 }
-                Ok(pending.len() as u64)
+                Ok(discarded)
             }
 
-            async fn close_unfinished_turns(&self) -> Result<u64> {
-                let running: Vec<(RowId, String)> = sqlx::query_as(
-                    "select id, session_id from session_info
-                     where running_seq is not null and not pending",
-                )
-                .fetch_all(&self.pool)
-                .await?;
-                for (id, session_id) in &running {
-                    self.append(*id, vec![super::edits::restart_result(session_id)])
-                        .await?;
-                }
-                Ok(running.len() as u64)
-            }
         }
     };
 }

@@ -241,6 +241,23 @@ async fn finish<T>(conn: &mut SqliteConnection, outcome: Result<T>) -> Result<T>
 }
 
 shared::store_impl!(SqliteStore, {
+    /// One node has the file: every turn still marked running was cut off by its last stop.
+    async fn close_unfinished_turns(&self) -> Result<u64> {
+        let running: Vec<(RowId, String)> = sqlx::query_as(
+            "select id, session_id from session_info where running_seq is not null and not pending",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for (id, session_id) in &running {
+            self.append(
+                *id,
+                vec![edits::restart_result(session_id, "server_restart")],
+            )
+            .await?;
+        }
+        Ok(running.len() as u64)
+    }
+
     async fn messages_after(
         &self,
         row: RowId,

@@ -8,6 +8,7 @@ mod bench;
 mod bodies;
 mod claude;
 mod cli_chat;
+mod cluster;
 mod common;
 mod conformance;
 mod cross_site;

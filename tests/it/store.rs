@@ -7,7 +7,7 @@ use std::sync::Arc;
 use agentmux::metrics::Metrics;
 use agentmux::store::postgres::{PgSettings, PgStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
-use agentmux::store::{NewMessage, NewSession, RowId, RunningTurn, Store};
+use agentmux::store::{NewMessage, NewSession, RowId, RunningTurn, Store, StoreError};
 
 use crate::common::{create_database, drop_database, pg_url};
 
@@ -868,4 +868,73 @@ async fn a_bad_or_unreachable_store_refuses_to_start() {
     // A value that starts with `-` as its own argument is a flag to the parser: refused too.
     let (listened, output) = serve_output(&["--store-url", "-x"], &[]).await;
     assert!(!listened, "{output}");
+}
+
+/// Two nodes' stores on one PostgreSQL database: the lease decides which one may write to a
+/// conversation, and one that lost it is refused in the very statement that assigns `seq`.
+#[tokio::test]
+async fn a_node_that_lost_its_lease_can_not_write() {
+    let Some(fx) = Fixture::postgres().await else {
+        return;
+    };
+    let url = fx.pg_url().unwrap();
+    // Leases long enough that nothing renews or expires them on its own during the test.
+    let open = |node: &str| {
+        let settings = PgSettings {
+            node_id: node.to_owned(),
+            lease: std::time::Duration::from_secs(600),
+            ..PgSettings::default()
+        };
+        PgStore::open(&url, settings, Metrics::default())
+    };
+    let (a, b) = (open("node-a").await.unwrap(), open("node-b").await.unwrap());
+    let mut lost_on_a = a.lost_leases().expect("leases are reported");
+    let s = a.create_session(new_session("local", "x")).await.unwrap();
+    a.take_lease(s.row).await.unwrap();
+    let mut one = prompt("one");
+    one.running = Some(RunningTurn::Starts);
+    assert_eq!(a.append(s.row, vec![one]).await.unwrap(), 1);
+
+    // B can't take it, nor write to it, while A's lease holds.
+    assert!(
+        matches!(b.take_lease(s.row).await, Err(StoreError::OwnedElsewhere(node)) if node == "node-a")
+    );
+
+    // A stalls past its lease: B takes over, closing the turn A left running.
+    let sql = fx.sql().await;
+    sqlx::query("update session_info set lease_expires_at = now() - interval '1 second'")
+        .execute(&sql)
+        .await
+        .unwrap();
+    b.take_lease(s.row).await.unwrap();
+    assert_eq!(b.append(s.row, vec![prompt("two")]).await.unwrap(), 3);
+
+    // A's writes are refused and A is told; nothing of them is stored. A's other
+    // conversations, in the same batch, are stored as ever.
+    let y = a.create_session(new_session("local", "y")).await.unwrap();
+    a.take_lease(y.row).await.unwrap();
+    let (late, other) = tokio::join!(
+        a.append(s.row, vec![prompt("late")]),
+        a.append(y.row, vec![prompt("fine")])
+    );
+    assert!(matches!(late, Err(StoreError::Fenced)), "{late:?}");
+    assert_eq!(other.unwrap(), 1);
+    assert_eq!(lost_on_a.recv().await, Some(s.row));
+    assert!(matches!(
+        a.take_lease(s.row).await,
+        Err(StoreError::OwnedElsewhere(node)) if node == "node-b"
+    ));
+    let rows = b.messages_after(s.row, 0, 100).await.unwrap();
+    let kinds: Vec<&str> = rows.iter().map(|r| r.message_type.as_str()).collect();
+    assert_eq!(kinds, ["user", "result", "user"]);
+    assert_eq!(rows.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(rows[1].payload.contains("node_lost"), "{}", rows[1].payload);
+    assert!(rows.iter().all(|r| !r.payload.contains("late")));
+
+    // Released, it is anyone's at once.
+    b.release_lease(s.row).await;
+    a.take_lease(s.row).await.unwrap();
+    assert_eq!(a.append(s.row, vec![prompt("three")]).await.unwrap(), 4);
+    a.close().await;
+    b.close().await;
 }

@@ -1,0 +1,341 @@
+//! Several nodes on one PostgreSQL store: a conversation runs on one node at a time, a node
+//! that dies or stalls leaves its conversations to the others once its lease expires, and a
+//! stalled node that was taken over can't write any more (the fence).
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{
+    Client, Gates, TestServer, chat_ack, create_database, drop_database, pg_url, reply_text,
+};
+
+/// Length of the nodes' leases in these tests.
+const LEASE_SECS: u64 = 2;
+
+/// Nodes sharing one database of their own (dropped at the end) and one data directory (as
+/// nodes share the storage their conversations work in), with demo gates.
+struct Cluster {
+    data: tempfile::TempDir,
+    server: String,
+    database: String,
+    url: String,
+    gates: Gates,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        drop_database(&self.server, &self.database);
+    }
+}
+
+impl Cluster {
+    /// None (after saying so) when no PostgreSQL server is configured outside CI.
+    async fn new() -> Option<Self> {
+        let Some(server) = pg_url() else {
+            eprintln!("skipped: AGENTMUX_TEST_PG_URL is not set (see scripts/pg.sh)");
+            return None;
+        };
+        let database = format!("agentmux_cluster_{}", uuid::Uuid::new_v4().simple());
+        let url = create_database(&server, &database).await;
+        let gates = Gates::new(&format!("[cluster]\nlease_secs = {LEASE_SECS}\n"));
+        Some(Cluster {
+            data: tempfile::tempdir().unwrap(),
+            server,
+            database,
+            url,
+            gates,
+        })
+    }
+
+    /// Starts node `name`.
+    async fn node(&self, name: &str) -> TestServer {
+        let args = [
+            "--config",
+            &self.gates.config,
+            "--demo-delay-ms",
+            "0",
+            "--store-url",
+            &self.url,
+            "--node-id",
+            name,
+        ];
+        TestServer::start_in(self.data.path(), &args, &[]).await
+    }
+
+    /// The stored frames of `agent_id`, as `(seq, message_type, payload)` in `seq` order.
+    async fn stored(&self, agent_id: &str) -> Vec<(i64, String, String)> {
+        let pool = sqlx::PgPool::connect(&self.url).await.unwrap();
+        let rows = sqlx::query_as(
+            "select m.seq, m.message_type, m.payload from messages m
+             join session_info s on s.id = m.session_pk
+             where s.agent_id = $1 order by m.seq",
+        )
+        .bind(agent_id)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        rows
+    }
+}
+
+/// Sends `content` to `agent_id` until a node takes it (an `ack`); every answer before that
+/// must be `owned_elsewhere`. Returns how many were.
+async fn chat_until_taken(c: &mut Client, agent_id: &str, content: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(LEASE_SECS * 5 + 10);
+    let mut refused = 0;
+    loop {
+        let answer = chat_ack(c, agent_id, content).await;
+        if answer["message_type"] == "ack" {
+            return refused;
+        }
+        assert_eq!(answer["code"], "owned_elsewhere", "{answer}");
+        refused += 1;
+        assert!(
+            Instant::now() < deadline,
+            "no node took `{agent_id}` over in time"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Stored `seq`s run 1, 2, 3, … with no gap and no repeat.
+fn assert_gap_free(stored: &[(i64, String, String)]) {
+    let seqs: Vec<i64> = stored.iter().map(|(seq, _, _)| *seq).collect();
+    let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+    assert_eq!(seqs, expected);
+}
+
+/// Every frame with a `seq` that `frames` hold is stored under that `seq`, with that type.
+fn assert_all_stored(frames: &[Value], stored: &[(i64, String, String)]) {
+    for frame in frames
+        .iter()
+        .filter(|f| f["seq"].is_i64() && f["message_type"] != "ack")
+    {
+        let seq = frame["seq"].as_i64().unwrap();
+        let row = stored
+            .iter()
+            .find(|(s, _, _)| *s == seq)
+            .unwrap_or_else(|| panic!("seq {seq} a client saw is not stored"));
+        assert_eq!(frame["message_type"], row.1.as_str(), "seq {seq}");
+        let payload: Value = serde_json::from_str(&row.2).unwrap();
+        if frame["message_type"] != "status" {
+            assert_eq!(frame["message"], payload, "seq {seq}");
+        }
+    }
+}
+
+fn signal(server: &TestServer, sig: &str) {
+    let pid = server.child.id().expect("running");
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn a_conversation_runs_on_one_node_at_a_time_and_moves_when_its_node_stops() {
+    let Some(cluster) = Cluster::new().await else {
+        return;
+    };
+    cluster.gates.open_all("x", 1..=2);
+    let mut a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    ca.chat("x", "one").await;
+    let first = ca.until_result("x").await;
+    assert_eq!(reply_text(&first), "Echo: one (turn 1)");
+
+    // While node A runs it, node B refuses it, names the owner, and stores nothing.
+    let before = cluster.stored("x").await;
+    let refused = chat_ack(&mut cb, "x", "two").await;
+    assert_eq!(refused["code"], "owned_elsewhere", "{refused}");
+    assert_eq!(refused["agent_id"], "x");
+    assert!(
+        refused["error"].as_str().unwrap().contains("`node-a`"),
+        "{refused}"
+    );
+    let metrics = reqwest::get(a.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("agentmux_leases_held 1\n"), "{metrics}");
+    assert_eq!(cluster.stored("x").await, before);
+
+    // A stops (releasing its leases): B takes the conversation at once, with its history.
+    assert!(a.terminate().await.success());
+    assert_eq!(chat_until_taken(&mut cb, "x", "two").await, 0);
+    let second = cb.until_result("x").await;
+    assert_eq!(reply_text(&second), "Echo: two (turn 2)");
+    let stored = cluster.stored("x").await;
+    assert_gap_free(&stored);
+    assert_all_stored(&first, &stored);
+    assert_all_stored(&second, &stored);
+}
+
+#[tokio::test]
+async fn a_killed_nodes_conversation_resumes_on_another_node_once_its_lease_expires() {
+    let Some(cluster) = Cluster::new().await else {
+        return;
+    };
+    cluster.gates.open("x", 2);
+    let mut a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    // Turn 1 runs on A and waits at its gate.
+    ca.chat("x", "one").await;
+    let seen = ca
+        .recv_until(|f| f["message_type"] == "stream_event" && f["agent_id"] == "x")
+        .await;
+    a.kill9().await;
+
+    let started = Instant::now();
+    chat_until_taken(&mut cb, "x", "two").await;
+    let took = started.elapsed();
+    let second = cb.until_result("x").await;
+    // B remembers turn 1's prompt; the turn A left running was closed as lost.
+    assert_eq!(reply_text(&second), "Echo: two (turn 2)");
+    let stored = cluster.stored("x").await;
+    assert_gap_free(&stored);
+    assert_all_stored(&seen, &stored);
+    assert_all_stored(&second, &stored);
+    let results: Vec<Value> = stored
+        .iter()
+        .filter(|(_, kind, _)| kind == "result")
+        .map(|(_, _, payload)| serde_json::from_str(payload).unwrap())
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0]["is_error"], true);
+    assert_eq!(results[0]["terminal_reason"], "node_lost");
+    assert_eq!(results[1]["is_error"], false);
+    eprintln!("taken over {took:?} after the kill (lease {LEASE_SECS} s)");
+}
+
+#[tokio::test]
+async fn a_stalled_node_that_was_taken_over_stores_nothing_more() {
+    let Some(cluster) = Cluster::new().await else {
+        return;
+    };
+    cluster.gates.open("x", 2);
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    ca.chat("x", "one").await;
+    ca.recv_until(|f| f["message_type"] == "stream_event" && f["agent_id"] == "x")
+        .await;
+
+    // A stalls past its lease; B takes the conversation over and runs a turn.
+    signal(&a, "-STOP");
+    let refused = chat_until_taken(&mut cb, "x", "two").await;
+    let second = cb.until_result("x").await;
+    assert_eq!(reply_text(&second), "Echo: two (turn 2)");
+    let after_takeover = cluster.stored("x").await;
+
+    // A wakes up and its turn goes on: nothing of it is stored, A's clients are told the
+    // conversation moved, and A sends further chats to B.
+    signal(&a, "-CONT");
+    cluster.gates.open("x", 1);
+    let frames = ca
+        .recv_until(|f| f["message_type"] == "status" && f["status"] == "moved")
+        .await;
+    assert!(
+        frames
+            .iter()
+            .all(|f| f["message_type"] != "result" && f["message_type"] != "assistant"),
+        "{frames:?}"
+    );
+    let again = chat_ack(&mut ca, "x", "three").await;
+    assert_eq!(again["code"], "owned_elsewhere", "{again}");
+    assert!(
+        again["error"].as_str().unwrap().contains("`node-b`"),
+        "{again}"
+    );
+    // A's actor ended with the `moved` status: nothing of it can land later.
+    let stored = cluster.stored("x").await;
+    assert_eq!(stored, after_takeover, "A stored after the take-over");
+    assert_gap_free(&stored);
+    assert!(
+        stored
+            .iter()
+            .all(|(_, _, payload)| !payload.contains("Echo: one")),
+        "A's turn 1 reply was stored"
+    );
+    eprintln!("B was refused {refused} time(s) while A's lease held");
+}
+
+#[tokio::test]
+async fn two_nodes_racing_to_start_a_conversation_start_it_once() {
+    let Some(cluster) = Cluster::new().await else {
+        return;
+    };
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    for i in 0..8 {
+        let agent_id = format!("race-{i}");
+        cluster.gates.open_all(&agent_id, 1..=1);
+        let (on_a, on_b) = tokio::join!(
+            chat_ack(&mut ca, &agent_id, "hello"),
+            chat_ack(&mut cb, &agent_id, "hello")
+        );
+        let acks = [&on_a, &on_b]
+            .iter()
+            .filter(|f| f["message_type"] == "ack")
+            .count();
+        assert_eq!(acks, 1, "{on_a} {on_b}");
+        let refused = if on_a["message_type"] == "ack" {
+            &on_b
+        } else {
+            &on_a
+        };
+        assert_eq!(refused["code"], "owned_elsewhere", "{refused}");
+        let stored = cluster.stored(&agent_id).await;
+        assert_eq!(
+            stored.iter().filter(|(_, kind, _)| kind == "user").count(),
+            1,
+            "{stored:?}"
+        );
+    }
+    let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 8);
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn a_node_id_must_be_a_plain_name() {
+    let Some(cluster) = Cluster::new().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    for bad in ["-rf", "a b", "node/1", &"n".repeat(129)] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--store-url",
+                &cluster.url,
+            ])
+            .arg("--data-dir")
+            .arg(data.path())
+            .arg(format!("--node-id={bad}"))
+            .env_remove("AGENTMUX_CONFIG")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad:?} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("node id"), "{bad:?}: {stderr}");
+    }
+}
