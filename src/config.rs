@@ -74,6 +74,10 @@ pub struct ClusterConfig {
     /// third of that while the conversation is live). A node that dies leaves its
     /// conversations to others after at most this long.
     pub lease_secs: u64,
+    /// The NATS server(s) the nodes route commands and frames through (`--cluster-nats`,
+    /// `AGENTMUX_CLUSTER_NATS`): `nats://HOST:PORT`, several separated by commas. Empty for
+    /// none: a command for a conversation another node runs is then refused, naming it.
+    pub nats: String,
 }
 
 impl Default for ClusterConfig {
@@ -81,11 +85,17 @@ impl Default for ClusterConfig {
         ClusterConfig {
             node_id: String::new(),
             lease_secs: 10,
+            nats: String::new(),
         }
     }
 }
 
 impl ClusterConfig {
+    /// How long a chat for a conversation whose node is gone waits for its lease to expire.
+    pub fn takeover_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.lease_secs + 2)
+    }
+
     /// The node's name: the configured one, or `<host name>:<port of bind>`.
     ///
     /// # Errors

@@ -50,7 +50,7 @@ use crate::http::AppState;
 use crate::http::auth::Authenticator;
 use crate::limits::Quota;
 use crate::metrics::Metrics;
-use crate::session::{Manager, Scheduler};
+use crate::session::{Bus, Manager, Scheduler};
 use crate::store::Store;
 use crate::store::postgres::{PgSettings, PgStore};
 use crate::store::schedules::ScheduleStore;
@@ -140,7 +140,17 @@ impl Server {
         }
         let sockets = Quota::new(config.socket.max_per_principal, 0);
         let config = Arc::new(config);
-        let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone());
+        let bus = match config.cluster.nats.as_str() {
+            "" => None,
+            _ if config.store.url.is_empty() => anyhow::bail!(
+                "a cluster (--cluster-nats) needs a PostgreSQL store that every node shares (--store-url)"
+            ),
+            url => {
+                let node = config.cluster.node_name(config.bind)?;
+                Some(Bus::connect(url, node, metrics.clone()).await?)
+            }
+        };
+        let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone(), bus);
         let scheduler = Scheduler::new(manager.clone(), schedules, &config.schedules)?;
         Ok(Server {
             scheduler: scheduler.clone(),
@@ -180,6 +190,11 @@ impl Server {
         // Schedules run from now on; ticks missed while the server was down run at once.
         let stop_schedules = CancellationToken::new();
         self.scheduler.spawn(stop_schedules.clone());
+        // Commands the other nodes of a cluster forward, until the shutdown stops accepting.
+        self.state
+            .manager
+            .serve_other_nodes(stop_accepting.clone())
+            .await?;
         let ending = {
             let stop_accepting = stop_accepting.clone();
             tokio::spawn(async move {

@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Chat with a running server from the terminal (runs `agentmux-chat`).
     #[command(disable_help_flag = true)]
     Chat(Forwarded),
@@ -68,6 +68,9 @@ struct ServeArgs {
     /// This node's name among the nodes sharing a PostgreSQL store [default: HOST:PORT]
     #[arg(long, env = "AGENTMUX_NODE_ID")]
     node_id: Option<String>,
+    /// NATS server(s) the nodes of a cluster route through, nats://HOST:PORT [default: none]
+    #[arg(long, env = "AGENTMUX_CLUSTER_NATS", hide_env_values = true)]
+    cluster_nats: Option<String>,
     /// TOML file of settings (see config/default.toml)
     #[arg(long, env = "AGENTMUX_CONFIG")]
     config: Option<PathBuf>,
@@ -94,6 +97,9 @@ impl ServeArgs {
         }
         if let Some(node) = self.node_id {
             config.cluster.node_id = node;
+        }
+        if let Some(nats) = self.cluster_nats {
+            config.cluster.nats = nats;
         }
         if let Some(bin) = self.claude_bin {
             config.claude.bin = Some(bin);
@@ -140,7 +146,7 @@ impl ServeArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
-        Command::Serve(args) => args,
+        Command::Serve(args) => *args,
         Command::Chat(forwarded) => return exec_sibling("chat", "agentmux-chat", forwarded.args),
         Command::Bench(forwarded) => {
             return exec_sibling("bench", "agentmux-bench", forwarded.args);

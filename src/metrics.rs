@@ -41,6 +41,8 @@ struct Inner {
     scheduled_runs: DashMap<&'static str, AtomicU64>,
     leases_held: AtomicI64,
     fence_rejections: AtomicU64,
+    forwarded_commands: AtomicU64,
+    relayed_frames: AtomicU64,
 }
 
 impl Metrics {
@@ -82,6 +84,16 @@ impl Metrics {
     /// This node now owns `held` conversations (several nodes on one PostgreSQL store).
     pub fn leases_held(&self, held: usize) {
         self.inner.leases_held.store(held as i64, Relaxed);
+    }
+
+    /// A command went to the node that runs its conversation.
+    pub fn forwarded_command(&self) {
+        self.inner.forwarded_commands.fetch_add(1, Relaxed);
+    }
+
+    /// A frame another node published reached this node's followers.
+    pub fn relayed_frame(&self) {
+        self.inner.relayed_frames.fetch_add(1, Relaxed);
     }
 
     /// An append of a conversation that another node took over was refused.
@@ -189,6 +201,18 @@ impl Metrics {
             "agentmux_fence_rejections_total",
             "Appends refused because another node took the conversation over.",
             i.fence_rejections.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agentmux_forwarded_commands_total",
+            "Commands sent to the node that runs their conversation.",
+            i.forwarded_commands.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "agentmux_relayed_frames_total",
+            "Frames of conversations other nodes run, relayed to this node's followers.",
+            i.relayed_frames.load(Relaxed),
         );
         counter(
             &mut out,

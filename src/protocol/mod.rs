@@ -42,7 +42,9 @@ pub const MAX_ADD_DIRS: usize = 16;
 pub const MAX_MODE_CHARS: usize = 64;
 
 /// Stable, snake_case error codes carried by `error` frames and REST errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {

@@ -41,6 +41,16 @@ impl From<String> for FrameText {
 }
 
 impl Frame {
+    /// A frame another node built and sent on as it is (its `message_type`, its `seq` if
+    /// stored, and its text).
+    pub fn relayed(seq: Option<i64>, message_type: &str, text: String) -> Self {
+        Frame {
+            seq,
+            kind: static_type(message_type),
+            text: text.into(),
+        }
+    }
+
     fn unstored(kind: &'static str, text: String) -> Self {
         Frame {
             seq: None,

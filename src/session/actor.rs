@@ -264,6 +264,9 @@ impl Actor {
     }
 
     fn publish(&self, frame: Frame) {
+        if let Some(bus) = &self.shared.bus {
+            bus.publish(self.session.row, &frame);
+        }
         // No receiver is fine: nobody is watching this conversation right now.
         let _ = self.events.send(frame);
     }

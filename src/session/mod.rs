@@ -13,6 +13,7 @@
 mod activity;
 mod actor;
 mod cli_sessions;
+mod cluster;
 pub mod events;
 mod history;
 pub mod replay;
@@ -22,6 +23,7 @@ pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
 pub use crate::store::{SessionQuery, SessionRecord};
 pub use cli_sessions::{CliSession, Project};
+pub use cluster::Bus;
 pub use history::{ExportLine, MAX_TITLE_CHARS};
 pub use schedules::{LastRun, Schedule, ScheduleBody, Scheduler};
 
@@ -36,11 +38,15 @@ use crate::agent::registry::Agents;
 use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
-use crate::protocol::{self, AgentId, Chat, ErrorCode, Frame, FrameError, LaunchOptions, Tag};
+use crate::protocol::{
+    self, AgentId, Chat, ClientFrame, ErrorCode, Frame, FrameError, LaunchOptions, Tag,
+};
 use crate::store::{NewMessage, RowId, Store, StoreError};
 
 /// Commands waiting for one actor; a full queue answers `limit_exceeded`.
 const COMMAND_QUEUE: usize = 256;
+/// How often a chat for a conversation whose node is gone tries to take it over.
+const TAKEOVER_POLL: Duration = Duration::from_millis(200);
 /// How often dormant slots without subscribers are dropped from memory.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
@@ -102,6 +108,41 @@ struct Slot {
     session: std::sync::OnceLock<Arc<Conversation>>,
     /// Whether the actor is running or queueing a turn.
     busy: Arc<AtomicBool>,
+    /// Set once frames of other nodes are relayed to this slot's followers (cluster mode).
+    relaying: AtomicBool,
+    /// Stops that relay when the slot is dropped.
+    relay_stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.relay_stop.cancel();
+    }
+}
+
+/// Why a conversation's actor did not start on this node.
+enum Refused {
+    /// A typed error for the client.
+    Error(FrameError),
+    /// Another node runs it (cluster mode).
+    Elsewhere {
+        node: String,
+        record: Box<SessionRecord>,
+    },
+}
+
+impl From<FrameError> for Refused {
+    fn from(err: FrameError) -> Self {
+        Refused::Error(err)
+    }
+}
+
+/// Whether a command may go to the node that runs its conversation: a command forwarded
+/// from another node is run here or refused, never sent on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    AnyNode,
+    ThisNode,
 }
 
 /// A chat that was stored and queued.
@@ -197,6 +238,8 @@ pub(crate) struct Shared {
     replay_readers: Arc<tokio::sync::Semaphore>,
     /// Each principal's activity feed.
     activity: activity::Feeds,
+    /// The other nodes, in cluster mode.
+    bus: Option<Arc<Bus>>,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -258,6 +301,7 @@ impl Manager {
         agents: Arc<Agents>,
         config: Arc<Config>,
         metrics: Metrics,
+        bus: Option<Arc<Bus>>,
     ) -> Self {
         let lost = store.lost_leases();
         let manager = Manager {
@@ -275,6 +319,7 @@ impl Manager {
                 closing: AtomicBool::new(false),
                 replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
                 activity: activity::Feeds::default(),
+                bus,
             }),
         };
         if let Some(lost) = lost {
@@ -303,6 +348,21 @@ impl Manager {
                 let _ = tx.send(actor::Command::TakenOver).await;
             }
         });
+    }
+
+    /// Answers the commands other nodes send to this one (cluster mode) until `stop` fires.
+    ///
+    /// # Errors
+    /// When this node can't subscribe to them.
+    pub async fn serve_other_nodes(
+        &self,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> anyhow::Result<()> {
+        let Some(bus) = &self.shared.bus else {
+            return Ok(());
+        };
+        let limits = self.shared.config.decode_limits();
+        bus.clone().serve(self.clone(), limits, stop).await
     }
 
     /// The activity of every conversation of `principal` from now on: an `activity` frame
@@ -356,6 +416,8 @@ impl Manager {
                         removed: AtomicBool::new(false),
                         session: std::sync::OnceLock::new(),
                         busy: Arc::new(AtomicBool::new(false)),
+                        relaying: AtomicBool::new(false),
+                        relay_stop: tokio_util::sync::CancellationToken::new(),
                     })
                 })
                 .clone();
@@ -410,35 +472,80 @@ impl Manager {
         principal: &str,
         chat: Chat,
     ) -> Result<PendingChat, FrameError> {
-        self.submit_marked(principal, chat, None).await
+        self.submit_marked(principal, chat, None, Route::AnyNode)
+            .await
     }
 
-    /// [`Self::submit_chat`], storing `marker` (a status) just before the user message.
+    /// [`Self::chat`] that another node forwarded: run here, never sent on.
+    pub(super) async fn chat_here(
+        &self,
+        principal: &str,
+        chat: Chat,
+    ) -> Result<ChatAccepted, FrameError> {
+        self.submit_marked(principal, chat, None, Route::ThisNode)
+            .await?
+            .stored()
+            .await
+    }
+
+    /// [`Self::submit_chat`], storing `marker` (a status) just before the user message. In
+    /// cluster mode, a chat for a conversation another node runs goes to that node (a marked
+    /// one, a schedule's run, is refused instead); when that node is gone, the chat waits for
+    /// its lease to expire and runs here.
     async fn submit_marked(
         &self,
         principal: &str,
         chat: Chat,
         marker: Option<Box<NewMessage>>,
+        route: Route,
     ) -> Result<PendingChat, FrameError> {
         let chat = self.resolve_paths(principal, chat).await?;
         let agent_id = chat.agent_id.clone();
         let key = Self::key(principal, &agent_id);
         let (slot, mut guard) = self.lock_slot(&key).await;
-        let handle = match &*guard {
-            SlotState::Live(h) if !h.tx.is_closed() => {
+        let forwardable = route == Route::AnyNode && marker.is_none();
+        let deadline = tokio::time::Instant::now() + self.shared.config.cluster.takeover_wait();
+        let handle = loop {
+            if let SlotState::Live(h) = &*guard
+                && !h.tx.is_closed()
+            {
                 self.check_chat_options(&h.session.agent, &chat)?;
-                h.clone()
+                break h.clone();
             }
-            _ => match self.start(principal, &chat, &slot).await {
+            match self.start(principal, &chat, &slot).await {
                 Ok(h) => {
                     *guard = SlotState::Live(h.clone());
-                    h
+                    break h;
                 }
-                Err(err) => {
+                Err(Refused::Elsewhere { node, record })
+                    if forwardable && self.shared.bus.is_some() =>
+                {
+                    if let Some(answered) = self
+                        .forward_chat(principal, &chat, &slot, &node, &record)
+                        .await
+                    {
+                        if answered.is_err() {
+                            self.release_if_unused(&key, &slot, &guard);
+                        }
+                        return answered;
+                    }
+                    // Its node is gone: the conversation is this node's once the lease expires.
+                    if tokio::time::Instant::now() >= deadline {
+                        self.release_if_unused(&key, &slot, &guard);
+                        return Err(store_error(StoreError::OwnedElsewhere(node), &agent_id));
+                    }
+                    tokio::time::sleep(TAKEOVER_POLL).await;
+                }
+                Err(refused) => {
                     self.release_if_unused(&key, &slot, &guard);
-                    return Err(err);
+                    return Err(match refused {
+                        Refused::Error(err) => err,
+                        Refused::Elsewhere { node, .. } => {
+                            store_error(StoreError::OwnedElsewhere(node), &agent_id)
+                        }
+                    });
                 }
-            },
+            }
         };
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
@@ -583,13 +690,119 @@ impl Manager {
         .for_agent(Some(agent_id)))
     }
 
+    /// Sends a chat to node `node`, which runs its conversation: None when that node is gone.
+    async fn forward_chat(
+        &self,
+        principal: &str,
+        chat: &Chat,
+        slot: &Arc<Slot>,
+        node: &str,
+        record: &SessionRecord,
+    ) -> Option<Result<PendingChat, FrameError>> {
+        let bus = self.shared.bus.as_ref()?;
+        let session = slot
+            .session
+            .get_or_init(|| Conversation::from_record(record))
+            .clone();
+        self.relay(slot).await;
+        let events = slot.events.subscribe();
+        let answer = bus
+            .forward(node, principal, &ClientFrame::Chat(chat.clone()))
+            .await
+            .ok()?;
+        self.shared.metrics.forwarded_command();
+        let stored = match answer {
+            cluster::Answer::Chat {
+                seq,
+                queue_position,
+            } => Ok((seq, queue_position)),
+            other => Err(FrameError {
+                client_msg_id: chat.client_msg_id.clone(),
+                ..other.into_error(&chat.agent_id)
+            }),
+        };
+        if let Err(err) = stored {
+            return Some(Err(err));
+        }
+        let (reply, reply_rx) = oneshot::channel();
+        let _ = reply.send(stored);
+        Some(Ok(PendingChat {
+            agent_id: chat.agent_id.clone(),
+            session,
+            events,
+            reply: reply_rx,
+        }))
+    }
+
+    /// Relays the frames other nodes publish for the slot's conversation to its followers
+    /// (cluster mode), once per slot; returns once the relay is in place.
+    async fn relay(&self, slot: &Slot) {
+        let (Some(bus), Some(session)) = (&self.shared.bus, slot.session.get()) else {
+            return;
+        };
+        if slot.relaying.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        bus.relay(
+            session.clone(),
+            slot.events.clone(),
+            self.shared.store.clone(),
+            slot.relay_stop.clone(),
+        )
+        .await;
+    }
+
+    /// Sends `frame` to the followers of `slot` on every node.
+    fn broadcast(&self, slot: &Slot, session: &Conversation, frame: Frame) {
+        if let Some(bus) = &self.shared.bus {
+            bus.publish(session.row, &frame);
+        }
+        let _ = slot.events.send(frame);
+    }
+
+    /// The node other than this one that runs conversation `row`, in cluster mode.
+    async fn owner_elsewhere(
+        &self,
+        row: RowId,
+        agent_id: &str,
+    ) -> Result<Option<String>, FrameError> {
+        if self.shared.bus.is_none() {
+            return Ok(None);
+        }
+        self.shared
+            .store
+            .lease_owner(row)
+            .await
+            .map_err(|e| store_error(e, agent_id))
+    }
+
+    /// Sends a command to node `node`, which runs its conversation.
+    ///
+    /// # Errors
+    /// `owned_elsewhere` when that node is gone (its lease has yet to expire).
+    async fn forward(
+        &self,
+        node: &str,
+        principal: &str,
+        frame: &ClientFrame,
+        agent_id: &str,
+    ) -> Result<cluster::Answer, FrameError> {
+        let bus = self.shared.bus.as_ref().expect("only in cluster mode");
+        self.shared.metrics.forwarded_command();
+        bus.forward(node, principal, frame)
+            .await
+            .map_err(|cluster::NoOwner| {
+                store_error(StoreError::OwnedElsewhere(node.into()), agent_id)
+            })
+    }
+
     /// Starts the actor of a conversation, creating the conversation if it is new.
     async fn start(
         &self,
         principal: &str,
         chat: &Chat,
-        slot: &Slot,
-    ) -> Result<SessionHandle, FrameError> {
+        slot: &Arc<Slot>,
+    ) -> Result<SessionHandle, Refused> {
         let shared = &self.shared;
         let live = self.acquire_live(principal, &chat.agent_id)?;
         let store_err = |e| store_error(e, &chat.agent_id);
@@ -626,12 +839,18 @@ impl Manager {
                 shared.store.create_session(new).await.map_err(store_err)?
             }
         };
-        shared
-            .store
-            .take_lease(record.row)
-            .await
-            .map_err(store_err)?;
-        Ok(self.spawn_actor(record, slot, live))
+        match shared.store.take_lease(record.row).await {
+            Ok(()) => {
+                let handle = self.spawn_actor(record, slot, live);
+                self.relay(slot).await;
+                Ok(handle)
+            }
+            Err(StoreError::OwnedElsewhere(node)) => Err(Refused::Elsewhere {
+                node,
+                record: Box::new(record),
+            }),
+            Err(err) => Err(store_err(err).into()),
+        }
     }
 
     /// Replaces the paths a chat names (`options.cwd`, `options.add_dirs`) by their canonical
@@ -726,6 +945,28 @@ impl Manager {
         agent_id: &AgentId,
         to_seq: i64,
     ) -> Result<Frame, FrameError> {
+        self.rewind_routed(principal, agent_id, to_seq, Route::AnyNode)
+            .await
+    }
+
+    /// [`Self::rewind`] that another node forwarded: run here, never sent on.
+    pub(super) async fn rewind_here(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        to_seq: i64,
+    ) -> Result<Frame, FrameError> {
+        self.rewind_routed(principal, agent_id, to_seq, Route::ThisNode)
+            .await
+    }
+
+    async fn rewind_routed(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        to_seq: i64,
+        route: Route,
+    ) -> Result<Frame, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
         let agent = &slot.session.get().expect("set by existing_slot").agent;
         self.require(agent, agent_id, "rewind", |s| s.rewind)?;
@@ -741,14 +982,31 @@ impl Manager {
                 // meanwhile, and the lease one on another node.
                 let session = slot.session.get().expect("set by existing_slot");
                 let store = &self.shared.store;
-                store
-                    .take_lease(session.row)
-                    .await
-                    .map_err(|e| store_error(e, agent_id))?;
+                match store.take_lease(session.row).await {
+                    Ok(()) => {}
+                    Err(StoreError::OwnedElsewhere(node))
+                        if route == Route::AnyNode && self.shared.bus.is_some() =>
+                    {
+                        drop(guard);
+                        let frame = ClientFrame::Rewind {
+                            agent_id: agent_id.clone(),
+                            to_seq,
+                        };
+                        return match self.forward(&node, principal, &frame, agent_id).await? {
+                            cluster::Answer::Rewound {
+                                seq,
+                                message_type,
+                                text,
+                            } => Ok(Frame::relayed(seq, &message_type, text)),
+                            other => Err(other.into_error(agent_id)),
+                        };
+                    }
+                    Err(err) => return Err(store_error(err, agent_id)),
+                }
                 let rewound = actor::rewind_store(&self.shared, session, to_seq).await;
                 store.release_lease(session.row).await;
                 let (frame, _) = rewound?;
-                let _ = slot.events.send(frame.clone());
+                self.broadcast(&slot, session, frame.clone());
                 Ok(frame)
             }
         }
@@ -905,6 +1163,7 @@ impl Manager {
             let record = self.get(principal, agent_id).await?;
             let _ = slot.session.set(Conversation::from_record(&record));
         }
+        self.relay(&slot).await;
         Ok((slot, guard))
     }
 
@@ -988,12 +1247,45 @@ impl Manager {
         principal: &str,
         agent_id: &AgentId,
     ) -> Result<Interrupted, FrameError> {
+        self.interrupt_routed(principal, agent_id, Route::AnyNode)
+            .await
+    }
+
+    /// [`Self::interrupt`] that another node forwarded: run here, never sent on.
+    pub(super) async fn interrupt_here(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+    ) -> Result<Interrupted, FrameError> {
+        self.interrupt_routed(principal, agent_id, Route::ThisNode)
+            .await
+    }
+
+    async fn interrupt_routed(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        route: Route,
+    ) -> Result<Interrupted, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
         let session = slot.session.get().expect("set by existing_slot").clone();
         let SlotState::Live(handle) = &*guard else {
+            drop(guard);
+            let mut was_running = false;
+            if route == Route::AnyNode
+                && let Some(node) = self.owner_elsewhere(session.row, agent_id).await?
+            {
+                let frame = ClientFrame::Interrupt {
+                    agent_id: agent_id.clone(),
+                };
+                was_running = match self.forward(&node, principal, &frame, agent_id).await? {
+                    cluster::Answer::Interrupt { was_running } => was_running,
+                    other => return Err(other.into_error(agent_id)),
+                };
+            }
             return Ok(Interrupted {
                 session,
-                was_running: false,
+                was_running,
             });
         };
         let (reply, rx) = oneshot::channel();
@@ -1016,6 +1308,30 @@ impl Manager {
         request_id: String,
         decision: crate::protocol::PermissionDecision,
     ) -> Result<(), FrameError> {
+        self.answer_permission_routed(principal, agent_id, request_id, decision, Route::AnyNode)
+            .await
+    }
+
+    /// [`Self::answer_permission`] that another node forwarded: run here, never sent on.
+    pub(super) async fn answer_permission_here(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        request_id: String,
+        decision: crate::protocol::PermissionDecision,
+    ) -> Result<(), FrameError> {
+        self.answer_permission_routed(principal, agent_id, request_id, decision, Route::ThisNode)
+            .await
+    }
+
+    async fn answer_permission_routed(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        request_id: String,
+        decision: crate::protocol::PermissionDecision,
+        route: Route,
+    ) -> Result<(), FrameError> {
         let no_request = || {
             FrameError::new(
                 ErrorCode::UnknownRequest,
@@ -1023,8 +1339,23 @@ impl Manager {
             )
             .for_agent(Some(agent_id))
         };
-        let (_slot, guard) = self.existing_slot(principal, agent_id).await?;
+        let (slot, guard) = self.existing_slot(principal, agent_id).await?;
         let SlotState::Live(handle) = &*guard else {
+            drop(guard);
+            let row = slot.session.get().expect("set by existing_slot").row;
+            if route == Route::AnyNode
+                && let Some(node) = self.owner_elsewhere(row, agent_id).await?
+            {
+                let frame = ClientFrame::PermissionResponse {
+                    agent_id: agent_id.clone(),
+                    request_id,
+                    decision,
+                };
+                return match self.forward(&node, principal, &frame, agent_id).await? {
+                    cluster::Answer::Done => Ok(()),
+                    other => Err(other.into_error(agent_id)),
+                };
+            }
             return Err(no_request());
         };
         let (reply, rx) = oneshot::channel();

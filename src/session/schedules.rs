@@ -711,7 +711,12 @@ impl Scheduler {
         marker.title = Some(row.name.clone());
         self.inner
             .manager
-            .submit_marked(&row.principal, chat, Some(Box::new(marker)))
+            .submit_marked(
+                &row.principal,
+                chat,
+                Some(Box::new(marker)),
+                super::Route::AnyNode,
+            )
             .await?
             .stored()
             .await

@@ -107,6 +107,18 @@ impl Leases {
         })
     }
 
+    /// The node other than this one whose lease on `row` holds now, if any.
+    pub async fn owner(&self, pool: &PgPool, row: RowId) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "select lease_node from session_info
+             where id = $1 and lease_node <> $2 and lease_expires_at > now()",
+        )
+        .bind(row)
+        .bind(&self.node)
+        .fetch_optional(pool)
+        .await?)
+    }
+
     /// Gives up this node's lease on `row`, unless it was taken over meanwhile.
     pub async fn release(&self, pool: &PgPool, row: RowId) {
         let Some((_, epoch)) = self.held.remove(&row) else {

@@ -450,6 +450,11 @@ pub trait Store: Send + Sync + 'static {
     /// Gives up this node's ownership of conversation `row` (the actor stopped), if it holds it.
     async fn release_lease(&self, _row: RowId) {}
 
+    /// The node other than this one whose lease on conversation `row` holds now, if any.
+    async fn lease_owner(&self, _row: RowId) -> Result<Option<String>> {
+        Ok(None)
+    }
+
     /// The conversations whose leases this node lost to another node: their actors must stop.
     /// Taken once; None for a store only one node uses.
     fn lost_leases(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<RowId>> {

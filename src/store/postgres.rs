@@ -638,6 +638,10 @@ shared::store_impl!(PgStore, {
         Ok(())
     }
 
+    async fn lease_owner(&self, row: RowId) -> Result<Option<String>> {
+        self.leases.owner(&self.pool, row).await
+    }
+
     async fn release_lease(&self, row: RowId) {
         self.leases.release(&self.pool, row).await;
     }

@@ -1,10 +1,12 @@
 //! Several nodes on one PostgreSQL store: a conversation runs on one node at a time, a node
 //! that dies or stalls leaves its conversations to the others once its lease expires, and a
-//! stalled node that was taken over can't write any more (the fence).
+//! stalled node that was taken over can't write any more (the fence). With NATS, a command on
+//! any node reaches the conversation's node and every node's followers get its frames.
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
 
 use crate::common::{
     Client, Gates, TestServer, chat_ack, create_database, drop_database, pg_url, reply_text,
@@ -13,10 +15,71 @@ use crate::common::{
 /// Length of the nodes' leases in these tests.
 const LEASE_SECS: u64 = 2;
 
+/// A NATS server of one test on a loopback port of its own (killed on drop).
+struct Nats {
+    bin: String,
+    port: u16,
+    child: Child,
+}
+
+impl Nats {
+    /// None (after saying so) when no NATS server binary is configured outside CI.
+    async fn start() -> Option<Self> {
+        let bin = match std::env::var("AGENTMUX_TEST_NATS_BIN") {
+            Ok(bin) if !bin.is_empty() => bin,
+            _ => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "AGENTMUX_TEST_NATS_BIN is not set (scripts/test.sh installs nats-server)"
+                );
+                eprintln!("skipped: AGENTMUX_TEST_NATS_BIN is not set");
+                return None;
+            }
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Self::spawn(&bin, port).await;
+        Some(Nats { bin, port, child })
+    }
+
+    async fn spawn(bin: &str, port: u16) -> Child {
+        let child = Command::new(bin)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start nats-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(Instant::now() < deadline, "nats-server did not listen");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        child
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server and starts it again on the same port.
+    async fn restart(&mut self) {
+        self.child.kill().await.unwrap();
+        self.child = Self::spawn(&self.bin, self.port).await;
+    }
+}
+
 /// Nodes sharing one database of their own (dropped at the end) and one data directory (as
-/// nodes share the storage their conversations work in), with demo gates.
+/// nodes share the storage their conversations work in), with demo gates, and NATS if asked.
 struct Cluster {
     data: tempfile::TempDir,
+    nats: Option<Nats>,
     server: String,
     database: String,
     url: String,
@@ -30,6 +93,14 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
+    /// [`Cluster::new`] whose nodes route through a NATS server of their own.
+    async fn routed() -> Option<Self> {
+        let nats = Nats::start().await?;
+        let mut cluster = Self::new().await?;
+        cluster.nats = Some(nats);
+        Some(cluster)
+    }
+
     /// None (after saying so) when no PostgreSQL server is configured outside CI.
     async fn new() -> Option<Self> {
         let Some(server) = pg_url() else {
@@ -41,6 +112,7 @@ impl Cluster {
         let gates = Gates::new(&format!("[cluster]\nlease_secs = {LEASE_SECS}\n"));
         Some(Cluster {
             data: tempfile::tempdir().unwrap(),
+            nats: None,
             server,
             database,
             url,
@@ -50,16 +122,20 @@ impl Cluster {
 
     /// Starts node `name`.
     async fn node(&self, name: &str) -> TestServer {
-        let args = [
-            "--config",
-            &self.gates.config,
-            "--demo-delay-ms",
-            "0",
-            "--store-url",
-            &self.url,
-            "--node-id",
-            name,
+        let mut args = vec![
+            "--config".to_owned(),
+            self.gates.config.clone(),
+            "--demo-delay-ms".to_owned(),
+            "0".to_owned(),
+            "--store-url".to_owned(),
+            self.url.clone(),
+            "--node-id".to_owned(),
+            name.to_owned(),
         ];
+        if let Some(nats) = &self.nats {
+            args.extend(["--cluster-nats".to_owned(), nats.url()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         TestServer::start_in(self.data.path(), &args, &[]).await
     }
 
@@ -338,4 +414,149 @@ async fn a_node_id_must_be_a_plain_name() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("node id"), "{bad:?}: {stderr}");
     }
+}
+
+/// The frames of `agent_id` a client got, stored ones only, as `(seq, message_type)`.
+fn stored_seen(frames: &[Value], agent_id: &str) -> Vec<(i64, String)> {
+    frames
+        .iter()
+        .filter(|f| f["agent_id"] == agent_id && f["seq"].is_i64() && f["message_type"] != "ack")
+        .map(|f| {
+            (
+                f["seq"].as_i64().unwrap(),
+                f["message_type"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn three_nodes_route_commands_to_the_owner_and_relay_its_frames() {
+    let Some(cluster) = Cluster::routed().await else {
+        return;
+    };
+    cluster.gates.open_all("x", 1..=2);
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let c = cluster.node("node-c").await;
+    let (mut ca, mut cb, mut cc) = (a.client().await, b.client().await, c.client().await);
+
+    // A socket on node A starts the conversation; a socket on node B follows it.
+    ca.chat("x", "one").await;
+    ca.until_result("x").await;
+    cb.send(json!({"type": "subscribe", "agent_id": "x", "since_seq": 0}))
+        .await;
+    let mut on_b = cb.until_result("x").await;
+
+    // A chat sent through node C runs on A, and its frames reach B and C.
+    let ack = chat_ack(&mut cc, "x", "two").await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let on_c = cc.until_result("x").await;
+    assert_eq!(reply_text(&on_c), "Echo: two (turn 2)");
+    on_b.extend(cb.until_result("x").await);
+    let stored = cluster.stored("x").await;
+    assert_gap_free(&stored);
+    let all: Vec<(i64, String)> = stored
+        .iter()
+        .map(|(seq, kind, _)| (*seq, kind.clone()))
+        .collect();
+    assert_eq!(
+        stored_seen(&on_b, "x"),
+        all,
+        "B saw every stored frame, in order"
+    );
+    assert_all_stored(&on_c, &stored);
+
+    // An interrupt through C stops the turn running on A.
+    ca.chat("x", "three").await;
+    ca.recv_until(|f| f["message_type"] == "stream_event" && f["agent_id"] == "x")
+        .await;
+    cc.send(json!({"type": "interrupt", "agent_id": "x"})).await;
+    let interrupted = cc.until_result("x").await;
+    let result = interrupted.last().unwrap();
+    assert_eq!(result["message"]["is_error"], true, "{result}");
+    let metrics = reqwest::get(c.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agentmux_forwarded_commands_total 2\n"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("agentmux_relayed_frames_total 0\n"),
+        "{metrics}"
+    );
+    assert_gap_free(&cluster.stored("x").await);
+}
+
+#[tokio::test]
+async fn a_chat_through_any_node_resumes_a_killed_owners_conversation() {
+    let Some(cluster) = Cluster::routed().await else {
+        return;
+    };
+    cluster.gates.open("x", 2);
+    let mut a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    ca.chat("x", "one").await;
+    let seen = ca
+        .recv_until(|f| f["message_type"] == "stream_event" && f["agent_id"] == "x")
+        .await;
+    a.kill9().await;
+
+    // One chat: it waits for the dead node's lease and then runs here, with the history.
+    let started = Instant::now();
+    let ack = chat_ack(&mut cb, "x", "two").await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let second = cb.until_result("x").await;
+    eprintln!(
+        "resumed {:?} after the kill (lease {LEASE_SECS} s)",
+        started.elapsed()
+    );
+    assert_eq!(reply_text(&second), "Echo: two (turn 2)");
+    let stored = cluster.stored("x").await;
+    assert_gap_free(&stored);
+    assert_all_stored(&seen, &stored);
+    assert_all_stored(&second, &stored);
+}
+
+#[tokio::test]
+async fn routing_recovers_from_a_nats_restart() {
+    let Some(mut cluster) = Cluster::routed().await else {
+        return;
+    };
+    cluster.gates.open_all("x", 1..=3);
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    ca.chat("x", "one").await;
+    ca.until_result("x").await;
+    assert_eq!(chat_ack(&mut cb, "x", "two").await["message_type"], "ack");
+    cb.until_result("x").await;
+    let before = cluster.stored("x").await;
+
+    cluster.nats.as_mut().unwrap().restart().await;
+
+    // Until both nodes are back on NATS a chat through B may fail (typed); then it runs on A.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = chat_ack(&mut cb, "x", "three").await;
+        if answer["message_type"] == "ack" {
+            break;
+        }
+        assert!(
+            ["backend_unavailable", "owned_elsewhere"].contains(&answer["code"].as_str().unwrap()),
+            "{answer}"
+        );
+        assert!(Instant::now() < deadline, "routing did not recover");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let third = cb.until_result("x").await;
+    assert_eq!(reply_text(&third), "Echo: three (turn 3)");
+    let stored = cluster.stored("x").await;
+    assert_gap_free(&stored);
+    assert_eq!(&stored[..before.len()], &before[..], "stored frames kept");
 }
