@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 
 use super::history::{ImportEnd, Lines, invalid, message_text};
 use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
-use crate::protocol::{self, AgentId, ErrorCode, FrameError};
+use crate::protocol::{self, AgentId, ErrorCode, FrameError, valid_session_id};
 use crate::store::{NewMessage, SessionRecord};
 
 /// Largest transcript read, in bytes.
@@ -66,11 +66,6 @@ struct Transcript {
 
 fn rfc3339(time: std::time::SystemTime) -> String {
     chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// Whether `id` is a CLI session id: a UUID in its lowercase hyphenated form.
-fn valid_session_id(id: &str) -> bool {
-    uuid::Uuid::try_parse(id).is_ok_and(|u| u.hyphenated().to_string() == id)
 }
 
 /// The directory of `cwd`'s sessions under the CLI home, when it is a real directory inside
@@ -560,8 +555,5 @@ mod tests {
         ] {
             assert!(transcript_message(&skipped).is_none(), "{skipped}");
         }
-        assert!(valid_session_id("0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00"));
-        assert!(!valid_session_id("0B6C3C1E-4A43-4A53-9D5C-3A3C7D2C1F00"));
-        assert!(!valid_session_id("../x"));
     }
 }
