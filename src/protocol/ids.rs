@@ -240,7 +240,7 @@ mod tests {
             "../0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00",
             "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00/..",
             "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00\0",
-            "0b6c3c1e-4a43-4a53-9d5c\03a3c7d2c1f00",
+            "0b6c3c1e-4a43-4a53-9d5c\x003a3c7d2c1f00",
             &"a".repeat(129),
             &format!("{ID}{}", "0".repeat(129 - ID.len())),
         ] {

@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 
 use super::history::{ImportEnd, Lines, invalid, message_text};
 use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
-use crate::protocol::{self, AgentId, ErrorCode, FrameError, valid_session_id};
+use crate::protocol::{self, AgentId, ErrorCode, FrameError, SessionId, valid_session_id};
 use crate::store::{NewMessage, SessionRecord};
 
 /// Largest transcript read, in bytes.
@@ -56,7 +56,8 @@ pub struct CliSession {
     /// When its transcript last changed (RFC 3339).
     pub modified_at: String,
     /// The caller's conversation it was imported as, if any.
-    pub imported_as: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub imported_as: Option<AgentId>,
 }
 
 /// A transcript file, checked and open.
@@ -344,9 +345,8 @@ impl Manager {
         cli_session_id: &str,
         agent_id: Option<&str>,
     ) -> Result<SessionRecord, FrameError> {
-        if !valid_session_id(cli_session_id) {
-            return Err(invalid("`cli_session_id` must be a UUID"));
-        }
+        let session_id = SessionId::parse(cli_session_id)
+            .map_err(|_| invalid("`cli_session_id` must be a UUID"))?;
         let agent_id = &AgentId::parse(agent_id.unwrap_or(cli_session_id))?;
         let cwd = self.project_dir(principal, cwd).await?;
         let home = self.cli_home()?;
@@ -375,7 +375,7 @@ impl Manager {
             };
             return Err(FrameError::new(ErrorCode::AgentExists, message));
         }
-        let mut new = self.new_session(principal, agent_id, cli_session_id.to_owned());
+        let mut new = self.new_session(principal, agent_id, session_id);
         new.cwd = cwd.to_string_lossy().into_owned();
         let messages = entries(transcript).map(|entry| entry.map(|(_, message)| message));
         let end = ImportEnd {

@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 use super::replay::stored_frame;
 use super::{Conversation, Manager, store_error, store_failure, unknown_agent};
 use crate::limits::{QuotaExceeded, QuotaPermit};
-use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError};
+use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError, SessionId};
 use crate::store::{NewMessage, NewSession, RowId, SessionQuery, SessionRecord, Store};
 
 /// Longest title, in characters.
@@ -433,7 +433,7 @@ impl Manager {
             }
             Ok(None)
         });
-        let new = self.new_session(principal, agent_id, uuid::Uuid::new_v4().to_string());
+        let new = self.new_session(principal, agent_id, SessionId::new());
         let end = ImportEnd {
             status: imported_status,
             agent_session: None,
@@ -460,7 +460,7 @@ impl Manager {
     {
         let store = &self.shared.store;
         // Checked when `new` was made from a request.
-        let (principal, agent_id) = (new.principal.clone(), AgentId::stored(new.agent_id.clone()));
+        let (principal, agent_id) = (new.principal.clone(), new.agent_id.clone());
         let agent_id = &agent_id;
         let mut messages = std::pin::pin!(messages);
         let mut new = Some(new);
@@ -560,13 +560,13 @@ impl Manager {
     pub(super) fn new_session(
         &self,
         principal: &str,
-        agent_id: &str,
-        session_id: String,
+        agent_id: &AgentId,
+        session_id: SessionId,
     ) -> NewSession {
         let cwd = self.shared.config.workspaces_dir().join(&session_id);
         NewSession {
             principal: principal.to_owned(),
-            agent_id: agent_id.to_owned(),
+            agent_id: agent_id.clone(),
             session_id,
             backend: self.shared.agents.default_name().to_owned(),
             cwd: cwd.to_string_lossy().into_owned(),

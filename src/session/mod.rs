@@ -36,7 +36,9 @@ use crate::agent::registry::Agents;
 use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
-use crate::protocol::{self, AgentId, Chat, ErrorCode, Frame, FrameError, LaunchOptions, Tag};
+use crate::protocol::{
+    self, AgentId, Chat, ErrorCode, Frame, FrameError, LaunchOptions, SessionId, Tag,
+};
 use crate::store::{NewMessage, RowId, Store, StoreError};
 
 /// Commands waiting for one actor; a full queue answers `limit_exceeded`.
@@ -52,7 +54,7 @@ pub struct Conversation {
     /// The client's routing key.
     pub agent_id: AgentId,
     /// Our id of the conversation.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// The name of its agent (`session_info.backend`), fixed for its life.
     pub agent: String,
     /// Whose conversation it is.
@@ -64,7 +66,7 @@ impl Conversation {
     pub fn from_record(record: &SessionRecord) -> Arc<Self> {
         Arc::new(Conversation {
             row: record.row,
-            agent_id: AgentId::stored(record.agent_id.clone()),
+            agent_id: record.agent_id.clone(),
             session_id: record.session_id.clone(),
             agent: record.backend.clone(),
             principal: record.principal.clone(),
@@ -579,7 +581,7 @@ impl Manager {
                 let session_id = warm
                     .then(|| backend.take_prewarmed())
                     .flatten()
-                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+                    .unwrap_or_else(SessionId::new);
                 let mut new = self.new_session(principal, &chat.agent_id, session_id);
                 new.backend = agent;
                 if let Some(cwd) = &chat.options.cwd {
@@ -723,7 +725,7 @@ impl Manager {
         let store = &self.shared.store;
         let source = self.get(principal, agent_id).await?;
         self.require(&source.backend, agent_id, "fork", |s| s.fork)?;
-        let mut new = self.new_session(principal, new_agent_id, uuid::Uuid::new_v4().to_string());
+        let mut new = self.new_session(principal, new_agent_id, SessionId::new());
         new.backend = source.backend.clone();
         new.model = source.model.clone();
         new.permission_mode = source.permission_mode.clone();

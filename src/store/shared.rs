@@ -36,8 +36,8 @@ macro_rules! store_impl {
                      on conflict do nothing returning id",
                 )
                 .bind(&new.principal)
-                .bind(&new.agent_id)
-                .bind(&new.session_id)
+                .bind(new.agent_id.as_str())
+                .bind(new.session_id.as_str())
                 .bind(&new.backend)
                 .bind(&new.cwd)
                 .bind(&new.model)
@@ -371,8 +371,8 @@ macro_rules! edit_tx_impl {
                      returning id",
                 )
                 .bind(&new.principal)
-                .bind(&new.agent_id)
-                .bind(&new.session_id)
+                .bind(new.agent_id.as_str())
+                .bind(new.session_id.as_str())
                 .bind(&new.backend)
                 .bind(&new.cwd)
                 .bind(&new.model)
