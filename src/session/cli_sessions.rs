@@ -380,7 +380,7 @@ impl Manager {
         let messages = entries(transcript).map(|entry| entry.map(|(_, message)| message));
         let end = ImportEnd {
             status: cli_imported_status,
-            agent_session: Some(cli_session_id.to_owned()),
+            sdk_session_id: Some(cli_session_id.to_owned()),
         };
         self.store_import(new, messages, end).await
     }

@@ -141,9 +141,10 @@ fn imported_status(count: usize) -> NewMessage {
 pub(super) struct ImportEnd {
     /// The stored status after the `count` imported messages.
     pub status: fn(usize) -> NewMessage,
-    /// The agent's own session, when the agent has the transcript itself (a CLI session):
-    /// the next chat resumes it, and the imported messages count as remembered.
-    pub agent_session: Option<String>,
+    /// The agent's own id of the session (its `sdk_session_id`), when the agent has the
+    /// transcript itself (a CLI session): the next chat resumes it, and the imported messages
+    /// count as remembered.
+    pub sdk_session_id: Option<String>,
 }
 
 /// Splits a body arriving in pieces into numbered lines, holding at most one line (and one
@@ -243,9 +244,9 @@ impl PendingImport {
 impl Drop for PendingImport {
     fn drop(&mut self) {
         if self.armed {
-            let (store, id) = (self.store.clone(), self.row);
+            let (store, row) = (self.store.clone(), self.row);
             tokio::spawn(async move {
-                if let Err(err) = store.discard_import(id).await {
+                if let Err(err) = store.discard_import(row).await {
                     tracing::warn!(error = %err, "an unfinished import could not be removed; it goes at the next start");
                 }
             });
@@ -436,7 +437,7 @@ impl Manager {
         let new = self.new_session(principal, agent_id, SessionId::new());
         let end = ImportEnd {
             status: imported_status,
-            agent_session: None,
+            sdk_session_id: None,
         };
         self.store_import(new, messages, end).await
     }
@@ -470,7 +471,7 @@ impl Manager {
         let mut pending: Option<PendingImport> = None;
         let ImportEnd {
             status,
-            agent_session,
+            sdk_session_id,
         } = end;
         let outcome: Result<(), FrameError> = async {
             loop {
@@ -493,7 +494,7 @@ impl Manager {
                     chunk.push(message);
                     count += 1;
                 }
-                let Some(id) = pending.as_ref().map(|p| p.row) else {
+                let Some(row) = pending.as_ref().map(|p| p.row) else {
                     return Err(invalid("the body holds no message"));
                 };
                 if last {
@@ -502,19 +503,19 @@ impl Manager {
                     continue;
                 }
                 store
-                    .append(id, std::mem::take(&mut chunk))
+                    .append(row, std::mem::take(&mut chunk))
                     .await
                     .map_err(|e| store_error(e, agent_id))?;
                 chunk_bytes = 0;
                 if last {
-                    if let Some(sdk_id) = &agent_session {
+                    if let Some(sdk_id) = &sdk_session_id {
                         store
-                            .record_agent_session(id, sdk_id, true)
+                            .record_agent_session(row, sdk_id, true)
                             .await
                             .map_err(|e| store_error(e, agent_id))?;
                     }
                     return store
-                        .finish_import(id, agent_session.is_some())
+                        .finish_import(row, sdk_session_id.is_some())
                         .await
                         .map_err(|e| store_error(e, agent_id));
                 }

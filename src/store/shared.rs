@@ -227,8 +227,8 @@ macro_rules! store_impl {
                     sqlx::query_scalar("select id from session_info where pending")
                         .fetch_all(&self.pool)
                         .await?;
-                for &id in &pending {
-                    self.discard_import(id).await?;
+                for &row in &pending {
+                    self.discard_import(row).await?;
                 }
                 Ok(pending.len() as u64)
             }
@@ -240,8 +240,8 @@ macro_rules! store_impl {
                 )
                 .fetch_all(&self.pool)
                 .await?;
-                for (id, session_id) in &running {
-                    self.append(*id, vec![super::edits::restart_result(session_id)])
+                for (row, session_id) in &running {
+                    self.append(*row, vec![super::edits::restart_result(session_id)])
                         .await?;
                 }
                 Ok(running.len() as u64)
