@@ -797,11 +797,11 @@ impl Manager {
     /// `<data-dir>/workspaces/<session_id>`: only when that is the conversation's working
     /// directory and a real directory there (a symbolic link is left alone, and nothing outside
     /// the workspaces is touched). A failure is logged; the conversation is gone either way.
-    async fn remove_workspace(&self, session_id: &str, cwd: &str) {
+    async fn remove_workspace(&self, session_id: &SessionId, cwd: &str) {
         let dir = self.shared.config.workspaces_dir().join(session_id);
         if !self.is_own_workspace(session_id, cwd) {
             tracing::debug!(
-                session_id,
+                %session_id,
                 cwd,
                 "the conversation worked in a project directory; left alone"
             );
@@ -824,14 +824,10 @@ impl Manager {
     }
 
     /// Whether `cwd` is the workspace the server made for conversation `session_id`
-    /// (`<data-dir>/workspaces/<session_id>`), rather than a project directory.
-    fn is_own_workspace(&self, session_id: &str, cwd: &str) -> bool {
-        let one_name = std::path::Path::new(session_id)
-            .components()
-            .map(|c| matches!(c, std::path::Component::Normal(_)))
-            .eq([true]);
-        one_name
-            && std::path::Path::new(cwd) == self.shared.config.workspaces_dir().join(session_id)
+    /// (`<data-dir>/workspaces/<session_id>`), rather than a project directory. A
+    /// [`SessionId`] is a UUID, so that is always one directory right under the workspaces.
+    fn is_own_workspace(&self, session_id: &SessionId, cwd: &str) -> bool {
+        std::path::Path::new(cwd) == self.shared.config.workspaces_dir().join(session_id)
     }
 
     /// Finds the slot of a conversation that exists, without starting anything.
