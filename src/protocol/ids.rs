@@ -31,11 +31,6 @@ impl AgentId {
         }
     }
 
-    /// An id the store holds: it was checked when it was stored.
-    pub fn stored(id: String) -> Self {
-        AgentId(id)
-    }
-
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -138,11 +133,6 @@ impl SessionId {
                 "a session id must be a UUID in its lowercase hyphenated form",
             ))
         }
-    }
-
-    /// An id the store holds: it was checked when it was stored.
-    pub fn stored(id: String) -> Self {
-        SessionId(id)
     }
 
     /// The id as text.
