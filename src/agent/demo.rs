@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::protocol::Content;
+use crate::protocol::{AgentId, Content};
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -92,7 +92,7 @@ impl DemoBackend {
         let gate = self
             .gate_dir
             .clone()
-            .map(|dir| (dir, spec.agent_id.to_string()));
+            .map(|dir| (dir, spec.agent_id.clone()));
         let agent = DemoAgent {
             session_id,
             gate,
@@ -116,7 +116,7 @@ impl DemoBackend {
 struct DemoAgent {
     session_id: String,
     /// The gate directory and the conversation's `agent_id`, when turns wait at a gate.
-    gate: Option<(PathBuf, String)>,
+    gate: Option<(PathBuf, AgentId)>,
     model: String,
     /// Reported in each turn's `init`; the demo never asks for permissions in any mode.
     permission_mode: String,

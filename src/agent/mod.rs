@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::protocol::{Content, LaunchOptions, PermissionDecision};
+use crate::protocol::{AgentId, Content, LaunchOptions, PermissionDecision, SessionId};
 
 /// Capacity of the channel of events from one agent to its session.
 pub const EVENT_QUEUE: usize = 256;
@@ -97,9 +97,9 @@ pub enum Launch {
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
     /// The conversation's routing key (for logs).
-    pub agent_id: String,
+    pub agent_id: AgentId,
     /// Our id of the conversation.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Working directory: a project directory, or the conversation's own workspace
     /// `<data-dir>/workspaces/<session_id>`. Never passed in argv.
     pub cwd: PathBuf,
@@ -457,7 +457,7 @@ pub trait Backend: Send + Sync + 'static {
 
     /// An id for a new conversation whose agent is already warm, if the backend keeps one;
     /// the conversation must use it as its `session_id` (and its workspace directory name).
-    fn take_prewarmed(&self) -> Option<String> {
+    fn take_prewarmed(&self) -> Option<SessionId> {
         None
     }
 }

@@ -1,5 +1,5 @@
-//! `AgentId`: a client's routing key for a conversation, checked once where it enters the
-//! server (a frame, a URL, a schedule, an import) and carried as its own type from there on.
+//! The ids of a conversation, each checked once where it enters the server and carried as its
+//! own type from there on: [`AgentId`] (the client's routing key) and [`SessionId`] (ours).
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -29,11 +29,6 @@ impl AgentId {
                 "`agent_id` must be 1-128 characters of [A-Za-z0-9._:-]",
             ))
         }
-    }
-
-    /// An id the store holds: it was checked when it was stored.
-    pub fn stored(id: String) -> Self {
-        AgentId(id)
     }
 
     /// The id as text.
@@ -85,10 +80,183 @@ impl PartialEq<&str> for AgentId {
     }
 }
 
+/// What the store reads back is checked again, so a row changed behind the server's back
+/// fails to decode instead of becoming an id.
+impl TryFrom<String> for AgentId {
+    type Error = FrameError;
+    fn try_from(id: String) -> Result<Self, FrameError> {
+        AgentId::parse(id)
+    }
+}
+
 /// Literal ids in unit tests.
 #[cfg(test)]
 impl From<&str> for AgentId {
     fn from(id: &str) -> Self {
         AgentId::parse(id).expect("a valid agent_id")
+    }
+}
+
+/// Whether `id` has the form of a session id: a UUID in its lowercase hyphenated form (what
+/// the server mints, and what the Claude CLI names its sessions).
+pub fn valid_session_id(id: &str) -> bool {
+    uuid::Uuid::try_parse(id).is_ok_and(|u| u.hyphenated().to_string() == id)
+}
+
+/// A conversation's `session_id`: the server's own id of it, a UUID in its lowercase
+/// hyphenated form. Minted when the conversation is created (or taken from the CLI session an
+/// import copies); it names the conversation's workspace directory and is what a new agent is
+/// first asked to use as its own session id. Not the agent's reported id (`sdk_session_id`),
+/// which may differ and is the agent's to choose.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct SessionId(String);
+
+impl SessionId {
+    /// A new id: a random UUID (v4).
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        SessionId(uuid::Uuid::new_v4().hyphenated().to_string())
+    }
+
+    /// Checks `id`.
+    ///
+    /// # Errors
+    /// `invalid_request` when it is not a UUID in its lowercase hyphenated form.
+    pub fn parse(id: impl Into<String>) -> Result<Self, FrameError> {
+        let id = id.into();
+        if valid_session_id(&id) {
+            Ok(SessionId(id))
+        } else {
+            Err(FrameError::new(
+                ErrorCode::InvalidRequest,
+                "a session id must be a UUID in its lowercase hyphenated form",
+            ))
+        }
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for SessionId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for SessionId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for SessionId {
+    fn as_ref(&self) -> &std::path::Path {
+        std::path::Path::new(&self.0)
+    }
+}
+
+impl Borrow<str> for SessionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<SessionId> for String {
+    fn from(id: SessionId) -> String {
+        id.0
+    }
+}
+
+impl PartialEq<str> for SessionId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for SessionId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+/// What the store reads back is checked again (see [`AgentId`]'s).
+impl TryFrom<String> for SessionId {
+    type Error = FrameError;
+    fn try_from(id: String) -> Result<Self, FrameError> {
+        SessionId::parse(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+
+    #[test]
+    fn a_session_id_is_a_lowercase_hyphenated_uuid() {
+        assert_eq!(SessionId::parse(ID).unwrap(), ID);
+        let minted = SessionId::new();
+        assert_eq!(SessionId::parse(minted.as_str()).unwrap(), minted);
+        assert_ne!(SessionId::new(), minted, "each one is new");
+        assert_eq!(
+            uuid::Uuid::parse_str(&minted).unwrap().get_version_num(),
+            4,
+            "minted ids are random UUIDs"
+        );
+        for bad in [
+            "",
+            "0B6C3C1E-4A43-4A53-9D5C-3A3C7D2C1F00",
+            "0b6c3c1e4a434a539d5c3a3c7d2c1f00",
+            "{0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00}",
+            "urn:uuid:0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00",
+            " 0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00",
+            "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00\n",
+            "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f0",
+            "-rf",
+            "--session-id=0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00",
+            "../x",
+            "../0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00",
+            "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00/..",
+            "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00\0",
+            "0b6c3c1e-4a43-4a53-9d5c\x003a3c7d2c1f00",
+            &"a".repeat(129),
+            &format!("{ID}{}", "0".repeat(129 - ID.len())),
+        ] {
+            let err = SessionId::parse(bad).expect_err(bad);
+            assert_eq!(err.code, ErrorCode::InvalidRequest, "{bad:?}");
+            assert!(SessionId::try_from(bad.to_owned()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ids_read_back_are_checked_again() {
+        assert_eq!(
+            AgentId::try_from("chat-1".to_owned()).unwrap(),
+            AgentId::from("chat-1")
+        );
+        for bad in ["", "-rf x", "../x", "a\0b", &"a".repeat(129)] {
+            let err = AgentId::try_from(bad.to_owned()).expect_err(bad);
+            assert_eq!(err.code, ErrorCode::InvalidAgentId, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ids_serialize_as_their_text() {
+        let id = SessionId::parse(ID).unwrap();
+        assert_eq!(serde_json::to_string(&id).unwrap(), format!("\"{ID}\""));
+        assert_eq!(id.to_string(), ID);
+        assert_eq!(String::from(id), ID);
     }
 }

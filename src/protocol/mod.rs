@@ -15,7 +15,7 @@ mod server;
 
 pub use client::*;
 pub use content::{Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES};
-pub use ids::AgentId;
+pub use ids::{AgentId, SessionId, valid_session_id};
 pub use server::*;
 
 use serde::Serialize;

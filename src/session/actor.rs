@@ -582,7 +582,7 @@ impl Actor {
                 sdk_session_id: id.clone(),
             },
             (None, None) => Launch::New {
-                session_id: self.session.session_id.clone(),
+                session_id: self.session.session_id.to_string(),
             },
         }
     }
@@ -623,7 +623,7 @@ impl Actor {
             ));
         }
         let spec = SpawnSpec {
-            agent_id: self.session.agent_id.to_string(),
+            agent_id: self.session.agent_id.clone(),
             session_id: self.session.session_id.clone(),
             cwd: self.cwd.clone(),
             launch,
@@ -956,7 +956,7 @@ impl Actor {
         if self.sdk_session_id.as_deref() == Some(id.as_str()) {
             return;
         }
-        let unified = id == self.session.session_id;
+        let unified = self.session.session_id == id.as_str();
         if let Err(err) = self
             .shared
             .store

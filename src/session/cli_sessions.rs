@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 
 use super::history::{ImportEnd, Lines, invalid, message_text};
 use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
-use crate::protocol::{self, AgentId, ErrorCode, FrameError};
+use crate::protocol::{self, AgentId, ErrorCode, FrameError, SessionId, valid_session_id};
 use crate::store::{NewMessage, SessionRecord};
 
 /// Largest transcript read, in bytes.
@@ -56,7 +56,8 @@ pub struct CliSession {
     /// When its transcript last changed (RFC 3339).
     pub modified_at: String,
     /// The caller's conversation it was imported as, if any.
-    pub imported_as: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub imported_as: Option<AgentId>,
 }
 
 /// A transcript file, checked and open.
@@ -66,11 +67,6 @@ struct Transcript {
 
 fn rfc3339(time: std::time::SystemTime) -> String {
     chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// Whether `id` is a CLI session id: a UUID in its lowercase hyphenated form.
-fn valid_session_id(id: &str) -> bool {
-    uuid::Uuid::try_parse(id).is_ok_and(|u| u.hyphenated().to_string() == id)
 }
 
 /// The directory of `cwd`'s sessions under the CLI home, when it is a real directory inside
@@ -349,9 +345,8 @@ impl Manager {
         cli_session_id: &str,
         agent_id: Option<&str>,
     ) -> Result<SessionRecord, FrameError> {
-        if !valid_session_id(cli_session_id) {
-            return Err(invalid("`cli_session_id` must be a UUID"));
-        }
+        let session_id = SessionId::parse(cli_session_id)
+            .map_err(|_| invalid("`cli_session_id` must be a UUID"))?;
         let agent_id = &AgentId::parse(agent_id.unwrap_or(cli_session_id))?;
         let cwd = self.project_dir(principal, cwd).await?;
         let home = self.cli_home()?;
@@ -380,12 +375,12 @@ impl Manager {
             };
             return Err(FrameError::new(ErrorCode::AgentExists, message));
         }
-        let mut new = self.new_session(principal, agent_id, cli_session_id.to_owned());
+        let mut new = self.new_session(principal, agent_id, session_id);
         new.cwd = cwd.to_string_lossy().into_owned();
         let messages = entries(transcript).map(|entry| entry.map(|(_, message)| message));
         let end = ImportEnd {
             status: cli_imported_status,
-            agent_session: Some(cli_session_id.to_owned()),
+            sdk_session_id: Some(cli_session_id.to_owned()),
         };
         self.store_import(new, messages, end).await
     }
@@ -560,8 +555,5 @@ mod tests {
         ] {
             assert!(transcript_message(&skipped).is_none(), "{skipped}");
         }
-        assert!(valid_session_id("0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00"));
-        assert!(!valid_session_id("0B6C3C1E-4A43-4A53-9D5C-3A3C7D2C1F00"));
-        assert!(!valid_session_id("../x"));
     }
 }

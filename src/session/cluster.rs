@@ -332,7 +332,9 @@ async fn answer(manager: &Manager, payload: &[u8], limits: DecodeLimits) -> Answ
                 text: frame.text.as_str().to_owned(),
             }),
         _ => {
-            return bad("only chat, interrupt, permission_response and rewind are forwarded".into());
+            return bad(
+                "only chat, interrupt, permission_response and rewind are forwarded".into(),
+            );
         }
     };
     outcome.unwrap_or_else(Answer::from_error)

@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 use super::replay::stored_frame;
 use super::{Conversation, Manager, store_error, store_failure, unknown_agent};
 use crate::limits::{QuotaExceeded, QuotaPermit};
-use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError};
+use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError, SessionId};
 use crate::store::{NewMessage, NewSession, RowId, SessionQuery, SessionRecord, Store};
 
 /// Longest title, in characters.
@@ -141,9 +141,10 @@ fn imported_status(count: usize) -> NewMessage {
 pub(super) struct ImportEnd {
     /// The stored status after the `count` imported messages.
     pub status: fn(usize) -> NewMessage,
-    /// The agent's own session, when the agent has the transcript itself (a CLI session):
-    /// the next chat resumes it, and the imported messages count as remembered.
-    pub agent_session: Option<String>,
+    /// The agent's own id of the session (its `sdk_session_id`), when the agent has the
+    /// transcript itself (a CLI session): the next chat resumes it, and the imported messages
+    /// count as remembered.
+    pub sdk_session_id: Option<String>,
 }
 
 /// Splits a body arriving in pieces into numbered lines, holding at most one line (and one
@@ -243,9 +244,9 @@ impl PendingImport {
 impl Drop for PendingImport {
     fn drop(&mut self) {
         if self.armed {
-            let (store, id) = (self.store.clone(), self.row);
+            let (store, row) = (self.store.clone(), self.row);
             tokio::spawn(async move {
-                if let Err(err) = store.discard_import(id).await {
+                if let Err(err) = store.discard_import(row).await {
                     tracing::warn!(error = %err, "an unfinished import could not be removed; it goes at the next start");
                 }
             });
@@ -433,10 +434,10 @@ impl Manager {
             }
             Ok(None)
         });
-        let new = self.new_session(principal, agent_id, uuid::Uuid::new_v4().to_string());
+        let new = self.new_session(principal, agent_id, SessionId::new());
         let end = ImportEnd {
             status: imported_status,
-            agent_session: None,
+            sdk_session_id: None,
         };
         self.store_import(new, messages, end).await
     }
@@ -460,7 +461,7 @@ impl Manager {
     {
         let store = &self.shared.store;
         // Checked when `new` was made from a request.
-        let (principal, agent_id) = (new.principal.clone(), AgentId::stored(new.agent_id.clone()));
+        let (principal, agent_id) = (new.principal.clone(), new.agent_id.clone());
         let agent_id = &agent_id;
         let mut messages = std::pin::pin!(messages);
         let mut new = Some(new);
@@ -470,7 +471,7 @@ impl Manager {
         let mut pending: Option<PendingImport> = None;
         let ImportEnd {
             status,
-            agent_session,
+            sdk_session_id,
         } = end;
         let outcome: Result<(), FrameError> = async {
             loop {
@@ -493,7 +494,7 @@ impl Manager {
                     chunk.push(message);
                     count += 1;
                 }
-                let Some(id) = pending.as_ref().map(|p| p.row) else {
+                let Some(row) = pending.as_ref().map(|p| p.row) else {
                     return Err(invalid("the body holds no message"));
                 };
                 if last {
@@ -502,19 +503,19 @@ impl Manager {
                     continue;
                 }
                 store
-                    .append(id, std::mem::take(&mut chunk))
+                    .append(row, std::mem::take(&mut chunk))
                     .await
                     .map_err(|e| store_error(e, agent_id))?;
                 chunk_bytes = 0;
                 if last {
-                    if let Some(sdk_id) = &agent_session {
+                    if let Some(sdk_id) = &sdk_session_id {
                         store
-                            .record_agent_session(id, sdk_id, true)
+                            .record_agent_session(row, sdk_id, true)
                             .await
                             .map_err(|e| store_error(e, agent_id))?;
                     }
                     return store
-                        .finish_import(id, agent_session.is_some())
+                        .finish_import(row, sdk_session_id.is_some())
                         .await
                         .map_err(|e| store_error(e, agent_id));
                 }
@@ -560,13 +561,13 @@ impl Manager {
     pub(super) fn new_session(
         &self,
         principal: &str,
-        agent_id: &str,
-        session_id: String,
+        agent_id: &AgentId,
+        session_id: SessionId,
     ) -> NewSession {
         let cwd = self.shared.config.workspaces_dir().join(&session_id);
         NewSession {
             principal: principal.to_owned(),
-            agent_id: agent_id.to_owned(),
+            agent_id: agent_id.clone(),
             session_id,
             backend: self.shared.agents.default_name().to_owned(),
             cwd: cwd.to_string_lossy().into_owned(),

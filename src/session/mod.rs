@@ -39,7 +39,7 @@ use crate::config::Config;
 use crate::limits::{Quota, QuotaExceeded, QuotaPermit};
 use crate::metrics::Metrics;
 use crate::protocol::{
-    self, AgentId, Chat, ClientFrame, ErrorCode, Frame, FrameError, LaunchOptions, Tag,
+    self, AgentId, Chat, ClientFrame, ErrorCode, Frame, FrameError, LaunchOptions, SessionId, Tag,
 };
 use crate::store::{NewMessage, RowId, Store, StoreError};
 
@@ -58,7 +58,7 @@ pub struct Conversation {
     /// The client's routing key.
     pub agent_id: AgentId,
     /// Our id of the conversation.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// The name of its agent (`session_info.backend`), fixed for its life.
     pub agent: String,
     /// Whose conversation it is.
@@ -70,7 +70,7 @@ impl Conversation {
     pub fn from_record(record: &SessionRecord) -> Arc<Self> {
         Arc::new(Conversation {
             row: record.row,
-            agent_id: AgentId::stored(record.agent_id.clone()),
+            agent_id: record.agent_id.clone(),
             session_id: record.session_id.clone(),
             agent: record.backend.clone(),
             principal: record.principal.clone(),
@@ -827,7 +827,7 @@ impl Manager {
                 let session_id = warm
                     .then(|| backend.take_prewarmed())
                     .flatten()
-                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+                    .unwrap_or_else(SessionId::new);
                 let mut new = self.new_session(principal, &chat.agent_id, session_id);
                 new.backend = agent;
                 if let Some(cwd) = &chat.options.cwd {
@@ -1029,7 +1029,7 @@ impl Manager {
         let store = &self.shared.store;
         let source = self.get(principal, agent_id).await?;
         self.require(&source.backend, agent_id, "fork", |s| s.fork)?;
-        let mut new = self.new_session(principal, new_agent_id, uuid::Uuid::new_v4().to_string());
+        let mut new = self.new_session(principal, new_agent_id, SessionId::new());
         new.backend = source.backend.clone();
         new.model = source.model.clone();
         new.permission_mode = source.permission_mode.clone();
@@ -1111,11 +1111,11 @@ impl Manager {
     /// `<data-dir>/workspaces/<session_id>`: only when that is the conversation's working
     /// directory and a real directory there (a symbolic link is left alone, and nothing outside
     /// the workspaces is touched). A failure is logged; the conversation is gone either way.
-    async fn remove_workspace(&self, session_id: &str, cwd: &str) {
+    async fn remove_workspace(&self, session_id: &SessionId, cwd: &str) {
         let dir = self.shared.config.workspaces_dir().join(session_id);
         if !self.is_own_workspace(session_id, cwd) {
             tracing::debug!(
-                session_id,
+                %session_id,
                 cwd,
                 "the conversation worked in a project directory; left alone"
             );
@@ -1138,14 +1138,10 @@ impl Manager {
     }
 
     /// Whether `cwd` is the workspace the server made for conversation `session_id`
-    /// (`<data-dir>/workspaces/<session_id>`), rather than a project directory.
-    fn is_own_workspace(&self, session_id: &str, cwd: &str) -> bool {
-        let one_name = std::path::Path::new(session_id)
-            .components()
-            .map(|c| matches!(c, std::path::Component::Normal(_)))
-            .eq([true]);
-        one_name
-            && std::path::Path::new(cwd) == self.shared.config.workspaces_dir().join(session_id)
+    /// (`<data-dir>/workspaces/<session_id>`), rather than a project directory. A
+    /// [`SessionId`] is a UUID, so that is always one directory right under the workspaces.
+    fn is_own_workspace(&self, session_id: &SessionId, cwd: &str) -> bool {
+        std::path::Path::new(cwd) == self.shared.config.workspaces_dir().join(session_id)
     }
 
     /// Finds the slot of a conversation that exists, without starting anything.

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::LaunchOptions;
+use crate::protocol::{AgentId, LaunchOptions, SessionId};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
@@ -87,9 +87,11 @@ pub struct SessionRecord {
     #[serde(skip)]
     pub principal: String,
     /// The client's routing key.
-    pub agent_id: String,
+    #[sqlx(try_from = "String")]
+    pub agent_id: AgentId,
     /// Our id for the conversation.
-    pub session_id: String,
+    #[sqlx(try_from = "String")]
+    pub session_id: SessionId,
     /// The id the agent reported; what `--resume` gets.
     pub sdk_session_id: Option<String>,
     /// Whether the agent adopted our `session_id`.
@@ -221,9 +223,9 @@ pub struct NewSession {
     /// Whose conversation.
     pub principal: String,
     /// The client's routing key.
-    pub agent_id: String,
-    /// Our id (UUID v4).
-    pub session_id: String,
+    pub agent_id: AgentId,
+    /// Our id.
+    pub session_id: SessionId,
     /// Backend name.
     pub backend: String,
     /// Working directory of the agent.

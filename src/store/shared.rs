@@ -36,8 +36,8 @@ macro_rules! store_impl {
                      on conflict do nothing returning id",
                 )
                 .bind(&new.principal)
-                .bind(&new.agent_id)
-                .bind(&new.session_id)
+                .bind(new.agent_id.as_str())
+                .bind(new.session_id.as_str())
                 .bind(&new.backend)
                 .bind(&new.cwd)
                 .bind(&new.model)
@@ -232,10 +232,10 @@ macro_rules! store_impl {
                         .fetch_all(&self.pool)
                         .await?;
                 let mut discarded = 0;
-                for &id in &pending {
+                for &row in &pending {
                     // One another node is storing right now is its own to finish.
-                    if self.take_lease(id).await.is_ok() {
-                        self.discard_import(id).await?;
+                    if self.take_lease(row).await.is_ok() {
+                        self.discard_import(row).await?;
                         discarded += 1;
                     }
                 }
@@ -367,8 +367,8 @@ macro_rules! edit_tx_impl {
                      returning id",
                 )
                 .bind(&new.principal)
-                .bind(&new.agent_id)
-                .bind(&new.session_id)
+                .bind(new.agent_id.as_str())
+                .bind(new.session_id.as_str())
                 .bind(&new.backend)
                 .bind(&new.cwd)
                 .bind(&new.model)

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use agentmux::metrics::Metrics;
+use agentmux::protocol::{AgentId, SessionId};
 use agentmux::store::postgres::{PgSettings, PgStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
 use agentmux::store::{NewMessage, NewSession, RowId, RunningTurn, Store, StoreError};
@@ -136,13 +137,14 @@ on_both_engines!(
     nul_characters_are_stored_and_fail_no_one,
     text_search_looks_only_in_message_text,
     forks_and_imports_keep_their_rules,
+    ids_changed_behind_the_servers_back_are_refused,
 );
 
 fn new_session(principal: &str, agent_id: &str) -> NewSession {
     NewSession {
         principal: principal.into(),
-        agent_id: agent_id.into(),
-        session_id: uuid::Uuid::new_v4().to_string(),
+        agent_id: AgentId::parse(agent_id).unwrap(),
+        session_id: SessionId::new(),
         backend: "demo".into(),
         cwd: "/tmp/x".into(),
         model: None,
@@ -621,7 +623,7 @@ async fn text_search_looks_only_in_message_text(fx: Fixture) {
                 text_contains: Some(text.into()),
             };
             let (rows, total) = store.list_sessions("local", &query).await.unwrap();
-            let mut ids: Vec<String> = rows.into_iter().map(|r| r.agent_id).collect();
+            let mut ids: Vec<String> = rows.into_iter().map(|r| r.agent_id.into()).collect();
             ids.sort();
             assert_eq!(ids.len() as i64, total);
             ids
@@ -937,4 +939,33 @@ async fn a_node_that_lost_its_lease_can_not_write() {
     assert_eq!(a.append(s.row, vec![prompt("three")]).await.unwrap(), 4);
     a.close().await;
     b.close().await;
+}
+
+/// A conversation whose ids were changed in the database behind the server's back (one that
+/// no longer has the form the server checks when it stores one: a path, a flag) is refused as
+/// unavailable when it is read, never handed on as an id; other conversations read as before.
+async fn ids_changed_behind_the_servers_back_are_refused(fx: Fixture) {
+    let store = fx.open().await;
+    for agent_id in ["session", "agent", "bystander"] {
+        store
+            .create_session(new_session("local", agent_id))
+            .await
+            .unwrap();
+    }
+    let db = fx.sql().await;
+    for sql in [
+        "update session_info set session_id = '../../x' where agent_id = 'session'",
+        "update session_info set agent_id = '-rf /' where agent_id = 'agent'",
+    ] {
+        sqlx::query(sql).execute(&db).await.unwrap();
+    }
+    for (agent_id, column) in [("session", "session_id"), ("-rf /", "agent_id")] {
+        match store.find_session("local", agent_id).await {
+            Err(StoreError::Unavailable(why)) => assert!(why.contains(column), "{why}"),
+            other => panic!("{agent_id}: {other:?}"),
+        }
+    }
+    let fine = store.find_session("local", "bystander").await.unwrap();
+    assert_eq!(fine.unwrap().agent_id.as_str(), "bystander");
+    store.close().await;
 }

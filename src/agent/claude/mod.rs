@@ -31,6 +31,7 @@ use self::task::AgentTask;
 use super::pool::Pool;
 use super::{AgentConn, Backend, EVENT_QUEUE, INPUT_QUEUE, Launch, SpawnError, SpawnSpec};
 use crate::config::ClaudeConfig;
+use crate::protocol::SessionId;
 
 /// Settings of the backend: the configuration plus what it resolves to.
 #[derive(Debug, Clone)]
@@ -188,7 +189,7 @@ impl Backend for ClaudeBackend {
         })
     }
 
-    fn take_prewarmed(&self) -> Option<String> {
+    fn take_prewarmed(&self) -> Option<SessionId> {
         self.spare.take()
     }
 }

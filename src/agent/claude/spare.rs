@@ -12,6 +12,7 @@ use super::ClaudeSettings;
 use super::control;
 use crate::agent::Launch;
 use crate::agent::process::Proc;
+use crate::protocol::SessionId;
 
 /// How often the spare process is checked for life.
 const SPARE_CHECK: Duration = Duration::from_secs(1);
@@ -20,9 +21,9 @@ const SPARE_CHECK: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub(super) struct Spare {
     /// The spare waiting for a conversation.
-    ready: Mutex<Option<(String, Proc)>>,
+    ready: Mutex<Option<(SessionId, Proc)>>,
     /// Spares handed out by id, waiting for their conversation's first spawn.
-    claimed: Mutex<HashMap<String, Proc>>,
+    claimed: Mutex<HashMap<SessionId, Proc>>,
     /// Wakes the keeper to start a new spare.
     refill: Arc<Notify>,
 }
@@ -30,7 +31,7 @@ pub(super) struct Spare {
 impl Spare {
     /// Hands out the ready spare's id (its process waits for [`Self::claim`]) and asks for a
     /// replacement.
-    pub(super) fn take(&self) -> Option<String> {
+    pub(super) fn take(&self) -> Option<SessionId> {
         let (id, proc) = self.ready.lock().expect("spare lock").take()?;
         self.claimed
             .lock()
@@ -64,7 +65,7 @@ pub(super) async fn keep_spare(settings: Arc<ClaudeSettings>, spare: Weak<Spare>
             !alive
         };
         if needs_one {
-            let id = uuid::Uuid::new_v4().to_string();
+            let id = SessionId::new();
             let span = tracing::info_span!("claude_spare", session_id = %id);
             match start_spare(&settings, &id).instrument(span).await {
                 Some(proc) => *slot.ready.lock().expect("spare lock") = Some((id, proc)),

@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
-use crate::protocol::{self, AgentId, ClientFrame, Frame};
+use crate::protocol::{self, AgentId, ClientFrame, Frame, SessionId};
 use crate::session::{Activity, ExportLine, SessionQuery, SessionRecord};
 
 /// Largest accepted import, in bytes.
@@ -32,9 +32,11 @@ const MAX_MESSAGES: u32 = 1000;
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct SessionSummary {
     /// The client's routing key.
-    pub agent_id: String,
+    #[schema(value_type = String)]
+    pub agent_id: AgentId,
     /// The server's id of the conversation.
-    pub session_id: String,
+    #[schema(value_type = String)]
+    pub session_id: SessionId,
     /// The agent's own session id (what a resume continues); null until reported.
     pub sdk_session_id: Option<String>,
     /// Title: the start of the first user message, or what it was renamed to.
