@@ -112,6 +112,7 @@ impl Server {
                 let settings = PgSettings {
                     max_batch: config.store.max_batch,
                     node_id: node.clone(),
+                    address: config.bind.to_string(),
                     lease: Duration::from_secs(config.cluster.lease_secs),
                     ..PgSettings::default()
                 };

@@ -34,6 +34,25 @@ enum Command {
     /// (runs `agentmux-bench`).
     #[command(disable_help_flag = true)]
     Bench(Forwarded),
+    /// Look at the nodes that share a PostgreSQL store.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// List the nodes and the conversations each runs now.
+    Status(StatusArgs),
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// The nodes' store: a postgres:// URL (or AGENTMUX_STORE_URL, or store.url of --config)
+    #[arg(long, env = "AGENTMUX_STORE_URL", hide_env_values = true)]
+    store_url: Option<String>,
+    /// TOML file of settings, for its store.url
+    #[arg(long, env = "AGENTMUX_CONFIG")]
+    config: Option<PathBuf>,
 }
 
 /// The arguments of a subcommand that another executable implements, passed on untouched.
@@ -151,6 +170,7 @@ fn main() -> ExitCode {
         Command::Bench(forwarded) => {
             return exec_sibling("bench", "agentmux-bench", forwarded.args);
         }
+        Command::Cluster(ClusterCommand::Status(args)) => return cluster_status(args),
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -170,6 +190,50 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!("{err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints the nodes sharing the store and the conversations each runs.
+fn cluster_status(args: StatusArgs) -> ExitCode {
+    let url = match (&args.store_url, &args.config) {
+        (Some(url), _) => Ok(url.clone()),
+        (None, Some(path)) => Config::from_file(path).map(|c| c.store.url),
+        (None, None) => Ok(String::new()),
+    };
+    let status = url.and_then(|url| {
+        if url.is_empty() {
+            anyhow::bail!(
+                "give the nodes' PostgreSQL store: --store-url, AGENTMUX_STORE_URL or --config"
+            );
+        }
+        let runtime = tokio::runtime::Runtime::new()?;
+        runtime.block_on(agentmux::store::cluster_status(&url))
+    });
+    match status {
+        Ok(nodes) => {
+            println!(
+                "{:<24} {:<22} {:<8} {:<25} conversations",
+                "node", "address", "state", "last seen"
+            );
+            for node in nodes {
+                println!(
+                    "{:<24} {:<22} {:<8} {:<25} {}",
+                    node.node_id,
+                    node.address,
+                    node.state,
+                    node.last_seen.as_deref().unwrap_or("-"),
+                    node.conversations.len()
+                );
+                for conversation in &node.conversations {
+                    println!("    {conversation}");
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err:#}");
             ExitCode::FAILURE
         }
     }

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Conversation, Manager, replay};
 use crate::metrics::Metrics;
 use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
-use crate::store::{RowId, Store};
+use crate::store::{NewMessage, RowId, Store};
 
 /// Header of a published frame: its `seq`, when stored.
 const SEQ: &str = "Agentmux-Seq";
@@ -33,11 +33,36 @@ pub struct Bus {
     metrics: Metrics,
 }
 
-/// A command another node forwards: the principal it acts for and the client frame.
+/// A command another node forwards: the principal it acts for and the client frame (for a
+/// schedule's run, with the status that marks it).
 #[derive(Serialize, Deserialize)]
 struct Forward {
     principal: String,
     frame: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    marker: Option<Marker>,
+}
+
+/// The `status` stored just before a forwarded chat's user message.
+#[derive(Serialize, Deserialize)]
+pub(super) struct Marker {
+    payload: String,
+    title: Option<String>,
+}
+
+impl Marker {
+    pub fn of(message: &NewMessage) -> Self {
+        Marker {
+            payload: message.payload.clone(),
+            title: message.title.clone(),
+        }
+    }
+
+    fn into_message(self) -> NewMessage {
+        let mut message = NewMessage::new("status", self.payload);
+        message.title = self.title;
+        message
+    }
 }
 
 /// The owner's answer to a forwarded command.
@@ -205,10 +230,12 @@ impl Bus {
         node: &str,
         principal: &str,
         frame: &ClientFrame,
+        marker: Option<Marker>,
     ) -> Result<Answer, NoOwner> {
         let request = Forward {
             principal: principal.to_owned(),
             frame: serde_json::to_value(frame).expect("frames serialize"),
+            marker,
         };
         let payload = serde_json::to_vec(&request).expect("requests serialize");
         match self
@@ -300,15 +327,13 @@ async fn answer(manager: &Manager, payload: &[u8], limits: DecodeLimits) -> Answ
     };
     let principal = request.principal.as_str();
     let outcome = match frame {
-        ClientFrame::Chat(chat) => {
-            manager
-                .chat_here(principal, chat)
-                .await
-                .map(|accepted| Answer::Chat {
-                    seq: accepted.seq,
-                    queue_position: accepted.queue_position,
-                })
-        }
+        ClientFrame::Chat(chat) => manager
+            .chat_here(principal, chat, request.marker.map(Marker::into_message))
+            .await
+            .map(|accepted| Answer::Chat {
+                seq: accepted.seq,
+                queue_position: accepted.queue_position,
+            }),
         ClientFrame::Interrupt { agent_id } => manager
             .interrupt_here(principal, &agent_id)
             .await

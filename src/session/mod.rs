@@ -481,17 +481,17 @@ impl Manager {
         &self,
         principal: &str,
         chat: Chat,
+        marker: Option<NewMessage>,
     ) -> Result<ChatAccepted, FrameError> {
-        self.submit_marked(principal, chat, None, Route::ThisNode)
+        self.submit_marked(principal, chat, marker.map(Box::new), Route::ThisNode)
             .await?
             .stored()
             .await
     }
 
     /// [`Self::submit_chat`], storing `marker` (a status) just before the user message. In
-    /// cluster mode, a chat for a conversation another node runs goes to that node (a marked
-    /// one, a schedule's run, is refused instead); when that node is gone, the chat waits for
-    /// its lease to expire and runs here.
+    /// cluster mode, a chat for a conversation another node runs goes to that node (with its
+    /// marker); when that node is gone, the chat waits for its lease to expire and runs here.
     async fn submit_marked(
         &self,
         principal: &str,
@@ -503,7 +503,7 @@ impl Manager {
         let agent_id = chat.agent_id.clone();
         let key = Self::key(principal, &agent_id);
         let (slot, mut guard) = self.lock_slot(&key).await;
-        let forwardable = route == Route::AnyNode && marker.is_none();
+        let forwardable = route == Route::AnyNode;
         let deadline = tokio::time::Instant::now() + self.shared.config.cluster.takeover_wait();
         let handle = loop {
             if let SlotState::Live(h) = &*guard
@@ -520,8 +520,9 @@ impl Manager {
                 Err(Refused::Elsewhere { node, record })
                     if forwardable && self.shared.bus.is_some() =>
                 {
+                    let marked = marker.as_deref().map(cluster::Marker::of);
                     if let Some(answered) = self
-                        .forward_chat(principal, &chat, &slot, &node, &record)
+                        .forward_chat(principal, &chat, marked, &slot, &node, &record)
                         .await
                     {
                         if answered.is_err() {
@@ -695,6 +696,7 @@ impl Manager {
         &self,
         principal: &str,
         chat: &Chat,
+        marker: Option<cluster::Marker>,
         slot: &Arc<Slot>,
         node: &str,
         record: &SessionRecord,
@@ -707,7 +709,7 @@ impl Manager {
         self.relay(slot).await;
         let events = slot.events.subscribe();
         let answer = bus
-            .forward(node, principal, &ClientFrame::Chat(chat.clone()))
+            .forward(node, principal, &ClientFrame::Chat(chat.clone()), marker)
             .await
             .ok()?;
         self.shared.metrics.forwarded_command();
@@ -789,7 +791,7 @@ impl Manager {
     ) -> Result<cluster::Answer, FrameError> {
         let bus = self.shared.bus.as_ref().expect("only in cluster mode");
         self.shared.metrics.forwarded_command();
-        bus.forward(node, principal, frame)
+        bus.forward(node, principal, frame, None)
             .await
             .map_err(|cluster::NoOwner| {
                 store_error(StoreError::OwnedElsewhere(node.into()), agent_id)
@@ -1363,6 +1365,19 @@ impl Manager {
         send_command(handle, agent_id, command)?;
         drop(guard);
         rx.await.unwrap_or_else(|_| Err(no_request()))
+    }
+
+    /// The node that runs each of `records` now (its lease holder), in order; None for one
+    /// that no node runs, and for every one on a store that only one node uses.
+    pub async fn owner_nodes(&self, records: &[SessionRecord]) -> Vec<Option<String>> {
+        let rows: Vec<RowId> = records.iter().map(|r| r.row).collect();
+        match self.shared.store.lease_holders(&rows).await {
+            Ok(mut holders) => rows.iter().map(|row| holders.remove(row)).collect(),
+            Err(err) => {
+                tracing::warn!(error = %err, "reading which nodes run conversations failed");
+                vec![None; rows.len()]
+            }
+        }
     }
 
     /// What a conversation is doing now: `busy` (a turn running or queued), `idle` (its actor

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::mpsc;
 
 use super::{Result, RowId, StoreError};
@@ -21,6 +21,8 @@ use crate::metrics::Metrics;
 pub(super) struct Leases {
     /// This node's name, as the lease rows hold it.
     pub node: String,
+    /// Where this node listens, for `agentmux cluster status`.
+    address: String,
     /// How long a lease lasts unless renewed.
     length: Duration,
     /// Each conversation this node owns, with the epoch it took.
@@ -41,10 +43,11 @@ pub(super) struct Taken {
 }
 
 impl Leases {
-    pub fn new(node: String, length: Duration, metrics: Metrics) -> Self {
+    pub fn new(node: String, address: String, length: Duration, metrics: Metrics) -> Self {
         let (lost_tx, lost_rx) = mpsc::unbounded_channel();
         Leases {
             node,
+            address,
             length,
             held: DashMap::new(),
             lost_tx,
@@ -119,6 +122,23 @@ impl Leases {
         .await?)
     }
 
+    /// The node whose lease on each of `rows` holds now, for those that have one.
+    pub async fn holders(
+        &self,
+        pool: &PgPool,
+        rows: &[RowId],
+    ) -> Result<std::collections::HashMap<RowId, String>> {
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let held: Vec<(RowId, String)> = sqlx::query_as(
+            "select id, lease_node from session_info
+             where id = any($1) and lease_node is not null and lease_expires_at > now()",
+        )
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
+        Ok(held.into_iter().collect())
+    }
+
     /// Gives up this node's lease on `row`, unless it was taken over meanwhile.
     pub async fn release(&self, pool: &PgPool, row: RowId) {
         let Some((_, epoch)) = self.held.remove(&row) else {
@@ -140,8 +160,15 @@ impl Leases {
         }
     }
 
-    /// Gives up every lease this node holds (it stops).
+    /// Gives up every lease this node holds, and records that it stopped.
     pub async fn release_all(&self, pool: &PgPool) {
+        let stopped = sqlx::query("update nodes set last_seen = null where node_id = $1")
+            .bind(&self.node)
+            .execute(pool)
+            .await;
+        if let Err(err) = stopped {
+            tracing::warn!(error = %err, "recording the node's stop failed");
+        }
         let (rows, epochs) = self.snapshot();
         self.held.clear();
         self.count();
@@ -208,12 +235,33 @@ impl Leases {
         Ok(())
     }
 
-    /// Renews the leases every third of their length until the pool closes.
+    /// Records this node among the nodes sharing the database, as started now.
+    pub async fn register(&self, pool: &PgPool) -> Result<()> {
+        sqlx::query(
+            "insert into nodes (node_id, address, lease_secs, started_at, last_seen)
+             values ($1, $2, $3, now(), now())
+             on conflict (node_id) do update set address = $2, lease_secs = $3,
+                started_at = now(), last_seen = now()",
+        )
+        .bind(&self.node)
+        .bind(&self.address)
+        .bind(i64::try_from(self.length.as_secs()).unwrap_or(i64::MAX))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Renews the leases (and this node's record) every third of their length until the pool
+    /// closes.
     pub async fn keep_renewed(&self, pool: PgPool) {
         let every = self.length / 3;
         while !pool.is_closed() {
             tokio::time::sleep(every).await;
-            if let Err(err) = self.renew(&pool).await
+            let seen = sqlx::query("update nodes set last_seen = now() where node_id = $1")
+                .bind(&self.node)
+                .execute(&pool)
+                .await;
+            if let Err(err) = seen.map_err(StoreError::from).and(self.renew(&pool).await)
                 && !pool.is_closed()
             {
                 tracing::warn!(error = %err, "renewing the node's leases failed; retrying");
@@ -224,4 +272,82 @@ impl Leases {
     fn snapshot(&self) -> (Vec<i64>, Vec<i64>) {
         self.held.iter().map(|e| (e.key().0, *e.value())).unzip()
     }
+}
+
+/// A node sharing the database, as `agentmux cluster status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Its name.
+    pub node_id: String,
+    /// Where it listens.
+    pub address: String,
+    /// `up` (seen within its lease), `silent` (not seen since: stalled or killed) or `stopped`.
+    pub state: &'static str,
+    /// When it last renewed (RFC 3339), if it has not stopped.
+    pub last_seen: Option<String>,
+    /// The conversations it owns now, as `principal/agent_id`.
+    pub conversations: Vec<String>,
+}
+
+/// The nodes that share the PostgreSQL database at `url`, with the conversations each owns;
+/// owners no node record names (none on a database that no node has used yet) are listed too.
+///
+/// # Errors
+/// When the database can't be reached or has no agentmux tables.
+pub async fn cluster_status(url: &str) -> anyhow::Result<Vec<NodeStatus>> {
+    let shown = super::postgres::redact_url(url);
+    let mut conn = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect(url))
+        .await
+        .map_err(|_| anyhow::anyhow!("cannot connect to the store at {shown}: timed out"))?
+        .map_err(|e| anyhow::anyhow!("cannot connect to the store at {shown}: {e}"))?;
+    let nodes: Vec<(String, String, Option<String>, bool)> = sqlx::query_as(
+        "select node_id, address,
+            to_char(last_seen at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
+            coalesce(last_seen > now() - make_interval(secs => lease_secs), false)
+         from nodes order by node_id",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot read the nodes of {shown}: {e}"))?;
+    let owned: Vec<(String, String, String)> = sqlx::query_as(
+        "select lease_node, principal, agent_id from session_info
+         where lease_node is not null and lease_expires_at > now()
+         order by lease_node, principal, agent_id",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    let _ = conn.close().await;
+    let mut status: Vec<NodeStatus> = nodes
+        .into_iter()
+        .map(|(node_id, address, last_seen, fresh)| NodeStatus {
+            state: match (&last_seen, fresh) {
+                (None, _) => "stopped",
+                (Some(_), true) => "up",
+                (Some(_), false) => "silent",
+            },
+            node_id,
+            address,
+            last_seen,
+            conversations: Vec::new(),
+        })
+        .collect();
+    for (node, principal, agent_id) in owned {
+        let i = match status.iter().position(|n| n.node_id == node) {
+            Some(i) => i,
+            None => {
+                status.push(NodeStatus {
+                    node_id: node,
+                    address: String::new(),
+                    state: "unknown",
+                    last_seen: None,
+                    conversations: Vec::new(),
+                });
+                status.len() - 1
+            }
+        };
+        status[i]
+            .conversations
+            .push(format!("{principal}/{agent_id}"));
+    }
+    Ok(status)
 }

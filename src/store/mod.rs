@@ -8,6 +8,7 @@
 mod batch;
 mod edits;
 mod leases;
+pub use leases::{NodeStatus, cluster_status};
 pub mod postgres;
 pub mod schedules;
 mod shared;
@@ -15,6 +16,7 @@ pub mod sqlite;
 mod writer;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -455,6 +457,12 @@ pub trait Store: Send + Sync + 'static {
     /// The node other than this one whose lease on conversation `row` holds now, if any.
     async fn lease_owner(&self, _row: RowId) -> Result<Option<String>> {
         Ok(None)
+    }
+
+    /// The node whose lease on each of `rows` holds now (this one included), for those that
+    /// have one.
+    async fn lease_holders(&self, _rows: &[RowId]) -> Result<HashMap<RowId, String>> {
+        Ok(HashMap::new())
     }
 
     /// The conversations whose leases this node lost to another node: their actors must stop.

@@ -41,6 +41,8 @@ pub struct PgSettings {
     pub connect_timeout: Duration,
     /// This node's name, as its leases hold it.
     pub node_id: String,
+    /// Where this node listens (shown by `agentmux cluster status`).
+    pub address: String,
     /// How long a lease lasts unless renewed.
     pub lease: Duration,
 }
@@ -53,6 +55,7 @@ impl Default for PgSettings {
             max_connections: 8,
             connect_timeout: Duration::from_secs(10),
             node_id: "localhost:7878".into(),
+            address: "127.0.0.1:7878".into(),
             lease: Duration::from_secs(10),
         }
     }
@@ -168,9 +171,14 @@ impl PgStore {
             .map_err(|e| fail("cannot migrate the store at", &e))?;
         let leases = Arc::new(Leases::new(
             settings.node_id,
+            settings.address,
             settings.lease,
             metrics.clone(),
         ));
+        leases
+            .register(&pool)
+            .await
+            .map_err(|e| fail("cannot record this node in the store at", &e))?;
         let (tx, rx) = mpsc::channel(settings.queue_depth);
         tokio::spawn(
             Writer {
@@ -640,6 +648,10 @@ shared::store_impl!(PgStore, {
 
     async fn lease_owner(&self, row: RowId) -> Result<Option<String>> {
         self.leases.owner(&self.pool, row).await
+    }
+
+    async fn lease_holders(&self, rows: &[RowId]) -> Result<HashMap<RowId, String>> {
+        self.leases.holders(&self.pool, rows).await
     }
 
     async fn release_lease(&self, row: RowId) {

@@ -560,3 +560,179 @@ async fn routing_recovers_from_a_nats_restart() {
     assert_gap_free(&stored);
     assert_eq!(&stored[..before.len()], &before[..], "stored frames kept");
 }
+
+/// `agentmux cluster status` for the cluster's store: its exit status and output.
+fn cluster_status(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(["cluster", "status"])
+        .args(args)
+        .env_remove("AGENTMUX_STORE_URL")
+        .env_remove("AGENTMUX_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `owner_node` of each conversation REST lists on `server`, by `agent_id`.
+async fn owners(server: &TestServer) -> Vec<(String, Value)> {
+    let list: Value = reqwest::get(server.url("/api/sessions"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut owners: Vec<(String, Value)> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["agent_id"].as_str().unwrap().to_owned(),
+                s["owner_node"].clone(),
+            )
+        })
+        .collect();
+    owners.sort_by(|a, b| a.0.cmp(&b.0));
+    owners
+}
+
+#[tokio::test]
+async fn the_status_command_and_the_api_say_which_node_runs_what() {
+    let Some(cluster) = Cluster::new().await else {
+        return;
+    };
+    cluster.gates.open("x", 1);
+    cluster.gates.open("y", 1);
+    let a = cluster.node("node-a").await;
+    let mut b = cluster.node("node-b").await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    ca.chat("x", "one").await;
+    ca.until_result("x").await;
+    cb.chat("y", "one").await;
+    cb.until_result("y").await;
+
+    // Any node's REST API names the node that runs each conversation.
+    let expected = vec![
+        ("x".to_owned(), json!("node-a")),
+        ("y".to_owned(), json!("node-b")),
+    ];
+    assert_eq!(owners(&a).await, expected);
+    assert_eq!(owners(&b).await, expected);
+
+    let (ok, out, err) = cluster_status(&["--store-url", &cluster.url]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let node_a = lines
+        .iter()
+        .position(|l| l.starts_with("node-a "))
+        .expect(&out);
+    assert!(lines[node_a].contains(" up "), "{out}");
+    assert!(lines[node_a].trim_end().ends_with(" 1"), "{out}");
+    assert_eq!(lines[node_a + 1].trim(), "local/x", "{out}");
+    let node_b = lines
+        .iter()
+        .position(|l| l.starts_with("node-b "))
+        .expect(&out);
+    assert_eq!(lines[node_b + 1].trim(), "local/y", "{out}");
+
+    // A node that stops gives its conversations up and says so.
+    assert!(b.terminate().await.success());
+    let (ok, out, err) = cluster_status(&["--store-url", &cluster.url]);
+    assert!(ok, "{err}");
+    let line = out.lines().find(|l| l.starts_with("node-b ")).expect(&out);
+    assert!(line.contains(" stopped "), "{out}");
+    assert!(line.trim_end().ends_with(" 0"), "{out}");
+    assert_eq!(owners(&a).await[1], ("y".to_owned(), Value::Null));
+
+    // No store, or not a PostgreSQL one: a clear error, never a password.
+    let (ok, _, err) = cluster_status(&[]);
+    assert!(!ok);
+    assert!(err.contains("--store-url"), "{err}");
+    let (ok, _, err) = cluster_status(&["--store-url", "postgres://u:s3cret@127.0.0.1:1/x"]);
+    assert!(!ok);
+    assert!(!err.contains("s3cret"), "{err}");
+    let (ok, _, _) = cluster_status(&["--store-url", "-x"]);
+    assert!(!ok);
+}
+
+#[tokio::test]
+async fn each_tick_of_a_schedule_runs_once_on_one_node() {
+    let Some(cluster) = Cluster::routed().await else {
+        return;
+    };
+    cluster.gates.open_all("tick", 1..=30);
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let made: Value = reqwest::Client::new()
+        .post(a.url("/api/schedules"))
+        .json(&json!({"name": "Tick", "agent_id": "tick", "content": "tick", "every_secs": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = made["id"].as_str().expect("created").to_owned();
+
+    // Both nodes' schedulers watch the same schedule: each tick is claimed by one of them, and
+    // runs in the conversation wherever it lives.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let prompts = cluster
+            .stored("tick")
+            .await
+            .iter()
+            .filter(|(_, kind, _)| kind == "user")
+            .count();
+        if prompts >= 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{prompts} runs in 30 s");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let deleted = reqwest::Client::new()
+        .delete(b.url(&format!("/api/schedules/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let stored = cluster.stored("tick").await;
+    assert_gap_free(&stored);
+    let marks: Vec<Value> = stored
+        .iter()
+        .filter(|(_, kind, _)| kind == "status")
+        .map(|(_, _, payload)| serde_json::from_str(payload).unwrap())
+        .filter(|v: &Value| v["status"] == "scheduled_run")
+        .collect();
+    let prompts = stored.iter().filter(|(_, kind, _)| kind == "user").count();
+    assert_eq!(marks.len(), prompts, "every run is marked once");
+    let results: Vec<Value> = stored
+        .iter()
+        .filter(|(_, kind, _)| kind == "result")
+        .map(|(_, _, payload)| serde_json::from_str(payload).unwrap())
+        .collect();
+    assert!(
+        results.iter().all(|r| r["is_error"] == false),
+        "{results:?}"
+    );
+    let last_run = reqwest::get(a.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        + &reqwest::get(b.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+    assert!(
+        !last_run.contains("agentmux_scheduled_runs_total{outcome=\"refused\"}"),
+        "{last_run}"
+    );
+}

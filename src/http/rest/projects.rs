@@ -103,7 +103,10 @@ pub async fn import(
             body.agent_id.as_deref(),
         )
         .await?;
-    Ok((StatusCode::CREATED, Json(summary(&app, &principal, record))))
+    Ok((
+        StatusCode::CREATED,
+        Json(summary(&app, &principal, record).await),
+    ))
 }
 
 /// Appends what the CLI added to a conversation's transcript since (the user went on with
@@ -120,6 +123,6 @@ pub async fn sync(
     let (record, appended) = app.manager.sync_cli_session(&principal, &id).await?;
     Ok(Json(Synced {
         appended,
-        session: summary(&app, &principal, record),
+        session: summary(&app, &principal, record).await,
     }))
 }

@@ -46,6 +46,9 @@ pub struct SessionSummary {
     pub status: Activity,
     /// Whether the conversation is loaded in memory now (`status` is not `dormant`).
     pub live: bool,
+    /// The node running the conversation now (`--node-id`), when several nodes share a
+    /// PostgreSQL store; null when none does, and always on a single node's SQLite store.
+    pub owner_node: Option<String>,
     /// `claude` or `demo`.
     pub backend: String,
     /// Model the agent runs with, if one was chosen.
@@ -86,7 +89,7 @@ pub struct SessionSummary {
 }
 
 impl SessionSummary {
-    pub(crate) fn new(record: SessionRecord, status: Activity) -> Self {
+    pub(crate) fn new(record: SessionRecord, status: Activity, owner_node: Option<String>) -> Self {
         let launch = record.launch_options();
         SessionSummary {
             cwd: record.cwd,
@@ -101,6 +104,7 @@ impl SessionSummary {
             title: record.title,
             status,
             live: status != Activity::Dormant,
+            owner_node,
             backend: record.backend,
             model: record.model,
             permission_mode: record.permission_mode,
@@ -252,9 +256,14 @@ pub(crate) fn agent_id(raw: String) -> Result<AgentId, ApiError> {
     Ok(AgentId::parse(raw)?)
 }
 
-pub(crate) fn summary(app: &AppState, principal: &str, record: SessionRecord) -> SessionSummary {
+pub(crate) async fn summary(
+    app: &AppState,
+    principal: &str,
+    record: SessionRecord,
+) -> SessionSummary {
+    let owner = app.manager.owner_nodes(std::slice::from_ref(&record)).await;
     let status = app.manager.activity(principal, &record.agent_id);
-    SessionSummary::new(record, status)
+    SessionSummary::new(record, status, owner.into_iter().next().flatten())
 }
 
 /// Decodes a REST body of type `B` as the WebSocket frame `ty` for `agent_id`, so that both
@@ -317,9 +326,14 @@ pub async fn list(
         text_contains: params.q.filter(|q| !q.is_empty()),
     };
     let (records, total) = app.manager.list(&principal, &query).await?;
+    let owners = app.manager.owner_nodes(&records).await;
     let sessions = records
         .into_iter()
-        .map(|r| summary(&app, &principal, r))
+        .zip(owners)
+        .map(|(record, owner)| {
+            let status = app.manager.activity(&principal, &record.agent_id);
+            SessionSummary::new(record, status, owner)
+        })
         .collect();
     Ok(Json(SessionList { sessions, total }))
 }
@@ -335,7 +349,7 @@ pub async fn get_one(
 ) -> Result<Json<SessionSummary>, ApiError> {
     let id = agent_id(id)?;
     let record = app.manager.get(&principal, &id).await?;
-    Ok(Json(summary(&app, &principal, record)))
+    Ok(Json(summary(&app, &principal, record).await))
 }
 
 /// Stored messages by `seq` range.
@@ -383,7 +397,7 @@ pub async fn rename(
     let id = agent_id(id)?;
     let Json(body) = body?;
     let record = app.manager.rename(&principal, &id, &body.title).await?;
-    Ok(Json(summary(&app, &principal, record)))
+    Ok(Json(summary(&app, &principal, record).await))
 }
 
 /// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message and
@@ -460,7 +474,10 @@ pub async fn import(
         .manager
         .import(&principal, &id, lines, MAX_IMPORT_BYTES)
         .await?;
-    Ok((StatusCode::CREATED, Json(summary(&app, &principal, record))))
+    Ok((
+        StatusCode::CREATED,
+        Json(summary(&app, &principal, record).await),
+    ))
 }
 
 /// Sends a user turn, as a WebSocket `chat` does (same validation, same ack). Creates the
@@ -571,7 +588,10 @@ pub async fn fork(
         .manager
         .fork(&principal, &agent_id, &new_agent_id, at_seq)
         .await?;
-    Ok((StatusCode::CREATED, Json(summary(&app, &principal, record))))
+    Ok((
+        StatusCode::CREATED,
+        Json(summary(&app, &principal, record).await),
+    ))
 }
 
 /// The `Last-Event-ID` header: the last `seq` an event stream client saw.
