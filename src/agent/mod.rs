@@ -455,6 +455,17 @@ pub trait Backend: Send + Sync + 'static {
     /// get ready buffers inputs meanwhile, so the conversation keeps answering its clients.
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError>;
 
+    /// The file in which the agent keeps conversation `agent_session` (an id it reported) of an
+    /// agent working in `cwd`, when it keeps one that a resume needs (the Claude CLI's
+    /// transcript); stores shared by several nodes keep a copy, so that any node can resume.
+    fn transcript(
+        &self,
+        _cwd: &std::path::Path,
+        _agent_session: &str,
+    ) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// An id for a new conversation whose agent is already warm, if the backend keeps one;
     /// the conversation must use it as its `session_id` (and its workspace directory name).
     fn take_prewarmed(&self) -> Option<SessionId> {

@@ -23,6 +23,27 @@ use crate::protocol::{
 };
 use crate::store::{NewMessage, NextLaunch, RunningTurn, SessionRecord, StoreError, Totals};
 
+/// Writes `content` to a new file `path` only this user may read, making its directories
+/// (private too) as needed; an existing file or link there is left alone.
+async fn write_private(path: &std::path::Path, content: &[u8]) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    if let Some(dir) = path.parent() {
+        tokio::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .await?;
+    }
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .await?;
+    file.write_all(content).await?;
+    file.sync_all().await
+}
+
 /// The `user_seq` of an agent started with no turn for it: every stored prompt is before it.
 const NO_TURN: i64 = i64::MAX;
 
@@ -643,6 +664,8 @@ impl Actor {
                 self.session.agent
             )
         })?;
+        self.restore_transcript(backend.as_ref(), &spec.launch)
+            .await;
         let conn = backend.spawn(spec).await.map_err(|e| e.to_string())?;
         shared.metrics.agent_spawned(resumed);
         self.process_cost = 0.0;
@@ -781,6 +804,7 @@ impl Actor {
         }
         if turn_ended {
             self.running = None;
+            self.mirror_transcript().await;
             if self.queue.is_empty() || self.stopping {
                 self.idle_since = Instant::now();
                 self.publish_status("idle", "no turn is running");
@@ -1120,6 +1144,61 @@ impl Actor {
         }
     }
 
+    /// Keeps a copy of the agent's own record of this conversation in a store that several
+    /// nodes share, so that another node can resume it (see [`crate::agent::Backend::transcript`]).
+    async fn mirror_transcript(&self) {
+        let store = &self.shared.store;
+        let (Some(backend), Some(id)) = (&self.backend, &self.sdk_session_id) else {
+            return;
+        };
+        if !store.is_shared() {
+            return;
+        }
+        let Some(path) = backend.transcript(&self.cwd, id) else {
+            return;
+        };
+        let saved = match tokio::fs::read(&path).await {
+            Ok(content) => store.save_transcript(self.session.row, id, content).await,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
+            Err(err) => {
+                return tracing::warn!(error = %err, "reading the agent's transcript failed");
+            }
+        };
+        if let Err(err) = saved {
+            tracing::warn!(error = %err, "keeping the agent's transcript in the store failed");
+        }
+    }
+
+    /// Before an agent resumes (or forks) an agent session, puts back the transcript a store
+    /// that several nodes share keeps of it, when this node lacks it (the session ran on
+    /// another node).
+    async fn restore_transcript(&self, backend: &dyn crate::agent::Backend, launch: &Launch) {
+        let store = &self.shared.store;
+        let id = match launch {
+            Launch::New { .. } => return,
+            Launch::Resume { sdk_session_id }
+            | Launch::ResumeAt { sdk_session_id, .. }
+            | Launch::Fork { sdk_session_id, .. } => sdk_session_id,
+        };
+        if !store.is_shared() {
+            return;
+        }
+        let Some(path) = backend.transcript(&self.cwd, id) else {
+            return;
+        };
+        if tokio::fs::symlink_metadata(&path).await.is_ok() {
+            return;
+        }
+        let content = match store.load_transcript(id).await {
+            Ok(Some(content)) => content,
+            Ok(None) => return,
+            Err(err) => return tracing::warn!(error = %err, "reading a kept transcript failed"),
+        };
+        if let Err(err) = write_private(&path, &content).await {
+            tracing::warn!(error = %err, path = %path.display(), "putting a kept transcript back failed");
+        }
+    }
+
     /// Evicts the conversation if nothing arrived meanwhile; true when the actor should end.
     async fn try_evict(&mut self) -> bool {
         let state = self.slot_state.clone();
@@ -1139,6 +1218,7 @@ impl Actor {
         }
         self.live = None;
         drop(guard);
+        self.mirror_transcript().await;
         self.shared.store.release_lease(self.session.row).await;
         self.shared.metrics.live_sessions(-1);
         self.publish_status(
@@ -1261,6 +1341,7 @@ impl Actor {
             self.publish_batch(outs).await;
             self.publish_status("idle", "the server is shutting down");
         }
+        self.mirror_transcript().await;
         self.shared.store.release_lease(self.session.row).await;
         self.shared.metrics.live_sessions(-1);
     }

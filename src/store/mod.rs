@@ -465,6 +465,28 @@ pub trait Store: Send + Sync + 'static {
         Ok(HashMap::new())
     }
 
+    /// Whether several nodes may share this store: then what a resume needs beyond its rows
+    /// (see [`Store::save_transcript`]) is kept in it too.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// Keeps `content`, the agent's own record of agent session `agent_session` of
+    /// conversation `row` (see [`crate::agent::Backend::transcript`]), replacing an older copy.
+    async fn save_transcript(
+        &self,
+        _row: RowId,
+        _agent_session: &str,
+        _content: Vec<u8>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// The copy [`Store::save_transcript`] kept of agent session `agent_session`, if any.
+    async fn load_transcript(&self, _agent_session: &str) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
     /// The conversations whose leases this node lost to another node: their actors must stop.
     /// Taken once; None for a store only one node uses.
     fn lost_leases(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<RowId>> {

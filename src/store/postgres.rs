@@ -654,6 +654,48 @@ shared::store_impl!(PgStore, {
         self.leases.holders(&self.pool, rows).await
     }
 
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    /// Only under this node's lease: a node that lost the conversation must not overwrite
+    /// what its new owner keeps.
+    async fn save_transcript(
+        &self,
+        row: RowId,
+        agent_session: &str,
+        content: Vec<u8>,
+    ) -> Result<()> {
+        let Some(epoch) = self.leases.epoch(row) else {
+            return Ok(());
+        };
+        sqlx::query(
+            "insert into transcripts (agent_session, session_pk, content, updated_at)
+             select $1, id, $3, now() from session_info
+             where id = $2 and lease_node = $4 and lease_epoch = $5
+             on conflict (agent_session) do update set content = excluded.content,
+                updated_at = excluded.updated_at
+             where transcripts.session_pk = excluded.session_pk",
+        )
+        .bind(agent_session)
+        .bind(row)
+        .bind(content)
+        .bind(&self.leases.node)
+        .bind(epoch)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn load_transcript(&self, agent_session: &str) -> Result<Option<Vec<u8>>> {
+        Ok(
+            sqlx::query_scalar("select content from transcripts where agent_session = $1")
+                .bind(agent_session)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
     async fn release_lease(&self, row: RowId) {
         self.leases.release(&self.pool, row).await;
     }

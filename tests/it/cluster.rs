@@ -736,3 +736,94 @@ async fn each_tick_of_a_schedule_runs_once_on_one_node() {
         "{last_run}"
     );
 }
+
+#[tokio::test]
+async fn a_claude_conversation_resumes_on_a_node_whose_cli_never_saw_it() {
+    let Some(cli) = crate::real_cli::real_cli() else {
+        return;
+    };
+    let Some(cluster) = Cluster::new().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let api = crate::real_cli::FakeApi::start(dir.path()).await;
+    // Each node has a CLI home of its own: only the store is shared (and the workspaces).
+    let node = |name: &'static str| {
+        let home = dir.path().join(format!("home-{name}"));
+        let (config_dir, config) = crate::common::config_file(&format!(
+            "[claude]\nconfig_dir = {}\n[cluster]\nlease_secs = {LEASE_SECS}\n",
+            crate::common::toml_string(&home.to_string_lossy())
+        ));
+        let args = [
+            "--backend".to_owned(),
+            "claude".to_owned(),
+            "--claude-bin".to_owned(),
+            cli.to_string_lossy().into_owned(),
+            "--config".to_owned(),
+            config,
+            "--store-url".to_owned(),
+            cluster.url.clone(),
+            "--node-id".to_owned(),
+            name.to_owned(),
+        ];
+        let env = [
+            ("ANTHROPIC_BASE_URL", api.url.clone()),
+            ("ANTHROPIC_API_KEY", "dummy".to_owned()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+            ("CLAUDE_CODE_MAX_RETRIES", "0".to_owned()),
+        ];
+        let data = cluster.data.path().to_path_buf();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let server = TestServer::start_in(&data, &args, &env).await;
+            (server, home, config_dir)
+        }
+    };
+
+    let (mut a, _, _a_config) = node("node-a").await;
+    let mut ca = a.client().await;
+    ca.chat("x", "The secret word is tangerine. Reply OK.")
+        .await;
+    let first = ca.until_result("x").await;
+    assert_eq!(first.last().unwrap()["message"]["is_error"], false);
+    // Node A keeps the CLI's transcript in the store after the turn; then it dies.
+    let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let agent_session: String = loop {
+        let kept: Option<String> = sqlx::query_scalar("select agent_session from transcripts")
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+        if let Some(id) = kept {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no transcript kept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    pool.close().await;
+    a.kill9().await;
+
+    // Node B, whose CLI never ran the conversation, resumes it once A's lease expired.
+    let (b, home_b, _b_config) = node("node-b").await;
+    let mut cb = b.client().await;
+    chat_until_taken(&mut cb, "x", "What was the secret word?").await;
+    let second = cb.until_result("x").await;
+    let result = second.last().unwrap();
+    assert_eq!(result["message"]["is_error"], false, "{result}");
+    assert_eq!(result["message"]["session_id"], agent_session.as_str());
+    let sent = api.requests();
+    let last = serde_json::to_string(sent.last().unwrap()).unwrap();
+    assert!(
+        last.contains("tangerine"),
+        "the resumed CLI did not send the history: {last}"
+    );
+    let restored = std::fs::read_dir(home_b.join("projects"))
+        .unwrap()
+        .flatten()
+        .any(|d| d.path().join(format!("{agent_session}.jsonl")).is_file());
+    assert!(
+        restored,
+        "the transcript was not put back in node B's CLI home"
+    );
+}

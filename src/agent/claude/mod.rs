@@ -131,6 +131,13 @@ impl Backend for ClaudeBackend {
         "claude"
     }
 
+    fn transcript(&self, cwd: &std::path::Path, agent_session: &str) -> Option<PathBuf> {
+        // The id names a file: only the CLI's own form of it (a UUID) does.
+        crate::protocol::valid_session_id(agent_session).then_some(())?;
+        let home = self.settings.config.home()?;
+        Some(crate::projects::sessions_dir(&home, cwd).join(format!("{agent_session}.jsonl")))
+    }
+
     fn supports(&self) -> super::Supports {
         super::Supports {
             resume: true,
