@@ -56,7 +56,7 @@ pub async fn events(
         None => params.since_seq.unwrap_or(0).max(0),
     };
     let sub = app.manager.subscribe(&principal, &id).await?;
-    let cursor = app.manager.cursor(sub.session, since);
+    let cursor = app.manager.cursor(sub.conversation, since);
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let gone = tx.clone();
     let follower = Follower { cursor, out: tx };

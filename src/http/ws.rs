@@ -345,7 +345,7 @@ impl Connection {
                 match manager.interrupt(&self.principal, &agent_id).await {
                     Ok(outcome) if !outcome.was_running => {
                         self.send(protocol::status_frame(
-                            outcome.session.tag(),
+                            outcome.conversation.tag(),
                             "idle",
                             "no turn is running",
                         ))
@@ -370,8 +370,8 @@ impl Connection {
                 }
                 match manager.subscribe(&self.principal, &agent_id).await {
                     Ok(sub) => {
-                        let session = sub.session.clone();
-                        let cursor = manager.cursor(sub.session, since_seq);
+                        let conversation = sub.conversation.clone();
+                        let cursor = manager.cursor(sub.conversation, since_seq);
                         self.follow(agent_id.clone(), cursor, sub.events);
                         self.replay(&agent_id).await?;
                         if !warm {
@@ -381,7 +381,7 @@ impl Connection {
                             Ok(crate::session::Warm::Started) => Ok(()),
                             Ok(crate::session::Warm::Refused(detail)) => {
                                 self.send(protocol::status_frame(
-                                    session.tag(),
+                                    conversation.tag(),
                                     "warm_refused",
                                     &detail,
                                 ))
@@ -495,7 +495,7 @@ impl Connection {
             }
         };
         let ack = protocol::ack_frame(
-            accepted.session.tag(),
+            accepted.conversation.tag(),
             client_msg_id.as_deref(),
             accepted.seq,
             accepted.queue_position,
@@ -505,9 +505,12 @@ impl Connection {
         if self
             .followed
             .get(&agent_id)
-            .is_none_or(|f| f.cursor.session.session_id != accepted.session.session_id)
+            .is_none_or(|f| f.cursor.conversation.session_id != accepted.conversation.session_id)
         {
-            let cursor = self.app.manager.cursor(accepted.session, accepted.seq - 1);
+            let cursor = self
+                .app
+                .manager
+                .cursor(accepted.conversation, accepted.seq - 1);
             self.follow(agent_id, cursor, accepted.events);
         }
         Ok(())

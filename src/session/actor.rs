@@ -86,7 +86,7 @@ pub(crate) enum Command {
 
 pub(crate) struct ActorInit {
     pub shared: Arc<Shared>,
-    pub session: Arc<Conversation>,
+    pub conversation: Arc<Conversation>,
     pub record: SessionRecord,
     pub slot_state: Arc<Mutex<SlotState>>,
     pub events: super::events::Sender,
@@ -123,7 +123,7 @@ enum Out {
 
 struct Actor {
     shared: Arc<Shared>,
-    session: Arc<Conversation>,
+    conversation: Arc<Conversation>,
     slot_state: Arc<Mutex<SlotState>>,
     events: super::events::Sender,
     busy: Arc<AtomicBool>,
@@ -164,7 +164,7 @@ struct Actor {
 pub(crate) fn spawn(init: ActorInit) {
     let ActorInit {
         shared,
-        session,
+        conversation,
         record,
         slot_state,
         events,
@@ -182,7 +182,7 @@ pub(crate) fn spawn(init: ActorInit) {
         launch_options: record.launch_options(),
         next_launch: record.next_launch(),
         shared,
-        session,
+        conversation,
         slot_state,
         events,
         busy,
@@ -203,8 +203,8 @@ pub(crate) fn spawn(init: ActorInit) {
     let busy = actor.busy.clone();
     let span = tracing::info_span!(
         "conversation",
-        agent_id = %actor.session.agent_id,
-        session_id = %actor.session.session_id,
+        agent_id = %actor.conversation.agent_id,
+        session_id = %actor.conversation.session_id,
     );
     tokio::spawn(
         async move {
@@ -286,7 +286,7 @@ impl Actor {
 
     fn publish(&self, frame: Frame) {
         if let Some(bus) = &self.shared.bus {
-            bus.publish(self.session.row, &frame);
+            bus.publish(self.conversation.row, &frame);
         }
         // No receiver is fine: nobody is watching this conversation right now.
         let _ = self.events.send(frame);
@@ -295,23 +295,25 @@ impl Actor {
     /// Tells the principal's watchers what happened; the frame is built only when someone
     /// watches. `payload` is the stored message's, for the details the activity carries.
     fn publish_activity(&self, activity: Activity, seq: i64, payload: &str) {
-        let tag = self.session.tag();
-        self.shared.activity.publish(&self.session.principal, || {
-            let detail = match activity {
-                Activity::PermissionRequest | Activity::TurnEnded => {
-                    serde_json::from_str::<Value>(payload).unwrap_or_default()
-                }
-                _ => Value::Null,
-            };
-            protocol::activity_frame(
-                tag,
-                activity,
-                seq,
-                detail["tool_name"].as_str(),
-                (activity == Activity::TurnEnded)
-                    .then(|| detail["is_error"].as_bool() == Some(true)),
-            )
-        });
+        let tag = self.conversation.tag();
+        self.shared
+            .activity
+            .publish(&self.conversation.principal, || {
+                let detail = match activity {
+                    Activity::PermissionRequest | Activity::TurnEnded => {
+                        serde_json::from_str::<Value>(payload).unwrap_or_default()
+                    }
+                    _ => Value::Null,
+                };
+                protocol::activity_frame(
+                    tag,
+                    activity,
+                    seq,
+                    detail["tool_name"].as_str(),
+                    (activity == Activity::TurnEnded)
+                        .then(|| detail["is_error"].as_bool() == Some(true)),
+                )
+            });
     }
 
     fn publish_status(&self, status: &str, detail: &str) {
@@ -320,7 +322,11 @@ impl Actor {
             "idle" => self.busy.store(false, Ordering::Release),
             _ => {}
         }
-        self.publish(protocol::status_frame(self.session.tag(), status, detail));
+        self.publish(protocol::status_frame(
+            self.conversation.tag(),
+            status,
+            detail,
+        ));
     }
 
     fn store_failed(&self, err: &StoreError) {
@@ -328,7 +334,7 @@ impl Actor {
             self.taken_over.store(true, Ordering::Release);
             return;
         }
-        tracing::error!(agent_id = %self.session.agent_id, error = %err, "could not store agent output");
+        tracing::error!(agent_id = %self.conversation.agent_id, error = %err, "could not store agent output");
         self.shared
             .metrics
             .error(ErrorCode::StoreUnavailable.as_str());
@@ -336,7 +342,7 @@ impl Actor {
             ErrorCode::StoreUnavailable,
             "the store is unavailable; agent output was not saved",
         )
-        .for_agent(Some(&self.session.agent_id));
+        .for_agent(Some(&self.conversation.agent_id));
         self.publish(protocol::error_frame(&err));
     }
 
@@ -398,11 +404,16 @@ impl Actor {
             .map(|m| (m.created_at.clone(), m.payload.clone()));
         messages.extend(marker.map(|m| *m));
         messages.push(message);
-        let seq = match self.shared.store.append(self.session.row, messages).await {
+        let seq = match self
+            .shared
+            .store
+            .append(self.conversation.row, messages)
+            .await
+        {
             Ok(first) => {
                 if let Some((at, payload)) = &marker_frame {
                     self.publish(protocol::session_frame(
-                        self.session.tag(),
+                        self.conversation.tag(),
                         "status",
                         Some(first),
                         at,
@@ -429,7 +440,7 @@ impl Actor {
         };
         let _ = reply.send(Ok((seq, position)));
         self.publish(protocol::session_frame(
-            self.session.tag(),
+            self.conversation.tag(),
             "user",
             Some(seq),
             &created_at,
@@ -549,7 +560,7 @@ impl Actor {
             .shared
             .store
             .set_options(
-                self.session.row,
+                self.conversation.row,
                 model.as_deref(),
                 permission_mode.as_deref(),
                 &self.launch_options,
@@ -603,7 +614,7 @@ impl Actor {
                 sdk_session_id: id.clone(),
             },
             (None, None) => Launch::New {
-                session_id: self.session.session_id.to_string(),
+                session_id: self.conversation.session_id.to_string(),
             },
         }
     }
@@ -623,7 +634,7 @@ impl Actor {
         );
         let prior_prompts = shared
             .store
-            .prompts_before(self.session.row, user_seq)
+            .prompts_before(self.conversation.row, user_seq)
             .await
             .map_err(|e| e.to_string())?;
         // The server's own workspace is made on demand; a project directory must exist.
@@ -644,8 +655,8 @@ impl Actor {
             ));
         }
         let spec = SpawnSpec {
-            agent_id: self.session.agent_id.clone(),
-            session_id: self.session.session_id.clone(),
+            agent_id: self.conversation.agent_id.clone(),
+            session_id: self.conversation.session_id.clone(),
             cwd: self.cwd.clone(),
             launch,
             model: self.model.clone(),
@@ -661,7 +672,7 @@ impl Actor {
         let backend = self.backend.as_ref().ok_or_else(|| {
             format!(
                 "the agent `{}` is not configured on this server any more",
-                self.session.agent
+                self.conversation.agent
             )
         })?;
         self.restore_transcript(backend.as_ref(), &spec.launch)
@@ -676,7 +687,7 @@ impl Actor {
 
     /// Closes a turn that could not run with a stored error result.
     async fn fail_turn(&mut self, turn: &Turn, reason: &'static str, detail: &str) {
-        tracing::warn!(agent_id = %self.session.agent_id, seq = turn.user_seq, reason, detail, "turn failed");
+        tracing::warn!(agent_id = %self.conversation.agent_id, seq = turn.user_seq, reason, detail, "turn failed");
         self.shared
             .metrics
             .error(ErrorCode::BackendUnavailable.as_str());
@@ -684,9 +695,12 @@ impl Actor {
             ErrorCode::BackendUnavailable,
             format!("the agent could not run the turn: {detail}"),
         )
-        .for_agent(Some(&self.session.agent_id));
+        .for_agent(Some(&self.conversation.agent_id));
         self.publish(protocol::error_frame(&err));
-        let mut result = NewMessage::new("result", error_result(&self.session.session_id, reason));
+        let mut result = NewMessage::new(
+            "result",
+            error_result(&self.conversation.session_id, reason),
+        );
         result.totals = Some(Totals::default());
         result.running = Some(self.turn_ends());
         self.publish_batch(vec![Out::Stored(result)]).await;
@@ -717,7 +731,7 @@ impl Actor {
                     }
                 }
                 Some(AgentEvent::Status { status, detail }) => {
-                    tracing::info!(agent_id = %self.session.agent_id, status, %detail, "agent status");
+                    tracing::info!(agent_id = %self.conversation.agent_id, status, %detail, "agent status");
                     outs.push(Out::Status(status, detail));
                 }
                 Some(AgentEvent::PermissionRequest {
@@ -760,7 +774,7 @@ impl Actor {
                             self.running = Some(running);
                             let mut result = NewMessage::new(
                                 "result",
-                                error_result(&self.session.session_id, "aborted_streaming"),
+                                error_result(&self.conversation.session_id, "aborted_streaming"),
                             );
                             result.totals = Some(Totals::default());
                             result.running = Some(self.turn_ends());
@@ -768,7 +782,7 @@ impl Actor {
                             turn_ended = true;
                         }
                         Some(running) => {
-                            tracing::debug!(agent_id = %self.session.agent_id, detail, "the agent went before reading the turn; starting another");
+                            tracing::debug!(agent_id = %self.conversation.agent_id, detail, "the agent went before reading the turn; starting another");
                             self.queue.push_front(running.turn);
                             redeliver = true;
                         }
@@ -844,7 +858,7 @@ impl Actor {
             self.respawn_at = None;
             if !self.gave_up {
                 self.gave_up = true;
-                tracing::warn!(agent_id = %self.session.agent_id, exits, detail, "agent keeps exiting; not restarting it");
+                tracing::warn!(agent_id = %self.conversation.agent_id, exits, detail, "agent keeps exiting; not restarting it");
                 self.publish_status(
                     "respawn_failed",
                     &format!(
@@ -860,7 +874,7 @@ impl Actor {
             config.respawn_backoff_ms,
             config.respawn_backoff_max_secs,
         );
-        tracing::info!(agent_id = %self.session.agent_id, exits, ?delay, detail, "agent exited unexpectedly; restarting it");
+        tracing::info!(agent_id = %self.conversation.agent_id, exits, ?delay, detail, "agent exited unexpectedly; restarting it");
         self.respawn_at = Some(now + delay);
         self.publish_status(
             "respawning",
@@ -899,7 +913,7 @@ impl Actor {
     /// counts as an unexpected exit.
     async fn start_idle_agent(&mut self) {
         if let Err(detail) = self.spawn_agent(NO_TURN).await {
-            tracing::warn!(agent_id = %self.session.agent_id, detail, "cannot start the agent in the background");
+            tracing::warn!(agent_id = %self.conversation.agent_id, detail, "cannot start the agent in the background");
             self.schedule_respawn(&detail);
         }
     }
@@ -907,14 +921,16 @@ impl Actor {
     fn on_exit(&mut self, detail: &str, outs: &mut Vec<Out>, turn_ended: &mut bool) {
         self.agent = None;
         if self.running.is_some() {
-            tracing::warn!(agent_id = %self.session.agent_id, detail, "agent died mid-turn");
+            tracing::warn!(agent_id = %self.conversation.agent_id, detail, "agent died mid-turn");
             self.shared.metrics.agent_crashed();
             outs.push(Out::Status(
                 "crashed",
                 format!("the agent stopped mid-turn: {detail}"),
             ));
-            let mut result =
-                NewMessage::new("result", error_result(&self.session.session_id, "crashed"));
+            let mut result = NewMessage::new(
+                "result",
+                error_result(&self.conversation.session_id, "crashed"),
+            );
             result.totals = Some(Totals::default());
             result.running = Some(self.turn_ends());
             outs.push(Out::Stored(result));
@@ -980,11 +996,11 @@ impl Actor {
         if self.sdk_session_id.as_deref() == Some(id.as_str()) {
             return;
         }
-        let unified = self.session.session_id == id.as_str();
+        let unified = self.conversation.session_id == id.as_str();
         if let Err(err) = self
             .shared
             .store
-            .record_agent_session(self.session.row, &id, unified)
+            .record_agent_session(self.conversation.row, &id, unified)
             .await
         {
             self.store_failed(&err);
@@ -1003,7 +1019,7 @@ impl Actor {
                 ErrorCode::UnknownRequest,
                 "no pending permission request with that id",
             )
-            .for_agent(Some(&self.session.agent_id)));
+            .for_agent(Some(&self.conversation.agent_id)));
         }
         let outcome = match decision {
             PermissionDecision::Allow { .. } => "allowed",
@@ -1080,12 +1096,17 @@ impl Actor {
             .collect();
         let mut seq = None;
         if !stored.is_empty() {
-            match self.shared.store.append(self.session.row, stored).await {
+            match self
+                .shared
+                .store
+                .append(self.conversation.row, stored)
+                .await
+            {
                 Ok(first) => seq = Some(first),
                 Err(err) => self.store_failed(&err),
             }
         }
-        let tag = self.session.tag();
+        let tag = self.conversation.tag();
         // Live frames of one wake-up share one timestamp: formatting the clock is a good part of
         // a streamed delta's cost.
         let mut live_at: Option<String> = None;
@@ -1126,13 +1147,13 @@ impl Actor {
     /// turn. The conversation resumes from the agent's own record on the next turn.
     async fn kill_stuck_turn(&mut self) {
         let seq = self.running.as_ref().map(|r| r.turn.user_seq);
-        tracing::warn!(agent_id = %self.session.agent_id, ?seq, "interrupt not honoured in time; stopping the agent");
+        tracing::warn!(agent_id = %self.conversation.agent_id, ?seq, "interrupt not honoured in time; stopping the agent");
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
         let mut result = NewMessage::new(
             "result",
-            error_result(&self.session.session_id, "interrupt_timeout"),
+            error_result(&self.conversation.session_id, "interrupt_timeout"),
         );
         result.totals = Some(Totals::default());
         result.running = Some(self.turn_ends());
@@ -1158,7 +1179,11 @@ impl Actor {
             return;
         };
         let saved = match tokio::fs::read(&path).await {
-            Ok(content) => store.save_transcript(self.session.row, id, content).await,
+            Ok(content) => {
+                store
+                    .save_transcript(self.conversation.row, id, content)
+                    .await
+            }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
             Err(err) => {
                 return tracing::warn!(error = %err, "reading the agent's transcript failed");
@@ -1219,7 +1244,7 @@ impl Actor {
         self.live = None;
         drop(guard);
         self.mirror_transcript().await;
-        self.shared.store.release_lease(self.session.row).await;
+        self.shared.store.release_lease(self.conversation.row).await;
         self.shared.metrics.live_sessions(-1);
         self.publish_status(
             "evicted",
@@ -1232,7 +1257,7 @@ impl Actor {
     /// agent is stopped, and the next one starts as the store decided (a fork of the agent's
     /// session at the turn's anchor). Only while no turn is running or queued.
     async fn rewind(&mut self, to_seq: i64) -> Result<Frame, FrameError> {
-        let agent_id = self.session.agent_id.as_str();
+        let agent_id = self.conversation.agent_id.as_str();
         if self.running.is_some() || !self.queue.is_empty() {
             return Err(FrameError::new(
                 ErrorCode::Busy,
@@ -1240,7 +1265,7 @@ impl Actor {
             )
             .for_agent(Some(agent_id)));
         }
-        let (frame, next_launch) = rewind_store(&self.shared, &self.session, to_seq).await?;
+        let (frame, next_launch) = rewind_store(&self.shared, &self.conversation, to_seq).await?;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
@@ -1259,7 +1284,7 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        self.shared.store.release_lease(self.session.row).await;
+        self.shared.store.release_lease(self.conversation.row).await;
         self.shared.metrics.live_sessions(-1);
     }
 
@@ -1270,7 +1295,7 @@ impl Actor {
     async fn hand_over(&mut self) {
         self.commands.close();
         while let Ok(command) = self.commands.try_recv() {
-            let agent_id = self.session.agent_id.as_str();
+            let agent_id = self.conversation.agent_id.as_str();
             match command {
                 Command::Chat { reply, .. } => {
                     let _ = reply.send(Err(super::moved(agent_id)));
@@ -1331,7 +1356,7 @@ impl Actor {
         for _ in 0..open {
             let mut result = NewMessage::new(
                 "result",
-                error_result(&self.session.session_id, "server_shutdown"),
+                error_result(&self.conversation.session_id, "server_shutdown"),
             );
             result.totals = Some(Totals::default());
             result.running = Some(RunningTurn::Ends { next: None });
@@ -1342,7 +1367,7 @@ impl Actor {
             self.publish_status("idle", "the server is shutting down");
         }
         self.mirror_transcript().await;
-        self.shared.store.release_lease(self.session.row).await;
+        self.shared.store.release_lease(self.conversation.row).await;
         self.shared.metrics.live_sessions(-1);
     }
 }
@@ -1352,10 +1377,10 @@ impl Actor {
 /// makes sure no turn runs: the live actor, or the manager for a dormant conversation.
 pub(super) async fn rewind_store(
     shared: &Shared,
-    session: &Conversation,
+    conversation: &Conversation,
     to_seq: i64,
 ) -> Result<(Frame, NextLaunch), FrameError> {
-    let agent_id = session.agent_id.as_str();
+    let agent_id = conversation.agent_id.as_str();
     let status = Box::new(move |dropped_seqs: &[i64]| {
         let detail = match dropped_seqs {
             [] => format!(
@@ -1375,12 +1400,12 @@ pub(super) async fn rewind_store(
     });
     let rewound = shared
         .store
-        .rewind(session.row, to_seq, status)
+        .rewind(conversation.row, to_seq, status)
         .await
         .map_err(|e| super::store_error(e, agent_id))?;
     tracing::info!(agent_id, to_seq, dropped = rewound.dropped, dropped_prompts = ?rewound.dropped_prompts, launch = ?rewound.next_launch, "rewound");
     let frame = protocol::session_frame(
-        session.tag(),
+        conversation.tag(),
         "status",
         Some(rewound.status_seq),
         &rewound.status.created_at,

@@ -475,10 +475,10 @@ impl Manager {
             .append(record.row, fresh.clone())
             .await
             .map_err(|e| store_error(e, agent_id))?;
-        let session = slot.session.get().expect("set by existing_slot");
+        let conversation = slot.conversation.get().expect("set by existing_slot");
         for (seq, message) in (first..).zip(&fresh) {
             let _ = slot.events.send(protocol::session_frame(
-                session.tag(),
+                conversation.tag(),
                 message.message_type,
                 Some(seq),
                 &message.created_at,

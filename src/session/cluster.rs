@@ -172,12 +172,16 @@ impl Bus {
     /// last one relayed is preceded by the ones in between, read from the store.
     pub(super) async fn relay(
         &self,
-        session: Arc<Conversation>,
+        conversation: Arc<Conversation>,
         events: super::events::Sender,
         store: Arc<dyn Store>,
         stop: CancellationToken,
     ) {
-        let mut sub = match self.client.subscribe(frames_subject(session.row)).await {
+        let mut sub = match self
+            .client
+            .subscribe(frames_subject(conversation.row))
+            .await
+        {
             Ok(sub) => sub,
             Err(err) => {
                 tracing::warn!(error = %err, "following a conversation on the other nodes failed");
@@ -209,7 +213,7 @@ impl Bus {
                 if let (Some(seq), Some(prev)) = (seq, last)
                     && seq > prev + 1
                 {
-                    fill_gap(&*store, &session, &events, prev, seq).await;
+                    fill_gap(&*store, &conversation, &events, prev, seq).await;
                 }
                 if let Some(seq) = seq {
                     last = Some(last.map_or(seq, |prev| prev.max(seq)));
@@ -296,16 +300,16 @@ impl Bus {
 /// Relays the stored frames of `session` with `prev < seq < next` (missed on the bus).
 async fn fill_gap(
     store: &dyn Store,
-    session: &Conversation,
+    conversation: &Conversation,
     events: &super::events::Sender,
     prev: i64,
     next: i64,
 ) {
     let missing = u32::try_from(next - prev - 1).unwrap_or(u32::MAX);
-    match store.messages_after(session.row, prev, missing).await {
+    match store.messages_after(conversation.row, prev, missing).await {
         Ok(rows) => {
             for row in rows.iter().filter(|r| r.seq < next) {
-                events.send(replay::stored_frame(session, row));
+                events.send(replay::stored_frame(conversation, row));
             }
         }
         Err(err) => tracing::warn!(error = %err, "filling a gap of relayed frames failed"),

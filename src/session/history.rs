@@ -314,7 +314,7 @@ impl Manager {
         limit: u32,
     ) -> Result<(Vec<Frame>, bool), FrameError> {
         let record = self.get(principal, agent_id).await?;
-        let session = Conversation::from_record(&record);
+        let conversation = Conversation::from_record(&record);
         // One more than asked tells whether more follow.
         let rows = self
             .shared
@@ -326,7 +326,7 @@ impl Manager {
         let frames = rows
             .iter()
             .take(limit as usize)
-            .map(|row| stored_frame(&session, row))
+            .map(|row| stored_frame(&conversation, row))
             .collect();
         Ok((frames, has_more))
     }

@@ -1,5 +1,5 @@
 //! Conversations, independent of any transport: the [`Manager`] maps `(principal, agent_id)`
-//! to a live session actor, starting or resuming it on demand, and every client (WebSocket or
+//! to a live conversation actor, starting or resuming it on demand, and every client (WebSocket or
 //! REST) goes through it.
 //!
 //! Each key has a [`Slot`] that outlives the actor behind it: it holds the conversation's
@@ -96,7 +96,7 @@ enum SlotState {
 #[derive(Clone)]
 struct SessionHandle {
     tx: mpsc::Sender<actor::Command>,
-    session: Arc<Conversation>,
+    conversation: Arc<Conversation>,
 }
 
 /// Everything in memory about one conversation key.
@@ -105,7 +105,7 @@ struct Slot {
     state: Arc<Mutex<SlotState>>,
     /// Set (under `state`) when the slot is dropped from the map; holders must look again.
     removed: AtomicBool,
-    session: std::sync::OnceLock<Arc<Conversation>>,
+    conversation: std::sync::OnceLock<Arc<Conversation>>,
     /// Whether the actor is running or queueing a turn.
     busy: Arc<AtomicBool>,
     /// Set once frames of other nodes are relayed to this slot's followers (cluster mode).
@@ -148,7 +148,7 @@ enum Route {
 /// A chat that was stored and queued.
 pub struct ChatAccepted {
     /// The conversation.
-    pub session: Arc<Conversation>,
+    pub conversation: Arc<Conversation>,
     /// `seq` of the stored user message.
     pub seq: i64,
     /// 0 when the turn runs now, else how many turns are ahead of it.
@@ -160,7 +160,7 @@ pub struct ChatAccepted {
 /// A user turn handed to its conversation and not yet known to be stored.
 pub struct PendingChat {
     agent_id: AgentId,
-    session: Arc<Conversation>,
+    conversation: Arc<Conversation>,
     events: events::Receiver,
     reply: oneshot::Receiver<Result<(i64, usize), FrameError>>,
 }
@@ -177,7 +177,7 @@ impl PendingChat {
                 .for_agent(Some(&agent_id))
         })??;
         Ok(ChatAccepted {
-            session: self.session,
+            conversation: self.conversation,
             seq,
             queue_position,
             events: self.events,
@@ -188,7 +188,7 @@ impl PendingChat {
 /// A subscription to a conversation's live frames.
 pub struct Subscription {
     /// The conversation.
-    pub session: Arc<Conversation>,
+    pub conversation: Arc<Conversation>,
     /// Live frames from now on.
     pub events: events::Receiver,
 }
@@ -218,7 +218,7 @@ pub enum Warm {
 /// The result of an `interrupt`.
 pub struct Interrupted {
     /// The conversation.
-    pub session: Arc<Conversation>,
+    pub conversation: Arc<Conversation>,
     /// Whether a turn was running (and is now being stopped).
     pub was_running: bool,
 }
@@ -337,7 +337,7 @@ impl Manager {
                 let Some(slots) = slots.upgrade() else { return };
                 let slot = slots
                     .iter()
-                    .find(|e| e.value().session.get().is_some_and(|c| c.row == row))
+                    .find(|e| e.value().conversation.get().is_some_and(|c| c.row == row))
                     .map(|e| e.value().clone());
                 drop(slots);
                 let Some(slot) = slot else { continue };
@@ -414,7 +414,7 @@ impl Manager {
                         ),
                         state: Arc::new(Mutex::new(SlotState::Dormant)),
                         removed: AtomicBool::new(false),
-                        session: std::sync::OnceLock::new(),
+                        conversation: std::sync::OnceLock::new(),
                         busy: Arc::new(AtomicBool::new(false)),
                         relaying: AtomicBool::new(false),
                         relay_stop: tokio_util::sync::CancellationToken::new(),
@@ -509,7 +509,7 @@ impl Manager {
             if let SlotState::Live(h) = &*guard
                 && !h.tx.is_closed()
             {
-                self.check_chat_options(&h.session.agent, &chat)?;
+                self.check_chat_options(&h.conversation.agent, &chat)?;
                 break h.clone();
             }
             match self.start(principal, &chat, &slot).await {
@@ -562,7 +562,7 @@ impl Manager {
         drop(guard);
         Ok(PendingChat {
             agent_id,
-            session: handle.session,
+            conversation: handle.conversation,
             events,
             reply: reply_rx,
         })
@@ -702,8 +702,8 @@ impl Manager {
         record: &SessionRecord,
     ) -> Option<Result<PendingChat, FrameError>> {
         let bus = self.shared.bus.as_ref()?;
-        let session = slot
-            .session
+        let conversation = slot
+            .conversation
             .get_or_init(|| Conversation::from_record(record))
             .clone();
         self.relay(slot).await;
@@ -730,7 +730,7 @@ impl Manager {
         let _ = reply.send(stored);
         Some(Ok(PendingChat {
             agent_id: chat.agent_id.clone(),
-            session,
+            conversation,
             events,
             reply: reply_rx,
         }))
@@ -739,14 +739,14 @@ impl Manager {
     /// Relays the frames other nodes publish for the slot's conversation to its followers
     /// (cluster mode), once per slot; returns once the relay is in place.
     async fn relay(&self, slot: &Slot) {
-        let (Some(bus), Some(session)) = (&self.shared.bus, slot.session.get()) else {
+        let (Some(bus), Some(conversation)) = (&self.shared.bus, slot.conversation.get()) else {
             return;
         };
         if slot.relaying.swap(true, Ordering::AcqRel) {
             return;
         }
         bus.relay(
-            session.clone(),
+            conversation.clone(),
             slot.events.clone(),
             self.shared.store.clone(),
             slot.relay_stop.clone(),
@@ -755,9 +755,9 @@ impl Manager {
     }
 
     /// Sends `frame` to the followers of `slot` on every node.
-    fn broadcast(&self, slot: &Slot, session: &Conversation, frame: Frame) {
+    fn broadcast(&self, slot: &Slot, conversation: &Conversation, frame: Frame) {
         if let Some(bus) = &self.shared.bus {
-            bus.publish(session.row, &frame);
+            bus.publish(conversation.row, &frame);
         }
         let _ = slot.events.send(frame);
     }
@@ -915,14 +915,14 @@ impl Manager {
 
     /// Starts the actor of a stored conversation, holding `live` while it runs.
     fn spawn_actor(&self, record: SessionRecord, slot: &Slot, live: QuotaPermit) -> SessionHandle {
-        let session = slot
-            .session
+        let conversation = slot
+            .conversation
             .get_or_init(|| Conversation::from_record(&record))
             .clone();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         actor::spawn(actor::ActorInit {
             shared: self.shared.clone(),
-            session: session.clone(),
+            conversation: conversation.clone(),
             record,
             slot_state: slot.state.clone(),
             events: slot.events.clone(),
@@ -930,7 +930,7 @@ impl Manager {
             commands: rx,
             live,
         });
-        SessionHandle { tx, session }
+        SessionHandle { tx, conversation }
     }
 
     /// Drops the stored messages of a conversation after `to_seq` (the `seq` of a `result`)
@@ -970,7 +970,7 @@ impl Manager {
         route: Route,
     ) -> Result<Frame, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
-        let agent = &slot.session.get().expect("set by existing_slot").agent;
+        let agent = &slot.conversation.get().expect("set by existing_slot").agent;
         self.require(agent, agent_id, "rewind", |s| s.rewind)?;
         match &*guard {
             SlotState::Live(handle) if !handle.tx.is_closed() => {
@@ -982,9 +982,9 @@ impl Manager {
             _ => {
                 // The held slot keeps a chat on this node from starting the conversation
                 // meanwhile, and the lease one on another node.
-                let session = slot.session.get().expect("set by existing_slot");
+                let conversation = slot.conversation.get().expect("set by existing_slot");
                 let store = &self.shared.store;
-                match store.take_lease(session.row).await {
+                match store.take_lease(conversation.row).await {
                     Ok(()) => {}
                     Err(StoreError::OwnedElsewhere(node))
                         if route == Route::AnyNode && self.shared.bus.is_some() =>
@@ -1005,10 +1005,10 @@ impl Manager {
                     }
                     Err(err) => return Err(store_error(err, agent_id)),
                 }
-                let rewound = actor::rewind_store(&self.shared, session, to_seq).await;
-                store.release_lease(session.row).await;
+                let rewound = actor::rewind_store(&self.shared, conversation, to_seq).await;
+                store.release_lease(conversation.row).await;
                 let (frame, _) = rewound?;
-                self.broadcast(&slot, session, frame.clone());
+                self.broadcast(&slot, conversation, frame.clone());
                 Ok(frame)
             }
         }
@@ -1069,7 +1069,11 @@ impl Manager {
     /// `unknown_agent` or `store_unavailable`.
     pub async fn delete(&self, principal: &str, agent_id: &AgentId) -> Result<(), FrameError> {
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
-        let session = slot.session.get().expect("set by existing_slot").clone();
+        let conversation = slot
+            .conversation
+            .get()
+            .expect("set by existing_slot")
+            .clone();
         let cwd = self.get(principal, agent_id).await?.cwd;
         let live = match &*guard {
             SlotState::Live(handle) => !handle.tx.is_closed(),
@@ -1079,7 +1083,7 @@ impl Manager {
             // Not while another node runs it.
             self.shared
                 .store
-                .take_lease(session.row)
+                .take_lease(conversation.row)
                 .await
                 .map_err(|e| store_error(e, agent_id))?;
         }
@@ -1094,13 +1098,13 @@ impl Manager {
                 let _ = rx.await;
             }
         }
-        let deleted = self.shared.store.delete_session(session.row).await;
-        self.shared.store.release_lease(session.row).await;
+        let deleted = self.shared.store.delete_session(conversation.row).await;
+        self.shared.store.release_lease(conversation.row).await;
         deleted.map_err(|e| store_error(e, agent_id))?;
         // The agent has stopped; the slot is still held, so none starts in it meanwhile.
-        self.remove_workspace(&session.session_id, &cwd).await;
+        self.remove_workspace(&conversation.session_id, &cwd).await;
         let _ = slot.events.send(protocol::status_frame(
-            session.tag(),
+            conversation.tag(),
             "deleted",
             "the conversation was deleted",
         ));
@@ -1157,9 +1161,9 @@ impl Manager {
             self.get(principal, agent_id).await?;
         }
         let (slot, guard) = self.lock_slot(&key).await;
-        if slot.session.get().is_none() {
+        if slot.conversation.get().is_none() {
             let record = self.get(principal, agent_id).await?;
-            let _ = slot.session.set(Conversation::from_record(&record));
+            let _ = slot.conversation.set(Conversation::from_record(&record));
         }
         self.relay(&slot).await;
         Ok((slot, guard))
@@ -1176,7 +1180,11 @@ impl Manager {
     ) -> Result<Subscription, FrameError> {
         let (slot, _guard) = self.existing_slot(principal, agent_id).await?;
         Ok(Subscription {
-            session: slot.session.get().expect("set by existing_slot").clone(),
+            conversation: slot
+                .conversation
+                .get()
+                .expect("set by existing_slot")
+                .clone(),
             events: slot.events.subscribe(),
         })
     }
@@ -1266,12 +1274,16 @@ impl Manager {
         route: Route,
     ) -> Result<Interrupted, FrameError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
-        let session = slot.session.get().expect("set by existing_slot").clone();
+        let conversation = slot
+            .conversation
+            .get()
+            .expect("set by existing_slot")
+            .clone();
         let SlotState::Live(handle) = &*guard else {
             drop(guard);
             let mut was_running = false;
             if route == Route::AnyNode
-                && let Some(node) = self.owner_elsewhere(session.row, agent_id).await?
+                && let Some(node) = self.owner_elsewhere(conversation.row, agent_id).await?
             {
                 let frame = ClientFrame::Interrupt {
                     agent_id: agent_id.clone(),
@@ -1282,7 +1294,7 @@ impl Manager {
                 };
             }
             return Ok(Interrupted {
-                session,
+                conversation,
                 was_running,
             });
         };
@@ -1290,7 +1302,7 @@ impl Manager {
         send_command(handle, agent_id, actor::Command::Interrupt { reply })?;
         drop(guard);
         Ok(Interrupted {
-            session,
+            conversation,
             was_running: rx.await.unwrap_or(false),
         })
     }
@@ -1340,7 +1352,7 @@ impl Manager {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
         let SlotState::Live(handle) = &*guard else {
             drop(guard);
-            let row = slot.session.get().expect("set by existing_slot").row;
+            let row = slot.conversation.get().expect("set by existing_slot").row;
             if route == Route::AnyNode
                 && let Some(node) = self.owner_elsewhere(row, agent_id).await?
             {

@@ -23,7 +23,7 @@ pub(super) const REPLAY_READERS: usize = 2;
 #[derive(Clone)]
 pub struct Cursor {
     /// The conversation.
-    pub session: Arc<Conversation>,
+    pub conversation: Arc<Conversation>,
     /// Highest stored `seq` sent.
     pub last_seq: i64,
     store: Arc<dyn Store>,
@@ -31,10 +31,10 @@ pub struct Cursor {
 }
 
 impl Manager {
-    /// A cursor in `session` that has seen every stored frame up to `last_seq`.
-    pub fn cursor(&self, session: Arc<Conversation>, last_seq: i64) -> Cursor {
+    /// A cursor in `conversation` that has seen every stored frame up to `last_seq`.
+    pub fn cursor(&self, conversation: Arc<Conversation>, last_seq: i64) -> Cursor {
         Cursor {
-            session,
+            conversation,
             last_seq,
             store: self.shared.store.clone(),
             readers: self.shared.replay_readers.clone(),
@@ -63,7 +63,7 @@ impl Cursor {
             "{missed} frame(s) were missed; replaying stored frames after seq {}",
             self.last_seq
         );
-        protocol::status_frame(self.session.tag(), "lagged", &detail)
+        protocol::status_frame(self.conversation.tag(), "lagged", &detail)
     }
 
     /// The stored frames after this cursor, in order, a page at a time; the stream ends after
@@ -71,7 +71,7 @@ impl Cursor {
     /// caller sends the current one.
     pub fn replay(&self) -> impl Stream<Item = Result<Vec<Frame>, FrameError>> + Send + 'static {
         let store = self.store.clone();
-        let session = self.session.clone();
+        let conversation = self.conversation.clone();
         let readers = self.readers.clone();
         let mut after = self.last_seq;
         let (tx, rx) = tokio::sync::mpsc::channel(1);
@@ -83,13 +83,16 @@ impl Cursor {
                     let Ok(_turn) = readers.acquire().await else {
                         return;
                     };
-                    match store.messages_after(session.row, after, REPLAY_PAGE).await {
-                        Err(err) => (Err(store_error(err, &session.agent_id)), true),
+                    match store
+                        .messages_after(conversation.row, after, REPLAY_PAGE)
+                        .await
+                    {
+                        Err(err) => (Err(store_error(err, &conversation.agent_id)), true),
                         Ok(rows) if rows.is_empty() => return,
                         Ok(rows) => {
                             after = rows.last().map_or(after, |r| r.seq);
                             let last = rows.len() < REPLAY_PAGE as usize;
-                            let frames = rows.iter().map(|row| stored_frame(&session, row));
+                            let frames = rows.iter().map(|row| stored_frame(&conversation, row));
                             (Ok(frames.collect::<Vec<Frame>>()), last)
                         }
                     }
@@ -105,9 +108,9 @@ impl Cursor {
 }
 
 /// The frame of a stored message, exactly as it was sent live.
-pub(super) fn stored_frame(session: &Conversation, row: &StoredMessage) -> Frame {
+pub(super) fn stored_frame(conversation: &Conversation, row: &StoredMessage) -> Frame {
     protocol::session_frame(
-        session.tag(),
+        conversation.tag(),
         &row.message_type,
         Some(row.seq),
         &row.created_at,

@@ -741,7 +741,7 @@ impl Scheduler {
     /// unless a later decision was recorded meanwhile.
     async fn watch(&self, id: String, principal: String, generation: u64, accepted: ChatAccepted) {
         let ChatAccepted {
-            session,
+            conversation,
             seq,
             queue_position,
             mut events,
@@ -779,7 +779,10 @@ impl Scheduler {
                 Err(super::events::RecvError::Lagged(_)) => {
                     // Too far behind to count results: wait until the conversation is idle.
                     drop(events);
-                    while self.inner.manager.activity(&principal, &session.agent_id)
+                    while self
+                        .inner
+                        .manager
+                        .activity(&principal, &conversation.agent_id)
                         == Activity::Busy
                     {
                         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -806,7 +809,7 @@ impl Scheduler {
         };
         if last.outcome == "started"
             && last.seq == Some(seq)
-            && session.agent_id == last.agent_id.as_str()
+            && conversation.agent_id == last.agent_id.as_str()
         {
             last.outcome = outcome.into();
             last.detail = detail;

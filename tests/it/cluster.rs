@@ -12,8 +12,11 @@ use crate::common::{
     Client, Gates, TestServer, chat_ack, create_database, drop_database, pg_url, reply_text,
 };
 
-/// Length of the nodes' leases in these tests.
+/// Length of the nodes' leases in the tests where a lease must expire.
 const LEASE_SECS: u64 = 2;
+/// Length of the nodes' leases in the other tests: long enough that a node's renewal, late on
+/// a loaded machine, never lets another node take over.
+const LONG_LEASE_SECS: u64 = 60;
 
 /// A NATS server of one test on a loopback port of its own (killed on drop).
 struct Nats {
@@ -94,22 +97,22 @@ impl Drop for Cluster {
 
 impl Cluster {
     /// [`Cluster::new`] whose nodes route through a NATS server of their own.
-    async fn routed() -> Option<Self> {
+    async fn routed(lease_secs: u64) -> Option<Self> {
         let nats = Nats::start().await?;
-        let mut cluster = Self::new().await?;
+        let mut cluster = Self::new(lease_secs).await?;
         cluster.nats = Some(nats);
         Some(cluster)
     }
 
     /// None (after saying so) when no PostgreSQL server is configured outside CI.
-    async fn new() -> Option<Self> {
+    async fn new(lease_secs: u64) -> Option<Self> {
         let Some(server) = pg_url() else {
             eprintln!("skipped: AGENTMUX_TEST_PG_URL is not set (see scripts/pg.sh)");
             return None;
         };
         let database = format!("agentmux_cluster_{}", uuid::Uuid::new_v4().simple());
         let url = create_database(&server, &database).await;
-        let gates = Gates::new(&format!("[cluster]\nlease_secs = {LEASE_SECS}\n"));
+        let gates = Gates::new(&format!("[cluster]\nlease_secs = {lease_secs}\n"));
         Some(Cluster {
             data: tempfile::tempdir().unwrap(),
             nats: None,
@@ -213,7 +216,7 @@ fn signal(server: &TestServer, sig: &str) {
 
 #[tokio::test]
 async fn a_conversation_runs_on_one_node_at_a_time_and_moves_when_its_node_stops() {
-    let Some(cluster) = Cluster::new().await else {
+    let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
         return;
     };
     cluster.gates.open_all("x", 1..=2);
@@ -256,7 +259,7 @@ async fn a_conversation_runs_on_one_node_at_a_time_and_moves_when_its_node_stops
 
 #[tokio::test]
 async fn a_killed_nodes_conversation_resumes_on_another_node_once_its_lease_expires() {
-    let Some(cluster) = Cluster::new().await else {
+    let Some(cluster) = Cluster::new(LEASE_SECS).await else {
         return;
     };
     cluster.gates.open("x", 2);
@@ -295,7 +298,7 @@ async fn a_killed_nodes_conversation_resumes_on_another_node_once_its_lease_expi
 
 #[tokio::test]
 async fn a_stalled_node_that_was_taken_over_stores_nothing_more() {
-    let Some(cluster) = Cluster::new().await else {
+    let Some(cluster) = Cluster::new(LEASE_SECS).await else {
         return;
     };
     cluster.gates.open("x", 2);
@@ -348,7 +351,7 @@ async fn a_stalled_node_that_was_taken_over_stores_nothing_more() {
 
 #[tokio::test]
 async fn two_nodes_racing_to_start_a_conversation_start_it_once() {
-    let Some(cluster) = Cluster::new().await else {
+    let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
         return;
     };
     let a = cluster.node("node-a").await;
@@ -391,7 +394,7 @@ async fn two_nodes_racing_to_start_a_conversation_start_it_once() {
 
 #[tokio::test]
 async fn a_node_id_must_be_a_plain_name() {
-    let Some(cluster) = Cluster::new().await else {
+    let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
         return;
     };
     let data = tempfile::tempdir().unwrap();
@@ -432,7 +435,7 @@ fn stored_seen(frames: &[Value], agent_id: &str) -> Vec<(i64, String)> {
 
 #[tokio::test]
 async fn three_nodes_route_commands_to_the_owner_and_relay_its_frames() {
-    let Some(cluster) = Cluster::routed().await else {
+    let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
         return;
     };
     cluster.gates.open_all("x", 1..=2);
@@ -494,7 +497,7 @@ async fn three_nodes_route_commands_to_the_owner_and_relay_its_frames() {
 
 #[tokio::test]
 async fn a_chat_through_any_node_resumes_a_killed_owners_conversation() {
-    let Some(cluster) = Cluster::routed().await else {
+    let Some(cluster) = Cluster::routed(LEASE_SECS).await else {
         return;
     };
     cluster.gates.open("x", 2);
@@ -525,7 +528,7 @@ async fn a_chat_through_any_node_resumes_a_killed_owners_conversation() {
 
 #[tokio::test]
 async fn routing_recovers_from_a_nats_restart() {
-    let Some(mut cluster) = Cluster::routed().await else {
+    let Some(mut cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
         return;
     };
     cluster.gates.open_all("x", 1..=3);
@@ -602,7 +605,7 @@ async fn owners(server: &TestServer) -> Vec<(String, Value)> {
 
 #[tokio::test]
 async fn the_status_command_and_the_api_say_which_node_runs_what() {
-    let Some(cluster) = Cluster::new().await else {
+    let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
         return;
     };
     cluster.gates.open("x", 1);
@@ -661,7 +664,7 @@ async fn the_status_command_and_the_api_say_which_node_runs_what() {
 
 #[tokio::test]
 async fn each_tick_of_a_schedule_runs_once_on_one_node() {
-    let Some(cluster) = Cluster::routed().await else {
+    let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
         return;
     };
     cluster.gates.open_all("tick", 1..=30);
@@ -742,7 +745,7 @@ async fn a_claude_conversation_resumes_on_a_node_whose_cli_never_saw_it() {
     let Some(cli) = crate::real_cli::real_cli() else {
         return;
     };
-    let Some(cluster) = Cluster::new().await else {
+    let Some(cluster) = Cluster::new(LEASE_SECS).await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

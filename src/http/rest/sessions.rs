@@ -498,7 +498,7 @@ pub async fn chat(
     let client_msg_id = chat.client_msg_id.clone();
     let accepted = app.manager.chat(&principal, chat).await?;
     let ack = protocol::ack_frame(
-        accepted.session.tag(),
+        accepted.conversation.tag(),
         client_msg_id.as_deref(),
         accepted.seq,
         accepted.queue_position,
