@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Conversation, Manager, replay};
+use super::{Conversation, Manager, Route, replay};
 use crate::metrics::Metrics;
 use crate::protocol::{self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError};
 use crate::store::{NewMessage, RowId, Store};
@@ -331,15 +331,21 @@ async fn answer(manager: &Manager, payload: &[u8], limits: DecodeLimits) -> Answ
     };
     let principal = request.principal.as_str();
     let outcome = match frame {
-        ClientFrame::Chat(chat) => manager
-            .chat_here(principal, chat, request.marker.map(Marker::into_message))
-            .await
-            .map(|accepted| Answer::Chat {
-                seq: accepted.seq,
-                queue_position: accepted.queue_position,
-            }),
+        ClientFrame::Chat(chat) => {
+            let marker = request.marker.map(|m| Box::new(m.into_message()));
+            match manager
+                .submit_marked(principal, chat, marker, Route::ThisNode)
+                .await
+            {
+                Ok(pending) => pending.stored().await.map(|accepted| Answer::Chat {
+                    seq: accepted.seq,
+                    queue_position: accepted.queue_position,
+                }),
+                Err(err) => Err(err),
+            }
+        }
         ClientFrame::Interrupt { agent_id } => manager
-            .interrupt_here(principal, &agent_id)
+            .interrupt_routed(principal, &agent_id, Route::ThisNode)
             .await
             .map(|i| Answer::Interrupt {
                 was_running: i.was_running,
@@ -349,11 +355,11 @@ async fn answer(manager: &Manager, payload: &[u8], limits: DecodeLimits) -> Answ
             request_id,
             decision,
         } => manager
-            .answer_permission_here(principal, &agent_id, request_id, decision)
+            .answer_permission_routed(principal, &agent_id, request_id, decision, Route::ThisNode)
             .await
             .map(|()| Answer::Done),
         ClientFrame::Rewind { agent_id, to_seq } => manager
-            .rewind_here(principal, &agent_id, to_seq)
+            .rewind_routed(principal, &agent_id, to_seq, Route::ThisNode)
             .await
             .map(|frame| Answer::Rewound {
                 seq: frame.seq,

@@ -140,7 +140,7 @@ impl From<FrameError> for Refused {
 /// Whether a command may go to the node that runs its conversation: a command forwarded
 /// from another node is run here or refused, never sent on.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Route {
+pub(super) enum Route {
     AnyNode,
     ThisNode,
 }
@@ -476,23 +476,10 @@ impl Manager {
             .await
     }
 
-    /// [`Self::chat`] that another node forwarded: run here, never sent on.
-    pub(super) async fn chat_here(
-        &self,
-        principal: &str,
-        chat: Chat,
-        marker: Option<NewMessage>,
-    ) -> Result<ChatAccepted, FrameError> {
-        self.submit_marked(principal, chat, marker.map(Box::new), Route::ThisNode)
-            .await?
-            .stored()
-            .await
-    }
-
     /// [`Self::submit_chat`], storing `marker` (a status) just before the user message. In
     /// cluster mode, a chat for a conversation another node runs goes to that node (with its
     /// marker); when that node is gone, the chat waits for its lease to expire and runs here.
-    async fn submit_marked(
+    pub(super) async fn submit_marked(
         &self,
         principal: &str,
         chat: Chat,
@@ -951,18 +938,7 @@ impl Manager {
             .await
     }
 
-    /// [`Self::rewind`] that another node forwarded: run here, never sent on.
-    pub(super) async fn rewind_here(
-        &self,
-        principal: &str,
-        agent_id: &AgentId,
-        to_seq: i64,
-    ) -> Result<Frame, FrameError> {
-        self.rewind_routed(principal, agent_id, to_seq, Route::ThisNode)
-            .await
-    }
-
-    async fn rewind_routed(
+    pub(super) async fn rewind_routed(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -1257,17 +1233,7 @@ impl Manager {
             .await
     }
 
-    /// [`Self::interrupt`] that another node forwarded: run here, never sent on.
-    pub(super) async fn interrupt_here(
-        &self,
-        principal: &str,
-        agent_id: &AgentId,
-    ) -> Result<Interrupted, FrameError> {
-        self.interrupt_routed(principal, agent_id, Route::ThisNode)
-            .await
-    }
-
-    async fn interrupt_routed(
+    pub(super) async fn interrupt_routed(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -1322,19 +1288,7 @@ impl Manager {
             .await
     }
 
-    /// [`Self::answer_permission`] that another node forwarded: run here, never sent on.
-    pub(super) async fn answer_permission_here(
-        &self,
-        principal: &str,
-        agent_id: &AgentId,
-        request_id: String,
-        decision: crate::protocol::PermissionDecision,
-    ) -> Result<(), FrameError> {
-        self.answer_permission_routed(principal, agent_id, request_id, decision, Route::ThisNode)
-            .await
-    }
-
-    async fn answer_permission_routed(
+    pub(super) async fn answer_permission_routed(
         &self,
         principal: &str,
         agent_id: &AgentId,

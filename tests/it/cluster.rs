@@ -142,6 +142,19 @@ impl Cluster {
         TestServer::start_in(self.data.path(), &args, &[]).await
     }
 
+    /// Waits for turn 2 of `x` on `c` and checks it: it remembers turn 1, and the store holds
+    /// gap-free `seq`s with every frame the clients saw (`seen` earlier, and this turn's).
+    /// Returns what is stored.
+    async fn second_turn(&self, c: &mut Client, seen: &[Value]) -> Vec<(i64, String, String)> {
+        let second = c.until_result("x").await;
+        assert_eq!(reply_text(&second), "Echo: two (turn 2)");
+        let stored = self.stored("x").await;
+        assert_gap_free(&stored);
+        assert_all_stored(seen, &stored);
+        assert_all_stored(&second, &stored);
+        stored
+    }
+
     /// The stored frames of `agent_id`, as `(seq, message_type, payload)` in `seq` order.
     async fn stored(&self, agent_id: &str) -> Vec<(i64, String, String)> {
         let pool = sqlx::PgPool::connect(&self.url).await.unwrap();
@@ -249,12 +262,7 @@ async fn a_conversation_runs_on_one_node_at_a_time_and_moves_when_its_node_stops
     // A stops (releasing its leases): B takes the conversation at once, with its history.
     assert!(a.terminate().await.success());
     assert_eq!(chat_until_taken(&mut cb, "x", "two").await, 0);
-    let second = cb.until_result("x").await;
-    assert_eq!(reply_text(&second), "Echo: two (turn 2)");
-    let stored = cluster.stored("x").await;
-    assert_gap_free(&stored);
-    assert_all_stored(&first, &stored);
-    assert_all_stored(&second, &stored);
+    cluster.second_turn(&mut cb, &first).await;
 }
 
 #[tokio::test]
@@ -277,13 +285,8 @@ async fn a_killed_nodes_conversation_resumes_on_another_node_once_its_lease_expi
     let started = Instant::now();
     chat_until_taken(&mut cb, "x", "two").await;
     let took = started.elapsed();
-    let second = cb.until_result("x").await;
     // B remembers turn 1's prompt; the turn A left running was closed as lost.
-    assert_eq!(reply_text(&second), "Echo: two (turn 2)");
-    let stored = cluster.stored("x").await;
-    assert_gap_free(&stored);
-    assert_all_stored(&seen, &stored);
-    assert_all_stored(&second, &stored);
+    let stored = cluster.second_turn(&mut cb, &seen).await;
     let results: Vec<Value> = stored
         .iter()
         .filter(|(_, kind, _)| kind == "result")
@@ -514,16 +517,11 @@ async fn a_chat_through_any_node_resumes_a_killed_owners_conversation() {
     let started = Instant::now();
     let ack = chat_ack(&mut cb, "x", "two").await;
     assert_eq!(ack["message_type"], "ack", "{ack}");
-    let second = cb.until_result("x").await;
+    cluster.second_turn(&mut cb, &seen).await;
     eprintln!(
         "resumed {:?} after the kill (lease {LEASE_SECS} s)",
         started.elapsed()
     );
-    assert_eq!(reply_text(&second), "Echo: two (turn 2)");
-    let stored = cluster.stored("x").await;
-    assert_gap_free(&stored);
-    assert_all_stored(&seen, &stored);
-    assert_all_stored(&second, &stored);
 }
 
 #[tokio::test]
