@@ -637,7 +637,22 @@ impl Actor {
             .prompts_before(self.conversation.row, user_seq)
             .await
             .map_err(|e| e.to_string())?;
-        // The server's own workspace is made on demand; a project directory must exist.
+        // The server's own workspace is made on demand; a project directory must exist. On a
+        // store that nodes share, a conversation that ran before ran in a workspace that every
+        // node must see: a node that can't see it refuses rather than start over in an empty one.
+        let ran_before = self.sdk_session_id.is_some();
+        let missing = || async {
+            !tokio::fs::metadata(&self.cwd)
+                .await
+                .is_ok_and(|m| m.is_dir())
+        };
+        if shared.store.is_shared() && ran_before && missing().await {
+            return Err(format!(
+                "this node can't see the conversation's working directory {}: the nodes sharing \
+                 a store must share their data directories and project roots, at the same paths",
+                self.cwd.display()
+            ));
+        }
         if self.cwd.starts_with(shared.config.workspaces_dir()) {
             tokio::fs::DirBuilder::new()
                 .recursive(true)
@@ -645,10 +660,7 @@ impl Actor {
                 .create(&self.cwd)
                 .await
                 .map_err(|e| format!("cannot create the workspace: {e}"))?;
-        } else if !tokio::fs::metadata(&self.cwd)
-            .await
-            .is_ok_and(|m| m.is_dir())
-        {
+        } else if missing().await {
             return Err(format!(
                 "the project directory {} is gone",
                 self.cwd.display()

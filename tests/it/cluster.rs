@@ -828,3 +828,43 @@ async fn a_claude_conversation_resumes_on_a_node_whose_cli_never_saw_it() {
         "the transcript was not put back in node B's CLI home"
     );
 }
+
+#[tokio::test]
+async fn a_node_that_cannot_see_a_conversations_directory_refuses_it() {
+    let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
+        return;
+    };
+    cluster.gates.open_all("x", 1..=2);
+    let mut a = cluster.node("node-a").await;
+    let mut ca = a.client().await;
+    ca.chat("x", "one").await;
+    let first = ca.until_result("x").await;
+    let session_id = first.last().unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(a.terminate().await.success());
+    // Node B does not share node A's storage: the conversation's workspace is not there.
+    let workspace = cluster.data.path().join("workspaces").join(&session_id);
+    std::fs::remove_dir_all(&workspace).unwrap();
+
+    let b = cluster.node("node-b").await;
+    let mut cb = b.client().await;
+    assert_eq!(chat_ack(&mut cb, "x", "two").await["message_type"], "ack");
+    let second = cb.until_result("x").await;
+    let result = &second.last().unwrap()["message"];
+    assert_eq!(result["is_error"], true, "{result}");
+    let error = second
+        .iter()
+        .find(|f| f["message_type"] == "error")
+        .expect("the turn's error says why");
+    assert_eq!(error["code"], "backend_unavailable");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("can't see the conversation's working directory"),
+        "{error}"
+    );
+    assert!(!workspace.exists(), "an empty workspace was made instead");
+}
