@@ -25,4 +25,11 @@ bench cli --secs "$SECS" --sessions 4 --json "$OUT/cli-4.json"
 bench idle --secs "$SECS" --json "$OUT/idle.json"
 bench sweep --secs 5 --json "$OUT/sweep.json"
 bench kill9 --cycles 50 --json "$OUT/kill9.json"
+# `cluster` runs on the test script's throwaway PostgreSQL server and on nats-server.
+# shellcheck source=scripts/deps.sh
+. scripts/deps.sh
+ensure_nats_server
+eval "$(scripts/pg.sh start)"
+trap 'scripts/pg.sh stop' EXIT
+bench cluster --secs "$SECS" --json "$OUT/cluster.json"
 python3 scripts/plot_bench.py "$OUT/sweep.json" "$OUT/latency-vs-load.png"

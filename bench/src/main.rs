@@ -7,6 +7,7 @@
 //! only ever driven from outside, as a separate process: this crate does not link agentmux.
 
 mod baseline;
+mod engines;
 mod kill9;
 mod load;
 mod process;
@@ -119,6 +120,22 @@ enum Scenario {
         #[command(flatten)]
         common: Common,
     },
+    /// One node, then three nodes on PostgreSQL and NATS with every chat sent to a node that
+    /// does not run its conversation: throughput, and the latency forwarding adds.
+    Cluster {
+        /// A PostgreSQL server URL; the run creates its databases there and drops them at the
+        /// end (the user needs `createdb`).
+        #[arg(long, env = "AGENTMUX_TEST_PG_URL", hide_env_values = true)]
+        store_server_url: String,
+        /// The nats-server executable (the run starts its own on a free loopback port).
+        #[arg(long, env = "AGENTMUX_TEST_NATS_BIN", default_value = "nats-server")]
+        nats_bin: PathBuf,
+        /// Sessions, each with a turn always in flight.
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        #[command(flatten)]
+        common: Common,
+    },
     /// agentmux on the Claude backend with the fake CLI streaming as fast as it can: latency
     /// from a CLI stdout line to its frame on the socket.
     Cli {
@@ -199,6 +216,16 @@ impl Scenario {
             Scenario::Cli {
                 sessions, words, ..
             } => &[("--sessions", *sessions), ("--words", *words)],
+            Scenario::Cluster {
+                sessions, common, ..
+            } => {
+                anyhow::ensure!(
+                    !common.no_baseline,
+                    "cluster compares one node with three and has no baseline server: \
+                     --no-baseline does not apply"
+                );
+                &[("--sessions", *sessions)]
+            }
             Scenario::Kill9 {
                 clients, sessions, ..
             } => &[("--clients", *clients), ("--sessions", *sessions)],
@@ -293,6 +320,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             common,
         } => {
             let report = load::cli(sessions, words, &common).await?;
+            return write_json(&report.table(), &report, common.json.as_deref());
+        }
+        Scenario::Cluster {
+            store_server_url,
+            nats_bin,
+            sessions,
+            common,
+        } => {
+            let report = load::cluster(&store_server_url, &nats_bin, sessions, &common).await?;
             return write_json(&report.table(), &report, common.json.as_deref());
         }
         Scenario::Warm {

@@ -239,49 +239,11 @@ impl Report {
 
     /// The report as a fixed-width table.
     pub fn table(&self) -> String {
-        let mut out = String::new();
-        let m = &self.machine;
-        let _ = writeln!(
-            out,
-            "scenario {} on {} ({} cores, {} MiB, Linux {})\n{}",
-            self.scenario, m.cpu, m.cores, m.memory_mib, m.kernel, self.params
-        );
-        let _ = writeln!(
-            out,
-            "{:<18} {:<9} {:>9} {:>11} {:>10} {:>7} {:>12} {:>17} {:>17} {:>8} {:>9} {:>6}",
-            "load",
-            "server",
-            "turns/s",
-            "delivered/s",
-            "stored/s",
-            "CPU s",
-            "frames/CPU-s",
-            "first p50/p99 ms",
-            "result p50/p99 ms",
-            "RSS MiB",
-            "B/socket",
-            "errors"
-        );
+        let mut out = title(&self.scenario, &self.machine, &self.params);
+        out.push_str(&table_header());
         for row in &self.rows {
             for m in row.baseline.iter().chain([&row.agentmux]) {
-                let _ = writeln!(
-                    out,
-                    "{:<18} {:<9} {:>9.0} {:>11.0} {:>10.0} {:>7.2} {:>12} {:>17} {:>17} {:>8.1} {:>9} {:>6}",
-                    row.label,
-                    m.server.name(),
-                    m.turns_per_sec,
-                    m.delivered_fps,
-                    m.stored_fps,
-                    m.server_cpu_secs,
-                    m.frames_per_cpu_sec
-                        .map_or("-".to_owned(), |f| format!("{f:.0}")),
-                    pair(&m.first_token),
-                    pair(&m.result),
-                    m.rss_kib as f64 / 1024.0,
-                    m.rss_per_socket_bytes
-                        .map_or("-".to_owned(), |b| format!("{b:.0}")),
-                    m.errors
-                );
+                out.push_str(&table_line(&row.label, m.server.name(), m));
             }
             if !row.vs_baseline.is_empty() {
                 let ratios: Vec<String> = row
@@ -294,6 +256,54 @@ impl Report {
         }
         out
     }
+}
+
+/// The first lines of a report's table: the scenario, the machine and the parameters.
+pub fn title(scenario: &str, m: &Machine, params: &serde_json::Value) -> String {
+    format!(
+        "scenario {scenario} on {} ({} cores, {} MiB, Linux {})\n{params}\n",
+        m.cpu, m.cores, m.memory_mib, m.kernel
+    )
+}
+
+/// The column headings of [`table_line`].
+pub fn table_header() -> String {
+    format!(
+        "{:<18} {:<9} {:>9} {:>11} {:>10} {:>7} {:>12} {:>17} {:>17} {:>8} {:>9} {:>6}\n",
+        "load",
+        "server",
+        "turns/s",
+        "delivered/s",
+        "stored/s",
+        "CPU s",
+        "frames/CPU-s",
+        "first p50/p99 ms",
+        "result p50/p99 ms",
+        "RSS MiB",
+        "B/socket",
+        "errors"
+    )
+}
+
+/// One measurement as a table line: `label` names the load, `server` what served it.
+pub fn table_line(label: &str, server: &str, m: &Measurement) -> String {
+    format!(
+        "{:<18} {:<9} {:>9.0} {:>11.0} {:>10.0} {:>7.2} {:>12} {:>17} {:>17} {:>8.1} {:>9} {:>6}\n",
+        label,
+        server,
+        m.turns_per_sec,
+        m.delivered_fps,
+        m.stored_fps,
+        m.server_cpu_secs,
+        m.frames_per_cpu_sec
+            .map_or("-".to_owned(), |f| format!("{f:.0}")),
+        pair(&m.first_token),
+        pair(&m.result),
+        m.rss_kib as f64 / 1024.0,
+        m.rss_per_socket_bytes
+            .map_or("-".to_owned(), |b| format!("{b:.0}")),
+        m.errors
+    )
 }
 
 fn pair(p: &Percentiles) -> String {

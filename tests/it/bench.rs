@@ -39,6 +39,106 @@ async fn a_short_scenario_reports_both_servers_per_cpu_second() {
     assert!(row["vs_baseline"]["frames_per_cpu_sec"].as_f64().unwrap() > 0.0);
 }
 
+/// A tiny `cluster` run: one node and three both complete turns without errors; on three nodes
+/// every chat went through nodes 2 and 3 to node 1 and its frames came back relayed; the
+/// databases the run made are gone afterwards.
+#[tokio::test]
+async fn a_tiny_cluster_run_forwards_every_chat_and_leaves_no_database() {
+    let Some(pg) = pg_url() else {
+        eprintln!("skipped: AGENTMUX_TEST_PG_URL is not set (see scripts/pg.sh)");
+        return;
+    };
+    let Some(nats) = nats_bin() else { return };
+    let (stdout, report) = run_bench(&[
+        "cluster",
+        "--store-server-url",
+        &pg,
+        "--nats-bin",
+        &nats,
+        "--sessions",
+        "4",
+        "--secs",
+        "1",
+    ])
+    .await;
+    assert!(stdout.contains("a forwarded chat adds"), "{stdout}");
+    for setup in ["one_node", "three_nodes"] {
+        let m = &report[setup];
+        assert_eq!(m["sessions"], 4, "{m}");
+        assert!(m["turns"].as_u64().unwrap() > 0, "{m}");
+        assert!(m["stored_frames"].as_u64().unwrap() > 0, "{m}");
+        assert_eq!(m["errors"], 0, "{m}");
+    }
+    let three = &report["three_nodes"];
+    let turns = three["turns"].as_u64().unwrap();
+    // One forwarded chat per measured turn, plus the warm-up's one per session.
+    assert!(
+        report["forwarded_commands"].as_u64().unwrap() >= turns + 4,
+        "{report}"
+    );
+    // Every frame the sockets got was relayed from node 1, but the acks of their chats.
+    let delivered = three["delivered_frames"].as_u64().unwrap();
+    assert!(
+        report["relayed_frames"].as_u64().unwrap() + turns + 4 >= delivered,
+        "{report}"
+    );
+    for figure in ["first_token_p50", "first_token_p99", "result_p99"] {
+        assert!(report["added_ms"][figure].is_f64(), "{report}");
+    }
+    assert!(report["ratio"]["turns_per_sec"].as_f64().unwrap() > 0.0);
+
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+    for name in report["params"]["databases"].as_array().unwrap() {
+        let left: Option<String> =
+            sqlx::query_scalar("select datname::text from pg_database where datname = $1")
+                .bind(name.as_str().unwrap())
+                .fetch_optional(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(left, None, "the run left database {name}");
+    }
+    conn.close().await.unwrap();
+}
+
+/// Options of `cluster` that can't work are refused before anything starts, without echoing
+/// a URL's password.
+#[tokio::test]
+async fn cluster_options_that_cannot_work_are_refused() {
+    sibling("agentmux-bench");
+    let url = "postgres://u:secret@127.0.0.1:1/x";
+    for (args, expected) in [
+        (
+            vec!["--store-server-url", "mysql://u:secret@h/db"],
+            "must be a postgres:// or postgresql:// URL",
+        ),
+        (
+            vec!["--store-server-url", url, "--nats-bin", "/nonexistent/nats"],
+            "cannot run nats-server",
+        ),
+        (
+            vec!["--store-server-url", url, "--sessions", "0"],
+            "--sessions must be at least 1",
+        ),
+        (
+            vec!["--store-server-url", url, "--no-baseline"],
+            "--no-baseline does not apply",
+        ),
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .arg("bench")
+            .arg("cluster")
+            .args(&args)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("secret"), "{args:?}: {stderr}");
+    }
+}
+
 /// Runs `agentmux bench ARGS --json FILE`, which must succeed: its table and its JSON report.
 pub async fn run_bench(args: &[&str]) -> (String, Value) {
     sibling("agentmux-bench");

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use crate::common::{
-    Client, Gates, TestServer, chat_ack, create_database, drop_database, pg_url, reply_text,
+    Client, Gates, TestServer, chat_ack, create_database, drop_database, nats_bin, pg_url,
+    reply_text,
 };
 
 /// Length of the nodes' leases in the tests where a lease must expire.
@@ -28,17 +29,7 @@ struct Nats {
 impl Nats {
     /// None (after saying so) when no NATS server binary is configured outside CI.
     async fn start() -> Option<Self> {
-        let bin = match std::env::var("AGENTMUX_TEST_NATS_BIN") {
-            Ok(bin) if !bin.is_empty() => bin,
-            _ => {
-                assert!(
-                    std::env::var("CI").as_deref() != Ok("true"),
-                    "AGENTMUX_TEST_NATS_BIN is not set (scripts/test.sh installs nats-server)"
-                );
-                eprintln!("skipped: AGENTMUX_TEST_NATS_BIN is not set");
-                return None;
-            }
-        };
+        let bin = nats_bin()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

@@ -47,6 +47,23 @@ pub fn pg_url() -> Option<String> {
     }
 }
 
+/// The `nats-server` executable the tests may run (`AGENTMUX_TEST_NATS_BIN`; `scripts/test.sh`
+/// installs one). None (after saying so) when unset, unless `CI` is `true`: there a missing
+/// server fails the test.
+pub fn nats_bin() -> Option<String> {
+    match std::env::var("AGENTMUX_TEST_NATS_BIN") {
+        Ok(bin) if !bin.is_empty() => Some(bin),
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "AGENTMUX_TEST_NATS_BIN is not set (scripts/test.sh installs nats-server)"
+            );
+            eprintln!("skipped: AGENTMUX_TEST_NATS_BIN is not set");
+            None
+        }
+    }
+}
+
 /// Whether every test server runs on PostgreSQL (`AGENTMUX_TEST_STORE=postgres`).
 pub fn on_postgres() -> bool {
     let on = std::env::var("AGENTMUX_TEST_STORE").as_deref() == Ok("postgres");

@@ -2,6 +2,7 @@
 //! same client code and the same load, one row per load in the report.
 
 mod cli;
+mod cluster;
 mod driver;
 mod idle;
 mod replay;
@@ -13,6 +14,7 @@ mod warm;
 use std::time::Duration;
 
 pub use self::cli::cli;
+pub use self::cluster::cluster;
 pub use self::idle::idle;
 pub use self::replay::{replay, replay_load};
 pub use self::scenarios::{churn, fanout, many_sessions, sweep};

@@ -1,5 +1,6 @@
-//! One measured run of socket plans against one server: connect, warm up, follow, then the
-//! measured window, with the server's CPU time, memory and stored frames read around it.
+//! One measured run of socket plans against one server (or the nodes of a cluster together):
+//! connect, warm up, follow, then the measured window, with the servers' CPU time, memory and
+//! stored frames read around it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +22,27 @@ pub async fn drive(
     plans: Vec<Plan>,
     secs: Duration,
 ) -> anyhow::Result<Measurement> {
-    let sessions: usize = plans.iter().map(|p| p.drive.len()).sum();
+    let plans = plans
+        .into_iter()
+        .map(|plan| (server.addr.clone(), plan))
+        .collect();
+    drive_on(&[server], plans, secs).await
+}
+
+/// Runs each plan on a socket to its address (`host:port`) for `secs`, and measures
+/// `servers` as one: their CPU time, memory and stored frames added up.
+pub async fn drive_on(
+    servers: &[&Server],
+    plans: Vec<(String, Plan)>,
+    secs: Duration,
+) -> anyhow::Result<Measurement> {
+    anyhow::ensure!(
+        !servers.is_empty() && !plans.is_empty(),
+        "no server or no socket"
+    );
+    let sessions: usize = plans.iter().map(|(_, p)| p.drive.len()).sum();
     let offered = plans[0]
+        .1
         .pace
         .map(|pace| sessions as f64 / pace.as_secs_f64());
     let sockets = plans.len();
@@ -30,8 +50,7 @@ pub async fn drive(
     let phases = Arc::new(Barrier::new(sockets + 1));
     let mut tasks = JoinSet::new();
     let semaphore = Arc::new(Semaphore::new(CONNECT_PARALLELISM));
-    for plan in plans {
-        let addr = server.addr.clone();
+    for (addr, plan) in plans {
         let phases = phases.clone();
         let semaphore = semaphore.clone();
         tasks.spawn(async move {
@@ -52,8 +71,8 @@ pub async fn drive(
     for _ in 0..2 {
         wait_phase(&phases, &mut tasks).await?;
     }
-    let stored_before = stored_total(server).await;
-    let cpu_before = server.cpu_secs();
+    let stored_before = stored_total(servers).await;
+    let cpu_before = cpu_total(servers);
     let started = Instant::now();
     phases.wait().await;
     let mut total = Tally::default();
@@ -64,10 +83,10 @@ pub async fn drive(
         total.add(&joined??);
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu = server.cpu_secs() - cpu_before;
-    let rss_kib = server.rss_kib();
+    let cpu = cpu_total(servers) - cpu_before;
+    let rss_kib = servers.iter().map(|s| s.rss_kib()).sum();
     let stored = match stored_before {
-        Some(before) => stored_total(server).await.unwrap_or(before) - before,
+        Some(before) => stored_total(servers).await.unwrap_or(before) - before,
         None => total.stored,
     };
     Ok(Measurement {
@@ -84,7 +103,7 @@ pub async fn drive(
         result: Percentiles::from(&total.result),
         rss_kib,
         errors: total.errors,
-        ..Measurement::empty(server.kind, elapsed)
+        ..Measurement::empty(servers[0].kind, elapsed)
     }
     .with_cpu(cpu))
 }
@@ -107,14 +126,20 @@ async fn wait_phase(
     .map_err(|_| anyhow::anyhow!("set-up did not finish in time"))?
 }
 
-/// `agentmux_stored_frames_total` of an agentmux server; None for the baseline.
-async fn stored_total(server: &Server) -> Option<u64> {
-    match server.kind {
-        Kind::Baseline => None,
-        Kind::Agentmux => server
-            .metric("agentmux_stored_frames_total")
-            .await
-            .ok()
-            .map(|v| v as u64),
+/// CPU seconds `servers` used so far, added up.
+fn cpu_total(servers: &[&Server]) -> f64 {
+    servers.iter().map(|s| s.cpu_secs()).sum()
+}
+
+/// `agentmux_stored_frames_total` of agentmux servers, added up; None for the baseline (or
+/// when a server's metrics can't be read).
+async fn stored_total(servers: &[&Server]) -> Option<u64> {
+    let mut total = 0;
+    for server in servers {
+        total += match server.kind {
+            Kind::Baseline => return None,
+            Kind::Agentmux => server.metric("agentmux_stored_frames_total").await.ok()? as u64,
+        };
     }
+    Some(total)
 }

@@ -13,12 +13,12 @@ use crate::servers::{Kind, Tweaks};
 /// Fractions of the peak turn rate the sweep paces at.
 const SWEEP_FRACTIONS: [f64; 5] = [0.1, 0.25, 0.5, 0.75, 0.9];
 
-fn session_ids(prefix: &str, n: usize) -> Vec<String> {
+pub(super) fn session_ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
 /// Spreads `ids` over `sockets` plans, round robin.
-fn spread(ids: &[String], sockets: usize) -> Vec<Plan> {
+pub(super) fn spread(ids: &[String], sockets: usize) -> Vec<Plan> {
     let sockets = sockets.max(1);
     let mut plans = vec![Plan::default(); sockets];
     for (i, id) in ids.iter().enumerate() {
