@@ -20,6 +20,7 @@ async fn the_first_answer_to_a_permission_request_wins() {
     chat_ack(&mut a, "two", "hello").await;
     let first = a.until_result("two").await;
     let last = *seqs(&first).last().unwrap();
+    a.recv_until(|f| f["status"] == "idle").await;
     b.send(json!({"type": "subscribe", "agent_id": "two", "since_seq": last}))
         .await;
     assert_eq!(b.before_pong().await, Vec::<Value>::new());
@@ -88,6 +89,8 @@ async fn a_request_open_when_its_turn_ends_is_cancelled() {
     chat_ack(&mut a, "end", "hello").await;
     let first = a.until_result("end").await;
     let last = *seqs(&first).last().unwrap();
+    // The turn is over once its `idle` is out too: nothing of it may reach B live.
+    a.recv_until(|f| f["status"] == "idle").await;
     b.send(json!({"type": "subscribe", "agent_id": "end", "since_seq": last}))
         .await;
     assert_eq!(b.before_pong().await, Vec::<Value>::new());
