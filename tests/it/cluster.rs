@@ -859,3 +859,56 @@ async fn a_node_that_cannot_see_a_conversations_directory_refuses_it() {
     );
     assert!(!workspace.exists(), "an empty workspace was made instead");
 }
+
+#[tokio::test]
+async fn a_node_answers_malformed_forwarded_commands_with_typed_errors() {
+    let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
+        return;
+    };
+    let a = cluster.node("node-a").await;
+    let nats = async_nats::connect(cluster.nats.as_ref().unwrap().url())
+        .await
+        .unwrap();
+    let subject = format!(
+        "agentmux.node.{}",
+        "node-a"
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let ask = |payload: Vec<u8>| {
+        let (nats, subject) = (nats.clone(), subject.clone());
+        async move {
+            let answer = nats.request(subject, payload.into()).await.unwrap();
+            serde_json::from_slice::<Value>(&answer.payload).unwrap()
+        }
+    };
+    for (payload, code) in [
+        (b"not json".to_vec(), "bad_frame"),
+        (
+            br#"{"principal":"local","frame":{"type":"ping"}}"#.to_vec(),
+            "bad_frame",
+        ),
+        (
+            br#"{"principal":"local","frame":{"type":"chat","agent_id":"../x","content":"hi"}}"#
+                .to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            br#"{"principal":"local","frame":{"type":"interrupt","agent_id":"nobody"}}"#.to_vec(),
+            "unknown_agent",
+        ),
+    ] {
+        let answer = ask(payload).await;
+        assert_eq!(answer["answer"], "error", "{answer}");
+        assert_eq!(answer["code"], code, "{answer}");
+    }
+    // The node goes on serving its own sockets.
+    cluster.gates.open("x", 1);
+    let mut ca = a.client().await;
+    ca.chat("x", "one").await;
+    assert_eq!(
+        reply_text(&ca.until_result("x").await),
+        "Echo: one (turn 1)"
+    );
+}
