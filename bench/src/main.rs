@@ -133,6 +133,9 @@ enum Scenario {
         /// Sessions, each with a turn always in flight.
         #[arg(long, default_value_t = 100)]
         sessions: usize,
+        /// Sockets the sessions are spread over (on three nodes, half on node 2, half on 3).
+        #[arg(long, default_value_t = 2)]
+        sockets: usize,
         #[command(flatten)]
         common: Common,
     },
@@ -217,14 +220,17 @@ impl Scenario {
                 sessions, words, ..
             } => &[("--sessions", *sessions), ("--words", *words)],
             Scenario::Cluster {
-                sessions, common, ..
+                sessions,
+                sockets,
+                common,
+                ..
             } => {
                 anyhow::ensure!(
                     !common.no_baseline,
                     "cluster compares one node with three and has no baseline server: \
                      --no-baseline does not apply"
                 );
-                &[("--sessions", *sessions)]
+                &[("--sessions", *sessions), ("--sockets", *sockets)]
             }
             Scenario::Kill9 {
                 clients, sessions, ..
@@ -326,9 +332,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             store_server_url,
             nats_bin,
             sessions,
+            sockets,
             common,
         } => {
-            let report = load::cluster(&store_server_url, &nats_bin, sessions, &common).await?;
+            let load = load::ClusterLoad { sessions, sockets };
+            let report = load::cluster(&store_server_url, &nats_bin, load, &common).await?;
             return write_json(&report.table(), &report, common.json.as_deref());
         }
         Scenario::Warm {

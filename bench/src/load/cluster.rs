@@ -20,9 +20,6 @@ use crate::report::{Machine, Measurement, Percentiles, table_header, table_line,
 use crate::servers::Server;
 use crate::wire::connect;
 
-/// Sockets driving the closed loop, in both setups: both to the one node; to nodes 2 and 3.
-const SOCKETS: usize = 2;
-
 /// What `agentmux bench cluster` measured.
 #[derive(Debug, Serialize)]
 pub struct ClusterReport {
@@ -78,13 +75,22 @@ impl ClusterReport {
     }
 }
 
-/// Runs the scenario: `sessions` conversations, one node then three, each setup in a database
-/// of its own on `store_server_url` (dropped at the end) and on a NATS server run from
-/// `nats_bin`.
+/// The load: conversations, and the sockets driving them (all on the one node; on three nodes,
+/// taking turns between nodes 2 and 3).
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Conversations, each with a turn always in flight.
+    pub sessions: usize,
+    /// Sockets the conversations are spread over.
+    pub sockets: usize,
+}
+
+/// Runs the scenario: `load` on one node, then on three, each setup in a database of its own
+/// on `store_server_url` (dropped at the end) and on a NATS server run from `nats_bin`.
 pub async fn cluster(
     store_server_url: &str,
     nats_bin: &Path,
-    sessions: usize,
+    load: Load,
     common: &Common,
 ) -> anyhow::Result<ClusterReport> {
     let pg = PgServer::parse(store_server_url)?;
@@ -94,13 +100,13 @@ pub async fn cluster(
         format!("agentmux_bench_{run_id}_one"),
         format!("agentmux_bench_{run_id}_three"),
     ];
-    let ids = session_ids("cluster", sessions);
+    let ids = session_ids("cluster", load.sessions);
     let local = in_database(&pg, &databases[0], async |url: &str| {
-        one_node(url, &nats, &ids, common).await
+        one_node(url, &nats, &ids, load.sockets, common).await
     })
     .await?;
     let three = in_database(&pg, &databases[1], async |url: &str| {
-        three_nodes(url, &nats, &ids, common).await
+        three_nodes(url, &nats, &ids, load.sockets, common).await
     })
     .await?;
     let (ratio, added_ms) = compare(&local, &three.measurement);
@@ -108,8 +114,8 @@ pub async fn cluster(
         scenario: "cluster",
         machine: Machine::this(),
         params: json!({
-            "sessions": sessions,
-            "sockets": SOCKETS,
+            "sessions": load.sessions,
+            "sockets": load.sockets,
             "secs": common.secs,
             "max_batch": common.max_batch,
             "databases": databases,
@@ -161,11 +167,12 @@ async fn one_node(
     url: &str,
     nats: &Nats,
     ids: &[String],
+    sockets: usize,
     common: &Common,
 ) -> anyhow::Result<Measurement> {
     let data = tempfile::tempdir()?;
     let mut node = node(data.path(), url, nats, "solo", common).await?;
-    let measured = run::drive(&node, spread(ids, SOCKETS), common.duration()).await;
+    let measured = run::drive(&node, spread(ids, sockets), common.duration()).await;
     node.kill().await;
     measured
 }
@@ -182,6 +189,7 @@ async fn three_nodes(
     url: &str,
     nats: &Nats,
     ids: &[String],
+    sockets: usize,
     common: &Common,
 ) -> anyhow::Result<Forwarded> {
     let data = tempfile::tempdir()?;
@@ -189,14 +197,20 @@ async fn three_nodes(
     for name in ["node-1", "node-2", "node-3"] {
         nodes.push(node(data.path(), url, nats, name, common).await?);
     }
-    let measured = forwarded(&nodes, ids, common).await;
+    let measured = forwarded(&nodes, ids, sockets, common).await;
     for node in &mut nodes {
         node.kill().await;
     }
     measured
 }
 
-async fn forwarded(nodes: &[Server], ids: &[String], common: &Common) -> anyhow::Result<Forwarded> {
+/// Every conversation started through node 1, then measured through nodes 2 and 3.
+async fn forwarded(
+    nodes: &[Server],
+    ids: &[String],
+    sockets: usize,
+    common: &Common,
+) -> anyhow::Result<Forwarded> {
     // A turn on each conversation through node 1: node 1 takes every lease.
     let plan = Plan {
         drive: ids.to_vec(),
@@ -207,11 +221,8 @@ async fn forwarded(nodes: &[Server], ids: &[String], common: &Common) -> anyhow:
         .await
         .map_err(|_| anyhow::anyhow!("starting the conversations on node 1 took too long"))??;
     drop(starter);
-    let plans = spread(ids, SOCKETS)
-        .into_iter()
-        .zip(&nodes[1..])
-        .map(|(plan, node)| (node.addr.clone(), plan))
-        .collect();
+    let others: Vec<String> = nodes[1..].iter().map(|n| n.addr.clone()).collect();
+    let plans = taking_turns(spread(ids, sockets), &others);
     let servers: Vec<&Server> = nodes.iter().collect();
     let measurement = run::drive_on(&servers, plans, common.duration()).await?;
     let mut held = Vec::new();
@@ -235,6 +246,15 @@ async fn forwarded(nodes: &[Server], ids: &[String], common: &Common) -> anyhow:
         forwarded: forwarded as u64,
         relayed: relayed as u64,
     })
+}
+
+/// Each plan with the address its socket connects to: `addrs` in turn.
+fn taking_turns(plans: Vec<Plan>, addrs: &[String]) -> Vec<(String, Plan)> {
+    plans
+        .into_iter()
+        .zip(addrs.iter().cycle())
+        .map(|(plan, addr)| (addr.clone(), plan))
+        .collect()
 }
 
 /// Three nodes against one: ratios of the throughput figures, and the latency added (ms).
@@ -291,6 +311,18 @@ mod tests {
             result: latency,
             ..Measurement::empty(Kind::Agentmux, 1.0)
         }
+    }
+
+    #[test]
+    fn sockets_take_turns_between_the_nodes_that_forward() {
+        let ids = session_ids("c", 5);
+        let addrs = ["n2".to_owned(), "n3".to_owned()];
+        let plans = taking_turns(spread(&ids, 3), &addrs);
+        let on: Vec<(&str, usize)> = plans
+            .iter()
+            .map(|(addr, plan)| (addr.as_str(), plan.drive.len()))
+            .collect();
+        assert_eq!(on, [("n2", 2), ("n3", 2), ("n2", 1)]);
     }
 
     #[test]

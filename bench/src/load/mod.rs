@@ -14,7 +14,7 @@ mod warm;
 use std::time::Duration;
 
 pub use self::cli::cli;
-pub use self::cluster::cluster;
+pub use self::cluster::{Load as ClusterLoad, cluster};
 pub use self::idle::idle;
 pub use self::replay::{replay, replay_load};
 pub use self::scenarios::{churn, fanout, many_sessions, sweep};
