@@ -209,26 +209,24 @@ impl Leases {
     }
 
     /// Renews every lease this node holds; the ones another node took over meanwhile are lost.
+    /// One row per statement: a statement that locks several conversation rows, in an order of
+    /// its own, could deadlock with a group commit locking the same rows in another order, and
+    /// PostgreSQL would break one of them off.
     pub async fn renew(&self, pool: &PgPool) -> Result<()> {
         let (rows, epochs) = self.snapshot();
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let renewed: Vec<RowId> = sqlx::query_scalar(
-            "update session_info s set lease_expires_at = now() + $2 * interval '1 second'
-             from unnest($3::bigint[], $4::bigint[]) as h (id, epoch)
-             where s.id = h.id and s.lease_node = $1 and s.lease_epoch = h.epoch
-             returning s.id",
-        )
-        .bind(&self.node)
-        .bind(self.length.as_secs_f64())
-        .bind(&rows)
-        .bind(&epochs)
-        .fetch_all(pool)
-        .await?;
-        let renewed: std::collections::HashSet<RowId> = renewed.into_iter().collect();
         for (row, epoch) in rows.into_iter().zip(epochs) {
-            if !renewed.contains(&RowId(row)) {
+            let renewed: Option<i64> = sqlx::query_scalar(
+                "update session_info set lease_expires_at = now() + $2 * interval '1 second'
+                 where id = $3 and lease_node = $1 and lease_epoch = $4
+                 returning id",
+            )
+            .bind(&self.node)
+            .bind(self.length.as_secs_f64())
+            .bind(row)
+            .bind(epoch)
+            .fetch_optional(pool)
+            .await?;
+            if renewed.is_none() {
                 self.lose(RowId(row), epoch);
             }
         }

@@ -251,6 +251,15 @@ const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost,
     )
     select id, base from u";
 
+/// How many times a batch whose transaction PostgreSQL broke off is tried.
+const COMMIT_ATTEMPTS: u32 = 5;
+
+/// Whether `err` is PostgreSQL breaking a transaction off to resolve a conflict (deadlock,
+/// serialization failure): nothing of it was stored, and trying again may succeed.
+fn is_transient(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(e) if matches!(e.code().as_deref(), Some("40P01" | "40001")))
+}
+
 /// The writer: one task storing each batch in one transaction.
 struct Writer {
     pool: PgPool,
@@ -321,49 +330,64 @@ impl Writer {
             Ok::<(), ()>(())
         });
         let epochs: Vec<Option<i64>> = deltas.iter().map(|d| self.leases.epoch(d.row)).collect();
-        let mut tx = self.pool.begin().await?;
-        let bases: Vec<(i64, i64)> = sqlx::query_as(APPEND)
-            .bind(deltas.iter().map(|d| d.row.0).collect::<Vec<_>>())
-            .bind(deltas.iter().map(|d| d.rows).collect::<Vec<_>>())
-            .bind(deltas.iter().map(|d| d.prompts).collect::<Vec<_>>())
-            .bind(deltas.iter().map(|d| d.results).collect::<Vec<_>>())
-            .bind(deltas.iter().map(|d| d.last_active).collect::<Vec<_>>())
-            .bind(deltas.iter().map(|d| d.title.map(text)).collect::<Vec<_>>())
-            .bind(deltas.iter().map(|d| d.totals.cost_usd).collect::<Vec<_>>())
-            .bind(
-                deltas
-                    .iter()
-                    .map(|d| d.totals.input_tokens)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                deltas
-                    .iter()
-                    .map(|d| d.totals.output_tokens)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                deltas
-                    .iter()
-                    .map(|d| d.totals.duration_ms)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(deltas.iter().map(|d| d.running).collect::<Vec<_>>())
-            .bind(deltas.iter().map(|d| d.running_at).collect::<Vec<_>>())
-            .bind(m.id)
-            .bind(m.ord)
-            .bind(m.message_type)
-            .bind(m.sdk_uuid)
-            .bind(m.prompt)
-            .bind(m.turn_anchor)
-            .bind(m.payload)
-            .bind(m.created_at)
-            .bind(m.turn_cost_usd)
-            .bind(&epochs)
-            .bind(&self.leases.node)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        // A transaction PostgreSQL broke off (a deadlock or a serialization failure with
+        // another statement on these rows) stored nothing: it is tried again.
+        let mut attempt = 0;
+        let bases: Vec<(i64, i64)> = loop {
+            attempt += 1;
+            let mut tx = self.pool.begin().await?;
+            let stored: sqlx::Result<Vec<(i64, i64)>> = sqlx::query_as(APPEND)
+                .bind(deltas.iter().map(|d| d.row.0).collect::<Vec<_>>())
+                .bind(deltas.iter().map(|d| d.rows).collect::<Vec<_>>())
+                .bind(deltas.iter().map(|d| d.prompts).collect::<Vec<_>>())
+                .bind(deltas.iter().map(|d| d.results).collect::<Vec<_>>())
+                .bind(deltas.iter().map(|d| d.last_active).collect::<Vec<_>>())
+                .bind(deltas.iter().map(|d| d.title.map(text)).collect::<Vec<_>>())
+                .bind(deltas.iter().map(|d| d.totals.cost_usd).collect::<Vec<_>>())
+                .bind(
+                    deltas
+                        .iter()
+                        .map(|d| d.totals.input_tokens)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    deltas
+                        .iter()
+                        .map(|d| d.totals.output_tokens)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    deltas
+                        .iter()
+                        .map(|d| d.totals.duration_ms)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(deltas.iter().map(|d| d.running).collect::<Vec<_>>())
+                .bind(deltas.iter().map(|d| d.running_at).collect::<Vec<_>>())
+                .bind(&m.id)
+                .bind(&m.ord)
+                .bind(&m.message_type)
+                .bind(&m.sdk_uuid)
+                .bind(&m.prompt)
+                .bind(&m.turn_anchor)
+                .bind(&m.payload)
+                .bind(&m.created_at)
+                .bind(&m.turn_cost_usd)
+                .bind(&epochs)
+                .bind(&self.leases.node)
+                .fetch_all(&mut *tx)
+                .await;
+            match stored {
+                Ok(bases) => {
+                    tx.commit().await?;
+                    break bases;
+                }
+                Err(err) if attempt < COMMIT_ATTEMPTS && is_transient(&err) => {
+                    tracing::warn!(error = %err, attempt, "store commit broken off; trying again");
+                }
+                Err(err) => return Err(err),
+            }
+        };
         let next: HashMap<RowId, i64> = bases
             .into_iter()
             .map(|(id, base)| (RowId(id), base + 1))

@@ -969,3 +969,66 @@ async fn ids_changed_behind_the_servers_back_are_refused(fx: Fixture) {
     assert_eq!(fine.unwrap().agent_id.as_str(), "bystander");
     store.close().await;
 }
+
+/// A group commit that PostgreSQL breaks off to resolve a deadlock with another transaction on
+/// the same conversations is tried again: nothing is lost and the caller never sees it.
+#[tokio::test]
+async fn a_commit_broken_off_by_a_deadlock_is_tried_again() {
+    let Some(fx) = Fixture::postgres().await else {
+        return;
+    };
+    let store = fx.open().await;
+    let one = store
+        .create_session(new_session("local", "one"))
+        .await
+        .unwrap();
+    let two = store
+        .create_session(new_session("local", "two"))
+        .await
+        .unwrap();
+    store.take_lease(one.row).await.unwrap();
+    store.take_lease(two.row).await.unwrap();
+    let url = fx.pg_url().unwrap();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    // Another transaction holds conversation two's row...
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query("select 1 from session_info where id = $1 for update")
+        .bind(two.row.0)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    // ...while a group commit takes conversation one's and waits for two's...
+    let append = {
+        let store = store.clone();
+        let (a, b) = (one.row, two.row);
+        tokio::spawn(async move {
+            let first = store.append(a, vec![prompt("a")]);
+            let second = store.append(b, vec![prompt("b")]);
+            tokio::join!(first, second)
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // ...and then wants one's: one of the two is broken off.
+    let crossed = sqlx::query("update session_info set title = title where id = $1")
+        .bind(one.row.0)
+        .execute(&mut *other)
+        .await;
+    match crossed {
+        Ok(_) => other.commit().await.unwrap(),
+        Err(_) => other.rollback().await.unwrap(),
+    }
+    let (a, b) = append.await.unwrap();
+    assert_eq!((a.unwrap(), b.unwrap()), (1, 1));
+    for row in [one.row, two.row] {
+        let kinds: Vec<String> = store
+            .messages_after(row, 0, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.message_type)
+            .collect();
+        assert_eq!(kinds, ["user"]);
+    }
+    pool.close().await;
+    store.close().await;
+}
