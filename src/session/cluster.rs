@@ -44,7 +44,7 @@ struct Forward {
 }
 
 /// The `status` stored just before a forwarded chat's user message.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub(super) struct Marker {
     payload: String,
     title: Option<String>,
@@ -58,7 +58,7 @@ impl Marker {
         }
     }
 
-    fn into_message(self) -> NewMessage {
+    pub fn into_message(self) -> NewMessage {
         let mut message = NewMessage::new("status", self.payload);
         message.title = self.title;
         message

@@ -112,6 +112,9 @@ struct Slot {
     relaying: AtomicBool,
     /// Stops that relay when the slot is dropped.
     relay_stop: tokio_util::sync::CancellationToken,
+    /// Held by the chat this node is forwarding to the conversation's node, so that the next
+    /// one goes after it.
+    forwarding: Arc<Mutex<()>>,
 }
 
 impl Drop for Slot {
@@ -418,6 +421,7 @@ impl Manager {
                         busy: Arc::new(AtomicBool::new(false)),
                         relaying: AtomicBool::new(false),
                         relay_stop: tokio_util::sync::CancellationToken::new(),
+                        forwarding: Arc::new(Mutex::new(())),
                     })
                 })
                 .clone();
@@ -490,39 +494,25 @@ impl Manager {
         let agent_id = chat.agent_id.clone();
         let key = Self::key(principal, &agent_id);
         let (slot, mut guard) = self.lock_slot(&key).await;
-        let forwardable = route == Route::AnyNode;
-        let deadline = tokio::time::Instant::now() + self.shared.config.cluster.takeover_wait();
-        let handle = loop {
-            if let SlotState::Live(h) = &*guard
-                && !h.tx.is_closed()
-            {
+        let handle = match &*guard {
+            SlotState::Live(h) if !h.tx.is_closed() => {
                 self.check_chat_options(&h.conversation.agent, &chat)?;
-                break h.clone();
+                h.clone()
             }
-            match self.start(principal, &chat, &slot).await {
+            _ => match self.start(principal, &chat, &slot).await {
                 Ok(h) => {
                     *guard = SlotState::Live(h.clone());
-                    break h;
+                    h
                 }
                 Err(Refused::Elsewhere { node, record })
-                    if forwardable && self.shared.bus.is_some() =>
+                    if route == Route::AnyNode && self.shared.bus.is_some() =>
                 {
                     let marked = marker.as_deref().map(cluster::Marker::of);
-                    if let Some(answered) = self
-                        .forward_chat(principal, &chat, marked, &slot, &node, &record)
-                        .await
-                    {
-                        if answered.is_err() {
-                            self.release_if_unused(&key, &slot, &guard);
-                        }
-                        return answered;
-                    }
-                    // Its node is gone: the conversation is this node's once the lease expires.
-                    if tokio::time::Instant::now() >= deadline {
-                        self.release_if_unused(&key, &slot, &guard);
-                        return Err(store_error(StoreError::OwnedElsewhere(node), &agent_id));
-                    }
-                    tokio::time::sleep(TAKEOVER_POLL).await;
+                    let forwarded = self
+                        .forward_chat(principal, chat, marked, &slot, node, &record)
+                        .await;
+                    drop(guard);
+                    return Ok(forwarded);
                 }
                 Err(refused) => {
                     self.release_if_unused(&key, &slot, &guard);
@@ -533,7 +523,7 @@ impl Manager {
                         }
                     });
                 }
-            }
+            },
         };
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
@@ -678,49 +668,104 @@ impl Manager {
         .for_agent(Some(agent_id)))
     }
 
-    /// Sends a chat to node `node`, which runs its conversation: None when that node is gone.
+    /// Hands a chat to node `node`, which runs its conversation, without waiting for its
+    /// answer: the chats this node forwards for one conversation reach the owner in the order
+    /// they came, and the socket goes on reading meanwhile.
     async fn forward_chat(
         &self,
         principal: &str,
-        chat: &Chat,
+        chat: Chat,
         marker: Option<cluster::Marker>,
         slot: &Arc<Slot>,
-        node: &str,
+        node: String,
         record: &SessionRecord,
-    ) -> Option<Result<PendingChat, FrameError>> {
-        let bus = self.shared.bus.as_ref()?;
+    ) -> PendingChat {
         let conversation = slot
             .conversation
             .get_or_init(|| Conversation::from_record(record))
             .clone();
         self.relay(slot).await;
         let events = slot.events.subscribe();
-        let answer = bus
-            .forward(node, principal, &ClientFrame::Chat(chat.clone()), marker)
-            .await
-            .ok()?;
-        self.shared.metrics.forwarded_command();
-        let stored = match answer {
-            cluster::Answer::Chat {
-                seq,
-                queue_position,
-            } => Ok((seq, queue_position)),
-            other => Err(FrameError {
-                client_msg_id: chat.client_msg_id.clone(),
-                ..other.into_error(&chat.agent_id)
-            }),
-        };
-        if let Err(err) = stored {
-            return Some(Err(err));
-        }
+        let order = slot.forwarding.clone().lock_owned().await;
         let (reply, reply_rx) = oneshot::channel();
-        let _ = reply.send(stored);
-        Some(Ok(PendingChat {
-            agent_id: chat.agent_id.clone(),
+        let agent_id = chat.agent_id.clone();
+        let (manager, principal, row) = (self.clone(), principal.to_owned(), conversation.row);
+        tokio::spawn(async move {
+            let _order = order;
+            let answer = manager
+                .forward_until_answered(&principal, chat, marker, node, row)
+                .await;
+            let _ = reply.send(answer);
+        });
+        PendingChat {
+            agent_id,
             conversation,
             events,
             reply: reply_rx,
-        }))
+        }
+    }
+
+    /// Sends a chat to node `node` and waits for its answer. When that node is gone, the
+    /// conversation is this node's once its lease expires: the chat then runs here (or goes to
+    /// whichever node took the conversation meanwhile), until `cluster.lease_secs` + 2 s.
+    async fn forward_until_answered(
+        &self,
+        principal: &str,
+        chat: Chat,
+        marker: Option<cluster::Marker>,
+        mut node: String,
+        row: RowId,
+    ) -> Result<(i64, usize), FrameError> {
+        let bus = self.shared.bus.as_ref().expect("only in cluster mode");
+        let deadline = tokio::time::Instant::now() + self.shared.config.cluster.takeover_wait();
+        let with_id = |err: FrameError| FrameError {
+            client_msg_id: chat.client_msg_id.clone(),
+            ..err
+        };
+        let frame = ClientFrame::Chat(chat.clone());
+        loop {
+            if let Ok(answer) = bus.forward(&node, principal, &frame, marker.clone()).await {
+                self.shared.metrics.forwarded_command();
+                return match answer {
+                    cluster::Answer::Chat {
+                        seq,
+                        queue_position,
+                    } => Ok((seq, queue_position)),
+                    other => Err(with_id(other.into_error(&chat.agent_id))),
+                };
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let err = store_error(StoreError::OwnedElsewhere(node), &chat.agent_id);
+                return Err(with_id(err));
+            }
+            tokio::time::sleep(TAKEOVER_POLL).await;
+            let marked = marker.clone().map(|m| Box::new(m.into_message()));
+            match self.submit_here(principal, chat.clone(), marked).await {
+                Ok(pending) => {
+                    return pending
+                        .stored()
+                        .await
+                        .map(|accepted| (accepted.seq, accepted.queue_position));
+                }
+                Err(err) if err.code == ErrorCode::OwnedElsewhere => {
+                    if let Ok(Some(owner)) = self.shared.store.lease_owner(row).await {
+                        node = owner;
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// [`Self::submit_marked`] on this node only, as a boxed future: a forwarded chat whose
+    /// node is gone retries through it, and the box ends the cycle of the two futures' types.
+    fn submit_here<'a>(
+        &'a self,
+        principal: &'a str,
+        chat: Chat,
+        marker: Option<Box<NewMessage>>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<PendingChat, FrameError>> + Send + 'a>> {
+        Box::pin(self.submit_marked(principal, chat, marker, Route::ThisNode))
     }
 
     /// Relays the frames other nodes publish for the slot's conversation to its followers
