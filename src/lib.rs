@@ -64,6 +64,8 @@ pub struct Server {
     state: AppState,
     scheduler: Scheduler,
     store: Arc<dyn Store>,
+    /// Stops answering other nodes' commands.
+    stop_serving_nodes: CancellationToken,
 }
 
 impl Server {
@@ -152,6 +154,12 @@ impl Server {
             }
         };
         let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone(), bus);
+        // Commands the other nodes of a cluster forward are answered from before this node's
+        // address is announced, until its shutdown begins.
+        let stop_serving_nodes = CancellationToken::new();
+        manager
+            .serve_other_nodes(stop_serving_nodes.clone())
+            .await?;
         let scheduler = Scheduler::new(manager.clone(), schedules, &config.schedules)?;
         Ok(Server {
             scheduler: scheduler.clone(),
@@ -166,6 +174,7 @@ impl Server {
                 sockets,
             },
             store,
+            stop_serving_nodes,
         })
     }
 
@@ -191,15 +200,12 @@ impl Server {
         // Schedules run from now on; ticks missed while the server was down run at once.
         let stop_schedules = CancellationToken::new();
         self.scheduler.spawn(stop_schedules.clone());
-        // Commands the other nodes of a cluster forward, until the shutdown stops accepting.
-        self.state
-            .manager
-            .serve_other_nodes(stop_accepting.clone())
-            .await?;
         let ending = {
             let stop_accepting = stop_accepting.clone();
+            let stop_serving_nodes = self.stop_serving_nodes.clone();
             tokio::spawn(async move {
                 shutdown.await;
+                stop_serving_nodes.cancel();
                 stop_schedules.cancel();
                 stop_accepting.cancel();
                 manager.shutdown().await;

@@ -210,8 +210,9 @@ impl PgStore {
 
 /// Adds each conversation's counts to its row and takes its seqs (`base` is the last seq
 /// before this batch), then inserts the rows at `base + ord`, all in one statement. A
-/// conversation that is gone, or whose lease this node held under `epoch` and lost, gets no
-/// row in `u`, so its rows are not stored while the others of the batch go on.
+/// conversation that is gone, or that another node holds (this node's lease of `epoch` was
+/// taken over, or this node holds none and another node does), gets no row in `u`, so its
+/// rows are not stored while the others of the batch go on.
 const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
         output_tokens, duration_ms, running, running_at, epoch) as (
         select * from unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
@@ -235,7 +236,8 @@ const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost,
                 when 2 then d.running_at
                 else s.running_seq end
         from d where s.id = d.id
-            and (d.epoch is null or (s.lease_node = $23 and s.lease_epoch = d.epoch))
+            and (case when d.epoch is null then s.lease_node is null
+                 else s.lease_node = $23 and s.lease_epoch = d.epoch end)
         returning s.id, s.last_seq - d.n as base
     ),
     ins as (
@@ -394,10 +396,12 @@ impl Writer {
             .collect();
         // Of the conversations held under a lease and refused, the ones that still exist were
         // taken over by another node.
-        let refused: Vec<(RowId, i64)> = deltas
+        // The conversations refused that still exist are held by another node: taken over
+        // from this one (which may have noticed already), or never this one's.
+        let refused: Vec<(RowId, Option<i64>)> = deltas
             .iter()
             .zip(&epochs)
-            .filter_map(|(d, e)| Some((d.row, (*e)?)))
+            .map(|(d, e)| (d.row, *e))
             .filter(|(row, _)| !next.contains_key(row))
             .collect();
         let mut fenced = Vec::new();
@@ -410,7 +414,9 @@ impl Writer {
                     .await?;
             for (row, epoch) in refused {
                 if existing.contains(&row) {
-                    self.leases.lose(row, epoch);
+                    if let Some(epoch) = epoch {
+                        self.leases.lose(row, epoch);
+                    }
                     self.metrics.fence_rejection();
                     fenced.push(row);
                 }

@@ -921,6 +921,11 @@ async fn a_node_that_lost_its_lease_can_not_write() {
     );
     assert!(matches!(late, Err(StoreError::Fenced)), "{late:?}");
     assert_eq!(other.unwrap(), 1);
+    // Once A knows it lost the conversation it holds no lease on it: still refused.
+    assert!(matches!(
+        a.append(s.row, vec![prompt("later")]).await,
+        Err(StoreError::Fenced)
+    ));
     assert_eq!(lost_on_a.recv().await, Some(s.row));
     assert!(matches!(
         a.take_lease(s.row).await,
@@ -931,7 +936,10 @@ async fn a_node_that_lost_its_lease_can_not_write() {
     assert_eq!(kinds, ["user", "result", "user"]);
     assert_eq!(rows.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3]);
     assert!(rows[1].payload.contains("node_lost"), "{}", rows[1].payload);
-    assert!(rows.iter().all(|r| !r.payload.contains("late")));
+    assert!(
+        rows.iter()
+            .all(|r| !r.payload.contains("late") && !r.payload.contains("later"))
+    );
 
     // Released, it is anyone's at once.
     b.release_lease(s.row).await;
