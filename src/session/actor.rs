@@ -640,31 +640,30 @@ impl Actor {
         // The server's own workspace is made on demand; a project directory must exist. On a
         // store that nodes share, a conversation that ran before ran in a workspace that every
         // node must see: a node that can't see it refuses rather than start over in an empty one.
-        let ran_before = self.sdk_session_id.is_some();
-        let missing = || async {
-            !tokio::fs::metadata(&self.cwd)
-                .await
-                .is_ok_and(|m| m.is_dir())
-        };
-        if shared.store.is_shared() && ran_before && missing().await {
-            return Err(format!(
-                "this node can't see the conversation's working directory {}: the nodes sharing \
-                 a store must share their data directories and project roots, at the same paths",
-                self.cwd.display()
-            ));
-        }
-        if self.cwd.starts_with(shared.config.workspaces_dir()) {
+        let present = tokio::fs::metadata(&self.cwd)
+            .await
+            .is_ok_and(|m| m.is_dir());
+        if !present {
+            if shared.store.is_shared() && self.sdk_session_id.is_some() {
+                return Err(format!(
+                    "this node can't see the conversation's working directory {}: the nodes \
+                     sharing a store must share their data directories and project roots, at \
+                     the same paths",
+                    self.cwd.display()
+                ));
+            }
+            if !self.cwd.starts_with(shared.config.workspaces_dir()) {
+                return Err(format!(
+                    "the project directory {} is gone",
+                    self.cwd.display()
+                ));
+            }
             tokio::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(&self.cwd)
                 .await
                 .map_err(|e| format!("cannot create the workspace: {e}"))?;
-        } else if missing().await {
-            return Err(format!(
-                "the project directory {} is gone",
-                self.cwd.display()
-            ));
         }
         let spec = SpawnSpec {
             agent_id: self.conversation.agent_id.clone(),
