@@ -651,8 +651,11 @@ async fn the_status_command_and_the_api_say_which_node_runs_what() {
     assert!(!ok);
 }
 
+/// A schedule watched by two nodes' schedulers: whichever node claims a tick, the run reaches
+/// the conversation wherever it lives, marked, and completes (that each tick is claimed once is
+/// the store test `each_tick_of_a_schedule_is_claimed_by_one_node`).
 #[tokio::test]
-async fn each_tick_of_a_schedule_runs_once_on_one_node() {
+async fn a_schedule_watched_by_two_nodes_runs_marked_turns_wherever_its_conversation_lives() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
         return;
     };

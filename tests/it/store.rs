@@ -1040,3 +1040,56 @@ async fn a_commit_broken_off_by_a_deadlock_is_tried_again() {
     pool.close().await;
     store.close().await;
 }
+
+/// Each tick of a schedule is claimed by exactly one of the nodes whose schedulers race for it:
+/// the claim is a compare-and-set on the tick in the shared database.
+#[tokio::test]
+async fn each_tick_of_a_schedule_is_claimed_by_one_node() {
+    use agentmux::store::schedules::{ScheduleRow, ScheduleStore};
+    let Some(fx) = Fixture::postgres().await else {
+        return;
+    };
+    let url = fx.pg_url().unwrap();
+    let open = |node: &str| {
+        let settings = PgSettings {
+            node_id: node.to_owned(),
+            ..PgSettings::default()
+        };
+        PgStore::open(&url, settings, Metrics::default())
+    };
+    let (a, b) = (open("node-a").await.unwrap(), open("node-b").await.unwrap());
+    let now = "2026-01-01T00:00:00.000Z".to_owned();
+    let start = 1_000_000;
+    a.insert_schedule(&ScheduleRow {
+        id: "s-1".into(),
+        principal: "local".into(),
+        name: "Tick".into(),
+        agent_id: "tick".into(),
+        content: "tick".into(),
+        cron: None,
+        every_secs: Some(1),
+        mode: "same".into(),
+        options: "{}".into(),
+        enabled: true,
+        next_run_ms: start,
+        last_run: None,
+        created_at: now.clone(),
+        updated_at: now,
+    })
+    .await
+    .unwrap();
+    for tick in 0..20 {
+        let from = start + tick * 1000;
+        let (on_a, on_b) = tokio::join!(
+            a.claim_tick("s-1", from, from + 1000),
+            b.claim_tick("s-1", from, from + 1000)
+        );
+        assert_eq!(
+            u8::from(on_a.unwrap()) + u8::from(on_b.unwrap()),
+            1,
+            "tick {tick}"
+        );
+    }
+    a.close().await;
+    b.close().await;
+}
