@@ -2,9 +2,11 @@
 //! thread checkpointing the WAL beside it, and the readers of stored messages.
 //!
 //! The writer stores each batch ([`super::batch`]) in one transaction with statements prepared
-//! once. Checkpoints (copying the WAL back into the database and syncing it) never run inside
-//! a commit: the writer's connection has automatic checkpoints off and wakes the checkpointer,
-//! whose passive checkpoints never block it.
+//! once. Checkpoints (copying the WAL back into the database and syncing it) run beside the
+//! commits: the writer's connection has automatic checkpoints off and wakes the checkpointer,
+//! whose passive checkpoints never block it. Passive checkpoints alone never let the WAL start
+//! over while commits keep coming, so after every [`WAL_RESTART_PAGES`] it has written, the
+//! writer restarts the WAL between two commits (copying only what the checkpointer has not).
 //! Stored messages are read a page at a time on blocking threads, with no hand-off per row.
 
 use std::collections::HashMap;
@@ -19,11 +21,14 @@ use super::batch::{self, Append, WriteOp};
 use super::{Result, RowId, StoreError};
 use crate::metrics::Metrics;
 
-/// Rows committed between two wake-ups of the checkpointer (about 4 MiB of WAL at the sizes a
-/// turn's rows have).
-const CHECKPOINT_EVERY_ROWS: usize = 4096;
+/// Pages written to the WAL between two wake-ups of the checkpointer (4 MiB).
+const CHECKPOINT_EVERY_PAGES: i64 = 1024;
 /// The checkpointer also runs this often while rows keep coming in slowly.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
+/// Pages written to the WAL after which the writer makes it start over (64 MiB).
+const WAL_RESTART_PAGES: i64 = 16_384;
+/// Size the WAL file is cut back to when it starts over.
+const WAL_SIZE_LIMIT_BYTES: i64 = WAL_RESTART_PAGES * 4096;
 
 /// How the writer's connections are opened.
 pub(super) struct WriterSettings {
@@ -61,7 +66,8 @@ pub(super) fn start(
                 max_batch: settings.max_batch.max(1),
                 metrics,
                 checkpointer,
-                rows_since_checkpoint: 0,
+                pages_since_checkpoint: 0,
+                pages_since_restart: 0,
             }
             .run(rx)
         })?;
@@ -78,8 +84,8 @@ fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::R
     let synchronous = if synchronous_full { "full" } else { "normal" };
     conn.execute_batch(&format!(
         "pragma journal_mode = wal; pragma synchronous = {synchronous};
-         pragma wal_autocheckpoint = 0; pragma cache_size = -65536; pragma temp_store = memory;
-         pragma foreign_keys = on;"
+         pragma wal_autocheckpoint = 0; pragma journal_size_limit = {WAL_SIZE_LIMIT_BYTES};
+         pragma cache_size = -8192; pragma temp_store = memory; pragma foreign_keys = on;"
     ))?;
     if max_page_count > 0 {
         conn.execute_batch(&format!("pragma max_page_count = {max_page_count}"))?;
@@ -112,7 +118,8 @@ struct Writer {
     max_batch: usize,
     metrics: Metrics,
     checkpointer: std_mpsc::SyncSender<()>,
-    rows_since_checkpoint: usize,
+    pages_since_checkpoint: i64,
+    pages_since_restart: i64,
 }
 
 impl Writer {
@@ -128,9 +135,16 @@ impl Writer {
                 let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
                 self.commit(&mut batch);
                 self.metrics.record_commit(started.elapsed(), rows);
-                self.rows_since_checkpoint += rows;
-                if self.rows_since_checkpoint >= CHECKPOINT_EVERY_ROWS {
-                    self.rows_since_checkpoint = 0;
+                let pages = self.pages_written();
+                self.pages_since_checkpoint += pages;
+                self.pages_since_restart += pages;
+                if self.pages_since_restart >= WAL_RESTART_PAGES {
+                    if self.restart_wal() {
+                        self.pages_since_restart = 0;
+                        self.pages_since_checkpoint = 0;
+                    }
+                } else if self.pages_since_checkpoint >= CHECKPOINT_EVERY_PAGES {
+                    self.pages_since_checkpoint = 0;
                     let _ = self.checkpointer.try_send(());
                 }
             }
@@ -140,6 +154,45 @@ impl Writer {
         drop(self.conn);
         if let Some(done) = closing {
             let _ = done.send(());
+        }
+    }
+
+    /// Pages this connection has written to the WAL since the last call.
+    fn pages_written(&self) -> i64 {
+        let (mut current, mut highest) = (0, 0);
+        // SAFETY: the handle is this open connection's, used on its own thread; the call only
+        // reads (and resets) a counter of it into the two integers.
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_db_status(
+                self.conn.handle(),
+                rusqlite::ffi::SQLITE_DBSTATUS_CACHE_WRITE,
+                &mut current,
+                &mut highest,
+                1,
+            )
+        };
+        if rc == rusqlite::ffi::SQLITE_OK {
+            i64::from(current)
+        } else {
+            0
+        }
+    }
+
+    /// Checkpoints what the checkpointer has not yet copied, waits for readers of the old pages,
+    /// and so makes the next commit write from the WAL's beginning. False when the checkpointer
+    /// is busy copying: the writer tries again after its next commit (and meanwhile does not
+    /// wake the checkpointer).
+    fn restart_wal(&self) -> bool {
+        // (busy, pages in the WAL, pages copied back)
+        match self
+            .conn
+            .query_row("pragma wal_checkpoint(restart)", [], |r| r.get::<_, i64>(0))
+        {
+            Ok(busy) => busy == 0,
+            Err(err) => {
+                tracing::warn!(error = %err, "WAL restart failed");
+                true
+            }
         }
     }
 
