@@ -586,10 +586,14 @@ impl Connection {
                 Ok(frames) => frames,
                 Err(err) => return self.send_error(&err).await,
             };
-            for frame in frames {
-                last = frame.seq.unwrap_or(last);
-                self.app.metrics.frame_out(frame.kind);
-                self.socket.feed(text_message(&frame)).await?;
+            for chunk in frames.chunks(REPLAY_CHUNK) {
+                for frame in chunk {
+                    last = frame.seq.unwrap_or(last);
+                    self.app.metrics.frame_out(frame.kind);
+                    self.socket.feed(text_message(frame)).await?;
+                }
+                // Live conversations' work waiting for this thread goes first.
+                tokio::task::yield_now().await;
             }
             self.socket.flush().await?;
             if let Some(Followed { cursor, .. }) = self.followed.get_mut(agent_id) {
@@ -599,6 +603,9 @@ impl Connection {
         Ok(())
     }
 }
+
+/// Replayed frames sent between two yields to the live work queued on the same thread.
+const REPLAY_CHUNK: usize = 64;
 
 /// Whether a read error is a frame over the size limit.
 fn is_too_big(err: axum::Error) -> bool {
