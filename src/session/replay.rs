@@ -11,12 +11,13 @@ use super::{Conversation, Manager, store_error};
 use crate::protocol::{self, Frame, FrameError};
 use crate::store::{Store, StoredMessage};
 
-/// Stored frames read per page.
+/// Stored frames read per page: small enough that a page's read on a blocking thread does not
+/// hold a core away from live work for long.
 pub const REPLAY_PAGE: u32 = 250;
 
 /// Replay pages read and built at once, server-wide. Replays of many followers at once (each a
 /// page ahead of its socket) take turns here instead of crowding out the live conversations'
-/// work: two keep one replay's reads overlapping its socket's writes.
+/// work; one replay's read of its next page still overlaps its socket's writes.
 pub(super) const REPLAY_READERS: usize = 1;
 
 /// A follower's position in a conversation: the highest stored `seq` it was sent.
