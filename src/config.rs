@@ -497,6 +497,8 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// Largest database size in pages of 4 KiB; 0 means no limit but the disk's.
     pub max_page_count: u64,
+    /// SQLite: MiB written to the WAL after which it is made to start over (at least 16).
+    pub wal_restart_mib: u64,
 }
 
 /// Demo agent settings.
@@ -666,6 +668,7 @@ impl Default for StoreConfig {
             synchronous_full: false,
             max_batch: 512,
             max_page_count: 0,
+            wal_restart_mib: 64,
         }
     }
 }
@@ -678,6 +681,7 @@ impl fmt::Debug for StoreConfig {
             .field("synchronous_full", &self.synchronous_full)
             .field("max_batch", &self.max_batch)
             .field("max_page_count", &self.max_page_count)
+            .field("wal_restart_mib", &self.wal_restart_mib)
             .finish()
     }
 }

@@ -38,6 +38,8 @@ pub struct SqliteSettings {
     pub queue_depth: usize,
     /// Largest database size in pages (`PRAGMA max_page_count`); 0 leaves SQLite's own limit.
     pub max_page_count: u64,
+    /// Pages written to the WAL after which it is made to start over.
+    pub wal_restart_pages: u64,
 }
 
 impl Default for SqliteSettings {
@@ -47,6 +49,7 @@ impl Default for SqliteSettings {
             max_batch: 512,
             queue_depth: 4096,
             max_page_count: 0,
+            wal_restart_pages: 64 * 256,
         }
     }
 }
@@ -117,6 +120,7 @@ impl SqliteStore {
                 synchronous_full: settings.synchronous_full,
                 max_batch: settings.max_batch,
                 max_page_count: settings.max_page_count,
+                wal_restart_pages: settings.wal_restart_pages,
             },
             rx,
             metrics,

@@ -5,12 +5,15 @@
 //! once. Checkpoints (copying the WAL back into the database and syncing it) run beside the
 //! commits: the writer's connection has automatic checkpoints off and wakes the checkpointer,
 //! whose passive checkpoints never block it. Passive checkpoints alone never let the WAL start
-//! over while commits keep coming, so after every [`WAL_RESTART_PAGES`] it has written, the
-//! writer restarts the WAL between two commits (copying only what the checkpointer has not).
+//! over while commits keep coming, so after every `store.wal_restart_mib` it has written, the
+//! writer restarts the WAL between two commits, right after a pass of the checkpointer, so that
+//! it copies only what was committed during that pass.
 //! Stored messages are read a page at a time on blocking threads, with no hand-off per row.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
@@ -25,10 +28,6 @@ use crate::metrics::Metrics;
 const CHECKPOINT_EVERY_PAGES: i64 = 1024;
 /// The checkpointer also runs this often while rows keep coming in slowly.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
-/// Pages written to the WAL after which the writer makes it start over (64 MiB).
-const WAL_RESTART_PAGES: i64 = 16_384;
-/// Size the WAL file is cut back to when it starts over.
-const WAL_SIZE_LIMIT_BYTES: i64 = WAL_RESTART_PAGES * 4096;
 
 /// How the writer's connections are opened.
 pub(super) struct WriterSettings {
@@ -36,6 +35,8 @@ pub(super) struct WriterSettings {
     pub synchronous_full: bool,
     pub max_batch: usize,
     pub max_page_count: u64,
+    /// Pages written to the WAL after which the writer makes it start over.
+    pub wal_restart_pages: u64,
 }
 
 /// Opens the writer's connection and starts the writer and checkpointer threads.
@@ -57,6 +58,12 @@ pub(super) fn start(
     // foreign key check (and the statement journal it costs each INSERT) is redundant here.
     // Every other connection keeps foreign keys on (deletes cascade there).
     conn.execute_batch("pragma foreign_keys = off")?;
+    // The WAL file is cut back to this size when it starts over after a burst made it longer.
+    let wal_restart_pages = settings.wal_restart_pages.max(1);
+    conn.execute_batch(&format!(
+        "pragma journal_size_limit = {}",
+        wal_restart_pages * 4096
+    ))?;
     let checkpointer = spawn_checkpointer(&settings.path)?;
     std::thread::Builder::new()
         .name("store-writer".into())
@@ -68,6 +75,8 @@ pub(super) fn start(
                 checkpointer,
                 pages_since_checkpoint: 0,
                 pages_since_restart: 0,
+                restart_after_pass: None,
+                wal_restart_pages: i64::try_from(wal_restart_pages).unwrap_or(i64::MAX),
             }
             .run(rx)
         })?;
@@ -84,8 +93,8 @@ fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::R
     let synchronous = if synchronous_full { "full" } else { "normal" };
     conn.execute_batch(&format!(
         "pragma journal_mode = wal; pragma synchronous = {synchronous};
-         pragma wal_autocheckpoint = 0; pragma journal_size_limit = {WAL_SIZE_LIMIT_BYTES};
-         pragma cache_size = -8192; pragma temp_store = memory; pragma foreign_keys = on;"
+         pragma wal_autocheckpoint = 0; pragma cache_size = -8192; pragma temp_store = memory;
+         pragma foreign_keys = on;"
     ))?;
     if max_page_count > 0 {
         conn.execute_batch(&format!("pragma max_page_count = {max_page_count}"))?;
@@ -95,9 +104,11 @@ fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::R
 
 /// Starts the thread that checkpoints the WAL whenever the writer wakes it (and every
 /// [`CHECKPOINT_INTERVAL`]); it ends when the writer drops the sender.
-fn spawn_checkpointer(path: &Path) -> anyhow::Result<std_mpsc::SyncSender<()>> {
+fn spawn_checkpointer(path: &Path) -> anyhow::Result<Checkpointer> {
     let conn = open(path, false, 0)?;
     let (tx, rx) = std_mpsc::sync_channel::<()>(1);
+    let passes = Arc::new(AtomicU64::new(0));
+    let done = passes.clone();
     std::thread::Builder::new()
         .name("store-checkpoint".into())
         .spawn(move || {
@@ -108,18 +119,32 @@ fn spawn_checkpointer(path: &Path) -> anyhow::Result<std_mpsc::SyncSender<()>> {
                 if let Err(err) = conn.execute_batch("pragma wal_checkpoint(passive)") {
                     tracing::warn!(error = %err, "WAL checkpoint failed");
                 }
+                done.fetch_add(1, Ordering::Release);
             }
         })?;
-    Ok(tx)
+    Ok(Checkpointer { wake: tx, passes })
+}
+
+/// The writer's handle on the checkpointer thread.
+struct Checkpointer {
+    wake: std_mpsc::SyncSender<()>,
+    /// Passes the checkpointer has finished.
+    passes: Arc<AtomicU64>,
 }
 
 struct Writer {
     conn: Connection,
     max_batch: usize,
     metrics: Metrics,
-    checkpointer: std_mpsc::SyncSender<()>,
+    checkpointer: Checkpointer,
     pages_since_checkpoint: i64,
     pages_since_restart: i64,
+    /// Set once the WAL is due to start over: the checkpointer's passes finished by then. The
+    /// restart waits for one more, so that what it copies itself, with commits held, is only
+    /// what was committed during that pass.
+    restart_after_pass: Option<u64>,
+    /// Pages written to the WAL after which it is made to start over.
+    wal_restart_pages: i64,
 }
 
 impl Writer {
@@ -135,18 +160,7 @@ impl Writer {
                 let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
                 self.commit(&mut batch);
                 self.metrics.record_commit(started.elapsed(), rows);
-                let pages = self.pages_written();
-                self.pages_since_checkpoint += pages;
-                self.pages_since_restart += pages;
-                if self.pages_since_restart >= WAL_RESTART_PAGES {
-                    if self.restart_wal() {
-                        self.pages_since_restart = 0;
-                        self.pages_since_checkpoint = 0;
-                    }
-                } else if self.pages_since_checkpoint >= CHECKPOINT_EVERY_PAGES {
-                    self.pages_since_checkpoint = 0;
-                    let _ = self.checkpointer.try_send(());
-                }
+                self.pace_checkpoints();
             }
         }
         drop(self.checkpointer);
@@ -154,6 +168,35 @@ impl Writer {
         drop(self.conn);
         if let Some(done) = closing {
             let _ = done.send(());
+        }
+    }
+
+    /// After a commit: wakes the checkpointer every [`CHECKPOINT_EVERY_PAGES`] written, and
+    /// restarts the WAL once `wal_restart_pages` have been written and the checkpointer has
+    /// since finished a pass.
+    fn pace_checkpoints(&mut self) {
+        let pages = self.pages_written();
+        self.pages_since_checkpoint += pages;
+        self.pages_since_restart += pages;
+        let passes = self.checkpointer.passes.load(Ordering::Acquire);
+        match self.restart_after_pass {
+            Some(due) if passes > due => {
+                if self.restart_wal() {
+                    self.pages_since_restart = 0;
+                    self.pages_since_checkpoint = 0;
+                    self.restart_after_pass = None;
+                }
+            }
+            Some(_) => {}
+            None if self.pages_since_restart >= self.wal_restart_pages => {
+                self.restart_after_pass = Some(passes);
+                let _ = self.checkpointer.wake.try_send(());
+            }
+            None if self.pages_since_checkpoint >= CHECKPOINT_EVERY_PAGES => {
+                self.pages_since_checkpoint = 0;
+                let _ = self.checkpointer.wake.try_send(());
+            }
+            None => {}
         }
     }
 
@@ -180,8 +223,7 @@ impl Writer {
 
     /// Checkpoints what the checkpointer has not yet copied, waits for readers of the old pages,
     /// and so makes the next commit write from the WAL's beginning. False when the checkpointer
-    /// is busy copying: the writer tries again after its next commit (and meanwhile does not
-    /// wake the checkpointer).
+    /// is busy copying: the writer tries again after its next commit.
     fn restart_wal(&self) -> bool {
         // (busy, pages in the WAL, pages copied back)
         match self

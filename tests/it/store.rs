@@ -1180,13 +1180,26 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
     store.close().await;
 }
 
-/// Under writes that never pause, the SQLite WAL still starts over: its file stays bounded
-/// instead of growing with everything ever written (a passive checkpoint alone never lets a
-/// WAL restart while commits keep arriving). About 300 MiB pass through it here.
+/// Under writes that never pause, the SQLite WAL still starts over: its file stays bounded by
+/// `store.wal_restart_mib` (16 here) instead of growing with everything ever written (a passive
+/// checkpoint alone never lets a WAL restart while commits keep arriving). About 130 MiB pass
+/// through it here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_stays_bounded_under_continuous_writes() {
     let fx = Fixture::sqlite();
-    let store = fx.open().await;
+    let settings = SqliteSettings {
+        wal_restart_pages: 16 * 256,
+        ..SqliteSettings::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(
+            &fx.dir.path().join("agentmux.db"),
+            settings,
+            Metrics::default(),
+        )
+        .await
+        .unwrap(),
+    );
     let wal = fx.dir.path().join("agentmux.db-wal");
     let payload = format!(r#"{{"text":"{}"}}"#, "x".repeat(3_000));
     let mut writers = Vec::new();
@@ -1198,7 +1211,7 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
                 .create_session(new_session("local", &format!("w{w}")))
                 .await
                 .unwrap();
-            for _ in 0..1_000 {
+            for _ in 0..450 {
                 let rows = (0..12)
                     .map(|_| NewMessage::new("assistant", payload.clone()))
                     .collect();
@@ -1214,11 +1227,28 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
     for w in writers {
         w.await.unwrap();
     }
-    let written = 8 * 1_000 * 12 * payload.len() as u64;
-    assert!(written > 250 << 20, "{written}");
+    let written = 8 * 450 * 12 * payload.len() as u64;
+    assert!(written > 120 << 20, "{written}");
     assert!(
-        largest < 160 << 20,
+        largest < 48 << 20,
         "the WAL grew to {largest} bytes while {written} bytes were stored"
     );
     store.close().await;
+}
+
+/// A WAL restart size too small to be sensible, or negative, refuses to start with a message
+/// naming the setting.
+#[tokio::test]
+async fn a_bad_wal_restart_size_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for (value, expected) in [
+        ("1", "wal_restart_mib must be at least 16"),
+        ("-5", "wal_restart_mib"),
+    ] {
+        let config = dir.path().join("bad.toml");
+        std::fs::write(&config, format!("[store]\nwal_restart_mib = {value}\n")).unwrap();
+        let (listened, output) = serve_output(&["--config", config.to_str().unwrap()], &[]).await;
+        assert!(!listened, "{value}: {output}");
+        assert!(output.contains(expected), "{value}: {output}");
+    }
 }
