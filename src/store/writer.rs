@@ -180,13 +180,12 @@ impl Writer {
         self.pages_since_restart += pages;
         let passes = self.checkpointer.passes.load(Ordering::Acquire);
         match self.restart_after_pass {
-            Some(due) if passes > due => {
-                if self.restart_wal() {
-                    self.pages_since_restart = 0;
-                    self.pages_since_checkpoint = 0;
-                    self.restart_after_pass = None;
-                }
+            Some(due) if passes > due && self.restart_wal() => {
+                self.pages_since_restart = 0;
+                self.pages_since_checkpoint = 0;
+                self.restart_after_pass = None;
             }
+            // Waiting for the pass, or the checkpointer was busy: tried after the next commit.
             Some(_) => {}
             None if self.pages_since_restart >= self.wal_restart_pages => {
                 self.restart_after_pass = Some(passes);
