@@ -542,8 +542,10 @@ shared::edit_tx_impl!(Tx<'_>, {
         except: &[i64],
     ) -> Result<()> {
         sqlx::query(
-            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at)
-             select $1, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at
+            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
+                payload, created_at, turn_cost_usd)
+             select $1, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
+                turn_cost_usd
              from messages where session_pk = $2 and seq <= $3 and seq <> all($4)",
         )
         .bind(fork)

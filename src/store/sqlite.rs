@@ -215,8 +215,10 @@ shared::edit_tx_impl!(Tx<'_>, {
         except: &[i64],
     ) -> Result<()> {
         sqlx::query(
-            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at)
-             select ?, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at
+            "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
+                payload, created_at, turn_cost_usd)
+             select ?, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
+                turn_cost_usd
              from messages where session_pk = ? and seq <= ?
                and seq not in (select value from json_each(?))",
         )

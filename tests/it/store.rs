@@ -137,6 +137,7 @@ on_both_engines!(
     nul_characters_are_stored_and_fail_no_one,
     text_search_looks_only_in_message_text,
     forks_and_imports_keep_their_rules,
+    a_forks_results_keep_their_turn_cost,
     ids_changed_behind_the_servers_back_are_refused,
 );
 
@@ -633,6 +634,40 @@ async fn text_search_looks_only_in_message_text(fx: Fixture) {
     assert_eq!(search("0% d").await, ["tool"]);
     assert!(search("%").await == ["tool"], "a literal %");
     assert!(search("_").await.is_empty(), "no wildcard");
+    store.close().await;
+}
+
+/// A fork's copied `result`s keep what their turn cost, so its turn footers show it as the
+/// original's do.
+async fn a_forks_results_keep_their_turn_cost(fx: Fixture) {
+    let store = fx.open().await;
+    let s = store
+        .create_session(new_session("local", "costly"))
+        .await
+        .unwrap();
+    let mut paid = result();
+    paid.totals = Some(agentmux::store::Totals {
+        cost_usd: 0.25,
+        ..Default::default()
+    });
+    store
+        .append(s.row, vec![prompt("one"), paid])
+        .await
+        .unwrap();
+    let fork = store
+        .fork(s.row, Some(2), new_session("local", "costly-fork"))
+        .await
+        .unwrap();
+    for row in [s.row, fork.row] {
+        let costs: Vec<Option<f64>> = store
+            .messages_after(row, 0, 100)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.turn_cost_usd)
+            .collect();
+        assert_eq!(costs, [None, Some(0.25)]);
+    }
     store.close().await;
 }
 
