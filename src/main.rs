@@ -9,13 +9,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agentmux::Server;
+use agentmux::config::{BackendKind, Config};
+use clap::{Args, Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: frames are many small, short-lived allocations
 /// handed between threads, where glibc's allocator spent about a seventh of the server's CPU.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use agentmux::config::{BackendKind, Config};
-use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
