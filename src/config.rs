@@ -497,8 +497,21 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// Largest database size in pages of 4 KiB; 0 means no limit but the disk's.
     pub max_page_count: u64,
-    /// SQLite: MiB written to the WAL after which it is made to start over (at least 16).
+    /// SQLite: MiB written to the WAL after which it is made to start over (16 to 65,536).
     pub wal_restart_mib: u64,
+}
+
+impl StoreConfig {
+    /// Pages of 4 KiB written to the SQLite WAL after which it is made to start over.
+    ///
+    /// # Errors
+    /// When `wal_restart_mib` is under 16 or over 65,536 (64 GiB).
+    pub fn wal_restart_pages(&self) -> anyhow::Result<u64> {
+        if !(16..=65_536).contains(&self.wal_restart_mib) {
+            anyhow::bail!("store.wal_restart_mib must be at least 16 and at most 65536");
+        }
+        Ok(self.wal_restart_mib * 256)
+    }
 }
 
 /// Demo agent settings.

@@ -97,14 +97,11 @@ impl Server {
                 .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
         }
         let metrics = Metrics::default();
-        if config.store.wal_restart_mib < 16 {
-            anyhow::bail!("store.wal_restart_mib must be at least 16");
-        }
         let settings = SqliteSettings {
             synchronous_full: config.store.synchronous_full,
             max_batch: config.store.max_batch,
             max_page_count: config.store.max_page_count,
-            wal_restart_pages: config.store.wal_restart_mib.saturating_mul(256),
+            wal_restart_pages: config.store.wal_restart_pages()?,
             ..SqliteSettings::default()
         };
         let (store, schedules): (Arc<dyn Store>, Arc<dyn ScheduleStore>) =

@@ -25,7 +25,7 @@ use super::{Result, RowId, StoreError};
 use crate::metrics::Metrics;
 
 /// Pages written to the WAL between two wake-ups of the checkpointer (4 MiB).
-const CHECKPOINT_EVERY_PAGES: i64 = 1024;
+const CHECKPOINT_EVERY_PAGES: u64 = 1024;
 /// The checkpointer also runs this often while rows keep coming in slowly.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -59,10 +59,9 @@ pub(super) fn start(
     // Every other connection keeps foreign keys on (deletes cascade there).
     conn.execute_batch("pragma foreign_keys = off")?;
     // The WAL file is cut back to this size when it starts over after a burst made it longer.
-    let wal_restart_pages = settings.wal_restart_pages.max(1);
     conn.execute_batch(&format!(
         "pragma journal_size_limit = {}",
-        wal_restart_pages * 4096
+        settings.wal_restart_pages.saturating_mul(4096)
     ))?;
     let checkpointer = spawn_checkpointer(&settings.path)?;
     std::thread::Builder::new()
@@ -76,7 +75,7 @@ pub(super) fn start(
                 pages_since_checkpoint: 0,
                 pages_since_restart: 0,
                 restart_after_pass: None,
-                wal_restart_pages: i64::try_from(wal_restart_pages).unwrap_or(i64::MAX),
+                wal_restart_pages: settings.wal_restart_pages,
             }
             .run(rx)
         })?;
@@ -137,14 +136,14 @@ struct Writer {
     max_batch: usize,
     metrics: Metrics,
     checkpointer: Checkpointer,
-    pages_since_checkpoint: i64,
-    pages_since_restart: i64,
+    pages_since_checkpoint: u64,
+    pages_since_restart: u64,
     /// Set once the WAL is due to start over: the checkpointer's passes finished by then. The
     /// restart waits for one more, so that what it copies itself, with commits held, is only
     /// what was committed during that pass.
     restart_after_pass: Option<u64>,
     /// Pages written to the WAL after which it is made to start over.
-    wal_restart_pages: i64,
+    wal_restart_pages: u64,
 }
 
 impl Writer {
@@ -200,7 +199,7 @@ impl Writer {
     }
 
     /// Pages this connection has written to the WAL since the last call.
-    fn pages_written(&self) -> i64 {
+    fn pages_written(&self) -> u64 {
         let (mut current, mut highest) = (0, 0);
         // SAFETY: the handle is this open connection's, used on its own thread; the call only
         // reads (and resets) a counter of it into the two integers.
@@ -214,7 +213,7 @@ impl Writer {
             )
         };
         if rc == rusqlite::ffi::SQLITE_OK {
-            i64::from(current)
+            u64::try_from(current).unwrap_or(0)
         } else {
             0
         }

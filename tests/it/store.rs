@@ -1271,14 +1271,15 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
     store.close().await;
 }
 
-/// A WAL restart size too small to be sensible, or negative, refuses to start with a message
-/// naming the setting.
+/// A WAL restart size too small to be sensible, too large (its size in bytes would overflow),
+/// or negative refuses to start with a message naming the setting.
 #[tokio::test]
 async fn a_bad_wal_restart_size_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     for (value, expected) in [
         ("1", "wal_restart_mib must be at least 16"),
         ("-5", "wal_restart_mib"),
+        ("9223372036854775807", "at most 65536"),
     ] {
         let config = dir.path().join("bad.toml");
         std::fs::write(&config, format!("[store]\nwal_restart_mib = {value}\n")).unwrap();
