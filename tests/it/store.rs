@@ -52,21 +52,28 @@ impl Fixture {
     /// Opens (again) this test's store.
     async fn open(&self) -> Arc<dyn Store> {
         match self.pg_url() {
-            Some(url) => Arc::new(
-                PgStore::open(&url, PgSettings::default(), Metrics::default())
-                    .await
-                    .unwrap(),
-            ),
-            None => Arc::new(
-                SqliteStore::open(
-                    &self.dir.path().join("agentmux.db"),
-                    SqliteSettings::default(),
-                    Metrics::default(),
-                )
-                .await
-                .unwrap(),
-            ),
+            Some(_) => Arc::new(self.open_pg(PgSettings::default()).await),
+            None => Arc::new(self.open_sqlite(SqliteSettings::default()).await),
         }
+    }
+
+    /// Opens this test's SQLite file with `settings`.
+    async fn open_sqlite(&self, settings: SqliteSettings) -> SqliteStore {
+        SqliteStore::open(
+            &self.dir.path().join("agentmux.db"),
+            settings,
+            Metrics::default(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Opens this test's PostgreSQL database with `settings` (one node's view of it).
+    async fn open_pg(&self, settings: PgSettings) -> PgStore {
+        let url = self.pg_url().expect("a PostgreSQL fixture");
+        PgStore::open(&url, settings, Metrics::default())
+            .await
+            .unwrap()
     }
 
     /// A connection to the same database, for checks in SQL both engines take.
@@ -914,17 +921,16 @@ async fn a_node_that_lost_its_lease_can_not_write() {
     let Some(fx) = Fixture::postgres().await else {
         return;
     };
-    let url = fx.pg_url().unwrap();
     // Leases long enough that nothing renews or expires them on its own during the test.
-    let open = |node: &str| {
-        let settings = PgSettings {
-            node_id: node.to_owned(),
-            lease: std::time::Duration::from_secs(600),
-            ..PgSettings::default()
-        };
-        PgStore::open(&url, settings, Metrics::default())
+    let node = |node: &str| PgSettings {
+        node_id: node.to_owned(),
+        lease: std::time::Duration::from_secs(600),
+        ..PgSettings::default()
     };
-    let (a, b) = (open("node-a").await.unwrap(), open("node-b").await.unwrap());
+    let (a, b) = (
+        fx.open_pg(node("node-a")).await,
+        fx.open_pg(node("node-b")).await,
+    );
     let mut lost_on_a = a.lost_leases().expect("leases are reported");
     let s = a.create_session(new_session("local", "x")).await.unwrap();
     a.take_lease(s.row).await.unwrap();
@@ -1084,15 +1090,14 @@ async fn each_tick_of_a_schedule_is_claimed_by_one_node() {
     let Some(fx) = Fixture::postgres().await else {
         return;
     };
-    let url = fx.pg_url().unwrap();
-    let open = |node: &str| {
-        let settings = PgSettings {
-            node_id: node.to_owned(),
-            ..PgSettings::default()
-        };
-        PgStore::open(&url, settings, Metrics::default())
+    let node = |node: &str| PgSettings {
+        node_id: node.to_owned(),
+        ..PgSettings::default()
     };
-    let (a, b) = (open("node-a").await.unwrap(), open("node-b").await.unwrap());
+    let (a, b) = (
+        fx.open_pg(node("node-a")).await,
+        fx.open_pg(node("node-b")).await,
+    );
     let now = "2026-01-01T00:00:00.000Z".to_owned();
     let start = 1_000_000;
     a.insert_schedule(&ScheduleRow {
@@ -1222,18 +1227,12 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_stays_bounded_under_continuous_writes() {
     let fx = Fixture::sqlite();
-    let settings = SqliteSettings {
-        wal_restart_pages: 16 * 256,
-        ..SqliteSettings::default()
-    };
     let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(
-            &fx.dir.path().join("agentmux.db"),
-            settings,
-            Metrics::default(),
-        )
-        .await
-        .unwrap(),
+        fx.open_sqlite(SqliteSettings {
+            wal_restart_pages: 16 * 256,
+            ..SqliteSettings::default()
+        })
+        .await,
     );
     let wal = fx.dir.path().join("agentmux.db-wal");
     let payload = format!(r#"{{"text":"{}"}}"#, "x".repeat(3_000));
