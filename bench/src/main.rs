@@ -75,6 +75,9 @@ enum Scenario {
         /// Sockets the sessions are spread over.
         #[arg(long, default_value_t = 2)]
         sockets: usize,
+        /// Fractions of the peak to pace at (each above 0 and at most 1), comma-separated.
+        #[arg(long, value_delimiter = ',', default_values_t = [0.1, 0.25, 0.5, 0.75, 0.9])]
+        fractions: Vec<f64>,
         #[command(flatten)]
         common: Common,
     },
@@ -199,10 +202,19 @@ impl Scenario {
             }
             | Scenario::ManySessions {
                 sessions, sockets, ..
-            }
-            | Scenario::Sweep {
-                sessions, sockets, ..
             } => &[("--sessions", *sessions), ("--sockets", *sockets)],
+            Scenario::Sweep {
+                sessions,
+                sockets,
+                fractions,
+                ..
+            } => {
+                anyhow::ensure!(
+                    !fractions.is_empty() && fractions.iter().all(|f| *f > 0.0 && *f <= 1.0),
+                    "--fractions takes fractions of the peak above 0 and at most 1, e.g. 0.5,0.9"
+                );
+                &[("--sessions", *sessions), ("--sockets", *sockets)]
+            }
             Scenario::Idle { sockets, .. } => &[("--sockets", *sockets)],
             Scenario::Replay { messages, .. } => &[("--messages", *messages as usize)],
             Scenario::Churn { sessions, .. } => &[("--sessions", *sessions)],
@@ -314,8 +326,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Sweep {
             sessions,
             sockets,
+            fractions,
             common,
-        } => (load::sweep(sessions, sockets, &common).await?, common.json),
+        } => (
+            load::sweep(sessions, sockets, &fractions, &common).await?,
+            common.json,
+        ),
         Scenario::Idle { sockets, common } => (load::idle(sockets, &common).await?, common.json),
         Scenario::Replay { messages, common } => {
             (load::replay(messages, &common).await?, common.json)

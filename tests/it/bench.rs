@@ -39,6 +39,42 @@ async fn a_short_scenario_reports_both_servers_per_cpu_second() {
     assert!(row["vs_baseline"]["frames_per_cpu_sec"].as_f64().unwrap() > 0.0);
 }
 
+/// `sweep --fractions` paces only at the fractions asked for, after the closed-loop peak;
+/// fractions that are no share of the peak are refused before anything starts.
+#[tokio::test]
+async fn a_sweep_paces_at_the_fractions_asked_for() {
+    let (_, report) = run_bench(&[
+        "sweep",
+        "--fractions",
+        "0.5",
+        "--secs",
+        "1",
+        "--sessions",
+        "8",
+        "--no-baseline",
+    ])
+    .await;
+    let labels: Vec<&str> = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["peak", "50% of peak"], "{report}");
+    let paced = &report["rows"][1]["agentmux"];
+    assert!(paced["turns"].as_u64().unwrap() > 0, "{paced}");
+    for fractions in ["0", "1.5", "-0.5", ""] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .args(["bench", "sweep", &format!("--fractions={fractions}")])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{fractions:?} was accepted");
+        assert!(stderr.contains("--fractions"), "{fractions:?}: {stderr}");
+    }
+}
+
 /// A tiny `cluster` run: one node and three both complete turns without errors; on three nodes
 /// every chat went through nodes 2 and 3 to node 1 and its frames came back relayed; the
 /// databases the run made are gone afterwards.

@@ -10,9 +10,6 @@ use crate::Common;
 use crate::report::Report;
 use crate::servers::{Kind, Tweaks};
 
-/// Fractions of the peak turn rate the sweep paces at.
-const SWEEP_FRACTIONS: [f64; 5] = [0.1, 0.25, 0.5, 0.75, 0.9];
-
 pub(super) fn session_ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -81,11 +78,16 @@ pub async fn many_sessions(
     Ok(report)
 }
 
-/// `many-sessions` closed loop (the peak), then paced at fractions of agentmux's peak.
-pub async fn sweep(sessions: usize, sockets: usize, common: &Common) -> anyhow::Result<Report> {
+/// `many-sessions` closed loop (the peak), then paced at `fractions` of agentmux's peak.
+pub async fn sweep(
+    sessions: usize,
+    sockets: usize,
+    fractions: &[f64],
+    common: &Common,
+) -> anyhow::Result<Report> {
     let mut report = Report::new(
         "sweep",
-        json!({"sessions": sessions, "sockets": sockets, "secs": common.secs, "max_batch": common.max_batch}),
+        json!({"sessions": sessions, "sockets": sockets, "fractions": fractions, "secs": common.secs, "max_batch": common.max_batch}),
     );
     let ids = session_ids("sweep", sessions);
     compare(&mut report, "peak", common, &tweaks(common), |_| {
@@ -93,7 +95,7 @@ pub async fn sweep(sessions: usize, sockets: usize, common: &Common) -> anyhow::
     })
     .await?;
     let peak = report.rows[0].agentmux.turns_per_sec;
-    for fraction in SWEEP_FRACTIONS {
+    for &fraction in fractions {
         let rate = peak * fraction;
         let pace = Duration::from_secs_f64(sessions as f64 / rate.max(1.0));
         let label = format!("{:.0}% of peak", fraction * 100.0);
