@@ -190,6 +190,10 @@ enum Scenario {
         /// Keep every stored-type frame in memory so that `subscribe` can replay it.
         #[arg(long)]
         keep_history: bool,
+        /// Answer each conversation's chats with a process of this CLI (stream-json), relaying
+        /// its stdout lines as they are.
+        #[arg(long)]
+        relay_cli: Option<PathBuf>,
     },
 }
 
@@ -301,8 +305,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     cli.scenario.check()?;
     let (report, json) = match cli.scenario {
-        Scenario::Baseline { bind, keep_history } => {
-            return baseline::serve(bind, keep_history).await;
+        Scenario::Baseline {
+            bind,
+            keep_history,
+            relay_cli,
+        } => {
+            return baseline::serve(bind, keep_history, relay_cli).await;
         }
         Scenario::Kill9 {
             cycles,

@@ -68,7 +68,7 @@ pub struct Tweaks {
     /// Start the baseline with `--keep-history`.
     pub keep_history: bool,
     /// Run agentmux with the Claude backend on this CLI (the fake one, stamping its lines, or
-    /// the real one) instead of the demo agent.
+    /// the real one) instead of the demo agent, and the baseline relaying it (`--relay-cli`).
     pub claude_bin: Option<PathBuf>,
     /// More environment for agentmux (and, where its allow-list lets it, the CLI).
     pub env: Vec<(String, String)>,
@@ -90,10 +90,14 @@ impl Server {
     pub async fn start(kind: Kind, tweaks: &Tweaks) -> anyhow::Result<Self> {
         match kind {
             Kind::Baseline => {
-                let mut args = vec!["baseline"];
+                let mut args = vec!["baseline".to_owned()];
                 if tweaks.keep_history {
-                    args.push("--keep-history");
+                    args.push("--keep-history".to_owned());
                 }
+                if let Some(cli) = &tweaks.claude_bin {
+                    args.push(format!("--relay-cli={}", cli.display()));
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 let (child, addr) = spawn(&std::env::current_exe()?, &args, &[]).await?;
                 Ok(Server {
                     kind,

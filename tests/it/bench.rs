@@ -39,6 +39,28 @@ async fn a_short_scenario_reports_both_servers_per_cpu_second() {
     assert!(row["vs_baseline"]["frames_per_cpu_sec"].as_f64().unwrap() > 0.0);
 }
 
+/// A tiny `cli` run: the baseline relaying the fake CLI and agentmux on its Claude backend both
+/// complete turns without errors and time stamped lines of both kinds, and the report says what
+/// agentmux adds to the relay's latency.
+#[tokio::test]
+async fn a_tiny_cli_run_reports_what_agentmux_adds_to_a_bare_relay() {
+    sibling("fake-claude");
+    let (stdout, report) =
+        run_bench(&["cli", "--secs", "1", "--sessions", "2", "--words", "5"]).await;
+    assert!(stdout.contains("agentmux adds"), "{stdout}");
+    for server in ["baseline", "agentmux"] {
+        let run = &report[server];
+        assert!(run["turns"].as_u64().unwrap() > 0, "{run}");
+        assert_eq!(run["errors"], 0, "{run}");
+        for kind in ["live", "stored"] {
+            assert!(run[kind]["count"].as_u64().unwrap() > 0, "{run}");
+        }
+    }
+    for figure in ["live_p50", "live_p99", "stored_p50", "stored_p99"] {
+        assert!(report["added_ms"][figure].is_f64(), "{report}");
+    }
+}
+
 /// `sweep --fractions` paces only at the fractions asked for, after the closed-loop peak;
 /// fractions that are no share of the peak are refused before anything starts.
 #[tokio::test]

@@ -1,15 +1,18 @@
 //! `agentmux-bench baseline`: a bare WebSocket server on plain tokio-tungstenite that answers
 //! `chat` from memory with one demo-shaped turn ([`turn`]), `subscribe` (from memory, with
 //! `--keep-history`) and `ping`. No actors, no store, no agent; a socket that lags drops frames.
+//! With `--relay-cli` it answers `chat` with what a CLI process writes instead ([`relay`]).
 //!
 //! It shares no socket or frame code with agentmux, so what it measures is the limit of a
 //! WebSocket server on this machine and agentmux's figures read as ratios to it. It sets
 //! `TCP_NODELAY` on every accepted socket.
 
+mod relay;
 mod turn;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +27,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
+use self::relay::{Relay, RelayCli};
 use self::turn::Conversation;
 
 /// Most frames written before one flush.
@@ -42,6 +46,8 @@ type Socket = WebSocketStream<TcpStream>;
 struct Baseline {
     keep_history: bool,
     conversations: Mutex<HashMap<String, Arc<Entry>>>,
+    /// With `--relay-cli`: how CLI processes are started, and each conversation's.
+    relay: Option<(RelayCli, Mutex<HashMap<String, Relay>>)>,
 }
 
 struct Entry {
@@ -55,13 +61,29 @@ struct State {
     history: Vec<(i64, Utf8Bytes)>,
 }
 
-/// Serves the baseline on `bind` until killed.
-pub async fn serve(bind: SocketAddr, keep_history: bool) -> anyhow::Result<()> {
+/// Serves the baseline on `bind` until killed; chats go to processes of `relay_cli` when set.
+pub async fn serve(
+    bind: SocketAddr,
+    keep_history: bool,
+    relay_cli: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let relay = match relay_cli {
+        Some(bin) => {
+            anyhow::ensure!(bin.is_file(), "no CLI at {}", bin.display());
+            let cli = RelayCli {
+                bin,
+                dir: tempfile::tempdir()?,
+            };
+            Some((cli, Mutex::new(HashMap::new())))
+        }
+        None => None,
+    };
     let listener = TcpListener::bind(bind).await?;
     println!("listening on http://{}", listener.local_addr()?);
     let state = Arc::new(Baseline {
         keep_history,
         conversations: Mutex::new(HashMap::new()),
+        relay,
     });
     loop {
         match listener.accept().await {
@@ -89,6 +111,25 @@ impl Baseline {
                 })
             })
             .clone()
+    }
+
+    /// Relays `content` to the CLI of `agent_id` (started on its first chat); the `ack`.
+    fn relay_chat(
+        &self,
+        (cli, relays): &(RelayCli, Mutex<HashMap<String, Relay>>),
+        agent_id: &str,
+        entry: &Entry,
+        content: &str,
+        client_msg_id: Option<&str>,
+    ) -> std::io::Result<String> {
+        let mut relays = relays.lock().expect("not poisoned");
+        if !relays.contains_key(agent_id) {
+            let relay = Relay::start(cli, agent_id, entry.frames.clone())?;
+            relays.insert(agent_id.to_owned(), relay);
+        }
+        relays[agent_id].prompt(content);
+        let state = entry.state.lock().expect("not poisoned");
+        Ok(state.conversation.ack(client_msg_id, 0))
     }
 }
 
@@ -196,7 +237,21 @@ async fn on_text(
         } => {
             let entry = state.entry(&agent_id);
             subs.follow(&agent_id, &entry);
-            let ack = entry.answer(&content, client_msg_id.as_deref(), state.keep_history);
+            let ack = match &state.relay {
+                Some(relay) => {
+                    match state.relay_chat(
+                        relay,
+                        &agent_id,
+                        &entry,
+                        &content,
+                        client_msg_id.as_deref(),
+                    ) {
+                        Ok(ack) => ack,
+                        Err(err) => turn::error("agent_unavailable", &err.to_string()),
+                    }
+                }
+                None => entry.answer(&content, client_msg_id.as_deref(), state.keep_history),
+            };
             socket.send(Message::text(ack)).await
         }
         ClientFrame::Subscribe {

@@ -1,6 +1,8 @@
 //! `cli`: agentmux on its Claude backend, driving the fake CLI (`fake-claude`) that streams each
 //! reply as fast as it can and stamps every stdout line with the time it wrote it; measured is
-//! how long a line takes from the CLI's stdout to its frame on the client's socket.
+//! how long a line takes from the CLI's stdout to its frame on the client's socket, side by side
+//! with the baseline relaying the same CLI's lines as they are: what agentmux adds is the
+//! difference.
 
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -17,7 +19,8 @@ use crate::report::{Machine, Percentiles};
 use crate::servers::{Kind, Server, Tweaks};
 use crate::wire::{Socket, chat_text, connect, is_stored, peek};
 
-/// What `agentmux bench cli` measured.
+/// What `agentmux bench cli` measured: the baseline relaying the same CLI (unless
+/// `--no-baseline`), then agentmux.
 #[derive(Debug, Serialize)]
 pub struct CliReport {
     /// Always `cli`.
@@ -28,6 +31,18 @@ pub struct CliReport {
     pub sessions: usize,
     /// Words the prompt has; the fake's reply echoes them, one streamed delta each.
     pub words: usize,
+    /// The baseline relaying the CLI's lines as they are.
+    pub baseline: Option<CliRun>,
+    /// agentmux on its Claude backend.
+    pub agentmux: CliRun,
+    /// What agentmux adds to the baseline's latency, in ms: p50 and p99 of `stream_event` and
+    /// of stored frames.
+    pub added_ms: Option<Added>,
+}
+
+/// One server's run of the scenario.
+#[derive(Debug, Serialize)]
+pub struct CliRun {
     /// Seconds measured.
     pub secs: f64,
     /// Turns completed while measured.
@@ -44,43 +59,80 @@ pub struct CliReport {
     pub errors: u64,
 }
 
+/// agentmux's latency less the baseline's, in ms.
+#[derive(Debug, Serialize)]
+pub struct Added {
+    pub live_p50: f64,
+    pub live_p99: f64,
+    pub stored_p50: f64,
+    pub stored_p99: f64,
+}
+
+impl Added {
+    fn between(baseline: &CliRun, agentmux: &CliRun) -> Self {
+        let ms = |a: u64, b: u64| (a as f64 - b as f64) / 1000.0;
+        Added {
+            live_p50: ms(agentmux.live.p50_us, baseline.live.p50_us),
+            live_p99: ms(agentmux.live.p99_us, baseline.live.p99_us),
+            stored_p50: ms(agentmux.stored.p50_us, baseline.stored.p50_us),
+            stored_p99: ms(agentmux.stored.p99_us, baseline.stored.p99_us),
+        }
+    }
+}
+
 impl CliReport {
     /// The report as a small table.
     pub fn table(&self) -> String {
-        let row = |name: &str, p: &Percentiles| {
-            format!(
-                "{name:<14} {:>9} {:>9.3} {:>9.3} {:>9.3} {:>9.3}\n",
-                p.count,
-                p.p50_us as f64 / 1000.0,
-                p.p90_us as f64 / 1000.0,
-                p.p99_us as f64 / 1000.0,
-                p.max_us as f64 / 1000.0,
-            )
-        };
-        format!(
+        let mut out = format!(
             "scenario cli on {} ({} cores, {} MiB, Linux {})\n\
-             {} conversations, {} words per reply, {:.1} s: {} turns, {:.0} lines/s, \
-             server CPU {:.2} s, {} errors\n\
-             line -> frame  {:>9} {:>9} {:>9} {:>9} {:>9}\n{}{}",
+             {} conversations, {} words per reply\n\
+             {:<9} {:<13} {:>6} {:>9} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}\n",
             self.machine.cpu,
             self.machine.cores,
             self.machine.memory_mib,
             self.machine.kernel,
             self.sessions,
             self.words,
-            self.secs,
-            self.turns,
-            self.lines_per_sec,
-            self.server_cpu_secs,
-            self.errors,
+            "server",
+            "line->frame",
+            "turns",
+            "lines/s",
+            "CPU s",
             "frames",
             "p50 ms",
             "p90 ms",
             "p99 ms",
             "max ms",
-            row("stream_event", &self.live),
-            row("stored", &self.stored),
-        )
+            "errors",
+        );
+        let runs = [
+            ("baseline", self.baseline.as_ref()),
+            ("agentmux", Some(&self.agentmux)),
+        ];
+        for (name, run) in runs {
+            let Some(run) = run else { continue };
+            for (kind, p) in [("stream_event", &run.live), ("stored", &run.stored)] {
+                out.push_str(&format!(
+                    "{name:<9} {kind:<13} {:>6} {:>9.0} {:>7.2} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>6}\n",
+                    run.turns,
+                    run.lines_per_sec,
+                    run.server_cpu_secs,
+                    p.count,
+                    p.p50_us as f64 / 1000.0,
+                    p.p90_us as f64 / 1000.0,
+                    p.p99_us as f64 / 1000.0,
+                    p.max_us as f64 / 1000.0,
+                    run.errors,
+                ));
+            }
+        }
+        if let Some(a) = &self.added_ms {
+            out.push_str(&format!(
+                "agentmux adds: stream_event p50 {:+.3} ms, p99 {:+.3} ms; stored p50 {:+.3} ms, p99 {:+.3} ms\n",
+                a.live_p50, a.live_p99, a.stored_p50, a.stored_p99
+            ));
+        }
+        out
     }
 }
 
@@ -112,15 +164,40 @@ fn stamp(text: &str) -> Option<u128> {
     digits[..end].parse().ok()
 }
 
-/// Runs `sessions` conversations on one socket, closed loop: each reply of `words` streamed
-/// words, the next chat as soon as its `result` arrives.
+/// Runs the scenario on the baseline relaying the fake CLI (unless `--no-baseline`), then on
+/// agentmux.
 pub async fn cli(sessions: usize, words: usize, common: &Common) -> anyhow::Result<CliReport> {
     let tweaks = Tweaks {
         max_batch: common.max_batch,
         claude_bin: Some(fake_claude()?),
         ..Tweaks::default()
     };
-    let mut server = Server::start(Kind::Agentmux, &tweaks).await?;
+    let baseline = match common.no_baseline {
+        true => None,
+        false => Some(run(Kind::Baseline, &tweaks, sessions, words, common).await?),
+    };
+    let agentmux = run(Kind::Agentmux, &tweaks, sessions, words, common).await?;
+    Ok(CliReport {
+        scenario: "cli",
+        machine: Machine::this(),
+        sessions,
+        words,
+        added_ms: baseline.as_ref().map(|b| Added::between(b, &agentmux)),
+        baseline,
+        agentmux,
+    })
+}
+
+/// Runs `sessions` conversations on one socket of a server of `kind`, closed loop: each reply
+/// of `words` streamed words, the next chat as soon as its `result` arrives.
+async fn run(
+    kind: Kind,
+    tweaks: &Tweaks,
+    sessions: usize,
+    words: usize,
+    common: &Common,
+) -> anyhow::Result<CliRun> {
+    let mut server = Server::start(kind, tweaks).await?;
     let mut ws = connect(&server.addr).await?;
     let ids: Vec<String> = (0..sessions).map(|i| format!("cli-{i}")).collect();
     let prompt: String = (0..words)
@@ -170,11 +247,7 @@ pub async fn cli(sessions: usize, words: usize, common: &Common) -> anyhow::Resu
     let secs = started.elapsed().as_secs_f64();
     let cpu = server.cpu_secs() - cpu_before;
     server.kill().await;
-    Ok(CliReport {
-        scenario: "cli",
-        machine: Machine::this(),
-        sessions,
-        words,
+    Ok(CliRun {
         secs,
         turns: tally.turns,
         lines_per_sec: (tally.live.len() + tally.stored.len()) as f64 / secs,
