@@ -305,7 +305,7 @@ impl Connection {
 
     async fn send(&mut self, frame: Frame) -> SocketResult {
         self.app.metrics.frame_out(frame.kind);
-        self.socket.send(text_message(&frame)).await
+        self.socket.send(text_message(frame)).await
     }
 
     async fn send_error(&mut self, err: &FrameError) -> SocketResult {
@@ -542,7 +542,7 @@ impl Connection {
                 Ok(frame) => {
                     if self.is_new(&agent_id, &frame) {
                         self.app.metrics.frame_out(frame.kind);
-                        self.socket.feed(text_message(&frame)).await?;
+                        self.socket.feed(text_message(frame)).await?;
                         written += 1;
                     }
                 }
@@ -586,8 +586,9 @@ impl Connection {
                 Ok(frames) => frames,
                 Err(err) => return self.send_error(&err).await,
             };
-            for chunk in frames.chunks(REPLAY_CHUNK) {
-                for frame in chunk {
+            let mut frames = frames.into_iter().peekable();
+            while frames.peek().is_some() {
+                for frame in frames.by_ref().take(REPLAY_CHUNK) {
                     last = frame.seq.unwrap_or(last);
                     self.app.metrics.frame_out(frame.kind);
                     self.socket.feed(text_message(frame)).await?;
@@ -615,7 +616,7 @@ fn is_too_big(err: axum::Error) -> bool {
     }
 }
 
-/// A frame as a WebSocket text message, sharing the frame's bytes.
-fn text_message(frame: &Frame) -> Message {
-    Message::Text(Utf8Bytes::try_from(frame.text.bytes()).expect("frame text is UTF-8"))
+/// A frame as a WebSocket text message, taking over the frame's share of its bytes.
+fn text_message(frame: Frame) -> Message {
+    Message::Text(Utf8Bytes::try_from(frame.text.into_bytes()).expect("frame text is UTF-8"))
 }

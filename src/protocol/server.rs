@@ -32,6 +32,11 @@ impl FrameText {
     pub fn bytes(&self) -> Bytes {
         self.0.clone()
     }
+
+    /// The text's bytes, this share of them.
+    pub fn into_bytes(self) -> Bytes {
+        self.0
+    }
 }
 
 impl From<String> for FrameText {

@@ -7,6 +7,7 @@
 //! capacity up front: a conversation nobody watches costs a few words.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -37,11 +38,34 @@ struct Reader {
     waker: Option<Waker>,
 }
 
+/// Hashes a reader's id (a counter) with one multiplication: the map is looked up for every
+/// frame a reader takes, and its keys come from this process.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 struct State {
     /// Frames from position `head` on that some reader has not read.
     buf: VecDeque<Frame>,
     head: u64,
-    readers: HashMap<u64, Reader>,
+    readers: HashMap<u64, Reader, BuildHasherDefault<IdHasher>>,
+    /// Readers whose next frame is the one at `head`: the frame is dropped once none is left.
+    at_head: usize,
     next_id: u64,
     senders: usize,
 }
@@ -51,18 +75,21 @@ impl State {
         self.head + self.buf.len() as u64
     }
 
-    /// Drops the frames every reader has read, and the buffer's room once it is empty.
+    /// Counts the readers whose next frame is the one at `head`.
+    fn count_at_head(&mut self) {
+        let head = self.head;
+        self.at_head = self.readers.values().filter(|r| r.next == head).count();
+    }
+
+    /// Drops the frames every reader has read, and the buffer's room once it is empty. Each
+    /// dropped frame costs one pass over the readers, whatever their number.
     fn trim(&mut self) {
-        let tail = self.tail();
-        let min = self.readers.values().map(|r| r.next).min().unwrap_or(tail);
-        while self.head < min && self.buf.pop_front().is_some() {
+        while self.at_head == 0 && self.buf.pop_front().is_some() {
             self.head += 1;
+            self.count_at_head();
         }
-        if self.buf.is_empty() {
-            self.head = tail;
-            if self.buf.capacity() > KEEP_EMPTY {
-                self.buf = VecDeque::new();
-            }
+        if self.buf.is_empty() && self.buf.capacity() > KEEP_EMPTY {
+            self.buf = VecDeque::new();
         }
     }
 
@@ -105,7 +132,8 @@ impl Sender {
                 state: Mutex::new(State {
                     buf: VecDeque::new(),
                     head: 0,
-                    readers: HashMap::new(),
+                    readers: HashMap::default(),
+                    at_head: 0,
                     next_id: 0,
                     senders: 1,
                 }),
@@ -124,8 +152,10 @@ impl Sender {
             }
             state.buf.push_back(frame);
             if state.buf.len() > self.shared.capacity {
+                // The readers at the head lag now; the next ones are counted.
                 state.buf.pop_front();
                 state.head += 1;
+                state.count_at_head();
             }
             (state.readers.len(), state.wakers())
         };
@@ -139,6 +169,9 @@ impl Sender {
         let id = state.next_id;
         state.next_id += 1;
         let next = state.tail();
+        if next == state.head {
+            state.at_head += 1;
+        }
         state.readers.insert(id, Reader { next, waker: None });
         Receiver {
             shared: self.shared.clone(),
@@ -184,6 +217,7 @@ impl Receiver {
         if reader.next < head {
             let missed = head - reader.next;
             reader.next = head;
+            state.at_head += 1;
             return Poll::Ready(Err(RecvError::Lagged(missed)));
         }
         if reader.next < tail {
@@ -191,6 +225,7 @@ impl Receiver {
             reader.next += 1;
             let frame = state.buf[(at - head) as usize].clone();
             if at == head {
+                state.at_head -= 1;
                 state.trim();
             }
             return Poll::Ready(Ok(frame));
@@ -218,8 +253,12 @@ impl Receiver {
 impl Drop for Receiver {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
-        state.readers.remove(&self.id);
-        state.trim();
+        if let Some(reader) = state.readers.remove(&self.id)
+            && reader.next == state.head
+        {
+            state.at_head -= 1;
+            state.trim();
+        }
     }
 }
 
@@ -298,6 +337,32 @@ mod tests {
         drop(slow);
         assert!(tx.shared.lock().buf.is_empty());
         assert_eq!(tx.receiver_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_frame_is_kept_until_its_last_reader_took_it() {
+        let tx = Sender::new(8);
+        let mut early = tx.subscribe();
+        let mut many: Vec<Receiver> = (0..5).map(|_| tx.subscribe()).collect();
+        tx.send(frame(1));
+        tx.send(frame(2));
+        // Subscribed after frames 1 and 2: it holds neither.
+        let mut late = tx.subscribe();
+        for rx in &mut many {
+            assert_eq!(detail(&rx.recv().await.unwrap()), "1");
+        }
+        assert_eq!(tx.shared.lock().buf.len(), 2, "`early` has not read frame 1");
+        assert_eq!(detail(&early.recv().await.unwrap()), "1");
+        assert_eq!(tx.shared.lock().buf.len(), 1, "frame 1 read by all who had it");
+        drop(many);
+        assert_eq!(tx.shared.lock().buf.len(), 1, "`early` still has frame 2 to read");
+        assert_eq!(detail(&early.recv().await.unwrap()), "2");
+        assert!(tx.shared.lock().buf.is_empty(), "`late` never had frame 2");
+        tx.send(frame(3));
+        assert_eq!(detail(&late.recv().await.unwrap()), "3");
+        assert_eq!(tx.shared.lock().buf.len(), 1);
+        drop(early);
+        assert!(tx.shared.lock().buf.is_empty(), "its last reader left");
     }
 
     #[tokio::test]
