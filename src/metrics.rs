@@ -68,12 +68,19 @@ impl Metrics {
 
     /// A client frame of type `kind` arrived.
     pub fn frame_in(&self, kind: &'static str) {
-        bump(&self.inner.frames_in, kind);
+        bump(&self.inner.frames_in, kind, 1);
     }
 
     /// A frame of type `kind` was written to a socket.
     pub fn frame_out(&self, kind: &'static str) {
-        bump(&self.inner.frames_out, kind);
+        bump(&self.inner.frames_out, kind, 1);
+    }
+
+    /// Frames a socket wrote in one go, counted by type: adds them and empties `counted`.
+    pub fn frames_out(&self, counted: &mut FramesOut) {
+        for (kind, n) in counted.0.drain(..) {
+            bump(&self.inner.frames_out, kind, n);
+        }
     }
 
     /// Append requests waiting for the store writer right now.
@@ -134,12 +141,12 @@ impl Metrics {
 
     /// An error frame with `code` was sent.
     pub fn error(&self, code: &'static str) {
-        bump(&self.inner.errors, code);
+        bump(&self.inner.errors, code, 1);
     }
 
     /// A schedule's tick or run-now ended as `outcome` (`started`, `skipped`, `refused`).
     pub fn scheduled_run(&self, outcome: &'static str) {
-        bump(&self.inner.scheduled_runs, outcome);
+        bump(&self.inner.scheduled_runs, outcome, 1);
     }
 
     /// Renders every metric in the Prometheus text format.
@@ -300,12 +307,28 @@ impl Metrics {
     }
 }
 
-fn bump(map: &DashMap<&'static str, AtomicU64>, key: &'static str) {
+fn bump(map: &DashMap<&'static str, AtomicU64>, key: &'static str, n: u64) {
     if let Some(c) = map.get(key) {
-        c.fetch_add(1, Relaxed);
+        c.fetch_add(n, Relaxed);
         return;
     }
-    map.entry(key).or_default().fetch_add(1, Relaxed);
+    map.entry(key).or_default().fetch_add(n, Relaxed);
+}
+
+/// Frames one socket wrote, by type, before they are added to the server's counters: a socket
+/// adds them once per batch it writes rather than once per frame (the shared counters are
+/// contended between threads).
+#[derive(Default)]
+pub struct FramesOut(Vec<(&'static str, u64)>);
+
+impl FramesOut {
+    /// One more frame of type `kind`.
+    pub fn add(&mut self, kind: &'static str) {
+        match self.0.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => self.0.push((kind, 1)),
+        }
+    }
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: i64) {

@@ -28,6 +28,7 @@ use crate::config::SocketConfig;
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::limits::{QuotaPermit, RateLimiter, Verdict};
+use crate::metrics::FramesOut;
 use crate::protocol::{
     self, AgentId, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag,
 };
@@ -167,6 +168,8 @@ struct Connection {
     rate: Option<RateLimiter>,
     /// The principal's activity feed, once the client sent `watch`.
     activity: Option<Receiver>,
+    /// Frames of the batch being written, by type, for the metrics.
+    sent: FramesOut,
     /// This socket's place in its principal's socket quota.
     _permit: QuotaPermit,
 }
@@ -187,6 +190,7 @@ impl Connection {
             acks: FuturesOrdered::new(),
             rate,
             activity: None,
+            sent: FramesOut::default(),
             _permit: permit,
         }
     }
@@ -541,7 +545,7 @@ impl Connection {
             match item {
                 Ok(frame) => {
                     if self.is_new(&agent_id, &frame) {
-                        self.app.metrics.frame_out(frame.kind);
+                        self.sent.add(frame.kind);
                         self.socket.feed(text_message(frame)).await?;
                         written += 1;
                     }
@@ -555,6 +559,7 @@ impl Connection {
                 next = self.subs.next().now_or_never().flatten();
             }
         }
+        self.app.metrics.frames_out(&mut self.sent);
         self.socket.flush().await
     }
 
@@ -590,9 +595,10 @@ impl Connection {
             while frames.peek().is_some() {
                 for frame in frames.by_ref().take(REPLAY_CHUNK) {
                     last = frame.seq.unwrap_or(last);
-                    self.app.metrics.frame_out(frame.kind);
+                    self.sent.add(frame.kind);
                     self.socket.feed(text_message(frame)).await?;
                 }
+                self.app.metrics.frames_out(&mut self.sent);
                 // Live conversations' work waiting for this thread goes first.
                 tokio::task::yield_now().await;
             }

@@ -351,11 +351,23 @@ mod tests {
         for rx in &mut many {
             assert_eq!(detail(&rx.recv().await.unwrap()), "1");
         }
-        assert_eq!(tx.shared.lock().buf.len(), 2, "`early` has not read frame 1");
+        assert_eq!(
+            tx.shared.lock().buf.len(),
+            2,
+            "`early` has not read frame 1"
+        );
         assert_eq!(detail(&early.recv().await.unwrap()), "1");
-        assert_eq!(tx.shared.lock().buf.len(), 1, "frame 1 read by all who had it");
+        assert_eq!(
+            tx.shared.lock().buf.len(),
+            1,
+            "frame 1 read by all who had it"
+        );
         drop(many);
-        assert_eq!(tx.shared.lock().buf.len(), 1, "`early` still has frame 2 to read");
+        assert_eq!(
+            tx.shared.lock().buf.len(),
+            1,
+            "`early` still has frame 2 to read"
+        );
         assert_eq!(detail(&early.recv().await.unwrap()), "2");
         assert!(tx.shared.lock().buf.is_empty(), "`late` never had frame 2");
         tx.send(frame(3));
