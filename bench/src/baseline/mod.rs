@@ -27,6 +27,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
+pub use self::relay::STREAM_JSON_FLAGS;
 use self::relay::{Relay, RelayCli};
 use self::turn::Conversation;
 

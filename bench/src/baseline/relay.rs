@@ -14,6 +14,18 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{broadcast, mpsc};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
+/// The flags that run a Claude-compatible CLI in stream-json mode with partial messages, as
+/// agentmux runs it (also used by `warm` to drive the CLI without agentmux).
+pub const STREAM_JSON_FLAGS: [&str; 7] = [
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--include-partial-messages",
+];
+
 /// How the baseline starts its CLI processes.
 pub struct RelayCli {
     /// The CLI executable.
@@ -56,15 +68,7 @@ impl Relay {
 /// The CLI in stream-json mode with partial messages, stamping each line it writes.
 fn spawn(bin: &Path, dir: &Path) -> std::io::Result<Child> {
     Command::new(bin)
-        .args([
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--include-partial-messages",
-        ])
+        .args(STREAM_JSON_FLAGS)
         .arg(format!("--session-id={}", uuid::Uuid::new_v4()))
         .current_dir(dir)
         .env("CLAUDE_CONFIG_DIR", dir)

@@ -16,6 +16,7 @@ use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::SETUP_TIMEOUT;
+use crate::baseline::STREAM_JSON_FLAGS;
 use crate::process;
 use crate::report::Machine;
 use crate::servers::{Server, Tweaks};
@@ -218,14 +219,7 @@ impl Alone {
         launch: &str,
     ) -> anyhow::Result<Self> {
         let mut child = Command::new(bin)
-            .args([
-                "-p",
-                "--input-format",
-                "stream-json",
-                "--output-format",
-                "stream-json",
-            ])
-            .args(["--verbose", "--include-partial-messages"])
+            .args(STREAM_JSON_FLAGS)
             .args(["--permission-prompt-tool", "stdio", launch])
             .current_dir(cwd)
             .env("CLAUDE_CONFIG_DIR", config_dir)
