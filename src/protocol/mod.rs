@@ -193,6 +193,33 @@ mod tests {
         decode(text, LIMITS).unwrap_err().code
     }
 
+    /// Numbers in an approved tool input reach the agent as the client wrote them. Found by
+    /// fuzzing: a long number was read one unit off in its last binary place, so the frame,
+    /// written out and read again, no longer meant the same.
+    #[test]
+    fn numbers_in_an_approved_input_are_kept_exactly() {
+        let long = "881111111111111111111111111111111111111111111111111111111111110000000000000000000000015374090981363322423";
+        let text = format!(
+            r#"{{"type":"permission_response","agent_id":"a","request_id":"4f2c","behavior":"allow","updated_input":{{"n":{long},"f":8.811111111111109e+104}}}}"#
+        );
+        let frame = decode(&text, LIMITS).unwrap();
+        let ClientFrame::PermissionResponse {
+            decision:
+                PermissionDecision::Allow {
+                    updated_input: Some(input),
+                    ..
+                },
+            ..
+        } = &frame
+        else {
+            panic!("{frame:?}");
+        };
+        assert_eq!(input["n"].as_f64(), Some(long.parse::<f64>().unwrap()));
+        assert_eq!(input["f"].as_f64(), Some(8.811111111111109e104));
+        let again = serde_json::to_string(&frame).unwrap();
+        assert_eq!(decode(&again, LIMITS).unwrap(), frame);
+    }
+
     #[test]
     fn decodes_every_client_frame() {
         let chat = decode(
