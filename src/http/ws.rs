@@ -33,7 +33,7 @@ use crate::protocol::{
     self, AgentId, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag,
 };
 use crate::session::ChatAccepted;
-use crate::session::events::{Lagged, Receiver};
+use crate::session::events::{Batches, Lagged, Receiver};
 use crate::session::replay::Cursor;
 
 /// Most frames written before one flush.
@@ -121,14 +121,15 @@ struct Followed {
     stop: AbortHandle,
 }
 
-/// One followed conversation's live frames, tagged with its `agent_id`, until aborted.
+/// One followed conversation's live frames, a batch of what is ready at a time, tagged with its
+/// `agent_id`, until aborted.
 struct Live {
     agent_id: Arc<str>,
-    frames: Abortable<Receiver>,
+    frames: Abortable<Batches>,
 }
 
 impl Stream for Live {
-    type Item = (Arc<str>, Result<Frame, Lagged>);
+    type Item = (Arc<str>, Result<Vec<Frame>, Lagged>);
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let agent_id = self.agent_id.clone();
@@ -522,7 +523,7 @@ impl Connection {
 
     /// Follows a conversation's live frames from the cursor on, replacing any earlier stream.
     fn follow(&mut self, agent_id: AgentId, cursor: Cursor, events: Receiver) {
-        let (frames, stop) = futures_util::stream::abortable(events);
+        let (frames, stop) = futures_util::stream::abortable(events.batches(WRITE_BATCH));
         self.subs.push(Live {
             agent_id: agent_id.as_str().into(),
             frames,
@@ -532,8 +533,8 @@ impl Connection {
         }
     }
 
-    /// Sends a live frame and whatever else is ready, then flushes once.
-    async fn forward(&mut self, first: (Arc<str>, Result<Frame, Lagged>)) -> SocketResult {
+    /// Sends live frames and whatever else is ready, then flushes once.
+    async fn forward(&mut self, first: (Arc<str>, Result<Vec<Frame>, Lagged>)) -> SocketResult {
         // A chat's ack goes before its conversation's frames: the reply that completes it is
         // sent before the user message is published.
         while let Some(Some((agent_id, client_msg_id, outcome))) = self.acks.next().now_or_never() {
@@ -543,11 +544,13 @@ impl Connection {
         let mut written = 0;
         while let Some((agent_id, item)) = next.take() {
             match item {
-                Ok(frame) => {
-                    if self.is_new(&agent_id, &frame) {
-                        self.sent.add(frame.kind);
-                        self.socket.feed(text_message(frame)).await?;
-                        written += 1;
+                Ok(frames) => {
+                    for frame in frames {
+                        if self.is_new(&agent_id, &frame) {
+                            self.sent.add(frame.kind);
+                            self.socket.feed(text_message(frame)).await?;
+                            written += 1;
+                        }
                     }
                 }
                 Err(Lagged(missed)) => {

@@ -240,6 +240,39 @@ impl Receiver {
         Poll::Pending
     }
 
+    /// Adds to `out` up to `max` frames that are ready now, without waiting; none past a lag,
+    /// which the next poll reports.
+    fn take_ready(&mut self, out: &mut Vec<Frame>, max: usize) {
+        let mut state = self.shared.lock();
+        let (head, tail) = (state.head, state.tail());
+        let reader = state.readers.get_mut(&self.id).expect("registered reader");
+        let from = reader.next;
+        if from < head || from == tail {
+            return;
+        }
+        let to = tail.min(from + max as u64);
+        reader.next = to;
+        out.extend(
+            state
+                .buf
+                .range((from - head) as usize..(to - head) as usize)
+                .cloned(),
+        );
+        if from == head {
+            state.at_head -= 1;
+            state.trim();
+        }
+    }
+
+    /// The frames in batches: each is every frame ready when it is taken, at most `max`, so a
+    /// follower takes a burst with one wake-up and one look at the buffer.
+    pub fn batches(self, max: usize) -> Batches {
+        Batches {
+            rx: self,
+            max: max.max(1),
+        }
+    }
+
     /// Waits for the next frame.
     ///
     /// # Errors
@@ -269,6 +302,30 @@ impl Stream for Receiver {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.get_mut().poll_recv(cx).map(|r| match r {
             Ok(frame) => Some(Ok(frame)),
+            Err(RecvError::Lagged(n)) => Some(Err(Lagged(n))),
+            Err(RecvError::Closed) => None,
+        })
+    }
+}
+
+/// A receiver's frames in batches (see [`Receiver::batches`]); falling behind is an item of
+/// its own.
+pub struct Batches {
+    rx: Receiver,
+    max: usize,
+}
+
+impl Stream for Batches {
+    type Item = Result<Vec<Frame>, Lagged>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        this.rx.poll_recv(cx).map(|r| match r {
+            Ok(first) => {
+                let mut batch = vec![first];
+                this.rx.take_ready(&mut batch, this.max - 1);
+                Some(Ok(batch))
+            }
             Err(RecvError::Lagged(n)) => Some(Err(Lagged(n))),
             Err(RecvError::Closed) => None,
         })
@@ -375,6 +432,44 @@ mod tests {
         assert_eq!(tx.shared.lock().buf.len(), 1);
         drop(early);
         assert!(tx.shared.lock().buf.is_empty(), "its last reader left");
+    }
+
+    #[tokio::test]
+    async fn batches_take_what_is_ready_and_stop_at_a_lag() {
+        use futures_util::StreamExt;
+        let tx = Sender::new(4);
+        let mut batches = tx.subscribe().batches(3);
+        let mut other = tx.subscribe();
+        for n in 0..3 {
+            tx.send(frame(n));
+        }
+        let batch = batches.next().await.unwrap().unwrap();
+        assert_eq!(
+            batch.iter().map(detail).collect::<Vec<_>>(),
+            ["0", "1", "2"]
+        );
+        assert_eq!(tx.shared.lock().buf.len(), 3, "`other` has read nothing");
+        for n in 0..3 {
+            assert_eq!(detail(&other.recv().await.unwrap()), n.to_string());
+        }
+        assert!(tx.shared.lock().buf.is_empty(), "read by both: dropped");
+        for n in 3..5 {
+            tx.send(frame(n));
+        }
+        // At most `max` at once.
+        for n in 5..9 {
+            tx.send(frame(n));
+        }
+        assert_eq!(batches.next().await.unwrap().unwrap_err(), Lagged(2));
+        let batch = batches.next().await.unwrap().unwrap();
+        assert_eq!(
+            batch.iter().map(detail).collect::<Vec<_>>(),
+            ["5", "6", "7"]
+        );
+        let batch = batches.next().await.unwrap().unwrap();
+        assert_eq!(batch.iter().map(detail).collect::<Vec<_>>(), ["8"]);
+        drop(tx);
+        assert!(batches.next().await.is_none(), "closed");
     }
 
     #[tokio::test]
