@@ -464,8 +464,12 @@ async fn three_nodes_route_commands_to_the_owner_and_relay_its_frames() {
     );
     assert_all_stored(&on_c, &stored);
 
-    // An interrupt through C stops the turn running on A.
+    // An interrupt through C stops the turn running on A. A's socket still holds the frames
+    // of turn two (it follows the conversation): the stream_event waited for is the first one
+    // after the ack of turn three, so that the interrupt can't come before the turn started.
     ca.chat("x", "three").await;
+    ca.recv_until(|f| f["message_type"] == "ack" && f["agent_id"] == "x")
+        .await;
     ca.recv_until(|f| f["message_type"] == "stream_event" && f["agent_id"] == "x")
         .await;
     cc.send(json!({"type": "interrupt", "agent_id": "x"})).await;
