@@ -61,6 +61,29 @@ async fn a_tiny_cli_run_reports_what_agentmux_adds_to_a_bare_relay() {
     }
 }
 
+/// The baseline's `--relay-cli` must name an executable file: a missing path, a directory or a
+/// value that reads like a flag is refused before it listens.
+#[tokio::test]
+async fn the_baseline_refuses_a_relay_cli_that_is_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    for value in [
+        missing.to_string_lossy().into_owned(),
+        dir.path().to_string_lossy().into_owned(),
+        "-p".to_owned(),
+    ] {
+        let out = tokio::process::Command::new(sibling("agentmux-bench"))
+            .args(["baseline", &format!("--relay-cli={value}")])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{value:?} was accepted");
+        assert!(stderr.contains("no CLI at"), "{value:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{value:?}: it listened");
+    }
+}
+
 /// `sweep --fractions` paces only at the fractions asked for, after the closed-loop peak;
 /// fractions that are no share of the peak are refused before anything starts.
 #[tokio::test]

@@ -27,8 +27,8 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
+use self::relay::Relays;
 pub use self::relay::STREAM_JSON_FLAGS;
-use self::relay::{Relay, RelayCli};
 use self::turn::Conversation;
 
 /// Most frames written before one flush.
@@ -47,8 +47,8 @@ type Socket = WebSocketStream<TcpStream>;
 struct Baseline {
     keep_history: bool,
     conversations: Mutex<HashMap<String, Arc<Entry>>>,
-    /// With `--relay-cli`: how CLI processes are started, and each conversation's.
-    relay: Option<(RelayCli, Mutex<HashMap<String, Relay>>)>,
+    /// With `--relay-cli`: the CLI processes chats go to.
+    relays: Option<Relays>,
 }
 
 struct Entry {
@@ -68,23 +68,13 @@ pub async fn serve(
     keep_history: bool,
     relay_cli: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let relay = match relay_cli {
-        Some(bin) => {
-            anyhow::ensure!(bin.is_file(), "no CLI at {}", bin.display());
-            let cli = RelayCli {
-                bin,
-                dir: tempfile::tempdir()?,
-            };
-            Some((cli, Mutex::new(HashMap::new())))
-        }
-        None => None,
-    };
+    let relays = relay_cli.map(Relays::new).transpose()?;
     let listener = TcpListener::bind(bind).await?;
     println!("listening on http://{}", listener.local_addr()?);
     let state = Arc::new(Baseline {
         keep_history,
         conversations: Mutex::new(HashMap::new()),
-        relay,
+        relays,
     });
     loop {
         match listener.accept().await {
@@ -112,25 +102,6 @@ impl Baseline {
                 })
             })
             .clone()
-    }
-
-    /// Relays `content` to the CLI of `agent_id` (started on its first chat); the `ack`.
-    fn relay_chat(
-        &self,
-        (cli, relays): &(RelayCli, Mutex<HashMap<String, Relay>>),
-        agent_id: &str,
-        entry: &Entry,
-        content: &str,
-        client_msg_id: Option<&str>,
-    ) -> std::io::Result<String> {
-        let mut relays = relays.lock().expect("not poisoned");
-        if !relays.contains_key(agent_id) {
-            let relay = Relay::start(cli, agent_id, entry.frames.clone())?;
-            relays.insert(agent_id.to_owned(), relay);
-        }
-        relays[agent_id].prompt(content);
-        let state = entry.state.lock().expect("not poisoned");
-        Ok(state.conversation.ack(client_msg_id, 0))
     }
 }
 
@@ -238,19 +209,14 @@ async fn on_text(
         } => {
             let entry = state.entry(&agent_id);
             subs.follow(&agent_id, &entry);
-            let ack = match &state.relay {
-                Some(relay) => {
-                    match state.relay_chat(
-                        relay,
-                        &agent_id,
-                        &entry,
-                        &content,
-                        client_msg_id.as_deref(),
-                    ) {
-                        Ok(ack) => ack,
-                        Err(err) => turn::error("agent_unavailable", &err.to_string()),
+            let ack = match &state.relays {
+                Some(relays) => match relays.chat(&agent_id, &entry.frames, &content) {
+                    Ok(()) => {
+                        let state = entry.state.lock().expect("not poisoned");
+                        state.conversation.ack(client_msg_id.as_deref(), 0)
                     }
-                }
+                    Err(err) => turn::error("agent_unavailable", &err.to_string()),
+                },
                 None => entry.answer(&content, client_msg_id.as_deref(), state.keep_history),
             };
             socket.send(Message::text(ack)).await

@@ -5,8 +5,10 @@
 //! Nothing is stored and no line is looked at beyond its `type`: this is the least any server
 //! relaying a CLI does, so the `cli` scenario reads agentmux's latency as what it adds to it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -26,42 +28,67 @@ pub const STREAM_JSON_FLAGS: [&str; 7] = [
     "--include-partial-messages",
 ];
 
-/// How the baseline starts its CLI processes.
-pub struct RelayCli {
+/// The baseline's CLI processes: how they are started, and each conversation's.
+pub struct Relays {
     /// The CLI executable.
-    pub bin: PathBuf,
+    bin: PathBuf,
     /// Its configuration directory and working directory (transcripts go there).
-    pub dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+    running: Mutex<HashMap<String, Relay>>,
 }
 
 /// One conversation's CLI: prompts are written to its stdin in order.
-pub struct Relay {
+struct Relay {
     prompts: mpsc::UnboundedSender<String>,
 }
 
-impl Relay {
+impl Relays {
+    /// Relays to processes of the CLI at `bin`.
+    pub fn new(bin: PathBuf) -> anyhow::Result<Self> {
+        anyhow::ensure!(bin.is_file(), "no CLI at {}", bin.display());
+        Ok(Relays {
+            bin,
+            dir: tempfile::tempdir()?,
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Sends `content` to the CLI of `agent_id` as its next user message, starting the CLI on
+    /// the conversation's first chat; its stdout lines go to `frames`.
+    pub fn chat(
+        &self,
+        agent_id: &str,
+        frames: &broadcast::Sender<Utf8Bytes>,
+        content: &str,
+    ) -> std::io::Result<()> {
+        let mut running = self.running.lock().expect("not poisoned");
+        let relay = match running.entry(agent_id.to_owned()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(self.start(agent_id, frames.clone())?)
+            }
+        };
+        let line = serde_json::json!({
+            "type": "user",
+            "message": {"role": "user", "content": content},
+        });
+        let _ = relay.prompts.send(format!("{line}\n"));
+        Ok(())
+    }
+
     /// Starts the CLI of `agent_id`; its stdout lines go to `frames`.
-    pub fn start(
-        cli: &RelayCli,
+    fn start(
+        &self,
         agent_id: &str,
         frames: broadcast::Sender<Utf8Bytes>,
     ) -> std::io::Result<Relay> {
-        let mut child = spawn(&cli.bin, cli.dir.path())?;
+        let mut child = spawn(&self.bin, self.dir.path())?;
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let (prompts, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_prompts(child, stdin, rx));
         tokio::spawn(relay_lines(stdout, agent_id.to_owned(), frames));
         Ok(Relay { prompts })
-    }
-
-    /// Sends `content` to the CLI as the next user message.
-    pub fn prompt(&self, content: &str) {
-        let line = serde_json::json!({
-            "type": "user",
-            "message": {"role": "user", "content": content},
-        });
-        let _ = self.prompts.send(format!("{line}\n"));
     }
 }
 
