@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::{AgentId, Content};
 use async_trait::async_trait;
-use serde_json::json;
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::{
@@ -174,30 +174,31 @@ impl DemoAgent {
             .await;
     }
 
-    async fn emit(&self, value: serde_json::Value) -> bool {
+    /// Sends one line: `line` is serialized once, and its type, subtype and uuid are known
+    /// without reading it back.
+    async fn emit(&self, line: &Line<'_>) -> bool {
         let message = AgentMessage {
-            kind: value["type"].as_str().unwrap_or_default().to_owned(),
-            subtype: value["subtype"].as_str().map(str::to_owned),
-            uuid: value["uuid"].as_str().map(str::to_owned),
+            kind: line.kind().to_owned(),
+            subtype: line.subtype().map(str::to_owned),
+            uuid: Some(line.uuid.to_owned()),
             session_id: Some(self.session_id.clone()),
-            raw: value.to_string(),
+            raw: serde_json::to_string(line).expect("a demo line serializes"),
         };
         self.events.send(AgentEvent::Message(message)).await.is_ok()
     }
 
-    /// Emits one word's `stream_event`. It is built as text rather than as a JSON value because
-    /// it is the demo's hot path (one per word) and benchmarks should measure the gateway, not
-    /// the demo; the line is the same JSON `stream()` would give.
-    async fn emit_delta(&self, piece: &str) -> bool {
-        let uuid = uuid::Uuid::new_v4();
-        let message = AgentMessage {
-            kind: "stream_event".to_owned(),
-            subtype: None,
-            uuid: Some(uuid.to_string()),
-            session_id: Some(self.session_id.clone()),
-            raw: delta_line(&self.session_id, &uuid, piece),
-        };
-        self.events.send(AgentEvent::Message(message)).await.is_ok()
+    /// Sends one `stream_event` line.
+    async fn emit_stream(&self, event: StreamEvent<'_>) -> bool {
+        let uuid = new_uuid();
+        self.emit(&Line {
+            session_id: &self.session_id,
+            uuid: &uuid,
+            body: Body::StreamEvent {
+                parent_tool_use_id: None,
+                event,
+            },
+        })
+        .await
     }
 
     async fn turn(
@@ -208,18 +209,27 @@ impl DemoAgent {
     ) -> TurnEnd {
         let started = Instant::now();
         self.turns += 1;
-        let sid = self.session_id.clone();
         let msg_id = format!("msg_demo_{}", uuid::Uuid::new_v4().simple());
-        self.emit(json!({
-            "type": "system", "subtype": "init", "session_id": sid, "uuid": uuid::Uuid::new_v4(),
-            "model": self.model, "tools": [], "permissionMode": self.permission_mode, "apiKeySource": "none",
-            "claude_code_version": "demo",
-        }))
+        let init_uuid = new_uuid();
+        self.emit(&Line {
+            session_id: &self.session_id,
+            uuid: &init_uuid,
+            body: Body::System {
+                subtype: "init",
+                model: &self.model,
+                tools: [],
+                permission_mode: &self.permission_mode,
+                api_key_source: "none",
+                claude_code_version: "demo",
+            },
+        })
         .await;
-        self.emit(stream(
-            &sid,
-            json!({"type": "message_start", "message": {"id": msg_id, "model": self.model}}),
-        ))
+        self.emit_stream(StreamEvent::MessageStart {
+            message: MessageStart {
+                id: &msg_id,
+                model: &self.model,
+            },
+        })
         .await;
         let reply = format!("Echo: {} (turn {})", describe(prompt), self.turns);
         let words: Vec<&str> = reply.split(' ').collect();
@@ -236,7 +246,11 @@ impl DemoAgent {
                 break;
             }
             said.push_str(&piece);
-            if !self.emit_delta(&piece).await {
+            let delta = StreamEvent::ContentBlockDelta {
+                index: 0,
+                delta: Delta::TextDelta { text: &piece },
+            };
+            if !self.emit_stream(delta).await {
                 return TurnEnd::Closed;
             }
             if i == 0
@@ -258,54 +272,84 @@ impl DemoAgent {
             }
         }
         let interrupted = !matches!(end, TurnEnd::Completed);
-        let output_tokens = said.split_whitespace().count();
-        let input_tokens = prompt.text().split_whitespace().count();
-        let mut assistant = json!({
-            "type": "assistant", "session_id": sid, "uuid": uuid::Uuid::new_v4(), "parent_tool_use_id": null,
-            "message": {
-                "id": msg_id, "type": "message", "role": "assistant", "model": self.model,
-                "content": [{"type": "text", "text": said}],
-                "stop_reason": null,
-                "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
-            },
-        });
-        if interrupted {
-            assistant["aborted"] = json!(true);
-        }
-        self.emit(assistant).await;
-        if interrupted {
-            self.emit(json!({
-                "type": "user", "session_id": sid, "uuid": uuid::Uuid::new_v4(),
-                "message": {"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]},
-            }))
-            .await;
-        }
-        self.emit(stream(
-            &sid,
-            json!({"type": "content_block_stop", "index": 0}),
-        ))
-        .await;
-        self.emit(stream(&sid, json!({"type": "message_stop"})))
-            .await;
-        self.cumulative_cost += COST_PER_TURN_USD;
-        let duration_ms = started.elapsed().as_millis() as u64;
-        let usage = json!({"input_tokens": input_tokens, "output_tokens": output_tokens});
-        let result = if interrupted {
-            json!({
-                "type": "result", "subtype": "error_during_execution", "is_error": true, "session_id": sid,
-                "uuid": uuid::Uuid::new_v4(), "num_turns": 1, "duration_ms": duration_ms, "duration_api_ms": 0,
-                "total_cost_usd": self.cumulative_cost, "stop_reason": null, "terminal_reason": "aborted_streaming",
-                "usage": usage, "errors": [],
-            })
-        } else {
-            json!({
-                "type": "result", "subtype": "success", "is_error": false, "result": reply, "session_id": sid,
-                "uuid": uuid::Uuid::new_v4(), "num_turns": 1, "duration_ms": duration_ms, "duration_api_ms": 0,
-                "total_cost_usd": self.cumulative_cost, "stop_reason": "end_turn", "terminal_reason": "completed",
-                "usage": usage,
-            })
+        let usage = Usage {
+            input_tokens: prompt.text().split_whitespace().count(),
+            output_tokens: said.split_whitespace().count(),
         };
-        if !self.emit(result).await {
+        let assistant_uuid = new_uuid();
+        self.emit(&Line {
+            session_id: &self.session_id,
+            uuid: &assistant_uuid,
+            body: Body::Assistant {
+                parent_tool_use_id: None,
+                message: AssistantMessage {
+                    id: &msg_id,
+                    kind: "message",
+                    role: "assistant",
+                    model: &self.model,
+                    content: [Block::Text { text: &said }],
+                    stop_reason: None,
+                    usage,
+                },
+                aborted: interrupted,
+            },
+        })
+        .await;
+        if interrupted {
+            let user_uuid = new_uuid();
+            self.emit(&Line {
+                session_id: &self.session_id,
+                uuid: &user_uuid,
+                body: Body::User {
+                    message: UserMessage {
+                        role: "user",
+                        content: [Block::Text {
+                            text: "[Request interrupted by user]",
+                        }],
+                    },
+                },
+            })
+            .await;
+        }
+        self.emit_stream(StreamEvent::ContentBlockStop { index: 0 })
+            .await;
+        self.emit_stream(StreamEvent::MessageStop).await;
+        self.cumulative_cost += COST_PER_TURN_USD;
+        let result_uuid = new_uuid();
+        let result = Line {
+            session_id: &self.session_id,
+            uuid: &result_uuid,
+            body: Body::Result(if interrupted {
+                TurnResult {
+                    subtype: "error_during_execution",
+                    is_error: true,
+                    result: None,
+                    num_turns: 1,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    duration_api_ms: 0,
+                    total_cost_usd: self.cumulative_cost,
+                    stop_reason: None,
+                    terminal_reason: "aborted_streaming",
+                    usage,
+                    errors: Some([]),
+                }
+            } else {
+                TurnResult {
+                    subtype: "success",
+                    is_error: false,
+                    result: Some(&reply),
+                    num_turns: 1,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    duration_api_ms: 0,
+                    total_cost_usd: self.cumulative_cost,
+                    stop_reason: Some("end_turn"),
+                    terminal_reason: "completed",
+                    usage,
+                    errors: None,
+                }
+            }),
+        };
+        if !self.emit(&result).await {
             return TurnEnd::Closed;
         }
         end
@@ -354,19 +398,136 @@ fn check_input(
     }
 }
 
-/// The `stream_event` line of one word, as text.
-fn delta_line(session_id: &str, uuid: &uuid::Uuid, piece: &str) -> String {
-    let text = serde_json::to_string(piece).expect("a string serializes");
-    format!(
-        r#"{{"event":{{"delta":{{"text":{text},"type":"text_delta"}},"index":0,"type":"content_block_delta"}},"parent_tool_use_id":null,"session_id":"{session_id}","type":"stream_event","uuid":"{uuid}"}}"#
-    )
+/// A fresh uuid, as the text every line carries.
+fn new_uuid() -> String {
+    uuid::Uuid::new_v4().hyphenated().to_string()
 }
 
-fn stream(session_id: &str, event: serde_json::Value) -> serde_json::Value {
-    json!({
-        "type": "stream_event", "session_id": session_id, "uuid": uuid::Uuid::new_v4(),
-        "parent_tool_use_id": null, "event": event,
-    })
+/// One line of the demo's stdout, in the Claude CLI's shape. It is serialized straight from
+/// these types, without a JSON value tree, as the demo runs in every benchmark.
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(flatten)]
+    body: Body<'a>,
+    session_id: &'a str,
+    uuid: &'a str,
+}
+
+impl Line<'_> {
+    fn kind(&self) -> &'static str {
+        match self.body {
+            Body::System { .. } => "system",
+            Body::StreamEvent { .. } => "stream_event",
+            Body::Assistant { .. } => "assistant",
+            Body::User { .. } => "user",
+            Body::Result(_) => "result",
+        }
+    }
+
+    fn subtype(&self) -> Option<&str> {
+        match &self.body {
+            Body::System { subtype, .. } => Some(subtype),
+            Body::Result(result) => Some(result.subtype),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Body<'a> {
+    System {
+        subtype: &'static str,
+        model: &'a str,
+        tools: [&'static str; 0],
+        #[serde(rename = "permissionMode")]
+        permission_mode: &'a str,
+        #[serde(rename = "apiKeySource")]
+        api_key_source: &'static str,
+        claude_code_version: &'static str,
+    },
+    StreamEvent {
+        parent_tool_use_id: Option<&'static str>,
+        event: StreamEvent<'a>,
+    },
+    Assistant {
+        parent_tool_use_id: Option<&'static str>,
+        message: AssistantMessage<'a>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        aborted: bool,
+    },
+    User {
+        message: UserMessage,
+    },
+    Result(TurnResult<'a>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StreamEvent<'a> {
+    MessageStart { message: MessageStart<'a> },
+    ContentBlockDelta { index: u32, delta: Delta<'a> },
+    ContentBlockStop { index: u32 },
+    MessageStop,
+}
+
+#[derive(Serialize)]
+struct MessageStart<'a> {
+    id: &'a str,
+    model: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Delta<'a> {
+    TextDelta { text: &'a str },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text { text: &'a str },
+}
+
+#[derive(Serialize)]
+struct AssistantMessage<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: [Block<'a>; 1],
+    stop_reason: Option<&'static str>,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct UserMessage {
+    role: &'static str,
+    content: [Block<'static>; 1],
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct Usage {
+    input_tokens: usize,
+    output_tokens: usize,
+}
+
+#[derive(Serialize)]
+struct TurnResult<'a> {
+    subtype: &'static str,
+    is_error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a str>,
+    num_turns: u32,
+    duration_ms: u64,
+    duration_api_ms: u64,
+    total_cost_usd: f64,
+    stop_reason: Option<&'static str>,
+    terminal_reason: &'static str,
+    usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<[&'static str; 0]>,
 }
 
 /// The turn's content as the demo echoes it: its text, then `[<media type> <size> bytes]` per
@@ -387,18 +548,129 @@ fn describe(prompt: &Content) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
-    #[test]
-    fn a_word_line_is_the_stream_event_json() {
-        let uuid = uuid::Uuid::new_v4();
-        let piece = "say \"hi\" ";
-        let line: serde_json::Value =
-            serde_json::from_str(&delta_line("s-1", &uuid, piece)).unwrap();
-        let mut expected = stream(
-            "s-1",
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}),
+    /// Runs one turn of a fresh demo agent on `text`, interrupted at its first word when
+    /// `interrupt`, and returns what it sent.
+    async fn one_turn(text: &str, interrupt: bool) -> Vec<AgentMessage> {
+        let (events, mut got) = mpsc::channel(EVENT_QUEUE);
+        let (input_tx, mut input) = mpsc::channel(INPUT_QUEUE);
+        let mut agent = DemoAgent {
+            session_id: "s-1".into(),
+            gate: None,
+            model: "demo".into(),
+            permission_mode: "default".into(),
+            turns: 0,
+            cumulative_cost: 0.0,
+            word_delay: Duration::ZERO,
+            events,
+        };
+        if interrupt {
+            input_tx.send(AgentInput::Interrupt).await.unwrap();
+        }
+        let mut pending = std::collections::VecDeque::new();
+        agent
+            .turn(&Content::Text(text.into()), &mut input, &mut pending)
+            .await;
+        drop(agent);
+        let mut sent = Vec::new();
+        while let Some(AgentEvent::Message(m)) = got.recv().await {
+            sent.push(m);
+        }
+        sent
+    }
+
+    /// Each line's routing fields, as the CLI backend would read them from the text.
+    fn check_routing(sent: &[AgentMessage]) -> Vec<Value> {
+        let mut uuids = std::collections::HashSet::new();
+        sent.iter()
+            .map(|m| {
+                let read = AgentMessage::parse(m.raw.clone()).unwrap();
+                assert_eq!(
+                    (&read.kind, &read.subtype, &read.uuid, &read.session_id),
+                    (&m.kind, &m.subtype, &m.uuid, &m.session_id),
+                    "{}",
+                    m.raw
+                );
+                assert!(uuids.insert(m.uuid.clone().unwrap()), "uuids differ");
+                let mut line: Value = serde_json::from_str(&m.raw).unwrap();
+                // The uuids and the timing are fresh each run; the rest is the CLI's shape.
+                line.as_object_mut().unwrap().remove("uuid");
+                for at in ["/message/id", "/event/message/id"] {
+                    if let Some(id) = line.pointer_mut(at).filter(|id| id.is_string()) {
+                        assert!(id.as_str().unwrap().starts_with("msg_demo_"));
+                        *id = json!("msg");
+                    }
+                }
+                if line["type"] == "result" {
+                    assert!(line["duration_ms"].is_u64());
+                    line["duration_ms"] = json!(0);
+                }
+                line
+            })
+            .collect()
+    }
+
+    fn stream(event: Value) -> Value {
+        json!({"type": "stream_event", "session_id": "s-1", "parent_tool_use_id": null, "event": event})
+    }
+
+    fn delta(text: &str) -> Value {
+        stream(
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_turn_sends_the_lines_of_the_cli_in_their_order() {
+        let sent = one_turn("say \"hi\"", false).await;
+        let lines = check_routing(&sent);
+        let reply = "Echo: say \"hi\" (turn 1)";
+        let mut expected = vec![
+            json!({"type": "system", "subtype": "init", "session_id": "s-1", "model": "demo", "tools": [],
+                "permissionMode": "default", "apiKeySource": "none", "claude_code_version": "demo"}),
+            stream(json!({"type": "message_start", "message": {"id": "msg", "model": "demo"}})),
+        ];
+        expected.extend(
+            ["Echo: ", "say ", "\"hi\" ", "(turn ", "1)"]
+                .into_iter()
+                .map(delta),
         );
-        expected["uuid"] = json!(uuid);
-        assert_eq!(line, expected);
+        let usage = json!({"input_tokens": 2, "output_tokens": 5});
+        expected.extend([
+            json!({"type": "assistant", "session_id": "s-1", "parent_tool_use_id": null, "message": {
+                "id": "msg", "type": "message", "role": "assistant", "model": "demo",
+                "content": [{"type": "text", "text": reply}], "stop_reason": null, "usage": usage}}),
+            stream(json!({"type": "content_block_stop", "index": 0})),
+            stream(json!({"type": "message_stop"})),
+            json!({"type": "result", "subtype": "success", "is_error": false, "result": reply,
+                "session_id": "s-1", "num_turns": 1, "duration_ms": 0, "duration_api_ms": 0,
+                "total_cost_usd": COST_PER_TURN_USD, "stop_reason": "end_turn",
+                "terminal_reason": "completed", "usage": usage}),
+        ]);
+        assert_eq!(lines, expected);
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_turn_says_so_as_the_cli_does() {
+        let sent = one_turn("stop me", true).await;
+        let lines = check_routing(&sent);
+        let usage = json!({"input_tokens": 2, "output_tokens": 0});
+        assert_eq!(
+            lines[2..],
+            [
+                json!({"type": "assistant", "session_id": "s-1", "parent_tool_use_id": null, "aborted": true,
+                    "message": {"id": "msg", "type": "message", "role": "assistant", "model": "demo",
+                    "content": [{"type": "text", "text": ""}], "stop_reason": null, "usage": usage}}),
+                json!({"type": "user", "session_id": "s-1", "message": {"role": "user",
+                    "content": [{"type": "text", "text": "[Request interrupted by user]"}]}}),
+                stream(json!({"type": "content_block_stop", "index": 0})),
+                stream(json!({"type": "message_stop"})),
+                json!({"type": "result", "subtype": "error_during_execution", "is_error": true,
+                    "session_id": "s-1", "num_turns": 1, "duration_ms": 0, "duration_api_ms": 0,
+                    "total_cost_usd": COST_PER_TURN_USD, "stop_reason": null,
+                    "terminal_reason": "aborted_streaming", "usage": usage, "errors": []}),
+            ]
+        );
     }
 }
