@@ -675,6 +675,18 @@ mod tests {
         assert_eq!(v["status"], "rewound");
         assert_eq!(v["dropped_after_seq"], 2);
         assert_eq!(v["agent_id"], "a");
+        // Ids with escapes and characters of every width come out as they went in.
+        let agent_id = "ä \"q\" \\ ☃\u{1F600}\n";
+        let tag = Tag {
+            agent_id,
+            session_id: "s",
+        };
+        let f = session_frame(tag, "user", Some(1), "t", r#"{"type":"user"}"#, None);
+        let v: Value = serde_json::from_str(f.text.as_str()).unwrap();
+        assert_eq!(
+            (v["agent_id"].as_str(), &v["message"]),
+            (Some(agent_id), &serde_json::json!({"type": "user"}))
+        );
     }
 
     #[test]
