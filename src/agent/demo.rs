@@ -94,6 +94,7 @@ impl DemoBackend {
             .clone()
             .map(|dir| (dir, spec.agent_id.clone()));
         let agent = DemoAgent {
+            delta_tail: delta_tail(&session_id),
             session_id,
             gate,
             model: spec.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
@@ -115,6 +116,8 @@ impl DemoBackend {
 
 struct DemoAgent {
     session_id: String,
+    /// The end of each word delta's line, after the word (see [`delta_tail`]).
+    delta_tail: String,
     /// The gate directory and the conversation's `agent_id`, when turns wait at a gate.
     gate: Option<(PathBuf, AgentId)>,
     model: String,
@@ -187,6 +190,28 @@ impl DemoAgent {
         self.events.send(AgentEvent::Message(message)).await.is_ok()
     }
 
+    /// Sends one word's `stream_event`. It is the demo's hottest line (one per word), so it is
+    /// assembled from fixed text around the word instead of serialized field by field (the
+    /// tests check it is the CLI's `content_block_delta` line).
+    async fn emit_delta(&self, piece: &str) -> bool {
+        let uuid = new_uuid();
+        let text = serde_json::to_string(piece).expect("a string serializes");
+        let mut raw = String::with_capacity(
+            DELTA_HEAD.len() + text.len() + self.delta_tail.len() + uuid.len() + 2,
+        );
+        for part in [DELTA_HEAD, &text, &self.delta_tail, &uuid, "\"}"] {
+            raw.push_str(part);
+        }
+        let message = AgentMessage {
+            kind: "stream_event".to_owned(),
+            subtype: None,
+            uuid: Some(uuid),
+            session_id: Some(self.session_id.clone()),
+            raw,
+        };
+        self.events.send(AgentEvent::Message(message)).await.is_ok()
+    }
+
     /// Sends one `stream_event` line.
     async fn emit_stream(&self, event: StreamEvent<'_>) -> bool {
         let uuid = new_uuid();
@@ -246,11 +271,7 @@ impl DemoAgent {
                 break;
             }
             said.push_str(&piece);
-            let delta = StreamEvent::ContentBlockDelta {
-                index: 0,
-                delta: Delta::TextDelta { text: &piece },
-            };
-            if !self.emit_stream(delta).await {
+            if !self.emit_delta(&piece).await {
                 return TurnEnd::Closed;
             }
             if i == 0
@@ -400,7 +421,20 @@ fn check_input(
 
 /// A fresh uuid, as the text every line carries.
 fn new_uuid() -> String {
-    uuid::Uuid::new_v4().hyphenated().to_string()
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    uuid::Uuid::new_v4()
+        .hyphenated()
+        .encode_lower(&mut text)
+        .to_owned()
+}
+
+/// A word delta's line up to the word's text (see [`DemoAgent::emit_delta`]).
+const DELTA_HEAD: &str = r#"{"type":"stream_event","parent_tool_use_id":null,"event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"#;
+
+/// A word delta's line from after the word's text up to its uuid's value.
+fn delta_tail(session_id: &str) -> String {
+    let session_id = serde_json::to_string(session_id).expect("a string serializes");
+    format!(r#"}}}},"session_id":{session_id},"uuid":""#)
 }
 
 /// One line of the demo's stdout, in the Claude CLI's shape. It is serialized straight from
@@ -466,7 +500,6 @@ enum Body<'a> {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum StreamEvent<'a> {
     MessageStart { message: MessageStart<'a> },
-    ContentBlockDelta { index: u32, delta: Delta<'a> },
     ContentBlockStop { index: u32 },
     MessageStop,
 }
@@ -475,12 +508,6 @@ enum StreamEvent<'a> {
 struct MessageStart<'a> {
     id: &'a str,
     model: &'a str,
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Delta<'a> {
-    TextDelta { text: &'a str },
 }
 
 #[derive(Serialize)]
@@ -557,6 +584,7 @@ mod tests {
         let (input_tx, mut input) = mpsc::channel(INPUT_QUEUE);
         let mut agent = DemoAgent {
             session_id: "s-1".into(),
+            delta_tail: delta_tail("s-1"),
             gate: None,
             model: "demo".into(),
             permission_mode: "default".into(),
