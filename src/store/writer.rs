@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Append, WriteOp};
@@ -284,8 +284,9 @@ impl Writer {
     }
 }
 
-/// Assigns the seqs of one conversation and adds a batch's counts to its row; returns the new
-/// `last_seq`, or nothing when the conversation is gone.
+/// Assigns the seqs of one conversation and adds a batch's counts to its row (no row changes
+/// when the conversation is gone). The new `last_seq` is read after it by [`LAST_SEQ`]: a
+/// `returning` clause would cost each update a temporary table and a statement journal.
 const UPDATE_SESSION: &str = "update session_info set
         last_seq = last_seq + ?2,
         message_count = message_count + ?2,
@@ -300,8 +301,10 @@ const UPDATE_SESSION: &str = "update session_info set
             when 1 then last_seq + ?12
             when 2 then ?12
             else running_seq end
-     where id = ?1
-     returning last_seq";
+     where id = ?1";
+
+/// A conversation's highest seq.
+const LAST_SEQ: &str = "select last_seq from session_info where id = ?1";
 
 const INSERT_MESSAGE: &str =
     "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt,
@@ -319,28 +322,25 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
     let mut next: HashMap<RowId, i64> = HashMap::with_capacity(deltas.len());
     {
         let mut update = conn.prepare_cached(UPDATE_SESSION)?;
+        let mut last_seq = conn.prepare_cached(LAST_SEQ)?;
         for d in &deltas {
-            let last_seq: Option<i64> = update
-                .query_row(
-                    params![
-                        d.row.0,
-                        d.rows,
-                        d.prompts,
-                        d.results,
-                        d.last_active,
-                        d.title,
-                        d.totals.cost_usd,
-                        d.totals.input_tokens,
-                        d.totals.output_tokens,
-                        d.totals.duration_ms,
-                        d.running,
-                        d.running_at,
-                    ],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(last_seq) = last_seq {
-                next.insert(d.row, last_seq - d.rows + 1);
+            let updated = update.execute(params![
+                d.row.0,
+                d.rows,
+                d.prompts,
+                d.results,
+                d.last_active,
+                d.title,
+                d.totals.cost_usd,
+                d.totals.input_tokens,
+                d.totals.output_tokens,
+                d.totals.duration_ms,
+                d.running,
+                d.running_at,
+            ])?;
+            if updated == 1 {
+                let last: i64 = last_seq.query_row([d.row.0], |r| r.get(0))?;
+                next.insert(d.row, last - d.rows + 1);
             }
         }
     }
