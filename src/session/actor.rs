@@ -1079,17 +1079,18 @@ impl Actor {
 
     /// What one result adds to the totals: the agent reports cost cumulatively per process.
     fn result_totals(&mut self, raw: &str) -> Totals {
-        let Ok(v) = serde_json::from_str::<Value>(raw) else {
+        let Some(figures) = ResultFigures::read(raw) else {
             return Totals::default();
         };
-        let cumulative = v["total_cost_usd"].as_f64().unwrap_or(0.0);
+        let cumulative = figures.total_cost_usd.unwrap_or(0.0);
         let cost = (cumulative - self.process_cost).max(0.0);
         self.process_cost = cumulative.max(self.process_cost);
+        let usage = figures.usage.unwrap_or_default();
         Totals {
             cost_usd: cost,
-            input_tokens: v["usage"]["input_tokens"].as_i64().unwrap_or(0),
-            output_tokens: v["usage"]["output_tokens"].as_i64().unwrap_or(0),
-            duration_ms: v["duration_ms"].as_i64().unwrap_or(0),
+            input_tokens: usage.input_tokens.unwrap_or(0),
+            output_tokens: usage.output_tokens.unwrap_or(0),
+            duration_ms: figures.duration_ms.unwrap_or(0),
         }
     }
 
@@ -1450,11 +1451,92 @@ fn resolved(request_id: &str, outcome: &str) -> NewMessage {
     )
 }
 
+/// The figures of a `result` that add to a conversation's totals; a field that is absent or
+/// of another type counts as absent.
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct ResultFigures {
+    total_cost_usd: Option<f64>,
+    usage: Option<UsageFigures>,
+    duration_ms: Option<i64>,
+}
+
+#[derive(Debug, Default, PartialEq, serde::Deserialize)]
+struct UsageFigures {
+    input_tokens: Option<i64>,
+    output_tokens: Option<i64>,
+}
+
+impl ResultFigures {
+    /// Reads the figures of a result, skipping the rest of it (its reply text and so on)
+    /// without building a value tree. A result that the typed read refuses (a field of
+    /// another type, a key given twice) is read from a value tree instead, field by field.
+    fn read(raw: &str) -> Option<Self> {
+        serde_json::from_str(raw).ok().or_else(|| {
+            let v: Value = serde_json::from_str(raw).ok()?;
+            Some(ResultFigures {
+                total_cost_usd: v["total_cost_usd"].as_f64(),
+                usage: Some(UsageFigures {
+                    input_tokens: v["usage"]["input_tokens"].as_i64(),
+                    output_tokens: v["usage"]["output_tokens"].as_i64(),
+                }),
+                duration_ms: v["duration_ms"].as_i64(),
+            })
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::respawn_delay;
+    use super::{ResultFigures, UsageFigures, respawn_delay};
+
+    #[test]
+    fn a_result_s_figures_are_read_whatever_else_it_holds() {
+        let figures = |cost, input, output, duration| {
+            Some(ResultFigures {
+                total_cost_usd: cost,
+                usage: Some(UsageFigures {
+                    input_tokens: input,
+                    output_tokens: output,
+                }),
+                duration_ms: duration,
+            })
+        };
+        let read = |raw: &str| {
+            ResultFigures::read(raw).map(|mut f| {
+                f.usage.get_or_insert_default();
+                f
+            })
+        };
+        assert_eq!(
+            read(
+                r#"{"type":"result","result":"a \"long\" reply","total_cost_usd":0.25,"usage":{"input_tokens":3,"output_tokens":5,"cache":{"x":1}},"duration_ms":12,"errors":[]}"#
+            ),
+            figures(Some(0.25), Some(3), Some(5), Some(12))
+        );
+        // Absent, null, or of another type: absent, and the other figures are still read.
+        assert_eq!(
+            read(
+                r#"{"type":"result","total_cost_usd":"1","usage":{"input_tokens":2.5,"output_tokens":7},"duration_ms":null}"#
+            ),
+            figures(None, None, Some(7), None)
+        );
+        assert_eq!(
+            read(r#"{"type":"result","usage":5,"duration_ms":9}"#),
+            figures(None, None, None, Some(9))
+        );
+        assert_eq!(
+            read(r#"{"type":"result","total_cost_usd":1}"#),
+            figures(Some(1.0), None, None, None)
+        );
+        // A key given twice counts once, with its last value, as everywhere else.
+        assert_eq!(
+            read(r#"{"type":"result","duration_ms":1,"duration_ms":2}"#),
+            figures(None, None, None, Some(2))
+        );
+        assert_eq!(read("not json"), None);
+    }
 
     #[test]
     fn respawn_backs_off_doubling_up_to_the_cap() {
