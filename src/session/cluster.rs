@@ -128,13 +128,18 @@ impl Bus {
     /// # Errors
     /// When NATS can't be reached within 10 seconds.
     pub async fn connect(url: &str, node: String, metrics: Metrics) -> anyhow::Result<Arc<Bus>> {
-        let shown = crate::store::postgres::redact_url(url);
+        // Each of several servers may carry a password of its own.
+        let shown: Vec<String> = url
+            .split(',')
+            .map(crate::store::postgres::redact_url)
+            .collect();
+        let shown = shown.join(",");
         let client = ConnectOptions::new()
             .name(format!("agentmux {node}"))
             .no_echo()
             .connection_timeout(Duration::from_secs(10))
             .request_timeout(Some(FORWARD_TIMEOUT))
-            .connect(url)
+            .connect(url.split(',').map(str::trim).collect::<Vec<_>>())
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to NATS at {shown}: {e}"))?;
         let (frames, mut queued) = mpsc::unbounded_channel::<(RowId, Frame)>();

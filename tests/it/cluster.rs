@@ -218,6 +218,50 @@ fn signal(server: &TestServer, sig: &str) {
     assert!(status.success());
 }
 
+/// `--cluster-nats` with a server that can't be reached, one that looks like a flag, or several
+/// of which one carries a password: the node refuses to start with a clear message that shows
+/// no password. A cluster without a shared store is refused before NATS is tried. A list of
+/// servers that can be reached is taken.
+#[tokio::test]
+async fn a_bad_or_unreachable_nats_refuses_to_start() {
+    const PASSWORD: &str = "N4ts-S3cret-pw";
+    let (listened, output) =
+        crate::store::serve_output(&["--cluster-nats=nats://127.0.0.1:1"], &[]).await;
+    assert!(!listened, "{output}");
+    assert!(
+        output.contains("needs a PostgreSQL store that every node shares"),
+        "{output}"
+    );
+    let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
+        return;
+    };
+    let cases = [
+        format!("nats://agentmux:{PASSWORD}@127.0.0.1:1"),
+        format!("nats://127.0.0.1:1,nats://agentmux:{PASSWORD}@127.0.0.1:2"),
+        "-rf".to_owned(),
+    ];
+    for nats in cases {
+        let nats = format!("--cluster-nats={nats}");
+        let args = ["--store-url", cluster.url.as_str(), nats.as_str()];
+        let (listened, output) = crate::store::serve_output(&args, &[]).await;
+        assert!(!listened, "{nats}: {output}");
+        assert!(
+            output.contains("cannot connect to NATS at"),
+            "{nats}: {output}"
+        );
+        assert!(!output.contains(PASSWORD), "{nats}: {output}");
+    }
+    // A value that starts with `-` as its own argument is a flag to the parser: refused too.
+    let args = ["--store-url", cluster.url.as_str(), "--cluster-nats", "-x"];
+    let (listened, output) = crate::store::serve_output(&args, &[]).await;
+    assert!(!listened, "{output}");
+    let real = cluster.nats.as_ref().unwrap().url();
+    let nats = format!("--cluster-nats={real}, {real}");
+    let args = ["--store-url", cluster.url.as_str(), nats.as_str()];
+    let (listened, output) = crate::store::serve_output(&args, &[]).await;
+    assert!(listened, "{output}");
+}
+
 #[tokio::test]
 async fn a_conversation_runs_on_one_node_at_a_time_and_moves_when_its_node_stops() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {

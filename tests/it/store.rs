@@ -772,7 +772,7 @@ async fn forks_and_imports_keep_their_rules(fx: Fixture) {
 
 /// The output of `agentmux serve` with `args` and `env` (and a fresh data dir) once it exits by
 /// itself, or after it was stopped with SIGTERM once it listened; and whether it listened.
-async fn serve_output(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+pub(crate) async fn serve_output(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     use tokio::io::AsyncReadExt;
     let tmp = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"));
