@@ -44,6 +44,18 @@ async fn write_private(path: &std::path::Path, content: &[u8]) -> std::io::Resul
     file.sync_all().await
 }
 
+/// Reads the agent's transcript at `path`: a regular file, never what a symbolic link there
+/// points to (the agent could have linked any file the server may read).
+async fn read_transcript(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt as _;
+    let (file, meta) = super::cli_sessions::open_regular_file(path)?;
+    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    tokio::fs::File::from_std(file)
+        .read_to_end(&mut content)
+        .await?;
+    Ok(content)
+}
+
 /// The `user_seq` of an agent started with no turn for it: every stored prompt is before it.
 const NO_TURN: i64 = i64::MAX;
 
@@ -1190,7 +1202,7 @@ impl Actor {
         let Some(path) = backend.transcript(&self.cwd, id) else {
             return;
         };
-        let saved = match tokio::fs::read(&path).await {
+        let saved = match read_transcript(&path).await {
             Ok(content) => {
                 store
                     .save_transcript(self.conversation.row, id, content)
@@ -1198,7 +1210,7 @@ impl Actor {
             }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
             Err(err) => {
-                return tracing::warn!(error = %err, "reading the agent's transcript failed");
+                return tracing::warn!(error = %err, path = %path.display(), "reading the agent's transcript failed");
             }
         };
         if let Err(err) = saved {
@@ -1489,7 +1501,33 @@ impl ResultFigures {
 mod tests {
     use std::time::Duration;
 
-    use super::{ResultFigures, UsageFigures, respawn_delay};
+    use super::{ResultFigures, UsageFigures, read_transcript, respawn_delay, write_private};
+
+    /// A transcript is put back only as a new file, and read only from a regular file: a link
+    /// at its path is never followed, to an existing file or to one that does not exist yet.
+    #[tokio::test]
+    async fn transcripts_are_never_written_or_read_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        let dangling = dir.path().join("nothing-yet");
+        std::fs::write(&target, "kept").unwrap();
+        for (link, to) in [("a.jsonl", &target), ("b.jsonl", &dangling)] {
+            let link = dir.path().join("projects").join(link);
+            std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(to, &link).unwrap();
+            assert!(write_private(&link, b"transcript").await.is_err());
+            assert!(read_transcript(&link).await.is_err());
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
+        assert!(!dangling.exists());
+        // A new file is written, private, and read back.
+        let new = dir.path().join("projects").join("c.jsonl");
+        write_private(&new, b"transcript").await.unwrap();
+        assert_eq!(read_transcript(&new).await.unwrap(), b"transcript");
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&new).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
 
     #[test]
     fn a_result_s_figures_are_read_whatever_else_it_holds() {

@@ -84,6 +84,25 @@ async fn sessions_dir(home: &Path, cwd: &Path) -> Option<PathBuf> {
     Some(dir)
 }
 
+/// Opens `path` for reading when it is a regular file, not through a symbolic link (and
+/// without waiting on a FIFO); an agent may have put either where its transcript was.
+pub(super) fn open_regular_file(
+    path: &Path,
+) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok((file, meta))
+}
+
 /// Opens transcript `id` of `dir` without following a symbolic link.
 async fn open_transcript(dir: &Path, id: &str) -> Result<Transcript, FrameError> {
     let path = dir.join(format!("{id}.jsonl"));
@@ -93,15 +112,7 @@ async fn open_transcript(dir: &Path, id: &str) -> Result<Transcript, FrameError>
             format!("no CLI session `{id}` in this project"),
         )
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-        .map_err(|_| not_found())?;
-    let meta = file.metadata().map_err(|_| not_found())?;
-    if !meta.is_file() {
-        return Err(not_found());
-    }
+    let (file, meta) = open_regular_file(&path).map_err(|_| not_found())?;
     if meta.len() > MAX_TRANSCRIPT_BYTES as u64 {
         return Err(FrameError::new(
             ErrorCode::InvalidRequest,

@@ -871,6 +871,73 @@ async fn a_claude_conversation_resumes_on_a_node_whose_cli_never_saw_it() {
     );
 }
 
+/// The transcript a node keeps in the shared store (for another node to resume from) is read
+/// without following a symbolic link: an agent that put a link to another file where its
+/// transcript was can't have that file kept in the store, and the copy kept before stays.
+#[tokio::test]
+async fn a_transcript_replaced_by_a_link_is_not_kept() {
+    let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
+        return;
+    };
+    let fx = crate::claude::Fixture::new("");
+    let secret = fx.dir.path().join("secret.txt");
+    std::fs::write(&secret, "not-for-the-store\n").unwrap();
+    let fake = crate::common::sibling("fake-claude");
+    let config = fx.config.to_string_lossy().into_owned();
+    let args = [
+        "--backend",
+        "claude",
+        "--claude-bin",
+        fake.to_str().unwrap(),
+        "--config",
+        &config,
+        "--store-url",
+        &cluster.url,
+        "--node-id",
+        "node-a",
+    ];
+    let server = TestServer::start_in(&fx.data_dir(), &args, &[]).await;
+    let mut c = server.client().await;
+    let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
+    let kept = || async {
+        sqlx::query_as::<_, (String, Vec<u8>)>("select agent_session, content from transcripts")
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+    };
+    c.chat("x", "one").await;
+    c.until_result("x").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (agent_session, first) = loop {
+        if let Some(kept) = kept().await {
+            break kept;
+        }
+        assert!(Instant::now() < deadline, "no transcript kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(String::from_utf8_lossy(&first).contains("one"));
+    let projects = fx.dir.path().join("claude-home").join("projects");
+    let transcript = std::fs::read_dir(&projects)
+        .unwrap()
+        .flatten()
+        .map(|d| d.path().join(format!("{agent_session}.jsonl")))
+        .find(|p| p.is_file())
+        .expect("the CLI's transcript");
+    std::fs::remove_file(&transcript).unwrap();
+    std::os::unix::fs::symlink(&secret, &transcript).unwrap();
+
+    c.chat("x", "two").await;
+    c.until_result("x").await;
+    // The transcript is read for the store once a turn has ended, before `idle` is sent.
+    c.recv_until(|f| f["message_type"] == "status" && f["status"] == "idle")
+        .await;
+    let (_, now) = kept().await.expect("the kept transcript stays");
+    let now = String::from_utf8_lossy(&now).into_owned();
+    assert!(!now.contains("not-for-the-store"), "{now}");
+    assert_eq!(now.as_bytes(), first.as_slice());
+    pool.close().await;
+}
+
 #[tokio::test]
 async fn a_node_that_cannot_see_a_conversations_directory_refuses_it() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
