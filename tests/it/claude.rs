@@ -57,24 +57,26 @@ impl Fixture {
     }
 
     pub async fn start(&self, env: &[(&str, &str)]) -> TestServer {
+        self.start_with(&[], env).await
+    }
+
+    /// [`Fixture::start`] with more arguments for `agentmux serve`.
+    pub async fn start_with(&self, args: &[&str], env: &[(&str, &str)]) -> TestServer {
         let log = self.log.to_string_lossy().into_owned();
         let mut all: Vec<(&str, &str)> = vec![("FAKE_CLAUDE_LOG", &log)];
         all.extend_from_slice(env);
         let config = self.config.to_string_lossy().into_owned();
         let fake = sibling("fake-claude");
-        TestServer::start_in(
-            &self.data_dir(),
-            &[
-                "--backend",
-                "claude",
-                "--claude-bin",
-                fake.to_str().unwrap(),
-                "--config",
-                &config,
-            ],
-            &all,
-        )
-        .await
+        let mut argv = vec![
+            "--backend",
+            "claude",
+            "--claude-bin",
+            fake.to_str().unwrap(),
+            "--config",
+            &config,
+        ];
+        argv.extend_from_slice(args);
+        TestServer::start_in(&self.data_dir(), &argv, &all).await
     }
 
     pub fn entries(&self) -> Vec<Value> {

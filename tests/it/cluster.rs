@@ -882,21 +882,8 @@ async fn a_transcript_replaced_by_a_link_is_not_kept() {
     let fx = crate::claude::Fixture::new("");
     let secret = fx.dir.path().join("secret.txt");
     std::fs::write(&secret, "not-for-the-store\n").unwrap();
-    let fake = crate::common::sibling("fake-claude");
-    let config = fx.config.to_string_lossy().into_owned();
-    let args = [
-        "--backend",
-        "claude",
-        "--claude-bin",
-        fake.to_str().unwrap(),
-        "--config",
-        &config,
-        "--store-url",
-        &cluster.url,
-        "--node-id",
-        "node-a",
-    ];
-    let server = TestServer::start_in(&fx.data_dir(), &args, &[]).await;
+    let args = ["--store-url", &cluster.url, "--node-id", "node-a"];
+    let server = fx.start_with(&args, &[]).await;
     let mut c = server.client().await;
     let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
     let kept = || async {
