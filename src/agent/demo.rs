@@ -177,15 +177,21 @@ impl DemoAgent {
             .await;
     }
 
-    /// Sends one line: `line` is serialized once, and its type, subtype and uuid are known
-    /// without reading it back.
-    async fn emit(&self, line: &Line<'_>) -> bool {
+    /// Sends one line with `body` and a fresh uuid: it is serialized once, and its type,
+    /// subtype and uuid are known without reading it back.
+    async fn emit(&self, body: Body<'_>) -> bool {
+        let uuid = new_uuid();
+        let line = Line {
+            body,
+            session_id: &self.session_id,
+            uuid: &uuid,
+        };
         let message = AgentMessage {
             kind: line.kind().to_owned(),
             subtype: line.subtype().map(str::to_owned),
-            uuid: Some(line.uuid.to_owned()),
+            raw: serde_json::to_string(&line).expect("a demo line serializes"),
+            uuid: Some(uuid),
             session_id: Some(self.session_id.clone()),
-            raw: serde_json::to_string(line).expect("a demo line serializes"),
         };
         self.events.send(AgentEvent::Message(message)).await.is_ok()
     }
@@ -214,14 +220,9 @@ impl DemoAgent {
 
     /// Sends one `stream_event` line.
     async fn emit_stream(&self, event: StreamEvent<'_>) -> bool {
-        let uuid = new_uuid();
-        self.emit(&Line {
-            session_id: &self.session_id,
-            uuid: &uuid,
-            body: Body::StreamEvent {
-                parent_tool_use_id: None,
-                event,
-            },
+        self.emit(Body::StreamEvent {
+            parent_tool_use_id: None,
+            event,
         })
         .await
     }
@@ -235,18 +236,13 @@ impl DemoAgent {
         let started = Instant::now();
         self.turns += 1;
         let msg_id = format!("msg_demo_{}", uuid::Uuid::new_v4().simple());
-        let init_uuid = new_uuid();
-        self.emit(&Line {
-            session_id: &self.session_id,
-            uuid: &init_uuid,
-            body: Body::System {
-                subtype: "init",
-                model: &self.model,
-                tools: [],
-                permission_mode: &self.permission_mode,
-                api_key_source: "none",
-                claude_code_version: "demo",
-            },
+        self.emit(Body::System {
+            subtype: "init",
+            model: &self.model,
+            tools: [],
+            permission_mode: &self.permission_mode,
+            api_key_source: "none",
+            claude_code_version: "demo",
         })
         .await;
         self.emit_stream(StreamEvent::MessageStart {
@@ -297,37 +293,27 @@ impl DemoAgent {
             input_tokens: prompt.text().split_whitespace().count(),
             output_tokens: said.split_whitespace().count(),
         };
-        let assistant_uuid = new_uuid();
-        self.emit(&Line {
-            session_id: &self.session_id,
-            uuid: &assistant_uuid,
-            body: Body::Assistant {
-                parent_tool_use_id: None,
-                message: AssistantMessage {
-                    id: &msg_id,
-                    kind: "message",
-                    role: "assistant",
-                    model: &self.model,
-                    content: [Block::Text { text: &said }],
-                    stop_reason: None,
-                    usage,
-                },
-                aborted: interrupted,
+        self.emit(Body::Assistant {
+            parent_tool_use_id: None,
+            message: AssistantMessage {
+                id: &msg_id,
+                kind: "message",
+                role: "assistant",
+                model: &self.model,
+                content: [Block::Text { text: &said }],
+                stop_reason: None,
+                usage,
             },
+            aborted: interrupted,
         })
         .await;
         if interrupted {
-            let user_uuid = new_uuid();
-            self.emit(&Line {
-                session_id: &self.session_id,
-                uuid: &user_uuid,
-                body: Body::User {
-                    message: UserMessage {
-                        role: "user",
-                        content: [Block::Text {
-                            text: "[Request interrupted by user]",
-                        }],
-                    },
+            self.emit(Body::User {
+                message: UserMessage {
+                    role: "user",
+                    content: [Block::Text {
+                        text: "[Request interrupted by user]",
+                    }],
                 },
             })
             .await;
@@ -336,41 +322,37 @@ impl DemoAgent {
             .await;
         self.emit_stream(StreamEvent::MessageStop).await;
         self.cumulative_cost += COST_PER_TURN_USD;
-        let result_uuid = new_uuid();
-        let result = Line {
-            session_id: &self.session_id,
-            uuid: &result_uuid,
-            body: Body::Result(if interrupted {
-                TurnResult {
-                    subtype: "error_during_execution",
-                    is_error: true,
-                    result: None,
-                    num_turns: 1,
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    duration_api_ms: 0,
-                    total_cost_usd: self.cumulative_cost,
-                    stop_reason: None,
-                    terminal_reason: "aborted_streaming",
-                    usage,
-                    errors: Some([]),
-                }
-            } else {
-                TurnResult {
-                    subtype: "success",
-                    is_error: false,
-                    result: Some(&reply),
-                    num_turns: 1,
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    duration_api_ms: 0,
-                    total_cost_usd: self.cumulative_cost,
-                    stop_reason: Some("end_turn"),
-                    terminal_reason: "completed",
-                    usage,
-                    errors: None,
-                }
-            }),
+        let (subtype, result, stop_reason, terminal_reason, errors) = if interrupted {
+            (
+                "error_during_execution",
+                None,
+                None,
+                "aborted_streaming",
+                Some([]),
+            )
+        } else {
+            (
+                "success",
+                Some(reply.as_str()),
+                Some("end_turn"),
+                "completed",
+                None,
+            )
         };
-        if !self.emit(&result).await {
+        let result = Body::Result(TurnResult {
+            subtype,
+            is_error: interrupted,
+            result,
+            num_turns: 1,
+            duration_ms: started.elapsed().as_millis() as u64,
+            duration_api_ms: 0,
+            total_cost_usd: self.cumulative_cost,
+            stop_reason,
+            terminal_reason,
+            usage,
+            errors,
+        });
+        if !self.emit(result).await {
             return TurnEnd::Closed;
         }
         end

@@ -1507,6 +1507,7 @@ mod tests {
     /// at its path is never followed, to an existing file or to one that does not exist yet.
     #[tokio::test]
     async fn transcripts_are_never_written_or_read_through_a_link() {
+        use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("target");
         let dangling = dir.path().join("nothing-yet");
@@ -1524,7 +1525,6 @@ mod tests {
         let new = dir.path().join("projects").join("c.jsonl");
         write_private(&new, b"transcript").await.unwrap();
         assert_eq!(read_transcript(&new).await.unwrap(), b"transcript");
-        use std::os::unix::fs::PermissionsExt as _;
         let mode = std::fs::metadata(&new).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }

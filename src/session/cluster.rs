@@ -128,10 +128,11 @@ impl Bus {
     /// # Errors
     /// When NATS can't be reached within 10 seconds.
     pub async fn connect(url: &str, node: String, metrics: Metrics) -> anyhow::Result<Arc<Bus>> {
+        let servers: Vec<&str> = url.split(',').map(str::trim).collect();
         // Each of several servers may carry a password of its own.
-        let shown: Vec<String> = url
-            .split(',')
-            .map(crate::store::postgres::redact_url)
+        let shown: Vec<String> = servers
+            .iter()
+            .map(|s| crate::store::postgres::redact_url(s))
             .collect();
         let shown = shown.join(",");
         let client = ConnectOptions::new()
@@ -139,7 +140,7 @@ impl Bus {
             .no_echo()
             .connection_timeout(Duration::from_secs(10))
             .request_timeout(Some(FORWARD_TIMEOUT))
-            .connect(url.split(',').map(str::trim).collect::<Vec<_>>())
+            .connect(servers)
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to NATS at {shown}: {e}"))?;
         let (frames, mut queued) = mpsc::unbounded_channel::<(RowId, Frame)>();

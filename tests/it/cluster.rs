@@ -10,7 +10,7 @@ use tokio::process::{Child, Command};
 
 use crate::common::{
     Client, Gates, TestServer, chat_ack, create_database, drop_database, nats_bin, pg_url,
-    reply_text,
+    reply_text, serve_output,
 };
 
 /// Length of the nodes' leases in the tests where a lease must expire.
@@ -225,8 +225,7 @@ fn signal(server: &TestServer, sig: &str) {
 #[tokio::test]
 async fn a_bad_or_unreachable_nats_refuses_to_start() {
     const PASSWORD: &str = "N4ts-S3cret-pw";
-    let (listened, output) =
-        crate::store::serve_output(&["--cluster-nats=nats://127.0.0.1:1"], &[]).await;
+    let (listened, output) = serve_output(&["--cluster-nats=nats://127.0.0.1:1"], &[]).await;
     assert!(!listened, "{output}");
     assert!(
         output.contains("needs a PostgreSQL store that every node shares"),
@@ -243,7 +242,7 @@ async fn a_bad_or_unreachable_nats_refuses_to_start() {
     for nats in cases {
         let nats = format!("--cluster-nats={nats}");
         let args = ["--store-url", cluster.url.as_str(), nats.as_str()];
-        let (listened, output) = crate::store::serve_output(&args, &[]).await;
+        let (listened, output) = serve_output(&args, &[]).await;
         assert!(!listened, "{nats}: {output}");
         assert!(
             output.contains("cannot connect to NATS at"),
@@ -253,12 +252,12 @@ async fn a_bad_or_unreachable_nats_refuses_to_start() {
     }
     // A value that starts with `-` as its own argument is a flag to the parser: refused too.
     let args = ["--store-url", cluster.url.as_str(), "--cluster-nats", "-x"];
-    let (listened, output) = crate::store::serve_output(&args, &[]).await;
+    let (listened, output) = serve_output(&args, &[]).await;
     assert!(!listened, "{output}");
     let real = cluster.nats.as_ref().unwrap().url();
     let nats = format!("--cluster-nats={real}, {real}");
     let args = ["--store-url", cluster.url.as_str(), nats.as_str()];
-    let (listened, output) = crate::store::serve_output(&args, &[]).await;
+    let (listened, output) = serve_output(&args, &[]).await;
     assert!(listened, "{output}");
 }
 
@@ -780,6 +779,23 @@ async fn a_schedule_watched_by_two_nodes_runs_marked_turns_wherever_its_conversa
     );
 }
 
+/// The transcript the nodes keep of their one Claude conversation, once a node kept it: its
+/// agent session and content.
+async fn kept_transcript(pool: &sqlx::PgPool) -> (String, Vec<u8>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let kept = sqlx::query_as("select agent_session, content from transcripts")
+            .fetch_optional(pool)
+            .await
+            .unwrap();
+        if let Some(kept) = kept {
+            return kept;
+        }
+        assert!(Instant::now() < deadline, "no transcript kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_claude_conversation_resumes_on_a_node_whose_cli_never_saw_it() {
     let Some(cli) = crate::real_cli::real_cli() else {
@@ -832,18 +848,7 @@ async fn a_claude_conversation_resumes_on_a_node_whose_cli_never_saw_it() {
     assert_eq!(first.last().unwrap()["message"]["is_error"], false);
     // Node A keeps the CLI's transcript in the store after the turn; then it dies.
     let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let agent_session: String = loop {
-        let kept: Option<String> = sqlx::query_scalar("select agent_session from transcripts")
-            .fetch_optional(&pool)
-            .await
-            .unwrap();
-        if let Some(id) = kept {
-            break id;
-        }
-        assert!(Instant::now() < deadline, "no transcript kept");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (agent_session, _) = kept_transcript(&pool).await;
     pool.close().await;
     a.kill9().await;
 
@@ -886,22 +891,9 @@ async fn a_transcript_replaced_by_a_link_is_not_kept() {
     let server = fx.start_with(&args, &[]).await;
     let mut c = server.client().await;
     let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
-    let kept = || async {
-        sqlx::query_as::<_, (String, Vec<u8>)>("select agent_session, content from transcripts")
-            .fetch_optional(&pool)
-            .await
-            .unwrap()
-    };
     c.chat("x", "one").await;
     c.until_result("x").await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let (agent_session, first) = loop {
-        if let Some(kept) = kept().await {
-            break kept;
-        }
-        assert!(Instant::now() < deadline, "no transcript kept");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (agent_session, first) = kept_transcript(&pool).await;
     assert!(String::from_utf8_lossy(&first).contains("one"));
     let projects = fx.dir.path().join("claude-home").join("projects");
     let transcript = std::fs::read_dir(&projects)
@@ -918,7 +910,7 @@ async fn a_transcript_replaced_by_a_link_is_not_kept() {
     // The transcript is read for the store once a turn has ended, before `idle` is sent.
     c.recv_until(|f| f["message_type"] == "status" && f["status"] == "idle")
         .await;
-    let (_, now) = kept().await.expect("the kept transcript stays");
+    let (_, now) = kept_transcript(&pool).await;
     let now = String::from_utf8_lossy(&now).into_owned();
     assert!(!now.contains("not-for-the-store"), "{now}");
     assert_eq!(now.as_bytes(), first.as_slice());

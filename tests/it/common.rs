@@ -523,3 +523,81 @@ pub fn kinds(frames: &[Value], agent_id: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// The output of `agentmux serve` with `args` and `env` (and a fresh data dir) once it exits by
+/// itself, or after it was stopped with SIGTERM once it listened; and whether it listened.
+pub async fn serve_output(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    use tokio::io::AsyncReadExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"));
+    cmd.arg("serve")
+        .args([
+            "--bind",
+            "127.0.0.1:0",
+            "--demo-delay-ms",
+            "0",
+            "--data-dir",
+        ])
+        .arg(tmp.path())
+        .args(args)
+        .env_remove("AGENTMUX_STORE_URL")
+        .env_remove("AGENTMUX_CONFIG")
+        .env_remove("AGENTMUX_CLUSTER_NATS")
+        .env("RUST_LOG", "agentmux=debug,sqlx=debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = String::new();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(30), out.read(&mut first))
+        .await
+        .expect("the server starts or exits in time")
+        .unwrap();
+    stdout.push_str(&String::from_utf8_lossy(&first[..n]));
+    let listened = stdout.starts_with("listening on http://");
+    if listened {
+        let addr = stdout
+            .trim_start_matches("listening on http://")
+            .lines()
+            .next()
+            .unwrap()
+            .to_owned();
+        // What a user or a scraper can read while it runs.
+        for path in ["/metrics", "/healthz", "/api/sessions"] {
+            let body = reqwest::get(format!("http://{addr}{path}"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            stdout.push_str(&body);
+        }
+        let mut c = Client::connect(&addr).await;
+        chat_ack(&mut c, "a", "hello").await;
+        c.until_result("a").await;
+        let pid = child.id().unwrap();
+        std::process::Command::new("kill")
+            .args(["-15", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait())
+        .await
+        .expect("the server exits in time")
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(status.success(), listened, "{stderr}");
+    (listened, format!("{stdout}\n{stderr}"))
+}
