@@ -63,7 +63,7 @@ pub struct Config {
 }
 
 /// Settings of a node among several sharing one PostgreSQL store.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
     /// This node's name, unique among the nodes (`--node-id`, `AGENTMUX_NODE_ID`); empty for
@@ -77,7 +77,43 @@ pub struct ClusterConfig {
     /// The NATS server(s) the nodes route commands and frames through (`--cluster-nats`,
     /// `AGENTMUX_CLUSTER_NATS`): `nats://HOST:PORT`, several separated by commas. Empty for
     /// none: a command for a conversation another node runs is then refused, naming it.
+    /// A server's URL may carry a user and password (`nats://USER:PASSWORD@HOST:PORT`) or a
+    /// token (`nats://TOKEN@HOST:PORT`); `tls://HOST:PORT` requires TLS.
     pub nats: String,
+    /// The secret every node of a cluster shares (`AGENTMUX_CLUSTER_SECRET`), at least 32
+    /// bytes: each message between nodes is authenticated with it, and a node refuses to route
+    /// through NATS without one.
+    pub secret: Option<String>,
+    /// A NATS credentials file (a user JWT and its nkey seed) to log in to NATS with.
+    pub nats_creds_file: Option<PathBuf>,
+    /// A file holding an nkey seed (`SU…`) to log in to NATS with.
+    pub nats_nkey_file: Option<PathBuf>,
+    /// Require TLS on the connection to NATS (also implied by a `tls://` URL).
+    pub nats_tls: bool,
+    /// PEM certificates of the authorities that sign the NATS servers' certificates (TLS).
+    pub nats_ca_file: Option<PathBuf>,
+    /// A PEM client certificate and its key, for NATS servers that verify clients (TLS).
+    pub nats_cert_file: Option<PathBuf>,
+    /// The key of `nats_cert_file`.
+    pub nats_key_file: Option<PathBuf>,
+}
+
+/// Shows which secrets are set, never their values (nor a password in a NATS URL).
+impl fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("node_id", &self.node_id)
+            .field("lease_secs", &self.lease_secs)
+            .field("nats", &(!self.nats.is_empty()).then_some("<set>"))
+            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("nats_creds_file", &self.nats_creds_file)
+            .field("nats_nkey_file", &self.nats_nkey_file)
+            .field("nats_tls", &self.nats_tls)
+            .field("nats_ca_file", &self.nats_ca_file)
+            .field("nats_cert_file", &self.nats_cert_file)
+            .field("nats_key_file", &self.nats_key_file)
+            .finish()
+    }
 }
 
 impl Default for ClusterConfig {
@@ -86,6 +122,13 @@ impl Default for ClusterConfig {
             node_id: String::new(),
             lease_secs: 10,
             nats: String::new(),
+            secret: None,
+            nats_creds_file: None,
+            nats_nkey_file: None,
+            nats_tls: false,
+            nats_ca_file: None,
+            nats_cert_file: None,
+            nats_key_file: None,
         }
     }
 }

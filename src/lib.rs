@@ -149,9 +149,9 @@ impl Server {
             _ if config.store.url.is_empty() => anyhow::bail!(
                 "a cluster (--cluster-nats) needs a PostgreSQL store that every node shares (--store-url)"
             ),
-            url => {
+            _ => {
                 let node = config.cluster.node_name(config.bind)?;
-                Some(Bus::connect(url, node, metrics.clone()).await?)
+                Some(Bus::connect(&config.cluster, node, metrics.clone()).await?)
             }
         };
         let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone(), bus);

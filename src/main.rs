@@ -158,6 +158,7 @@ impl ServeArgs {
                 "AGENTMUX_JWT_HS256_SECRET",
                 &mut config.auth.jwt_hs256_secret,
             ),
+            ("AGENTMUX_CLUSTER_SECRET", &mut config.cluster.secret),
         ] {
             if let Ok(value) = std::env::var(var) {
                 *secret = Some(value);

@@ -43,6 +43,7 @@ struct Inner {
     fence_rejections: AtomicU64,
     forwarded_commands: AtomicU64,
     relayed_frames: AtomicU64,
+    cluster_refusals: DashMap<&'static str, AtomicU64>,
 }
 
 impl Metrics {
@@ -101,6 +102,11 @@ impl Metrics {
     /// A frame another node published reached this node's followers.
     pub fn relayed_frame(&self) {
         self.inner.relayed_frames.fetch_add(1, Relaxed);
+    }
+
+    /// A message on the cluster bus was refused, for `reason`.
+    pub fn cluster_refusal(&self, reason: &'static str) {
+        bump(&self.inner.cluster_refusals, reason, 1);
     }
 
     /// An append of a conversation that another node took over was refused.
@@ -220,6 +226,14 @@ impl Metrics {
             "agentmux_relayed_frames_total",
             "Frames of conversations other nodes run, relayed to this node's followers.",
             i.relayed_frames.load(Relaxed),
+        );
+        labelled(
+            &mut out,
+            "agentmux_cluster_refused_messages_total",
+            "Messages on the cluster bus refused (not sealed with the cluster secret, stale, \
+             replayed or malformed), by reason.",
+            "reason",
+            &i.cluster_refusals,
         );
         counter(
             &mut out,

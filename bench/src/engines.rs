@@ -15,9 +15,11 @@ const NATS_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Ports tried before giving up (another process may take a free port before NATS binds it).
 const NATS_START_ATTEMPTS: usize = 3;
 
-/// A `nats-server` listening on `127.0.0.1`; killed on drop.
+/// A `nats-server` listening on `127.0.0.1`, with the secret of the cluster that routes
+/// through it; killed on drop.
 pub struct Nats {
     port: u16,
+    secret: String,
     _child: Child,
 }
 
@@ -31,8 +33,14 @@ impl Nats {
                 .port();
             match Self::spawn(bin, port).await {
                 Ok(child) => {
+                    let secret = format!(
+                        "{}{}",
+                        uuid::Uuid::new_v4().simple(),
+                        uuid::Uuid::new_v4().simple()
+                    );
                     return Ok(Nats {
                         port,
+                        secret,
                         _child: child,
                     });
                 }
@@ -75,6 +83,11 @@ impl Nats {
     /// The URL nodes connect to.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The secret the nodes routing through this server share.
+    pub fn cluster_secret(&self) -> &str {
+        &self.secret
     }
 }
 

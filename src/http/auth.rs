@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{AuthConfig, ServerConfig};
 use crate::http::ApiError;
 use crate::http::AppState;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, MAX_PRINCIPAL_BYTES};
 
 /// The principal of sockets and requests while authentication is off.
 pub const LOCAL_PRINCIPAL: &str = "local";
@@ -44,8 +44,6 @@ pub const TICKET_PROTOCOL_PREFIX: &str = "agentmux.ticket.";
 const TICKET_AUDIENCE: &str = "agentmux:ws-ticket";
 /// Secrets and tokens shorter than this get a warning at start-up.
 const MIN_SECRET_BYTES: usize = 32;
-/// Longest accepted principal name (a token's principal or a JWT's `sub`), in bytes.
-const MAX_PRINCIPAL_BYTES: usize = 256;
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]

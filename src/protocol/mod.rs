@@ -22,6 +22,8 @@ use serde::Serialize;
 
 /// Longest accepted `agent_id`, in characters.
 pub const MAX_AGENT_ID_CHARS: usize = 128;
+/// Longest accepted principal name (a token's principal or a JWT's `sub`), in bytes.
+pub const MAX_PRINCIPAL_BYTES: usize = 256;
 /// Longest accepted `options.agent`, in characters.
 pub const MAX_AGENT_NAME_CHARS: usize = 64;
 /// Longest accepted `options.model`, in characters.

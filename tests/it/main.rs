@@ -9,6 +9,7 @@ mod bodies;
 mod claude;
 mod cli_chat;
 mod cluster;
+mod cluster_trust;
 mod common;
 mod conformance;
 mod cross_site;

@@ -158,6 +158,10 @@ async fn node(
         ("AGENTMUX_STORE_URL".to_owned(), url.to_owned()),
         ("AGENTMUX_NODE_ID".to_owned(), name.to_owned()),
         ("AGENTMUX_CLUSTER_NATS".to_owned(), nats.url()),
+        (
+            "AGENTMUX_CLUSTER_SECRET".to_owned(),
+            nats.cluster_secret().to_owned(),
+        ),
     ]);
     Server::start_in(data, &tweaks).await
 }

@@ -374,11 +374,17 @@ pub async fn messages(
         .manager
         .messages(&principal, &id, params.after_seq.unwrap_or(0), limit)
         .await?;
+    // A stored row that is not JSON (written by something other than this server) is left
+    // out, never allowed to fail the page.
     let messages = frames
         .iter()
-        .map(|frame| {
+        .filter_map(|frame| {
             serde_json::value::RawValue::from_string(frame.text.as_str().to_owned())
-                .expect("frames are JSON")
+                .inspect_err(|err| {
+                    tracing::warn!(agent_id = %id.as_str(), seq = ?frame.seq, error = %err,
+                        "a stored frame is not JSON; it is left out of the page");
+                })
+                .ok()
         })
         .collect();
     Ok(Json(MessagesPage { messages, has_more }))

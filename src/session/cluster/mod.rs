@@ -1,0 +1,585 @@
+//! Routing between the nodes that share a PostgreSQL store, over NATS: a command for a
+//! conversation another node runs goes to that node by request and reply, and each node
+//! publishes the frames of the conversations it runs, once committed, for the other nodes to
+//! relay to their own followers, filling any `seq` gap from the store (NATS delivers at most
+//! once). Every message is sealed with the cluster secret ([`seal`]), and nothing read from
+//! the bus is taken as a principal, a frame or JSON without a check.
+
+mod connect;
+mod seal;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{Client, client::RequestErrorKind};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use self::seal::{FrameOrder, Kind, Refusal, Seal};
+use super::{Conversation, Manager, Route, replay};
+use crate::config::ClusterConfig;
+use crate::metrics::Metrics;
+use crate::protocol::{
+    self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, MAX_PRINCIPAL_BYTES,
+};
+use crate::store::{NewMessage, RowId, Store};
+
+/// Header of a published frame: its `seq`, when stored.
+const SEQ: &str = "Agentmux-Seq";
+/// Header of a published frame: its `message_type`.
+const TYPE: &str = "Agentmux-Type";
+/// How long a forwarded command waits for its owner's answer.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// This node's connection to the others.
+pub struct Bus {
+    client: Client,
+    node: String,
+    seal: Arc<Seal>,
+    frames: mpsc::UnboundedSender<(RowId, Frame)>,
+    metrics: Metrics,
+}
+
+/// A command another node forwards: the principal it acts for and the client frame (for a
+/// schedule's run, with the status that marks it).
+#[derive(Serialize, Deserialize)]
+struct Forward {
+    principal: String,
+    frame: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    marker: Option<Marker>,
+}
+
+impl Forward {
+    /// Whether what it names is what a node sends: a principal of an accepted length, and a
+    /// marker whose payload is a JSON object.
+    fn is_sound(&self) -> bool {
+        (1..=MAX_PRINCIPAL_BYTES).contains(&self.principal.len())
+            && self.marker.as_ref().is_none_or(Marker::is_object)
+    }
+}
+
+/// The `status` stored just before a forwarded chat's user message.
+#[derive(Clone, Serialize, Deserialize)]
+pub(super) struct Marker {
+    payload: String,
+    title: Option<String>,
+}
+
+impl Marker {
+    /// The marker of a stored `status` message.
+    pub fn of(message: &NewMessage) -> Self {
+        Marker {
+            payload: message.payload.clone(),
+            title: message.title.clone(),
+        }
+    }
+
+    pub fn into_message(self) -> NewMessage {
+        let mut message = NewMessage::new("status", self.payload);
+        message.title = self.title;
+        message
+    }
+
+    /// Whether its payload is a JSON object, as every stored `status` payload must be.
+    fn is_object(&self) -> bool {
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&self.payload).is_ok()
+    }
+}
+
+/// The owner's answer to a forwarded command.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub(super) enum Answer {
+    /// A chat was stored and queued.
+    Chat { seq: i64, queue_position: usize },
+    /// An interrupt was handled.
+    Interrupt { was_running: bool },
+    /// A permission answer was taken.
+    Done,
+    /// A rewind stored this status frame.
+    Rewound {
+        seq: Option<i64>,
+        message_type: String,
+        text: String,
+    },
+    /// The command failed.
+    Error { code: ErrorCode, message: String },
+}
+
+impl Answer {
+    fn from_error(err: FrameError) -> Self {
+        Answer::Error {
+            code: err.code,
+            message: err.message,
+        }
+    }
+
+    /// The error this answer carries, as the frame's own.
+    pub(super) fn into_error(self, agent_id: &str) -> FrameError {
+        match self {
+            Answer::Error { code, message } => {
+                FrameError::new(code, message).for_agent(Some(agent_id))
+            }
+            other => FrameError::new(
+                ErrorCode::BackendUnavailable,
+                format!("the owning node answered {other:?}"),
+            )
+            .for_agent(Some(agent_id)),
+        }
+    }
+}
+
+/// Nobody answers for the node a command was meant for: it is gone.
+pub(super) struct NoOwner;
+
+fn frames_subject(row: RowId) -> String {
+    format!("agentmux.frames.{}", row.0)
+}
+
+/// The subject of a node's commands: its name in hex, as a name may hold `.`.
+fn node_subject(node: &str) -> String {
+    let hex: String = node.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("agentmux.node.{hex}")
+}
+
+impl Bus {
+    /// Connects to the NATS server(s) of `cluster` as node `node`, sealing and checking every
+    /// message with the cluster secret. The connection is kept up (and re-established after an
+    /// outage) for as long as the bus lives.
+    ///
+    /// # Errors
+    /// Without a cluster secret of at least 32 bytes, with NATS settings that can't be used,
+    /// and when NATS can't be reached within 10 seconds.
+    pub async fn connect(
+        cluster: &ClusterConfig,
+        node: String,
+        metrics: Metrics,
+    ) -> anyhow::Result<Arc<Bus>> {
+        let Some(secret) = cluster.secret.as_deref().filter(|s| !s.is_empty()) else {
+            anyhow::bail!(
+                "a cluster (--cluster-nats) needs the secret its nodes share, to authenticate \
+                 the messages between them: set AGENTMUX_CLUSTER_SECRET (or cluster.secret) to \
+                 the same value of at least {} bytes on every node (`openssl rand -hex 32`)",
+                seal::MIN_SECRET_BYTES
+            );
+        };
+        let seal = Arc::new(Seal::new(secret, node.clone(), metrics.clone())?);
+        let client = connect::client(cluster, &node, FORWARD_TIMEOUT).await?;
+        let (frames, mut queued) = mpsc::unbounded_channel::<(RowId, Frame)>();
+        let (publisher, sealer) = (client.clone(), seal.clone());
+        tokio::spawn(async move {
+            while let Some((row, frame)) = queued.recv().await {
+                let subject = frames_subject(row);
+                let seq = frame.seq.map(|seq| seq.to_string());
+                let mut routing = vec![(TYPE, frame.kind)];
+                if let Some(seq) = &seq {
+                    routing.push((SEQ, seq.as_str()));
+                }
+                let payload = frame.text.bytes();
+                let headers = sealer.frame(&subject, &routing, &payload);
+                let sent = publisher
+                    .publish_with_headers(subject, headers, payload)
+                    .await;
+                if let Err(err) = sent {
+                    tracing::warn!(error = %err, "publishing a frame to the other nodes failed");
+                }
+            }
+        });
+        Ok(Arc::new(Bus {
+            client,
+            node,
+            seal,
+            frames,
+            metrics,
+        }))
+    }
+
+    /// Publishes a frame of conversation `row` (committed, if stored) to the other nodes.
+    pub(super) fn publish(&self, row: RowId, frame: &Frame) {
+        let _ = self.frames.send((row, frame.clone()));
+    }
+
+    /// Relays the frames other nodes publish for `session` into `events` until `stop` fires;
+    /// returns once the subscription is in place. A stored frame whose `seq` jumps past the
+    /// last one relayed is preceded by the ones in between, read from the store.
+    pub(super) async fn relay(
+        &self,
+        conversation: Arc<Conversation>,
+        events: super::events::Sender,
+        store: Arc<dyn Store>,
+        stop: CancellationToken,
+    ) {
+        let mut sub = match self
+            .client
+            .subscribe(frames_subject(conversation.row))
+            .await
+        {
+            Ok(sub) => sub,
+            Err(err) => {
+                tracing::warn!(error = %err, "following a conversation on the other nodes failed");
+                return;
+            }
+        };
+        // The server has the subscription once it answers a flush.
+        let _ = self.client.flush().await;
+        let (metrics, seal) = (self.metrics.clone(), self.seal.clone());
+        let subject = frames_subject(conversation.row);
+        tokio::spawn(async move {
+            let mut last: Option<i64> = None;
+            let mut order = FrameOrder::default();
+            loop {
+                let msg = tokio::select! {
+                    msg = sub.next() => msg,
+                    () = stop.cancelled() => break,
+                };
+                let Some(msg) = msg else { break };
+                let headers = msg.headers.as_ref();
+                let Ok(opened) =
+                    seal.open(Kind::Frame, &subject, headers, &[TYPE, SEQ], &msg.payload)
+                else {
+                    continue;
+                };
+                if !order.admit(&opened.nonce) {
+                    seal.refused(Kind::Frame, Refusal::Replayed, Some(&opened.from));
+                    continue;
+                }
+                let header = |name| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
+                let Some(frame) = relayed_frame(
+                    &conversation,
+                    header(SEQ),
+                    header(TYPE).unwrap_or_default(),
+                    &msg.payload,
+                ) else {
+                    seal.refused(Kind::Frame, Refusal::Malformed, Some(&opened.from));
+                    continue;
+                };
+                if let (Some(seq), Some(prev)) = (frame.seq, last)
+                    && seq > prev + 1
+                {
+                    fill_gap(&*store, &conversation, &events, prev, seq).await;
+                }
+                if let Some(seq) = frame.seq {
+                    last = Some(last.map_or(seq, |prev| prev.max(seq)));
+                }
+                metrics.relayed_frame();
+                events.send(frame);
+            }
+        });
+    }
+
+    /// Sends `frame` (a command for a conversation of `principal`) to node `node` and waits for
+    /// its answer.
+    ///
+    /// # Errors
+    /// [`NoOwner`] when nobody answers for that node (it is gone).
+    pub(super) async fn forward(
+        &self,
+        node: &str,
+        principal: &str,
+        frame: &ClientFrame,
+        marker: Option<Marker>,
+    ) -> Result<Answer, NoOwner> {
+        let request = Forward {
+            principal: principal.to_owned(),
+            frame: serde_json::to_value(frame).expect("frames serialize"),
+            marker,
+        };
+        let payload = serde_json::to_vec(&request).expect("requests serialize");
+        let subject = node_subject(node);
+        let (headers, nonce) = self.seal.command(&subject, &payload);
+        let unreadable = |why: String| Answer::Error {
+            code: ErrorCode::BackendUnavailable,
+            message: format!("node `{node}` answered {why}"),
+        };
+        match self
+            .client
+            .request_with_headers(subject, headers, payload.into())
+            .await
+        {
+            Ok(msg) => {
+                let opened = self.seal.open(
+                    Kind::Answer,
+                    &nonce,
+                    msg.headers.as_ref(),
+                    &[],
+                    &msg.payload,
+                );
+                Ok(match opened {
+                    Err(refusal) => unreadable(format!(
+                        "with a message that failed the cluster's authentication ({})",
+                        refusal.label()
+                    )),
+                    Ok(_) => serde_json::from_slice(&msg.payload)
+                        .unwrap_or_else(|e| unreadable(format!("something unreadable: {e}"))),
+                })
+            }
+            Err(err) if err.kind() == RequestErrorKind::NoResponders => Err(NoOwner),
+            Err(err) => Ok(Answer::Error {
+                code: ErrorCode::BackendUnavailable,
+                message: format!("node `{node}` runs the conversation but did not answer: {err}"),
+            }),
+        }
+    }
+
+    /// Answers the commands other nodes forward to this one, through `manager`, until `stop`.
+    ///
+    /// # Errors
+    /// When the subscription can't be made.
+    pub(super) async fn serve(
+        self: Arc<Self>,
+        manager: Manager,
+        limits: DecodeLimits,
+        stop: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let subject = node_subject(&self.node);
+        let mut sub = self.client.subscribe(subject.clone()).await?;
+        self.client.flush().await?;
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    msg = sub.next() => msg,
+                    () = stop.cancelled() => break,
+                };
+                let Some(msg) = msg else { break };
+                let Some(reply) = msg.reply.clone() else {
+                    continue;
+                };
+                let headers = msg.headers.as_ref();
+                let opened =
+                    match self
+                        .seal
+                        .open(Kind::Command, &subject, headers, &[], &msg.payload)
+                    {
+                        Ok(opened) => opened,
+                        Err(refusal) => {
+                            // Said, unsealed, so that a node with another secret learns it at once
+                            // instead of waiting out its request; nothing was run.
+                            let refused = Answer::Error {
+                                code: ErrorCode::Unauthorized,
+                                message: format!(
+                                    "node `{}` refused a command not sealed with its cluster \
+                                 secret ({})",
+                                    self.node,
+                                    refusal.label()
+                                ),
+                            };
+                            let payload = serde_json::to_vec(&refused).expect("answers serialize");
+                            let _ = self.client.publish(reply, payload.into()).await;
+                            continue;
+                        }
+                    };
+                let (manager, bus) = (manager.clone(), self.clone());
+                tokio::spawn(async move {
+                    let answer = match serde_json::from_slice::<Forward>(&msg.payload) {
+                        Ok(request) if request.is_sound() => {
+                            answer(&manager, request, limits).await
+                        }
+                        _ => {
+                            bus.seal
+                                .refused(Kind::Command, Refusal::Malformed, Some(&opened.from));
+                            Answer::Error {
+                                code: ErrorCode::BadFrame,
+                                message: "a forwarded command that is not one".into(),
+                            }
+                        }
+                    };
+                    let payload = serde_json::to_vec(&answer).expect("answers serialize");
+                    let headers = bus.seal.answer(&opened.nonce, &payload);
+                    let sent = bus
+                        .client
+                        .publish_with_headers(reply, headers, payload.into())
+                        .await;
+                    if let Err(err) = sent {
+                        tracing::warn!(error = %err, "answering a forwarded command failed");
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Relays the stored frames of `session` with `prev < seq < next` (missed on the bus).
+async fn fill_gap(
+    store: &dyn Store,
+    conversation: &Conversation,
+    events: &super::events::Sender,
+    prev: i64,
+    next: i64,
+) {
+    let missing = u32::try_from(next - prev - 1).unwrap_or(u32::MAX);
+    match store.messages_after(conversation.row, prev, missing).await {
+        Ok(rows) => {
+            for row in rows.iter().filter(|r| r.seq < next) {
+                events.send(replay::stored_frame(conversation, row));
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "filling a gap of relayed frames failed"),
+    }
+}
+
+/// The header fields of a frame another node published, read to check them against the
+/// conversation it is relayed for (a missing or repeated one fails the read).
+#[derive(Deserialize)]
+struct RelayedHeader<'a> {
+    #[serde(borrow)]
+    message_type: Cow<'a, str>,
+    #[serde(borrow)]
+    agent_id: Cow<'a, str>,
+    #[serde(borrow)]
+    session_id: Cow<'a, str>,
+    #[serde(default)]
+    seq: Option<i64>,
+}
+
+/// The frame another node published for `conversation` with routing headers `seq` and
+/// `message_type`, if it is one: a JSON object whose header names this conversation and
+/// agrees with the routing headers.
+fn relayed_frame(
+    conversation: &Conversation,
+    seq: Option<&str>,
+    message_type: &str,
+    payload: &[u8],
+) -> Option<Frame> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let header: RelayedHeader<'_> = serde_json::from_str(text).ok()?;
+    let seq = match seq {
+        Some(seq) => Some(seq.parse::<i64>().ok()?),
+        None => None,
+    };
+    let tag = conversation.tag();
+    let sound = header.message_type == message_type
+        && header.agent_id == tag.agent_id
+        && header.session_id == tag.session_id
+        && header.seq == seq;
+    sound.then(|| Frame::relayed(seq, message_type, text.to_owned()))
+}
+
+/// Runs a command another node forwarded, on this node only.
+async fn answer(manager: &Manager, request: Forward, limits: DecodeLimits) -> Answer {
+    let bad = |message: String| Answer::Error {
+        code: ErrorCode::BadFrame,
+        message,
+    };
+    let frame = match protocol::decode(&request.frame.to_string(), limits) {
+        Ok(frame) => frame,
+        Err(err) => return Answer::from_error(err),
+    };
+    let principal = request.principal.as_str();
+    let outcome = match frame {
+        ClientFrame::Chat(chat) => {
+            let marker = request.marker.map(|m| Box::new(m.into_message()));
+            match manager
+                .submit_marked(principal, chat, marker, Route::ThisNode)
+                .await
+            {
+                Ok(pending) => pending.stored().await.map(|accepted| Answer::Chat {
+                    seq: accepted.seq,
+                    queue_position: accepted.queue_position,
+                }),
+                Err(err) => Err(err),
+            }
+        }
+        ClientFrame::Interrupt { agent_id } => manager
+            .interrupt_routed(principal, &agent_id, Route::ThisNode)
+            .await
+            .map(|i| Answer::Interrupt {
+                was_running: i.was_running,
+            }),
+        ClientFrame::PermissionResponse {
+            agent_id,
+            request_id,
+            decision,
+        } => manager
+            .answer_permission_routed(principal, &agent_id, request_id, decision, Route::ThisNode)
+            .await
+            .map(|()| Answer::Done),
+        ClientFrame::Rewind { agent_id, to_seq } => manager
+            .rewind_routed(principal, &agent_id, to_seq, Route::ThisNode)
+            .await
+            .map(|frame| Answer::Rewound {
+                seq: frame.seq,
+                message_type: frame.kind.to_owned(),
+                text: frame.text.as_str().to_owned(),
+            }),
+        _ => {
+            return bad(
+                "only chat, interrupt, permission_response and rewind are forwarded".into(),
+            );
+        }
+    };
+    outcome.unwrap_or_else(Answer::from_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{AgentId, SessionId};
+
+    fn conversation() -> Conversation {
+        Conversation {
+            row: RowId(7),
+            agent_id: AgentId::parse("x").unwrap(),
+            session_id: SessionId::new(),
+            agent: "demo".into(),
+            principal: "alice".into(),
+        }
+    }
+
+    #[test]
+    fn a_relayed_frame_must_name_its_conversation_and_agree_with_its_headers() {
+        let c = conversation();
+        let sid = c.session_id.to_string();
+        let text = |agent: &str, session: &str, seq: &str| {
+            format!(
+                r#"{{"message_type":"assistant","agent_id":"{agent}","session_id":"{session}"{seq},"message":{{}}}}"#
+            )
+        };
+        let good = text("x", &sid, r#","seq":3"#);
+        let frame = relayed_frame(&c, Some("3"), "assistant", good.as_bytes()).unwrap();
+        assert_eq!((frame.seq, frame.kind), (Some(3), "assistant"));
+        assert_eq!(frame.text.as_str(), good);
+        let relayed = |seq, kind: &str, text: &str| relayed_frame(&c, seq, kind, text.as_bytes());
+        assert!(
+            relayed(Some("4"), "assistant", &good).is_none(),
+            "other seq"
+        );
+        assert!(relayed(None, "assistant", &good).is_none(), "unstored");
+        assert!(relayed(Some("3"), "result", &good).is_none(), "other type");
+        assert!(relayed(Some("3"), "assistant", &text("y", &sid, r#","seq":3"#)).is_none());
+        let other = SessionId::new().to_string();
+        assert!(relayed(Some("3"), "assistant", &text("x", &other, r#","seq":3"#)).is_none());
+        let twice = text("x", &sid, r#","seq":3,"agent_id":"y""#);
+        assert!(
+            relayed(Some("3"), "assistant", &twice).is_none(),
+            "a key twice"
+        );
+        assert!(relayed(Some("3"), "assistant", &good[..good.len() - 1]).is_none());
+        assert!(relayed(Some("3"), "assistant", "not json").is_none());
+        let unstored = text("x", &sid, "");
+        assert!(relayed(None, "assistant", &unstored).is_some());
+    }
+
+    #[test]
+    fn a_forwarded_command_must_name_a_principal_and_carry_a_json_marker() {
+        let forward = |principal: &str, payload: Option<&str>| Forward {
+            principal: principal.into(),
+            frame: serde_json::Value::Null,
+            marker: payload.map(|p| Marker {
+                payload: p.into(),
+                title: None,
+            }),
+        };
+        assert!(forward("alice", None).is_sound());
+        assert!(forward("alice", Some(r#"{"status":"scheduled"}"#)).is_sound());
+        assert!(!forward("alice", Some("not json")).is_sound());
+        assert!(!forward("alice", Some(r#"{"a":1,}"#)).is_sound());
+        assert!(!forward("alice", Some("[1]")).is_sound());
+        assert!(!forward("", None).is_sound());
+        assert!(!forward(&"p".repeat(MAX_PRINCIPAL_BYTES + 1), None).is_sound());
+    }
+}
