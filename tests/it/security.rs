@@ -968,3 +968,48 @@ async fn the_agent_list_needs_credentials() {
     let list: Value = serde_json::from_str(&alice.body).unwrap();
     assert_eq!(list["default"], "demo");
 }
+
+/// A stored row that is not JSON (written behind the server's back) is left out of a history
+/// page: the page answers, every other frame in it.
+#[tokio::test]
+async fn a_stored_row_that_is_not_json_is_left_out_of_history() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    c.chat("x", "one").await;
+    c.until_result("x").await;
+    let page = |server: &TestServer| {
+        let url = server.url("/api/sessions/x/messages");
+        async move {
+            let response = reqwest::get(url).await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let before = page(&server).await["messages"].as_array().unwrap().clone();
+    let db = server.db().await;
+    let (row, last): (i64, i64) = sqlx::query_as(
+        "select s.id, max(m.seq) from session_info s join messages m on m.session_pk = s.id
+         where s.agent_id = 'x' group by s.id",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    for (seq, kind, payload) in [
+        (last + 1, "user", "not json"),
+        (last + 2, "status", r#"{"status":"x",}"#),
+    ] {
+        sqlx::query(
+            "insert into messages (session_pk, seq, message_type, payload, created_at)
+             values ($1, $2, $3, $4, '2026-01-01T00:00:00Z')",
+        )
+        .bind(row)
+        .bind(seq)
+        .bind(kind)
+        .bind(payload)
+        .execute(&db)
+        .await
+        .unwrap();
+    }
+    let after = page(&server).await["messages"].as_array().unwrap().clone();
+    assert_eq!(after, before);
+}
