@@ -436,6 +436,10 @@ pub struct ClaudeConfig {
     pub env_allow: Vec<String>,
     /// Longest stdout line accepted from the CLI, in bytes; a longer one is skipped with a warning.
     pub max_line_bytes: usize,
+    /// Largest CLI transcript read, in bytes: a CLI session over it is not imported or synced,
+    /// and a store shared by several nodes does not keep a copy of it (the copy kept before
+    /// stays).
+    pub max_transcript_bytes: usize,
     /// How long the CLI may take to answer the `initialize` request.
     pub init_timeout_secs: u64,
     /// Each step of stopping a CLI (close stdin, TERM, KILL) waits this long.
@@ -457,6 +461,7 @@ impl Default for ClaudeConfig {
             config_dir: None,
             env_allow: Vec::new(),
             max_line_bytes: 64 << 20,
+            max_transcript_bytes: 64 << 20,
             init_timeout_secs: 60,
             stop_grace_secs: 5,
             max_live_processes: None,

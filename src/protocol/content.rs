@@ -4,7 +4,8 @@
 use std::borrow::Cow;
 
 use base64::Engine as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{ErrorCode, FrameError};
@@ -94,17 +95,29 @@ impl Content {
         }
     }
 
-    /// The content of a stored `user` message (its whole payload) when a user sent it: text,
-    /// or valid text and image blocks in a message without the `uuid` every message an agent
-    /// prints carries (tool results, the interruption marker).
-    pub fn of_stored(payload: &Value) -> Option<Content> {
-        match &payload["message"]["content"] {
-            Value::String(text) => Some(Content::Text(text.clone())),
-            blocks @ Value::Array(_) if payload.get("uuid").is_none() => {
-                decode(Some(blocks), usize::MAX).ok()
-            }
-            _ => None,
+    /// The content of a stored `user` message (its whole payload, JSON text) when a user
+    /// sent it: text, or valid text and image blocks in a message without the `uuid` every
+    /// message an agent prints carries (tool results, the interruption marker). Only the
+    /// fields a turn's content has are read, one block at a time: a payload is never built
+    /// as a tree.
+    pub fn of_stored(payload: &str) -> Option<Content> {
+        let payload: StoredUser = serde_json::from_str(payload).ok()?;
+        let content = payload.message?.content?;
+        if let Ok(text) = serde_json::from_str::<String>(content.get()) {
+            return Some(Content::Text(text));
         }
+        if payload.uuid.is_some() {
+            return None;
+        }
+        let Blocks(blocks) = serde_json::from_str(content.get()).ok()?;
+        let blocks = blocks
+            .into_iter()
+            .map(|block| {
+                serde_json::from_str::<BlockShape>(block.get()).map(BlockShape::into_value)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        decode(Some(&Value::Array(blocks)), usize::MAX).ok()
     }
 
     /// A title for a conversation that starts with this turn: its text, or `[image]`.
@@ -115,6 +128,101 @@ impl Content {
         } else {
             text
         }
+    }
+}
+
+/// The fields of a stored user message that say what its user sent.
+#[derive(Deserialize)]
+struct StoredUser<'a> {
+    #[serde(borrow, default)]
+    uuid: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    message: Option<StoredMessage<'a>>,
+}
+
+/// The `content` of a stored message.
+#[derive(Deserialize)]
+struct StoredMessage<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// The blocks of a list of at most [`MAX_BLOCKS`], each unread; a longer list is refused
+/// before more is read.
+struct Blocks<'a>(Vec<&'a RawValue>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Reader;
+        impl<'de> serde::de::Visitor<'de> for Reader {
+            type Value = Blocks<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "a list of at most {MAX_BLOCKS} blocks")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Blocks<'de>, A::Error> {
+                let mut blocks = Vec::new();
+                while let Some(block) = seq.next_element()? {
+                    if blocks.len() == MAX_BLOCKS {
+                        return Err(serde::de::Error::invalid_length(MAX_BLOCKS + 1, &self));
+                    }
+                    blocks.push(block);
+                }
+                Ok(Blocks(blocks))
+            }
+        }
+        deserializer.deserialize_seq(Reader)
+    }
+}
+
+/// A block with only the fields a turn's blocks may have (anything else is not a turn's).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockShape<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    source: Option<SourceShape<'a>>,
+}
+
+/// An image source with only the fields one may have.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceShape<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    media_type: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    data: Option<Cow<'a, str>>,
+}
+
+impl BlockShape<'_> {
+    /// The block as a value for [`decode`] to check: small, its shape is known.
+    fn into_value(self) -> Value {
+        let mut block = Map::new();
+        block.insert("type".into(), self.kind.into());
+        if let Some(text) = self.text {
+            block.insert("text".into(), text.into());
+        }
+        if let Some(source) = self.source {
+            let mut fields = Map::new();
+            for (key, value) in [
+                ("type", source.kind),
+                ("media_type", source.media_type),
+                ("data", source.data),
+            ] {
+                if let Some(value) = value {
+                    fields.insert(key.into(), value.into());
+                }
+            }
+            block.insert("source".into(), fields.into());
+        }
+        block.into()
     }
 }
 
@@ -281,10 +389,14 @@ mod tests {
         let only_image = decode(Some(&json!([image("image/png", &png())])), 100).unwrap();
         assert_eq!(only_image.title_text(), "[image]");
         let stored = json!({"type": "user", "message": {"role": "user", "content": value}});
-        assert_eq!(Content::of_stored(&stored), Some(content));
+        assert_eq!(Content::of_stored(&stored.to_string()), Some(content));
         let marker = json!({"type": "user", "uuid": "u1", "message": {"role": "user",
             "content": [{"type": "text", "text": "[Request interrupted by user]"}]}});
-        assert_eq!(Content::of_stored(&marker), None, "an agent's message");
+        assert_eq!(
+            Content::of_stored(&marker.to_string()),
+            None,
+            "an agent's message"
+        );
     }
 
     #[test]

@@ -4,28 +4,34 @@
 //!
 //! Transcripts are read as a stream of lines, never whole, from
 //! `<claude home>/projects/<sanitized cwd>/<uuid>.jsonl` only: each step of that path must be
-//! a real directory or file (never a symbolic link), the file is opened without following
-//! one, and it may be at most [`MAX_TRANSCRIPT_BYTES`] long. Unknown line types and a line
-//! that is not JSON (a truncated last line) are skipped.
+//! a real directory or file (never a symbolic link, nor a file with another hard link), the
+//! file is opened without following one, and it may be at most `claude.max_transcript_bytes`
+//! long, each line at most [`super::history::MAX_LINE_BYTES`]. Only the fields used are read from a line,
+//! never the line as a tree. The CLI names the folder after the directory with every
+//! character that is not a letter or digit made `-`, so several directories share one: a
+//! transcript belongs to a directory only when the first of its lines that records a `cwd`
+//! records that directory, and nothing of it is taken before that line. Unknown line types
+//! and a line that is not JSON of the CLI's shape (a truncated last line) are skipped.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{Stream, StreamExt};
-use serde::Serialize;
-use serde_json::{Value, json};
+use futures_util::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use serde_json::value::RawValue;
 use tokio::io::AsyncReadExt as _;
 use utoipa::ToSchema;
 
-use super::history::{ImportEnd, Lines, invalid, message_text};
+use super::history::{ContentText, ImportEnd, Lines, MessageFields, invalid, strict_json};
 use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
 use crate::protocol::{self, AgentId, ErrorCode, FrameError, SessionId, valid_session_id};
 use crate::store::{NewMessage, SessionRecord};
 
-/// Largest transcript read, in bytes.
-pub const MAX_TRANSCRIPT_BYTES: usize = 64 << 20;
 /// Most CLI sessions listed for one project (the most recently changed).
 const MAX_LISTED: usize = 200;
 
@@ -62,6 +68,8 @@ pub struct CliSession {
 
 /// A transcript file, checked and open.
 struct Transcript {
+    /// The CLI's id of its session.
+    id: String,
     file: tokio::fs::File,
 }
 
@@ -84,8 +92,9 @@ async fn sessions_dir(home: &Path, cwd: &Path) -> Option<PathBuf> {
     Some(dir)
 }
 
-/// Opens `path` for reading when it is a regular file, not through a symbolic link (and
-/// without waiting on a FIFO); an agent may have put either where its transcript was.
+/// Opens `path` for reading when it is a regular file with no other hard link, not through
+/// a symbolic link (and without waiting on a FIFO); an agent may have put any of them where
+/// its transcript was, to have another file read in its place.
 pub(super) fn open_regular_file(
     path: &Path,
 ) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
@@ -100,32 +109,43 @@ pub(super) fn open_regular_file(
             "not a regular file",
         ));
     }
+    if meta.nlink() > 1 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a file with other hard links",
+        ));
+    }
     Ok((file, meta))
 }
 
-/// Opens transcript `id` of `dir` without following a symbolic link.
-async fn open_transcript(dir: &Path, id: &str) -> Result<Transcript, FrameError> {
+/// Opens transcript `id` of `dir` (see [`open_regular_file`]), refusing one over
+/// `max_bytes`.
+async fn open_transcript(dir: &Path, id: &str, max_bytes: usize) -> Result<Transcript, FrameError> {
     let path = dir.join(format!("{id}.jsonl"));
-    let not_found = || {
-        FrameError::new(
-            ErrorCode::UnknownAgent,
-            format!("no CLI session `{id}` in this project"),
-        )
-    };
-    let (file, meta) = open_regular_file(&path).map_err(|_| not_found())?;
-    if meta.len() > MAX_TRANSCRIPT_BYTES as u64 {
+    let (file, meta) = open_regular_file(&path).map_err(|_| not_in_project(id))?;
+    if meta.len() > max_bytes as u64 {
         return Err(FrameError::new(
             ErrorCode::InvalidRequest,
             format!(
                 "the transcript of CLI session `{id}` is {} MiB, over the {} MiB limit; nothing was imported",
                 meta.len() >> 20,
-                MAX_TRANSCRIPT_BYTES >> 20
+                max_bytes >> 20
             ),
         ));
     }
     Ok(Transcript {
+        id: id.to_owned(),
         file: tokio::fs::File::from_std(file),
     })
+}
+
+/// `unknown_agent`: no CLI session `id` in this project (whether or not another directory
+/// that shares its folder has one).
+fn not_in_project(id: &str) -> FrameError {
+    FrameError::new(
+        ErrorCode::UnknownAgent,
+        format!("no CLI session `{id}` in this project"),
+    )
 }
 
 /// A file as a stream of pieces.
@@ -140,73 +160,147 @@ fn pieces(file: tokio::fs::File) -> impl Stream<Item = Result<Bytes, std::io::Er
     })
 }
 
-/// The entries of a transcript as stored messages, with the uuid of each: user and assistant
-/// messages of the main thread (and a `result`, where one is written). Other line types,
-/// side threads, meta messages and lines that are not JSON are skipped.
-fn entries(
-    transcript: Transcript,
-) -> impl Stream<Item = Result<(Option<String>, NewMessage), FrameError>> + Send {
-    let lines = Lines::new(Box::pin(pieces(transcript.file)), MAX_TRANSCRIPT_BYTES);
-    futures_util::stream::try_unfold(lines, |mut lines| async move {
-        while let Some((_, line)) = lines.next().await? {
-            let Ok(entry) = serde_json::from_slice::<Value>(&line) else {
+/// The fields of a transcript line that are read; everything else is skipped unread.
+#[derive(Deserialize)]
+struct Entry<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    uuid: Option<Cow<'a, str>>,
+    #[serde(rename = "sessionId", borrow, default)]
+    session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    timestamp: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    cwd: Option<Cow<'a, str>>,
+    #[serde(rename = "isSidechain", borrow, default)]
+    is_sidechain: Option<&'a RawValue>,
+    #[serde(rename = "isMeta", borrow, default)]
+    is_meta: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    message: Option<&'a RawValue>,
+}
+
+/// The payload stored for a user or assistant entry, in the shape the agent streams it.
+#[derive(Serialize)]
+struct EntryPayload<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    message: Box<RawValue>,
+    parent_tool_use_id: (),
+    session_id: Option<&'a str>,
+    uuid: Option<&'a str>,
+}
+
+/// The entries of a transcript that belong to one directory, as stored messages with the
+/// uuid of each: user and assistant messages of the main thread (and a `result`, where one
+/// is written). Other line types, side threads, meta messages and lines that are not JSON of
+/// the CLI's shape are skipped.
+struct Entries {
+    lines: Lines<Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>>,
+    id: String,
+    project: PathBuf,
+    /// Whether the transcript's first recorded `cwd` is `project`, once a line recorded one.
+    belongs: Option<bool>,
+}
+
+impl Entries {
+    fn new(transcript: Transcript, project: &Path, max_bytes: usize) -> Self {
+        Entries {
+            lines: Lines::new(Box::pin(pieces(transcript.file)), max_bytes),
+            id: transcript.id,
+            project: project.to_owned(),
+            belongs: None,
+        }
+    }
+
+    /// The next entry and its uuid.
+    ///
+    /// # Errors
+    /// `unknown_agent` when the transcript turns out not to belong to the directory (its first
+    /// recorded `cwd` is another, or a message comes before any), `invalid_request` for a line
+    /// over [`super::history::MAX_LINE_BYTES`] or a file that can't be read.
+    async fn next(&mut self) -> Result<Option<(Option<String>, NewMessage)>, FrameError> {
+        while let Some((_, line)) = self.lines.next().await? {
+            let Ok(line) = std::str::from_utf8(&line) else {
                 continue;
             };
-            if let Some(message) = transcript_message(&entry) {
-                let uuid = entry["uuid"].as_str().map(str::to_owned);
-                return Ok(Some(((uuid, message), lines)));
+            let Ok(entry) = serde_json::from_str::<Entry>(line) else {
+                continue;
+            };
+            if self.belongs.is_none()
+                && let Some(cwd) = &entry.cwd
+            {
+                self.belongs = Some(Path::new(cwd.as_ref()) == self.project);
+            }
+            let message = transcript_message(&entry, line);
+            if self.belongs.is_none() && message.is_some() {
+                self.belongs = Some(false);
+            }
+            if self.belongs == Some(false) {
+                return Err(not_in_project(&self.id));
+            }
+            if let Some(message) = message {
+                return Ok(Some((entry.uuid.map(Cow::into_owned), message)));
             }
         }
         Ok(None)
-    })
+    }
+
+    /// Whether the transcript belongs to the directory, reading no further than needed.
+    async fn belongs(mut self) -> bool {
+        while self.belongs.is_none() && matches!(self.next().await, Ok(Some(_))) {}
+        self.belongs == Some(true)
+    }
+
+    /// The messages, as a stream.
+    fn messages(self) -> impl Stream<Item = Result<NewMessage, FrameError>> + Send {
+        futures_util::stream::try_unfold(self, |mut entries| async move {
+            Ok(entries.next().await?.map(|(_, message)| (message, entries)))
+        })
+    }
 }
 
-/// The text of a user prompt: a string, or the text blocks of a message without tool results.
-fn prompt_text(content: &Value) -> Option<String> {
-    let tool_results = content
-        .as_array()
-        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"));
-    if tool_results {
+/// The stored message of one transcript entry (read from `line`), in the shape the agent
+/// streams it.
+fn transcript_message(entry: &Entry, line: &str) -> Option<NewMessage> {
+    let set = |flag: Option<&RawValue>| flag.is_some_and(|f| f.get() == "true");
+    if set(entry.is_sidechain) || set(entry.is_meta) {
         return None;
     }
-    message_text(content)
-}
-
-/// The stored message of one transcript entry, in the shape the agent streams it.
-fn transcript_message(entry: &Value) -> Option<NewMessage> {
-    if entry["isSidechain"] == true || entry["isMeta"] == true {
-        return None;
-    }
-    let kind: &'static str = match entry["type"].as_str()? {
+    let kind: &'static str = match entry.kind.as_deref()? {
         "user" => "user",
         "assistant" => "assistant",
         "result" => "result",
         _ => return None,
     };
     if kind == "result" {
-        return Some(NewMessage::new("result", entry.to_string()));
+        return Some(NewMessage::new("result", strict_json(line).ok()?));
     }
-    let message = entry.get("message").filter(|m| m.is_object())?;
-    let payload = json!({
-        "type": kind,
-        "message": message,
-        "parent_tool_use_id": null,
-        "session_id": entry["sessionId"],
-        "uuid": entry["uuid"],
-    });
-    let mut stored = NewMessage::new(kind, payload.to_string());
-    if let Some(at) = entry["timestamp"].as_str()
+    let message = entry.message.filter(|m| m.get().starts_with('{'))?;
+    let payload = EntryPayload {
+        kind,
+        message: RawValue::from_string(strict_json(message.get()).ok()?).ok()?,
+        parent_tool_use_id: (),
+        session_id: entry.session_id.as_deref(),
+        uuid: entry.uuid.as_deref(),
+    };
+    let mut stored = NewMessage::new(kind, serde_json::to_string(&payload).ok()?);
+    if let Some(at) = entry.timestamp.as_deref()
         && chrono::DateTime::parse_from_rfc3339(at).is_ok()
     {
         stored.created_at = at.to_owned();
     }
-    if kind == "user"
-        && let Some(text) = prompt_text(&message["content"])
-    {
-        stored.prompt = true;
-        stored.title = Some(protocol::truncate_chars(text.trim(), 50).to_owned());
+    if kind == "user" {
+        // A user prompt: a string, or the text blocks of a message without tool results.
+        let fields = serde_json::from_str::<MessageFields>(message.get()).ok();
+        let content = ContentText::of(fields.and_then(|f| f.content));
+        if let Some(text) = content.text.filter(|_| !content.tool_result) {
+            stored.prompt = true;
+            stored.title = Some(protocol::truncate_chars(text.trim(), 50).to_owned());
+        }
     }
-    stored.sdk_uuid = entry["uuid"].as_str().map(str::to_owned);
+    stored.sdk_uuid = entry.uuid.as_deref().map(str::to_owned);
     Some(stored)
 }
 
@@ -254,6 +348,7 @@ impl Manager {
             .map(|(cwd, count, last)| (cwd, (count, last)))
             .collect();
         let home = self.shared.config.claude.home();
+        let max_bytes = self.shared.config.claude.max_transcript_bytes;
         let mut projects = Vec::new();
         for path in crate::projects::list(&self.shared.config.projects.roots, principal).await {
             let key = path.to_string_lossy().into_owned();
@@ -265,7 +360,13 @@ impl Manager {
             if let Some(home) = &home
                 && let Some(dir) = sessions_dir(home, &path).await
             {
-                for (_, modified) in transcript_files(&dir).await {
+                for (id, modified) in transcript_files(&dir).await {
+                    let Ok(transcript) = open_transcript(&dir, &id, max_bytes).await else {
+                        continue;
+                    };
+                    if !Entries::new(transcript, &path, max_bytes).belongs().await {
+                        continue;
+                    }
                     cli_sessions += 1;
                     let at = rfc3339(modified);
                     if last.as_ref().is_none_or(|l| *l < at) {
@@ -287,11 +388,12 @@ impl Manager {
         Ok(projects)
     }
 
-    /// The CLI sessions of project `cwd`, most recently changed first.
+    /// The CLI sessions of project `cwd`, most recently changed first. Reading them takes one
+    /// of the principal's places for imports and exports.
     ///
     /// # Errors
-    /// `invalid_request` (a path outside the principal's roots, no CLI home) or
-    /// `store_unavailable`.
+    /// `invalid_request` (a path outside the principal's roots, no CLI home),
+    /// `limit_exceeded` or `store_unavailable`.
     pub async fn cli_sessions(
         &self,
         principal: &str,
@@ -299,27 +401,35 @@ impl Manager {
     ) -> Result<Vec<CliSession>, FrameError> {
         let cwd = self.project_dir(principal, cwd).await?;
         let home = self.cli_home()?;
+        let _transfer = self.acquire_transfer(principal, "cli-sessions")?;
         let Some(dir) = sessions_dir(&home, &cwd).await else {
             return Ok(Vec::new());
         };
+        let max_bytes = self.shared.config.claude.max_transcript_bytes;
         let mut files = transcript_files(&dir).await;
         files.sort_by_key(|f| std::cmp::Reverse(f.1));
-        files.truncate(MAX_LISTED);
-        let mut sessions = Vec::with_capacity(files.len());
+        let mut sessions = Vec::new();
         for (id, modified) in files {
-            let Ok(transcript) = open_transcript(&dir, &id).await else {
+            if sessions.len() == MAX_LISTED {
+                break;
+            }
+            let Ok(transcript) = open_transcript(&dir, &id, max_bytes).await else {
                 continue;
             };
             let mut title = None;
             let mut message_count = 0;
-            let mut entries = std::pin::pin!(entries(transcript));
-            while let Some(Ok((_, message))) = entries.next().await {
+            let mut entries = Entries::new(transcript, &cwd, max_bytes);
+            // A line that can't be read ends the count; the import says why.
+            while let Ok(Some((_, message))) = entries.next().await {
                 if matches!(message.message_type, "user" | "assistant") {
                     message_count += 1;
                 }
                 if title.is_none() && message.prompt {
                     title = message.title;
                 }
+            }
+            if entries.belongs != Some(true) {
+                continue;
             }
             let imported_as = self
                 .shared
@@ -362,13 +472,11 @@ impl Manager {
         let cwd = self.project_dir(principal, cwd).await?;
         let home = self.cli_home()?;
         let _transfer = self.acquire_transfer(principal, agent_id)?;
-        let dir = sessions_dir(&home, &cwd).await.ok_or_else(|| {
-            FrameError::new(
-                ErrorCode::UnknownAgent,
-                format!("no CLI session `{cli_session_id}` in this project"),
-            )
-        })?;
-        let transcript = open_transcript(&dir, cli_session_id).await?;
+        let dir = sessions_dir(&home, &cwd)
+            .await
+            .ok_or_else(|| not_in_project(cli_session_id))?;
+        let max_bytes = self.shared.config.claude.max_transcript_bytes;
+        let transcript = open_transcript(&dir, cli_session_id, max_bytes).await?;
         if let Some(existing) = self
             .shared
             .store
@@ -388,7 +496,7 @@ impl Manager {
         }
         let mut new = self.new_session(principal, agent_id, session_id);
         new.cwd = cwd.to_string_lossy().into_owned();
-        let messages = entries(transcript).map(|entry| entry.map(|(_, message)| message));
+        let messages = Entries::new(transcript, &cwd, max_bytes).messages();
         let end = ImportEnd {
             status: cli_imported_status,
             sdk_session_id: Some(cli_session_id.to_owned()),
@@ -399,18 +507,20 @@ impl Manager {
     /// Appends what the CLI added to the transcript of conversation `agent_id` since its
     /// last stored message the transcript holds (the user went on with the CLI), and stops
     /// its idle agent so that the next turn resumes with them. Returns the conversation and
-    /// how many messages were appended.
+    /// how many messages were appended. It takes one of the principal's places for imports
+    /// and exports while it reads.
     ///
     /// # Errors
-    /// `unknown_agent` (no such conversation, or no transcript for it), `busy` (a turn is
-    /// running or queued), `invalid_request` (a transcript over the limit, no CLI home) or
-    /// `store_unavailable`.
+    /// `unknown_agent` (no such conversation, or no transcript of its directory for it),
+    /// `busy` (a turn is running or queued), `invalid_request` (a transcript or a line over
+    /// the limit, no CLI home), `limit_exceeded` or `store_unavailable`.
     pub async fn sync_cli_session(
         &self,
         principal: &str,
         agent_id: &AgentId,
     ) -> Result<(SessionRecord, usize), FrameError> {
         let home = self.cli_home()?;
+        let _transfer = self.acquire_transfer(principal, agent_id)?;
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         if slot.busy.load(std::sync::atomic::Ordering::Acquire) {
             return Err(FrameError::new(
@@ -435,9 +545,15 @@ impl Manager {
         let dir = sessions_dir(&home, Path::new(&record.cwd))
             .await
             .ok_or_else(no_transcript)?;
-        let transcript = open_transcript(&dir, &sdk_id)
+        // Another directory's transcript in the same folder is none of this conversation's.
+        let read_error = |e: FrameError| match e.code {
+            ErrorCode::UnknownAgent => no_transcript(),
+            _ => e.for_agent(Some(agent_id)),
+        };
+        let max_bytes = self.shared.config.claude.max_transcript_bytes;
+        let transcript = open_transcript(&dir, &sdk_id, max_bytes)
             .await
-            .map_err(|e| e.for_agent(Some(agent_id)))?;
+            .map_err(read_error)?;
         let known = self
             .shared
             .store
@@ -446,9 +562,8 @@ impl Manager {
             .map_err(|e| store_error(e, agent_id))?;
         // Everything after the last entry the conversation holds is new.
         let mut fresh = Vec::new();
-        let mut entries = std::pin::pin!(entries(transcript));
-        while let Some(entry) = entries.next().await {
-            let (uuid, message) = entry.map_err(|e| e.for_agent(Some(agent_id)))?;
+        let mut entries = Entries::new(transcript, Path::new(&record.cwd), max_bytes);
+        while let Some((uuid, message)) = entries.next().await.map_err(read_error)? {
             if uuid.as_ref().is_some_and(|u| known.contains(u)) {
                 fresh.clear();
             } else {
@@ -538,33 +653,43 @@ async fn transcript_files(dir: &Path) -> Vec<(String, std::time::SystemTime)> {
 mod tests {
     use super::*;
 
+    /// The stored message of a transcript line, as [`Entries`] reads it.
+    fn message(line: &serde_json::Value) -> Option<NewMessage> {
+        let line = line.to_string();
+        transcript_message(&serde_json::from_str(&line).unwrap(), &line)
+    }
+
     #[test]
     fn transcript_entries_become_stored_messages() {
         let prompt = json!({"type":"user","uuid":"u1","sessionId":"s","timestamp":"2026-01-02T03:04:05.000Z",
             "message":{"role":"user","content":"list the files"}});
-        let m = transcript_message(&prompt).unwrap();
+        let m = message(&prompt).unwrap();
         assert_eq!(m.message_type, "user");
         assert!(m.prompt);
         assert_eq!(m.title.as_deref(), Some("list the files"));
         assert_eq!(m.sdk_uuid.as_deref(), Some("u1"));
         assert_eq!(m.created_at, "2026-01-02T03:04:05.000Z");
+        let stored: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+        assert_eq!(
+            stored,
+            json!({"type":"user","message":{"role":"user","content":"list the files"},
+                "parent_tool_use_id":null,"session_id":"s","uuid":"u1"})
+        );
         let result = json!({"type":"user","uuid":"u2","message":{"role":"user",
             "content":[{"type":"tool_result","tool_use_id":"t","content":"a.txt"}]}});
-        assert!(!transcript_message(&result).unwrap().prompt);
+        assert!(!message(&result).unwrap().prompt);
         let tool_use = json!({"type":"assistant","uuid":"a1","message":{"role":"assistant",
             "content":[{"type":"tool_use","id":"t","name":"Bash","input":{}}]}});
-        assert_eq!(
-            transcript_message(&tool_use).unwrap().message_type,
-            "assistant"
-        );
+        assert_eq!(message(&tool_use).unwrap().message_type, "assistant");
         for skipped in [
             json!({"type":"queue-operation"}),
             json!({"type":"attachment","message":{}}),
             json!({"type":"user","isSidechain":true,"message":{"content":"x"}}),
             json!({"type":"user","isMeta":true,"message":{"content":"x"}}),
             json!({"type":"user"}),
+            json!({"type":"user","message":"x"}),
         ] {
-            assert!(transcript_message(&skipped).is_none(), "{skipped}");
+            assert!(message(&skipped).is_none(), "{skipped}");
         }
     }
 }

@@ -7,12 +7,13 @@
 //! them. An import's conversation stays invisible until its last chunk is stored and is
 //! removed if anything fails. Imports and exports are capped per principal.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::replay::stored_frame;
@@ -31,7 +32,7 @@ const IMPORT_CHUNK_ROWS: usize = 1000;
 const IMPORT_CHUNK_BYTES: usize = 1 << 20;
 
 /// One line of an export (JSON Lines), and of an import.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ExportLine {
     /// Position in the conversation.
     pub seq: i64,
@@ -45,16 +46,37 @@ pub struct ExportLine {
     pub content: Option<String>,
     /// The stored JSON object verbatim.
     #[schema(value_type = Object)]
-    pub payload: Value,
+    pub payload: Box<RawValue>,
+}
+
+/// The fields of a stored payload an export line shows, read without building the payload.
+#[derive(Deserialize)]
+struct PayloadMessage<'a> {
+    #[serde(borrow, default)]
+    message: Option<MessageFields<'a>>,
+}
+
+/// The `role` and `content` of a message.
+#[derive(Deserialize)]
+pub(super) struct MessageFields<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
 }
 
 impl ExportLine {
     /// The line of a stored message.
     fn new(seq: i64, message_type: &str, payload: &str) -> Self {
-        let payload: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
-        let message = &payload["message"];
-        let role = message["role"].as_str().map(str::to_owned);
-        let content = message_text(&message["content"]);
+        let message = serde_json::from_str::<PayloadMessage>(payload)
+            .ok()
+            .and_then(|p| p.message);
+        let role = message
+            .as_ref()
+            .and_then(|m| m.role.as_deref().map(str::to_owned));
+        let content = ContentText::of(message.and_then(|m| m.content)).text;
+        let payload =
+            RawValue::from_string(payload.to_owned()).unwrap_or_else(|_| RawValue::NULL.to_owned());
         ExportLine {
             seq,
             message_type: message_type.to_owned(),
@@ -65,20 +87,80 @@ impl ExportLine {
     }
 }
 
-/// The text of a message's `content`: a string, or its `text` blocks joined.
-pub(super) fn message_text(content: &Value) -> Option<String> {
-    match content {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(blocks) => {
-            let text: Vec<&str> = blocks
-                .iter()
-                .filter(|b| b["type"] == "text")
-                .filter_map(|b| b["text"].as_str())
-                .collect();
-            (!text.is_empty()).then(|| text.join(""))
-        }
-        _ => None,
+/// What a message's `content` says: its text (a string, or its `text` blocks joined) and
+/// whether it holds a tool result. Read one block at a time, never as a tree.
+#[derive(Default)]
+pub(super) struct ContentText {
+    pub text: Option<String>,
+    pub tool_result: bool,
+}
+
+impl ContentText {
+    /// What `content` says; nothing when it is absent or neither a string nor a list.
+    pub(super) fn of(content: Option<&RawValue>) -> Self {
+        content
+            .and_then(|c| serde_json::from_str(c.get()).ok())
+            .unwrap_or_default()
     }
+}
+
+/// The fields of a content block that [`ContentText`] reads.
+#[derive(Deserialize)]
+struct BlockFields<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+impl<'de> Deserialize<'de> for ContentText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Reader;
+        impl<'de> serde::de::Visitor<'de> for Reader {
+            type Value = ContentText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a list of blocks")
+            }
+            fn visit_str<E>(self, text: &str) -> Result<ContentText, E> {
+                Ok(ContentText {
+                    text: Some(text.to_owned()),
+                    tool_result: false,
+                })
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut blocks: A,
+            ) -> Result<ContentText, A::Error> {
+                let mut read = ContentText::default();
+                while let Some(block) = blocks.next_element::<&RawValue>()? {
+                    // A block that is not an object of this shape says nothing.
+                    let Ok(block) = serde_json::from_str::<BlockFields>(block.get()) else {
+                        continue;
+                    };
+                    match block.kind.as_deref() {
+                        Some("tool_result") => read.tool_result = true,
+                        Some("text") => {
+                            if let Some(text) = block.text {
+                                read.text.get_or_insert_default().push_str(&text);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(read)
+            }
+        }
+        deserializer.deserialize_any(Reader)
+    }
+}
+
+/// JSON text `raw` written again compactly through a strict reader (every string decoded as
+/// a parse into values would), without building it as a tree.
+pub(super) fn strict_json(raw: &str) -> serde_json::Result<String> {
+    let mut reader = serde_json::Deserializer::from_str(raw);
+    let written = serde_json::to_string(&serde_transcode::Transcoder::new(&mut reader))?;
+    reader.end()?;
+    Ok(written)
 }
 
 /// A malformed request about history (`invalid_request`).
@@ -100,9 +182,27 @@ fn stored_type(message_type: &str) -> Option<&'static str> {
     })
 }
 
+/// The fields of an import line that are read.
+#[derive(Deserialize)]
+struct ImportLine<'a> {
+    #[serde(rename = "seq")]
+    _seq: i64,
+    #[serde(borrow)]
+    message_type: Cow<'a, str>,
+    #[serde(borrow)]
+    payload: &'a RawValue,
+}
+
+/// The `uuid` of a stored payload.
+#[derive(Deserialize)]
+struct PayloadUuid<'a> {
+    #[serde(borrow, default)]
+    uuid: Option<Cow<'a, str>>,
+}
+
 /// The message of one line (numbered from 1) of an export.
 fn import_line(n: usize, line: &str) -> Result<NewMessage, FrameError> {
-    let line: ExportLine =
+    let line: ImportLine =
         serde_json::from_str(line).map_err(|e| invalid(format!("line {n}: {e}")))?;
     let Some(message_type) = stored_type(&line.message_type) else {
         return Err(invalid(format!(
@@ -110,18 +210,22 @@ fn import_line(n: usize, line: &str) -> Result<NewMessage, FrameError> {
             protocol::truncate_chars(&line.message_type, 64)
         )));
     };
-    if !line.payload.is_object() {
+    let raw = line.payload.get();
+    if !raw.starts_with('{') {
         return Err(invalid(format!("line {n}: `payload` must be an object")));
     }
-    let mut message = NewMessage::new(message_type, line.payload.to_string());
+    let payload = strict_json(raw).map_err(|e| invalid(format!("line {n}: `payload`: {e}")))?;
+    let mut message = NewMessage::new(message_type, payload);
     // The user's own chat is the user message whose content is text, or text and images.
     if message_type == "user"
-        && let Some(content) = protocol::Content::of_stored(&line.payload)
+        && let Some(content) = protocol::Content::of_stored(&message.payload)
     {
         message.prompt = true;
         message.title = Some(protocol::truncate_chars(content.title_text().trim(), 50).to_owned());
     }
-    message.sdk_uuid = line.payload["uuid"].as_str().map(str::to_owned);
+    message.sdk_uuid = serde_json::from_str::<PayloadUuid>(&message.payload)
+        .ok()
+        .and_then(|p| p.uuid.map(Cow::into_owned));
     Ok(message)
 }
 
@@ -147,8 +251,12 @@ pub(super) struct ImportEnd {
     pub sdk_session_id: Option<String>,
 }
 
+/// Longest line of an import or of a CLI transcript, in bytes: a longer one is refused
+/// without being held (reading it whole is what a bad line would cost).
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
 /// Splits a body arriving in pieces into numbered lines, holding at most one line (and one
-/// piece) at a time, and refusing a body over `max_bytes`.
+/// piece) at a time, and refusing a body over `max_bytes` or a line over [`MAX_LINE_BYTES`].
 pub(super) struct Lines<S> {
     body: S,
     buf: BytesMut,
@@ -178,15 +286,22 @@ where
     }
 
     /// The next line and its number, without its line break.
+    ///
+    /// # Errors
+    /// `invalid_request`: the body is over its limit or could not be read, or the line is
+    /// over [`MAX_LINE_BYTES`] (found before more than that is held).
     pub(super) async fn next(&mut self) -> Result<Option<(usize, Bytes)>, FrameError> {
         loop {
             if let Some(at) = self.buf[self.searched..].iter().position(|b| *b == b'\n') {
-                let mut line = self.buf.split_to(self.searched + at + 1).freeze();
-                line.truncate(line.len() - 1);
+                let end = self.searched + at;
+                self.check_line(end)?;
+                let mut line = self.buf.split_to(end + 1).freeze();
+                line.truncate(end);
                 self.searched = 0;
                 self.number += 1;
                 return Ok(Some((self.number, line)));
             }
+            self.check_line(self.buf.len())?;
             self.searched = self.buf.len();
             if self.done {
                 if self.buf.is_empty() {
@@ -220,6 +335,18 @@ where
                 None => self.done = true,
             }
         }
+    }
+
+    /// Refuses the next line once `len` of its bytes are known to be over the limit.
+    fn check_line(&self, len: usize) -> Result<(), FrameError> {
+        if len > MAX_LINE_BYTES {
+            return Err(invalid(format!(
+                "line {} is longer than {} MiB, the limit of a line",
+                self.number + 1,
+                MAX_LINE_BYTES >> 20
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -338,23 +338,26 @@ async fn terminal_client_works_in_a_project_with_a_token_and_answers_permissions
     // A session the user ran with the CLI in the project, imported from the terminal.
     let id = "2f0a5e1c-4a43-4a53-9d5c-3a3c7d2c1f00";
     let transcript = [
-        transcript_line("user", "u1", id, json!("what is in this repo")),
+        transcript_line("user", "u1", id, &app, json!("what is in this repo")),
         transcript_line(
             "assistant",
             "a1",
             id,
+            &app,
             json!([{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls -la"}}]),
         ),
         transcript_line(
             "user",
             "u2",
             id,
+            &app,
             json!([{"type": "tool_result", "tool_use_id": "t1", "content": "README.md"}]),
         ),
         transcript_line(
             "assistant",
             "a2",
             id,
+            &app,
             json!([{"type": "text", "text": "Only a README so far."}]),
         ),
     ]

@@ -963,15 +963,71 @@ async fn a_transcript_replaced_by_a_link_is_not_kept() {
     std::fs::remove_file(&transcript).unwrap();
     std::os::unix::fs::symlink(&secret, &transcript).unwrap();
 
-    c.chat("x", "two").await;
-    c.until_result("x").await;
-    // The transcript is read for the store once a turn has ended, before `idle` is sent.
-    c.recv_until(|f| f["message_type"] == "status" && f["status"] == "idle")
-        .await;
+    turn_until_idle(&mut c, "two").await;
     let (_, now) = kept_transcript(&pool).await;
     let now = String::from_utf8_lossy(&now).into_owned();
     assert!(!now.contains("not-for-the-store"), "{now}");
     assert_eq!(now.as_bytes(), first.as_slice());
+    pool.close().await;
+}
+
+/// Runs a turn of conversation `x` and waits until it is idle: the transcript is read for the
+/// store once a turn has ended, before `idle` is sent.
+async fn turn_until_idle(c: &mut Client, content: &str) {
+    c.chat("x", content).await;
+    c.until_result("x").await;
+    c.recv_until(|f| f["message_type"] == "status" && f["status"] == "idle")
+        .await;
+}
+
+/// The transcript a node keeps in the shared store is read only from a file with no other
+/// hard link (an agent that hard-linked another file where its transcript was can't have it
+/// kept), and at most `claude.max_transcript_bytes` of it: a larger one is not kept. Either
+/// way the copy kept before stays, for another node to resume from.
+#[tokio::test]
+async fn a_hard_linked_or_oversized_transcript_is_not_kept() {
+    let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
+        return;
+    };
+    let limit = 64 << 10;
+    let fx = crate::claude::Fixture::new(&format!("[claude]\nmax_transcript_bytes = {limit}\n"));
+    let secret = fx.dir.path().join("secret.txt");
+    std::fs::write(&secret, "not-for-the-store\n").unwrap();
+    let args = ["--store-url", &cluster.url, "--node-id", "node-a"];
+    let server = fx.start_with(&args, &[]).await;
+    let mut c = server.client().await;
+    let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
+    turn_until_idle(&mut c, "one").await;
+    let (agent_session, first) = kept_transcript(&pool).await;
+    assert!(String::from_utf8_lossy(&first).contains("one"));
+    let projects = fx.dir.path().join("claude-home").join("projects");
+    let transcript = std::fs::read_dir(&projects)
+        .unwrap()
+        .flatten()
+        .map(|d| d.path().join(format!("{agent_session}.jsonl")))
+        .find(|p| p.is_file())
+        .expect("the CLI's transcript");
+
+    // A hard link to another file.
+    let own = std::fs::read(&transcript).unwrap();
+    std::fs::remove_file(&transcript).unwrap();
+    std::fs::hard_link(&secret, &transcript).unwrap();
+    turn_until_idle(&mut c, "two").await;
+    let (_, now) = kept_transcript(&pool).await;
+    assert!(
+        !String::from_utf8_lossy(&now).contains("not-for-the-store"),
+        "a hard-linked file was kept"
+    );
+    assert_eq!(now, first);
+
+    // Its own file again, grown over the limit.
+    std::fs::remove_file(&transcript).unwrap();
+    let mut big = own;
+    big.extend_from_slice(format!("{}\n", "x".repeat(limit)).as_bytes());
+    std::fs::write(&transcript, &big).unwrap();
+    turn_until_idle(&mut c, "three").await;
+    let (_, now) = kept_transcript(&pool).await;
+    assert_eq!(now, first, "a transcript over the limit was kept");
     pool.close().await;
 }
 

@@ -392,15 +392,21 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     stop_server(server).await;
 }
 
-/// One line of a CLI transcript, as the CLI writes it.
-pub(crate) fn transcript_line(kind: &str, uuid: &str, session: &str, content: Value) -> String {
+/// One line of a CLI transcript, as the CLI writes it in directory `cwd`.
+pub(crate) fn transcript_line(
+    kind: &str,
+    uuid: &str,
+    session: &str,
+    cwd: &Path,
+    content: Value,
+) -> String {
     let role = if kind == "assistant" {
         "assistant"
     } else {
         "user"
     };
     json!({"type": kind, "uuid": uuid, "parentUuid": null, "sessionId": session, "isSidechain": false,
-        "timestamp": "2026-01-02T03:04:05.000Z", "cwd": "/x",
+        "timestamp": "2026-01-02T03:04:05.000Z", "cwd": cwd,
         "message": {"role": role, "content": content}})
     .to_string()
 }
@@ -424,7 +430,8 @@ fn sanitize(path: &Path) -> String {
 /// The CLI-session routes: listing per principal, import of a transcript with unknown line
 /// types and a truncated last line, 409 the second time, and every hostile input refused
 /// without leaving anything behind: paths outside the roots or in another principal's, links
-/// out of the CLI's config dir, ids that are not UUIDs, an oversized transcript.
+/// out of the CLI's config dir, a transcript with another hard link, ids that are not UUIDs,
+/// an oversized transcript.
 #[tokio::test]
 async fn cli_session_routes_refuse_hostile_input() {
     let layout = Layout::new();
@@ -437,17 +444,25 @@ async fn cli_session_routes_refuse_hostile_input() {
     let id = "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
     let text = [
         json!({"type": "queue-operation", "operation": "enqueue"}).to_string(),
-        transcript_line("user", "u1", id, json!("list the files please")),
+        transcript_line(
+            "user",
+            "u1",
+            id,
+            &layout.app,
+            json!("list the files please"),
+        ),
         transcript_line(
             "assistant",
             "a1",
             id,
+            &layout.app,
             json!([{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]),
         ),
         transcript_line(
             "user",
             "u2",
             id,
+            &layout.app,
             json!([{"type": "tool_result", "tool_use_id": "t1", "content": "README.md"}]),
         ),
         json!({"type": "last-prompt", "lastPrompt": "x"}).to_string(),
@@ -455,6 +470,7 @@ async fn cli_session_routes_refuse_hostile_input() {
             "assistant",
             "a2",
             id,
+            &layout.app,
             json!([{"type": "text", "text": "There is a README."}]),
         ),
         "{\"type\":\"user\",\"uuid\":\"u3\",\"mess".to_owned(),
@@ -573,7 +589,7 @@ async fn cli_session_routes_refuse_hostile_input() {
     let linked = "2b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
     std::fs::write(
         elsewhere.join(format!("{linked}.jsonl")),
-        transcript_line("user", "x1", linked, json!("secret")),
+        transcript_line("user", "x1", linked, &layout.app, json!("secret")),
     )
     .unwrap();
     let app_dir = layout.home.join("projects").join(sanitize(&layout.app));
@@ -584,22 +600,35 @@ async fn cli_session_routes_refuse_hostile_input() {
     .unwrap();
     let root_dir = layout.home.join("projects").join(sanitize(&layout.root));
     std::os::unix::fs::symlink(&elsewhere, &root_dir).unwrap();
+    // Nor is one with another hard link (to a file anywhere else on the file system).
+    let hard = "2c6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+    let other_name = elsewhere.join("other-name.jsonl");
+    std::fs::write(
+        &other_name,
+        transcript_line("user", "h1", hard, &layout.app, json!("secret")),
+    )
+    .unwrap();
+    std::fs::hard_link(&other_name, app_dir.join(format!("{hard}.jsonl"))).unwrap();
     let (_, list) = get(cli_list(&app), "tok-bob").await;
     assert_eq!(
         list["sessions"].as_array().unwrap().len(),
         1,
-        "the link is not listed"
+        "neither link is listed"
     );
     let (_, list) = get(cli_list(&Layout::s(&layout.root)), "tok-bob").await;
     assert_eq!(list["sessions"], json!([]), "a linked folder is not read");
-    for cwd in [&app, &Layout::s(&layout.root)] {
+    for (cwd, id) in [
+        (&app, linked),
+        (&Layout::s(&layout.root), linked),
+        (&app, hard),
+    ] {
         let (status, _) = post(
             "/api/projects/cli-sessions/import",
-            json!({"cwd": cwd, "cli_session_id": linked}),
+            json!({"cwd": cwd, "cli_session_id": id}),
             "tok-bob",
         )
         .await;
-        assert_eq!(status, 404, "{cwd}");
+        assert_eq!(status, 404, "{cwd} {id}");
     }
 
     // Too large: refused up front, nothing stored.
@@ -687,12 +716,19 @@ async fn cli_session_routes_refuse_hostile_input() {
     );
     let mut more = std::fs::read_to_string(path.with_file_name(format!("{id}.jsonl"))).unwrap();
     more.truncate(more.rfind('\n').unwrap() + 1);
-    more.push_str(&transcript_line("user", "u4", id, json!("and one more")));
+    more.push_str(&transcript_line(
+        "user",
+        "u4",
+        id,
+        &layout.app,
+        json!("and one more"),
+    ));
     more.push('\n');
     more.push_str(&transcript_line(
         "assistant",
         "a4",
         id,
+        &layout.app,
         json!([{"type": "text", "text": "Done."}]),
     ));
     more.push('\n');
@@ -720,6 +756,158 @@ async fn cli_session_routes_refuse_hostile_input() {
     c.until_result("plain").await;
     let (status, _) = post("/api/sessions/plain/sync", json!({}), "tok-bob").await;
     assert_eq!(status, 404);
+}
+
+/// `(status, body)` of a request as `token`, with a JSON body when one is given.
+async fn call(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let r = http(&server.addr, method, path, Some(token), body.as_ref()).await;
+    (
+        r.status,
+        serde_json::from_str(&r.body).unwrap_or(Value::Null),
+    )
+}
+
+/// The CLI names a directory's folder by making every character that is not a letter or
+/// digit `-`, so alice's `…/a/b` and bob's `…/a-b` share one. A transcript belongs only to
+/// the directory its first recorded `cwd` names: neither lists, imports or syncs the other's
+/// sessions (an import of the other's is `unknown_agent`, and stores nothing), and the owner's
+/// own import is not blocked. A transcript that records no `cwd` before its messages, or
+/// first records another one, belongs to neither.
+#[tokio::test]
+async fn cli_sessions_of_directories_sharing_a_folder_stay_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (alices, bobs, home) = (
+        base.join("a").join("b"),
+        base.join("a-b"),
+        base.join("home"),
+    );
+    for dir in [&alices, &bobs, &home] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    assert_eq!(sanitize(&alices), sanitize(&bobs));
+    let (_cfg, config) = config_file(&format!(
+        "{}\n[projects]\nroots = [{{ path = {}, principals = [\"alice\"] }}, {{ path = {}, principals = [\"bob\"] }}]\n[claude]\nconfig_dir = {}\n",
+        crate::security::TOKENS,
+        toml_string(&alices.to_string_lossy()),
+        toml_string(&bobs.to_string_lossy()),
+        toml_string(&home.to_string_lossy())
+    ));
+    let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
+    let session = |id: &str, cwd: &Path, said: &str| {
+        [
+            json!({"type": "queue-operation", "operation": "enqueue", "sessionId": id}).to_string(),
+            transcript_line("user", &format!("{said}-u"), id, cwd, json!(said)),
+            transcript_line(
+                "assistant",
+                &format!("{said}-a"),
+                id,
+                cwd,
+                json!([{"type": "text", "text": "ok"}]),
+            ),
+        ]
+        .join("\n")
+            + "\n"
+    };
+    let alice_id = "4b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+    let bob_id = "5b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+    let no_cwd = "6b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+    let alice_file = write_transcript(
+        &home,
+        &alices,
+        alice_id,
+        &session(alice_id, &alices, "alices"),
+    );
+    write_transcript(&home, &bobs, bob_id, &session(bob_id, &bobs, "bobs"));
+    // Messages before any recorded cwd, then alice's: nobody's.
+    let unclaimed = json!({"type": "user", "uuid": "n1", "sessionId": no_cwd,
+        "message": {"role": "user", "content": "whose?"}})
+    .to_string()
+        + "\n"
+        + &session(no_cwd, &alices, "later");
+    write_transcript(&home, &alices, no_cwd, &unclaimed);
+
+    let listed = |path: &Path, token: &'static str| {
+        let path = format!(
+            "/api/projects/cli-sessions?cwd={}",
+            urlencode(&path.to_string_lossy())
+        );
+        let server = &server;
+        async move {
+            let (status, list) = call(server, "GET", &path, token, None).await;
+            assert_eq!(status, 200, "{list}");
+            list["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["cli_session_id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(&alices, "tok-alice").await, [alice_id]);
+    assert_eq!(listed(&bobs, "tok-bob").await, [bob_id]);
+    for (token, path) in [("tok-alice", &alices), ("tok-bob", &bobs)] {
+        let (_, projects) = call(&server, "GET", "/api/projects", token, None).await;
+        let project = projects["projects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["path"] == path.to_string_lossy().as_ref())
+            .unwrap()
+            .clone();
+        assert_eq!(project["cli_sessions"], 1, "{project}");
+    }
+
+    // Alice can't import bob's session through her directory, nor the unclaimed one.
+    let import = "/api/projects/cli-sessions/import";
+    for id in [bob_id, no_cwd] {
+        let body = json!({"cwd": alices, "cli_session_id": id});
+        let (status, err) = call(&server, "POST", import, "tok-alice", Some(body)).await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (404, Some("unknown_agent")),
+            "{err}"
+        );
+    }
+    assert_eq!(session_rows(&server).await, 0, "nothing stored");
+    // Bob's own import is not blocked; alice imports hers.
+    let body = json!({"cwd": bobs, "cli_session_id": bob_id});
+    let (status, imported) = call(&server, "POST", import, "tok-bob", Some(body)).await;
+    assert_eq!(
+        (status, imported["session_id"].as_str()),
+        (201, Some(bob_id)),
+        "{imported}"
+    );
+    let body = json!({"cwd": alices, "cli_session_id": alice_id, "agent_id": "mine"});
+    let (status, imported) = call(&server, "POST", import, "tok-alice", Some(body)).await;
+    assert_eq!(status, 201, "{imported}");
+
+    // Her transcript's file replaced by one that first records bob's directory: a sync
+    // appends nothing from it.
+    let mut swapped = session(alice_id, &bobs, "swapped");
+    swapped.push_str(&session(alice_id, &alices, "more"));
+    std::fs::write(&alice_file, swapped).unwrap();
+    let (status, err) = call(
+        &server,
+        "POST",
+        "/api/sessions/mine/sync",
+        "tok-alice",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (404, Some("unknown_agent")),
+        "{err}"
+    );
+    let (_, mine) = call(&server, "GET", "/api/sessions/mine", "tok-alice", None).await;
+    assert_eq!(mine["message_count"], 3, "{mine}");
 }
 
 /// Percent-encodes a query value.
