@@ -181,6 +181,27 @@ async fn an_import_cut_by_a_crash_is_gone_after_restart() {
     assert_eq!(rows_left(&db, "cut").await, (None, 0));
 }
 
+/// Starts imports `held-0` and `held-1` as `token` whose bodies never end, and waits until
+/// both hold their places (their conversations exist, invisibly).
+async fn hold_two_imports(server: &TestServer, token: &str) -> Vec<TcpStream> {
+    let first = export_of(1);
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut s = TcpStream::connect(&server.addr).await.unwrap();
+        let head = import_head(&server.addr, &format!("held-{i}"), token, 1 << 20);
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(first.as_bytes()).await.unwrap();
+        held.push(s);
+    }
+    let db = server.db().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while row_of(&db, "held-0").await.is_none() || row_of(&db, "held-1").await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the imports start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held
+}
+
 /// Imports and exports are capped per principal (`session.max_transfers_per_principal`):
 /// beyond, 429 `limit_exceeded` at once; another principal is unaffected; an import whose
 /// client goes away leaves nothing behind and gives its place back.
@@ -190,22 +211,8 @@ async fn concurrent_transfers_are_capped_per_principal() {
         "{TOKENS}\n[session]\nmax_transfers_per_principal = 2\n"
     ))
     .await;
-    let first = export_of(1);
-    let mut held = Vec::new();
-    for i in 0..2 {
-        let mut s = TcpStream::connect(&server.addr).await.unwrap();
-        let head = import_head(&server.addr, &format!("held-{i}"), "tok-alice", 1 << 20);
-        s.write_all(head.as_bytes()).await.unwrap();
-        s.write_all(first.as_bytes()).await.unwrap();
-        held.push(s);
-    }
-    // The held imports have been admitted once their conversations exist (invisibly).
+    let held = hold_two_imports(&server, "tok-alice").await;
     let db = server.db().await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while row_of(&db, "held-0").await.is_none() || row_of(&db, "held-1").await.is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "the imports start");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     let (status, err) = import(&server, "tok-alice", "third", export_of(10)).await;
     assert_eq!(
         (status, err["code"].as_str()),
@@ -237,4 +244,76 @@ async fn concurrent_transfers_are_capped_per_principal() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A line over 16 MiB is refused before it is held, with `invalid_request` naming the line
+/// and the limit, and nothing is stored: in an import, and in a CLI session's transcript
+/// (whose listing counts what comes before it). Listing a project's CLI sessions reads every
+/// transcript, so it takes one of the principal's places for imports and exports: beyond
+/// them, 429 `limit_exceeded`, while another principal is served.
+#[tokio::test]
+async fn long_lines_are_refused_and_cli_listings_share_the_transfer_places() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (app, home) = (base.join("app"), base.join("home"));
+    std::fs::create_dir_all(&app).unwrap();
+    let (server, _cfg) = server_with(&format!(
+        "{TOKENS}\n[session]\nmax_transfers_per_principal = 2\n[projects]\nroots = [{{ path = {} }}]\n[claude]\nconfig_dir = {}\n",
+        toml_string(&app.to_string_lossy()),
+        toml_string(&home.to_string_lossy())
+    ))
+    .await;
+    let db = server.db().await;
+    let long = format!("question {}", "x".repeat(16 << 20));
+
+    let mut body = export_of(1);
+    body.push_str(
+        &serde_json::json!({"seq": 2, "message_type": "user",
+            "payload": {"type": "user", "message": {"role": "user", "content": long}}})
+        .to_string(),
+    );
+    body.push('\n');
+    let (status, err) = import(&server, "tok-alice", "long", body).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{err}"
+    );
+    let text = err["error"].as_str().unwrap();
+    assert!(text.contains("line 2 is longer than 16 MiB"), "{text}");
+    assert_eq!(rows_left(&db, "long").await, (None, 0));
+
+    let id = "7b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
+    let line = |content: &str| {
+        crate::projects::transcript_line("user", "u", id, &app, serde_json::json!(content))
+    };
+    let transcript = format!("{}\n{}\n", line("first"), line(&long));
+    crate::projects::write_transcript(&home, &app, id, &transcript);
+    let list = format!("/api/projects/cli-sessions?cwd={}", app.to_string_lossy());
+    let (status, listed) = rest_as(&server, "tok-alice", "GET", &list).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["sessions"][0]["message_count"], 1, "{listed}");
+    let resp = reqwest::Client::new()
+        .post(server.url("/api/projects/cli-sessions/import"))
+        .bearer_auth("tok-alice")
+        .json(&serde_json::json!({"cwd": app, "cli_session_id": id}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let err: Value = resp.json().await.unwrap();
+    let text = err["error"].as_str().unwrap();
+    assert!(text.contains("line 2 is longer than 16 MiB"), "{text}");
+    assert_eq!(rows_left(&db, id).await, (None, 0));
+
+    let held = hold_two_imports(&server, "tok-alice").await;
+    let (status, err) = rest_as(&server, "tok-alice", "GET", &list).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (429, Some("limit_exceeded")),
+        "{err}"
+    );
+    let (status, _) = rest_as(&server, "tok-bob", "GET", &list).await;
+    assert_eq!(status, 200);
+    drop(held);
 }
