@@ -6,10 +6,10 @@
 //! `<claude home>/projects/<sanitized cwd>/<uuid>.jsonl` only: each step of that path must be
 //! a real directory or file (never a symbolic link, nor a file with another hard link), the
 //! file is opened without following one, and it may be at most `claude.max_transcript_bytes`
-//! long, each line at most [`super::history::MAX_LINE_BYTES`]. Only the fields used are read from a line,
-//! never the line as a tree. The CLI names the folder after the directory with every
-//! character that is not a letter or digit made `-`, so several directories share one: a
-//! transcript belongs to a directory only when the first of its lines that records a `cwd`
+//! long, each line at most [`super::history::MAX_LINE_BYTES`]. Only the fields used are read
+//! from a line, never the line as a tree. The CLI names the folder after the directory with
+//! every character that is not a letter or digit made `-`, so several directories share one:
+//! a transcript belongs to a directory only when the first of its lines that records a `cwd`
 //! records that directory, and nothing of it is taken before that line. Unknown line types
 //! and a line that is not JSON of the CLI's shape (a truncated last line) are skipped.
 
@@ -160,6 +160,9 @@ fn pieces(file: tokio::fs::File) -> impl Stream<Item = Result<Bytes, std::io::Er
     })
 }
 
+/// A transcript file as a stream of pieces, boxed.
+type Pieces = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
+
 /// The fields of a transcript line that are read; everything else is skipped unread.
 #[derive(Deserialize)]
 struct Entry<'a> {
@@ -197,7 +200,7 @@ struct EntryPayload<'a> {
 /// is written). Other line types, side threads, meta messages and lines that are not JSON of
 /// the CLI's shape are skipped.
 struct Entries {
-    lines: Lines<Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>>,
+    lines: Lines<Pieces>,
     id: String,
     project: PathBuf,
     /// Whether the transcript's first recorded `cwd` is `project`, once a line recorded one.

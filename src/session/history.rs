@@ -664,8 +664,8 @@ impl Manager {
         }
     }
 
-    /// Takes one of the principal's places for imports and exports, or fails with
-    /// `limit_exceeded`.
+    /// Takes one of the principal's places for imports and exports (CLI sessions' listings
+    /// and syncs included: they read whole transcripts), or fails with `limit_exceeded`.
     pub(super) fn acquire_transfer(
         &self,
         principal: &str,
@@ -677,7 +677,7 @@ impl Manager {
             };
             FrameError::new(
                 ErrorCode::LimitExceeded,
-                format!("at most {max} imports and exports at once per principal; try again when one is done"),
+                format!("at most {max} imports, exports, syncs and CLI-session listings at once per principal; try again when one is done"),
             )
             .for_agent(Some(agent_id))
         })
