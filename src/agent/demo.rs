@@ -38,6 +38,7 @@ const DEMO_SUPPORTS: super::Supports = super::Supports {
     rewind: true,
     fork: true,
     images: true,
+    launch_options: true,
     known: true,
 };
 

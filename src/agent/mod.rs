@@ -412,6 +412,10 @@ pub struct Supports {
     pub fork: bool,
     /// Whether a chat may carry images (an ACP agent's `promptCapabilities.image`).
     pub images: bool,
+    /// Whether the agent takes `options.system_prompt`, `allowed_tools`, `disallowed_tools`,
+    /// `max_turns` and `add_dirs` (an ACP agent takes none of them: a chat that sets one is
+    /// refused as `unsupported`).
+    pub launch_options: bool,
     /// False while an ACP agent has not started yet: what it supports is learnt from its
     /// first `initialize`, and the other fields are guesses until then.
     pub known: bool,

@@ -315,6 +315,28 @@ pub fn valid_tool_pattern(pattern: &str) -> bool {
     name_ok && specifier_ok
 }
 
+/// Whether tool-name pattern `pattern` (of a valid form, see [`valid_tool_pattern`]) lets
+/// the agent use a whole tool (or several) without asking: a bare name (`Bash`,
+/// `mcp__server__*`), or a specifier that names nothing, only wildcards and punctuation
+/// (`Bash()`, `Bash(*)`, `Bash(:*)`, `Read(/**)`, `Edit(~/**)`, `WebFetch(domain:*)`), or a
+/// name with a wildcard (`mcp__*(x)`). The
+/// Claude CLI reads `Tool()` and `Tool(*)` as the bare name, a trailing `:*` as "any
+/// command that starts with this", and `*` and `**` as wildcards, so a specifier grants less
+/// than the whole tool only when it holds a letter or a digit. A pattern of this kind needs
+/// `agent.allow_bypass_permissions`.
+pub fn grants_whole_tool(pattern: &str) -> bool {
+    let Some((name, rest)) = pattern.split_once('(') else {
+        return true;
+    };
+    if name.contains('*') {
+        return true;
+    }
+    let specifier = rest.strip_suffix(')').unwrap_or(rest);
+    let specifier = specifier.trim_start();
+    let specifier = specifier.strip_prefix("domain:").unwrap_or(specifier);
+    !specifier.chars().any(char::is_alphanumeric)
+}
+
 /// Checks the form of a path a chat names (`cwd`, `add_dirs`): absolute, at most
 /// [`MAX_PATH_BYTES`] bytes, without control characters. Whether it names a directory a
 /// principal may use is for the server to find out.

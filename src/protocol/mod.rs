@@ -338,6 +338,38 @@ mod tests {
     }
 
     #[test]
+    fn patterns_that_grant_a_whole_tool_are_told_apart() {
+        for whole in [
+            "Bash",
+            "Write",
+            "mcp__srv__*",
+            "Bash(*)",
+            "Bash(**)",
+            "Bash(:*)",
+            "Bash( *:* )",
+            "Bash(* *)",
+            "Read(/**)",
+            "Read(//**)",
+            "Edit(~/**)",
+            "Edit(./**)",
+            "WebFetch(domain:*)",
+            "mcp__*(x)",
+        ] {
+            assert!(valid_tool_pattern(whole), "{whole}");
+            assert!(grants_whole_tool(whole), "{whole}");
+        }
+        for scoped in [
+            "Bash(git log:*)",
+            "Bash(npm run test:*)",
+            "Edit(src/**)",
+            "Read(/srv/docs/*.md)",
+            "WebFetch(domain:example.com)",
+        ] {
+            assert!(!grants_whole_tool(scoped), "{scoped}");
+        }
+    }
+
+    #[test]
     fn launch_options_take_what_a_chat_sets() {
         let stored = LaunchOptions {
             system_prompt: Some("old".into()),

@@ -547,9 +547,10 @@ impl Manager {
 
     /// Checks a chat's options against the conversation's agent (by name): `options.agent`
     /// must be that agent, the model and permission mode must be ones it offers (for an ACP
-    /// agent, once that is known), and a mode that runs tools without asking needs
-    /// `agent.allow_bypass_permissions`. Images to an agent known not to take them are
-    /// `unsupported`.
+    /// agent, once that is known), and a mode that runs tools without asking, or an
+    /// `allowed_tools` pattern that grants a whole tool, needs `agent.allow_bypass_permissions`.
+    /// Images to an agent known not to take them, and launch options to an agent that takes
+    /// none, are `unsupported`.
     fn check_chat_options(&self, conversation_agent: &str, chat: &Chat) -> Result<(), FrameError> {
         let invalid = |message: String| {
             FrameError::new(ErrorCode::InvalidOptions, message)
@@ -577,13 +578,38 @@ impl Manager {
             .for_agent(Some(&chat.agent_id))
             .with_client_msg_id(chat.client_msg_id.clone()));
         }
+        if !backend.supports().launch_options
+            && let Some(field) = launch_fields(&chat.options).next()
+        {
+            return Err(FrameError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "this conversation's agent `{conversation_agent}` does not take \
+                     `options.{field}` (it takes only `model` and `permission_mode`); send the \
+                     chat without it"
+                ),
+            )
+            .for_agent(Some(&chat.agent_id))
+            .with_client_msg_id(chat.client_msg_id.clone()));
+        }
+        let unattended_allowed = self.shared.config.agent.allow_bypass_permissions;
         if let Some(mode) = &chat.options.permission_mode
             && backend.unattended_mode(mode)
-            && !self.shared.config.agent.allow_bypass_permissions
+            && !unattended_allowed
         {
             return Err(invalid(format!(
                 "`options.permission_mode` `{mode}` lets the agent run tools without asking; \
                  this server does not allow it (agent.allow_bypass_permissions)"
+            )));
+        }
+        if !unattended_allowed
+            && let Some(pattern) = (chat.options.allowed_tools.iter().flatten())
+                .find(|p| protocol::grants_whole_tool(p))
+        {
+            return Err(invalid(format!(
+                "`options.allowed_tools` `{pattern}` lets the agent use a whole tool without \
+                 asking; this server allows only patterns that name what they allow, such as \
+                 `Bash(git log:*)` or `Edit(src/**)` (agent.allow_bypass_permissions)"
             )));
         }
         backend
@@ -1432,6 +1458,21 @@ impl Manager {
         });
         futures_util::future::join_all(stops).await;
     }
+}
+
+/// The launch options a chat sets to something (an empty list clears, which every agent can
+/// do), by name.
+fn launch_fields(options: &protocol::ChatOptions) -> impl Iterator<Item = &'static str> {
+    let listed = |list: &Option<Vec<String>>| list.as_ref().is_some_and(|l| !l.is_empty());
+    [
+        ("system_prompt", options.system_prompt.is_some()),
+        ("allowed_tools", listed(&options.allowed_tools)),
+        ("disallowed_tools", listed(&options.disallowed_tools)),
+        ("max_turns", options.max_turns.is_some()),
+        ("add_dirs", listed(&options.add_dirs)),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
 }
 
 /// Queues a command for an actor without waiting for room.

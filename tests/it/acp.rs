@@ -1175,6 +1175,88 @@ async fn images_to_an_agent_that_cant_take_them_are_refused() {
     able.assert_called("prompt with 1 image(s)");
 }
 
+/// An ACP agent takes a model and a mode, not the launch options the Claude CLI takes
+/// (`system_prompt`, `allowed_tools`, `disallowed_tools`, `max_turns`, `add_dirs`): a chat
+/// that sets one is `unsupported` over the socket and REST, before anything is stored, on a
+/// new conversation as on an existing one, so REST never shows an option that is not in force.
+/// `GET /api/agents` says so, and an empty list (which clears) is fine.
+#[tokio::test]
+async fn launch_options_an_acp_agent_cant_honour_are_refused() {
+    let setup = AcpSetup::new(&[]);
+    let root = std::fs::canonicalize(setup.dir.path())
+        .unwrap()
+        .join("root");
+    std::fs::create_dir(&root).unwrap();
+    let root = root.to_string_lossy().into_owned();
+    let server = TestServer::start_in(
+        &setup.data_dir(),
+        &["--config", &setup.config, "--project-root", &root],
+        &[],
+    )
+    .await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let refused = [
+        json!({"system_prompt": "be brief"}),
+        json!({"allowed_tools": ["Bash(git log:*)"]}),
+        json!({"disallowed_tools": ["WebFetch"]}),
+        json!({"max_turns": 3}),
+        json!({"add_dirs": [root]}),
+    ];
+    for options in &refused {
+        let mut options = options.clone();
+        options["agent"] = json!("fake");
+        let err = chat_with(&mut c, "l1", "hi", options.clone()).await;
+        assert_eq!(err["code"], "unsupported", "{options}: {err}");
+        let (status, body) = rest
+            .post(
+                "/api/sessions/l2/messages",
+                json!({"content": "hi", "options": options}),
+            )
+            .await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("unsupported")));
+    }
+    for agent_id in ["l1", "l2"] {
+        assert_eq!(rest.get(&format!("/api/sessions/{agent_id}")).await.0, 404);
+    }
+    assert!(
+        setup.calls().is_empty(),
+        "no agent started: {:?}",
+        setup.calls()
+    );
+
+    let options = json!({"agent": "fake", "allowed_tools": [], "add_dirs": []});
+    turn_with(&mut c, "l1", "plain", options).await;
+    let (_, before) = rest.get("/api/sessions/l1").await;
+    let (_, messages) = rest.get("/api/sessions/l1/messages").await;
+    for options in refused {
+        let err = chat_with(&mut c, "l1", "again", options.clone()).await;
+        assert_eq!(err["code"], "unsupported", "{options}: {err}");
+        assert_eq!(err["agent_id"], "l1");
+    }
+    assert_eq!(
+        rest.get("/api/sessions/l1").await.1,
+        before,
+        "no option stored"
+    );
+    assert_eq!(rest.get("/api/sessions/l1/messages").await.1, messages);
+    assert!(before["system_prompt"].is_null() && before["max_turns"].is_null());
+    assert_eq!(before["allowed_tools"], json!([]), "{before}");
+    assert_eq!(before["add_dirs"], json!([]), "{before}");
+    let (_, agents) = rest.get("/api/agents").await;
+    let supports = |name: &str| {
+        agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .unwrap()["supports"]["launch_options"]
+            .clone()
+    };
+    assert_eq!(supports("fake"), false);
+    assert_eq!(supports("demo"), true);
+}
+
 /// Claude CLIs and ACP agents share one cap on live processes (`agent.max_live_processes`):
 /// with room for one, an ACP conversation and a Claude CLI conversation each stop the other's
 /// idle process, and both resume with their history; a running turn is never stopped for

@@ -251,3 +251,74 @@ async fn permission_modes_that_skip_asking_need_the_operator() {
         .await;
     assert_eq!(c.recv().await["message_type"], "ack");
 }
+
+/// `options.allowed_tools` pre-approves tool calls, so a pattern that grants a whole tool (a
+/// bare name, or a specifier of wildcards only) is a way around the same operator setting:
+/// refused over the socket and REST, creating nothing, while a pattern that names what it
+/// allows goes through. With `agent.allow_bypass_permissions` every pattern is allowed.
+#[tokio::test]
+async fn allowed_tools_that_grant_a_whole_tool_need_the_operator() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    let own = [
+        ("Host", server.addr.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    for tools in [
+        json!(["Bash", "Write", "Edit"]),
+        json!(["Bash(*)"]),
+        json!(["Bash(:*)"]),
+        json!(["Bash(git log:*)", "Bash( * )"]),
+        json!(["Read(/**)"]),
+        json!(["Edit(~/**)"]),
+        json!(["WebFetch(domain:*)"]),
+        json!(["mcp__server__*"]),
+    ] {
+        let options = json!({"allowed_tools": tools});
+        c.send(json!({"type": "chat", "agent_id": "t", "content": "hi", "options": options}))
+            .await;
+        let err = c.recv().await;
+        assert_eq!(err["code"], "invalid_options", "{tools}: {err}");
+        assert!(
+            err["error"]
+                .as_str()
+                .unwrap()
+                .contains("allow_bypass_permissions"),
+            "{err}"
+        );
+        let body = json!({"content": "hi", "options": options}).to_string();
+        let r = http_raw(
+            &server.addr,
+            "POST",
+            "/api/sessions/t/messages",
+            &own,
+            &body,
+        )
+        .await;
+        assert_eq!(r.status, 400, "{tools}: {}", r.body);
+        assert_eq!(code(&r.body), "invalid_options");
+    }
+    assert_eq!(conversation_count(&server.addr).await, 0);
+    // Patterns that name what they allow are fine, and clearing the list is too.
+    let scoped = json!({"allowed_tools": ["Bash(git log:*)", "Edit(src/**)"]});
+    c.send(json!({"type": "chat", "agent_id": "t", "content": "hi", "options": scoped}))
+        .await;
+    assert_eq!(c.recv().await["message_type"], "ack");
+    let body = json!({"content": "hi", "options": {"allowed_tools": []}}).to_string();
+    let r = http_raw(
+        &server.addr,
+        "POST",
+        "/api/sessions/t/messages",
+        &own,
+        &body,
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+
+    let (allowed, _cfg) = server_with("[agent]\nallow_bypass_permissions = true\n").await;
+    let mut c = allowed.client().await;
+    c.send(json!({"type": "chat", "agent_id": "t", "content": "hi",
+        "options": {"allowed_tools": ["Bash", "Bash(*)"]}}))
+        .await;
+    assert_eq!(c.recv().await["message_type"], "ack");
+}

@@ -212,7 +212,7 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     let options = json!({
         "cwd": Layout::s(&layout.root.join("app-link")),
         "system_prompt": "--dangerously-skip-permissions",
-        "allowed_tools": ["Bash(git log:*)", "Read"],
+        "allowed_tools": ["Bash(git log:*)", "Read(src/**)"],
         "disallowed_tools": ["WebFetch"],
         "max_turns": 3,
         "add_dirs": [secret],
@@ -235,7 +235,7 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     let args = argv(&spawns[0]);
     for wanted in [
         "--append-system-prompt=--dangerously-skip-permissions".to_owned(),
-        "--allowedTools=Bash(git log:*),Read".to_owned(),
+        "--allowedTools=Bash(git log:*),Read(src/**)".to_owned(),
         "--disallowedTools=WebFetch".to_owned(),
         "--max-turns=3".to_owned(),
         format!("--add-dir={secret}"),
@@ -263,7 +263,10 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     let summary = &fetch_summary().await;
     assert_eq!(summary["cwd"], app.as_str());
     assert_eq!(summary["system_prompt"], "--dangerously-skip-permissions");
-    assert_eq!(summary["allowed_tools"], json!(["Bash(git log:*)", "Read"]));
+    assert_eq!(
+        summary["allowed_tools"],
+        json!(["Bash(git log:*)", "Read(src/**)"])
+    );
     assert_eq!(summary["disallowed_tools"], json!(["WebFetch"]));
     assert_eq!(summary["max_turns"], 3);
     assert_eq!(summary["add_dirs"], json!([secret]));

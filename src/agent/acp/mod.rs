@@ -111,6 +111,7 @@ impl Backend for AcpBackend {
             fork: false,
             // Until the agent has said, images are let through (and refused at the turn).
             images: learnt.caps.is_none_or(|c| c.image),
+            launch_options: false,
             known: learnt.caps.is_some(),
         }
     }

@@ -147,6 +147,7 @@ impl Backend for ClaudeBackend {
             rewind: true,
             fork: true,
             images: true,
+            launch_options: true,
             known: true,
         }
     }
