@@ -188,6 +188,9 @@ pub struct SchedulesConfig {
     pub time_zone: String,
     /// Schedules one principal may have (`limit_exceeded` beyond). 0 is no limit.
     pub max_per_principal: usize,
+    /// Runs of `mode: "new"` schedules (each starting a conversation) one principal may have
+    /// in an hour; beyond, a run is skipped with the outcome `limited`. 0 is no limit.
+    pub max_new_runs_per_hour: usize,
 }
 
 impl Default for SchedulesConfig {
@@ -195,6 +198,7 @@ impl Default for SchedulesConfig {
         SchedulesConfig {
             time_zone: "UTC".into(),
             max_per_principal: 100,
+            max_new_runs_per_hour: 60,
         }
     }
 }
@@ -384,6 +388,9 @@ pub struct AgentConfig {
 /// `claude.max_live_processes` is set.
 pub const DEFAULT_MAX_LIVE_PROCESSES: usize = 16;
 
+/// The principal of every caller while authentication is off.
+pub const LOCAL_PRINCIPAL: &str = "local";
+
 /// Authentication settings. Authentication is on whenever a token or a JWT key is set.
 #[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -412,6 +419,10 @@ pub struct AuthConfig {
     pub jwt_principal_prefix: String,
     /// Browser origins allowed besides the server's own (`https://app.example.com`).
     pub allowed_origins: Vec<String>,
+    /// Principals that may see every principal's schedules (`GET /api/schedules?all=true`).
+    /// With authentication off, the one principal [`LOCAL_PRINCIPAL`], who runs the server, is
+    /// an admin anyway.
+    pub admins: Vec<String>,
 }
 
 /// Claude Code CLI settings.
@@ -610,6 +621,7 @@ impl Default for AuthConfig {
             jwt_leeway_secs: 5,
             jwt_principal_prefix: "jwt:".to_owned(),
             allowed_origins: Vec::new(),
+            admins: Vec::new(),
         }
     }
 }
@@ -632,6 +644,7 @@ impl fmt::Debug for AuthConfig {
             .field("jwt_leeway_secs", &self.jwt_leeway_secs)
             .field("jwt_principal_prefix", &self.jwt_principal_prefix)
             .field("allowed_origins", &self.allowed_origins)
+            .field("admins", &self.admins)
             .finish()
     }
 }
@@ -639,9 +652,30 @@ impl fmt::Debug for AuthConfig {
 impl AuthConfig {
     /// Whether any credential is configured, which turns authentication on.
     pub fn is_configured(&self) -> bool {
-        !self.tokens.is_empty()
-            || self.jwt_hs256_secret.is_some()
-            || self.jwt_rs256_public_key_pem.is_some()
+        !self.tokens.is_empty() || self.verifies_jwts()
+    }
+
+    /// Whether JWTs are accepted.
+    fn verifies_jwts(&self) -> bool {
+        self.jwt_hs256_secret.is_some() || self.jwt_rs256_public_key_pem.is_some()
+    }
+
+    /// Whether `principal` can still sign in: with authentication off, only
+    /// [`LOCAL_PRINCIPAL`]; else a principal of a configured token, or, while JWTs are
+    /// accepted, any principal that starts with [`Self::jwt_principal_prefix`] (JWT subjects
+    /// are not listed anywhere, so one is never known to be gone).
+    pub fn principal_exists(&self, principal: &str) -> bool {
+        if !self.is_configured() {
+            return principal == LOCAL_PRINCIPAL;
+        }
+        self.tokens.values().any(|p| p == principal)
+            || (self.verifies_jwts() && principal.starts_with(&self.jwt_principal_prefix))
+    }
+
+    /// Whether `principal` is one of the server's admins ([`Self::admins`]).
+    pub fn is_admin(&self, principal: &str) -> bool {
+        (!self.is_configured() && principal == LOCAL_PRINCIPAL)
+            || self.admins.iter().any(|a| a == principal)
     }
 
     /// Refuses to run without authentication anywhere but on a loopback address.

@@ -150,7 +150,8 @@ impl Metrics {
         bump(&self.inner.errors, code, 1);
     }
 
-    /// A schedule's tick or run-now ended as `outcome` (`started`, `skipped`, `refused`).
+    /// A schedule's tick or run-now ended as `outcome` (`started`, `skipped`, `limited`,
+    /// `paused`, `refused`).
     pub fn scheduled_run(&self, outcome: &'static str) {
         bump(&self.inner.scheduled_runs, outcome, 1);
     }

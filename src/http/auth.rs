@@ -36,8 +36,7 @@ use crate::http::ApiError;
 use crate::http::AppState;
 use crate::protocol::{ErrorCode, MAX_PRINCIPAL_BYTES};
 
-/// The principal of sockets and requests while authentication is off.
-pub const LOCAL_PRINCIPAL: &str = "local";
+pub use crate::config::LOCAL_PRINCIPAL;
 /// Prefix of the WebSocket subprotocol that carries a ticket.
 pub const TICKET_PROTOCOL_PREFIX: &str = "agentmux.ticket.";
 /// The `aud` claim of tickets, so that no other JWT passes as one.

@@ -58,7 +58,7 @@ impl ApiError {
             | ErrorCode::StoreUnavailable
             | ErrorCode::OwnedElsewhere => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::ForbiddenOrigin => StatusCode::FORBIDDEN,
+            ErrorCode::ForbiddenOrigin | ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::ForbiddenHost => StatusCode::MISDIRECTED_REQUEST,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         }

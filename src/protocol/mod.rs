@@ -100,6 +100,9 @@ pub enum ErrorCode {
     /// Another node of the cluster runs the conversation right now (or took it over from this
     /// one); try again there, or once it has stopped.
     OwnedElsewhere,
+    /// The caller may not do this (HTTP 403): a route for the server's admins only, or a
+    /// conversation whose directory is no longer inside a project root the caller may use.
+    Forbidden,
 }
 
 impl ErrorCode {
@@ -129,6 +132,7 @@ impl ErrorCode {
             ErrorCode::InvalidSchedule => "invalid_schedule",
             ErrorCode::UnknownSchedule => "unknown_schedule",
             ErrorCode::OwnedElsewhere => "owned_elsewhere",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 }

@@ -3,9 +3,11 @@
 //! stored `status` `scheduled_run` just before the prompt.
 //!
 //! A tick that finds the schedule's previous run still running or queued is skipped (and
-//! recorded as such); ticks missed while the server was down are run once, at start-up.
+//! recorded as such); ticks missed while the server was down are run once, at start-up. A
+//! schedule whose principal can no longer sign in is paused at its tick, and runs that start
+//! conversations (`mode: "new"`) are limited per principal per hour.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,6 +36,8 @@ const NEW_SUFFIX_CHARS: usize = 21;
 const MAX_SLEEP_MS: i64 = 60_000;
 /// The pause after the store failed the loop.
 const RETRY_MS: i64 = 1_000;
+/// The window of `schedules.max_new_runs_per_hour`.
+const HOUR: Duration = Duration::from_secs(3600);
 
 /// The body of `POST /api/schedules` (`name`, `agent_id`, `content` and one of `cron` or
 /// `every_secs` required) and of `PATCH /api/schedules/{id}` (every field optional; a field
@@ -69,6 +73,8 @@ pub struct ScheduleBody {
 pub struct Schedule {
     /// Its id.
     pub id: String,
+    /// Whose schedule it is.
+    pub principal: String,
     /// Its name.
     pub name: String,
     /// The conversation (or prefix of conversations) it sends to.
@@ -104,8 +110,10 @@ pub struct LastRun {
     /// `seq` of the run's user message, once stored.
     pub seq: Option<i64>,
     /// `started` (its turn runs or is queued), `completed` or `failed` (its turn ended, with
-    /// an error for `failed`), `skipped` (the previous run was still running or queued) or
-    /// `refused` (the chat was refused; `detail` says why).
+    /// an error for `failed`), `skipped` (the previous run was still running or queued),
+    /// `limited` (a `mode: "new"` run beyond `schedules.max_new_runs_per_hour`), `paused`
+    /// (its principal can no longer sign in, so the schedule was paused) or `refused` (the
+    /// chat was refused; `detail` says why).
     pub outcome: String,
     /// When the run was decided (RFC 3339).
     pub at: String,
@@ -131,6 +139,9 @@ struct Inner {
     wake: Notify,
     running: std::sync::Mutex<HashMap<String, Running>>,
     generation: AtomicU64,
+    max_new_runs_per_hour: usize,
+    /// When each principal's `mode: "new"` runs of the last hour started, oldest first.
+    new_runs: std::sync::Mutex<HashMap<String, VecDeque<std::time::Instant>>>,
 }
 
 /// Runs schedules; cheap to clone.
@@ -214,6 +225,8 @@ impl Scheduler {
                 wake: Notify::new(),
                 running: std::sync::Mutex::new(HashMap::new()),
                 generation: AtomicU64::new(0),
+                max_new_runs_per_hour: config.max_new_runs_per_hour,
+                new_runs: std::sync::Mutex::default(),
             }),
         })
     }
@@ -280,10 +293,16 @@ impl Scheduler {
                         .store
                         .find_schedule(&row.principal, &row.id)
                         .await;
-                    if let Ok(Some(fresh)) = fresh
-                        && fresh.enabled
-                    {
-                        this.run(&fresh, "tick").await;
+                    match fresh {
+                        Ok(Some(fresh))
+                            if fresh.enabled && !this.principal_exists(&fresh.principal) =>
+                        {
+                            this.pause_orphan(fresh).await;
+                        }
+                        Ok(Some(fresh)) if fresh.enabled => {
+                            this.run(&fresh, "tick").await;
+                        }
+                        _ => {}
                     }
                 });
                 true
@@ -294,6 +313,71 @@ impl Scheduler {
                 false
             }
         }
+    }
+
+    /// Whether the principal of a schedule can still sign in (see
+    /// [`crate::config::AuthConfig::principal_exists`]).
+    fn principal_exists(&self, principal: &str) -> bool {
+        self.inner
+            .manager
+            .shared
+            .config
+            .auth
+            .principal_exists(principal)
+    }
+
+    /// Pauses a schedule whose principal can no longer sign in, recording why: nobody could
+    /// see or stop its runs. Its owner may resume it once it can sign in again; an admin sees
+    /// it in every principal's schedules.
+    async fn pause_orphan(&self, mut row: ScheduleRow) {
+        tracing::warn!(schedule = %row.id, principal = %row.principal,
+            "paused a schedule whose principal can no longer sign in");
+        row.enabled = false;
+        row.updated_at = protocol::now_rfc3339();
+        if let Err(err) = self.inner.store.update_schedule(&row).await {
+            tracing::warn!(error = %err, schedule = %row.id, "cannot pause a schedule");
+            return;
+        }
+        self.inner.manager.shared.metrics.scheduled_run("paused");
+        let last = LastRun {
+            agent_id: row.agent_id.clone(),
+            seq: None,
+            outcome: "paused".into(),
+            at: protocol::now_rfc3339(),
+            detail: Some(format!(
+                "principal `{}` can no longer sign in (it is not among the server's tokens); \
+                 the schedule is paused",
+                row.principal
+            )),
+            trigger: "tick".into(),
+        };
+        self.record(&row.id, &last).await;
+    }
+
+    /// Takes one of `principal`'s `mode: "new"` runs of the last hour; false when
+    /// `schedules.max_new_runs_per_hour` are taken.
+    fn take_new_run(&self, principal: &str) -> bool {
+        let max = self.inner.max_new_runs_per_hour;
+        if max == 0 {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        let mut runs = self.inner.new_runs.lock().expect("not poisoned");
+        runs.retain(|_, times| {
+            while times
+                .front()
+                .is_some_and(|t| now.duration_since(*t) >= HOUR)
+            {
+                times.pop_front();
+            }
+            !times.is_empty()
+        });
+        let times = runs.entry(principal.to_owned()).or_default();
+        if times.len() >= max {
+            return false;
+        }
+        times.push_back(now);
+        true
     }
 
     fn next_cron_tick(&self, cron: &str, after_ms: i64) -> Result<i64, FrameError> {
@@ -396,6 +480,7 @@ impl Scheduler {
 
     fn view(&self, row: ScheduleRow) -> Schedule {
         Schedule {
+            principal: row.principal,
             next_run_at: row.enabled.then(|| rfc3339_ms(row.next_run_ms)),
             last_run: row
                 .last_run
@@ -491,6 +576,27 @@ impl Scheduler {
             .inner
             .store
             .list_schedules(principal)
+            .await
+            .map_err(store_failure)?;
+        Ok(rows.into_iter().map(|r| self.view(r)).collect())
+    }
+
+    /// Every principal's schedules, oldest first, for one of the server's admins
+    /// (`auth.admins`): among them, those paused because their principal can no longer sign in.
+    ///
+    /// # Errors
+    /// `forbidden` for anyone else, `store_unavailable`.
+    pub async fn list_all(&self, principal: &str) -> Result<Vec<Schedule>, FrameError> {
+        if !self.inner.manager.shared.config.auth.is_admin(principal) {
+            return Err(FrameError::new(
+                ErrorCode::Forbidden,
+                "only the server's admins (auth.admins) see every principal's schedules",
+            ));
+        }
+        let rows = self
+            .inner
+            .store
+            .all_schedules()
             .await
             .map_err(store_failure)?;
         Ok(rows.into_iter().map(|r| self.view(r)).collect())
@@ -639,6 +745,24 @@ impl Scheduler {
         if let Some(last) = skipped {
             tracing::info!(schedule = %row.id, "skipped a run: the previous one is still going on");
             metrics.scheduled_run("skipped");
+            self.record(&row.id, &last).await;
+            return last;
+        }
+        if row.mode == "new" && !self.take_new_run(&row.principal) {
+            self.forget(&row.id, generation);
+            let max = self.inner.max_new_runs_per_hour;
+            let last = LastRun {
+                agent_id,
+                seq: None,
+                outcome: "limited".into(),
+                at,
+                detail: Some(format!(
+                    "at most {max} runs that start a conversation per principal per hour \
+                     (schedules.max_new_runs_per_hour)"
+                )),
+                trigger: trigger.into(),
+            };
+            metrics.scheduled_run("limited");
             self.record(&row.id, &last).await;
             return last;
         }

@@ -53,6 +53,9 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// A principal's schedules, oldest first.
     async fn list_schedules(&self, principal: &str) -> Result<Vec<ScheduleRow>>;
 
+    /// Every principal's schedules, oldest first (for the server's admins).
+    async fn all_schedules(&self) -> Result<Vec<ScheduleRow>>;
+
     /// How many schedules a principal has.
     async fn count_schedules(&self, principal: &str) -> Result<i64>;
 
@@ -125,6 +128,14 @@ impl ScheduleStore for $store {
             "select {COLUMNS} from schedules where principal = $1 order by created_at, id"
         ))
         .bind(principal)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    async fn all_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        Ok(sqlx::query_as(&format!(
+            "select {COLUMNS} from schedules order by created_at, id"
+        ))
         .fetch_all(self.pool())
         .await?)
     }

@@ -19,6 +19,19 @@ impl Rest {
         }
     }
 
+    /// A client that sends `Authorization: Bearer <token>` with every request.
+    pub fn with_token(server: &TestServer, token: &str) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        Rest {
+            http: reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .unwrap(),
+            base: server.url(""),
+        }
+    }
+
     /// `(status, body as JSON or Null)`.
     pub async fn send(&self, req: reqwest::RequestBuilder) -> (u16, Value) {
         let resp = req.send().await.expect("request");

@@ -1,6 +1,8 @@
 //! Scheduled prompts against a real server and the demo agent: runs are full, marked turns;
 //! pause, resume and delete; one conversation per run; overlapping runs skipped; a missed tick
-//! run once after a restart; typed refusals of bad definitions; isolation between principals.
+//! run once after a restart; typed refusals of bad definitions; isolation between principals;
+//! schedules of a principal that can no longer sign in paused and shown to an admin; runs that
+//! start conversations limited per hour.
 
 use std::time::Duration;
 
@@ -632,19 +634,8 @@ async fn cron_expressions_are_read_in_the_configured_time_zone() {
 async fn another_principal_can_neither_see_nor_touch_a_schedule() {
     let (_dir, config) = config_file(TOKENS);
     let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
-    let as_user = |token: &str| {
-        let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
-        Rest {
-            http: reqwest::Client::builder()
-                .default_headers(headers)
-                .build()
-                .unwrap(),
-            base: server.url(""),
-        }
-    };
-    let alice = as_user("tok-alice");
-    let bob = as_user("tok-bob");
+    let alice = Rest::with_token(&server, "tok-alice");
+    let bob = Rest::with_token(&server, "tok-bob");
     let (status, s) = alice
         .post(
             "/api/schedules",
@@ -716,4 +707,162 @@ async fn a_principal_has_at_most_the_configured_number_of_schedules() {
         204
     );
     assert_eq!(rest.post("/api/schedules", body).await.0, 201, "room again");
+}
+
+/// A schedule whose principal can no longer sign in (its token was taken out of the settings)
+/// would run on with nobody able to see or stop it: after a restart without the token, its next
+/// tick pauses it instead of running, and records why. Another principal's schedule runs on.
+/// Only an admin (`auth.admins`) lists every principal's schedules, the paused one among them.
+#[tokio::test]
+async fn schedules_of_a_principal_that_is_gone_are_paused_and_shown_to_admins() {
+    let tmp = tempfile::tempdir().unwrap();
+    let admins = "[auth]\nadmins = [\"root\"]\n";
+    let root = "\"tok-root\" = \"root\"\n";
+    let (_all, with_alice) = config_file(&format!("{admins}{TOKENS}{root}"));
+    let args = |config: &str| ["--config", config, "--demo-delay-ms", "0"].map(str::to_owned);
+    let start = |config: &str| {
+        let args = args(config);
+        let data_dir = tmp.path().to_path_buf();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            TestServer::start_in(&data_dir, &args, &[]).await
+        }
+    };
+    let mut server = start(&with_alice).await;
+    let body = |agent_id: &str| json!({"name": "beat", "agent_id": agent_id, "content": "ping", "every_secs": 1});
+    let alice = Rest::with_token(&server, "tok-alice");
+    let (status, mine) = alice.post("/api/schedules", body("alice-beat")).await;
+    assert_eq!(status, 201, "{mine}");
+    let alice_id = mine["id"].as_str().unwrap().to_owned();
+    assert_eq!(mine["principal"], "alice");
+    let bob = Rest::with_token(&server, "tok-bob");
+    let (_, bobs) = bob.post("/api/schedules", body("bob-beat")).await;
+    let bob_id = bobs["id"].as_str().unwrap().to_owned();
+    eventually("alice's schedule runs", || async {
+        let (_, s) = alice.get(&format!("/api/schedules/{alice_id}")).await;
+        s["last_run"]["seq"].is_i64().then_some(())
+    })
+    .await;
+    assert!(server.terminate().await.success());
+
+    let bob_toml = "[auth.tokens]\n\"tok-bob\" = \"bob\"\n";
+    let (_some, without_alice) = config_file(&format!("{admins}{bob_toml}{root}"));
+    let server = start(&without_alice).await;
+    let admin = Rest::with_token(&server, "tok-root");
+    let bob = Rest::with_token(&server, "tok-bob");
+    let alices = eventually("alice's schedule is paused", || async {
+        let (status, all) = admin.get("/api/schedules?all=true").await;
+        assert_eq!(status, 200, "{all}");
+        let alices = all["schedules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == alice_id.as_str())
+            .cloned()
+            .unwrap();
+        (alices["last_run"]["outcome"] == "paused").then_some(alices)
+    })
+    .await;
+    assert_eq!(alices["principal"], "alice");
+    assert_eq!(alices["enabled"], false, "{alices}");
+    assert_eq!(alices["next_run_at"], Value::Null);
+    assert!(
+        alices["last_run"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("can no longer sign in"),
+        "{alices}"
+    );
+    // Bob's runs on, and bob sees only his own.
+    let seq_now = |s: &Value| s["last_run"]["seq"].as_i64();
+    let (_, before) = bob.get(&format!("/api/schedules/{bob_id}")).await;
+    eventually("bob's schedule runs again", || async {
+        let (_, s) = bob.get(&format!("/api/schedules/{bob_id}")).await;
+        (seq_now(&s) > seq_now(&before) && s["enabled"] == true).then_some(())
+    })
+    .await;
+    let (status, err) = bob.get("/api/schedules?all=true").await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (403, Some("forbidden")),
+        "{err}"
+    );
+    let (_, own) = bob.get("/api/schedules").await;
+    assert_eq!(own["schedules"].as_array().unwrap().len(), 1, "{own}");
+    let (status, _) = bob.get("/api/schedules?all=maybe").await;
+    assert_eq!(status, 400);
+}
+
+/// Runs that start a conversation each (`mode: "new"`) are limited per principal per hour
+/// (`schedules.max_new_runs_per_hour`), across all of the principal's schedules: beyond, a tick
+/// or a run-now is recorded `limited` and starts nothing. Runs of `mode: "same"` are not.
+#[tokio::test]
+async fn runs_that_start_conversations_are_limited_per_hour() {
+    let (_cfg, config) = config_file("[schedules]\nmax_new_runs_per_hour = 3\n");
+    let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
+    let rest = Rest::new(&server);
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let (status, s) = rest
+            .post(
+                "/api/schedules",
+                json!({"name": "flood", "agent_id": format!("flood{n}"), "content": "x",
+                       "every_secs": 1, "mode": "new"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{s}");
+        ids.push(s["id"].as_str().unwrap().to_owned());
+    }
+    let started = || async {
+        let (_, list) = rest.get("/api/sessions").await;
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["agent_id"].as_str().unwrap().starts_with("flood"))
+            .count()
+    };
+    for id in &ids {
+        eventually("the schedule's runs are limited", || async {
+            let (_, s) = rest.get(&format!("/api/schedules/{id}")).await;
+            (s["last_run"]["outcome"] == "limited").then_some(())
+        })
+        .await;
+    }
+    assert_eq!(started().await, 3, "three conversations in the hour");
+    let (_, run) = rest
+        .post(&format!("/api/schedules/{}/run", ids[0]), json!({}))
+        .await;
+    assert_eq!(run["outcome"], "limited", "{run}");
+    assert!(
+        run["detail"]
+            .as_str()
+            .unwrap()
+            .contains("max_new_runs_per_hour"),
+        "{run}"
+    );
+    assert_eq!(started().await, 3);
+    assert!(
+        metric(
+            &server,
+            "agentmux_scheduled_runs_total{outcome=\"limited\"}"
+        )
+        .await
+            >= 3
+    );
+
+    // A schedule that sends to one conversation is not limited.
+    let (_, same) = rest
+        .post(
+            "/api/schedules",
+            json!({"name": "same", "agent_id": "one", "content": "x", "every_secs": 3600}),
+        )
+        .await;
+    let (_, run) = rest
+        .post(
+            &format!("/api/schedules/{}/run", same["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
+    assert_eq!(run["outcome"], "started", "{run}");
 }

@@ -2,11 +2,11 @@
 //! its conversations at every tick. Another principal's schedule answers like an unknown one.
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use serde::Serialize;
-use utoipa::ToSchema;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
@@ -33,13 +33,30 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(schedule)))
 }
 
-/// Lists the caller's schedules.
-#[utoipa::path(get, path = "/api/schedules", responses((status = 200, body = ScheduleList)))]
+/// The query of `GET /api/schedules`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Every principal's schedules instead of the caller's: for the server's admins
+    /// (`auth.admins`) only, 403 `forbidden` for anyone else.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// Lists the caller's schedules (`?all=true`: every principal's, for an admin).
+#[utoipa::path(get, path = "/api/schedules", params(ListQuery),
+    responses((status = 200, body = ScheduleList), (status = 403, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
     Principal(principal): Principal,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<ScheduleList>, ApiError> {
-    let schedules = app.scheduler.list(&principal).await?;
+    let Query(query) = query?;
+    let schedules = if query.all {
+        app.scheduler.list_all(&principal).await?
+    } else {
+        app.scheduler.list(&principal).await?
+    };
     Ok(Json(ScheduleList { schedules }))
 }
 
