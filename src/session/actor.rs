@@ -666,6 +666,16 @@ impl Actor {
             .prompts_before(self.conversation.row, user_seq)
             .await
             .map_err(|e| e.to_string())?;
+        // A project directory (or an added one) may have left the principal's roots, or been
+        // replaced by a symbolic link, since the conversation was created.
+        super::check_stored_dirs(
+            &shared.config,
+            &self.conversation.principal,
+            &self.conversation.session_id,
+            &self.cwd.to_string_lossy(),
+            &self.launch_options.add_dirs,
+        )
+        .await?;
         // The server's own workspace is made on demand; a project directory must exist. On a
         // store that nodes share, a conversation that ran before ran in a workspace that every
         // node must see: a node that can't see it refuses rather than start over in an empty one.

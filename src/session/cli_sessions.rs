@@ -533,6 +533,8 @@ impl Manager {
             .for_agent(Some(agent_id)));
         }
         let record = self.get(principal, agent_id).await?;
+        self.check_dirs(&record, &record.launch_options().add_dirs)
+            .await?;
         let no_transcript = || {
             FrameError::new(
                 ErrorCode::UnknownAgent,

@@ -875,6 +875,10 @@ impl Manager {
             Some(record) => {
                 // Checked before the actor starts, so a refused chat wakes nothing up.
                 self.check_chat_options(&record.backend, chat)?;
+                let launch = record.launch_options().updated(&chat.options);
+                self.check_dirs(&record, &launch.add_dirs)
+                    .await
+                    .map_err(|err| err.with_client_msg_id(chat.client_msg_id.clone()))?;
                 record
             }
             None => {
@@ -1078,6 +1082,8 @@ impl Manager {
         let store = &self.shared.store;
         let source = self.get(principal, agent_id).await?;
         self.require(&source.backend, agent_id, "fork", |s| s.fork)?;
+        self.check_dirs(&source, &source.launch_options().add_dirs)
+            .await?;
         let mut new = self.new_session(principal, new_agent_id, SessionId::new());
         new.backend = source.backend.clone();
         new.model = source.model.clone();
@@ -1190,11 +1196,27 @@ impl Manager {
         }
     }
 
-    /// Whether `cwd` is the workspace the server made for conversation `session_id`
-    /// (`<data-dir>/workspaces/<session_id>`), rather than a project directory. A
-    /// [`SessionId`] is a UUID, so that is always one directory right under the workspaces.
+    /// Whether `cwd` is the workspace the server made for conversation `session_id`.
     fn is_own_workspace(&self, session_id: &SessionId, cwd: &str) -> bool {
-        std::path::Path::new(cwd) == self.shared.config.workspaces_dir().join(session_id)
+        own_workspace(&self.shared.config, session_id, cwd)
+    }
+
+    /// [`check_stored_dirs`] for a stored conversation whose agent would start with
+    /// `add_dirs`, as a typed error: `forbidden`.
+    async fn check_dirs(
+        &self,
+        record: &SessionRecord,
+        add_dirs: &[String],
+    ) -> Result<(), FrameError> {
+        check_stored_dirs(
+            &self.shared.config,
+            &record.principal,
+            &record.session_id,
+            &record.cwd,
+            add_dirs,
+        )
+        .await
+        .map_err(|why| FrameError::new(ErrorCode::Forbidden, why).for_agent(Some(&record.agent_id)))
     }
 
     /// Finds the slot of a conversation that exists, without starting anything.
@@ -1281,6 +1303,14 @@ impl Manager {
                         return Err(store_error(err, agent_id));
                     }
                 };
+                if let Err(err) = self
+                    .check_dirs(&record, &record.launch_options().add_dirs)
+                    .await
+                {
+                    self.shared.store.release_lease(record.row).await;
+                    self.release_if_unused(&key, &slot, &guard);
+                    return Ok(Warm::Refused(err.message));
+                }
                 let handle = self.spawn_actor(record, &slot, live);
                 *guard = SlotState::Live(handle.clone());
                 handle
@@ -1458,6 +1488,42 @@ impl Manager {
         });
         futures_util::future::join_all(stops).await;
     }
+}
+
+/// Whether `cwd` is the workspace the server made for conversation `session_id`
+/// (`<data-dir>/workspaces/<session_id>`), rather than a project directory. A [`SessionId`] is
+/// a UUID, so that is always one directory right under the workspaces.
+fn own_workspace(config: &Config, session_id: &SessionId, cwd: &str) -> bool {
+    std::path::Path::new(cwd) == config.workspaces_dir().join(session_id)
+}
+
+/// Checks, before an agent starts in them, that a stored conversation's directories are still
+/// ones `principal` may use: its working directory (unless it is the conversation's own
+/// workspace) and each of `add_dirs` must still resolve ([`crate::projects::resolve_dir`]) to
+/// themselves, inside a root the principal may use now. A root removed from the settings or
+/// limited to other principals since, or a directory replaced by a symbolic link (which would
+/// start the agent wherever the link leads), fails with a message saying so.
+pub(crate) async fn check_stored_dirs(
+    config: &Config,
+    principal: &str,
+    session_id: &SessionId,
+    cwd: &str,
+    add_dirs: &[String],
+) -> Result<(), String> {
+    let project = (!own_workspace(config, session_id, cwd)).then_some(("working directory", cwd));
+    let added = add_dirs.iter().map(|dir| ("added directory", dir.as_str()));
+    for (what, dir) in project.into_iter().chain(added) {
+        let resolved = crate::projects::resolve_dir(&config.projects.roots, principal, dir).await;
+        if resolved.is_ok_and(|canonical| canonical == std::path::Path::new(dir)) {
+            continue;
+        }
+        return Err(format!(
+            "the conversation's {what} `{dir}` is no longer a directory inside a project root \
+             you may use (the root was removed or limited to others, or the directory was \
+             replaced by a symbolic link); nothing was started"
+        ));
+    }
+    Ok(())
 }
 
 /// The launch options a chat sets to something (an empty list clears, which every agent can

@@ -1131,3 +1131,158 @@ async fn a_project_conversation_does_not_adopt_the_spare() {
     assert_eq!(spawn["cwd"], app.as_str(), "the turn ran in the project");
     stop_server(server).await;
 }
+
+/// A conversation's directories are checked again at every start, not only when it was created:
+/// after a restart in which alice's root was limited to bob, and in which a project directory
+/// and an added directory were each replaced by a symbolic link leading out of every root, the
+/// next chat, fork and sync of those conversations are refused `forbidden` (over the socket
+/// and REST), nothing is started or stored, while a conversation whose directory is still
+/// allowed goes on.
+#[tokio::test]
+async fn directories_that_left_the_roots_are_refused_at_the_next_start() {
+    let layout = Layout::new();
+    let fx = Fixture::new(&layout.toml());
+    let server = fx.start(&[]).await;
+    let mut alice = connect_as(&server.addr, "tok-alice").await;
+    let linked = layout.root.join("linked");
+    let added = layout.root.join("added");
+    for dir in [&linked, &added] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let s = Layout::s;
+    let conversations = [
+        (
+            "in-private",
+            json!({"cwd": s(&layout.private.join("secret"))}),
+        ),
+        ("in-linked", json!({"cwd": s(&linked)})),
+        (
+            "with-added",
+            json!({"cwd": s(&layout.app), "add_dirs": [s(&added)]}),
+        ),
+        ("still-fine", json!({"cwd": s(&layout.app)})),
+    ];
+    for (agent_id, options) in &conversations {
+        alice
+            .send(
+                json!({"type": "chat", "agent_id": agent_id, "content": "one", "options": options}),
+            )
+            .await;
+        assert_eq!(
+            reply_text(&alice.until_result(agent_id).await),
+            "Echo: one (history 1)"
+        );
+    }
+    stop_server(server).await;
+
+    // The private root is bob's now; two directories became links to outside every root.
+    let toml = std::fs::read_to_string(&fx.config).unwrap();
+    let limited = toml.replace("principals = [\"alice\"]", "principals = [\"bob\"]");
+    assert_ne!(toml, limited);
+    std::fs::write(&fx.config, limited).unwrap();
+    for dir in [&linked, &added] {
+        std::fs::remove_dir(dir).unwrap();
+        std::os::unix::fs::symlink(&layout.outside, dir).unwrap();
+    }
+    let server = fx.start(&[]).await;
+    let mut alice = connect_as(&server.addr, "tok-alice").await;
+    let spawns = fx.spawns().len();
+    let rows = session_rows(&server).await;
+    let forbidden = |status: u16, body: &str| {
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (403, Some("forbidden")),
+            "{body}"
+        );
+    };
+    for (agent_id, _) in &conversations[..3] {
+        let messages = format!("/api/sessions/{agent_id}/messages");
+        let before = http(&server.addr, "GET", &messages, Some("tok-alice"), None).await;
+        alice
+            .send(json!({"type": "chat", "agent_id": agent_id, "content": "two", "client_msg_id": "c"}))
+            .await;
+        let err = alice.recv().await;
+        assert_eq!(err["code"], "forbidden", "{agent_id}: {err}");
+        assert_eq!(err["client_msg_id"], "c");
+        assert!(
+            err["error"]
+                .as_str()
+                .unwrap()
+                .contains("no longer a directory inside a project root"),
+            "{err}"
+        );
+        let chat = json!({"content": "two"});
+        let r = http(
+            &server.addr,
+            "POST",
+            &messages,
+            Some("tok-alice"),
+            Some(&chat),
+        )
+        .await;
+        forbidden(r.status, &r.body);
+        let fork = json!({"new_agent_id": format!("{agent_id}-fork")});
+        let path = format!("/api/sessions/{agent_id}/fork");
+        let r = http(&server.addr, "POST", &path, Some("tok-alice"), Some(&fork)).await;
+        forbidden(r.status, &r.body);
+        let path = format!("/api/sessions/{agent_id}/sync");
+        let r = http(
+            &server.addr,
+            "POST",
+            &path,
+            Some("tok-alice"),
+            Some(&json!({})),
+        )
+        .await;
+        forbidden(r.status, &r.body);
+        let after = http(&server.addr, "GET", &messages, Some("tok-alice"), None).await;
+        assert_eq!(before.body, after.body, "nothing stored");
+    }
+    assert_eq!(fx.spawns().len(), spawns, "no agent started");
+    assert_eq!(session_rows(&server).await, rows, "no fork created");
+
+    alice
+        .send(json!({"type": "chat", "agent_id": "still-fine", "content": "two"}))
+        .await;
+    assert_eq!(
+        reply_text(&alice.until_result("still-fine").await),
+        "Echo: two (history 2)"
+    );
+
+    // A live conversation whose directory is swapped for a link: its agent does not start
+    // there again (here, to take a new system prompt); the turn ends with an error saying why.
+    let live = layout.root.join("live");
+    std::fs::create_dir(&live).unwrap();
+    let options = json!({"cwd": s(&live)});
+    alice
+        .send(json!({"type": "chat", "agent_id": "live", "content": "one", "options": options}))
+        .await;
+    alice.until_result("live").await;
+    std::fs::remove_dir(&live).unwrap();
+    std::os::unix::fs::symlink(&layout.outside, &live).unwrap();
+    let spawns = fx.spawns().len();
+    let options = json!({"system_prompt": "restart"});
+    alice
+        .send(json!({"type": "chat", "agent_id": "live", "content": "two", "options": options}))
+        .await;
+    let frames = alice.until_result("live").await;
+    assert_eq!(frames.last().unwrap()["message"]["is_error"], true);
+    let error = frames
+        .iter()
+        .find(|f| f["message_type"] == "error")
+        .expect("an error says why");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("no longer a directory inside a project root"),
+        "{error}"
+    );
+    assert_eq!(
+        fx.spawns().len(),
+        spawns,
+        "no agent started through the link"
+    );
+    stop_server(server).await;
+}
