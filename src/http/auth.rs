@@ -27,6 +27,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
+use axum::http::uri::Authority;
 use axum::http::{HeaderMap, header};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
@@ -327,7 +328,15 @@ impl Authenticator {
                 "the request names no Host",
             ));
         };
-        let (name, _) = split_host_port(&host);
+        let Some(name) = host_name(&host) else {
+            return Err(ApiError::new(
+                ErrorCode::ForbiddenHost,
+                format!(
+                    "the Host `{}` is not a host name with an optional numeric port",
+                    crate::protocol::truncate_chars(&host, 128)
+                ),
+            ));
+        };
         let allowed = is_loopback_name(name)
             || self.allowed_hosts.iter().any(|a| *a == host || *a == name)
             || (self.enabled && self.allowed_hosts.is_empty());
@@ -386,17 +395,23 @@ impl Authenticator {
     }
 }
 
-/// Splits `host[:port]` (IPv6 in brackets) into the name and the port text.
-fn split_host_port(host: &str) -> (&str, Option<&str>) {
-    if host.starts_with('[') {
-        return match host.find(']') {
-            Some(end) => (&host[..=end], host[end + 1..].strip_prefix(':')),
-            None => (host, None),
-        };
+/// The name of a `Host` value that is exactly `name[:port]` (a registered name, an IPv4
+/// address or a bracketed IPv6 one, then nothing or a colon and a port number), else None: no
+/// user info (`127.0.0.1:1@evil.example` names `evil.example`), no second colon, no empty or
+/// non-numeric port.
+fn host_name(host: &str) -> Option<&str> {
+    let authority: Authority = host.parse().ok()?;
+    if host.contains('@') {
+        return None;
     }
-    match host.rsplit_once(':') {
-        Some((name, port)) => (name, Some(port)),
-        None => (host, None),
+    let (name, port) = host.split_at(authority.host().len());
+    match port {
+        "" => Some(name),
+        port => port
+            .strip_prefix(':')
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u16>().ok())
+            .map(|_| name),
     }
 }
 
@@ -629,6 +644,14 @@ mod tests {
             "[::2]:7878",
             "10.0.0.1:7878",
             "",
+            "127.0.0.1:1@evil.example",
+            "localhost:7878@evil.example",
+            "127.0.0.1:evil",
+            "127.0.0.1:1:2",
+            "127.0.0.1:",
+            "127.0.0.1:+1",
+            "localhost:65536",
+            "[::1]:x",
         ] {
             assert!(!check(bad), "{bad} is refused");
         }

@@ -158,6 +158,57 @@ async fn a_rebound_host_name_is_refused_on_every_route() {
     assert_eq!(conversation_count(addr).await, 1);
 }
 
+/// A `Host` is read strictly as `name[:port]`: user info (whose real host is the one after the
+/// `@`), a second colon, an empty, signed, non-numeric or out-of-range port, or no name at all
+/// is refused with 421 over REST and on the upgrade, even when the name before it is loopback.
+#[tokio::test]
+async fn hosts_that_are_not_a_name_and_a_port_are_refused() {
+    let server = TestServer::start().await;
+    let addr = server.addr.as_str();
+    let port = addr.rsplit_once(':').unwrap().1;
+    for host in [
+        format!("127.0.0.1:{port}@evil.example"),
+        format!("localhost:{port}@evil.example:{port}"),
+        format!("user@localhost:{port}"),
+        "127.0.0.1:1@evil.example".to_owned(),
+        "127.0.0.1:evil.example".to_owned(),
+        format!("127.0.0.1:{port}:{port}"),
+        "127.0.0.1:".to_owned(),
+        "127.0.0.1:+80".to_owned(),
+        "localhost:99999".to_owned(),
+        format!("[::1]:{port}x"),
+        format!(":{port}"),
+        String::new(),
+    ] {
+        let r = http_raw(addr, "GET", "/api/sessions", &[("Host", host.as_str())], "").await;
+        assert_eq!(r.status, 421, "{host:?}: {}", r.body);
+        assert_eq!(code(&r.body), "forbidden_host", "{host:?}");
+        let upgrade = connect_with(addr, "", &[("host", host.as_str())]).await;
+        let (status, body) = refusal(upgrade);
+        assert_eq!(
+            (status, &body["code"]),
+            (421, &json!("forbidden_host")),
+            "{host:?}"
+        );
+    }
+    // The strict reading still serves every loopback form.
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        "localhost".to_owned(),
+    ] {
+        let r = http_raw(addr, "GET", "/api/sessions", &[("Host", host.as_str())], "").await;
+        assert_eq!(r.status, 200, "{host}: {}", r.body);
+        assert!(
+            connect_with(addr, "", &[("host", host.as_str())])
+                .await
+                .is_ok(),
+            "{host}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn allowed_hosts_and_origins_are_served_by_scheme_host_and_port() {
     let (server, _cfg) = server_with(
