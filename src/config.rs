@@ -509,7 +509,8 @@ pub struct SocketConfig {
     /// Conversations one socket may follow at once (subscribed, or chatted to); beyond,
     /// `limit_exceeded`. 0 is no limit.
     pub max_subscriptions: usize,
-    /// A request body that sends nothing for this many seconds is abandoned.
+    /// A request body not fully arrived this many seconds after its request came is abandoned,
+    /// however steadily it trickles in.
     pub body_timeout_secs: u64,
 }
 

@@ -1,21 +1,24 @@
 //! The HTTP surface: the WebSocket endpoint and its tickets, the REST API, health, metrics and
 //! the web UI, behind one guard that every request passes before any handler runs.
 //!
-//! A request body that sends nothing for `socket.body_timeout_secs` is abandoned, and every
+//! A request body that has not fully arrived `socket.body_timeout_secs` after its request
+//! came is abandoned, however steadily it trickles in, and every
 //! authenticated request (and its response, for the streaming ones: event streams, exports)
 //! holds one of its principal's `socket.max_per_principal` connections, like a WebSocket.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, HttpBody};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tokio::time::Sleep;
 
 pub mod auth;
 mod error;
@@ -84,8 +87,56 @@ pub fn router(state: AppState) -> Router {
         .merge(counted)
         .merge(web::router())
         .layer(middleware::from_fn_with_state(state.clone(), guard))
-        .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        .layer(middleware::map_request(
+            move |request: Request| async move {
+                request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)))
+            },
+        ))
         .with_state(state)
+}
+
+/// A request body that fails once `timeout` has passed since the request came, however
+/// steadily it arrives (a per-read timeout would keep a body that trickles in forever).
+struct DeadlineBody {
+    body: Body,
+    timeout: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl DeadlineBody {
+    fn new(body: Body, timeout: Duration) -> Self {
+        DeadlineBody {
+            body,
+            timeout,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+        }
+    }
+}
+
+impl HttpBody for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            let secs = self.timeout.as_secs();
+            return Poll::Ready(Some(Err(axum::Error::new(format!(
+                "the request body did not arrive within {secs} s (socket.body_timeout_secs)"
+            )))));
+        }
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// One of `principal`'s connections (sockets, requests and event streams share

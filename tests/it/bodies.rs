@@ -1,5 +1,6 @@
 //! Request bodies and event streams count against their principal's connection limit, and
-//! end when they stall: a body at its read deadline, an event stream at the idle timeout.
+//! end when they stall: a body at its deadline (however steadily it trickles), an event stream
+//! at the idle timeout.
 
 use std::time::Duration;
 
@@ -57,6 +58,57 @@ async fn stalled_bodies_are_capped_per_principal_and_dropped_at_their_deadline()
     let db = server.db().await;
     let left: i64 =
         sqlx::query_scalar("select count(*) from session_info where agent_id like 's%'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(left, 0);
+}
+
+/// A body that keeps trickling in, a byte well within `socket.body_timeout_secs` of the last,
+/// but takes longer than that in all, is cut off at the deadline: the import is answered
+/// `400 invalid_request` while the client is still sending, and leaves nothing behind.
+#[tokio::test]
+async fn a_trickling_body_is_cut_off_at_its_deadline() {
+    let (server, _cfg) = server_with(&format!("{TOKENS}\n[socket]\nbody_timeout_secs = 2\n")).await;
+    let line = json!({"seq": 1, "message_type": "user",
+        "payload": {"type": "user", "message": {"role": "user", "content": "hi"}}})
+    .to_string()
+        + "\n";
+    let stream = TcpStream::connect(&server.addr).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let head = import_head(&server.addr, "trickled", "tok-alice", line.len());
+    write.write_all(head.as_bytes()).await.unwrap();
+    // A byte every 200 ms: the whole line would take about 20 s.
+    let sender = tokio::spawn(async move {
+        let mut pace = tokio::time::interval(Duration::from_millis(200));
+        for byte in line.bytes() {
+            pace.tick().await;
+            if write.write_all(&[byte]).await.is_err() {
+                return false;
+            }
+        }
+        true
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") || !answer.ends_with(b"}") {
+        let n = tokio::time::timeout(Duration::from_secs(60), read.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(answer.contains(r#""code":"invalid_request""#), "{answer}");
+    assert!(answer.contains("body_timeout_secs"), "{answer}");
+    sender.abort();
+    let db = server.db().await;
+    let left: i64 =
+        sqlx::query_scalar("select count(*) from session_info where agent_id = 'trickled'")
             .fetch_one(&db)
             .await
             .unwrap();
