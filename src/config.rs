@@ -543,6 +543,10 @@ pub struct SessionConfig {
     pub max_respawns: u32,
     /// The window in which unexpected exits are counted.
     pub respawn_window_secs: u64,
+    /// Most payload bytes of stored frames read in one page (of a replay, an event stream's
+    /// replay, a `GET .../messages` page, an export), besides the pages' row counts; a frame
+    /// larger than this is a page alone.
+    pub page_bytes: usize,
 }
 
 /// Store settings.
@@ -754,6 +758,7 @@ impl Default for SessionConfig {
             respawn_backoff_max_secs: 30,
             max_respawns: 5,
             respawn_window_secs: 300,
+            page_bytes: 1 << 20,
         }
     }
 }

@@ -20,7 +20,7 @@ use super::replay::stored_frame;
 use super::{Conversation, Manager, store_error, store_failure, unknown_agent};
 use crate::limits::{QuotaExceeded, QuotaPermit};
 use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError, SessionId};
-use crate::store::{NewMessage, NewSession, RowId, SessionQuery, SessionRecord, Store};
+use crate::store::{NewMessage, NewSession, PageSize, RowId, SessionQuery, SessionRecord, Store};
 
 /// Longest title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -428,8 +428,9 @@ impl Manager {
             .map_err(store_failure)
     }
 
-    /// Up to `limit` stored frames after `after_seq`, each exactly as a subscriber gets it,
-    /// and whether more follow.
+    /// Up to `limit` stored frames after `after_seq` (fewer when they hold more than
+    /// `session.page_bytes`, but at least one), each exactly as a subscriber gets it, and
+    /// whether more follow.
     ///
     /// # Errors
     /// `unknown_agent` or `store_unavailable`.
@@ -442,20 +443,22 @@ impl Manager {
     ) -> Result<(Vec<Frame>, bool), FrameError> {
         let record = self.get(principal, agent_id).await?;
         let conversation = Conversation::from_record(&record);
-        // One more than asked tells whether more follow.
-        let rows = self
+        let size = PageSize {
+            rows: limit,
+            bytes: self.shared.config.session.page_bytes,
+        };
+        let page = self
             .shared
             .store
-            .messages_after(record.row, after_seq, limit + 1)
+            .messages_after(record.row, after_seq, size)
             .await
             .map_err(|e| store_error(e, agent_id))?;
-        let has_more = rows.len() > limit as usize;
-        let frames = rows
+        let frames = page
+            .rows
             .iter()
-            .take(limit as usize)
             .map(|row| stored_frame(&conversation, row))
             .collect();
-        Ok((frames, has_more))
+        Ok((frames, page.more))
     }
 
     /// Gives a conversation a new title (1 to [`MAX_TITLE_CHARS`] characters, trimmed).
@@ -497,6 +500,10 @@ impl Manager {
         let transfer = self.acquire_transfer(principal, agent_id)?;
         let record = self.get(principal, agent_id).await?;
         let store = self.shared.store.clone();
+        let size = PageSize {
+            rows: EXPORT_PAGE,
+            bytes: self.shared.config.session.page_bytes,
+        };
         let agent_id = agent_id.to_owned();
         // The stream holds the principal's transfer place until it is done or dropped.
         let transfer = Arc::new(transfer);
@@ -506,14 +513,14 @@ impl Manager {
             let _transfer = transfer.clone();
             async move {
                 let after = after?;
-                match store.messages_after(record.row, after, EXPORT_PAGE).await {
+                match store.messages_after(record.row, after, size).await {
                     Err(err) => Some((Err(store_error(err, &agent_id)), None)),
-                    Ok(rows) if rows.is_empty() => None,
+                    Ok(rows) if rows.rows.is_empty() => None,
                     Ok(rows) => {
-                        let more = rows.len() == EXPORT_PAGE as usize;
-                        let last = rows.last().map(|r| r.seq);
+                        let more = rows.more;
+                        let last = rows.rows.last().map(|r| r.seq);
                         let mut page = String::new();
-                        for row in &rows {
+                        for row in &rows.rows {
                             let line = ExportLine::new(row.seq, &row.message_type, &row.payload);
                             page.push_str(&serde_json::to_string(&line).expect("serializes"));
                             page.push('\n');

@@ -9,7 +9,7 @@ use tokio::sync::Semaphore;
 
 use super::{Conversation, Manager, store_error};
 use crate::protocol::{self, Frame, FrameError};
-use crate::store::{Store, StoredMessage};
+use crate::store::{PageSize, Store, StoredMessage};
 
 /// Stored frames read per page: small enough that a page's read on a blocking thread does not
 /// hold a core away from live work for long.
@@ -29,6 +29,8 @@ pub struct Cursor {
     pub last_seq: i64,
     store: Arc<dyn Store>,
     readers: Arc<Semaphore>,
+    /// A replay page: [`REPLAY_PAGE`] frames and `session.page_bytes` at most.
+    page: PageSize,
 }
 
 impl Manager {
@@ -39,6 +41,10 @@ impl Manager {
             last_seq,
             store: self.shared.store.clone(),
             readers: self.shared.replay_readers.clone(),
+            page: PageSize {
+                rows: REPLAY_PAGE,
+                bytes: self.shared.config.session.page_bytes,
+            },
         }
     }
 }
@@ -69,11 +75,13 @@ impl Cursor {
 
     /// The stored frames after this cursor, in order, a page at a time; the stream ends after
     /// the last page or the first error (`store_unavailable`). The next page is read while the
-    /// caller sends the current one.
+    /// caller sends the current one, so a follower that does not read holds two pages, each
+    /// bounded in frames and in bytes.
     pub fn replay(&self) -> impl Stream<Item = Result<Vec<Frame>, FrameError>> + Send + 'static {
         let store = self.store.clone();
         let conversation = self.conversation.clone();
         let readers = self.readers.clone();
+        let size = self.page;
         let mut after = self.last_seq;
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         tokio::spawn(async move {
@@ -84,17 +92,13 @@ impl Cursor {
                     let Ok(_turn) = readers.acquire().await else {
                         return;
                     };
-                    match store
-                        .messages_after(conversation.row, after, REPLAY_PAGE)
-                        .await
-                    {
+                    match store.messages_after(conversation.row, after, size).await {
                         Err(err) => (Err(store_error(err, &conversation.agent_id)), true),
-                        Ok(rows) if rows.is_empty() => return,
-                        Ok(rows) => {
-                            after = rows.last().map_or(after, |r| r.seq);
-                            let last = rows.len() < REPLAY_PAGE as usize;
-                            let frames = rows.iter().map(|row| stored_frame(&conversation, row));
-                            (Ok(frames.collect::<Vec<Frame>>()), last)
+                        Ok(page) if page.rows.is_empty() => return,
+                        Ok(page) => {
+                            after = page.rows.last().map_or(after, |r| r.seq);
+                            let frames = page.rows.iter().map(|r| stored_frame(&conversation, r));
+                            (Ok(frames.collect::<Vec<Frame>>()), !page.more)
                         }
                     }
                 };

@@ -324,6 +324,35 @@ pub struct StoredMessage {
     pub turn_cost_usd: Option<f64>,
 }
 
+/// How much one read of stored frames returns at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageSize {
+    /// Most rows.
+    pub rows: u32,
+    /// Most payload bytes in all; the first row is returned whatever its size, so that a
+    /// reader always moves on.
+    pub bytes: usize,
+}
+
+impl PageSize {
+    /// At most `rows` rows, whatever their size.
+    pub fn rows(rows: u32) -> Self {
+        PageSize {
+            rows,
+            bytes: usize::MAX,
+        }
+    }
+}
+
+/// Stored frames read in one call.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    /// The rows, in `seq` order.
+    pub rows: Vec<StoredMessage>,
+    /// Whether more rows follow the last one.
+    pub more: bool,
+}
+
 /// Persistence of conversations and their frames.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -337,13 +366,9 @@ pub trait Store: Send + Sync + 'static {
     /// by one each. The call returns only once the rows are committed.
     async fn append(&self, row: RowId, messages: Vec<NewMessage>) -> Result<i64>;
 
-    /// Stored frames with `seq > after_seq`, in order, at most `limit`.
-    async fn messages_after(
-        &self,
-        row: RowId,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredMessage>>;
+    /// Stored frames with `seq > after_seq`, in order, at most `size` of them: its rows, and
+    /// no more payload bytes than its bytes unless the first row alone has more.
+    async fn messages_after(&self, row: RowId, after_seq: i64, size: PageSize) -> Result<Page>;
 
     /// Records the id the agent reported for the conversation.
     async fn record_agent_session(

@@ -23,8 +23,8 @@ use super::edits::{self, EditTx};
 use super::leases::Leases;
 use super::shared;
 use super::{
-    NewMessage, NewSession, Result, Rewound, RewoundStatus, RowId, SessionQuery, SessionRecord,
-    Store, StoreError, StoredMessage, text,
+    NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, SessionQuery,
+    SessionRecord, Store, StoreError, StoredMessage, text,
 };
 use crate::metrics::Metrics;
 
@@ -569,21 +569,38 @@ async fn lock(conn: &mut PgConnection, row: RowId) -> Result<()> {
 }
 
 shared::store_impl!(PgStore, {
-    async fn messages_after(
-        &self,
-        row: RowId,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredMessage>> {
-        Ok(sqlx::query_as(
-            "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd
-             from messages where session_pk = $1 and seq > $2 order by seq limit $3",
+    /// The page is cut in SQL, by the running total of the payloads' sizes (which PostgreSQL
+    /// knows without reading them), so rows beyond it are never sent; `more` is whether a row
+    /// follows each one.
+    async fn messages_after(&self, row: RowId, after_seq: i64, size: PageSize) -> Result<Page> {
+        #[derive(sqlx::FromRow)]
+        struct PageRow {
+            #[sqlx(flatten)]
+            message: StoredMessage,
+            more: bool,
+        }
+        let rows: Vec<PageRow> = sqlx::query_as(
+            "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd, more from (
+                select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd,
+                    row_number() over w as n,
+                    sum(octet_length(payload)) over w as upto,
+                    lead(true, 1, false) over w as more
+                from messages where session_pk = $1 and seq > $2
+                window w as (order by seq rows between unbounded preceding and current row)
+                order by seq limit $3
+             ) page where n = 1 or upto <= $4 order by seq",
         )
         .bind(row)
         .bind(after_seq)
-        .bind(i64::from(limit))
+        .bind(i64::from(size.rows))
+        .bind(i64::try_from(size.bytes).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        let more = rows.last().is_some_and(|r| r.more);
+        Ok(Page {
+            rows: rows.into_iter().map(|r| r.message).collect(),
+            more,
+        })
     }
 
     async fn list_sessions(

@@ -22,8 +22,8 @@ use super::edits::{self, EditTx};
 use super::shared;
 use super::writer::{Readers, WriterSettings};
 use super::{
-    NewMessage, NewSession, Result, Rewound, RewoundStatus, RowId, SessionQuery, SessionRecord,
-    Store, StoreError, StoredMessage,
+    NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, SessionQuery,
+    SessionRecord, Store, StoreError,
 };
 use crate::metrics::Metrics;
 
@@ -264,13 +264,8 @@ shared::store_impl!(SqliteStore, {
         Ok(running.len() as u64)
     }
 
-    async fn messages_after(
-        &self,
-        row: RowId,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredMessage>> {
-        self.readers.messages_after(row, after_seq, limit).await
+    async fn messages_after(&self, row: RowId, after_seq: i64, size: PageSize) -> Result<Page> {
+        self.readers.messages_after(row, after_seq, size).await
     }
 
     async fn list_sessions(

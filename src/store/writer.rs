@@ -21,7 +21,7 @@ use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Append, WriteOp};
-use super::{Result, RowId, StoreError};
+use super::{Page, PageSize, Result, RowId, StoreError};
 use crate::metrics::Metrics;
 
 /// Pages written to the WAL between two wake-ups of the checkpointer (4 MiB).
@@ -377,10 +377,11 @@ pub(super) struct Readers {
 /// Most reads of stored messages running at once; as many connections are kept open.
 const READERS: usize = 4;
 
-/// Stored frames of one conversation after a seq, in order.
+/// Stored frames of one conversation after a seq, in order (one more than a page holds, to
+/// tell whether more follow).
 const MESSAGES_AFTER: &str =
     "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd
-     from messages where session_pk = ?1 and seq > ?2 order by seq limit ?3";
+     from messages where session_pk = ?1 and seq > ?2 order by seq limit ?3 + 1";
 
 impl Readers {
     pub(super) fn new(path: PathBuf) -> Self {
@@ -396,13 +397,13 @@ impl Readers {
         self.idle.lock().expect("readers lock").clear();
     }
 
-    /// Stored frames of `row` with `seq > after_seq`, in order, at most `limit`.
+    /// Stored frames of `row` with `seq > after_seq`, in order, at most `size` of them.
     pub(super) async fn messages_after(
         self: &std::sync::Arc<Self>,
         row: RowId,
         after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<super::StoredMessage>> {
+        size: PageSize,
+    ) -> Result<Page> {
         let _running = self
             .running
             .acquire()
@@ -414,7 +415,7 @@ impl Readers {
                 Some(conn) => conn,
                 None => open(&readers.path, false, 0)?,
             };
-            let rows = read_after(&conn, row, after_seq, limit);
+            let rows = read_after(&conn, row, after_seq, size);
             readers.idle.lock().expect("readers lock").push(conn);
             rows
         })
@@ -424,22 +425,35 @@ impl Readers {
     }
 }
 
+/// Reads a page row by row, stopping at the first row that would not fit: its payload's size
+/// is looked at where SQLite holds it, before anything of it is copied.
 fn read_after(
     conn: &Connection,
     row: RowId,
     after_seq: i64,
-    limit: u32,
-) -> rusqlite::Result<Vec<super::StoredMessage>> {
+    size: PageSize,
+) -> rusqlite::Result<Page> {
     let mut stmt = conn.prepare_cached(MESSAGES_AFTER)?;
-    let rows = stmt.query_map(params![row.0, after_seq, limit], |r| {
-        Ok(super::StoredMessage {
+    let mut rows = stmt.query(params![row.0, after_seq, size.rows])?;
+    let mut page = Page::default();
+    let mut bytes = 0usize;
+    while let Some(r) = rows.next()? {
+        let len = r.get_ref(3)?.as_bytes()?.len();
+        let full = page.rows.len() >= size.rows as usize
+            || (!page.rows.is_empty() && bytes.saturating_add(len) > size.bytes);
+        if full {
+            page.more = true;
+            break;
+        }
+        bytes += len;
+        page.rows.push(super::StoredMessage {
             seq: r.get(0)?,
             message_type: r.get(1)?,
             sdk_uuid: r.get(2)?,
             payload: r.get(3)?,
             created_at: r.get(4)?,
             turn_cost_usd: r.get(5)?,
-        })
-    })?;
-    rows.collect()
+        });
+    }
+    Ok(page)
 }

@@ -17,7 +17,12 @@ use crate::security::{TOKENS, connect_as, server_with};
 const IMPORT_WAIT: Duration = Duration::from_secs(180);
 
 /// Posts an import as `token`; `(status, body)`.
-async fn import(server: &TestServer, token: &str, agent_id: &str, body: String) -> (u16, Value) {
+pub async fn import(
+    server: &TestServer,
+    token: &str,
+    agent_id: &str,
+    body: String,
+) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .post(server.url(&format!("/api/sessions/import?agent_id={agent_id}")))
         .bearer_auth(token)

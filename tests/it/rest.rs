@@ -406,7 +406,7 @@ async fn openapi_lists_every_api_route_the_router_serves() {
 }
 
 /// Reads Server-Sent Events from a response until `stop` holds for an event's data.
-async fn sse_until(
+pub async fn sse_until(
     resp: &mut reqwest::Response,
     stop: impl Fn(&Value) -> bool,
 ) -> Vec<(Option<i64>, Value)> {
@@ -439,6 +439,126 @@ async fn sse_until(
             }
         }
     }
+}
+
+/// A conversation of large frames, with `session.page_bytes` far below its size, is read
+/// whole and in order over `GET .../messages` pages, a socket's replay and an event stream's:
+/// each REST page holds fewer messages than its `limit`, no more bytes than the cap (a frame
+/// larger than the cap comes alone), and `has_more` and `after_seq` continue where it stopped.
+#[tokio::test]
+async fn large_frames_are_paged_by_bytes_on_every_path() {
+    const CAP: usize = 100_000;
+    let (server, _cfg) =
+        crate::security::server_with(&format!("[session]\npage_bytes = {CAP}\n")).await;
+    let big = 13;
+    let body: String = (1..=25)
+        .map(|seq| {
+            let size = if seq == big { 250_000 } else { 40_000 };
+            let (kind, role) = if seq % 2 == 1 {
+                ("user", "user")
+            } else {
+                ("assistant", "assistant")
+            };
+            let content = format!("{seq}:{}", "x".repeat(size));
+            json!({"seq": seq, "message_type": kind,
+                "payload": {"type": kind, "message": {"role": role, "content": content}}})
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    let (status, imported) = crate::imports::import(&server, "none", "big", body).await;
+    assert!((200..300).contains(&status), "{status} {imported}");
+    let rest = Rest::new(&server);
+    let (_, summary) = rest.get("/api/sessions/big").await;
+    let stored = summary["message_count"].as_u64().unwrap() as usize;
+    assert!(stored >= 25, "{summary}");
+
+    let mut paged: Vec<Value> = Vec::new();
+    let mut pages = 0;
+    let mut after = 0;
+    loop {
+        let (status, page) = rest
+            .get(&format!(
+                "/api/sessions/big/messages?limit=100&after_seq={after}"
+            ))
+            .await;
+        assert_eq!(status, 200, "{page}");
+        let messages = page["messages"].as_array().unwrap();
+        assert!(
+            !messages.is_empty() && messages.len() < 100,
+            "{}",
+            messages.len()
+        );
+        let bytes: usize = messages.iter().map(|m| m.to_string().len()).sum();
+        // Each frame's header adds a few hundred bytes to its stored payload.
+        assert!(
+            messages.len() == 1 || bytes <= CAP + 512 * messages.len(),
+            "a page of {} messages holds {bytes} bytes",
+            messages.len()
+        );
+        if messages.iter().any(|m| {
+            m["message"]["message"]["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with(&format!("{big}:")))
+        }) {
+            assert_eq!(
+                messages.len(),
+                1,
+                "the frame larger than the cap comes alone"
+            );
+        }
+        pages += 1;
+        paged.extend(messages.iter().cloned());
+        after = paged.last().unwrap()["seq"].as_i64().unwrap();
+        if page["has_more"] != true {
+            break;
+        }
+    }
+    assert_eq!(paged.len(), stored);
+    assert!(pages >= 12, "{pages} pages");
+    let seqs: Vec<i64> = paged.iter().map(|m| m["seq"].as_i64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let last = *seqs.last().unwrap();
+
+    let mut c = server.client().await;
+    c.send(json!({"type": "subscribe", "agent_id": "big", "since_seq": 0}))
+        .await;
+    c.send(json!({"type": "ping", "ts": "replayed"})).await;
+    let replayed: Vec<Value> = c
+        .recv_until(|f| f["message_type"] == "pong")
+        .await
+        .into_iter()
+        .filter(|f| f["seq"].is_i64())
+        .collect();
+    assert!(
+        replayed == paged,
+        "the socket's replay differs: seqs {:?}",
+        replayed
+            .iter()
+            .map(|f| f["seq"].clone())
+            .collect::<Vec<_>>()
+    );
+
+    let mut events = rest
+        .http
+        .get(server.url("/api/sessions/big/events"))
+        .send()
+        .await
+        .unwrap();
+    let streamed: Vec<Value> = sse_until(&mut events, |d| d["seq"] == last)
+        .await
+        .into_iter()
+        .map(|(_, data)| data)
+        .filter(|f| f["seq"].is_i64())
+        .collect();
+    assert!(
+        streamed == paged,
+        "the event stream's replay differs: seqs {:?}",
+        streamed
+            .iter()
+            .map(|f| f["seq"].clone())
+            .collect::<Vec<_>>()
+    );
 }
 
 /// A chat over REST is validated and acked like a socket chat; its frames stream as events

@@ -8,7 +8,7 @@ use agentmux::metrics::Metrics;
 use agentmux::protocol::{AgentId, SessionId};
 use agentmux::store::postgres::{PgSettings, PgStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
-use agentmux::store::{NewMessage, NewSession, RowId, RunningTurn, Store, StoreError};
+use agentmux::store::{NewMessage, NewSession, PageSize, RowId, RunningTurn, Store, StoreError};
 
 use crate::common::{create_database, drop_database, pg_url, serve_output};
 
@@ -146,6 +146,7 @@ on_both_engines!(
     forks_and_imports_keep_their_rules,
     a_forks_results_keep_their_turn_cost,
     ids_changed_behind_the_servers_back_are_refused,
+    pages_are_bounded_in_rows_and_in_bytes,
 );
 
 fn new_session(principal: &str, agent_id: &str) -> NewSession {
@@ -254,7 +255,11 @@ async fn seqs_are_per_conversation_and_gap_free(fx: Fixture) {
         firsts.push(t.await.unwrap());
     }
     for s in [&a, &b] {
-        let rows = store.messages_after(s.row, 0, 1000).await.unwrap();
+        let rows = store
+            .messages_after(s.row, 0, PageSize::rows(1000))
+            .await
+            .unwrap()
+            .rows;
         let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
         assert_eq!(seqs, (1..=40).collect::<Vec<_>>());
     }
@@ -264,6 +269,78 @@ async fn seqs_are_per_conversation_and_gap_free(fx: Fixture) {
     );
     let missing = store.append(RowId(999_999), vec![prompt("x")]).await;
     assert!(missing.is_err());
+    store.close().await;
+}
+
+/// A page holds at most its rows and its bytes of payload, cut before the first row that
+/// would not fit; a row larger than the bytes is a page alone; `more` says whether rows follow,
+/// at a cut by bytes, by rows, or exactly at the end.
+async fn pages_are_bounded_in_rows_and_in_bytes(fx: Fixture) {
+    let store = fx.open().await;
+    let s = store
+        .create_session(new_session("local", "big"))
+        .await
+        .unwrap();
+    // Payloads of exactly these sizes, seqs 1 to 8.
+    let sizes = [10, 10, 100_000, 10, 60_000, 60_000, 10, 150_000];
+    let messages = sizes
+        .iter()
+        .map(|n| NewMessage::new("system", format!(r#"{{"p":"{}"}}"#, "x".repeat(n - 8))))
+        .collect();
+    store.append(s.row, messages).await.unwrap();
+    let page = |after: i64, rows: u32| {
+        let store = store.clone();
+        async move {
+            let page = store
+                .messages_after(
+                    s.row,
+                    after,
+                    PageSize {
+                        rows,
+                        bytes: 100_000,
+                    },
+                )
+                .await
+                .unwrap();
+            for r in &page.rows {
+                assert_eq!(r.payload.len(), sizes[r.seq as usize - 1]);
+            }
+            (
+                page.rows.iter().map(|r| r.seq).collect::<Vec<_>>(),
+                page.more,
+            )
+        }
+    };
+    // Walking the conversation page by page reads every row once, in order.
+    let mut walked = Vec::new();
+    let mut after = 0;
+    loop {
+        let (seqs, more) = page(after, 100).await;
+        walked.push((seqs.clone(), more));
+        after = *seqs.last().unwrap();
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(
+        walked,
+        [
+            (vec![1, 2], true),
+            (vec![3], true),
+            (vec![4, 5], true),
+            (vec![6, 7], true),
+            (vec![8], false),
+        ]
+    );
+    assert_eq!(page(0, 1).await, (vec![1], true));
+    assert_eq!(page(5, 2).await, (vec![6, 7], true));
+    assert_eq!(page(6, 1).await, (vec![7], true));
+    assert_eq!(page(8, 10).await, (vec![], false));
+    let all = store
+        .messages_after(s.row, 0, PageSize::rows(8))
+        .await
+        .unwrap();
+    assert_eq!((all.rows.len(), all.more), (8, false));
     store.close().await;
 }
 
@@ -390,7 +467,11 @@ async fn only_the_running_turn_is_closed_once(fx: Fixture) {
     let types = |id| {
         let store = &store;
         async move {
-            let rows = store.messages_after(id, 0, 1000).await.unwrap();
+            let rows = store
+                .messages_after(id, 0, PageSize::rows(1000))
+                .await
+                .unwrap()
+                .rows;
             let types: Vec<String> = rows.iter().map(|r| r.message_type.clone()).collect();
             (types, rows)
         }
@@ -476,9 +557,10 @@ async fn rewind_counts_turns_since_the_last_rewind(fx: Fixture) {
     let rewound = store.rewind(t.row, 6, rewound_status()).await.unwrap();
     assert_eq!(rewound.dropped_prompts, Vec::<i64>::new());
     let kept: Vec<i64> = store
-        .messages_after(t.row, 0, 100)
+        .messages_after(t.row, 0, PageSize::rows(100))
         .await
         .unwrap()
+        .rows
         .iter()
         .map(|m| m.seq)
         .collect();
@@ -554,7 +636,11 @@ async fn nul_characters_are_stored_and_fail_no_one(fx: Fixture) {
         store.append(b.row, vec![prompt("fine")]),
     );
     assert_eq!((hostile.unwrap(), bystander.unwrap()), (1, 1));
-    let stored = &store.messages_after(a.row, 0, 10).await.unwrap()[0];
+    let stored = &store
+        .messages_after(a.row, 0, PageSize::rows(10))
+        .await
+        .unwrap()
+        .rows[0];
     assert_eq!(stored.payload, sent);
     assert_eq!(stored.sdk_uuid.as_deref().map(|u| &u[..4]), Some("uuid"));
     let title = store
@@ -667,9 +753,10 @@ async fn a_forks_results_keep_their_turn_cost(fx: Fixture) {
         .unwrap();
     for row in [s.row, fork.row] {
         let costs: Vec<Option<f64>> = store
-            .messages_after(row, 0, 100)
+            .messages_after(row, 0, PageSize::rows(100))
             .await
             .unwrap()
+            .rows
             .iter()
             .map(|m| m.turn_cost_usd)
             .collect();
@@ -689,9 +776,10 @@ async fn forks_and_imports_keep_their_rules(fx: Fixture) {
         .await
         .unwrap();
     let seqs: Vec<i64> = store
-        .messages_after(fork.row, 0, 100)
+        .messages_after(fork.row, 0, PageSize::rows(100))
         .await
         .unwrap()
+        .rows
         .iter()
         .map(|m| m.seq)
         .collect();
@@ -762,9 +850,10 @@ async fn forks_and_imports_keep_their_rules(fx: Fixture) {
     );
     assert!(
         store
-            .messages_after(dropped.row, 0, 10)
+            .messages_after(dropped.row, 0, PageSize::rows(10))
             .await
             .unwrap()
+            .rows
             .is_empty()
     );
     store.close().await;
@@ -895,7 +984,11 @@ async fn a_node_that_lost_its_lease_can_not_write() {
         a.take_lease(s.row).await,
         Err(StoreError::OwnedElsewhere(node)) if node == "node-b"
     ));
-    let rows = b.messages_after(s.row, 0, 100).await.unwrap();
+    let rows = b
+        .messages_after(s.row, 0, PageSize::rows(100))
+        .await
+        .unwrap()
+        .rows;
     let kinds: Vec<&str> = rows.iter().map(|r| r.message_type.as_str()).collect();
     assert_eq!(kinds, ["user", "result", "user"]);
     assert_eq!(rows.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3]);
@@ -993,9 +1086,10 @@ async fn a_commit_broken_off_by_a_deadlock_is_tried_again() {
     assert_eq!((a.unwrap(), b.unwrap()), (1, 1));
     for row in [one.row, two.row] {
         let kinds: Vec<String> = store
-            .messages_after(row, 0, 10)
+            .messages_after(row, 0, PageSize::rows(10))
             .await
             .unwrap()
+            .rows
             .into_iter()
             .map(|m| m.message_type)
             .collect();
@@ -1123,7 +1217,13 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        payloads(store.messages_after(a.row, 0, 100).await.unwrap()),
+        payloads(
+            store
+                .messages_after(a.row, 0, PageSize::rows(100))
+                .await
+                .unwrap()
+                .rows
+        ),
         [
             (1, r#"{"n":"a1"}"#.to_string()),
             (2, r#"{"n":"a2"}"#.to_string()),
@@ -1133,13 +1233,27 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
     assert_eq!(store.append(a.row, vec![prompt("next")]).await.unwrap(), 4);
     let b = store.find_session("local", "b").await.unwrap().unwrap();
     assert_eq!(
-        payloads(store.messages_after(b.row, 1, 100).await.unwrap()),
+        payloads(
+            store
+                .messages_after(b.row, 1, PageSize::rows(100))
+                .await
+                .unwrap()
+                .rows
+        ),
         [
             (2, r#"{"n":"b2"}"#.to_string()),
             (3, r#"{"n":"b3"}"#.to_string()),
         ]
     );
-    assert_eq!(store.messages_after(a.row, 0, 100).await.unwrap().len(), 4);
+    assert_eq!(
+        store
+            .messages_after(a.row, 0, PageSize::rows(100))
+            .await
+            .unwrap()
+            .rows
+            .len(),
+        4
+    );
     store.close().await;
 }
 

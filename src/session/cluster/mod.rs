@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::protocol::{
     self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, MAX_PRINCIPAL_BYTES,
 };
-use crate::store::{NewMessage, RowId, Store};
+use crate::store::{NewMessage, PageSize, RowId, Store};
 
 /// Header of a published frame: its `seq`, when stored.
 const SEQ: &str = "Agentmux-Seq";
@@ -412,9 +412,12 @@ async fn fill_gap(
     next: i64,
 ) {
     let missing = u32::try_from(next - prev - 1).unwrap_or(u32::MAX);
-    match store.messages_after(conversation.row, prev, missing).await {
-        Ok(rows) => {
-            for row in rows.iter().filter(|r| r.seq < next) {
+    match store
+        .messages_after(conversation.row, prev, PageSize::rows(missing))
+        .await
+    {
+        Ok(page) => {
+            for row in page.rows.iter().filter(|r| r.seq < next) {
                 events.send(replay::stored_frame(conversation, row));
             }
         }
