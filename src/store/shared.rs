@@ -45,8 +45,13 @@ macro_rules! store_impl {
                 .bind(super::edits::launch_json(&new.launch_options))
                 .bind(&now)
                 .bind(pending)
-                .fetch_optional(&self.pool)
-                .await?)
+                // Read to the end: SQLite commits a statement that returns rows when it is
+                // done, and a commit that fails (a full disk) is reported only there; a read
+                // of the first row alone would miss it.
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .next())
             }
         }
 

@@ -192,6 +192,18 @@ impl TestServer {
     /// Starts a server on an existing data dir (for restart tests). In the PostgreSQL pass it
     /// stores in the data dir's own database.
     pub async fn start_in(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_in_limited(data_dir, args, env, None).await
+    }
+
+    /// [`Self::start_in`] with the server's files unable to grow past `file_bytes`
+    /// (`RLIMIT_FSIZE`): a write beyond fails with `EFBIG` as a write to a full disk fails
+    /// (`SIGXFSZ`, which would kill the server instead, is ignored).
+    pub async fn start_in_limited(
+        data_dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        file_bytes: Option<u64>,
+    ) -> Self {
         let store_url = match on_postgres() {
             true => Some(create_database(&pg_url().unwrap(), &database_for(data_dir)).await),
             false => None,
@@ -217,6 +229,23 @@ impl TestServer {
         }
         for (k, v) in env {
             cmd.env(k, v);
+        }
+        if let Some(bytes) = file_bytes {
+            // SAFETY: between fork and exec the child only makes two system calls, which are
+            // async-signal-safe; an ignored signal stays ignored across exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: bytes,
+                        rlim_max: bytes,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
         }
         let mut child = cmd.spawn().expect("start agentmux");
         let stdout = child.stdout.take().unwrap();

@@ -153,6 +153,64 @@ async fn a_full_store_fails_chats_cleanly_and_recovers() {
     assert_eq!((count, max_seq), (last_seq, last_seq));
 }
 
+/// On a full disk (the server's files can't grow: a commit's write to the WAL fails), chats
+/// fail with `store_unavailable`, a chat to a new conversation too (over the socket, and 503
+/// over REST), never `busy` as though an import held its name; the server keeps serving, and
+/// the database stays sound.
+#[tokio::test]
+async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
+    crate::sqlite_only!("the disk in question holds the SQLite file");
+    let data = tempfile::tempdir().unwrap();
+    let args = ["--demo-delay-ms", "0"];
+    let server = TestServer::start_in_limited(data.path(), &args, &[], Some(2 << 20)).await;
+    let mut c = server.client().await;
+    let content = "x".repeat(20_000);
+    let mut full = None;
+    for _ in 0..100 {
+        c.chat("big", &content).await;
+        let frames = c
+            .recv_until(|v| {
+                v["agent_id"] == "big"
+                    && (v["message_type"] == "result" || v["message_type"] == "error")
+            })
+            .await;
+        let last = frames.last().unwrap().clone();
+        if last["message_type"] == "error" {
+            full = Some(last);
+            break;
+        }
+    }
+    let full = full.expect("the disk filled up within 100 turns of 60 KB");
+    assert_eq!(full["code"], "store_unavailable", "{full}");
+
+    c.chat("new-one", "hello").await;
+    let new_one = c
+        .recv_until(|v| v["message_type"] == "error" || v["message_type"] == "result")
+        .await;
+    let last = new_one.last().unwrap();
+    assert_eq!(
+        (&last["code"], &last["agent_id"]),
+        (&json!("store_unavailable"), &json!("new-one")),
+        "{last}"
+    );
+    let rest = crate::rest::Rest::new(&server);
+    let (status, body) = rest
+        .post(
+            "/api/sessions/new-two/messages",
+            json!({"content": "hello"}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "{body}"
+    );
+    c.send(json!({"type": "ping", "ts": 7})).await;
+    let pong = c.recv_until(|v| v["message_type"] == "pong").await;
+    assert_eq!(pong.last().unwrap()["ts"], 7);
+    assert_eq!(server.integrity().await.as_deref(), Some("ok"));
+}
+
 /// `(prompts, results)` among a conversation's stored messages, and how many results say
 /// `server_restart`.
 async fn turns_of(rest: &crate::rest::Rest, agent_id: &str) -> (usize, usize, usize) {
