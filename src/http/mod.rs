@@ -89,7 +89,11 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::map_request(
             move |request: Request| async move {
-                request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)))
+                // A request without a body (most of them) needs no deadline.
+                request.map(|body| match body.is_end_stream() {
+                    true => body,
+                    false => Body::new(DeadlineBody::new(body, body_timeout)),
+                })
             },
         ))
         .with_state(state)
