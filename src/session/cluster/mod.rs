@@ -203,7 +203,7 @@ impl Bus {
         let _ = self.frames.send((row, frame.clone()));
     }
 
-    /// Relays the frames other nodes publish for `session` into `events` until `stop` fires;
+    /// Relays the frames other nodes publish for `conversation` into `events` until `stop` fires;
     /// returns once the subscription is in place. A stored frame whose `seq` jumps past the
     /// last one relayed is preceded by the ones in between, read from the store.
     pub(super) async fn relay(
@@ -403,7 +403,7 @@ impl Bus {
     }
 }
 
-/// Relays the stored frames of `session` with `prev < seq < next` (missed on the bus).
+/// Relays the stored frames of `conversation` with `prev < seq < next` (missed on the bus).
 async fn fill_gap(
     store: &dyn Store,
     conversation: &Conversation,

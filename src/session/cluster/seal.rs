@@ -290,12 +290,20 @@ impl Seal {
             .is_none_or(|last| now.duration_since(*last) >= Duration::from_secs(60));
         if due {
             logged.insert(key.clone(), now);
+            let why = match refusal {
+                Refusal::Unsealed | Refusal::Forged => {
+                    "not sealed with this node's cluster secret: another secret, or not from a node"
+                }
+                Refusal::Stale => "sent more than 30 s from this node's clock: check NTP",
+                Refusal::Replayed => "received before: a copy played again",
+                Refusal::Malformed => "sealed, but not what a node sends",
+            };
             tracing::warn!(
                 peer = %key,
                 kind = kind.label(),
                 reason = refusal.label(),
-                "refused a message on the cluster bus (wrong or missing cluster secret, or not \
-                 from a node); further ones from this peer are counted, not logged, for a minute"
+                "refused a message on the cluster bus ({why}); further ones from this peer are \
+                 counted, not logged, for a minute"
             );
         }
     }
