@@ -25,48 +25,42 @@ struct Asset {
 
 const JS: &str = "text/javascript; charset=utf-8";
 
-/// The files under `/assets/`.
+/// An embedded file of `web/`, by its path there.
+macro_rules! asset {
+    ($name:literal, $content_type:expr) => {
+        Asset {
+            name: $name,
+            content_type: $content_type,
+            body: include_str!(concat!("../../web/", $name)),
+        }
+    };
+}
+
+/// The files under `/assets/`: the page's entry module, the modules of its parts (`ui/`), the
+/// modules any client can use, the stylesheet and the icon.
 const ASSETS: &[Asset] = &[
-    Asset {
-        name: "app.js",
-        content_type: JS,
-        body: include_str!("../../web/app.js"),
-    },
-    Asset {
-        name: "client.js",
-        content_type: JS,
-        body: include_str!("../../web/client.js"),
-    },
-    Asset {
-        name: "markdown.js",
-        content_type: JS,
-        body: include_str!("../../web/markdown.js"),
-    },
-    Asset {
-        name: "highlight.js",
-        content_type: JS,
-        body: include_str!("../../web/highlight.js"),
-    },
-    Asset {
-        name: "images.js",
-        content_type: JS,
-        body: include_str!("../../web/images.js"),
-    },
-    Asset {
-        name: "diff.js",
-        content_type: JS,
-        body: include_str!("../../web/diff.js"),
-    },
-    Asset {
-        name: "app.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_str!("../../web/app.css"),
-    },
-    Asset {
-        name: "icon.svg",
-        content_type: "image/svg+xml",
-        body: include_str!("../../web/icon.svg"),
-    },
+    asset!("app.js", JS),
+    asset!("ui/api.js", JS),
+    asset!("ui/composer.js", JS),
+    asset!("ui/conversations.js", JS),
+    asset!("ui/dialogs.js", JS),
+    asset!("ui/dom.js", JS),
+    asset!("ui/format.js", JS),
+    asset!("ui/header.js", JS),
+    asset!("ui/notifications.js", JS),
+    asset!("ui/projects.js", JS),
+    asset!("ui/schedules.js", JS),
+    asset!("ui/settings.js", JS),
+    asset!("ui/sidebar.js", JS),
+    asset!("ui/state.js", JS),
+    asset!("ui/view.js", JS),
+    asset!("client.js", JS),
+    asset!("markdown.js", JS),
+    asset!("highlight.js", JS),
+    asset!("images.js", JS),
+    asset!("diff.js", JS),
+    asset!("app.css", "text/css; charset=utf-8"),
+    asset!("icon.svg", "image/svg+xml"),
 ];
 
 const INDEX: &str = include_str!("../../web/index.html");
@@ -75,7 +69,7 @@ const INDEX: &str = include_str!("../../web/index.html");
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(index))
-        .route("/assets/{name}", get(asset))
+        .route("/assets/{*name}", get(asset))
 }
 
 async fn index() -> Response {

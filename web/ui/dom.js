@@ -1,0 +1,106 @@
+// @ts-check
+/** @file The page's elements by role ({@link ui}) and helpers that build new ones. */
+
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {string} [className]
+ * @param {string} [text]
+ * @returns {HTMLElementTagNameMap[K]}
+ */
+export function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/**
+ * A button with a visible label (also its accessible name).
+ * @param {string} label
+ * @param {string} [className]
+ * @param {() => void} [onClick]
+ */
+export function button(label, className, onClick) {
+  const b = el('button', className, label);
+  b.type = 'button';
+  if (onClick) b.addEventListener('click', onClick);
+  return b;
+}
+
+/**
+ * @param {string} id
+ * @returns {HTMLElement}
+ */
+function byId(id) {
+  const node = document.getElementById(id);
+  if (!node) throw new Error(`missing #${id}`);
+  return node;
+}
+
+export const ui = {
+  sidebar: byId('sidebar'),
+  sessions: byId('sessions'),
+  search: /** @type {HTMLInputElement} */ (byId('search')),
+  searchEmpty: byId('search-empty'),
+  newSession: byId('new-session'),
+  toggleSidebar: byId('toggle-sidebar'),
+  title: byId('title'),
+  totals: byId('totals'),
+  rename: /** @type {HTMLButtonElement} */ (byId('rename')),
+  exportButton: /** @type {HTMLButtonElement} */ (byId('export')),
+  deleteButton: /** @type {HTMLButtonElement} */ (byId('delete')),
+  main: byId('main'),
+  conn: byId('conn'),
+  messages: byId('messages'),
+  composer: /** @type {HTMLFormElement} */ (byId('composer')),
+  input: /** @type {HTMLTextAreaElement} */ (byId('input')),
+  attachments: byId('attachments'),
+  attach: byId('attach'),
+  imageFile: /** @type {HTMLInputElement} */ (byId('image-file')),
+  model: /** @type {HTMLSelectElement} */ (byId('model')),
+  permissionMode: /** @type {HTMLSelectElement} */ (byId('permission-mode')),
+  stop: /** @type {HTMLButtonElement} */ (byId('stop')),
+  theme: /** @type {HTMLButtonElement} */ (byId('theme')),
+  notify: /** @type {HTMLButtonElement} */ (byId('notify')),
+  help: byId('help'),
+  dialog: /** @type {HTMLDialogElement} */ (byId('dialog')),
+  dialogForm: /** @type {HTMLFormElement} */ (byId('dialog-form')),
+  dialogTitle: byId('dialog-title'),
+  dialogText: byId('dialog-text'),
+  dialogInput: /** @type {HTMLInputElement} */ (byId('dialog-input')),
+  dialogOk: /** @type {HTMLButtonElement} */ (byId('dialog-ok')),
+  dialogCancel: byId('dialog-cancel'),
+  shortcuts: /** @type {HTMLDialogElement} */ (byId('shortcuts')),
+  shortcutsClose: byId('shortcuts-close'),
+  projectDialog: /** @type {HTMLDialogElement} */ (byId('project-dialog')),
+  projectForm: /** @type {HTMLFormElement} */ (byId('project-form')),
+  project: /** @type {HTMLSelectElement} */ (byId('project')),
+  projectField: byId('project-field'),
+  agent: /** @type {HTMLSelectElement} */ (byId('agent')),
+  agentField: byId('agent-field'),
+  projectCli: /** @type {HTMLButtonElement} */ (byId('project-cli')),
+  projectCancel: byId('project-cancel'),
+  cliSessions: byId('cli-sessions'),
+  cliStatus: byId('cli-status'),
+  cliList: byId('cli-list'),
+  openSchedules: byId('open-schedules'),
+  schedules: /** @type {HTMLDialogElement} */ (byId('schedules')),
+  scheduleList: byId('schedule-list'),
+  schedulesEmpty: byId('schedules-empty'),
+  schedulesClose: byId('schedules-close'),
+  scheduleForm: /** @type {HTMLFormElement} */ (byId('schedule-form')),
+  scheduleFormTitle: byId('schedule-form-title'),
+  scheduleName: /** @type {HTMLInputElement} */ (byId('schedule-name')),
+  scheduleAgent: /** @type {HTMLInputElement} */ (byId('schedule-agent')),
+  scheduleContent: /** @type {HTMLTextAreaElement} */ (byId('schedule-content')),
+  scheduleKind: /** @type {HTMLSelectElement} */ (byId('schedule-kind')),
+  scheduleWhen: /** @type {HTMLInputElement} */ (byId('schedule-when')),
+  scheduleMode: /** @type {HTMLSelectElement} */ (byId('schedule-mode')),
+  scheduleError: byId('schedule-error'),
+  scheduleReset: byId('schedule-reset'),
+  scheduleSave: /** @type {HTMLButtonElement} */ (byId('schedule-save')),
+  signIn: /** @type {HTMLFormElement} */ (byId('sign-in')),
+  token: /** @type {HTMLInputElement} */ (byId('token')),
+  signInError: byId('sign-in-error'),
+};
