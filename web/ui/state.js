@@ -78,8 +78,10 @@
  * @property {{agent_id: string, outcome: string, at: string, detail?: string} | null} last_run
  */
 
-/** News about a conversation not on screen: a turn ended, or a tool waits. */
-/** @typedef {{kind: 'done' | 'permission', text: string}} News */
+/**
+ * News about a conversation not on screen: a turn ended, or a tool waits.
+ * @typedef {{kind: 'done' | 'permission', text: string}} News
+ */
 
 /** `localStorage`: this browser's list of conversations (for a server without the API). */
 export const SESSIONS_KEY = 'agentmux.sessions.v1';
