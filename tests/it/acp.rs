@@ -140,7 +140,7 @@ fn statuses(frames: &[Value]) -> Vec<String> {
 #[tokio::test]
 async fn an_acp_conversation_streams_stores_and_remembers() {
     let setup = AcpSetup::new(&[]);
-    let server = setup.start().await;
+    let mut server = setup.start().await;
     let rest = Rest::new(&server);
     let (status, agents) = rest.get("/api/agents").await;
     assert_eq!(status, 200);
@@ -194,13 +194,6 @@ async fn an_acp_conversation_streams_stores_and_remembers() {
     let (status, session) = rest.get("/api/sessions/a1").await;
     assert_eq!(status, 200);
     assert_eq!(session["backend"], "fake");
-    let db = server.db().await;
-    let (sdk,): (Option<String>,) =
-        sqlx::query_as("SELECT sdk_session_id FROM session_info WHERE agent_id = 'a1'")
-            .fetch_one(&db)
-            .await
-            .unwrap();
-    assert_eq!(sdk.as_deref(), Some(agent_session.as_str()));
     let (_, agents) = rest.get("/api/agents").await;
     let fake = agents["agents"]
         .as_array()
@@ -212,6 +205,13 @@ async fn an_acp_conversation_streams_stores_and_remembers() {
     assert_eq!(fake["supports"]["known"], true);
     assert_eq!(fake["supports"]["resume"], true);
     assert_eq!(fake["supports"]["modes"], true);
+    let db = server.stop_and_open_db().await;
+    let (sdk,): (Option<String>,) =
+        sqlx::query_as("SELECT sdk_session_id FROM session_info WHERE agent_id = 'a1'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(sdk.as_deref(), Some(agent_session.as_str()));
 }
 
 /// Agent choice and options are checked before anything is created: an unknown or malformed

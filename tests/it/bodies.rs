@@ -18,7 +18,7 @@ use crate::security::{TOKENS, connect_as, server_with};
 /// meanwhile.
 #[tokio::test]
 async fn stalled_bodies_are_capped_per_principal_and_dropped_at_their_deadline() {
-    let (server, _cfg) = server_with(&format!(
+    let (mut server, _cfg) = server_with(&format!(
         "{TOKENS}\n[socket]\nmax_per_principal = 4\nbody_timeout_secs = 2\n\n[session]\nmax_transfers_per_principal = 0\n"
     ))
     .await;
@@ -55,7 +55,7 @@ async fn stalled_bodies_are_capped_per_principal_and_dropped_at_their_deadline()
     eprintln!("stalled bodies: descriptors {baseline} -> {after}");
     assert!(after <= baseline + 2, "descriptors {baseline} -> {after}");
     // Nothing of the abandoned imports is left.
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let left: i64 =
         sqlx::query_scalar("select count(*) from session_info where agent_id like 's%'")
             .fetch_one(&db)
@@ -69,7 +69,8 @@ async fn stalled_bodies_are_capped_per_principal_and_dropped_at_their_deadline()
 /// `400 invalid_request` while the client is still sending, and leaves nothing behind.
 #[tokio::test]
 async fn a_trickling_body_is_cut_off_at_its_deadline() {
-    let (server, _cfg) = server_with(&format!("{TOKENS}\n[socket]\nbody_timeout_secs = 2\n")).await;
+    let (mut server, _cfg) =
+        server_with(&format!("{TOKENS}\n[socket]\nbody_timeout_secs = 2\n")).await;
     let line = json!({"seq": 1, "message_type": "user",
         "payload": {"type": "user", "message": {"role": "user", "content": "hi"}}})
     .to_string()
@@ -106,7 +107,7 @@ async fn a_trickling_body_is_cut_off_at_its_deadline() {
     assert!(answer.contains(r#""code":"invalid_request""#), "{answer}");
     assert!(answer.contains("body_timeout_secs"), "{answer}");
     sender.abort();
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let left: i64 =
         sqlx::query_scalar("select count(*) from session_info where agent_id = 'trickled'")
             .fetch_one(&db)

@@ -273,7 +273,8 @@ async fn new_conversation_is_unified_and_one_process_serves_many_turns() {
     let first_line = &fx.stdin()[0].1;
     assert_eq!(first_line["request"]["subtype"], "initialize");
 
-    let db = server.db().await;
+    stop(server, &fx).await;
+    let db = open_db(&fx.data_dir()).await;
     let (sdk, unified): (String, i64) = sqlx::query_as(
         "select sdk_session_id, case when unified then 1 else 0 end from session_info where agent_id = 'u1'",
     )
@@ -282,7 +283,6 @@ async fn new_conversation_is_unified_and_one_process_serves_many_turns() {
     .unwrap();
     assert_eq!(sdk, session_id);
     assert_eq!(unified, 1);
-    stop(server, &fx).await;
 }
 
 /// After eviction and after a server restart the CLI is resumed with --resume=<reported id> in
@@ -356,7 +356,8 @@ async fn refused_resume_starts_fresh() {
         .unwrap()
         .to_owned();
     assert_ne!(fresh, sid);
-    let db = server2.db().await;
+    stop(server2, &fx).await;
+    let db = open_db(&fx.data_dir()).await;
     let (sdk, unified, session_id, count): (String, i64, String, i64) = sqlx::query_as(
         "select sdk_session_id, case when unified then 1 else 0 end, session_id, message_count
          from session_info where agent_id = 'rf'",
@@ -369,7 +370,6 @@ async fn refused_resume_starts_fresh() {
         (fresh.as_str(), 0, sid.as_str())
     );
     assert!(count > 4, "the stored history is kept");
-    stop(server2, &fx).await;
 }
 
 /// An interrupt mid-stream ends the turn through the control protocol; the same process runs
@@ -1190,7 +1190,8 @@ async fn a_killed_agent_is_respawned_with_resume() {
     );
     assert_eq!(fx.prompt_pids().last(), Some(&respawned), "same process");
     assert_eq!(fx.spawns().len(), 2);
-    let db = server.db().await;
+    stop(server, &fx).await;
+    let db = open_db(&fx.data_dir()).await;
     let statuses: i64 = sqlx::query_scalar(
         "select count(*) from messages m join session_info s on s.id = m.session_pk
          where s.agent_id = 'rs' and m.message_type = 'status'",
@@ -1199,7 +1200,6 @@ async fn a_killed_agent_is_respawned_with_resume() {
     .await
     .unwrap();
     assert_eq!(statuses, 0, "respawn statuses are not stored");
-    stop(server, &fx).await;
 }
 
 /// A CLI that fails at start every time is restarted with back-off a bounded number of times,

@@ -295,8 +295,25 @@ impl TestServer {
         let _ = self.child.wait().await;
     }
 
-    /// SQLite's verdict on the server's database file (`pragma integrity_check`); None on
-    /// PostgreSQL, which checks its own pages.
+    /// Stops the server (SIGTERM; it must exit cleanly) and opens its database for checks. A
+    /// running server holds its SQLite file alone (no other process can open it), so the file
+    /// is read once the server has stopped; [`Self::restart`] starts it again.
+    pub async fn stop_and_open_db(&mut self) -> sqlx::AnyPool {
+        let status = self.terminate().await;
+        assert!(status.success(), "the server stops cleanly: {status:?}");
+        self.db().await
+    }
+
+    /// Starts a stopped server again on its data dir, with its arguments.
+    pub async fn restart(&mut self) {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let mut next = Self::start_in(&self.data_dir, &args, &[]).await;
+        next._tmp = self._tmp.take();
+        *self = next;
+    }
+
+    /// SQLite's verdict on the database file of the stopped server (`pragma integrity_check`);
+    /// None on PostgreSQL, which checks its own pages.
     pub async fn integrity(&self) -> Option<String> {
         if on_postgres() {
             return None;
@@ -310,8 +327,9 @@ impl TestServer {
         Some(verdict)
     }
 
-    /// Opens the server's database for checks: its SQLite file, or its PostgreSQL database in
-    /// the PostgreSQL pass. The SQL must suit both (`$1` parameters, no engine's own functions).
+    /// Opens the database of the stopped server for checks: its SQLite file, or its PostgreSQL
+    /// database in the PostgreSQL pass. The SQL must suit both (`$1` parameters, no engine's
+    /// own functions).
     pub async fn db(&self) -> sqlx::AnyPool {
         open_db(&self.data_dir).await
     }

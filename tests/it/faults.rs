@@ -120,12 +120,9 @@ async fn a_full_store_fails_chats_cleanly_and_recovers() {
         .recv_until(|v| v["message_type"] == "error" || v["message_type"] == "result")
         .await;
     assert_eq!(again.last().unwrap()["code"], "store_unavailable");
-    assert_eq!(server.integrity().await.as_deref(), Some("ok"));
 
     assert!(server.terminate().await.success());
-    let big_args = args(&big);
-    let big_args: Vec<&str> = big_args.iter().map(String::as_str).collect();
-    let server = TestServer::start_in(data.path(), &big_args, &[]).await;
+    assert_eq!(server.integrity().await.as_deref(), Some("ok"));
     let db = server.db().await;
     let prompts: i64 =
         sqlx::query_scalar("select prompt_count from session_info where agent_id = 'big'")
@@ -133,6 +130,9 @@ async fn a_full_store_fails_chats_cleanly_and_recovers() {
             .await
             .unwrap();
     db.close().await;
+    let big_args = args(&big);
+    let big_args: Vec<&str> = big_args.iter().map(String::as_str).collect();
+    let mut server = TestServer::start_in(data.path(), &big_args, &[]).await;
     let mut c = server.client().await;
     c.chat("big", "room again").await;
     let frames = c.until_result("big").await;
@@ -141,8 +141,8 @@ async fn a_full_store_fails_chats_cleanly_and_recovers() {
         format!("Echo: room again (turn {})", prompts + 1),
         "the agent remembers every stored turn"
     );
+    let db = server.stop_and_open_db().await;
     assert_eq!(server.integrity().await.as_deref(), Some("ok"));
-    let db = server.db().await;
     let (count, last_seq, max_seq): (i64, i64, i64) = sqlx::query_as(
         "select count(*), s.last_seq, max(m.seq) from messages m join session_info s on s.id = m.session_pk
          where s.agent_id = 'big'",
@@ -162,7 +162,7 @@ async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
     crate::sqlite_only!("the disk in question holds the SQLite file");
     let data = tempfile::tempdir().unwrap();
     let args = ["--demo-delay-ms", "0"];
-    let server = TestServer::start_in_limited(data.path(), &args, &[], Some(2 << 20)).await;
+    let mut server = TestServer::start_in_limited(data.path(), &args, &[], Some(2 << 20)).await;
     let mut c = server.client().await;
     let content = "x".repeat(20_000);
     let mut full = None;
@@ -208,7 +208,48 @@ async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
     c.send(json!({"type": "ping", "ts": 7})).await;
     let pong = c.recv_until(|v| v["message_type"] == "pong").await;
     assert_eq!(pong.last().unwrap()["ts"], 7);
+    server.terminate().await;
     assert_eq!(server.integrity().await.as_deref(), Some("ok"));
+}
+
+/// Another process truncating the store's `-shm` file and making it unwritable doesn't end the
+/// server (SQLite's WAL index is not a memory-mapped file, whose truncation would end it with
+/// `SIGBUS` at its next read): chats, a new conversation and history pages go on, and the
+/// server stops cleanly when asked.
+#[tokio::test]
+async fn a_truncated_shm_file_does_not_end_the_server() {
+    crate::sqlite_only!("the -shm file is SQLite's");
+    use std::os::unix::fs::PermissionsExt;
+    let mut server = TestServer::start().await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "before", "one").await;
+    c.until_result("before").await;
+    let shm = server.data_dir.join("agentmux.db-shm");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&shm)
+        .unwrap();
+    std::fs::set_permissions(&shm, std::fs::Permissions::from_mode(0o000)).unwrap();
+
+    let rest = crate::rest::Rest::new(&server);
+    for (agent, text, turn) in [("before", "two", 2), ("after", "three", 1)] {
+        let (status, page) = rest.get("/api/sessions/before/messages").await;
+        assert_eq!(status, 200, "{page}");
+        chat_ack(&mut c, agent, text).await;
+        assert_eq!(
+            reply_text(&c.until_result(agent).await),
+            format!("Echo: {text} (turn {turn})")
+        );
+        assert!(
+            server.child.try_wait().unwrap().is_none(),
+            "the server is still running"
+        );
+    }
+    assert_eq!(turns_of(&rest, "before").await, (2, 2, 0));
+    let status = server.terminate().await;
+    assert!(status.success(), "a clean stop, not a signal: {status:?}");
 }
 
 /// `(prompts, results)` among a conversation's stored messages, and how many results say
@@ -484,9 +525,6 @@ async fn kill9_loses_no_frame_a_client_saw() {
             let last: Value = serde_json::from_str(last).unwrap();
             assert_eq!(last["message_type"], "result", "{agent}: {last}");
         }
-        if let Some(check) = server.integrity().await {
-            assert_eq!(check, "ok");
-        }
         let mut c = server.client().await;
         for agent in &all_sessions {
             let prompts = store[agent]
@@ -505,5 +543,8 @@ async fn kill9_loses_no_frame_a_client_saw() {
         drop(c);
         let mut server = server;
         assert!(server.terminate().await.success());
+        if let Some(check) = server.integrity().await {
+            assert_eq!(check, "ok");
+        }
     }
 }

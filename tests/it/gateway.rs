@@ -13,7 +13,7 @@ use crate::inproc::InProcess;
 /// result, in exactly that order; the store has the turn's exact cost and tokens.
 #[tokio::test]
 async fn a_turn_streams_and_is_stored_in_order() {
-    let server = TestServer::start().await;
+    let mut server = TestServer::start().await;
     let mut c = server.client().await;
     c.send(
         json!({"type": "chat", "agent_id": "a1", "content": "hello world", "client_msg_id": "m1"}),
@@ -62,7 +62,7 @@ async fn a_turn_streams_and_is_stored_in_order() {
         assert!(f["timestamp"].is_string());
     }
     // The store has the conversation with its title and totals.
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let (title, count, results, cost, sdk, unified): (String, i64, i64, f64, String, i64) =
         sqlx::query_as(
             "select title, message_count, result_count, total_cost_usd, sdk_session_id,
@@ -152,7 +152,7 @@ async fn interleaved_acp_turns_do_not_mix() {
     interleaved(setup.start_as_default().await, acp_reply).await;
 }
 
-async fn interleaved(server: TestServer, reply: fn(&str, u32) -> String) {
+async fn interleaved(mut server: TestServer, reply: fn(&str, u32) -> String) {
     let mut tasks = Vec::new();
     for s in 0..50 {
         let addr = server.addr.clone();
@@ -197,7 +197,7 @@ async fn interleaved(server: TestServer, reply: fn(&str, u32) -> String) {
         assert_eq!(stored[0], user_seq);
     }
     // In the store: 20 conversations, 50 turns, each conversation's seqs 1..=n.
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
         "select s.agent_id, s.last_seq, count(m.seq), max(m.seq) from session_info s join messages m on m.session_pk = s.id group by s.id",
     )
@@ -242,7 +242,7 @@ async fn subscribe_replays_exactly_the_missed_acp_frames() {
     replaying(setup.start_as_default().await, acp_reply).await;
 }
 
-async fn replaying(server: TestServer, reply: fn(&str, u32) -> String) {
+async fn replaying(mut server: TestServer, reply: fn(&str, u32) -> String) {
     let mut a = server.client().await;
     chat_ack(&mut a, "r1", "first").await;
     let first = a.until_result("r1").await;
@@ -289,7 +289,7 @@ async fn replaying(server: TestServer, reply: fn(&str, u32) -> String) {
         .unwrap();
     assert_eq!(err["code"], "unknown_agent");
     assert_eq!(err["agent_id"], "nobody");
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let n: i64 = sqlx::query_scalar("select count(*) from session_info where agent_id = 'nobody'")
         .fetch_one(&db)
         .await
@@ -301,7 +301,7 @@ async fn replaying(server: TestServer, reply: fn(&str, u32) -> String) {
 /// same socket is undisturbed.
 #[tokio::test]
 async fn bad_input_gets_typed_errors_and_the_socket_stays_open() {
-    let server = TestServer::start().await;
+    let mut server = TestServer::start().await;
     let mut c = server.client().await;
     let long_id = "x".repeat(129);
     let cases: Vec<(Message, &str)> = vec![
@@ -385,12 +385,6 @@ async fn bad_input_gets_typed_errors_and_the_socket_stays_open() {
         reply_text(&c.until_result("ok-1").await),
         "Echo: still here (turn 1)"
     );
-    let db = server.db().await;
-    let n: i64 = sqlx::query_scalar("select count(*) from session_info")
-        .fetch_one(&db)
-        .await
-        .unwrap();
-    assert_eq!(n, 1);
     // Ping/pong echoes ts.
     c.send(json!({"type": "ping", "ts": 12345})).await;
     let pong = c
@@ -399,12 +393,18 @@ async fn bad_input_gets_typed_errors_and_the_socket_stays_open() {
         .pop()
         .unwrap();
     assert_eq!(pong["ts"], 12345);
+    let db = server.stop_and_open_db().await;
+    let n: i64 = sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
 }
 
 /// Unicode agent ids are refused, unicode content round-trips, titles cut at 50 characters.
 #[tokio::test]
 async fn unicode_and_long_content() {
-    let server = TestServer::start().await;
+    let mut server = TestServer::start().await;
     let mut c = server.client().await;
     c.chat("agént", "x").await;
     assert_eq!(c.recv().await["code"], "invalid_agent_id");
@@ -424,7 +424,7 @@ async fn unicode_and_long_content() {
         .pop()
         .unwrap();
     assert_eq!(err["code"], "invalid_content");
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let title: String = sqlx::query_scalar("select title from session_info where agent_id = 'uni'")
         .fetch_one(&db)
         .await
@@ -563,7 +563,7 @@ async fn interrupt_mid_turn() {
 #[tokio::test]
 async fn creation_is_single_flight() {
     let (_dir, cfg) = config_file("[session]\nmax_queued_turns = 200\n");
-    let server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
+    let mut server = TestServer::start_with(&["--config", &cfg, "--demo-delay-ms", "0"]).await;
     let mut tasks = Vec::new();
     for i in 0..100 {
         let addr = server.addr.clone();
@@ -579,12 +579,6 @@ async fn creation_is_single_flight() {
         ids.insert(t.await.unwrap());
     }
     assert_eq!(ids.len(), 1);
-    let db = server.db().await;
-    let rows: i64 = sqlx::query_scalar("select count(*) from session_info")
-        .fetch_one(&db)
-        .await
-        .unwrap();
-    assert_eq!(rows, 1);
     // One agent: its turn counter runs 1..=100 over the whole queue.
     let mut c = server.client().await;
     c.send(json!({"type": "subscribe", "agent_id": "same"}))
@@ -605,6 +599,12 @@ async fn creation_is_single_flight() {
         }
     }
     assert_eq!(turns, (1..=100).collect::<Vec<_>>());
+    let db = server.stop_and_open_db().await;
+    let rows: i64 = sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
 }
 
 /// A socket that stops reading does not stall the conversation or other sockets; when it reads
@@ -626,12 +626,11 @@ async fn a_stalled_socket_lags_and_catches_up() {
         chat_ack(&mut driver, "lag", &big).await;
         driver.until_result("lag").await;
     }
-    let db = server.db().await;
-    let last_seq: i64 =
-        sqlx::query_scalar("select last_seq from session_info where agent_id = 'lag'")
-            .fetch_one(&db)
-            .await
-            .unwrap();
+    let (status, session) = crate::rest::Rest::new(&server)
+        .get("/api/sessions/lag")
+        .await;
+    assert_eq!(status, 200, "{session}");
+    let last_seq = session["last_seq"].as_i64().unwrap();
     let mut got = Vec::new();
     let mut lagged = false;
     while got.last() != Some(&last_seq) {
@@ -740,7 +739,7 @@ async fn kill9_mid_turn_loses_no_received_frame() {
     );
     server.kill9().await;
 
-    let server2 = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    let mut server2 = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
     let mut c = server2.client().await;
     c.send(json!({"type": "subscribe", "agent_id": "k9"})).await;
     let replay = c.until_result("k9").await;
@@ -760,6 +759,7 @@ async fn kill9_mid_turn_loses_no_received_frame() {
         reply_text(&c.until_result("k9").await),
         "Echo: next (turn 3)"
     );
+    assert!(server2.terminate().await.success());
     if let Some(check) = server2.integrity().await {
         assert_eq!(check, "ok");
     }

@@ -307,7 +307,7 @@ async fn fork_is_isolated_both_ways() {
 #[tokio::test]
 async fn delete_of_a_live_session_mid_turn() {
     let gates = Gates::new("");
-    let server = gates.start().await;
+    let mut server = gates.start().await;
     gates.open("keep", 1);
     let rest = Rest::new(&server);
     let mut c = server.client().await;
@@ -346,23 +346,6 @@ async fn delete_of_a_live_session_mid_turn() {
 
     let (status, err) = rest.get("/api/sessions/doomed").await;
     assert_eq!((status, err["code"].as_str()), (404, Some("unknown_agent")));
-    let db = server.db().await;
-    let sessions: i64 =
-        sqlx::query_scalar("select count(*) from session_info where agent_id = 'doomed'")
-            .fetch_one(&db)
-            .await
-            .unwrap();
-    let orphans: i64 = sqlx::query_scalar(
-        "select count(*) from messages where session_pk not in (select id from session_info)",
-    )
-    .fetch_one(&db)
-    .await
-    .unwrap();
-    let kept: i64 = sqlx::query_scalar("select count(*) from messages")
-        .fetch_one(&db)
-        .await
-        .unwrap();
-    assert_eq!((sessions, orphans, kept), (0, 0, 4));
 
     // Another socket starts a new conversation under the same id; its first turn passes the
     // same gate, which the deleted turn reached long before.
@@ -383,6 +366,29 @@ async fn delete_of_a_live_session_mid_turn() {
     }
     let (_, list) = rest.get("/api/sessions").await;
     assert_eq!(list["total"], 2);
+    // In the store: nothing of the deleted conversation, no orphan message, the other
+    // conversation's four messages as they were.
+    let db = server.stop_and_open_db().await;
+    let sessions: i64 =
+        sqlx::query_scalar("select count(*) from session_info where session_id = $1")
+            .bind(old_session.as_str().unwrap())
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    let orphans: i64 = sqlx::query_scalar(
+        "select count(*) from messages where session_pk not in (select id from session_info)",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    let kept: i64 = sqlx::query_scalar(
+        "select count(*) from messages m join session_info s on s.id = m.session_pk
+         where s.agent_id = 'keep'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!((sessions, orphans, kept), (0, 0, 4));
 }
 
 /// The permission mode the demo reports in a turn's `init`.
@@ -402,7 +408,7 @@ fn permission_mode_of(frames: &[Value]) -> String {
 /// working directory outside the workspaces, is left alone with everything in it.
 #[tokio::test]
 async fn delete_never_removes_anything_outside_the_workspaces() {
-    let server = TestServer::start().await;
+    let mut server = TestServer::start().await;
     let rest = Rest::new(&server);
     let mut c = server.client().await;
     let outside = tempfile::tempdir().unwrap();
@@ -420,12 +426,16 @@ async fn delete_never_removes_anything_outside_the_workspaces() {
     assert!(precious.is_file(), "the link was not followed");
 
     turn(&mut c, "elsewhere", "two").await;
-    let db = server.db().await;
+    drop(c);
+    let db = server.stop_and_open_db().await;
     sqlx::query("update session_info set cwd = $1 where agent_id = 'elsewhere'")
         .bind(outside.path().to_str().unwrap())
         .execute(&db)
         .await
         .unwrap();
+    db.close().await;
+    server.restart().await;
+    let rest = Rest::new(&server);
     assert_eq!(rest.delete("/api/sessions/elsewhere").await, 204);
     assert!(
         precious.is_file(),

@@ -36,6 +36,32 @@ pub async fn import(
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// Frames the server has committed to its store so far (`agentmux_stored_frames_total`):
+/// imports store theirs in chunks of 1,000 as they arrive.
+async fn stored_frames(server: &TestServer) -> i64 {
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("agentmux_stored_frames_total "))
+        .expect("the counter is exported")
+        .parse()
+        .unwrap()
+}
+
+/// Waits until the server has committed at least `frames` frames.
+async fn wait_stored(server: &TestServer, frames: i64) {
+    let deadline = tokio::time::Instant::now() + IMPORT_WAIT;
+    while stored_frames(server).await < frames {
+        assert!(tokio::time::Instant::now() < deadline, "the import starts");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The row id of `agent_id`'s conversation in the database file, visible or not.
 async fn row_of(db: &sqlx::AnyPool, agent_id: &str) -> Option<i64> {
     sqlx::query_scalar("select id from session_info where agent_id = $1")
@@ -79,23 +105,13 @@ async fn a_big_import_does_not_hold_another_principals_ack() {
         let status = resp.status().as_u16();
         (status, resp.json::<Value>().await.unwrap_or(Value::Null))
     });
-    let db = server.db().await;
-    let deadline = tokio::time::Instant::now() + IMPORT_WAIT;
-    let id = loop {
-        if let Some(id) = row_of(&db, "big").await {
-            break id;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the import starts");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    // A first chunk of the import is stored.
+    wait_stored(&server, 1_000).await;
     let mut bob = connect_as(&server.addr, "tok-bob").await;
     let ack = chat_ack(&mut bob, "b", "hello").await;
     assert_eq!(ack["message_type"], "ack", "{ack}");
-    let stored: i64 = sqlx::query_scalar("select count(*) from messages where session_pk = $1")
-        .bind(id)
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    // Bob's own frames are among them: a handful beside the import's.
+    let stored = stored_frames(&server).await;
     eprintln!("bob's ack came with {stored} of {lines} imported rows stored");
     assert!(
         stored < lines as i64,
@@ -112,8 +128,7 @@ async fn a_big_import_does_not_hold_another_principals_ack() {
 /// `agent_id` imports fine afterwards.
 #[tokio::test]
 async fn a_failed_import_leaves_nothing_behind() {
-    let (server, _cfg) = server_with("[store]\nmax_page_count = 2000\n").await;
-    let db = server.db().await;
+    let (mut server, _cfg) = server_with("[store]\nmax_page_count = 2000\n").await;
 
     let mut body = export_of(5_000);
     let cut = body.match_indices('\n').nth(2_999).unwrap().0 + 1;
@@ -130,7 +145,6 @@ async fn a_failed_import_leaves_nothing_behind() {
         err["error"].as_str().unwrap().contains("line 3001"),
         "{err}"
     );
-    assert_eq!(rows_left(&db, "bad-line").await, (None, 0));
 
     // 2,000 pages of 4 KiB hold far less than this (a size limit only SQLite has).
     let mut failed = vec!["bad-line"];
@@ -145,15 +159,26 @@ async fn a_failed_import_leaves_nothing_behind() {
             .await
             .unwrap();
         assert_eq!(rest.status(), 404);
-        assert_eq!(rows_left(&db, "too-big").await, (None, 0));
         failed.push("too-big");
     }
 
-    for agent_id in failed {
+    for agent_id in &failed {
         let (status, imported) = import(&server, "none", agent_id, export_of(10)).await;
         assert_eq!(status, 201, "{imported}");
         assert_eq!(imported["message_count"], 11);
     }
+    // In the store: only what the imports done afresh stored, nothing of the failed ones.
+    let db = server.stop_and_open_db().await;
+    let conversations: i64 = sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    let messages: i64 = sqlx::query_scalar("select count(*) from messages")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    let n = failed.len() as i64;
+    assert_eq!((conversations, messages), (n, 11 * n));
 }
 
 /// An import under way when the server is killed leaves nothing behind after the restart.
@@ -170,24 +195,18 @@ async fn an_import_cut_by_a_crash_is_gone_after_restart() {
             .send()
             .await;
     });
-    let db = server.db().await;
-    let deadline = tokio::time::Instant::now() + IMPORT_WAIT;
-    while row_of(&db, "cut").await.is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "the import starts");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_stored(&server, 1_000).await;
     server.kill9().await;
     let _ = upload.await;
-    db.close().await;
-    let server = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
+    let mut server = TestServer::start_in(&server.data_dir, &["--demo-delay-ms", "0"], &[]).await;
     let rest = reqwest::get(server.url("/api/sessions/cut")).await.unwrap();
     assert_eq!(rest.status(), 404);
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     assert_eq!(rows_left(&db, "cut").await, (None, 0));
 }
 
 /// Starts imports `held-0` and `held-1` as `token` whose bodies never end, and waits until
-/// both hold their places (their conversations exist, invisibly).
+/// both hold their places (an export as `token` is refused for want of one).
 async fn hold_two_imports(server: &TestServer, token: &str) -> Vec<TcpStream> {
     let first = export_of(1);
     let mut held = Vec::new();
@@ -198,9 +217,12 @@ async fn hold_two_imports(server: &TestServer, token: &str) -> Vec<TcpStream> {
         s.write_all(first.as_bytes()).await.unwrap();
         held.push(s);
     }
-    let db = server.db().await;
     let deadline = tokio::time::Instant::now() + WAIT;
-    while row_of(&db, "held-0").await.is_none() || row_of(&db, "held-1").await.is_none() {
+    while rest_as(server, token, "GET", "/api/sessions/none/export")
+        .await
+        .0
+        != 429
+    {
         assert!(tokio::time::Instant::now() < deadline, "the imports start");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -212,12 +234,11 @@ async fn hold_two_imports(server: &TestServer, token: &str) -> Vec<TcpStream> {
 /// client goes away leaves nothing behind and gives its place back.
 #[tokio::test]
 async fn concurrent_transfers_are_capped_per_principal() {
-    let (server, _cfg) = server_with(&format!(
+    let (mut server, _cfg) = server_with(&format!(
         "{TOKENS}\n[session]\nmax_transfers_per_principal = 2\n"
     ))
     .await;
     let held = hold_two_imports(&server, "tok-alice").await;
-    let db = server.db().await;
     let (status, err) = import(&server, "tok-alice", "third", export_of(10)).await;
     assert_eq!(
         (status, err["code"].as_str()),
@@ -241,13 +262,32 @@ async fn concurrent_transfers_are_capped_per_principal() {
         assert!(tokio::time::Instant::now() < deadline, "the places free up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while row_of(&db, "held-0").await.is_some() || row_of(&db, "held-1").await.is_some() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "abandoned imports are removed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Abandoned imports are removed: their names take an import again (`busy` while one is
+    // still there), and the store holds only what these imports stored.
+    for agent_id in ["held-0", "held-1"] {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (status, body) = import(&server, "tok-alice", agent_id, export_of(10)).await;
+            if status == 201 {
+                break;
+            }
+            assert_eq!(
+                (status, body["code"].as_str()),
+                (409, Some("busy")),
+                "{body}"
+            );
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "abandoned imports are removed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let db = server.stop_and_open_db().await;
+    for agent_id in ["held-0", "held-1"] {
+        let (row, messages) = rows_left(&db, agent_id).await;
+        assert!(row.is_some());
+        assert_eq!(messages, 11, "{agent_id}: only the new import's messages");
     }
 }
 
@@ -262,13 +302,12 @@ async fn long_lines_are_refused_and_cli_listings_share_the_transfer_places() {
     let base = std::fs::canonicalize(tmp.path()).unwrap();
     let (app, home) = (base.join("app"), base.join("home"));
     std::fs::create_dir_all(&app).unwrap();
-    let (server, _cfg) = server_with(&format!(
+    let (mut server, _cfg) = server_with(&format!(
         "{TOKENS}\n[session]\nmax_transfers_per_principal = 2\n[projects]\nroots = [{{ path = {} }}]\n[claude]\nconfig_dir = {}\n",
         toml_string(&app.to_string_lossy()),
         toml_string(&home.to_string_lossy())
     ))
     .await;
-    let db = server.db().await;
     let long = format!("question {}", "x".repeat(16 << 20));
 
     let mut body = export_of(1);
@@ -286,7 +325,6 @@ async fn long_lines_are_refused_and_cli_listings_share_the_transfer_places() {
     );
     let text = err["error"].as_str().unwrap();
     assert!(text.contains("line 2 is longer than 16 MiB"), "{text}");
-    assert_eq!(rows_left(&db, "long").await, (None, 0));
 
     let id = "7b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
     let line = |content: &str| {
@@ -309,7 +347,6 @@ async fn long_lines_are_refused_and_cli_listings_share_the_transfer_places() {
     let err: Value = resp.json().await.unwrap();
     let text = err["error"].as_str().unwrap();
     assert!(text.contains("line 2 is longer than 16 MiB"), "{text}");
-    assert_eq!(rows_left(&db, id).await, (None, 0));
 
     let held = hold_two_imports(&server, "tok-alice").await;
     let (status, err) = rest_as(&server, "tok-alice", "GET", &list).await;
@@ -321,4 +358,7 @@ async fn long_lines_are_refused_and_cli_listings_share_the_transfer_places() {
     let (status, _) = rest_as(&server, "tok-bob", "GET", &list).await;
     assert_eq!(status, 200);
     drop(held);
+    let db = server.stop_and_open_db().await;
+    assert_eq!(rows_left(&db, "long").await, (None, 0));
+    assert_eq!(rows_left(&db, id).await, (None, 0));
 }

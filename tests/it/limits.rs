@@ -190,7 +190,7 @@ async fn sockets_are_capped_per_principal() {
 #[tokio::test]
 async fn queued_turns_are_capped() {
     let gates = Gates::new("[session]\nmax_queued_turns = 2\n");
-    let server = gates.start().await;
+    let mut server = gates.start().await;
     gates.open_all("q", 2..=4);
     let mut c = server.client().await;
     for n in 0..4 {
@@ -225,7 +225,7 @@ async fn queued_turns_are_capped() {
             "Echo: m2 (turn 3)"
         ]
     );
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let stored: Vec<String> =
         sqlx::query_scalar("select payload from messages where prompt order by seq")
             .fetch_all(&db)

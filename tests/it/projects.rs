@@ -63,11 +63,23 @@ impl Layout {
     }
 }
 
-async fn session_rows(server: &TestServer) -> i64 {
-    sqlx::query_scalar("select count(*) from session_info")
-        .fetch_one(&server.db().await)
+/// Conversations `token`'s principal has (`GET /api/sessions`).
+async fn listed_rows(server: &TestServer, token: &str) -> i64 {
+    let (status, list) = call(server, "GET", "/api/sessions", token, None).await;
+    assert_eq!(status, 200, "{list}");
+    list["total"].as_i64().unwrap()
+}
+
+/// Stops the server: every conversation in its store is one a principal's listing showed
+/// (nothing half-imported, nothing left behind by a refused call), read in the file.
+async fn stored_rows_are_listed(server: &mut TestServer) {
+    let listed = listed_rows(server, "tok-alice").await + listed_rows(server, "tok-bob").await;
+    let db = server.stop_and_open_db().await;
+    let stored: i64 = sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&db)
         .await
-        .unwrap()
+        .unwrap();
+    assert_eq!(stored, listed, "nothing stored that is not listed");
 }
 
 /// The argv of a spawn, without the program.
@@ -89,7 +101,7 @@ fn count(args: &[String], wanted: &str) -> usize {
 async fn refused_working_directories_create_nothing() {
     let layout = Layout::new();
     let fx = Fixture::new(&layout.toml());
-    let server = fx.start(&[]).await;
+    let mut server = fx.start(&[]).await;
     let mut bob = connect_as(&server.addr, "tok-bob").await;
     let refused = [
         "app".to_owned(),
@@ -129,7 +141,6 @@ async fn refused_working_directories_create_nothing() {
         serde_json::from_str::<Value>(&list.body).unwrap()["total"],
         0
     );
-    assert_eq!(session_rows(&server).await, 0);
     assert!(fx.spawns().is_empty(), "no agent started");
     let workspaces = fx.data_dir().join("workspaces");
     assert_eq!(std::fs::read_dir(&workspaces).map_or(0, |d| d.count()), 0);
@@ -145,7 +156,7 @@ async fn refused_working_directories_create_nothing() {
     let frames = alice.until_result("p1").await;
     assert_eq!(reply_text(&frames), "Echo: hi (history 1)");
     assert_eq!(fx.spawns()[0]["cwd"], secret.as_str());
-    stop_server(server).await;
+    stored_rows_are_listed(&mut server).await;
 }
 
 async fn stop_server(mut server: TestServer) {
@@ -443,7 +454,7 @@ async fn cli_session_routes_refuse_hostile_input() {
         layout.toml(),
         toml_string(&layout.home.to_string_lossy())
     ));
-    let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
+    let mut server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
     let id = "0b6c3c1e-4a43-4a53-9d5c-3a3c7d2c1f00";
     let text = [
         json!({"type": "queue-operation", "operation": "enqueue"}).to_string(),
@@ -651,7 +662,6 @@ async fn cli_session_routes_refuse_hostile_input() {
     .await;
     assert_eq!(status, 400);
     assert!(err["error"].as_str().unwrap().contains("limit"), "{err}");
-    assert_eq!(session_rows(&server).await, 0, "nothing half-imported");
 
     // The import: 201, the CLI's id as session_id, the project as cwd, the transcript as
     // frames (the unknown lines and the truncated last one skipped).
@@ -759,6 +769,7 @@ async fn cli_session_routes_refuse_hostile_input() {
     c.until_result("plain").await;
     let (status, _) = post("/api/sessions/plain/sync", json!({}), "tok-bob").await;
     assert_eq!(status, 404);
+    stored_rows_are_listed(&mut server).await;
 }
 
 /// `(status, body)` of a request as `token`, with a JSON body when one is given.
@@ -802,7 +813,7 @@ async fn cli_sessions_of_directories_sharing_a_folder_stay_apart() {
         toml_string(&bobs.to_string_lossy()),
         toml_string(&home.to_string_lossy())
     ));
-    let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
+    let mut server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
     let session = |id: &str, cwd: &Path, said: &str| {
         [
             json!({"type": "queue-operation", "operation": "enqueue", "sessionId": id}).to_string(),
@@ -878,7 +889,6 @@ async fn cli_sessions_of_directories_sharing_a_folder_stay_apart() {
             "{err}"
         );
     }
-    assert_eq!(session_rows(&server).await, 0, "nothing stored");
     // Bob's own import is not blocked; alice imports hers.
     let body = json!({"cwd": bobs, "cli_session_id": bob_id});
     let (status, imported) = call(&server, "POST", import, "tok-bob", Some(body)).await;
@@ -911,6 +921,7 @@ async fn cli_sessions_of_directories_sharing_a_folder_stay_apart() {
     );
     let (_, mine) = call(&server, "GET", "/api/sessions/mine", "tok-alice", None).await;
     assert_eq!(mine["message_count"], 3, "{mine}");
+    stored_rows_are_listed(&mut server).await;
 }
 
 /// Percent-encodes a query value.
@@ -1187,7 +1198,7 @@ async fn directories_that_left_the_roots_are_refused_at_the_next_start() {
     let server = fx.start(&[]).await;
     let mut alice = connect_as(&server.addr, "tok-alice").await;
     let spawns = fx.spawns().len();
-    let rows = session_rows(&server).await;
+    let rows = listed_rows(&server, "tok-alice").await;
     let forbidden = |status: u16, body: &str| {
         let body: Value = serde_json::from_str(body).unwrap();
         assert_eq!(
@@ -1240,7 +1251,11 @@ async fn directories_that_left_the_roots_are_refused_at_the_next_start() {
         assert_eq!(before.body, after.body, "nothing stored");
     }
     assert_eq!(fx.spawns().len(), spawns, "no agent started");
-    assert_eq!(session_rows(&server).await, rows, "no fork created");
+    assert_eq!(
+        listed_rows(&server, "tok-alice").await,
+        rows,
+        "no fork created"
+    );
 
     alice
         .send(json!({"type": "chat", "agent_id": "still-fine", "content": "two"}))

@@ -146,9 +146,9 @@ async fn refused_chats_cost_no_memory() {
 /// `limit_exceeded`, and 10,000 subscribe frames on one socket leave memory where it was.
 #[tokio::test]
 async fn subscriptions_are_capped_per_socket_and_cost_little() {
-    let (server, _cfg) = server_with("[socket]\nmax_frames_per_sec = 0\n").await;
+    let (mut server, _cfg) = server_with("[socket]\nmax_frames_per_sec = 0\n").await;
     // 10,000 stored conversations, written straight into the database.
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let mut tx = db.begin().await.unwrap();
     for i in 0..10_000 {
         sqlx::query(
@@ -162,6 +162,8 @@ async fn subscriptions_are_capped_per_socket_and_cost_little() {
         .unwrap();
     }
     tx.commit().await.unwrap();
+    db.close().await;
+    server.restart().await;
     let mut c = server.client().await;
     let before = rss_kib(&server);
     let codes = send_all(

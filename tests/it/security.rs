@@ -973,7 +973,7 @@ async fn the_agent_list_needs_credentials() {
 /// page: the page answers, every other frame in it.
 #[tokio::test]
 async fn a_stored_row_that_is_not_json_is_left_out_of_history() {
-    let server = TestServer::start().await;
+    let mut server = TestServer::start().await;
     let mut c = server.client().await;
     c.chat("x", "one").await;
     c.until_result("x").await;
@@ -986,7 +986,7 @@ async fn a_stored_row_that_is_not_json_is_left_out_of_history() {
         }
     };
     let before = page(&server).await["messages"].as_array().unwrap().clone();
-    let db = server.db().await;
+    let db = server.stop_and_open_db().await;
     let (row, last): (i64, i64) = sqlx::query_as(
         "select s.id, max(m.seq) from session_info s join messages m on m.session_pk = s.id
          where s.agent_id = 'x' group by s.id",
@@ -1010,6 +1010,8 @@ async fn a_stored_row_that_is_not_json_is_left_out_of_history() {
         .await
         .unwrap();
     }
+    db.close().await;
+    server.restart().await;
     let after = page(&server).await["messages"].as_array().unwrap().clone();
     assert_eq!(after, before);
 }
