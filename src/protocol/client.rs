@@ -315,26 +315,126 @@ pub fn valid_tool_pattern(pattern: &str) -> bool {
     name_ok && specifier_ok
 }
 
-/// Whether tool-name pattern `pattern` (of a valid form, see [`valid_tool_pattern`]) lets
-/// the agent use a whole tool (or several) without asking: a bare name (`Bash`,
-/// `mcp__server__*`), or a specifier that names nothing, only wildcards and punctuation
-/// (`Bash()`, `Bash(*)`, `Bash(:*)`, `Read(/**)`, `Edit(~/**)`, `WebFetch(domain:*)`), or a
-/// name with a wildcard (`mcp__*(x)`). The
-/// Claude CLI reads `Tool()` and `Tool(*)` as the bare name, a trailing `:*` as "any
-/// command that starts with this", and `*` and `**` as wildcards, so a specifier grants less
-/// than the whole tool only when it holds a letter or a digit. A pattern of this kind needs
-/// `agent.allow_bypass_permissions`.
+/// Programs that run whatever text they are given (shells, interpreters, and the commands that
+/// run their arguments as a command): a `Bash` pattern whose command is one of them approves
+/// every command.
+const RUNS_ANY_COMMAND: &[&str] = &[
+    "sh",
+    "bash",
+    "zsh",
+    "dash",
+    "ksh",
+    "mksh",
+    "csh",
+    "tcsh",
+    "fish",
+    "busybox",
+    "env",
+    "exec",
+    "eval",
+    "command",
+    "builtin",
+    "source",
+    ".",
+    "xargs",
+    "sudo",
+    "su",
+    "doas",
+    "runuser",
+    "nohup",
+    "setsid",
+    "time",
+    "timeout",
+    "nice",
+    "ionice",
+    "stdbuf",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "strace",
+    "ltrace",
+    "watch",
+    "script",
+    "parallel",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "npx",
+    "perl",
+    "ruby",
+    "irb",
+    "php",
+    "lua",
+    "luajit",
+    "tclsh",
+    "wish",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "pwsh",
+    "powershell",
+    "osascript",
+    "find",
+];
+
+/// Whether tool-name pattern `pattern` (of a valid form, see [`valid_tool_pattern`]) may
+/// approve more than it names, so that it needs `agent.allow_bypass_permissions`. Only two
+/// shapes name what they approve:
+///
+/// - `Tool(exact arguments)`: a literal argument, no wildcard (`Read(/srv/notes.md)`,
+///   `WebFetch(domain:example.com)`, `Bash(git status)`);
+/// - `Bash(prefix:*)`: commands starting with a literal prefix (`Bash(git log:*)`); `:*` at
+///   the end is the only wildcard, and only for `Bash`.
+///
+/// The argument must not be empty or start or end with a space. For `Bash`, its command (the
+/// first word after any `NAME=value`, without quotes, backslashes or a directory) must not be
+/// a shell, an interpreter or a command that runs its arguments (`sh`, `python3`, `env`,
+/// `xargs`, `sudo`, …, in any case), and the argument must not hold `;`, `&`, `|`, `<`, `>`,
+/// `$` or a backquote. Everything else is such a pattern: a bare name (`Bash`), any other
+/// wildcard (`Bash(*)`, `Bash(*a*)`, `Read(/**)`, `Edit(src/**)`, `WebFetch(domain:*)`,
+/// `mcp__*`), `Bash(sh:*)`, `Bash(/usr/bin/env:*)`.
 pub fn grants_whole_tool(pattern: &str) -> bool {
     let Some((name, rest)) = pattern.split_once('(') else {
+        return true;
+    };
+    let Some(argument) = rest.strip_suffix(')') else {
         return true;
     };
     if name.contains('*') {
         return true;
     }
-    let specifier = rest.strip_suffix(')').unwrap_or(rest);
-    let specifier = specifier.trim_start();
-    let specifier = specifier.strip_prefix("domain:").unwrap_or(specifier);
-    !specifier.chars().any(char::is_alphanumeric)
+    let bash = name.eq_ignore_ascii_case("Bash");
+    let literal = match argument.strip_suffix(":*") {
+        Some(prefix) if bash => prefix,
+        _ => argument,
+    };
+    if literal.is_empty() || literal.trim() != literal || literal.contains('*') {
+        return true;
+    }
+    bash && runs_any_command(literal)
+}
+
+/// Whether shell command (or command prefix) `command` runs a program that runs any text, or
+/// holds shell syntax that could add a command of its own.
+fn runs_any_command(command: &str) -> bool {
+    if command.contains([';', '&', '|', '<', '>', '$', '`']) {
+        return true;
+    }
+    let Some(program) = command.split_whitespace().find(|word| !word.contains('=')) else {
+        return true;
+    };
+    let program: String = program
+        .chars()
+        .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let program = program.rsplit('/').next().unwrap_or_default();
+    program.is_empty()
+        || program.starts_with("python")
+        || program.starts_with("pypy")
+        || RUNS_ANY_COMMAND.contains(&program)
 }
 
 /// Checks the form of a path a chat names (`cwd`, `add_dirs`): absolute, at most

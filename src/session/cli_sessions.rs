@@ -337,9 +337,12 @@ impl Manager {
     }
 
     /// The projects `principal` may work in, with their conversations and CLI sessions.
+    /// Counting the CLI sessions reads the start of every transcript (each line at most
+    /// [`super::history::MAX_LINE_BYTES`]), so it takes one of the principal's places for
+    /// imports and exports, as a listing of CLI sessions does.
     ///
     /// # Errors
-    /// `store_unavailable`.
+    /// `limit_exceeded` or `store_unavailable`.
     pub async fn projects(&self, principal: &str) -> Result<Vec<Project>, FrameError> {
         let activity: HashMap<String, (i64, String)> = self
             .shared
@@ -351,6 +354,10 @@ impl Manager {
             .map(|(cwd, count, last)| (cwd, (count, last)))
             .collect();
         let home = self.shared.config.claude.home();
+        let _transfer = match home {
+            Some(_) => Some(self.acquire_transfer(principal, "projects")?),
+            None => None,
+        };
         let max_bytes = self.shared.config.claude.max_transcript_bytes;
         let mut projects = Vec::new();
         for path in crate::projects::list(&self.shared.config.projects.roots, principal).await {

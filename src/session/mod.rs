@@ -608,8 +608,9 @@ impl Manager {
         {
             return Err(invalid(format!(
                 "`options.allowed_tools` `{pattern}` lets the agent use a whole tool without \
-                 asking; this server allows only patterns that name what they allow, such as \
-                 `Bash(git log:*)` or `Edit(src/**)` (agent.allow_bypass_permissions)"
+                 asking; this server allows only exact arguments or a literal command prefix \
+                 that is not a shell or interpreter, such as `Bash(git log:*)` or \
+                 `Read(/srv/notes.md)` (agent.allow_bypass_permissions)"
             )));
         }
         backend

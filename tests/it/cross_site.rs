@@ -303,10 +303,10 @@ async fn permission_modes_that_skip_asking_need_the_operator() {
     assert_eq!(c.recv().await["message_type"], "ack");
 }
 
-/// `options.allowed_tools` pre-approves tool calls, so a pattern that grants a whole tool (a
-/// bare name, or a specifier of wildcards only) is a way around the same operator setting:
-/// refused over the socket and REST, creating nothing, while a pattern that names what it
-/// allows goes through. With `agent.allow_bypass_permissions` every pattern is allowed.
+/// `options.allowed_tools` pre-approves tool calls, so a pattern that may grant more than it
+/// names (a bare name, any wildcard but a `Bash` prefix's `:*`, a shell or interpreter as the
+/// command) is a way around the same operator setting: refused over the socket and REST,
+/// creating nothing, while exact arguments or a literal command prefix go through. With `agent.allow_bypass_permissions` every pattern is allowed.
 #[tokio::test]
 async fn allowed_tools_that_grant_a_whole_tool_need_the_operator() {
     let server = TestServer::start().await;
@@ -324,6 +324,12 @@ async fn allowed_tools_that_grant_a_whole_tool_need_the_operator() {
         json!(["Edit(~/**)"]),
         json!(["WebFetch(domain:*)"]),
         json!(["mcp__server__*"]),
+        json!(["Bash(*a*)"]),
+        json!(["Bash(sh:*)"]),
+        json!(["Bash(SH -c:*)"]),
+        json!(["Bash(/usr/bin/env:*)"]),
+        json!(["Bash(python3:*)"]),
+        json!(["Edit(src/**)"]),
     ] {
         let options = json!({"allowed_tools": tools});
         c.send(json!({"type": "chat", "agent_id": "t", "content": "hi", "options": options}))
@@ -351,7 +357,7 @@ async fn allowed_tools_that_grant_a_whole_tool_need_the_operator() {
     }
     assert_eq!(conversation_count(&server.addr).await, 0);
     // Patterns that name what they allow are fine, and clearing the list is too.
-    let scoped = json!({"allowed_tools": ["Bash(git log:*)", "Edit(src/**)"]});
+    let scoped = json!({"allowed_tools": ["Bash(git log:*)", "Read(/srv/notes.md)"]});
     c.send(json!({"type": "chat", "agent_id": "t", "content": "hi", "options": scoped}))
         .await;
     assert_eq!(c.recv().await["message_type"], "ack");

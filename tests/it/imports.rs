@@ -294,8 +294,9 @@ async fn concurrent_transfers_are_capped_per_principal() {
 /// A line over 16 MiB is refused before it is held, with `invalid_request` naming the line
 /// and the limit, and nothing is stored: in an import, and in a CLI session's transcript
 /// (whose listing counts what comes before it). Listing a project's CLI sessions reads every
-/// transcript, so it takes one of the principal's places for imports and exports: beyond
-/// them, 429 `limit_exceeded`, while another principal is served.
+/// transcript, so it takes one of the principal's places for imports and exports, and so does
+/// the projects' listing, which counts them: beyond them, 429 `limit_exceeded`, while another
+/// principal is served.
 #[tokio::test]
 async fn long_lines_are_refused_and_cli_listings_share_the_transfer_places() {
     let tmp = tempfile::tempdir().unwrap();
@@ -348,15 +349,23 @@ async fn long_lines_are_refused_and_cli_listings_share_the_transfer_places() {
     let text = err["error"].as_str().unwrap();
     assert!(text.contains("line 2 is longer than 16 MiB"), "{text}");
 
+    // The projects' listing counts CLI sessions by reading the start of every transcript: the
+    // long line after the first is never reached.
+    let (status, projects) = rest_as(&server, "tok-alice", "GET", "/api/projects").await;
+    assert_eq!(status, 200, "{projects}");
+    assert_eq!(projects["projects"][0]["cli_sessions"], 1, "{projects}");
+
     let held = hold_two_imports(&server, "tok-alice").await;
-    let (status, err) = rest_as(&server, "tok-alice", "GET", &list).await;
-    assert_eq!(
-        (status, err["code"].as_str()),
-        (429, Some("limit_exceeded")),
-        "{err}"
-    );
-    let (status, _) = rest_as(&server, "tok-bob", "GET", &list).await;
-    assert_eq!(status, 200);
+    for path in [list.as_str(), "/api/projects"] {
+        let (status, err) = rest_as(&server, "tok-alice", "GET", path).await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (429, Some("limit_exceeded")),
+            "{path}: {err}"
+        );
+        let (status, _) = rest_as(&server, "tok-bob", "GET", path).await;
+        assert_eq!(status, 200, "{path}");
+    }
     drop(held);
     let db = server.stop_and_open_db().await;
     assert_eq!(rows_left(&db, "long").await, (None, 0));

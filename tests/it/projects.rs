@@ -223,7 +223,7 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     let options = json!({
         "cwd": Layout::s(&layout.root.join("app-link")),
         "system_prompt": "--dangerously-skip-permissions",
-        "allowed_tools": ["Bash(git log:*)", "Read(src/**)"],
+        "allowed_tools": ["Bash(git log:*)", "Read(src/main.rs)"],
         "disallowed_tools": ["WebFetch"],
         "max_turns": 3,
         "add_dirs": [secret],
@@ -246,7 +246,7 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     let args = argv(&spawns[0]);
     for wanted in [
         "--append-system-prompt=--dangerously-skip-permissions".to_owned(),
-        "--allowedTools=Bash(git log:*),Read(src/**)".to_owned(),
+        "--allowedTools=Bash(git log:*),Read(src/main.rs)".to_owned(),
         "--disallowedTools=WebFetch".to_owned(),
         "--max-turns=3".to_owned(),
         format!("--add-dir={secret}"),
@@ -276,7 +276,7 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
     assert_eq!(summary["system_prompt"], "--dangerously-skip-permissions");
     assert_eq!(
         summary["allowed_tools"],
-        json!(["Bash(git log:*)", "Read(src/**)"])
+        json!(["Bash(git log:*)", "Read(src/main.rs)"])
     );
     assert_eq!(summary["disallowed_tools"], json!(["WebFetch"]));
     assert_eq!(summary["max_turns"], 3);

@@ -60,7 +60,7 @@ pub struct Synced {
 /// Lists the projects the caller may work in: each project root open to it and each
 /// directory directly under one, with its conversations and CLI sessions.
 #[utoipa::path(get, path = "/api/projects",
-    responses((status = 200, body = ProjectList)))]
+    responses((status = 200, body = ProjectList), (status = 429, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
     Principal(principal): Principal,
