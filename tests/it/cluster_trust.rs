@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::cluster::{Cluster, LONG_LEASE_SECS, Nats, SECRET};
-use crate::common::{TestServer, chat_ack, reply_text, serve_output};
+use crate::common::{Client, TestServer, chat_ack, reply_text, serve_output};
 
 /// A secret of the right length that is not the cluster's.
 const OTHER_SECRET: &str = "a secret of another cluster, 32 bytes or more";
@@ -93,19 +93,37 @@ async fn ask(
     serde_json::from_slice(&answer.payload).unwrap()
 }
 
-/// The value of `agentmux_cluster_refused_messages_total` for `reason` on `server`.
-async fn refused(server: &TestServer, reason: &str) -> u64 {
+/// The value of the metric line starting `line` (its name and labels) on `server`.
+async fn metric(server: &TestServer, line: &str) -> u64 {
     let metrics = reqwest::get(server.url("/metrics"))
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    let line = format!("agentmux_cluster_refused_messages_total{{reason=\"{reason}\"}} ");
+    let line = format!("{line} ");
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(&line))
         .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Waits until the metric line starting `line` reads `n` on `server`.
+async fn until_metric(server: &TestServer, line: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(server, line).await != n {
+        assert!(Instant::now() < deadline, "{line}: never {n}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value of `agentmux_cluster_refused_messages_total` for `reason` on `server`.
+async fn refused(server: &TestServer, reason: &str) -> u64 {
+    metric(
+        server,
+        &format!("agentmux_cluster_refused_messages_total{{reason=\"{reason}\"}}"),
+    )
+    .await
 }
 
 /// Waits until `server` has refused at least `n` messages for `reason`.
@@ -334,69 +352,132 @@ async fn a_node_answers_sealed_malformed_commands_with_typed_errors() {
     assert_eq!(frames[0]["message_type"], "status", "the marker first");
 }
 
+/// Two nodes, `x` run by A and followed on B, with the frames A published of turn two as
+/// they were seen on the bus.
+struct Relayed {
+    a: TestServer,
+    b: TestServer,
+    ca: Client,
+    cb: Client,
+    nats: async_nats::Client,
+    /// The subject A publishes `x`'s frames on.
+    subject: String,
+    session_id: String,
+    /// The last `seq` of turn two.
+    last_seq: i64,
+    captured: Vec<async_nats::Message>,
+}
+
+impl Relayed {
+    async fn start(cluster: &Cluster) -> Relayed {
+        cluster.gates.open_all("x", 1..=3);
+        let a = cluster.node("node-a").await;
+        let b = cluster.node("node-b").await;
+        let (mut ca, mut cb) = (a.client().await, b.client().await);
+        ca.chat("x", "one").await;
+        let first = ca.until_result("x").await;
+        let session_id = first[0]["session_id"].as_str().unwrap().to_owned();
+        let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
+        let (row,): (i64,) = sqlx::query_as("select id from session_info where agent_id = 'x'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        let subject = format!("agentmux.frames.{row}");
+        let nats = cluster.nats.as_ref().unwrap().client().await;
+        let mut sniffer = nats.subscribe(subject.clone()).await.unwrap();
+        nats.flush().await.unwrap();
+        cb.send(json!({"type": "subscribe", "agent_id": "x", "since_seq": 0}))
+            .await;
+        cb.until_result("x").await;
+
+        // Turn two's frames, as node A published them, are seen on the bus.
+        ca.chat("x", "two").await;
+        ca.until_result("x").await;
+        let seen_on_b = cb.until_result("x").await;
+        let last_seq = seen_on_b
+            .iter()
+            .filter_map(|f| f["seq"].as_i64())
+            .max()
+            .unwrap();
+        let mut captured = Vec::new();
+        while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), sniffer.next()).await
+        {
+            captured.push(msg);
+        }
+        assert!(
+            captured.iter().any(|m| m
+                .headers
+                .as_ref()
+                .unwrap()
+                .get("Agentmux-Type")
+                .unwrap()
+                .as_str()
+                == "result"),
+            "the turn's result was published"
+        );
+        Relayed {
+            a,
+            b,
+            ca,
+            cb,
+            nats,
+            subject,
+            session_id,
+            last_seq,
+            captured,
+        }
+    }
+
+    /// Publishes the captured frames again, as they were.
+    async fn play_again(&self) {
+        for msg in &self.captured {
+            self.nats
+                .publish_with_headers(
+                    self.subject.clone(),
+                    msg.headers.clone().unwrap(),
+                    msg.payload.clone(),
+                )
+                .await
+                .unwrap();
+        }
+        self.nats.flush().await.unwrap();
+    }
+
+    /// Runs turn three on A and checks that B's follower gets it and nothing older.
+    async fn third_turn_alone(&mut self) {
+        self.ca.chat("x", "three").await;
+        self.ca.until_result("x").await;
+        let third = self.cb.until_result("x").await;
+        assert_eq!(reply_text(&third), "Echo: three (turn 3)");
+        for frame in &third {
+            let text = frame.to_string();
+            assert!(!text.contains("FORGED") && !text.contains("two"), "{text}");
+            if let Some(seq) = frame["seq"].as_i64() {
+                assert!(seq > self.last_seq, "an old frame again: {text}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn frames_not_sealed_by_a_node_never_reach_followers() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
         return;
     };
-    cluster.gates.open_all("x", 1..=3);
-    let a = cluster.node("node-a").await;
-    let b = cluster.node("node-b").await;
-    let (mut ca, mut cb) = (a.client().await, b.client().await);
-    ca.chat("x", "one").await;
-    let first = ca.until_result("x").await;
-    let session_id = first[0]["session_id"].as_str().unwrap().to_owned();
-    let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
-    let (row,): (i64,) = sqlx::query_as("select id from session_info where agent_id = 'x'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    pool.close().await;
-    let subject = format!("agentmux.frames.{row}");
-    let nats = cluster.nats.as_ref().unwrap().client().await;
-    let mut sniffer = nats.subscribe(subject.clone()).await.unwrap();
-    nats.flush().await.unwrap();
-    cb.send(json!({"type": "subscribe", "agent_id": "x", "since_seq": 0}))
-        .await;
-    cb.until_result("x").await;
-
-    // Turn two's frames, as node A published them, are seen on the bus.
-    ca.chat("x", "two").await;
-    ca.until_result("x").await;
-    let seen_on_b = cb.until_result("x").await;
-    let last_seq = seen_on_b
-        .iter()
-        .filter_map(|f| f["seq"].as_i64())
-        .max()
-        .unwrap();
-    let mut captured = Vec::new();
-    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), sniffer.next()).await {
-        captured.push(msg);
-    }
-    assert!(
-        captured.iter().any(|m| m
-            .headers
-            .as_ref()
-            .unwrap()
-            .get("Agentmux-Type")
-            .unwrap()
-            .as_str()
-            == "result"),
-        "the turn's result was published"
-    );
+    let mut relayed = Relayed::start(&cluster).await;
+    let Relayed {
+        nats,
+        subject,
+        last_seq,
+        ..
+    } = &relayed;
 
     // Played again, they are refused; so are frames made up without the secret.
-    for msg in &captured {
-        nats.publish_with_headers(
-            subject.clone(),
-            msg.headers.clone().unwrap(),
-            msg.payload.clone(),
-        )
-        .await
-        .unwrap();
-    }
-    let forged = json!({"message_type": "assistant", "agent_id": "x", "session_id": session_id,
-        "seq": last_seq + 1, "timestamp": "2026-01-01T00:00:00Z",
+    relayed.play_again().await;
+    let forged = json!({"message_type": "assistant", "agent_id": "x",
+        "session_id": relayed.session_id, "seq": last_seq + 1,
+        "timestamp": "2026-01-01T00:00:00Z",
         "message": {"role": "assistant", "content": [{"type": "text", "text": "FORGED"}]}})
     .to_string();
     let seq = (last_seq + 1).to_string();
@@ -411,7 +492,7 @@ async fn frames_not_sealed_by_a_node_never_reach_followers() {
     let other = seal(
         OTHER_SECRET,
         "frame",
-        &subject,
+        subject,
         "node-a",
         now_ms(),
         &routing,
@@ -424,24 +505,46 @@ async fn frames_not_sealed_by_a_node_never_reach_followers() {
             .unwrap();
     }
     nats.flush().await.unwrap();
-    until_refused(&b, "replayed", captured.len() as u64).await;
-    until_refused(&b, "unsealed", 1).await;
-    until_refused(&b, "forged", 1).await;
+    let b = &relayed.b;
+    until_refused(b, "replayed", relayed.captured.len() as u64).await;
+    until_refused(b, "unsealed", 1).await;
+    until_refused(b, "forged", 1).await;
 
     // B's follower gets turn three and nothing of the above.
-    ca.chat("x", "three").await;
-    ca.until_result("x").await;
-    let third = cb.until_result("x").await;
-    assert_eq!(reply_text(&third), "Echo: three (turn 3)");
-    for frame in &third {
-        let text = frame.to_string();
-        assert!(!text.contains("FORGED") && !text.contains("two"), "{text}");
-        if let Some(seq) = frame["seq"].as_i64() {
-            assert!(seq > last_seq, "an old frame again: {text}");
-        }
-    }
+    relayed.third_turn_alone().await;
 }
 
+#[tokio::test]
+async fn frames_played_again_are_refused_by_a_later_subscription_too() {
+    let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
+        return;
+    };
+    let mut relayed = Relayed::start(&cluster).await;
+
+    // B's follower leaves and B forgets the conversation (a refused chat drops its idle
+    // slot, and with it the subscription to A's frames); a new follower subscribes anew.
+    let Relayed {
+        b, cb, last_seq, ..
+    } = &mut relayed;
+    cb.ws.close(None).await.unwrap();
+    until_metric(b, "agentmux_sockets", 0).await;
+    *cb = b.client().await;
+    cb.send(json!({"type": "chat", "agent_id": "x", "content": "hi",
+        "options": {"agent": "another"}}))
+        .await;
+    let refused_chat = cb.recv().await;
+    assert_eq!(refused_chat["code"], "invalid_options", "{refused_chat}");
+    until_metric(b, "agentmux_session_slots", 0).await;
+    let since = *last_seq - 1;
+    cb.send(json!({"type": "subscribe", "agent_id": "x", "since_seq": since}))
+        .await;
+    cb.until_result("x").await;
+
+    // Turn two's frames, played again into the new subscription, are refused as replays.
+    relayed.play_again().await;
+    until_refused(&relayed.b, "replayed", relayed.captured.len() as u64).await;
+    relayed.third_turn_alone().await;
+}
 #[tokio::test]
 async fn nodes_log_in_to_nats_with_a_token_or_an_nkey() {
     const TOKEN: &str = "t0ken-for-nats";

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::seal::{FrameOrder, Kind, Refusal, Seal};
+use self::seal::{Kind, Refusal, Seal};
 use super::{Conversation, Manager, Route, replay};
 use crate::config::ClusterConfig;
 use crate::metrics::Metrics;
@@ -213,11 +213,9 @@ impl Bus {
         store: Arc<dyn Store>,
         stop: CancellationToken,
     ) {
-        let mut sub = match self
-            .client
-            .subscribe(frames_subject(conversation.row))
-            .await
-        {
+        let subject = frames_subject(conversation.row);
+        let mut order = self.seal.frame_order(&subject);
+        let mut sub = match self.client.subscribe(subject.clone()).await {
             Ok(sub) => sub,
             Err(err) => {
                 tracing::warn!(error = %err, "following a conversation on the other nodes failed");
@@ -227,10 +225,8 @@ impl Bus {
         // The server has the subscription once it answers a flush.
         let _ = self.client.flush().await;
         let (metrics, seal) = (self.metrics.clone(), self.seal.clone());
-        let subject = frames_subject(conversation.row);
         tokio::spawn(async move {
             let mut last: Option<i64> = None;
-            let mut order = FrameOrder::default();
             loop {
                 let msg = tokio::select! {
                     msg = sub.next() => msg,
@@ -243,7 +239,7 @@ impl Bus {
                 else {
                     continue;
                 };
-                if !order.admit(&opened.nonce) {
+                if !seal.admit(&mut order, &opened.nonce) {
                     seal.refused(Kind::Frame, Refusal::Replayed, Some(&opened.from));
                     continue;
                 }

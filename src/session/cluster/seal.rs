@@ -4,7 +4,7 @@
 //! drops what fails the check, lies outside the replay window or was seen before, counting it
 //! and logging it once per peer per minute.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -104,6 +104,8 @@ pub struct Seal {
     published: AtomicU64,
     /// Nonces of the commands received within the window, with when each expires (ms).
     seen: Mutex<HashMap<String, u64>>,
+    /// The frames this node's subscriptions took, shared by them all.
+    frames: Mutex<FrameLog>,
     /// When a refusal from each peer was last logged.
     logged: Mutex<HashMap<String, Instant>>,
     metrics: Metrics,
@@ -130,6 +132,7 @@ impl Seal {
             incarnation: uuid::Uuid::new_v4().simple().to_string(),
             published: AtomicU64::new(0),
             seen: Mutex::new(HashMap::new()),
+            frames: Mutex::new(FrameLog::default()),
             logged: Mutex::new(HashMap::new()),
             metrics,
         })
@@ -309,31 +312,97 @@ impl Seal {
     }
 }
 
-/// The order of the frames one subscription received: a frame whose nonce does not follow
-/// the last one of its sender's run is a replay.
+/// What this node received of the frames published for each conversation: per subject and
+/// sender's run (`<run>.<n>` nonces), the last `n` any of its subscriptions took, and when
+/// (ms). A run nobody published on for twice the window is forgotten: a frame of it would be
+/// stale by then, so the memory holds only the runs of the last minute or so.
 #[derive(Default)]
-pub struct FrameOrder(HashMap<String, u64>);
+pub struct FrameLog {
+    runs: HashMap<String, HashMap<String, (u64, u64)>>,
+    /// Each (subject, run) with when to look at it again, oldest first.
+    expiry: VecDeque<(u64, String, String)>,
+}
 
-impl FrameOrder {
-    /// Whether the frame with nonce `nonce` (opened) comes after every earlier one of its run.
-    pub fn admit(&mut self, nonce: &str) -> bool {
+impl FrameLog {
+    /// Forgets the runs nobody published on since `now` − twice the window.
+    fn expire(&mut self, now: u64) {
+        let keep = 2 * WINDOW.as_millis() as u64;
+        while let Some((due, _, _)) = self.expiry.front()
+            && *due <= now
+        {
+            let (_, subject, run) = self.expiry.pop_front().expect("a front");
+            let Some(runs) = self.runs.get_mut(&subject) else {
+                continue;
+            };
+            match runs.get(&run) {
+                Some((_, at)) if at + keep > now => {
+                    self.expiry.push_back((at + keep, subject, run));
+                }
+                _ => {
+                    runs.remove(&run);
+                    if runs.is_empty() {
+                        self.runs.remove(&subject);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The order of the frames one subscription takes: a frame whose nonce does not follow the
+/// last one of its sender's run, as this subscription or any other of this node (before it
+/// began) took it, is a replay.
+pub struct FrameOrder {
+    subject: String,
+    last: HashMap<String, u64>,
+}
+
+impl Seal {
+    /// The order of a subscription to `subject` that begins now: it starts where this node's
+    /// earlier subscriptions to it left off. Taken before subscribing, so that no frame this
+    /// order refuses can be one published after the subscription began.
+    pub fn frame_order(&self, subject: &str) -> FrameOrder {
+        let mut log = self.frames.lock().expect("frame log lock");
+        log.expire(now_ms());
+        let last = log.runs.get(subject).map_or_else(HashMap::new, |runs| {
+            runs.iter().map(|(run, (n, _))| (run.clone(), *n)).collect()
+        });
+        FrameOrder {
+            subject: subject.to_owned(),
+            last,
+        }
+    }
+
+    /// Whether the frame with nonce `nonce` (opened) comes after every earlier one of its run
+    /// in `order`; if so, it is this node's last of that run from now on.
+    pub fn admit(&self, order: &mut FrameOrder, nonce: &str) -> bool {
         let Some((run, n)) = nonce.rsplit_once('.') else {
             return false;
         };
         let Ok(n) = n.parse::<u64>() else {
             return false;
         };
-        match self.0.get_mut(run) {
-            Some(last) if n <= *last => false,
-            Some(last) => {
-                *last = n;
-                true
+        if order.last.get(run).is_some_and(|last| n <= *last) {
+            return false;
+        }
+        order.last.insert(run.to_owned(), n);
+        let now = now_ms();
+        let mut log = self.frames.lock().expect("frame log lock");
+        log.expire(now);
+        let runs = log.runs.entry(order.subject.clone()).or_default();
+        match runs.get_mut(run) {
+            Some((last, at)) => {
+                *last = (*last).max(n);
+                *at = now;
             }
             None => {
-                self.0.insert(run.to_owned(), n);
-                true
+                runs.insert(run.to_owned(), (n, now));
+                let due = now + 2 * WINDOW.as_millis() as u64;
+                log.expiry
+                    .push_back((due, order.subject.clone(), run.to_owned()));
             }
         }
+        true
     }
 }
 
@@ -466,14 +535,53 @@ mod tests {
 
     #[test]
     fn frames_of_a_run_pass_in_order_only() {
-        let mut order = FrameOrder::default();
-        assert!(order.admit("r1.0"));
-        assert!(order.admit("r1.2"));
-        assert!(!order.admit("r1.2"));
-        assert!(!order.admit("r1.1"));
-        assert!(order.admit("r2.0"));
-        assert!(!order.admit("r1"));
-        assert!(!order.admit("r1.x"));
+        let b = seal(SECRET, "b");
+        let mut order = b.frame_order("f");
+        assert!(b.admit(&mut order, "r1.0"));
+        assert!(b.admit(&mut order, "r1.2"));
+        assert!(!b.admit(&mut order, "r1.2"));
+        assert!(!b.admit(&mut order, "r1.1"));
+        assert!(b.admit(&mut order, "r2.0"));
+        assert!(!b.admit(&mut order, "r1"));
+        assert!(!b.admit(&mut order, "r1.x"));
+    }
+
+    #[test]
+    fn a_later_subscription_starts_where_the_node_left_off() {
+        let b = seal(SECRET, "b");
+        let mut first = b.frame_order("f");
+        assert!(b.admit(&mut first, "r1.3"));
+        // One that begins meanwhile takes the frames published after it began, as the first.
+        let mut second = b.frame_order("f");
+        assert!(b.admit(&mut second, "r1.4"));
+        assert!(b.admit(&mut first, "r1.4"));
+        // One that begins later refuses what came before it, from any run.
+        let mut third = b.frame_order("f");
+        assert!(!b.admit(&mut third, "r1.3"));
+        assert!(!b.admit(&mut third, "r1.4"));
+        assert!(b.admit(&mut third, "r1.5"));
+        // Another conversation's frames have an order of their own.
+        let mut other = b.frame_order("g");
+        assert!(b.admit(&mut other, "r1.0"));
+    }
+
+    #[test]
+    fn runs_unheard_of_for_twice_the_window_are_forgotten() {
+        let mut log = FrameLog::default();
+        let keep = 2 * WINDOW.as_millis() as u64;
+        let mut runs = HashMap::new();
+        runs.insert("old".to_owned(), (5, 1_000));
+        runs.insert("live".to_owned(), (9, 1_000 + keep));
+        log.runs.insert("f".to_owned(), runs);
+        log.expiry
+            .push_back((1_000 + keep, "f".into(), "old".into()));
+        log.expiry
+            .push_back((1_000 + keep, "f".into(), "live".into()));
+        log.expire(1_000 + keep);
+        assert_eq!(log.runs["f"].keys().collect::<Vec<_>>(), ["live"]);
+        assert_eq!(log.expiry.len(), 1, "the live run is looked at again later");
+        log.expire(1_000 + 2 * keep);
+        assert!(log.runs.is_empty() && log.expiry.is_empty());
     }
 
     #[test]
