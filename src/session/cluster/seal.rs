@@ -4,7 +4,7 @@
 //! drops what fails the check, lies outside the replay window or was seen before, counting it
 //! and logging it once per peer per minute.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -102,8 +102,8 @@ pub struct Seal {
     /// Random per start: with the counter, the nonce of each frame this node publishes.
     incarnation: String,
     published: AtomicU64,
-    /// Nonces of the commands received within the window, with when each expires (ms).
-    seen: Mutex<HashMap<String, u64>>,
+    /// Nonces of the commands received within the window.
+    seen: Mutex<SeenCommands>,
     /// The frames this node's subscriptions took, shared by them all.
     frames: Mutex<FrameLog>,
     /// When a refusal from each peer was last logged.
@@ -131,7 +131,7 @@ impl Seal {
             node,
             incarnation: uuid::Uuid::new_v4().simple().to_string(),
             published: AtomicU64::new(0),
-            seen: Mutex::new(HashMap::new()),
+            seen: Mutex::new(SeenCommands::default()),
             frames: Mutex::new(FrameLog::default()),
             logged: Mutex::new(HashMap::new()),
             metrics,
@@ -267,10 +267,7 @@ impl Seal {
         }
         if let Kind::Command = kind {
             let mut seen = self.seen.lock().expect("seen lock");
-            if seen.len() >= 1024 {
-                seen.retain(|_, expires| *expires > now);
-            }
-            if seen.insert(nonce.clone(), sent + 2 * window).is_some() {
+            if !seen.insert(&nonce, sent + 2 * window, now) {
                 return Err(Refusal::Replayed);
             }
         }
@@ -309,6 +306,34 @@ impl Seal {
                  counted, not logged, for a minute"
             );
         }
+    }
+}
+
+/// The nonces of the commands a node received, each kept until its command would be stale
+/// (twice the window after it was sent), in the order they came: the oldest are dropped from
+/// the front, so each command costs the same however many are kept.
+#[derive(Default)]
+struct SeenCommands {
+    nonces: HashSet<String>,
+    /// Each nonce with when it may be dropped (ms), in the order they came.
+    expiry: VecDeque<(u64, String)>,
+}
+
+impl SeenCommands {
+    /// Drops the nonces due by `now`, then keeps `nonce` until `expires`; false when it is
+    /// kept already (a replay).
+    fn insert(&mut self, nonce: &str, expires: u64, now: u64) -> bool {
+        while let Some((due, _)) = self.expiry.front()
+            && *due <= now
+        {
+            let (_, dropped) = self.expiry.pop_front().expect("a front");
+            self.nonces.remove(&dropped);
+        }
+        if !self.nonces.insert(nonce.to_owned()) {
+            return false;
+        }
+        self.expiry.push_back((expires, nonce.to_owned()));
+        true
     }
 }
 
@@ -460,6 +485,24 @@ mod tests {
         assert_eq!((opened.from.as_str(), opened.nonce), ("a", nonce));
         let again = b.open(Kind::Command, "s", Some(&headers), &[], b"payload");
         assert_eq!(again.err(), Some(Refusal::Replayed));
+    }
+
+    #[test]
+    fn command_nonces_are_kept_until_their_command_would_be_stale() {
+        let mut seen = SeenCommands::default();
+        assert!(seen.insert("a", 100, 0));
+        assert!(seen.insert("b", 300, 50));
+        assert!(!seen.insert("a", 100, 60), "a live nonce again");
+        // At 100 `a` is dropped (its command is stale by then) and `b` is still refused.
+        assert!(seen.insert("c", 400, 100));
+        assert!(!seen.nonces.contains("a") && seen.expiry.len() == 2);
+        assert!(!seen.insert("b", 300, 100));
+        assert!(
+            seen.insert("a", 500, 100),
+            "a dropped nonce is not remembered"
+        );
+        seen.insert("d", 600, 500);
+        assert_eq!(seen.nonces.len(), 1, "all but the last dropped by 500");
     }
 
     #[test]
