@@ -151,7 +151,8 @@ impl Server {
             ),
             _ => {
                 let node = config.cluster.node_name(config.bind)?;
-                Some(Bus::connect(&config.cluster, node, metrics.clone()).await?)
+                let page_bytes = config.session.page_bytes;
+                Some(Bus::connect(&config.cluster, node, metrics.clone(), page_bytes).await?)
             }
         };
         let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone(), bus);

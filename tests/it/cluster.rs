@@ -36,7 +36,7 @@ pub(crate) struct Nats {
 
 impl Nats {
     /// None (after saying so) when no NATS server binary is configured outside CI.
-    async fn start() -> Option<Self> {
+    pub(crate) async fn start() -> Option<Self> {
         let auth = ["--user", "agentmux", "--pass", NATS_PASSWORD].map(str::to_owned);
         Self::start_with(auth.to_vec()).await
     }

@@ -31,6 +31,22 @@ fn seal(
     payload: &[u8],
 ) -> (HeaderMap, String) {
     let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let headers = seal_with_nonce(secret, kind, subject, from, time_ms, &nonce, extra, payload);
+    (headers, nonce)
+}
+
+/// [`seal`] with the nonce `nonce` (a frame's is `<run>.<counter>`).
+#[allow(clippy::too_many_arguments)]
+fn seal_with_nonce(
+    secret: &str,
+    kind: &str,
+    subject: &str,
+    from: &str,
+    time_ms: u64,
+    nonce: &str,
+    extra: &[(&str, &str)],
+    payload: &[u8],
+) -> HeaderMap {
     let time = time_ms.to_string();
     let mut fields: Vec<&[u8]> = vec![
         kind.as_bytes(),
@@ -50,9 +66,9 @@ fn seal(
     }
     headers.insert("Agentmux-From", from);
     headers.insert("Agentmux-Time", time.as_str());
-    headers.insert("Agentmux-Nonce", nonce.as_str());
+    headers.insert("Agentmux-Nonce", nonce);
     headers.insert("Agentmux-Mac", mac.as_str());
-    (headers, nonce)
+    headers
 }
 
 /// The base64url HMAC-SHA256 under `secret` of the format's tag and `fields`, each with its
@@ -352,10 +368,23 @@ async fn a_node_answers_sealed_malformed_commands_with_typed_errors() {
     assert_eq!(frames[0]["message_type"], "status", "the marker first");
 }
 
+/// The subject the frames of conversation `agent_id` are published on.
+async fn frames_subject(cluster: &Cluster, agent_id: &str) -> String {
+    let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
+    let (row,): (i64,) = sqlx::query_as("select id from session_info where agent_id = $1")
+        .bind(agent_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    format!("agentmux.frames.{row}")
+}
+
 /// Two nodes, `x` run by A and followed on B, with the frames A published of turn two as
 /// they were seen on the bus.
 struct Relayed {
-    a: TestServer,
+    /// Node A, kept running.
+    _a: TestServer,
     b: TestServer,
     ca: Client,
     cb: Client,
@@ -377,13 +406,7 @@ impl Relayed {
         ca.chat("x", "one").await;
         let first = ca.until_result("x").await;
         let session_id = first[0]["session_id"].as_str().unwrap().to_owned();
-        let pool = sqlx::PgPool::connect(&cluster.url).await.unwrap();
-        let (row,): (i64,) = sqlx::query_as("select id from session_info where agent_id = 'x'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        pool.close().await;
-        let subject = format!("agentmux.frames.{row}");
+        let subject = frames_subject(cluster, "x").await;
         let nats = cluster.nats.as_ref().unwrap().client().await;
         let mut sniffer = nats.subscribe(subject.clone()).await.unwrap();
         nats.flush().await.unwrap();
@@ -417,7 +440,7 @@ impl Relayed {
             "the turn's result was published"
         );
         Relayed {
-            a,
+            _a: a,
             b,
             ca,
             cb,
@@ -545,6 +568,80 @@ async fn frames_played_again_are_refused_by_a_later_subscription_too() {
     until_refused(&relayed.b, "replayed", relayed.captured.len() as u64).await;
     relayed.third_turn_alone().await;
 }
+#[tokio::test]
+async fn a_gap_of_several_pages_is_filled_from_the_store_whole_and_in_order() {
+    // Pages of one frame each: any gap of two frames or more takes several.
+    let Some(mut cluster) = Cluster::configured(LONG_LEASE_SECS, "[session]\npage_bytes = 1").await
+    else {
+        return;
+    };
+    let Some(nats) = Nats::start().await else {
+        return;
+    };
+    cluster.nats = Some(nats);
+    cluster.gates.open_all("x", 1..=2);
+    // C runs `x` but seals with another secret: B relays none of its frames, so the test's
+    // sealed copies of two of them are all B takes, with a gap between them.
+    let c = cluster
+        .node_with("node-c", &[], &[("AGENTMUX_CLUSTER_SECRET", OTHER_SECRET)])
+        .await;
+    let b = cluster.node("node-b").await;
+    let (mut cc, mut cb) = (c.client().await, b.client().await);
+    cc.chat("x", "one").await;
+    let first = cc.until_result("x").await;
+    cb.send(json!({"type": "subscribe", "agent_id": "x", "since_seq": 0}))
+        .await;
+    cb.until_result("x").await;
+    let subject = frames_subject(&cluster, "x").await;
+    let nats = cluster.nats.as_ref().unwrap().client().await;
+    let publish_copy = |frames: Vec<Value>, n: u64| {
+        let (nats, subject) = (nats.clone(), subject.clone());
+        async move {
+            let last = frames.iter().rfind(|f| f["seq"].is_i64()).unwrap().clone();
+            let (kind, seq) = (
+                last["message_type"].as_str().unwrap(),
+                last["seq"].to_string(),
+            );
+            let routing = [("Agentmux-Type", kind), ("Agentmux-Seq", seq.as_str())];
+            let payload = last.to_string();
+            let nonce = format!("copy.{n}");
+            let headers = seal_with_nonce(
+                SECRET,
+                "frame",
+                &subject,
+                "node-c",
+                now_ms(),
+                &nonce,
+                &routing,
+                payload.as_bytes(),
+            );
+            nats.publish_with_headers(subject, headers, payload.into())
+                .await
+                .unwrap();
+            nats.flush().await.unwrap();
+            last["seq"].as_i64().unwrap()
+        }
+    };
+    let before = publish_copy(first, 0).await;
+    until_metric(&b, "agentmux_relayed_frames_total", 1).await;
+
+    // Turn two reaches B only as a copy of its last frame: the rest is read from the store.
+    cc.chat("x", "two").await;
+    let second = cc.until_result("x").await;
+    let stored_second: Vec<Value> = second
+        .iter()
+        .filter(|f| f["seq"].is_i64() && f["message_type"] != "ack")
+        .cloned()
+        .collect();
+    let end = publish_copy(second, 1).await;
+    assert!(end - before > 2, "a gap of several frames");
+    let relayed = cb.until_result("x").await;
+    assert_eq!(relayed, stored_second);
+    let seqs: Vec<i64> = relayed.iter().map(|f| f["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, ((before + 1)..=end).collect::<Vec<_>>());
+    assert_eq!(reply_text(&relayed), "Echo: two (turn 2)");
+}
+
 #[tokio::test]
 async fn nodes_log_in_to_nats_with_a_token_or_an_nkey() {
     const TOKEN: &str = "t0ken-for-nats";

@@ -41,6 +41,8 @@ pub struct Bus {
     seal: Arc<Seal>,
     frames: mpsc::UnboundedSender<(RowId, Frame)>,
     metrics: Metrics,
+    /// `session.page_bytes`: the most a page of frames read to fill a gap holds.
+    page_bytes: usize,
 }
 
 /// A command another node forwards: the principal it acts for and the client frame (for a
@@ -148,7 +150,8 @@ fn node_subject(node: &str) -> String {
 
 impl Bus {
     /// Connects to the NATS server(s) of `cluster` as node `node`, sealing and checking every
-    /// message with the cluster secret. The connection is kept up (and re-established after an
+    /// message with the cluster secret; a gap in the frames it relays is read from the store
+    /// in pages of at most `page_bytes`. The connection is kept up (and re-established after an
     /// outage) for as long as the bus lives.
     ///
     /// # Errors
@@ -158,6 +161,7 @@ impl Bus {
         cluster: &ClusterConfig,
         node: String,
         metrics: Metrics,
+        page_bytes: usize,
     ) -> anyhow::Result<Arc<Bus>> {
         let Some(secret) = cluster.secret.as_deref().filter(|s| !s.is_empty()) else {
             anyhow::bail!(
@@ -195,6 +199,7 @@ impl Bus {
             seal,
             frames,
             metrics,
+            page_bytes,
         }))
     }
 
@@ -224,7 +229,8 @@ impl Bus {
         };
         // The server has the subscription once it answers a flush.
         let _ = self.client.flush().await;
-        let (metrics, seal) = (self.metrics.clone(), self.seal.clone());
+        let (metrics, seal, page_bytes) =
+            (self.metrics.clone(), self.seal.clone(), self.page_bytes);
         tokio::spawn(async move {
             let mut last: Option<i64> = None;
             loop {
@@ -256,7 +262,7 @@ impl Bus {
                 if let (Some(seq), Some(prev)) = (frame.seq, last)
                     && seq > prev + 1
                 {
-                    fill_gap(&*store, &conversation, &events, prev, seq).await;
+                    fill_gap(&*store, &conversation, &events, page_bytes, prev, seq).await;
                 }
                 if let Some(seq) = frame.seq {
                     last = Some(last.map_or(seq, |prev| prev.max(seq)));
@@ -399,25 +405,38 @@ impl Bus {
     }
 }
 
-/// Relays the stored frames of `conversation` with `prev < seq < next` (missed on the bus).
+/// Relays the stored frames of `conversation` with `prev < seq < next` (missed on the bus),
+/// read a page at a time as a replay reads them ([`replay::REPLAY_PAGE`] frames and
+/// `page_bytes` at most), so that a long gap holds one page in memory, not the whole gap.
 async fn fill_gap(
     store: &dyn Store,
     conversation: &Conversation,
     events: &super::events::Sender,
+    page_bytes: usize,
     prev: i64,
     next: i64,
 ) {
-    let missing = u32::try_from(next - prev - 1).unwrap_or(u32::MAX);
-    match store
-        .messages_after(conversation.row, prev, PageSize::rows(missing))
-        .await
-    {
-        Ok(page) => {
-            for row in page.rows.iter().filter(|r| r.seq < next) {
-                events.send(replay::stored_frame(conversation, row));
+    let mut after = prev;
+    while after + 1 < next {
+        let missing = u32::try_from(next - after - 1).unwrap_or(u32::MAX);
+        let size = PageSize {
+            rows: missing.min(replay::REPLAY_PAGE),
+            bytes: page_bytes,
+        };
+        let page = match store.messages_after(conversation.row, after, size).await {
+            Ok(page) => page,
+            Err(err) => {
+                tracing::warn!(error = %err, "filling a gap of relayed frames failed");
+                return;
             }
+        };
+        for row in page.rows.iter().take_while(|r| r.seq < next) {
+            events.send(replay::stored_frame(conversation, row));
         }
-        Err(err) => tracing::warn!(error = %err, "filling a gap of relayed frames failed"),
+        match page.rows.last() {
+            Some(last) if page.more => after = last.seq,
+            _ => return,
+        }
     }
 }
 
