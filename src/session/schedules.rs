@@ -329,16 +329,7 @@ impl Scheduler {
     /// Pauses a schedule whose principal can no longer sign in, recording why: nobody could
     /// see or stop its runs. Its owner may resume it once it can sign in again; an admin sees
     /// it in every principal's schedules.
-    async fn pause_orphan(&self, mut row: ScheduleRow) {
-        tracing::warn!(schedule = %row.id, principal = %row.principal,
-            "paused a schedule whose principal can no longer sign in");
-        row.enabled = false;
-        row.updated_at = protocol::now_rfc3339();
-        if let Err(err) = self.inner.store.update_schedule(&row).await {
-            tracing::warn!(error = %err, schedule = %row.id, "cannot pause a schedule");
-            return;
-        }
-        self.inner.manager.shared.metrics.scheduled_run("paused");
+    async fn pause_orphan(&self, row: ScheduleRow) {
         let last = LastRun {
             agent_id: row.agent_id.clone(),
             seq: None,
@@ -351,7 +342,22 @@ impl Scheduler {
             )),
             trigger: "tick".into(),
         };
-        self.record(&row.id, &last).await;
+        let text = serde_json::to_string(&last).expect("runs serialize");
+        // Only its state and latest run: a change made since it was read stays.
+        match self
+            .inner
+            .store
+            .pause_schedule(&row.id, &protocol::now_rfc3339(), &text)
+            .await
+        {
+            Ok(true) => {
+                tracing::warn!(schedule = %row.id, principal = %row.principal,
+                    "paused a schedule whose principal can no longer sign in");
+                self.inner.manager.shared.metrics.scheduled_run("paused");
+            }
+            Ok(false) => {}
+            Err(err) => tracing::warn!(error = %err, schedule = %row.id, "cannot pause a schedule"),
+        }
     }
 
     /// Takes one of `principal`'s `mode: "new"` runs of the last hour; false when

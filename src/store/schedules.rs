@@ -78,6 +78,11 @@ pub trait ScheduleStore: Send + Sync + 'static {
 
     /// Records a schedule's latest run.
     async fn set_last_run(&self, id: &str, last_run: &str) -> Result<()>;
+
+    /// Pauses an enabled schedule, recording `last_run` as its latest run and `updated_at`,
+    /// and nothing else of it: a change made since it was read is kept. False when it was
+    /// deleted or paused meanwhile.
+    async fn pause_schedule(&self, id: &str, updated_at: &str, last_run: &str) -> Result<bool>;
 }
 
 const COLUMNS: &str = "id, principal, name, agent_id, content, cron, every_secs, mode, options, \
@@ -218,6 +223,19 @@ impl ScheduleStore for $store {
             .execute(self.pool())
             .await?;
         Ok(())
+    }
+
+    async fn pause_schedule(&self, id: &str, updated_at: &str, last_run: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "update schedules set enabled = false, updated_at = $1, last_run = $2 \
+             where id = $3 and enabled",
+        )
+        .bind(updated_at)
+        .bind(last_run)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 }
     };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use agentmux::metrics::Metrics;
 use agentmux::protocol::{AgentId, SessionId};
 use agentmux::store::postgres::{PgSettings, PgStore};
+use agentmux::store::schedules::{ScheduleRow, ScheduleStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
 use agentmux::store::{NewMessage, NewSession, PageSize, RowId, RunningTurn, Store, StoreError};
 
@@ -74,6 +75,14 @@ impl Fixture {
         PgStore::open(&url, settings, Metrics::default())
             .await
             .unwrap()
+    }
+
+    /// Opens (again) this test's store, as the scheduler sees it.
+    async fn open_schedules(&self) -> Box<dyn ScheduleStore> {
+        match self.pg_url() {
+            Some(_) => Box::new(self.open_pg(PgSettings::default()).await),
+            None => Box::new(self.open_sqlite(SqliteSettings::default()).await),
+        }
     }
 
     /// A connection to the same database, for checks in SQL both engines take.
@@ -147,6 +156,7 @@ on_both_engines!(
     a_forks_results_keep_their_turn_cost,
     ids_changed_behind_the_servers_back_are_refused,
     pages_are_bounded_in_rows_and_in_bytes,
+    a_pause_keeps_a_change_made_since_the_schedule_was_read,
 );
 
 fn new_session(principal: &str, agent_id: &str) -> NewSession {
@@ -1099,11 +1109,56 @@ async fn a_commit_broken_off_by_a_deadlock_is_tried_again() {
     store.close().await;
 }
 
+/// An enabled schedule of `local` every second, with its next tick at `next_run_ms`.
+fn schedule(id: &str, next_run_ms: i64) -> ScheduleRow {
+    let now = "2026-01-01T00:00:00.000Z".to_owned();
+    ScheduleRow {
+        id: id.into(),
+        principal: "local".into(),
+        name: "Tick".into(),
+        agent_id: "tick".into(),
+        content: "tick".into(),
+        cron: None,
+        every_secs: Some(1),
+        mode: "same".into(),
+        options: "{}".into(),
+        enabled: true,
+        next_run_ms,
+        last_run: None,
+        created_at: now.clone(),
+        updated_at: now,
+    }
+}
+
+/// A schedule paused (its principal gone) after it was read keeps a change made meanwhile
+/// (a `PATCH` of its prompt): only its state and latest run are written.
+async fn a_pause_keeps_a_change_made_since_the_schedule_was_read(fx: Fixture) {
+    let store = fx.open_schedules().await;
+    let read = schedule("s-1", 1_000);
+    store.insert_schedule(&read).await.unwrap();
+    let patched = ScheduleRow {
+        content: "the new prompt".into(),
+        updated_at: "2026-01-01T00:00:01.000Z".into(),
+        ..read.clone()
+    };
+    assert!(store.update_schedule(&patched).await.unwrap());
+    let paused = r#"{"outcome":"paused"}"#;
+    let at = "2026-01-01T00:00:02.000Z";
+    assert!(store.pause_schedule(&read.id, at, paused).await.unwrap());
+    let now = store.find_schedule("local", "s-1").await.unwrap().unwrap();
+    assert_eq!(now.content, "the new prompt");
+    assert!(!now.enabled);
+    assert_eq!(now.last_run.as_deref(), Some(paused));
+    assert_eq!(now.updated_at, at);
+    // Paused already, or gone: nothing to do.
+    assert!(!store.pause_schedule(&read.id, at, paused).await.unwrap());
+    assert!(!store.pause_schedule("s-2", at, paused).await.unwrap());
+}
+
 /// Each tick of a schedule is claimed by exactly one of the nodes whose schedulers race for it:
 /// the claim is a compare-and-set on the tick in the shared database.
 #[tokio::test]
 async fn each_tick_of_a_schedule_is_claimed_by_one_node() {
-    use agentmux::store::schedules::{ScheduleRow, ScheduleStore};
     let Some(fx) = Fixture::postgres().await else {
         return;
     };
@@ -1115,26 +1170,8 @@ async fn each_tick_of_a_schedule_is_claimed_by_one_node() {
         fx.open_pg(node("node-a")).await,
         fx.open_pg(node("node-b")).await,
     );
-    let now = "2026-01-01T00:00:00.000Z".to_owned();
     let start = 1_000_000;
-    a.insert_schedule(&ScheduleRow {
-        id: "s-1".into(),
-        principal: "local".into(),
-        name: "Tick".into(),
-        agent_id: "tick".into(),
-        content: "tick".into(),
-        cron: None,
-        every_secs: Some(1),
-        mode: "same".into(),
-        options: "{}".into(),
-        enabled: true,
-        next_run_ms: start,
-        last_run: None,
-        created_at: now.clone(),
-        updated_at: now,
-    })
-    .await
-    .unwrap();
+    a.insert_schedule(&schedule("s-1", start)).await.unwrap();
     for tick in 0..20 {
         let from = start + tick * 1000;
         let (on_a, on_b) = tokio::join!(
