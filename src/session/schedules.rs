@@ -7,7 +7,7 @@
 //! schedule whose principal can no longer sign in is paused at its tick, and runs that start
 //! conversations (`mode: "new"`) are limited per principal per hour.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -140,8 +140,9 @@ struct Inner {
     running: std::sync::Mutex<HashMap<String, Running>>,
     generation: AtomicU64,
     max_new_runs_per_hour: usize,
-    /// When each principal's `mode: "new"` runs of the last hour started, oldest first.
-    new_runs: std::sync::Mutex<HashMap<String, VecDeque<std::time::Instant>>>,
+    /// Held from counting a `mode: "new"` run against the limit until its conversation is
+    /// stored, so that runs at once on this node are counted one after the other.
+    new_runs: tokio::sync::Mutex<()>,
 }
 
 /// Runs schedules; cheap to clone.
@@ -226,7 +227,7 @@ impl Scheduler {
                 running: std::sync::Mutex::new(HashMap::new()),
                 generation: AtomicU64::new(0),
                 max_new_runs_per_hour: config.max_new_runs_per_hour,
-                new_runs: std::sync::Mutex::default(),
+                new_runs: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -360,30 +361,34 @@ impl Scheduler {
         }
     }
 
-    /// Takes one of `principal`'s `mode: "new"` runs of the last hour; false when
-    /// `schedules.max_new_runs_per_hour` are taken.
-    fn take_new_run(&self, principal: &str) -> bool {
+    /// Takes one of `principal`'s `mode: "new"` runs of the last hour, counted from the
+    /// conversations its schedules started (in the store, so that a restart or another node
+    /// does not start the count again): the turn to start one, held until it is stored, or
+    /// the detail of why not.
+    async fn take_new_run(
+        &self,
+        principal: &str,
+    ) -> Result<tokio::sync::MutexGuard<'_, ()>, String> {
         let max = self.inner.max_new_runs_per_hour;
+        let turn = self.inner.new_runs.lock().await;
         if max == 0 {
-            return true;
+            return Ok(turn);
         }
-        let now = std::time::Instant::now();
-        let mut runs = self.inner.new_runs.lock().expect("not poisoned");
-        runs.retain(|_, times| {
-            while times
-                .front()
-                .is_some_and(|t| now.duration_since(*t) >= HOUR)
-            {
-                times.pop_front();
-            }
-            !times.is_empty()
-        });
-        let times = runs.entry(principal.to_owned()).or_default();
-        if times.len() >= max {
-            return false;
+        let hour = chrono::TimeDelta::from_std(HOUR).expect("an hour");
+        let since = (Utc::now() - hour).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let started = self
+            .inner
+            .store
+            .scheduled_conversations_since(principal, &since)
+            .await
+            .map_err(|err| format!("store_unavailable: {err}"))?;
+        if started >= max as i64 {
+            return Err(format!(
+                "at most {max} runs that start a conversation per principal per hour \
+                 (schedules.max_new_runs_per_hour)"
+            ));
         }
-        times.push_back(now);
-        true
+        Ok(turn)
     }
 
     fn next_cron_tick(&self, cron: &str, after_ms: i64) -> Result<i64, FrameError> {
@@ -754,25 +759,28 @@ impl Scheduler {
             self.record(&row.id, &last).await;
             return last;
         }
-        if row.mode == "new" && !self.take_new_run(&row.principal) {
-            self.forget(&row.id, generation);
-            let max = self.inner.max_new_runs_per_hour;
-            let last = LastRun {
-                agent_id,
-                seq: None,
-                outcome: "limited".into(),
-                at,
-                detail: Some(format!(
-                    "at most {max} runs that start a conversation per principal per hour \
-                     (schedules.max_new_runs_per_hour)"
-                )),
-                trigger: trigger.into(),
-            };
-            metrics.scheduled_run("limited");
-            self.record(&row.id, &last).await;
-            return last;
-        }
+        let new_run = match row.mode.as_str() {
+            "new" => match self.take_new_run(&row.principal).await {
+                Ok(turn) => Some(turn),
+                Err(detail) => {
+                    self.forget(&row.id, generation);
+                    let last = LastRun {
+                        agent_id,
+                        seq: None,
+                        outcome: "limited".into(),
+                        at,
+                        detail: Some(detail),
+                        trigger: trigger.into(),
+                    };
+                    metrics.scheduled_run("limited");
+                    self.record(&row.id, &last).await;
+                    return last;
+                }
+            },
+            _ => None,
+        };
         let accepted = self.send(row, &agent_id, trigger).await;
+        drop(new_run);
         let last = match accepted {
             Ok(accepted) => {
                 let seq = accepted.seq;

@@ -83,6 +83,10 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// and nothing else of it: a change made since it was read is kept. False when it was
     /// deleted or paused meanwhile.
     async fn pause_schedule(&self, id: &str, updated_at: &str, last_run: &str) -> Result<bool>;
+
+    /// How many of `principal`'s conversations a scheduled run started (their first message
+    /// is a run's `scheduled_run` status) at or after `since` (RFC 3339, as stored).
+    async fn scheduled_conversations_since(&self, principal: &str, since: &str) -> Result<i64>;
 }
 
 const COLUMNS: &str = "id, principal, name, agent_id, content, cron, every_secs, mode, options, \
@@ -236,6 +240,19 @@ impl ScheduleStore for $store {
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn scheduled_conversations_since(&self, principal: &str, since: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "select count(*) from session_info s join messages m on m.session_pk = s.id \
+             where s.principal = $1 and s.created_at >= $2 and m.seq = 1 \
+             and m.message_type = 'status' and m.payload like $3",
+        )
+        .bind(principal)
+        .bind(since)
+        .bind(r#"%"status":"scheduled_run"%"#)
+        .fetch_one(self.pool())
+        .await?)
     }
 }
     };

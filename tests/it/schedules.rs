@@ -793,13 +793,25 @@ async fn schedules_of_a_principal_that_is_gone_are_paused_and_shown_to_admins() 
     assert_eq!(status, 400);
 }
 
+/// How many conversations the `flood` schedules started.
+async fn floods(rest: &Rest) -> usize {
+    let (_, list) = rest.get("/api/sessions").await;
+    list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["agent_id"].as_str().unwrap().starts_with("flood"))
+        .count()
+}
+
 /// Runs that start a conversation each (`mode: "new"`) are limited per principal per hour
 /// (`schedules.max_new_runs_per_hour`), across all of the principal's schedules: beyond, a tick
-/// or a run-now is recorded `limited` and starts nothing. Runs of `mode: "same"` are not.
+/// or a run-now is recorded `limited` and starts nothing, after a restart too (the count is the
+/// store's). Runs of `mode: "same"` are not.
 #[tokio::test]
 async fn runs_that_start_conversations_are_limited_per_hour() {
     let (_cfg, config) = config_file("[schedules]\nmax_new_runs_per_hour = 3\n");
-    let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
+    let mut server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
     let rest = Rest::new(&server);
     let mut ids = Vec::new();
     for n in 0..2 {
@@ -813,15 +825,6 @@ async fn runs_that_start_conversations_are_limited_per_hour() {
         assert_eq!(status, 201, "{s}");
         ids.push(s["id"].as_str().unwrap().to_owned());
     }
-    let started = || async {
-        let (_, list) = rest.get("/api/sessions").await;
-        list["sessions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["agent_id"].as_str().unwrap().starts_with("flood"))
-            .count()
-    };
     for id in &ids {
         eventually("the schedule's runs are limited", || async {
             let (_, s) = rest.get(&format!("/api/schedules/{id}")).await;
@@ -829,7 +832,7 @@ async fn runs_that_start_conversations_are_limited_per_hour() {
         })
         .await;
     }
-    assert_eq!(started().await, 3, "three conversations in the hour");
+    assert_eq!(floods(&rest).await, 3, "three conversations in the hour");
     let (_, run) = rest
         .post(&format!("/api/schedules/{}/run", ids[0]), json!({}))
         .await;
@@ -841,7 +844,7 @@ async fn runs_that_start_conversations_are_limited_per_hour() {
             .contains("max_new_runs_per_hour"),
         "{run}"
     );
-    assert_eq!(started().await, 3);
+    assert_eq!(floods(&rest).await, 3);
     assert!(
         metric(
             &server,
@@ -849,6 +852,27 @@ async fn runs_that_start_conversations_are_limited_per_hour() {
         )
         .await
             >= 3
+    );
+
+    // The count is the store's: a restart starts no more conversations within the hour.
+    let data_dir = server.data_dir.clone();
+    assert!(server.terminate().await.success());
+    let args = ["--config", config.as_str(), "--demo-delay-ms", "0"];
+    let server = TestServer::start_in(&data_dir, &args, &[]).await;
+    let rest = Rest::new(&server);
+    let restarted = agentmux::protocol::now_rfc3339();
+    for id in &ids {
+        eventually("a run after the restart is limited", || async {
+            let (_, s) = rest.get(&format!("/api/schedules/{id}")).await;
+            let after = s["last_run"]["at"].as_str().unwrap() > restarted.as_str();
+            (after && s["last_run"]["outcome"] == "limited").then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        floods(&rest).await,
+        3,
+        "still three conversations in the hour"
     );
 
     // A schedule that sends to one conversation is not limited.
