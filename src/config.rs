@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::protocol::DecodeLimits;
+use crate::protocol::{DecodeLimits, MAX_PRINCIPAL_BYTES};
 
 /// Which agent runs behind conversations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -667,14 +667,20 @@ impl AuthConfig {
 
     /// Whether `principal` can still sign in: with authentication off, only
     /// [`LOCAL_PRINCIPAL`]; else a principal of a configured token, or, while JWTs are
-    /// accepted, any principal that starts with [`Self::jwt_principal_prefix`] (JWT subjects
-    /// are not listed anywhere, so one is never known to be gone).
+    /// accepted, any principal a JWT could have: [`Self::jwt_principal_prefix`] followed by a
+    /// subject a JWT may carry (1 to [`MAX_PRINCIPAL_BYTES`] bytes). JWT subjects are not
+    /// listed anywhere, so such a principal is never known to be gone; with an empty prefix
+    /// that is every principal, a token's too (the operator made them one namespace).
     pub fn principal_exists(&self, principal: &str) -> bool {
         if !self.is_configured() {
             return principal == LOCAL_PRINCIPAL;
         }
-        self.tokens.values().any(|p| p == principal)
-            || (self.verifies_jwts() && principal.starts_with(&self.jwt_principal_prefix))
+        let from_jwt = || {
+            principal
+                .strip_prefix(self.jwt_principal_prefix.as_str())
+                .is_some_and(|sub| (1..=MAX_PRINCIPAL_BYTES).contains(&sub.len()))
+        };
+        self.tokens.values().any(|p| p == principal) || (self.verifies_jwts() && from_jwt())
     }
 
     /// Whether `principal` is one of the server's admins ([`Self::admins`]).
@@ -921,6 +927,49 @@ mod tests {
             ..ClusterConfig::default()
         };
         assert!(no_lease.node_name(bind).is_err());
+    }
+
+    /// A schedule's principal is gone when no credential could sign in as it any more: a
+    /// token principal once its token is removed (JWTs accepted or not, unless the JWT prefix
+    /// is empty), a JWT principal once JWTs are not accepted.
+    #[test]
+    fn a_principal_exists_while_a_credential_could_sign_in_as_it() {
+        let auth = |tokens: &[(&str, &str)], jwt: bool, prefix: &str| AuthConfig {
+            tokens: tokens
+                .iter()
+                .map(|(t, p)| ((*t).to_owned(), (*p).to_owned()))
+                .collect(),
+            jwt_hs256_secret: jwt.then(|| "a secret".to_owned()),
+            jwt_principal_prefix: prefix.to_owned(),
+            ..AuthConfig::default()
+        };
+        let open = auth(&[], false, "jwt:");
+        assert!(open.principal_exists(LOCAL_PRINCIPAL));
+        assert!(!open.principal_exists("alice"));
+
+        let tokens = auth(&[("tok-alice", "alice")], false, "jwt:");
+        assert!(tokens.principal_exists("alice"));
+        assert!(!tokens.principal_exists("bob"));
+        assert!(!tokens.principal_exists("jwt:bob"), "no JWTs accepted");
+        assert!(!tokens.principal_exists(LOCAL_PRINCIPAL));
+
+        let both = auth(&[("tok-alice", "alice")], true, "jwt:");
+        assert!(both.principal_exists("alice"));
+        assert!(both.principal_exists("jwt:bob"));
+        assert!(!both.principal_exists("bob"), "a removed token's principal");
+        assert!(
+            !both.principal_exists("jwt:"),
+            "no JWT has an empty subject"
+        );
+        let long = format!("jwt:{}", "b".repeat(MAX_PRINCIPAL_BYTES + 1));
+        assert!(!both.principal_exists(&long), "nor one that long");
+
+        // With no prefix a JWT's subject is the principal: any principal may sign in so.
+        let shared = auth(&[("tok-alice", "alice")], true, "");
+        assert!(shared.principal_exists("alice"));
+        assert!(shared.principal_exists("bob"));
+        assert!(shared.principal_exists("jwt:bob"));
+        assert!(!shared.principal_exists(""));
     }
 
     #[test]
