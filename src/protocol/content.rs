@@ -101,7 +101,7 @@ impl Content {
     /// fields a turn's content has are read, one block at a time: a payload is never built
     /// as a tree.
     pub fn of_stored(payload: &str) -> Option<Content> {
-        let payload: StoredUser = serde_json::from_str(payload).ok()?;
+        let payload: StoredPayload = serde_json::from_str(payload).ok()?;
         let content = payload.message?.content?;
         if let Ok(text) = serde_json::from_str::<String>(content.get()) {
             return Some(Content::Text(text));
@@ -131,20 +131,28 @@ impl Content {
     }
 }
 
-/// The fields of a stored user message that say what its user sent.
+/// The fields of a stored message's payload (JSON text) that are read by their shape, without
+/// building the payload as a tree: its `uuid` (every message an agent prints carries one) and
+/// its `message`.
 #[derive(Deserialize)]
-struct StoredUser<'a> {
+pub struct StoredPayload<'a> {
+    /// The `uuid`, unread.
     #[serde(borrow, default)]
-    uuid: Option<&'a RawValue>,
+    pub uuid: Option<&'a RawValue>,
+    /// The `message`, for payloads that have one.
     #[serde(borrow, default)]
-    message: Option<StoredMessage<'a>>,
+    pub message: Option<StoredMessage<'a>>,
 }
 
-/// The `content` of a stored message.
+/// The `role` and `content` of a stored payload's `message`.
 #[derive(Deserialize)]
-struct StoredMessage<'a> {
+pub struct StoredMessage<'a> {
+    /// `user` or `assistant`, for messages that have a role.
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    pub role: Option<Cow<'a, str>>,
+    /// The `content`, unread: a string or a list of blocks.
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
 }
 
 /// The blocks of a list of at most [`MAX_BLOCKS`], each unread; a longer list is refused

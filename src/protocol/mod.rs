@@ -14,7 +14,10 @@ mod ids;
 mod server;
 
 pub use client::*;
-pub use content::{Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES};
+pub use content::{
+    Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES, StoredMessage,
+    StoredPayload,
+};
 pub use ids::{AgentId, SessionId, valid_session_id};
 pub use server::*;
 

@@ -27,7 +27,7 @@ use serde_json::value::RawValue;
 use tokio::io::AsyncReadExt as _;
 use utoipa::ToSchema;
 
-use super::history::{ContentText, ImportEnd, Lines, MessageFields, invalid, strict_json};
+use super::history::{ContentText, ImportEnd, Lines, invalid, strict_json};
 use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
 use crate::protocol::{self, AgentId, ErrorCode, FrameError, SessionId, valid_session_id};
 use crate::store::{NewMessage, SessionRecord};
@@ -296,7 +296,7 @@ fn transcript_message(entry: &Entry, line: &str) -> Option<NewMessage> {
     }
     if kind == "user" {
         // A user prompt: a string, or the text blocks of a message without tool results.
-        let fields = serde_json::from_str::<MessageFields>(message.get()).ok();
+        let fields = serde_json::from_str::<protocol::StoredMessage>(message.get()).ok();
         let content = ContentText::of(fields.and_then(|f| f.content));
         if let Some(text) = content.text.filter(|_| !content.tool_result) {
             stored.prompt = true;

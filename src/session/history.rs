@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 use super::replay::stored_frame;
 use super::{Conversation, Manager, store_error, store_failure, unknown_agent};
 use crate::limits::{QuotaExceeded, QuotaPermit};
-use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError, SessionId};
+use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError, SessionId, StoredPayload};
 use crate::store::{NewMessage, NewSession, PageSize, RowId, SessionQuery, SessionRecord, Store};
 
 /// Longest title, in characters.
@@ -49,26 +49,10 @@ pub struct ExportLine {
     pub payload: Box<RawValue>,
 }
 
-/// The fields of a stored payload an export line shows, read without building the payload.
-#[derive(Deserialize)]
-struct PayloadMessage<'a> {
-    #[serde(borrow, default)]
-    message: Option<MessageFields<'a>>,
-}
-
-/// The `role` and `content` of a message.
-#[derive(Deserialize)]
-pub(super) struct MessageFields<'a> {
-    #[serde(borrow, default)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub content: Option<&'a RawValue>,
-}
-
 impl ExportLine {
     /// The line of a stored message.
     fn new(seq: i64, message_type: &str, payload: &str) -> Self {
-        let message = serde_json::from_str::<PayloadMessage>(payload)
+        let message = serde_json::from_str::<StoredPayload>(payload)
             .ok()
             .and_then(|p| p.message);
         let role = message
