@@ -6,8 +6,13 @@
 //! fake-claude -p --input-format stream-json --output-format stream-json --verbose \
 //!   --include-partial-messages --permission-prompt-tool stdio \
 //!   [--session-id=U | --resume=S [--resume-session-at=A] [--fork-session] [--session-id=U]] \
-//!   [--model=M] [--permission-mode=P] [other flags, ignored]
+//!   [--model=M] [--permission-mode=P] [--allowedTools=R] [--disallowedTools=R] [--max-turns=N]
+//!   [other flags of the real CLI, ignored]
 //! ```
+//!
+//! A flag the real CLI does not have ends the process as it does (`error: unknown option`,
+//! exit code 1), and so do `--resume-session-at` without `--resume` and a user line whose
+//! `message.role` is not `user`.
 //!
 //! and reproduces what the real CLI does on stdin/stdout: NDJSON frames, one `system/init` per turn,
 //! `stream_event` partial messages, `assistant`/`user`/`result` frames, the control protocol
@@ -24,8 +29,7 @@
 //! `HTTPERR:<status>` makes the model request fail: 401, 429 and 5xx are retried
 //! `CLAUDE_CODE_MAX_RETRIES` times (10 by default) with a `system/api_retry` frame each, then a
 //! synthetic assistant message (`"model":"<synthetic>"`) and a `success` result with
-//! `is_error: true`, `terminal_reason: "api_error"` and `api_error_status`; the process then
-//! exits with code 1 when stdin closes, unless a later turn succeeded.
+//! `is_error: true`, `terminal_reason: "api_error"` and `api_error_status`.
 //!
 //! A prompt containing `TOOL:<command>` (`+` stands for a space) first asks to run `<command>`
 //! with the `Bash` tool, then replies `Tool said: <tool result>`. As in the real CLI, read-only
@@ -33,14 +37,22 @@
 //! that change files inside it (`touch`, `rm`, `mkdir`, `mv`, `cp`, `>`) run without asking
 //! only in `acceptEdits`, `bypassPermissions` runs everything, and anything else is asked for
 //! with a `can_use_tool` control request (denied without asking in `dontAsk` and `plan`, or
-//! without `--permission-prompt-tool stdio`). The command is never executed: the tool result is
-//! `ran: <command>` when allowed and `denied: <message>` otherwise.
+//! without `--permission-prompt-tool stdio`). Before the mode, `--disallowedTools` rules
+//! (`Bash(<prefix>:*)`, `Bash(<command>)`) deny the calls they cover (a `system/permission_denied`
+//! frame, no question), and `--allowedTools` rules run them without asking; a bare `Bash` in
+//! `--disallowedTools` removes the tool (not in `init`'s tools; a call fails with "No such tool
+//! available"). The command is never executed: the tool result is `ran: <command>` when allowed
+//! and the denial's message otherwise. With `--max-turns=1`, a turn whose tool result would
+//! take a second model request ends with an `error_max_turns` result instead; the next prompt
+//! goes to the model together with that tool result, which the model then answers.
 //!
 //! Also as in the real CLI: a user line carrying a `uuid` keeps it (transcript, replay) and gets
 //! `command_lifecycle` frames (`queued`/`started`/`completed`); `--replay-user-messages` echoes
 //! each prompt with `"isReplay": true`; running as root with `bypassPermissions` (or
-//! `--dangerously-skip-permissions`) is refused unless `IS_SANDBOX=1`; an interrupt that comes
-//! before a turn's `system/init` is acknowledged and does nothing; `set_model` answers
+//! `--dangerously-skip-permissions`) is refused unless `IS_SANDBOX=1`; an interrupt while the
+//! process starts stops its first prompt before the model's reply (taken or still queued), while
+//! one that comes between a later turn's prompt and its `system/init` is acknowledged and does
+//! nothing; the exit code is 1 when the last turn's result was an error; `set_model` answers
 //! `{"model":…}`, `set_permission_mode` answers `{"mode":…}` and prints a `system/status` frame,
 //! and refuses `bypassPermissions` unless the process was started with it
 //! (`bypass_not_launched`); SIGTERM ends the process at once with code 143.
@@ -105,6 +117,9 @@ const SLOW_DELAY: Duration = Duration::from_millis(200);
 /// A prompt with `LATE` gets a reply that starts after this long.
 const LATE_DELAY: Duration = Duration::from_secs(1);
 const TOOL_INTERRUPT_MARKER: &str = "[Request interrupted by user for tool use]";
+/// The result of a call to `Bash` when `--disallowedTools` removed it.
+const NO_SUCH_BASH: &str = "<tool_use_error>Error: No such tool available: Bash. Bash is disabled \
+                            for this session, in subagents as well as here.</tool_use_error>";
 const PERMISSION_MODES: &[&str] = &[
     "default",
     "acceptEdits",
@@ -149,43 +164,147 @@ struct Args {
     resume_at: Option<String>,
     model: Option<String>,
     permission_mode: Option<String>,
+    /// `--allowedTools` rules: these tool calls run without asking.
+    allowed_tools: Vec<Rule>,
+    /// `--disallowedTools` rules: a bare tool name removes the tool, a rule with a pattern
+    /// denies the calls it matches.
+    disallowed_tools: Vec<Rule>,
+    max_turns: Option<u32>,
 }
 
-/// Parses the flags the fake cares about. Accepts `--flag=value` and `--flag value`; unknown flags
-/// are skipped together with a following value that does not look like a flag.
+/// How many values a flag of the real CLI takes.
+#[derive(Clone, Copy, PartialEq)]
+enum Arity {
+    None,
+    One,
+    Optional,
+}
+
+/// Every flag the real CLI (2.1.330) accepts, the hidden ones too; any other is refused as it
+/// refuses it (`error: unknown option '<arg>'`, exit code 1).
+fn arity(name: &str) -> Option<Arity> {
+    Some(match name {
+        "-p"
+        | "--print"
+        | "--verbose"
+        | "--include-partial-messages"
+        | "--replay-user-messages"
+        | "--fork-session"
+        | "--dangerously-skip-permissions"
+        | "-c"
+        | "--continue"
+        | "--include-hook-events"
+        | "--strict-mcp-config"
+        | "--allow-dangerously-skip-permissions"
+        | "--ax-screen-reader"
+        | "--bg"
+        | "--background"
+        | "--bare"
+        | "--brief"
+        | "--chrome"
+        | "--no-chrome"
+        | "--disable-slash-commands"
+        | "--exclude-dynamic-system-prompt-sections"
+        | "--forward-subagent-text"
+        | "-h"
+        | "--help"
+        | "--ide"
+        | "--no-session-persistence"
+        | "--restricted"
+        | "--safe-mode"
+        | "--session-mirror"
+        | "-v"
+        | "--version" => Arity::None,
+        "-r"
+        | "--resume"
+        | "-d"
+        | "--debug"
+        | "--cloud"
+        | "--from-pr"
+        | "--prompt-suggestions"
+        | "--remote-control"
+        | "--teleport"
+        | "--tmux"
+        | "-w"
+        | "--worktree" => Arity::Optional,
+        "--add-dir"
+        | "--agent"
+        | "--agents"
+        | "--allowedTools"
+        | "--allowed-tools"
+        | "--append-system-prompt"
+        | "--append-system-prompt-file"
+        | "--autocompact"
+        | "--betas"
+        | "--debug-file"
+        | "--disallowedTools"
+        | "--disallowed-tools"
+        | "--effort"
+        | "--environment"
+        | "--fallback-model"
+        | "--file"
+        | "--input-format"
+        | "--json-schema"
+        | "--max-budget-usd"
+        | "--max-thinking-tokens"
+        | "--max-turns"
+        | "--mcp-config"
+        | "--model"
+        | "-n"
+        | "--name"
+        | "--output-format"
+        | "--permission-mode"
+        | "--permission-prompts"
+        | "--permission-prompt-tool"
+        | "--plugin-dir"
+        | "--plugin-url"
+        | "--remote-control-session-name-prefix"
+        | "--resume-drops-turn"
+        | "--resume-session-at"
+        | "--session-id"
+        | "--setting-sources"
+        | "--settings"
+        | "--system-prompt"
+        | "--system-prompt-file"
+        | "--system-prompt-snapshot"
+        | "--task-budget"
+        | "--thinking"
+        | "--thinking-display"
+        | "--tools" => Arity::One,
+        _ => return None,
+    })
+}
+
+/// Parses the command line as the real CLI does: `--flag=value` and `--flag value`; an
+/// unknown flag ends the process.
 fn parse_args(argv: &[String]) -> Args {
     let mut args = Args::default();
     let mut i = 0;
     while i < argv.len() {
         let arg = argv[i].as_str();
         i += 1;
+        if !arg.starts_with('-') {
+            // A prompt on the command line: the stream-json input is what the fake reads.
+            continue;
+        }
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
             _ => (arg, None),
         };
-        let boolean = matches!(
-            name,
-            "-p" | "--print"
-                | "--verbose"
-                | "--include-partial-messages"
-                | "--replay-user-messages"
-                | "--fork-session"
-                | "--dangerously-skip-permissions"
-                | "--continue"
-                | "-c"
-                | "--include-hook-events"
-                | "--strict-mcp-config"
-        );
-        if !name.starts_with('-') {
-            continue;
-        }
-        let value = if inline.is_some() || boolean {
-            inline
-        } else if argv.get(i).is_some_and(|next| !next.starts_with('-')) {
-            i += 1;
-            Some(argv[i - 1].clone())
-        } else {
-            None
+        let Some(arity) = arity(name) else {
+            fail(&format!("error: unknown option '{arg}'"));
+        };
+        let value = match arity {
+            _ if inline.is_some() => inline,
+            Arity::None => None,
+            Arity::One | Arity::Optional
+                if argv.get(i).is_some_and(|next| !next.starts_with('-')) =>
+            {
+                i += 1;
+                Some(argv[i - 1].clone())
+            }
+            Arity::One => fail(&format!("error: option '{name}' argument missing")),
+            Arity::Optional => None,
         };
         match name {
             "-p" | "--print" => args.print = true,
@@ -201,10 +320,81 @@ fn parse_args(argv: &[String]) -> Args {
             "--resume-session-at" => args.resume_at = value,
             "--model" => args.model = value,
             "--permission-mode" => args.permission_mode = value,
+            "--allowedTools" | "--allowed-tools" => {
+                args.allowed_tools.extend(rules(&value.unwrap_or_default()));
+            }
+            "--disallowedTools" | "--disallowed-tools" => {
+                args.disallowed_tools
+                    .extend(rules(&value.unwrap_or_default()));
+            }
+            "--max-turns" => args.max_turns = value.and_then(|v| v.trim().parse().ok()),
             _ => {}
         }
     }
     args
+}
+
+/// One permission rule: a tool name, with an optional pattern (`Bash(git log:*)`).
+#[derive(Debug, Clone, PartialEq)]
+struct Rule {
+    tool: String,
+    pattern: Option<String>,
+}
+
+impl Rule {
+    /// Whether the rule covers a `Bash` call running `command`: a bare `Bash` covers every
+    /// command, `Bash(<prefix>:*)` the commands starting with the prefix, `Bash(<command>)`
+    /// that command only.
+    fn covers_bash(&self, command: &str) -> bool {
+        if self.tool != "Bash" {
+            return false;
+        }
+        match self.pattern.as_deref() {
+            None | Some("*") => true,
+            Some(pattern) => match pattern.strip_suffix(":*") {
+                Some(prefix) => command == prefix || command.starts_with(&format!("{prefix} ")),
+                None => command == pattern,
+            },
+        }
+    }
+}
+
+/// The rules of a tool list: separated by commas or spaces outside parentheses.
+fn rules(list: &str) -> Vec<Rule> {
+    let mut out = Vec::new();
+    let mut depth = 0u32;
+    let mut current = String::new();
+    let mut push = |current: &mut String| {
+        let rule = std::mem::take(current);
+        let rule = rule.trim();
+        if rule.is_empty() {
+            return;
+        }
+        out.push(match rule.split_once('(') {
+            Some((tool, rest)) => Rule {
+                tool: tool.to_string(),
+                pattern: Some(rest.strip_suffix(')').unwrap_or(rest).to_string()),
+            },
+            None => Rule {
+                tool: rule.to_string(),
+                pattern: None,
+            },
+        });
+    };
+    for c in list.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' | ' ' if depth == 0 => {
+                push(&mut current);
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    push(&mut current);
+    out
 }
 
 fn is_uuid(s: &str) -> bool {
@@ -286,6 +476,13 @@ struct Config {
     log: Option<PathBuf>,
     api_key_source: &'static str,
     analytics_disabled: bool,
+    /// `--allowedTools`: calls these rules cover run without asking.
+    allowed_tools: Vec<Rule>,
+    /// `--disallowedTools`: a bare tool name removes the tool; a rule with a pattern denies
+    /// the calls it covers.
+    disallowed_tools: Vec<Rule>,
+    /// `--max-turns`: how many model requests a turn may make.
+    max_turns: Option<u32>,
 }
 
 impl Config {
@@ -297,6 +494,13 @@ impl Config {
         if let Some(path) = &self.log {
             let _ = append_line(path, &value);
         }
+    }
+
+    /// Whether `--disallowedTools` names `tool` bare, which removes it from the session.
+    fn removed(&self, tool: &str) -> bool {
+        self.disallowed_tools
+            .iter()
+            .any(|r| r.tool == tool && r.pattern.is_none())
     }
 }
 
@@ -334,6 +538,9 @@ fn fail(message: &str) -> ! {
 fn startup_plan(args: &Args, cfg: &Config) -> Plan {
     if args.print && args.output_format.as_deref() == Some("stream-json") && !args.verbose {
         fail("Error: When using --print, --output-format=stream-json requires --verbose");
+    }
+    if args.resume_at.is_some() && args.resume.is_none() {
+        fail("Error: --resume-session-at requires --resume");
     }
     if let Some(id) = &args.session_id
         && !is_uuid(id)
@@ -404,6 +611,9 @@ struct ModelView {
     history: usize,
     /// The real texts of the last message when it is a user message.
     open: Option<Vec<String>>,
+    /// The output of the last tool result, when no model request has answered it yet (a turn
+    /// that ended at its turn limit).
+    tool_output: Option<String>,
 }
 
 impl ModelView {
@@ -416,8 +626,19 @@ impl ModelView {
                 if !had_text && !open.is_empty() {
                     self.history += 1;
                 }
+                let results = entry["message"]["content"].as_array().into_iter().flatten();
+                if let Some(result) = results.rev().find(|b| b["type"] == "tool_result") {
+                    // An interrupted tool call's result goes with the interruption.
+                    self.tool_output = result["content"]
+                        .as_str()
+                        .filter(|c| *c != TOOL_INTERRUPT_MARKER)
+                        .map(str::to_string);
+                }
             }
-            Some("assistant") if entry["isApiErrorMessage"] != true => self.open = None,
+            Some("assistant") if entry["isApiErrorMessage"] != true => {
+                self.open = None;
+                self.tool_output = None;
+            }
             _ => {}
         }
     }
@@ -692,8 +913,14 @@ struct State {
     running: bool,
     interrupt: Option<watch::Sender<bool>>,
     pending: HashMap<String, oneshot::Sender<Value>>,
-    /// The last turn ended in an API error (the exit code is then 1).
-    api_error: bool,
+    /// The last turn's result was an error (an API error, an interrupt, the turn limit): the
+    /// exit code is then 1.
+    last_error: bool,
+    /// A turn has begun in this process (past its `system/init`).
+    began: bool,
+    /// An interrupt came while the process was starting, with the first prompt taken: that
+    /// turn ends before the model's reply.
+    abort_first: bool,
 }
 
 struct Shared {
@@ -779,10 +1006,18 @@ impl Shared {
                     .map(|m| m["uuid"].clone())
                     .collect();
                 self.control_success(request_id, json!({"still_queued": still_queued}));
-                if !self.cfg.ignore_interrupt
-                    && let Some(tx) = &st.interrupt
-                {
-                    let _ = tx.send(true);
+                if !self.cfg.ignore_interrupt {
+                    match &st.interrupt {
+                        Some(tx) => {
+                            let _ = tx.send(true);
+                        }
+                        // As the real CLI: an interrupt while it starts stops the first prompt
+                        // (taken or still queued) before the model's reply.
+                        None if !st.began && (st.running || !st.queue.is_empty()) => {
+                            st.abort_first = true;
+                        }
+                        None => {}
+                    }
                 }
             }
             "set_model" => {
@@ -898,6 +1133,17 @@ async fn read_stdin(sh: Arc<Shared>) {
             }
         };
         match msg["type"].as_str() {
+            Some("user") if msg["message"]["role"] != "user" => {
+                // The real CLI ends at once, whatever it was doing.
+                let role = match &msg["message"]["role"] {
+                    Value::Null => "undefined".to_string(),
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                eprintln!("Error: Expected message role 'user', got '{role}'");
+                sh.out.exit(1).await;
+                return;
+            }
             Some("user") => sh.on_user(msg),
             Some("control_request") => sh.on_control_request(&msg),
             Some("control_response") => sh.on_control_response(msg),
@@ -933,8 +1179,10 @@ async fn run_turns(sh: Arc<Shared>, plan: Plan) {
         // interrupt in that window is acknowledged and does nothing.
         tokio::time::sleep(sh.cfg.turn_delay).await;
         let interrupt = {
-            let (tx, rx) = watch::channel(false);
-            sh.state().interrupt = Some(tx);
+            let mut st = sh.state();
+            let (tx, rx) = watch::channel(std::mem::take(&mut st.abort_first));
+            st.interrupt = Some(tx);
+            st.began = true;
             rx
         };
         let conv = match &mut conversation {
@@ -1002,7 +1250,23 @@ enum Block {
 enum Permission {
     Allow(String),
     Deny(String),
+    /// The tool was removed (`--disallowedTools`).
+    Missing,
     Interrupted,
+}
+
+/// Why a turn stopped before the model's final reply.
+enum Stop {
+    /// Interrupted, with the result's terminal reason.
+    Aborted(&'static str),
+    /// It would have taken more model requests than `--max-turns` allows.
+    MaxTurns(u32),
+}
+
+impl From<&'static str> for Stop {
+    fn from(reason: &'static str) -> Self {
+        Stop::Aborted(reason)
+    }
 }
 
 struct Turn<'a> {
@@ -1165,7 +1429,7 @@ impl Turn<'_> {
             "init",
             json!({
                 "cwd": self.conv.cwd,
-                "tools": TOOLS,
+                "tools": TOOLS.iter().filter(|t| !self.cfg().removed(t)).collect::<Vec<_>>(),
                 "mcp_servers": [],
                 "model": self.model,
                 "permissionMode": self.mode,
@@ -1210,8 +1474,11 @@ impl Turn<'_> {
             }));
         }
 
-        let api_error = keyword(&newest, "HTTPERR:").and_then(|s| s.parse::<u16>().ok());
-        self.sh.state().api_error = api_error.is_some();
+        // A prompt after a tool result (a turn that ended at its turn limit) is sent in one
+        // message with it, and the model answers the tool result.
+        let api_error = keyword(&newest, "HTTPERR:")
+            .and_then(|s| s.parse::<u16>().ok())
+            .filter(|_| self.conv.view.tool_output.is_none());
         if let Some(status) = api_error {
             self.api_error(status).await;
         } else {
@@ -1242,7 +1509,14 @@ impl Turn<'_> {
                 "terminal_reason": "completed",
                 "api_error_status": null,
             })),
-            Err(reason) => {
+            Err(Stop::MaxTurns(max)) => self.result(json!({
+                "subtype": "error_max_turns",
+                "is_error": true,
+                "stop_reason": "tool_use",
+                "terminal_reason": "max_turns",
+                "errors": [format!("Reached maximum number of turns ({max})")],
+            })),
+            Err(Stop::Aborted(reason)) => {
                 let diagnostic = if reason == "aborted_tools" {
                     "[ede_diagnostic] result_type=user last_content_type=tool_result stop_reason=tool_use"
                 } else {
@@ -1385,12 +1659,19 @@ impl Turn<'_> {
         if let (Some(map), Value::Object(more)) = (frame.as_object_mut(), fields) {
             map.extend(more);
         }
+        self.sh.state().last_error = frame["is_error"] == true;
         self.emit(frame);
     }
 
     /// The model side of the turn: an optional tool call, then the text reply. Returns the reply
     /// text, or the terminal reason of an interrupted turn.
-    async fn body(&mut self, text: &str, history: usize) -> Result<String, &'static str> {
+    async fn body(&mut self, text: &str, history: usize) -> Result<String, Stop> {
+        if let Some(output) = self.conv.view.tool_output.clone() {
+            // The prompt went in one message with a tool result no model request answered.
+            let reply = format!("Tool said: {output}");
+            self.stream(Block::Text(reply.clone())).await?;
+            return Ok(reply);
+        }
         if let Some(command) = tool_command(text) {
             let id = format!("toolu_fake_{}", short_id());
             let input = json!({"command": command});
@@ -1399,7 +1680,14 @@ impl Turn<'_> {
                 input: input.clone(),
             })
             .await?;
-            let (content, is_error) = match self.permission(&id, &input).await {
+            let removed = self.cfg().removed("Bash");
+            let permission = if removed {
+                self.event(json!({"type": "message_stop"}));
+                Permission::Missing
+            } else {
+                self.permission(&id, &input).await
+            };
+            let (content, is_error) = match permission {
                 Permission::Allow(command) => (format!("ran: {command}"), false),
                 Permission::Deny(message) => {
                     self.denials.push(json!({
@@ -1407,15 +1695,23 @@ impl Turn<'_> {
                         "tool_use_id": id,
                         "tool_input": input,
                     }));
-                    (format!("denied: {message}"), true)
+                    (message, true)
                 }
+                Permission::Missing => (NO_SUCH_BASH.to_string(), true),
                 Permission::Interrupted => {
                     self.tool_result(&id, TOOL_INTERRUPT_MARKER, true);
-                    return Err("aborted_tools");
+                    return Err(Stop::Aborted("aborted_tools"));
                 }
             };
-            self.tool_result(&id, &content, is_error);
+            if !removed {
+                // (A removed tool's result came as soon as the call was complete.)
+                self.tool_result(&id, &content, is_error);
+            }
             self.num_turns = 2;
+            if let Some(max) = self.cfg().max_turns.filter(|max| *max < 2) {
+                // The tool result would take a second model request.
+                return Err(Stop::MaxTurns(max));
+            }
             let reply = format!("Tool said: {content}");
             self.stream(Block::Text(reply.clone())).await?;
             return Ok(reply);
@@ -1442,7 +1738,12 @@ impl Turn<'_> {
                 "is_error": is_error,
             }],
         });
-        let tool_use_result = if is_error {
+        let tool_use_result = if let Some(inner) = content
+            .strip_prefix("<tool_use_error>")
+            .and_then(|c| c.strip_suffix("</tool_use_error>"))
+        {
+            json!(inner)
+        } else if is_error {
             json!(format!("Error: {content}"))
         } else {
             json!({"stdout": content, "stderr": "", "interrupted": false, "isImage": false})
@@ -1468,13 +1769,41 @@ impl Turn<'_> {
     async fn permission(&mut self, tool_use_id: &str, input: &Value) -> Permission {
         let command = input["command"].as_str().unwrap_or_default().to_string();
         let mode = self.sh.state().mode.clone();
-        let asks = !runs_unasked(&mode, &command)
+        // `--disallowedTools` rules come first, then `--allowedTools`, then the mode.
+        let denied = self
+            .cfg()
+            .disallowed_tools
+            .iter()
+            .any(|r| r.pattern.is_some() && r.covers_bash(&command));
+        let allowed = !denied
+            && (runs_unasked(&mode, &command)
+                || self
+                    .cfg()
+                    .allowed_tools
+                    .iter()
+                    .any(|r| r.covers_bash(&command)));
+        let asks = !denied
+            && !allowed
             && !matches!(mode.as_str(), "dontAsk" | "plan")
             && self.cfg().prompt_stdio;
+        if denied {
+            let message = format!("Permission to use Bash with command {command} has been denied.");
+            self.system(
+                "permission_denied",
+                json!({
+                    "tool_name": "Bash",
+                    "tool_use_id": tool_use_id,
+                    "decision_reason_type": "subcommandResults",
+                    "message": message,
+                }),
+            );
+            self.event(json!({"type": "message_stop"}));
+            return Permission::Deny(message);
+        }
         if !asks {
             self.event(json!({"type": "message_stop"}));
         }
-        if runs_unasked(&mode, &command) {
+        if allowed {
             return Permission::Allow(command);
         }
         if mode == "dontAsk" {
@@ -1645,6 +1974,12 @@ impl Turn<'_> {
             &message,
             json!({"requestId": request_id}),
         );
+        if let Some(id) = message["content"][0]["id"].as_str()
+            && self.cfg().removed("Bash")
+        {
+            // A call to a removed tool fails as soon as it is complete.
+            self.tool_result(id, NO_SUCH_BASH, true);
+        }
         self.event(json!({"type": "content_block_stop", "index": 0}));
         self.event(json!({
             "type": "message_delta",
@@ -1796,6 +2131,9 @@ async fn main() {
             .filter(|host| !host.is_empty())
             .unwrap_or_else(|| "api.anthropic.com".into()),
         launched_bypass: false,
+        allowed_tools: Vec::new(),
+        disallowed_tools: Vec::new(),
+        max_turns: None,
         log: std::env::var_os("FAKE_CLAUDE_LOG")
             .filter(|p| !p.is_empty())
             .map(PathBuf::from),
@@ -1835,6 +2173,9 @@ async fn main() {
         prompt_stdio: args.prompt_tool.as_deref() == Some("stdio"),
         launched_bypass: args.skip_permissions
             || args.permission_mode.as_deref() == Some("bypassPermissions"),
+        allowed_tools: args.allowed_tools.clone(),
+        disallowed_tools: args.disallowed_tools.clone(),
+        max_turns: args.max_turns,
         ..cfg
     };
     let plan = startup_plan(&args, &cfg);
@@ -1874,15 +2215,17 @@ async fn main() {
             running: false,
             interrupt: None,
             pending: HashMap::new(),
-            api_error: false,
+            last_error: false,
+            began: false,
+            abort_first: false,
         }),
         wake: Notify::new(),
     });
     let runner = tokio::spawn(run_turns(shared.clone(), plan));
     tokio::spawn(read_stdin(shared.clone()));
     let _ = runner.await;
-    // Like the real CLI: exit code 1 when the last turn ended in an API error.
-    let code = i32::from(shared.state().api_error);
+    // Like the real CLI: exit code 1 when the last turn's result was an error.
+    let code = i32::from(shared.state().last_error);
     out.exit(code).await;
 }
 

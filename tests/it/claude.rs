@@ -710,11 +710,7 @@ async fn permissions_round_trip() {
     .await;
     let frames = c.until_result("p").await;
     assert!(frames.iter().any(|f| f["outcome"] == "denied"));
-    assert!(
-        frames
-            .iter()
-            .any(|f| f.to_string().contains("denied: not today"))
-    );
+    assert_eq!(reply_text(&frames), "Tool said: not today");
 
     // Unknown request ids are a typed error.
     c.send(json!({"type": "permission_response", "agent_id": "p", "request_id": "nope", "behavior": "allow"})).await;

@@ -305,7 +305,7 @@ async fn terminal_client_works_in_a_project_with_a_token_and_answers_permissions
     term.type_line("maybe");
     term.wait_for("answer y (allow), n (deny) or a", 1).await;
     term.type_line("n");
-    term.wait_for("Tool said: denied: The user said no in the terminal.", 1)
+    term.wait_for("Tool said: The user said no in the terminal.", 1)
         .await;
 
     term.type_line("then TOOL:touch+three");

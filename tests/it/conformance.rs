@@ -147,6 +147,26 @@ impl Cli {
         self.until(|f| f["type"] == "result").await
     }
 
+    /// A turn whose tool calls should not be asked for: a permission request is denied (and
+    /// shows in the transcript), so the turn ends either way.
+    async fn unasked_turn(&mut self, text: &str) -> Value {
+        self.prompt(text).await;
+        loop {
+            let frame = self
+                .until(|f| f["type"] == "result" || f["type"] == "control_request")
+                .await;
+            if frame["type"] == "result" {
+                return frame;
+            }
+            self.send(
+                json!({"type": "control_response", "response": {"subtype": "success",
+                "request_id": frame["request_id"],
+                "response": {"behavior": "deny", "message": "should not be asked"}}}),
+            )
+            .await;
+        }
+    }
+
     /// Closes stdin, reads stdout to its end; the exit code and stderr.
     async fn finish(mut self) -> (Vec<Value>, Option<i32>, String) {
         self.stdin = None;
@@ -172,6 +192,15 @@ impl Ids {
         self.0.insert(id.to_owned(), name.to_owned());
     }
 
+    /// `text` with every named id replaced by `<its name>`.
+    fn redact(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for (id, name) in &self.0 {
+            text = text.replace(id.as_str(), &format!("<{name}>"));
+        }
+        text
+    }
+
     fn label(&self, value: &Value) -> String {
         match value {
             Value::Null => "null".into(),
@@ -192,6 +221,18 @@ fn shape(frame: &Value, ids: &Ids) -> String {
             parts.push(frame["subtype"].as_str().unwrap_or("?").to_owned());
             if frame["subtype"] == "status" {
                 parts.push(format!("status={}", frame["status"]));
+            }
+            if frame["subtype"] == "init" {
+                let has_bash = frame["tools"]
+                    .as_array()
+                    .is_some_and(|tools| tools.iter().any(|t| t == "Bash"));
+                parts.push(format!("bash={has_bash}"));
+            }
+            if frame["subtype"] == "permission_denied" {
+                parts.push(format!(
+                    "tool={} message={}",
+                    frame["tool_name"], frame["message"]
+                ));
             }
         }
         "stream_event" => {
@@ -231,6 +272,13 @@ fn shape(frame: &Value, ids: &Ids) -> String {
                     b.iter()
                         .map(|b| match b["type"].as_str() {
                             Some("text") if b["text"] == INTERRUPT_MARKER => "marker".into(),
+                            // A tool's output differs (the fake never runs it); a refusal is
+                            // the CLI's own text, and must be the same.
+                            Some("tool_result") if b["is_error"] == true => format!(
+                                "tool_result(is_error=true, tool_use_id={}, content={})",
+                                ids.label(&b["tool_use_id"]),
+                                b["content"]
+                            ),
                             Some("tool_result") => format!(
                                 "tool_result(is_error={}, tool_use_id={})",
                                 b["is_error"],
@@ -246,12 +294,14 @@ fn shape(frame: &Value, ids: &Ids) -> String {
         "result" => {
             parts.push(frame["subtype"].as_str().unwrap_or("?").to_owned());
             parts.push(format!(
-                "is_error={} terminal_reason={} api_error_status={} num_turns={} denials={}",
+                "is_error={} terminal_reason={} api_error_status={} num_turns={} denials={} \
+                 errors={}",
                 frame["is_error"],
                 frame["terminal_reason"],
                 frame["api_error_status"],
                 frame["num_turns"],
                 frame["permission_denials"].as_array().map_or(0, Vec::len),
+                ids.redact(&frame["errors"].to_string()),
             ));
             let text = frame["result"].as_str().unwrap_or_default();
             // A tool's output differs (the fake never runs it); every other reply is the fake
@@ -363,15 +413,11 @@ fn without_image_paths(text: &str) -> String {
 
 /// The first line of stderr with the named ids replaced (what a refusal says).
 fn stderr_line(stderr: &str, ids: &Ids) -> String {
-    let mut line = stderr
+    let line = stderr
         .lines()
         .find(|l| !l.contains("[claude-code:"))
-        .unwrap_or_default()
-        .to_owned();
-    for (id, name) in &ids.0 {
-        line = line.replace(id.as_str(), &format!("<{name}>"));
-    }
-    line
+        .unwrap_or_default();
+    ids.redact(line)
 }
 
 fn new_id() -> String {
@@ -513,11 +559,18 @@ async fn run_scenarios(t: &Target) -> Vec<(&'static str, Transcript)> {
     let (frames, code, _) = cli.finish().await;
     out.push(("an image", with_exit(shapes(&frames, &ids), code)));
 
-    // Refusals: an unknown conversation, an unknown message to fork at, an id in use.
+    // Refusals: an unknown conversation, an unknown message to fork at, an id in use, a flag
+    // the CLI does not have, a message to fork at without a conversation to resume, a user
+    // line without its role.
     let unknown = new_id();
     ids.name(&unknown, "UNKNOWN");
-    for (name, args) in [
-        ("refused resume", vec![format!("--resume={unknown}")]),
+    let prompt = json!({"type": "user", "message": {"role": "user", "content": "hello?"}});
+    for (name, args, line) in [
+        (
+            "refused resume",
+            vec![format!("--resume={unknown}")],
+            &prompt,
+        ),
         (
             "refused resume at",
             vec![
@@ -525,11 +578,27 @@ async fn run_scenarios(t: &Target) -> Vec<(&'static str, Transcript)> {
                 format!("--resume-session-at={unknown}"),
                 "--fork-session".into(),
             ],
+            &prompt,
         ),
-        ("id in use", vec![format!("--session-id={session}")]),
+        (
+            "id in use",
+            vec![format!("--session-id={session}")],
+            &prompt,
+        ),
+        ("unknown flag", vec!["--no-such-flag=1".into()], &prompt),
+        (
+            "resume at without resume",
+            vec![format!("--resume-session-at={first_answer}")],
+            &prompt,
+        ),
+        (
+            "user line without a role",
+            vec![],
+            &json!({"type": "user", "message": {"content": "hello?"}}),
+        ),
     ] {
         let mut cli = t.spawn(&args, &[]);
-        cli.prompt("hello?").await;
+        cli.send(line.clone()).await;
         let (frames, code, stderr) = cli.finish().await;
         let mut seen = with_exit(shapes(&frames, &ids), code);
         seen.push(format!("stderr: {}", stderr_line(&stderr, &ids)));
@@ -556,6 +625,63 @@ async fn run_scenarios(t: &Target) -> Vec<(&'static str, Transcript)> {
     cli.turn("HTTPERR:529").await;
     let (frames, code, _) = cli.finish().await;
     out.push(("API error retried", with_exit(shapes(&frames, &ids), code)));
+
+    // Tool rules: a command `--allowedTools` covers runs without asking, one a
+    // `--disallowedTools` pattern covers is denied without asking.
+    let rules = new_id();
+    ids.name(&rules, "RULES");
+    let mut cli = t.spawn(
+        &[
+            format!("--session-id={rules}"),
+            "--allowedTools=Bash(touch:*)".into(),
+            "--disallowedTools=Bash(rm:*)".into(),
+        ],
+        &[],
+    );
+    cli.unasked_turn("TOOL:touch+by-rule.txt").await;
+    cli.unasked_turn("TOOL:rm+by-rule.txt").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("tool rules", with_exit(shapes(&frames, &ids), code)));
+
+    // A tool `--disallowedTools` names bare is gone: not offered, and a call to it fails.
+    let removed = new_id();
+    ids.name(&removed, "REMOVED");
+    let mut cli = t.spawn(
+        &[
+            format!("--session-id={removed}"),
+            "--disallowedTools=Bash".into(),
+        ],
+        &[],
+    );
+    cli.unasked_turn("TOOL:echo+hi").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("a removed tool", with_exit(shapes(&frames, &ids), code)));
+
+    // `--max-turns`: a tool call's result would take a second model request; the next turn
+    // answers it.
+    let limited = new_id();
+    ids.name(&limited, "LIMITED");
+    let mut cli = t.spawn(
+        &[format!("--session-id={limited}"), "--max-turns=1".into()],
+        &[],
+    );
+    cli.turn("TOOL:echo+hi").await;
+    cli.turn("after the limit").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("the turn limit", with_exit(shapes(&frames, &ids), code)));
+
+    // An interrupt written at start-up, right after the first prompt, stops that turn; the
+    // last result being an error, the exit code is 1.
+    let early = new_id();
+    ids.name(&early, "EARLY");
+    let mut cli = t.spawn(&[format!("--session-id={early}")], &[]);
+    cli.prompt("stopped at start-up").await;
+    cli.control("int", json!({"subtype": "interrupt"})).await;
+    let (frames, code, _) = cli.finish().await;
+    out.push((
+        "interrupt at start-up",
+        with_exit(shapes(&frames, &ids), code),
+    ));
     out
 }
 

@@ -609,3 +609,111 @@ async fn fake_anthropic_streams_messages() {
     assert_eq!(first_logged, request);
     server.kill().await.unwrap();
 }
+
+/// What the real CLI refuses, the fake refuses the same way (no stdout, the message on
+/// stderr, exit code 1): a flag it does not have, `--resume-session-at` without `--resume`,
+/// a user line without its role (even after a turn).
+#[tokio::test]
+async fn fake_claude_refuses_what_the_real_cli_refuses() {
+    let home = Home::new();
+    let at = new_id();
+    for (args, stderr_says) in [
+        (
+            vec!["--no-such-flag=1"],
+            "error: unknown option '--no-such-flag=1'",
+        ),
+        (vec!["-x"], "error: unknown option '-x'"),
+        (
+            vec![&format!("--resume-session-at={at}") as &str],
+            "Error: --resume-session-at requires --resume",
+        ),
+    ] {
+        let mut cli = home.spawn(&args, &[]);
+        cli.prompt("hello").await;
+        let (status, frames, stderr) = cli.finish().await;
+        assert_eq!(status.code(), Some(1), "{args:?}");
+        assert!(frames.is_empty(), "{args:?}: {frames:?}");
+        assert!(stderr.contains(stderr_says), "{args:?}: {stderr}");
+    }
+    let mut cli = home.spawn(&[&session_arg(&new_id())], &[]);
+    cli.turn("hello").await;
+    cli.send(json!({"type": "user", "message": {"content": "no role"}}))
+        .await;
+    let (status, frames, stderr) = cli.finish().await;
+    assert_eq!(status.code(), Some(1));
+    assert!(frames.is_empty(), "{frames:?}");
+    assert!(
+        stderr.contains("Error: Expected message role 'user', got 'undefined'"),
+        "{stderr}"
+    );
+}
+
+/// Agent options take effect: a command `--allowedTools` covers runs without asking, one a
+/// `--disallowedTools` pattern covers is denied without asking, a tool it names bare is gone,
+/// `--max-turns=1` ends a turn whose tool result needs a second request with
+/// `error_max_turns`, and an interrupt written at start-up stops the first turn (exit code 1,
+/// the last result being an error).
+#[tokio::test]
+async fn fake_claude_applies_tool_options() {
+    let home = Home::new();
+    let mut cli = home.spawn(
+        &[
+            &session_arg(&new_id()),
+            "--allowedTools=Bash(touch:*),Read",
+            "--disallowedTools=Bash(rm:*)",
+        ],
+        &[],
+    );
+    let frames = cli.turn("TOOL:touch+a.txt").await;
+    assert!(!frames.iter().any(|f| f["type"] == "control_request"));
+    assert_eq!(result(&frames)["result"], "Tool said: ran: touch a.txt");
+    let frames = cli.turn("TOOL:rm+a.txt").await;
+    assert!(!frames.iter().any(|f| f["type"] == "control_request"));
+    let denied = "Permission to use Bash with command rm a.txt has been denied.";
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["subtype"] == "permission_denied" && f["message"] == denied)
+    );
+    assert_eq!(
+        result(&frames)["permission_denials"][0]["tool_name"],
+        "Bash"
+    );
+    cli.finish().await;
+
+    let mut cli = home.spawn(&[&session_arg(&new_id()), "--disallowedTools=Bash"], &[]);
+    let frames = cli.turn("TOOL:echo+hi").await;
+    assert!(
+        !frames[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("Bash"))
+    );
+    let text = result(&frames)["result"].as_str().unwrap().to_owned();
+    assert!(text.contains("No such tool available: Bash"), "{text}");
+    cli.finish().await;
+
+    let mut cli = home.spawn(&[&session_arg(&new_id()), "--max-turns=1"], &[]);
+    let res = result(&cli.turn("TOOL:echo+hi").await).clone();
+    assert_eq!(res["subtype"], "error_max_turns");
+    assert_eq!(res["terminal_reason"], "max_turns");
+    assert_eq!(res["errors"][0], "Reached maximum number of turns (1)");
+    let res = result(&cli.turn("go on").await).clone();
+    assert_eq!(
+        res["result"], "Tool said: ran: echo hi",
+        "the model answers the tool"
+    );
+    assert_eq!(cli.finish().await.0.code(), Some(0));
+
+    let mut cli = home.spawn(&[&session_arg(&new_id())], &[]);
+    cli.prompt("stopped").await;
+    cli.send(
+        json!({"type": "control_request", "request_id": "i", "request": {"subtype": "interrupt"}}),
+    )
+    .await;
+    let (status, frames, _) = cli.finish().await;
+    let res = result(&frames);
+    assert_eq!(res["terminal_reason"], "aborted_streaming", "{res}");
+    assert!(!frames.iter().any(|f| f["type"] == "assistant"));
+    assert_eq!(status.code(), Some(1));
+}

@@ -72,7 +72,7 @@ async fn the_first_answer_to_a_permission_request_wins() {
         let expected = if winner == "allowed" {
             format!("Tool said: ran: touch_{round}")
         } else {
-            "Tool said: denied: The user denied this tool use.".to_owned()
+            "Tool said: The user denied this tool use.".to_owned()
         };
         assert_eq!(reply_text(&from_a), expected, "round {round}");
     }

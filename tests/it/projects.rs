@@ -209,7 +209,8 @@ async fn roots_are_checked_at_start() {
 /// Each option reaches the CLI exactly once, in `--flag=value` form, so a value starting with
 /// `-` stays a value; the working directory is the process's own and never in argv. A change
 /// of a start-only option restarts the CLI with resume; the cwd is fixed; REST shows it all,
-/// and a fork and a rewind keep it. Bad values and sizes change nothing.
+/// and a fork and a rewind keep it; the tool rules take effect in the CLI. Bad values and sizes
+/// change nothing.
 #[tokio::test]
 async fn options_reach_the_cli_once_as_flag_equals_value() {
     let layout = Layout::new();
@@ -381,6 +382,22 @@ async fn options_reach_the_cli_once_as_flag_equals_value() {
         "Echo: four (history 2)"
     );
     assert_eq!(fx.spawns().last().unwrap()["cwd"], app.as_str());
+
+    // The options take effect in the CLI: a command `allowed_tools` covers runs without a
+    // permission request.
+    chat_ack(&mut c, "opt", "TOOL:git+log").await;
+    let frames = c
+        .recv_until(|f| {
+            f["message_type"] == "permission_request"
+                || (f["message_type"] == "result" && f["agent_id"] == "opt")
+        })
+        .await;
+    assert_eq!(
+        frames.last().unwrap()["message_type"],
+        "result",
+        "{frames:?}"
+    );
+    assert_eq!(reply_text(&frames), "Tool said: ran: git log");
 
     // Bad values and sizes are refused before anything reaches the CLI.
     let before = fx.spawns().len();
