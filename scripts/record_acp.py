@@ -10,13 +10,15 @@ offline, and writes every line it sends (`->`) and receives (`<-`) to OUT:
     cargo build -p agentmux-fakes
     python3 scripts/record_acp.py OUT            # turns, tool calls, cancel, resume, load
     python3 scripts/record_acp.py --permissions OUT   # the same in the `default` mode: prompts
+    python3 scripts/record_acp.py --methods OUT       # unknown methods, modes and their updates
 
 Replace the temporary working directory in OUT with /workspace before committing it.
 """
 import json, os, queue, subprocess, sys, tempfile, threading, time
 
 PERMISSIONS = '--permissions' in sys.argv[1:]
-OUT = [a for a in sys.argv[1:] if a != '--permissions'][0]
+METHODS = '--methods' in sys.argv[1:]
+OUT = [a for a in sys.argv[1:] if not a.startswith('--')][0]
 NODE = os.environ['AGENTMUX_TEST_ACP_NODE']
 AD = os.environ['AGENTMUX_TEST_ACP_ADAPTER']
 CL = os.environ['AGENTMUX_TEST_CLAUDE_BIN']
@@ -62,6 +64,15 @@ p,q=start()
 init=req(p,q,'initialize',{'protocolVersion':1,'clientCapabilities':{'fs':{'readTextFile':False,'writeTextFile':False},'terminal':False}})
 new=req(p,q,'session/new',{'cwd':cwd,'mcpServers':[]})
 sid=new['result']['sessionId']
+if METHODS:
+    req(p,q,'no/such_method',{})
+    send(p,{'jsonrpc':'2.0','method':'no/such_notification','params':{}})
+    req(p,q,'session/no_such_method',{'sessionId':sid})
+    req(p,q,'session/set_mode',{'sessionId':sid,'modeId':'no-such-mode'})
+    req(p,q,'session/set_mode',{'sessionId':sid,'modeId':'bypassPermissions'})
+    req(p,q,'session/set_config_option',{'sessionId':sid,'configId':'mode','value':'plan'})
+    req(p,q,'session/set_mode',{'sessionId':sid,'modeId':'default'})
+    p.stdin.close(); p.wait(timeout=20); api.kill(); sys.exit(0)
 if PERMISSIONS:
     req(p,q,'session/set_mode',{'sessionId':sid,'modeId':'default'})
 else:

@@ -250,10 +250,7 @@ async fn agent_and_options_are_validated() {
     // Once the agent has said what it offers, other values are refused up front.
     let err = chat_with(&mut c, "v1", "x", json!({"model": "no-such-model"})).await;
     assert_eq!(err["code"], "invalid_options", "{err}");
-    assert!(
-        err["error"].as_str().unwrap().contains("fast-model"),
-        "{err}"
-    );
+    assert!(err["error"].as_str().unwrap().contains("sonnet"), "{err}");
     let err = chat_with(
         &mut c,
         "v2",
@@ -269,7 +266,7 @@ async fn agent_and_options_are_validated() {
         &mut c,
         "v1",
         "x",
-        json!({"model": "fast-model", "permission_mode": "plan"}),
+        json!({"model": "sonnet", "permission_mode": "plan"}),
     )
     .await;
     assert_eq!(ok["message_type"], "ack", "{ok}");
@@ -346,7 +343,10 @@ async fn permission_requests_are_answered_from_the_socket() {
         } else {
             assert_eq!(resolved["outcome"], "denied");
             assert_eq!(tool_result["is_error"], true);
-            assert_eq!(reply_text(&rest), "Tool was denied");
+            assert_eq!(
+                reply_text(&rest),
+                "Tool said: User refused permission to run tool"
+            );
         }
     }
     let calls = setup.calls();
@@ -1469,5 +1469,51 @@ async fn an_agent_that_can_only_run_unattended_gets_no_turn() {
                 "no mode to switch to"
             );
         }
+    }
+}
+
+/// An agent that switches itself into a mode that runs tools without asking (as the Claude
+/// adapter does when the model leaves plan mode) is switched back before the next turn: the
+/// server follows the adapter's `config_option_update` as well as another agent's
+/// `current_mode_update`, so the next tool call is asked for.
+#[tokio::test]
+async fn an_agent_that_switches_itself_to_run_unattended_is_switched_back() {
+    for (flags, unattended) in [
+        (&[][..], "bypassPermissions"),
+        (&["--modes", "gemini"][..], "yolo"),
+    ] {
+        let setup = AcpSetup::new(flags);
+        let server = setup.start().await;
+        let mut c = server.client().await;
+        chat_with(
+            &mut c,
+            "s1",
+            &format!("MODE:{unattended}"),
+            json!({"agent": "fake"}),
+        )
+        .await;
+        c.until_result("s1").await;
+        setup.assert_called(&format!("switched itself to {unattended}"));
+        chat_ack(&mut c, "s1", "TOOL:touch+x.txt").await;
+        let frames = c
+            .recv_until(|f| {
+                f["message_type"] == "permission_request"
+                    || (f["message_type"] == "result" && f["agent_id"] == "s1")
+            })
+            .await;
+        assert_eq!(
+            frames.last().unwrap()["message_type"],
+            "permission_request",
+            "{flags:?}: the tool call is asked for: {frames:?}"
+        );
+        let calls = setup.calls();
+        let switched = calls
+            .iter()
+            .position(|c| c.starts_with("switched itself"))
+            .unwrap();
+        assert!(
+            calls[switched..].contains(&"mode default".to_owned()),
+            "{flags:?}: {calls:?}"
+        );
     }
 }

@@ -1,6 +1,7 @@
-//! Conformance: the same scripted scenarios run against the fake CLI and the pinned real CLI
-//! (with the fake model API), each driven directly over stdin/stdout; what they print must
-//! have the same shape, so the fake cannot drift from the CLI it stands in for.
+//! Conformance: the fakes against what they stand in for. The same scripted scenarios run
+//! against the fake CLI and the pinned real CLI (with the fake model API), each driven directly
+//! over stdin/stdout, and the recorded exchanges with the pinned ACP adapter are replayed to the
+//! fake ACP agent; what they say must have the same shape, so no fake can drift.
 
 use crate::common::sibling;
 use std::collections::HashMap;
@@ -29,6 +30,8 @@ const BASE_ARGS: &[&str] = &[
     "stdio",
 ];
 const INTERRUPT_MARKER: &str = "[Request interrupted by user]";
+/// How long the fake ACP agent may take to say what the adapter said.
+const ACP_WAIT: Duration = Duration::from_secs(10);
 
 /// One CLI binary with its own workspace, config dir and environment.
 struct Target {
@@ -715,5 +718,265 @@ async fn fake_cli_matches_the_real_cli() {
     assert!(
         report.is_empty(),
         "the fake CLI differs from the real one:{report}"
+    );
+}
+
+/// The fake ACP agent, driven over stdin/stdout.
+struct Acp {
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Acp {
+    fn spawn(state: &Path) -> Self {
+        let mut child = Command::new(sibling("fake-acp"))
+            .arg("--state")
+            .arg(state)
+            .current_dir(state)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn fake-acp");
+        Acp {
+            stdin: child.stdin.take().unwrap(),
+            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
+            _child: child,
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        self.stdin.write_all(line.as_bytes()).await.unwrap();
+        self.stdin.write_all(b"\n").await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// Messages until one like `last` (the same answer, request or update kind); `Err` with
+    /// the messages so far when none comes.
+    async fn until_like(&mut self, last: &Value) -> Result<Vec<Value>, Vec<Value>> {
+        let mut got = Vec::new();
+        loop {
+            let Ok(Ok(Some(line))) = tokio::time::timeout(ACP_WAIT, self.stdout.next_line()).await
+            else {
+                return Err(got);
+            };
+            let message: Value = serde_json::from_str(&line).expect("JSON-RPC lines");
+            let alike = match (last.get("method"), last.get("id")) {
+                (None, Some(id)) => message.get("method").is_none() && &message["id"] == id,
+                (Some(method), Some(_)) => {
+                    &message["method"] == method && message["id"].is_number()
+                }
+                _ => {
+                    message["params"]["update"]["sessionUpdate"]
+                        == last["params"]["update"]["sessionUpdate"]
+                }
+            };
+            got.push(message);
+            if alike {
+                return Ok(got);
+            }
+        }
+    }
+}
+
+/// The shape of an agent's select config options: id, category, current value, values.
+fn options_shape(options: &Value) -> String {
+    let options: Vec<String> = options
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            let values: Vec<&str> = o["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v["value"].as_str())
+                .collect();
+            format!(
+                "{}({})={}{values:?}",
+                o["id"].as_str().unwrap_or("?"),
+                o["category"].as_str().unwrap_or("-"),
+                o["currentValue"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    options.join(" ")
+}
+
+/// The shape of what an ACP agent said, as far as a client reads it; None for what agentmux
+/// does not read (the adapter's commands, session titles, usage without a cost, auth status).
+fn acp_shape(message: &Value) -> Option<String> {
+    if let Some(error) = message.get("error") {
+        return Some(format!(
+            "error {} {} {}",
+            error["code"], error["message"], error["data"]
+        ));
+    }
+    if let Some(result) = message.get("result") {
+        if let Some(reason) = result.get("stopReason") {
+            return Some(format!("answer stopReason={reason}"));
+        }
+        if let Some(caps) = result.get("agentCapabilities") {
+            return Some(format!(
+                "answer initialize loadSession={} resume={} image={}",
+                caps["loadSession"],
+                caps["sessionCapabilities"].get("resume").is_some(),
+                caps["promptCapabilities"]["image"]
+            ));
+        }
+        if result.get("modes").is_some() || result.get("configOptions").is_some() {
+            let modes: Vec<&str> = result["modes"]["availableModes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["id"].as_str())
+                .collect();
+            return Some(format!(
+                "answer mode={} modes={modes:?} options: {}",
+                result["modes"]["currentModeId"],
+                options_shape(&result["configOptions"])
+            ));
+        }
+        let mut keys: Vec<&str> = result
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        keys.sort_unstable();
+        return Some(format!("answer keys={keys:?}"));
+    }
+    match message["method"].as_str() {
+        Some("session/request_permission") => {
+            let kinds: Vec<&str> = message["params"]["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o["kind"].as_str())
+                .collect();
+            Some(format!("request_permission options={kinds:?}"))
+        }
+        Some("session/update") => {
+            let update = &message["params"]["update"];
+            let kind = update["sessionUpdate"].as_str().unwrap_or("?");
+            match kind {
+                "agent_message_chunk" | "user_message_chunk" => Some(kind.to_owned()),
+                "tool_call" | "tool_call_update" => Some(format!(
+                    "{kind} status={}",
+                    update["status"].as_str().unwrap_or("-")
+                )),
+                "config_option_update" => Some(format!(
+                    "{kind} {}",
+                    options_shape(&update["configOptions"])
+                )),
+                "current_mode_update" => Some(format!("{kind} mode={}", update["currentModeId"])),
+                "usage_update" if update.get("cost").is_some() => Some("usage_update cost".into()),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The shapes of what an agent said in answer to one client message (runs of the same shape
+/// count once), and the reply's text when the turn ended normally.
+fn acp_shapes(messages: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for shape in messages.iter().filter_map(acp_shape) {
+        if out.last() != Some(&shape) {
+            out.push(shape);
+        }
+    }
+    if out.iter().any(|s| s == "answer stopReason=\"end_turn\"") {
+        let text: String = messages
+            .iter()
+            .filter(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|m| m["params"]["update"]["content"]["text"].as_str())
+            .collect();
+        out.push(format!("reply {text:?}"));
+    }
+    out
+}
+
+/// Replays a recording of the pinned adapter to the fake ACP agent: every line the client sent
+/// goes to the fake (with the fake's session and request ids), and what the fake says until
+/// it has said what the adapter said last before the client's next line must have the same
+/// shapes. A `## restart` or `## load` note starts a new process on the same state.
+async fn replay(name: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it/fixtures/acp")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let state = tempfile::tempdir().unwrap();
+    let mut agent = Acp::spawn(state.path());
+    let mut ids: Vec<(String, String)> = Vec::new();
+    let mut report = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("## restart") || line.starts_with("## load") {
+            agent = Acp::spawn(state.path());
+            continue;
+        }
+        let Some(sent) = line.strip_prefix("-> ") else {
+            continue;
+        };
+        let mut sent = sent.to_owned();
+        for (recorded, fake) in &ids {
+            sent = sent.replace(recorded.as_str(), fake);
+        }
+        agent.send(&sent).await;
+        let expected: Vec<Value> = lines[i + 1..]
+            .iter()
+            .take_while(|l| l.starts_with("<- "))
+            .map(|l| serde_json::from_str(&l[3..]).unwrap())
+            .collect();
+        let Some(last) = expected.last() else {
+            continue;
+        };
+        let (got, complete) = match agent.until_like(last).await {
+            Ok(got) => (got, true),
+            Err(got) => (got, false),
+        };
+        // The ids the fake chose stand for the recorded ones from now on.
+        if let (Some(recorded), Some(fake)) = (
+            last["result"]["sessionId"].as_str(),
+            got.last().and_then(|m| m["result"]["sessionId"].as_str()),
+        ) {
+            ids.push((recorded.to_owned(), fake.to_owned()));
+        }
+        let (want, have) = (acp_shapes(&expected), acp_shapes(&got));
+        if want != have || !complete {
+            report.push(format!(
+                "after {sent}\n-- recorded:\n{}\n-- fake{}:\n{}",
+                want.join("\n"),
+                if complete { "" } else { " (then nothing more)" },
+                have.join("\n")
+            ));
+        }
+        if !complete {
+            break;
+        }
+    }
+    report
+}
+
+/// The fake ACP agent answers as the recorded adapter did, exchange by exchange: turns, tool
+/// calls with and without asking, cancels, modes and config options, resume, load, and methods
+/// it does not have.
+#[tokio::test]
+async fn fake_acp_matches_the_recordings() {
+    let mut report = Vec::new();
+    for name in [
+        "claude-agent-acp-0.101.0-turns-resume-load.txt",
+        "claude-agent-acp-0.101.0-permissions.txt",
+        "claude-agent-acp-0.101.0-methods.txt",
+    ] {
+        for difference in replay(name).await {
+            report.push(format!("== {name}: {difference}"));
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "the fake ACP agent differs from the recordings:\n{}",
+        report.join("\n\n")
     );
 }

@@ -157,7 +157,12 @@ fn offered(
     modes: Option<acp::SessionModeState>,
     config: Option<Vec<acp::SessionConfigOption>>,
 ) -> Offered {
-    let mut out = Offered::default();
+    let (options, mode_option) = selects(config.unwrap_or_default());
+    let mut out = Offered {
+        options,
+        current_mode: mode_option,
+        ..Offered::default()
+    };
     if let Some(modes) = modes {
         out.current_mode = Some(modes.current_mode_id.0.to_string());
         out.modes = modes
@@ -166,8 +171,20 @@ fn offered(
             .map(|m| m.id.0.to_string())
             .collect();
     }
-    for option in config.unwrap_or_default() {
+    out
+}
+
+/// The select config options (id and the values each allows), and the current value of the
+/// `mode` option if there is one.
+fn selects(config: Vec<acp::SessionConfigOption>) -> (Vec<(String, Vec<String>)>, Option<String>) {
+    let mut options = Vec::new();
+    let mut mode = None;
+    for option in config {
         if let acp::SessionConfigKind::Select(select) = option.kind {
+            let id = option.id.0.to_string();
+            if id == "mode" {
+                mode = Some(select.current_value.0.to_string());
+            }
             let values = match select.options {
                 acp::SessionConfigSelectOptions::Ungrouped(list) => list,
                 acp::SessionConfigSelectOptions::Grouped(groups) => {
@@ -175,13 +192,13 @@ fn offered(
                 }
                 _ => Vec::new(),
             };
-            out.options.push((
-                option.id.0.to_string(),
+            options.push((
+                id,
                 values.into_iter().map(|v| v.value.0.to_string()).collect(),
             ));
         }
     }
-    out
+    (options, mode)
 }
 
 /// Reads a `session/new` result: the new session's id and what it offers.
@@ -266,6 +283,14 @@ pub(super) enum Update {
     ToolNews(Tool),
     /// The mode changed.
     Mode(String),
+    /// The config options changed: the select options (as in [`Offered::options`]) and the
+    /// `mode` option's value, if there is one (how the Claude adapter announces a new mode).
+    Options {
+        /// Id and allowed values of each select option.
+        options: Vec<(String, Vec<String>)>,
+        /// The `mode` option's current value.
+        mode: Option<String>,
+    },
     /// The session's cost so far, in US dollars (a usage update that carries one).
     CostUsd(f64),
     /// Anything else (plans, commands, usage, config options, unknown kinds).
@@ -358,6 +383,10 @@ pub(super) fn update(params: &Value) -> Option<(String, Update)> {
         },
         acp::SessionUpdate::CurrentModeUpdate(mode) => {
             Update::Mode(mode.current_mode_id.0.to_string())
+        }
+        acp::SessionUpdate::ConfigOptionUpdate(update) => {
+            let (options, mode) = selects(update.config_options);
+            Update::Options { options, mode }
         }
         _ => Update::Other,
     };
@@ -503,5 +532,33 @@ mod tests {
         let (_, u) =
             update(&json!({"sessionId":"abc","update":{"sessionUpdate":"something_new"}})).unwrap();
         assert_eq!(u, Update::Other);
+    }
+
+    /// The adapter announces a new mode in a `config_option_update` (recorded); other agents
+    /// in a `current_mode_update`.
+    #[test]
+    fn mode_changes_are_read_in_both_shapes() {
+        let (_, u) = update(&json!({"sessionId":"abc","update":{
+            "sessionUpdate":"config_option_update","configOptions":[
+            {"id":"mode","name":"Mode","category":"mode","type":"select",
+            "currentValue":"acceptEdits","options":[{"value":"default","name":"Manual"},
+            {"value":"acceptEdits","name":"Accept edits"}]},
+            {"id":"model","name":"Model","category":"model","type":"select",
+            "currentValue":"default","options":[{"value":"default","name":"Default"}]}]}}))
+        .unwrap();
+        assert_eq!(
+            u,
+            Update::Options {
+                options: vec![
+                    ("mode".into(), vec!["default".into(), "acceptEdits".into()]),
+                    ("model".into(), vec!["default".into()]),
+                ],
+                mode: Some("acceptEdits".into()),
+            }
+        );
+        let (_, u) = update(&json!({"sessionId":"abc","update":{
+            "sessionUpdate":"current_mode_update","currentModeId":"yolo"}}))
+        .unwrap();
+        assert_eq!(u, Update::Mode("yolo".into()));
     }
 }

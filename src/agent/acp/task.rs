@@ -955,6 +955,14 @@ impl AcpTask {
                 self.applied_mode = Some(mode);
                 self.agent_event(params).await;
             }
+            (Update::Options { options, mode }, _) => {
+                if mode.is_some() {
+                    self.applied_mode = mode;
+                }
+                self.offered.options = options;
+                self.learnt.lock().expect("learnt lock").offered = Some(self.offered.clone());
+                self.agent_event(params).await;
+            }
             _ => self.agent_event(params).await,
         }
     }
