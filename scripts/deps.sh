@@ -32,7 +32,7 @@ ensure_rust_tools() {
 
 # The pinned Claude Code CLI for the end-to-end tests (a native binary from the npm registry).
 CLAUDE_CLI_PACKAGE="@anthropic-ai/claude-code-linux-x64"
-CLAUDE_CLI_VERSION="2.1.330"
+CLAUDE_CLI_VERSION="2.1.332"
 
 ensure_node() {
   command -v npm >/dev/null 2>&1 && return 0

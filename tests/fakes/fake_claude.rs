@@ -1,4 +1,4 @@
-//! `fake-claude`: a stand-in for the Claude Code CLI (version 2.1.330) used by the tests.
+//! `fake-claude`: a stand-in for the Claude Code CLI (version 2.1.332) used by the tests.
 //!
 //! It is spawned exactly like the real CLI in stream-json mode:
 //!
@@ -107,7 +107,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use uuid::Uuid;
 
-const VERSION: &str = "2.1.330";
+const VERSION: &str = "2.1.332";
 const DEFAULT_MODEL: &str = "claude-opus-5-5";
 const INTERRUPT_MARKER: &str = "[Request interrupted by user]";
 /// A prompt with `SLOW` gets a reply of this many words, each after [`SLOW_DELAY`] (as the fake
@@ -180,7 +180,7 @@ enum Arity {
     Optional,
 }
 
-/// Every flag the real CLI (2.1.330) accepts, the hidden ones too; any other is refused as it
+/// Every flag the real CLI (2.1.332) accepts, the hidden ones too; any other is refused as it
 /// refuses it (`error: unknown option '<arg>'`, exit code 1).
 fn arity(name: &str) -> Option<Arity> {
     Some(match name {
@@ -1310,7 +1310,7 @@ fn tool_command(text: &str) -> Option<String> {
     keyword(text, "TOOL:").map(|c| c.replace('+', " "))
 }
 
-/// Whether the real CLI (2.1.330) runs a Bash command without asking. Read-only commands inside
+/// Whether the real CLI (2.1.332) runs a Bash command without asking. Read-only commands inside
 /// the working directory run in every mode; commands that change files inside it run unasked in
 /// `acceptEdits`; `bypassPermissions` runs everything; anything else needs a permission.
 fn runs_unasked(mode: &str, command: &str) -> bool {

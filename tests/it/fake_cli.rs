@@ -188,7 +188,7 @@ async fn fake_claude_keeps_history_across_turns_and_resume() {
     assert_eq!(first[0]["subtype"], "init");
     assert_eq!(first[0]["session_id"], id.as_str());
     assert_eq!(first[0]["model"], "claude-opus-5-5");
-    assert_eq!(first[0]["claude_code_version"], "2.1.330");
+    assert_eq!(first[0]["claude_code_version"], "2.1.332");
     assert!(first.iter().all(|f| f["session_id"] == id.as_str()));
     let assistant = first.iter().position(|f| f["type"] == "assistant").unwrap();
     assert_eq!(first[assistant + 1]["event"]["type"], "content_block_stop");
@@ -329,7 +329,7 @@ async fn fake_claude_answers_control_requests() {
     assert_eq!(init["response"]["response"]["session_state"], "idle");
     assert_eq!(
         init["response"]["response"]["claude_code_version"],
-        "2.1.330"
+        "2.1.332"
     );
 
     cli.send(json!({"type": "control_request", "request_id": "bogus", "request": {"subtype": "no_such_thing"}}))
