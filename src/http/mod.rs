@@ -5,6 +5,11 @@
 //! came is abandoned, however steadily it trickles in, and every
 //! authenticated request (and its response, for the streaming ones: event streams, exports)
 //! holds one of its principal's `socket.max_per_principal` connections, like a WebSocket.
+//!
+//! Every request runs in a `request` span naming its method, its route (the pattern matched,
+//! never the path or query as sent: a WebSocket ticket travels in the query) and the
+//! `X-Request-Id` it came with, if any; a WebSocket's `socket` span lives inside the span of
+//! its upgrade request.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -12,13 +17,15 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
 use tokio::time::Sleep;
+use tower_http::trace::TraceLayer;
+use tracing::Span;
 
 pub mod auth;
 mod error;
@@ -87,6 +94,7 @@ pub fn router(state: AppState) -> Router {
         .merge(counted)
         .merge(web::router())
         .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(middleware::map_request(
             move |request: Request| async move {
                 // A request without a body (most of them) needs no deadline.
@@ -97,6 +105,25 @@ pub fn router(state: AppState) -> Router {
             },
         ))
         .with_state(state)
+}
+
+/// The span a request runs in: method, route pattern and request id. Never the URI as sent
+/// (its query may hold a ticket), headers (credentials) or the body.
+fn request_span(request: &Request) -> Span {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok());
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        route,
+        request_id,
+    )
 }
 
 /// A request body that fails once `timeout` has passed since the request came, however

@@ -231,6 +231,7 @@ pub(crate) fn spawn(init: ActorInit) {
     };
     let busy = actor.busy.clone();
     let span = tracing::info_span!(
+        parent: None,
         "conversation",
         agent_id = %actor.conversation.agent_id,
         session_id = %actor.conversation.session_id,

@@ -30,5 +30,6 @@ mod refused;
 mod rest;
 mod schedules;
 mod security;
+mod spans;
 mod store;
 mod warm;

@@ -1,0 +1,107 @@
+//! Request spans, read from what a tracing subscriber in the test's own thread captures of an
+//! in-process server: every REST request and WebSocket runs in one, no credential shows, and
+//! a conversation's span stands on its own.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tracing_subscriber::fmt::format::FmtSpan;
+
+use crate::common::*;
+use crate::inproc::InProcess;
+use crate::security::{TOKENS, connect_with, http, http_raw};
+
+/// What the subscriber wrote, shared with the test.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A REST request's span names its method, route pattern and request id; a WebSocket's span
+/// sits in its upgrade request's; the conversation a socket starts has a span of its own, not
+/// inside the socket's; and neither the token sent in a query string nor the ticket is ever
+/// written, whatever the level.
+#[tokio::test]
+async fn requests_and_sockets_run_in_spans_without_credentials() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(FmtSpan::NEW)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test's runtime runs on this thread only, the server's tasks included.
+    let _default = tracing::subscriber::set_default(subscriber);
+    let server = InProcess::start(TOKENS).await;
+
+    let r = http_raw(
+        &server.addr,
+        "GET",
+        "/api/sessions/s1/export?token=tok-alice",
+        &[
+            ("Host", &server.addr),
+            ("Authorization", "Bearer tok-alice"),
+            ("X-Request-Id", "req-42"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = http(
+        &server.addr,
+        "POST",
+        "/api/ws-ticket",
+        Some("tok-alice"),
+        None,
+    )
+    .await;
+    let ticket = serde_json::from_str::<Value>(&r.body).unwrap()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (mut c, _) = connect_with(&server.addr, &format!("?ticket={ticket}"), &[])
+        .await
+        .unwrap();
+    chat_ack(&mut c, "s1", "hello").await;
+    c.until_result("s1").await;
+
+    let text = captured.text();
+    assert!(
+        text.contains(
+            r#"request{method=GET route="/api/sessions/{agent_id}/export" request_id="req-42"}"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"request{method=GET route="/ws"}:socket{"#),
+        "{text}"
+    );
+    let conversation = text
+        .lines()
+        .find(|line| line.contains("conversation{") && line.ends_with(": new"))
+        .unwrap_or_else(|| panic!("no conversation span: {text}"));
+    assert!(
+        !conversation.contains("socket{") && !conversation.contains("request{"),
+        "{conversation}"
+    );
+    for secret in ["tok-alice", ticket.as_str()] {
+        assert!(!text.contains(secret), "{secret} written: {text}");
+    }
+}
