@@ -170,13 +170,14 @@ impl ClusterConfig {
 
 /// This machine's host name (`localhost` when it has none).
 fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer it is given.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return "localhost".to_owned();
+    let name = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    match name.is_empty() {
+        true => "localhost".to_owned(),
+        false => name,
     }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Settings of scheduled prompts.

@@ -14,8 +14,7 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// CPU time process `pid` has used so far (user + system, all threads), in seconds.
 pub fn cpu_secs(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks_per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks_per_sec = rustix::param::clock_ticks_per_second();
     (ticks_per_sec > 0).then_some(())?;
     Some(cpu_ticks(&stat)? as f64 / ticks_per_sec as f64)
 }
@@ -33,17 +32,14 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
 
 /// Raises the soft limit on open files to the hard limit, so that many sockets fit.
 pub fn raise_fd_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed by reference.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            ..limit
+        };
+        let _ = setrlimit(Resource::Nofile, raised);
     }
 }
 
@@ -71,9 +67,9 @@ pub fn children(parent: u32, exe: &std::path::Path) -> Vec<u32> {
 
 /// Sends SIGKILL to process `pid`.
 pub fn kill9(pid: u32) {
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: kill only sends a signal.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+    use rustix::process::{Pid, Signal, kill_process};
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        let _ = kill_process(pid, Signal::KILL);
     }
 }
 

@@ -6,6 +6,8 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::Stdio;
+
+use rustix::process::{Pid, Signal, kill_process_group, set_parent_process_death_signal};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,12 +84,7 @@ impl Proc {
             .kill_on_drop(true);
         // SAFETY: prctl is async-signal-safe; the closure touches no memory of the parent.
         unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(|| Ok(set_parent_process_death_signal(Some(Signal::KILL))?));
         }
         let mut child = cmd.spawn()?;
         let pid = child.id().map(|p| p as i32);
@@ -150,23 +147,21 @@ impl Proc {
         drop(self.stdin.take());
         let mut exited = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
         if !exited {
-            self.signal_group(libc::SIGTERM);
+            self.signal_group(Signal::TERM);
             exited = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
         }
         if !exited {
-            self.signal_group(libc::SIGKILL);
+            self.signal_group(Signal::KILL);
             let _ = self.child.wait().await;
         }
         // Children the CLI left behind in its group go too.
-        self.signal_group(libc::SIGKILL);
+        self.signal_group(Signal::KILL);
     }
 
-    fn signal_group(&self, signal: i32) {
-        if let Some(pid) = self.pid {
-            // SAFETY: killpg only sends a signal; the group is the child's own (process_group(0)).
-            unsafe {
-                libc::killpg(pid, signal);
-            }
+    /// Signals the child's own process group (it was started with `process_group(0)`).
+    fn signal_group(&self, signal: Signal) {
+        if let Some(pid) = self.pid.and_then(Pid::from_raw) {
+            let _ = kill_process_group(pid, signal);
         }
     }
 }

@@ -15,7 +15,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
@@ -98,10 +98,9 @@ async fn sessions_dir(home: &Path, cwd: &Path) -> Option<PathBuf> {
 pub(super) fn open_regular_file(
     path: &Path,
 ) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let file = std::fs::File::from(rustix::fs::open(path, flags, Mode::empty())?);
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::new(

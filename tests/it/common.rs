@@ -235,13 +235,12 @@ impl TestServer {
             // async-signal-safe; an ignored signal stays ignored across exec.
             unsafe {
                 cmd.pre_exec(move || {
-                    let limit = libc::rlimit {
-                        rlim_cur: bytes,
-                        rlim_max: bytes,
+                    let limit = Some(bytes);
+                    let limit = rustix::process::Rlimit {
+                        current: limit,
+                        maximum: limit,
                     };
-                    if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
+                    rustix::process::setrlimit(rustix::process::Resource::Fsize, limit)?;
                     libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
                     Ok(())
                 });

@@ -773,10 +773,10 @@ async fn accepted_sockets_have_nodelay() {
     let server = TestServer::start().await;
     let client = std::net::TcpStream::connect(&server.addr).unwrap();
     let ours = client.local_addr().unwrap();
-    let pid = server.child.id().unwrap() as libc::c_int;
+    let pid = server.child.id().unwrap();
     let deadline = std::time::Instant::now() + WAIT;
     let nodelay = loop {
-        if let Some(value) = peer_socket_option(pid, ours, libc::IPPROTO_TCP, libc::TCP_NODELAY) {
+        if let Some(value) = peer_nodelay(pid, ours) {
             break value;
         }
         assert!(
@@ -785,78 +785,35 @@ async fn accepted_sockets_have_nodelay() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
-    assert_eq!(nodelay, 1, "TCP_NODELAY on the accepted socket");
+    assert!(nodelay, "TCP_NODELAY on the accepted socket");
 }
 
-/// Reads a socket option of the socket in process `pid` whose peer is `peer`.
-fn peer_socket_option(
-    pid: libc::c_int,
-    peer: std::net::SocketAddr,
-    level: libc::c_int,
-    name: libc::c_int,
-) -> Option<libc::c_int> {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // SAFETY: plain syscalls on descriptors this function owns and closes.
-    unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as libc::c_int;
-        assert!(
-            pidfd >= 0,
-            "pidfd_open: {}",
-            std::io::Error::last_os_error()
-        );
-        let _pidfd = OwnedFd::from_raw_fd(pidfd);
-        for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
-            let Ok(target) = std::fs::read_link(entry.path()) else {
-                continue;
-            };
-            if !target.to_string_lossy().starts_with("socket:") {
-                continue;
-            }
-            let Ok(remote) = entry.file_name().to_string_lossy().parse::<libc::c_int>() else {
-                continue;
-            };
-            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd, remote, 0) as libc::c_int;
-            if fd < 0 {
-                continue;
-            }
-            let fd = OwnedFd::from_raw_fd(fd);
-            let socket = peer_address(std::os::fd::AsRawFd::as_raw_fd(&fd));
-            if socket != Some(peer) {
-                continue;
-            }
-            let mut value: libc::c_int = 0;
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            let rc = libc::getsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                level,
-                name,
-                (&mut value as *mut libc::c_int).cast(),
-                &mut len,
-            );
-            assert_eq!(rc, 0, "getsockopt: {}", std::io::Error::last_os_error());
-            return Some(value);
+/// Whether the socket in process `pid` whose peer is `peer` has `TCP_NODELAY`; `None` while
+/// there is no such socket.
+fn peer_nodelay(pid: u32, peer: std::net::SocketAddr) -> Option<bool> {
+    use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
+    let raw = i32::try_from(pid).ok().and_then(Pid::from_raw).unwrap();
+    let pidfd = pidfd_open(raw, PidfdFlags::empty()).expect("pidfd_open");
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        if !target.to_string_lossy().starts_with("socket:") {
+            continue;
         }
+        let Ok(remote) = entry.file_name().to_string_lossy().parse() else {
+            continue;
+        };
+        let Ok(fd) = pidfd_getfd(&pidfd, remote, PidfdGetfdFlags::empty()) else {
+            continue;
+        };
+        let address = rustix::net::getpeername(&fd).ok().flatten();
+        if address.and_then(|a| std::net::SocketAddr::try_from(a).ok()) != Some(peer) {
+            continue;
+        }
+        return Some(rustix::net::sockopt::tcp_nodelay(&fd).expect("getsockopt"));
     }
     None
-}
-
-/// The peer address of an IPv4 TCP socket descriptor.
-fn peer_address(fd: libc::c_int) -> Option<std::net::SocketAddr> {
-    // SAFETY: getpeername writes at most `len` bytes into `addr`.
-    unsafe {
-        let mut addr: libc::sockaddr_in = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        if libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_in).cast(), &mut len) != 0
-            || addr.sin_family != libc::AF_INET as libc::sa_family_t
-        {
-            return None;
-        }
-        let ip = std::net::Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr));
-        Some(std::net::SocketAddr::from((
-            ip,
-            u16::from_be(addr.sin_port),
-        )))
-    }
 }
 
 /// A graceful shutdown ends the running turn and the queued one with results that say so,

@@ -923,8 +923,7 @@ async fn imported_payloads_cannot_set_the_frame_header() {
 #[tokio::test]
 async fn the_data_dir_and_database_are_private() {
     use std::os::unix::fs::PermissionsExt;
-    // SAFETY: umask only swaps the process's file mode mask; 022 is the usual one anyway.
-    unsafe { libc::umask(0o022) };
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("fresh").join("data");
     let server = TestServer::start_in(&data, &["--demo-delay-ms", "0"], &[]).await;
