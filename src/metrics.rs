@@ -1,4 +1,12 @@
 //! Process-wide counters and histograms, rendered as Prometheus text at `GET /metrics`.
+//!
+//! Written by hand rather than with an exporter crate, on measurement: counting a frame by
+//! type cost about 1.5 times as much (1.1 to 2.7 over twelve runs) with `prometheus-client`'s
+//! labelled family, and about 3.5 times as much (2.5 to 8.6) with `metrics` and
+//! `metrics-exporter-prometheus`, as the map below; and neither writes the same text
+//! (`prometheus-client` writes OpenMetrics: `# TYPE` without `_total`, a `# EOF` line; the
+//! exporter leaves out a family until it has a sample, and the `metrics` macros write to one
+//! recorder per process, where each server here counts its own).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
