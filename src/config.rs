@@ -2,6 +2,9 @@
 //!
 //! Precedence, lowest first: the defaults, the file named by `--config`, `AGENTMUX_*`
 //! variables, command-line flags. Secrets come only from the environment or the file.
+//!
+//! A setting named `…_secs` or `…_ms` holds a whole number of seconds or milliseconds; the file
+//! may give it as that number or as a duration written out (`"90s"`, `"5m"`, `"1h 30m"`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Unexpected, Visitor};
 
 use crate::protocol::{DecodeLimits, MAX_PRINCIPAL_BYTES};
 
@@ -73,6 +77,7 @@ pub struct ClusterConfig {
     /// How long a node's ownership of a conversation lasts unless renewed (it is renewed every
     /// third of that while the conversation is live). A node that dies leaves its
     /// conversations to others after at most this long.
+    #[serde(deserialize_with = "secs")]
     pub lease_secs: u64,
     /// The NATS server(s) the nodes route commands and frames through (`--cluster-nats`,
     /// `AGENTMUX_CLUSTER_NATS`): `nats://HOST:PORT`, several separated by commas. Empty for
@@ -177,6 +182,64 @@ fn host_name() -> String {
     match name.is_empty() {
         true => "localhost".to_owned(),
         false => name,
+    }
+}
+
+/// Reads a `…_secs` setting: a number of seconds, or a duration written out that is a whole
+/// number of them.
+fn secs<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    d.deserialize_any(Count {
+        unit: Duration::from_secs(1),
+        name: "seconds",
+    })
+}
+
+/// Reads a `…_ms` setting: a number of milliseconds, or a duration written out that is a
+/// whole number of them.
+fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    d.deserialize_any(Count {
+        unit: Duration::from_millis(1),
+        name: "milliseconds",
+    })
+}
+
+/// A count of `unit`s, given as a number or as a duration.
+struct Count {
+    unit: Duration,
+    name: &'static str,
+}
+
+impl Visitor<'_> for Count {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "a number of {} or a duration such as \"30s\", \"5m\" or \"1h 30m\"",
+            self.name
+        )
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+        Ok(v)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+        u64::try_from(v).map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+        let duration = humantime::parse_duration(v)
+            .map_err(|err| E::custom(format_args!("{v:?} is not a duration ({err})")))?;
+        let unit = self.unit.as_nanos();
+        if duration.as_nanos() % unit != 0 {
+            return Err(E::custom(format_args!(
+                "{v:?} is not a whole number of {}",
+                self.name
+            )));
+        }
+        u64::try_from(duration.as_nanos() / unit)
+            .map_err(|_| E::custom(format_args!("{v:?} is too long")))
     }
 }
 
@@ -331,8 +394,10 @@ pub struct AcpConfig {
     /// Longest stdout line accepted from an agent, in bytes; a longer one is skipped with a warning.
     pub max_line_bytes: usize,
     /// How long an agent may take to answer `initialize` and to open its session.
+    #[serde(deserialize_with = "secs")]
     pub init_timeout_secs: u64,
     /// Each step of stopping an agent (close stdin, TERM, KILL) waits this long.
+    #[serde(deserialize_with = "secs")]
     pub stop_grace_secs: u64,
     /// Extra environment variable names passed to every ACP agent, besides `PATH`, `HOME` and
     /// `LANG` (and each agent's own `env`).
@@ -401,6 +466,7 @@ pub struct AuthConfig {
     /// Key that signs WebSocket tickets; a random one is made at start-up when unset.
     pub ticket_secret: Option<String>,
     /// How long a WebSocket ticket is valid, in seconds.
+    #[serde(deserialize_with = "secs")]
     pub ticket_ttl_secs: u64,
     /// Shared secret of HS256-signed JWTs; their `sub` claim, after
     /// [`Self::jwt_principal_prefix`], is the principal.
@@ -413,6 +479,7 @@ pub struct AuthConfig {
     /// When set, JWTs must carry this `aud` claim.
     pub jwt_audience: Option<String>,
     /// Clock skew allowed when checking a JWT's `exp` and `nbf`, in seconds.
+    #[serde(deserialize_with = "secs")]
     pub jwt_leeway_secs: u64,
     /// Put before a JWT's `sub` to make its principal (`jwt:` by default), so that JWT
     /// subjects and API-token principals never share conversations by accident. Empty: a
@@ -453,8 +520,10 @@ pub struct ClaudeConfig {
     /// stays).
     pub max_transcript_bytes: usize,
     /// How long the CLI may take to answer the `initialize` request.
+    #[serde(deserialize_with = "secs")]
     pub init_timeout_secs: u64,
     /// Each step of stopping a CLI (close stdin, TERM, KILL) waits this long.
+    #[serde(deserialize_with = "secs")]
     pub stop_grace_secs: u64,
     /// The former name of `agent.max_live_processes` (which wins when both are set): it caps
     /// every agent process, not only the CLI's.
@@ -492,6 +561,7 @@ pub struct SocketConfig {
     pub max_content_bytes: usize,
     /// A socket that sends nothing (no frame, no ping) for this long is closed; an event
     /// stream with nothing to send for this long is ended.
+    #[serde(deserialize_with = "secs")]
     pub idle_timeout_secs: u64,
     /// Frames a lagging socket may have in flight per conversation before it is told `lagged`
     /// and replayed from the store.
@@ -506,12 +576,14 @@ pub struct SocketConfig {
     /// beyond); 0 is no limit.
     pub max_per_principal: usize,
     /// A connection must deliver its HTTP request head (the upgrade) within this many seconds.
+    #[serde(deserialize_with = "secs")]
     pub handshake_timeout_secs: u64,
     /// Conversations one socket may follow at once (subscribed, or chatted to); beyond,
     /// `limit_exceeded`. 0 is no limit.
     pub max_subscriptions: usize,
     /// A request body not fully arrived this many seconds after its request came is abandoned,
     /// however steadily it trickles in.
+    #[serde(deserialize_with = "secs")]
     pub body_timeout_secs: u64,
 }
 
@@ -520,12 +592,15 @@ pub struct SocketConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct SessionConfig {
     /// A conversation with nothing to do for this long is evicted from memory (its agent stopped).
+    #[serde(deserialize_with = "secs")]
     pub idle_evict_secs: u64,
     /// Turns that may wait behind a running one, per conversation.
     pub max_queued_turns: usize,
     /// How long an interrupted turn may take to end before its agent is killed.
+    #[serde(deserialize_with = "secs")]
     pub interrupt_timeout_secs: u64,
     /// A tool permission request nobody answers is denied after this long.
+    #[serde(deserialize_with = "secs")]
     pub permission_timeout_secs: u64,
     /// Live conversations (each with its agent) per principal; 0 is no limit.
     pub max_live_per_principal: usize,
@@ -536,13 +611,16 @@ pub struct SessionConfig {
     pub max_transfers_per_principal: usize,
     /// Delay before the second restart of an agent that keeps exiting unexpectedly, in
     /// milliseconds; the first restart is at once, each later one waits twice as long.
+    #[serde(deserialize_with = "millis")]
     pub respawn_backoff_ms: u64,
     /// Longest wait between two restarts of a crashing agent.
+    #[serde(deserialize_with = "secs")]
     pub respawn_backoff_max_secs: u64,
     /// Unexpected exits within `respawn_window_secs` after which the agent is no longer
     /// restarted in the background (status `respawn_failed`); 0 turns restarting off.
     pub max_respawns: u32,
     /// The window in which unexpected exits are counted.
+    #[serde(deserialize_with = "secs")]
     pub respawn_window_secs: u64,
     /// Most payload bytes of stored frames read in one page (of a replay, an event stream's
     /// replay, a `GET .../messages` page, an export), besides the pages' row counts; a frame
@@ -585,6 +663,7 @@ impl StoreConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct DemoConfig {
     /// Pause after each streamed word, in milliseconds.
+    #[serde(deserialize_with = "millis")]
     pub delay_ms: u64,
     /// Testing aid: each turn waits after its first word until `<gate_dir>/<agent_id>.<N>`
     /// exists (see [`crate::agent::demo::DemoBackend::gate_dir`]). Off when unset.
@@ -905,6 +984,45 @@ mod tests {
         );
         assert_eq!(cap("[agent]\nmax_live_processes = 0\n"), 1);
         assert!(toml::from_str::<Config>("[agent]\nmax_live_processes = -1\n").is_err());
+    }
+
+    #[test]
+    fn durations_are_numbers_or_written_out() {
+        let config: Config = toml::from_str(
+            "[socket]\nidle_timeout_secs = \"2m\"\nhandshake_timeout_secs = 7\n\
+             [session]\nidle_evict_secs = \"1h 30m\"\nrespawn_backoff_ms = \"1s 500ms\"\n\
+             [demo]\ndelay_ms = 15\n",
+        )
+        .unwrap();
+        assert_eq!(config.socket.idle_timeout_secs, 120);
+        assert_eq!(config.socket.handshake_timeout_secs, 7);
+        assert_eq!(config.session.idle_evict_secs, 5400);
+        assert_eq!(config.session.respawn_backoff_ms, 1500);
+        assert_eq!(config.demo.delay_ms, 15);
+        for (line, says) in [
+            (
+                "idle_timeout_secs = \"1500ms\"",
+                "not a whole number of seconds",
+            ),
+            ("idle_timeout_secs = \"soon\"", "\"soon\" is not a duration"),
+            ("idle_timeout_secs = \"-5s\"", "is not a duration"),
+            (
+                "idle_timeout_secs = -1",
+                "expected a number of seconds or a duration",
+            ),
+            (
+                "idle_timeout_secs = 1.5",
+                "expected a number of seconds or a duration",
+            ),
+        ] {
+            let err = toml::from_str::<Config>(&format!("[socket]\n{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(says) && err.contains("idle_timeout_secs"),
+                "{line}: {err}"
+            );
+        }
     }
 
     #[test]
