@@ -315,9 +315,9 @@ pub fn valid_tool_pattern(pattern: &str) -> bool {
     name_ok && specifier_ok
 }
 
-/// Programs that run whatever text they are given (shells, interpreters, and the commands that
-/// run their arguments as a command): a `Bash` pattern whose command is one of them approves
-/// every command.
+/// Programs that run whatever text they are given (shells, interpreters, editors and pagers
+/// with a shell escape, and the commands that run their arguments or options as a command):
+/// a `Bash` pattern whose command is one of them approves every command.
 const RUNS_ANY_COMMAND: &[&str] = &[
     "sh",
     "bash",
@@ -377,24 +377,42 @@ const RUNS_ANY_COMMAND: &[&str] = &[
     "powershell",
     "osascript",
     "find",
+    "ipython",
+    "ssh",
+    "tar",
+    "sed",
+    "vi",
+    "vim",
+    "nvim",
+    "emacs",
+    "ed",
+    "ex",
+    "less",
+    "more",
+    "man",
+    "gdb",
 ];
 
 /// Whether tool-name pattern `pattern` (of a valid form, see [`valid_tool_pattern`]) may
-/// approve more than it names, so that it needs `agent.allow_bypass_permissions`. Only two
+/// approve more than it names, so that it needs `agent.allow_bypass_permissions`. Only these
 /// shapes name what they approve:
 ///
-/// - `Tool(exact arguments)`: a literal argument, no wildcard (`Read(/srv/notes.md)`,
-///   `WebFetch(domain:example.com)`, `Bash(git status)`);
-/// - `Bash(prefix:*)`: commands starting with a literal prefix (`Bash(git log:*)`); `:*` at
-///   the end is the only wildcard, and only for `Bash`.
+/// - `Bash(command)` or `Bash(prefix:*)`: one exact command, or the commands starting with a
+///   literal prefix; `:*` at the end is the only wildcard. The command's program (its first
+///   word, without quotes, backslashes or a directory, in any case) must not be a shell, an
+///   interpreter, an editor or pager, or a command that runs its arguments or options as a
+///   command (`sh`, `python3`, `env`, `xargs`, `sudo`, `vim`, `tar`, …); `git` needs a
+///   subcommand first (`git -c alias.x=!sh x` runs anything); the command must not start with
+///   `NAME=value` (`LD_PRELOAD=…`) nor hold `;`, `&`, `|`, `<`, `>`, `$` or a backquote.
+/// - A file tool's path (`Read`, `Edit`, `Write`, …): relative to the working directory, each
+///   component literal and not hidden (no `.`, `..`, `.claude`, `.git`, `~`), optionally ending
+///   in `/**` or `/**/*.ext` (`Edit(src/**)`, `Read(docs/**/*.md)`).
+/// - Any other tool: a literal argument without wildcards (`WebFetch(domain:example.com)`).
 ///
-/// The argument must not be empty or start or end with a space. For `Bash`, its command (the
-/// first word after any `NAME=value`, without quotes, backslashes or a directory) must not be
-/// a shell, an interpreter or a command that runs its arguments (`sh`, `python3`, `env`,
-/// `xargs`, `sudo`, …, in any case), and the argument must not hold `;`, `&`, `|`, `<`, `>`,
-/// `$` or a backquote. Everything else is such a pattern: a bare name (`Bash`), any other
-/// wildcard (`Bash(*)`, `Bash(*a*)`, `Read(/**)`, `Edit(src/**)`, `WebFetch(domain:*)`,
-/// `mcp__*`), `Bash(sh:*)`, `Bash(/usr/bin/env:*)`.
+/// The argument must not be empty or start or end with a space. Everything else is such a
+/// pattern: a bare name (`Bash`), any other wildcard (`Bash(*)`, `Bash(*a*)`, `Read(/**)`,
+/// `WebFetch(domain:*)`, `mcp__*`), `Bash(sh:*)`, `Bash(/usr/bin/env:*)`, an absolute or
+/// hidden path (`Write(/home/u/.bashrc)`, `Edit(.claude/settings.json)`).
 pub fn grants_whole_tool(pattern: &str) -> bool {
     let Some((name, rest)) = pattern.split_once('(') else {
         return true;
@@ -402,18 +420,59 @@ pub fn grants_whole_tool(pattern: &str) -> bool {
     let Some(argument) = rest.strip_suffix(')') else {
         return true;
     };
-    if name.contains('*') {
+    if name.contains('*') || argument.is_empty() || argument.trim() != argument {
         return true;
     }
-    let bash = name.eq_ignore_ascii_case("Bash");
-    let literal = match argument.strip_suffix(":*") {
-        Some(prefix) if bash => prefix,
-        _ => argument,
+    if name.eq_ignore_ascii_case("Bash") {
+        let command = argument.strip_suffix(":*").unwrap_or(argument);
+        return command.is_empty()
+            || command.trim() != command
+            || command.contains('*')
+            || runs_any_command(command);
+    }
+    if FILE_TOOLS
+        .iter()
+        .any(|tool| name.eq_ignore_ascii_case(tool))
+    {
+        return !names_visible_files_below(argument);
+    }
+    argument.contains('*')
+}
+
+/// The Claude CLI's tools whose pattern argument is a path.
+const FILE_TOOLS: &[&str] = &[
+    "Read",
+    "Edit",
+    "Write",
+    "MultiEdit",
+    "NotebookEdit",
+    "Glob",
+    "Grep",
+    "LS",
+];
+
+/// Whether path pattern `path` names only files below the working directory that are not
+/// hidden: relative, every component literal (no wildcard, not empty, not starting with `.` or
+/// `~`), optionally ending in `/**` or `/**/*.ext` after at least one such component. Hidden
+/// files hold what an agent must not change unasked: the agent's own settings (`.claude/`),
+/// a repository's hooks and config (`.git/`), a shell's start-up files.
+fn names_visible_files_below(path: &str) -> bool {
+    let literal = |component: &str| {
+        !component.is_empty()
+            && !component.starts_with(['.', '~'])
+            && !component.contains(['*', '?', '[', '{', '\\'])
     };
-    if literal.is_empty() || literal.trim() != literal || literal.contains('*') {
-        return true;
+    let mut components: Vec<&str> = path.split('/').collect();
+    if let [.., "**", last] = components.as_slice()
+        && let Some(extension) = last.strip_prefix("*.")
+        && extension.bytes().all(|b| b.is_ascii_alphanumeric())
+        && !extension.is_empty()
+    {
+        components.truncate(components.len() - 2);
+    } else if components.last() == Some(&"**") {
+        components.pop();
     }
-    bash && runs_any_command(literal)
+    !components.is_empty() && components.into_iter().all(literal)
 }
 
 /// Whether shell command (or command prefix) `command` runs a program that runs any text, or
@@ -422,9 +481,13 @@ fn runs_any_command(command: &str) -> bool {
     if command.contains([';', '&', '|', '<', '>', '$', '`']) {
         return true;
     }
-    let Some(program) = command.split_whitespace().find(|word| !word.contains('=')) else {
+    let mut words = command.split_whitespace();
+    let Some(program) = words.next() else {
         return true;
     };
+    if program.contains('=') {
+        return true;
+    }
     let program: String = program
         .chars()
         .filter(|c| !matches!(c, '\'' | '"' | '\\'))
@@ -435,6 +498,7 @@ fn runs_any_command(command: &str) -> bool {
         || program.starts_with("python")
         || program.starts_with("pypy")
         || RUNS_ANY_COMMAND.contains(&program)
+        || (program == "git" && words.next().is_none_or(|word| word.starts_with('-')))
 }
 
 /// Checks the form of a path a chat names (`cwd`, `add_dirs`): absolute, at most

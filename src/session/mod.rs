@@ -608,9 +608,10 @@ impl Manager {
         {
             return Err(invalid(format!(
                 "`options.allowed_tools` `{pattern}` lets the agent use a whole tool without \
-                 asking; this server allows only exact arguments or a literal command prefix \
-                 that is not a shell or interpreter, such as `Bash(git log:*)` or \
-                 `Read(/srv/notes.md)` (agent.allow_bypass_permissions)"
+                 asking; this server allows only exact arguments, a literal command prefix \
+                 that is not a shell or interpreter, or files below the working directory \
+                 that are not hidden, such as `Bash(git log:*)` or `Edit(src/**)` \
+                 (agent.allow_bypass_permissions)"
             )));
         }
         backend

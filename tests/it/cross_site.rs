@@ -304,8 +304,8 @@ async fn permission_modes_that_skip_asking_need_the_operator() {
 }
 
 /// `options.allowed_tools` pre-approves tool calls, so a pattern that may grant more than it
-/// names (a bare name, any wildcard but a `Bash` prefix's `:*`, a shell or interpreter as the
-/// command) is a way around the same operator setting: refused over the socket and REST,
+/// names (a bare name, any wildcard but a `Bash` prefix's `:*` or a path's trailing `/**`, a
+/// shell or interpreter as the command, an absolute or hidden path) is a way around the same operator setting: refused over the socket and REST,
 /// creating nothing, while exact arguments or a literal command prefix go through. With `agent.allow_bypass_permissions` every pattern is allowed.
 #[tokio::test]
 async fn allowed_tools_that_grant_a_whole_tool_need_the_operator() {
@@ -329,7 +329,12 @@ async fn allowed_tools_that_grant_a_whole_tool_need_the_operator() {
         json!(["Bash(SH -c:*)"]),
         json!(["Bash(/usr/bin/env:*)"]),
         json!(["Bash(python3:*)"]),
-        json!(["Edit(src/**)"]),
+        json!(["Write(/home/u/.bashrc)"]),
+        json!(["Edit(.claude/settings.local.json)"]),
+        json!(["Write(src/../.git/hooks/pre-commit)"]),
+        json!(["Bash(LD_PRELOAD=/tmp/x.so git log:*)"]),
+        json!(["Bash(git -c alias.x=!sh x:*)"]),
+        json!(["Bash(tar:*)"]),
     ] {
         let options = json!({"allowed_tools": tools});
         c.send(json!({"type": "chat", "agent_id": "t", "content": "hi", "options": options}))
@@ -357,7 +362,8 @@ async fn allowed_tools_that_grant_a_whole_tool_need_the_operator() {
     }
     assert_eq!(conversation_count(&server.addr).await, 0);
     // Patterns that name what they allow are fine, and clearing the list is too.
-    let scoped = json!({"allowed_tools": ["Bash(git log:*)", "Read(/srv/notes.md)"]});
+    let scoped =
+        json!({"allowed_tools": ["Bash(git log:*)", "Read(docs/notes.md)", "Edit(src/**)"]});
     c.send(json!({"type": "chat", "agent_id": "t", "content": "hi", "options": scoped}))
         .await;
     assert_eq!(c.recv().await["message_type"], "ack");
