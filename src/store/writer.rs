@@ -82,19 +82,11 @@ pub(super) fn start(
     Ok(())
 }
 
-/// The SQLite VFS of every connection of the store. `unix-excl` keeps the WAL's index in the
-/// process's heap instead of a memory-mapped `-shm` file: a `-shm` file that another process
-/// truncates or makes unwritable would otherwise end the server with `SIGBUS` at its next
-/// access. The price is that the server holds the database alone: no other process can open
-/// it while the server runs.
-pub(super) const VFS: &str = "unix-excl";
-
 /// A connection to `path` with the store's settings and automatic checkpoints off.
 fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags_and_vfs(
+    let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        VFS,
     )?;
     conn.busy_timeout(Duration::from_secs(10))?;
     let synchronous = if synchronous_full { "full" } else { "normal" };
