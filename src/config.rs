@@ -6,7 +6,7 @@
 //! A setting named `…_secs` or `…_ms` holds a whole number of seconds or milliseconds; the file
 //! may give it as that number or as a duration written out (`"90s"`, `"5m"`, `"1h 30m"`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Unexpected, Visitor};
 
-use crate::protocol::{DecodeLimits, MAX_PRINCIPAL_BYTES};
+use crate::protocol::{DecodeLimits, LaunchOption, MAX_PRINCIPAL_BYTES};
 
 /// Which agent runs behind conversations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -373,6 +373,11 @@ pub struct AgentDef {
     /// `acp.unattended_modes`).
     #[serde(default)]
     pub unattended_modes: Option<Vec<String>>,
+    /// For an ACP agent: the launch options (`system_prompt`, `allowed_tools`,
+    /// `disallowed_tools`, `max_turns`, `add_dirs`) it honours when they are passed in the
+    /// session's `_meta` as the Claude adapter reads them; a chat setting another is refused.
+    #[serde(default)]
+    pub launch_options: BTreeSet<LaunchOption>,
 }
 
 /// Shows which variables are set, never their values (they are often keys).
@@ -383,6 +388,7 @@ impl fmt::Debug for AgentDef {
             .field("command", &self.command)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("unattended_modes", &self.unattended_modes)
+            .field("launch_options", &self.launch_options)
             .finish()
     }
 }

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::protocol::{AgentId, Content};
+use crate::protocol::{AgentId, Content, LaunchOption};
 use async_trait::async_trait;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -28,19 +28,6 @@ const DEFAULT_MODEL: &str = "demo";
 const DEFAULT_PERMISSION_MODE: &str = "default";
 /// Cost the demo reports per turn, in US dollars.
 const COST_PER_TURN_USD: f64 = 0.0001;
-
-/// What the demo agent can do: it remembers its turns through the store.
-const DEMO_SUPPORTS: super::Supports = super::Supports {
-    resume: true,
-    load: false,
-    permissions: false,
-    modes: false,
-    rewind: true,
-    fork: true,
-    images: true,
-    launch_options: true,
-    known: true,
-};
 
 /// The demo backend.
 #[derive(Debug, Clone)]
@@ -61,7 +48,18 @@ impl Backend for DemoBackend {
     }
 
     fn supports(&self) -> super::Supports {
-        DEMO_SUPPORTS
+        // It remembers its turns through the store.
+        super::Supports {
+            resume: true,
+            load: false,
+            permissions: false,
+            modes: false,
+            rewind: true,
+            fork: true,
+            images: true,
+            launch_options: LaunchOption::ALL.into(),
+            known: true,
+        }
     }
 
     fn check_options(&self, _model: Option<&str>, mode: Option<&str>) -> Result<(), String> {

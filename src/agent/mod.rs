@@ -13,13 +13,16 @@ mod pool;
 mod process;
 pub mod registry;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::protocol::{AgentId, Content, LaunchOptions, PermissionDecision, SessionId};
+use crate::protocol::{
+    AgentId, Content, LaunchOption, LaunchOptions, PermissionDecision, SessionId,
+};
 
 /// Capacity of the channel of events from one agent to its session.
 pub const EVENT_QUEUE: usize = 256;
@@ -395,7 +398,7 @@ impl AgentConn {
 pub struct SpawnError(pub String);
 
 /// What an agent can do, as `GET /api/agents` shows it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Supports {
     /// Whether a conversation continues with the agent's memory after eviction or restart
     /// (for an ACP agent: `session/resume`).
@@ -412,10 +415,10 @@ pub struct Supports {
     pub fork: bool,
     /// Whether a chat may carry images (an ACP agent's `promptCapabilities.image`).
     pub images: bool,
-    /// Whether the agent takes `options.system_prompt`, `allowed_tools`, `disallowed_tools`,
-    /// `max_turns` and `add_dirs` (an ACP agent takes none of them: a chat that sets one is
-    /// refused as `unsupported`).
-    pub launch_options: bool,
+    /// Which of `options.system_prompt`, `allowed_tools`, `disallowed_tools`, `max_turns` and
+    /// `add_dirs` the agent takes (an ACP agent: those its `launch_options` names); a chat that
+    /// sets another is refused as `unsupported`.
+    pub launch_options: BTreeSet<LaunchOption>,
     /// False while an ACP agent has not started yet: what it supports is learnt from its
     /// first `initialize`, and the other fields are guesses until then.
     pub known: bool,

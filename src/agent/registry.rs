@@ -138,6 +138,11 @@ impl Agents {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        if def.kind != AgentKind::Acp && !def.launch_options.is_empty() {
+            anyhow::bail!(
+                "agents.{name}: `launch_options` is for ACP agents only (this one takes them all)"
+            );
+        }
         Ok(match def.kind {
             AgentKind::Demo => Arc::new(DemoBackend {
                 word_delay: Duration::from_millis(config.demo.delay_ms),
@@ -178,6 +183,7 @@ impl Agents {
                         .unattended_modes
                         .clone()
                         .unwrap_or_else(|| config.acp.unattended_modes.clone()),
+                    launch_options: def.launch_options.clone(),
                 },
                 pool.clone(),
             )),

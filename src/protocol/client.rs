@@ -88,6 +88,67 @@ impl ChatOptions {
     pub fn is_empty(&self) -> bool {
         *self == ChatOptions::default()
     }
+
+    /// The launch options this chat sets (a list given as `[]` only clears, and sets none).
+    pub fn launch_options(&self) -> Vec<LaunchOption> {
+        LaunchOptions::default().updated(self).named()
+    }
+}
+
+/// One of the [`LaunchOptions`], by its name in a chat's `options`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchOption {
+    /// `system_prompt`.
+    SystemPrompt,
+    /// `allowed_tools`.
+    AllowedTools,
+    /// `disallowed_tools`.
+    DisallowedTools,
+    /// `max_turns`.
+    MaxTurns,
+    /// `add_dirs`.
+    AddDirs,
+}
+
+impl LaunchOption {
+    /// Every launch option.
+    pub const ALL: [LaunchOption; 5] = [
+        LaunchOption::SystemPrompt,
+        LaunchOption::AllowedTools,
+        LaunchOption::DisallowedTools,
+        LaunchOption::MaxTurns,
+        LaunchOption::AddDirs,
+    ];
+
+    /// Its name in a chat's `options`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LaunchOption::SystemPrompt => "system_prompt",
+            LaunchOption::AllowedTools => "allowed_tools",
+            LaunchOption::DisallowedTools => "disallowed_tools",
+            LaunchOption::MaxTurns => "max_turns",
+            LaunchOption::AddDirs => "add_dirs",
+        }
+    }
+}
+
+impl std::fmt::Display for LaunchOption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The options an agent can only take when it starts; a change between turns restarts it
@@ -139,6 +200,40 @@ impl LaunchOptions {
     /// Whether no option is set.
     pub fn is_empty(&self) -> bool {
         *self == LaunchOptions::default()
+    }
+
+    /// The options that are set.
+    pub fn named(&self) -> Vec<LaunchOption> {
+        LaunchOption::ALL
+            .into_iter()
+            .filter(|option| match option {
+                LaunchOption::SystemPrompt => self.system_prompt.is_some(),
+                LaunchOption::AllowedTools => !self.allowed_tools.is_empty(),
+                LaunchOption::DisallowedTools => !self.disallowed_tools.is_empty(),
+                LaunchOption::MaxTurns => self.max_turns.is_some(),
+                LaunchOption::AddDirs => !self.add_dirs.is_empty(),
+            })
+            .collect()
+    }
+
+    /// These options with only those in `kept` left set.
+    pub fn only(&self, kept: &std::collections::BTreeSet<LaunchOption>) -> LaunchOptions {
+        let keeps = |option| kept.contains(&option);
+        let list = |option, values: &Vec<String>| {
+            if keeps(option) {
+                values.clone()
+            } else {
+                Vec::new()
+            }
+        };
+        LaunchOptions {
+            system_prompt: (self.system_prompt.clone())
+                .filter(|_| keeps(LaunchOption::SystemPrompt)),
+            allowed_tools: list(LaunchOption::AllowedTools, &self.allowed_tools),
+            disallowed_tools: list(LaunchOption::DisallowedTools, &self.disallowed_tools),
+            max_turns: self.max_turns.filter(|_| keeps(LaunchOption::MaxTurns)),
+            add_dirs: list(LaunchOption::AddDirs, &self.add_dirs),
+        }
     }
 }
 

@@ -461,6 +461,22 @@ mod tests {
         assert!(next.allowed_tools.is_empty(), "[] clears");
         assert_eq!(next.max_turns, Some(2));
         assert_eq!(next.add_dirs, ["/d"]);
+        assert_eq!(
+            chat.launch_options(),
+            [LaunchOption::AddDirs],
+            "[] sets none"
+        );
+        assert_eq!(
+            next.named(),
+            [
+                LaunchOption::SystemPrompt,
+                LaunchOption::MaxTurns,
+                LaunchOption::AddDirs
+            ]
+        );
+        let kept = next.only(&[LaunchOption::MaxTurns].into());
+        assert_eq!(kept.named(), [LaunchOption::MaxTurns]);
+        assert_eq!(kept.max_turns, Some(2));
     }
 
     #[test]

@@ -549,8 +549,8 @@ impl Manager {
     /// must be that agent, the model and permission mode must be ones it offers (for an ACP
     /// agent, once that is known), and a mode that runs tools without asking, or an
     /// `allowed_tools` pattern that grants a whole tool, needs `agent.allow_bypass_permissions`.
-    /// Images to an agent known not to take them, and launch options to an agent that takes
-    /// none, are `unsupported`.
+    /// Images to an agent known not to take them, and launch options an agent does not take,
+    /// are `unsupported`.
     fn check_chat_options(&self, conversation_agent: &str, chat: &Chat) -> Result<(), FrameError> {
         let invalid = |message: String| {
             FrameError::new(ErrorCode::InvalidOptions, message)
@@ -578,15 +578,20 @@ impl Manager {
             .for_agent(Some(&chat.agent_id))
             .with_client_msg_id(chat.client_msg_id.clone()));
         }
-        if !backend.supports().launch_options
-            && let Some(field) = launch_fields(&chat.options).next()
+        let takes = backend.supports().launch_options;
+        if let Some(field) =
+            (chat.options.launch_options().into_iter()).find(|o| !takes.contains(o))
         {
             return Err(FrameError::new(
                 ErrorCode::Unsupported,
                 format!(
                     "this conversation's agent `{conversation_agent}` does not take \
-                     `options.{field}` (it takes only `model` and `permission_mode`); send the \
-                     chat without it"
+                     `options.{field}` (its launch_options: [{}]); send the chat without it",
+                    takes
+                        .iter()
+                        .map(|o| o.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             )
             .for_agent(Some(&chat.agent_id))
@@ -1526,21 +1531,6 @@ pub(crate) async fn check_stored_dirs(
         ));
     }
     Ok(())
-}
-
-/// The launch options a chat sets to something (an empty list clears, which every agent can
-/// do), by name.
-fn launch_fields(options: &protocol::ChatOptions) -> impl Iterator<Item = &'static str> {
-    let listed = |list: &Option<Vec<String>>| list.as_ref().is_some_and(|l| !l.is_empty());
-    [
-        ("system_prompt", options.system_prompt.is_some()),
-        ("allowed_tools", listed(&options.allowed_tools)),
-        ("disallowed_tools", listed(&options.disallowed_tools)),
-        ("max_turns", options.max_turns.is_some()),
-        ("add_dirs", listed(&options.add_dirs)),
-    ]
-    .into_iter()
-    .filter_map(|(name, set)| set.then_some(name))
 }
 
 /// Queues a command for an actor without waiting for room.

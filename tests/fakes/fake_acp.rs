@@ -7,7 +7,9 @@
 //! [--start-mode MODE]`. Sessions are kept in
 //! `DIR/<session id>.json` (their prompts and replies), so a new process can resume or load
 //! them. Each `initialize` is logged as a line `initialize` in `DIR/calls.log`, and every
-//! method it receives likewise, one per line. At start it writes its working directory and
+//! method it receives likewise, one per line; the `_meta` of each `session/new`, `session/load`
+//! and `session/resume` goes to `DIR/meta.log`, as a line `METHOD JSON` (`null` for none). At
+//! start it writes its working directory and
 //! the names and values of its environment to `DIR/env.log` (one `cwd=` line, then `NAME=value`
 //! lines).
 //!
@@ -227,12 +229,16 @@ fn save(state: &Path, sid: &str, turns: &[Turn]) {
 }
 
 fn log_call(state: &Path, method: &str) {
+    append(state, "calls.log", method);
+}
+
+fn append(state: &Path, file: &str, line: &str) {
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(state.join("calls.log"))
+        .open(state.join(file))
     {
-        let _ = writeln!(f, "{method}");
+        let _ = writeln!(f, "{line}");
     }
 }
 
@@ -609,6 +615,13 @@ impl Agent {
             let id = message["id"].clone();
             let params = &message["params"];
             log_call(&self.args.state, &method);
+            if matches!(
+                method.as_str(),
+                "session/new" | "session/load" | "session/resume"
+            ) {
+                let meta = &params["_meta"];
+                append(&self.args.state, "meta.log", &format!("{method} {meta}"));
+            }
             match method.as_str() {
                 "initialize" => {
                     let mut caps = json!({"loadSession": !self.args.no_load,

@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::common::*;
+use crate::projects::Layout;
 use crate::real_cli::{cli_children, running, wait_gone};
 use crate::rest::Rest;
+use crate::security::{connect_as, http};
 
 /// A server whose default agent is `demo`, with the fake ACP agent as `fake` (flags: extra
 /// arguments of `fake-acp`), keeping its sessions in `state`.
@@ -60,6 +62,18 @@ impl AcpSetup {
             .unwrap_or_default()
             .lines()
             .map(str::to_owned)
+            .collect()
+    }
+
+    /// The `_meta` of each session the agent opened: method and value (`null` for none).
+    pub fn metas(&self) -> Vec<(String, Value)> {
+        std::fs::read_to_string(self.dir.path().join("agent-state/meta.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| {
+                let (method, meta) = line.split_once(' ').unwrap();
+                (method.to_owned(), serde_json::from_str(meta).unwrap())
+            })
             .collect()
     }
 
@@ -588,7 +602,8 @@ async fn backend_flag_picks_a_configured_agent() {
 }
 
 /// A server whose agents can't run refuses to start, and says which: a missing program, a
-/// malformed agent name, an unknown default agent.
+/// malformed agent name, an unknown default agent, `launch_options` on an agent that is not
+/// an ACP agent or naming something that is not a launch option.
 #[tokio::test]
 async fn bad_agent_settings_are_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
@@ -612,6 +627,13 @@ async fn bad_agent_settings_are_refused_at_start() {
     );
     let (_cfg, config) = config_file("[agents.empty]\nkind = \"acp\"\n");
     assert!(refused(&config, &[]).contains("`command` must name"));
+    let (_cfg, config) =
+        config_file("[agents.d]\nkind = \"demo\"\nlaunch_options = [\"max_turns\"]\n");
+    assert!(refused(&config, &[]).contains("agents.d: `launch_options` is for ACP agents"));
+    let (_cfg, config) = config_file(
+        "[agents.a]\nkind = \"acp\"\ncommand = [\"/bin/true\"]\nlaunch_options = [\"cwd\"]\n",
+    );
+    assert!(refused(&config, &[]).contains("launch_options"));
     let fake = toml_string(&sibling("fake-acp").to_string_lossy());
     for bad in ["\"../x\"", "\"-x\"", "\"a b\"", "\".hidden\""] {
         let (_cfg, config) = config_file(&format!(
@@ -1253,8 +1275,246 @@ async fn launch_options_an_acp_agent_cant_honour_are_refused() {
             .unwrap()["supports"]["launch_options"]
             .clone()
     };
-    assert_eq!(supports("fake"), false);
-    assert_eq!(supports("demo"), true);
+    assert_eq!(supports("fake"), json!([]));
+    assert_eq!(
+        supports("demo"),
+        json!([
+            "system_prompt",
+            "allowed_tools",
+            "disallowed_tools",
+            "max_turns",
+            "add_dirs"
+        ])
+    );
+}
+
+/// An ACP agent takes the launch options its `launch_options` lists and no other: a chat
+/// setting another (alone or beside a listed one) is `unsupported` over the socket and REST
+/// and stores nothing, on a new conversation as on an existing one; the listed ones reach the
+/// agent in `_meta` exactly as set, and a change restarts it with the new `_meta` on
+/// `session/resume`. `GET /api/agents` lists what it takes. A stored option the agent no
+/// longer takes (the operator changed its list) is not sent, with a `warning`.
+#[tokio::test]
+async fn an_acp_agent_takes_only_the_launch_options_it_lists() {
+    let setup = AcpSetup::with_agent_keys(
+        &[],
+        "",
+        "launch_options = [\"max_turns\", \"system_prompt\"]\n",
+    );
+    let root = std::fs::canonicalize(setup.dir.path())
+        .unwrap()
+        .join("root");
+    std::fs::create_dir(&root).unwrap();
+    let root = root.to_string_lossy().into_owned();
+    let server = TestServer::start_in(
+        &setup.data_dir(),
+        &["--config", &setup.config, "--project-root", &root],
+        &[],
+    )
+    .await;
+    let rest = Rest::new(&server);
+    let mut c = server.client().await;
+    let refused = [
+        (
+            "allowed_tools",
+            json!({"allowed_tools": ["Bash(git log:*)"]}),
+        ),
+        (
+            "disallowed_tools",
+            json!({"disallowed_tools": ["WebFetch"]}),
+        ),
+        ("add_dirs", json!({"add_dirs": [root]})),
+        (
+            "allowed_tools",
+            json!({"max_turns": 3, "allowed_tools": ["Read(/srv/a.md)"]}),
+        ),
+    ];
+    for (field, options) in &refused {
+        let mut options = options.clone();
+        options["agent"] = json!("fake");
+        let err = chat_with(&mut c, "l1", "hi", options.clone()).await;
+        assert_eq!(err["code"], "unsupported", "{options}: {err}");
+        assert!(
+            err["error"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("`options.{field}`")),
+            "{err}"
+        );
+        let (status, body) = rest
+            .post(
+                "/api/sessions/l2/messages",
+                json!({"content": "hi", "options": options}),
+            )
+            .await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("unsupported")));
+    }
+    for agent_id in ["l1", "l2"] {
+        assert_eq!(rest.get(&format!("/api/sessions/{agent_id}")).await.0, 404);
+    }
+    assert!(setup.calls().is_empty(), "{:?}", setup.calls());
+
+    let options = json!({"agent": "fake", "system_prompt": "Be brief.", "max_turns": 3});
+    turn_with(&mut c, "l1", "one", options).await;
+    let sent = json!({"systemPrompt": {"append": "Be brief."},
+        "claudeCode": {"options": {"maxTurns": 3}}});
+    assert_eq!(setup.metas(), [("session/new".to_owned(), sent)]);
+    let (_, before) = rest.get("/api/sessions/l1").await;
+    assert_eq!(
+        (&before["system_prompt"], &before["max_turns"]),
+        (&json!("Be brief."), &json!(3))
+    );
+    let (_, messages) = rest.get("/api/sessions/l1/messages").await;
+    for (_, options) in &refused {
+        let err = chat_with(&mut c, "l1", "again", options.clone()).await;
+        assert_eq!(err["code"], "unsupported", "{options}: {err}");
+    }
+    assert_eq!(
+        rest.get("/api/sessions/l1").await.1,
+        before,
+        "nothing stored"
+    );
+    assert_eq!(rest.get("/api/sessions/l1/messages").await.1, messages);
+
+    turn_with(&mut c, "l1", "two", json!({"max_turns": 5})).await;
+    let resumed = json!({"systemPrompt": {"append": "Be brief."},
+        "claudeCode": {"options": {"maxTurns": 5}}});
+    assert_eq!(
+        setup.metas().last().unwrap(),
+        &("session/resume".to_owned(), resumed)
+    );
+    let (_, agents) = rest.get("/api/agents").await;
+    let fake = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "fake")
+        .unwrap();
+    assert_eq!(
+        fake["supports"]["launch_options"],
+        json!(["system_prompt", "max_turns"])
+    );
+
+    // Once the operator takes `max_turns` off the list, the stored value is not sent, and
+    // the conversation is told so.
+    drop(c);
+    let mut server = server;
+    assert!(server.terminate().await.success());
+    let toml = std::fs::read_to_string(&setup.config).unwrap();
+    let fewer = toml.replace("\"max_turns\", ", "");
+    assert_ne!(toml, fewer);
+    std::fs::write(&setup.config, fewer).unwrap();
+    let server = TestServer::start_in(
+        &setup.data_dir(),
+        &["--config", &setup.config, "--project-root", &root],
+        &[],
+    )
+    .await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "l1", "three").await;
+    let frames = c.until_result("l1").await;
+    let warning = frames
+        .iter()
+        .find(|f| f["status"] == "warning")
+        .expect("a warning");
+    assert!(
+        warning["detail"]
+            .as_str()
+            .unwrap()
+            .contains("`options.max_turns`"),
+        "{warning}"
+    );
+    let kept = json!({"systemPrompt": {"append": "Be brief."}});
+    assert_eq!(
+        setup.metas().last().unwrap(),
+        &("session/resume".to_owned(), kept)
+    );
+}
+
+/// An ACP agent that lists every launch option gets them through the same checks as the
+/// Claude CLI: for bob, an `add_dirs` entry outside the roots he may use (`..` out, a link
+/// out, outside every root, alice's root, relative, `-rf`) and, without
+/// `agent.allow_bypass_permissions`, an `allowed_tools` pattern granting a whole tool are
+/// `invalid_options`, starting and storing nothing. Alice's options, a directory of her own
+/// root among them, reach the agent in `_meta` exactly, on `session/new` and again on
+/// `session/resume` after a restart; once that directory is swapped for a link out of every
+/// root, her next chat is `forbidden` and the agent is not started.
+#[tokio::test]
+async fn acp_launch_options_pass_the_clis_checks_and_reach_the_agent() {
+    let layout = Layout::new();
+    let setup = AcpSetup::with_agent_keys(
+        &[],
+        &layout.toml(),
+        "launch_options = [\"system_prompt\", \"allowed_tools\", \"disallowed_tools\", \
+         \"max_turns\", \"add_dirs\"]\n",
+    );
+    let mut server = setup.start().await;
+    let mut bob = connect_as(&server.addr, "tok-bob").await;
+    let s = Layout::s;
+    let refused = [
+        json!({"add_dirs": [format!("{}/../outside", s(&layout.root))]}),
+        json!({"add_dirs": [s(&layout.root.join("out"))]}),
+        json!({"add_dirs": [s(&layout.outside)]}),
+        json!({"add_dirs": [s(&layout.private.join("secret"))]}),
+        json!({"add_dirs": ["app"]}),
+        json!({"add_dirs": ["-rf"]}),
+        json!({"allowed_tools": ["Bash"]}),
+        json!({"allowed_tools": ["Bash(*)"]}),
+        json!({"allowed_tools": ["Bash(sh:*)"]}),
+    ];
+    for options in &refused {
+        let mut options = options.clone();
+        options["agent"] = json!("fake");
+        let err = chat_with(&mut bob, "b1", "hi", options.clone()).await;
+        assert_eq!(err["code"], "invalid_options", "{options}: {err}");
+        let chat = json!({"content": "hi", "options": options});
+        let path = "/api/sessions/b1/messages";
+        let r = http(&server.addr, "POST", path, Some("tok-bob"), Some(&chat)).await;
+        assert_eq!(r.status, 400, "{options}: {}", r.body);
+    }
+    let r = http(
+        &server.addr,
+        "GET",
+        "/api/sessions/b1",
+        Some("tok-bob"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    assert!(setup.calls().is_empty(), "{:?}", setup.calls());
+
+    let secret = layout.private.join("secret");
+    let options = json!({"agent": "fake", "cwd": s(&layout.app), "system_prompt": "Be brief.",
+        "allowed_tools": ["Bash(git log:*)"], "disallowed_tools": ["WebFetch", "Bash(rm:*)"],
+        "max_turns": 4, "add_dirs": [s(&secret)]});
+    let mut alice = connect_as(&server.addr, "tok-alice").await;
+    turn_with(&mut alice, "a1", "one", options).await;
+    let sent = json!({"systemPrompt": {"append": "Be brief."},
+        "claudeCode": {"options": {"allowedTools": ["Bash(git log:*)"],
+        "disallowedTools": ["WebFetch", "Bash(rm:*)"], "maxTurns": 4,
+        "additionalDirectories": [s(&secret)]}}});
+    assert_eq!(setup.metas(), [("session/new".to_owned(), sent.clone())]);
+
+    drop((alice, bob));
+    let server2 = restart(&mut server, &setup).await;
+    let mut alice = connect_as(&server2.addr, "tok-alice").await;
+    chat_ack(&mut alice, "a1", "two").await;
+    assert_eq!(
+        reply_text(&alice.until_result("a1").await),
+        "Echo: two (history 2)"
+    );
+    assert_eq!(setup.metas()[1], ("session/resume".to_owned(), sent));
+
+    drop(alice);
+    let mut server2 = server2;
+    assert!(server2.terminate().await.success());
+    std::fs::remove_dir(&secret).unwrap();
+    std::os::unix::fs::symlink(&layout.outside, &secret).unwrap();
+    let server3 = setup.start().await;
+    let mut alice = connect_as(&server3.addr, "tok-alice").await;
+    let err = chat_with(&mut alice, "a1", "three", json!({})).await;
+    assert_eq!(err["code"], "forbidden", "{err}");
+    assert_eq!(setup.metas().len(), 2, "the agent was not started");
 }
 
 /// Claude CLIs and ACP agents share one cap on live processes (`agent.max_live_processes`):

@@ -14,17 +14,17 @@ use crate::security::{connect_as, http};
 
 /// Directories of a test: an open root with a project, a file and a link out of it; a root
 /// only `alice` may use; a directory outside every root; and the CLI's config dir.
-struct Layout {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    app: PathBuf,
-    private: PathBuf,
-    outside: PathBuf,
-    home: PathBuf,
+pub struct Layout {
+    pub _tmp: tempfile::TempDir,
+    pub root: PathBuf,
+    pub app: PathBuf,
+    pub private: PathBuf,
+    pub outside: PathBuf,
+    pub home: PathBuf,
 }
 
 impl Layout {
-    fn new() -> Self {
+    pub fn new() -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(tmp.path()).unwrap();
         let root = base.join("root");
@@ -49,7 +49,7 @@ impl Layout {
     }
 
     /// Settings: tokens for alice and bob, and the two roots.
-    fn toml(&self) -> String {
+    pub fn toml(&self) -> String {
         format!(
             "{}\n[projects]\nroots = [{{ path = {} }}, {{ path = {}, principals = [\"alice\"] }}]\n",
             crate::security::TOKENS,
@@ -58,7 +58,7 @@ impl Layout {
         )
     }
 
-    fn s(path: &Path) -> String {
+    pub fn s(path: &Path) -> String {
         path.to_string_lossy().into_owned()
     }
 }

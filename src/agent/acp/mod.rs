@@ -13,6 +13,7 @@
 mod schema;
 mod task;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +24,7 @@ use tracing::Instrument;
 use super::pool::Pool;
 use super::{AgentConn, Backend, EVENT_QUEUE, INPUT_QUEUE, SpawnError, SpawnSpec, Supports};
 use crate::config::AcpConfig;
+use crate::protocol::LaunchOption;
 
 /// One configured ACP agent.
 #[derive(Debug, Clone)]
@@ -44,6 +46,8 @@ pub struct AcpSettings {
     /// Its mode ids that run tools without asking (`unattended_modes`, else
     /// `acp.unattended_modes`).
     pub unattended_modes: Vec<String>,
+    /// The launch options it honours through `_meta` (`launch_options`).
+    pub launch_options: BTreeSet<LaunchOption>,
 }
 
 impl AcpSettings {
@@ -111,7 +115,7 @@ impl Backend for AcpBackend {
             fork: false,
             // Until the agent has said, images are let through (and refused at the turn).
             images: learnt.caps.is_none_or(|c| c.image),
-            launch_options: false,
+            launch_options: self.settings.launch_options.clone(),
             known: learnt.caps.is_some(),
         }
     }

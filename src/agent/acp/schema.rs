@@ -6,7 +6,7 @@ use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1 as acp;
 use serde_json::{Value, json};
 
-use crate::protocol::{Content, ContentBlock, ImageSource};
+use crate::protocol::{Content, ContentBlock, ImageSource, LaunchOptions};
 
 /// JSON-RPC method names.
 pub(super) mod method {
@@ -40,22 +40,65 @@ pub(super) fn initialize() -> Value {
     )
 }
 
-/// `session/new` params.
-pub(super) fn new_session(cwd: &std::path::Path) -> Value {
-    to_value(&acp::NewSessionRequest::new(cwd))
+/// `session/new` params, with `options` in `_meta`.
+pub(super) fn new_session(cwd: &std::path::Path, options: &LaunchOptions) -> Value {
+    with_meta(to_value(&acp::NewSessionRequest::new(cwd)), options)
 }
 
-/// `session/load` params.
-pub(super) fn load_session(session_id: &str, cwd: &std::path::Path) -> Value {
-    to_value(&acp::LoadSessionRequest::new(session_id.to_owned(), cwd))
+/// `session/load` params, with `options` in `_meta`.
+pub(super) fn load_session(
+    session_id: &str,
+    cwd: &std::path::Path,
+    options: &LaunchOptions,
+) -> Value {
+    with_meta(
+        to_value(&acp::LoadSessionRequest::new(session_id.to_owned(), cwd)),
+        options,
+    )
 }
 
-/// `session/resume` params.
-pub(super) fn resume_session(session_id: &str, cwd: &std::path::Path) -> Value {
+/// `session/resume` params, with `options` in `_meta`.
+pub(super) fn resume_session(
+    session_id: &str,
+    cwd: &std::path::Path,
+    options: &LaunchOptions,
+) -> Value {
     let mut params = to_value(&acp::ResumeSessionRequest::new(session_id.to_owned(), cwd));
     // Optional in the schema (and left out when empty); sent anyway, as for session/new and
     // session/load, so agents written against older schemas accept it too.
     params["mcpServers"] = json!([]);
+    with_meta(params, options)
+}
+
+/// `params` with the launch options in `_meta`, as the Claude adapter reads them (ACP itself
+/// has no fields for them): `systemPrompt.append` adds to the agent's own system prompt, and
+/// `claudeCode.options` holds `allowedTools`, `disallowedTools`, `maxTurns` and
+/// `additionalDirectories`. The adapter reads it on `session/load` and `session/resume` too
+/// (and starts over when it changed), so every way of opening a session sends it. No `_meta`
+/// when no option is set.
+fn with_meta(mut params: Value, options: &LaunchOptions) -> Value {
+    let mut sdk = serde_json::Map::new();
+    let mut list = |key: &str, values: &[String]| {
+        if !values.is_empty() {
+            sdk.insert(key.to_owned(), json!(values));
+        }
+    };
+    list("allowedTools", &options.allowed_tools);
+    list("disallowedTools", &options.disallowed_tools);
+    list("additionalDirectories", &options.add_dirs);
+    if let Some(turns) = options.max_turns {
+        sdk.insert("maxTurns".to_owned(), json!(turns));
+    }
+    let mut meta = serde_json::Map::new();
+    if let Some(text) = &options.system_prompt {
+        meta.insert("systemPrompt".to_owned(), json!({"append": text}));
+    }
+    if !sdk.is_empty() {
+        meta.insert("claudeCode".to_owned(), json!({"options": sdk}));
+    }
+    if !meta.is_empty() {
+        params["_meta"] = Value::Object(meta);
+    }
     params
 }
 
@@ -448,9 +491,13 @@ mod tests {
         assert_eq!(init["clientCapabilities"]["fs"]["readTextFile"], false);
         assert_eq!(init["clientCapabilities"]["fs"]["writeTextFile"], false);
         let p = std::path::Path::new("/w");
-        assert_eq!(new_session(p), json!({"cwd": "/w", "mcpServers": []}));
+        let none = LaunchOptions::default();
         assert_eq!(
-            resume_session("s", p),
+            new_session(p, &none),
+            json!({"cwd": "/w", "mcpServers": []})
+        );
+        assert_eq!(
+            resume_session("s", p, &none),
             json!({"sessionId": "s", "cwd": "/w", "mcpServers": []})
         );
         assert_eq!(
@@ -481,6 +528,35 @@ mod tests {
         assert_eq!(
             permission_outcome(None),
             json!({"outcome": {"outcome": "cancelled"}})
+        );
+    }
+
+    /// Launch options go in `_meta` as the Claude adapter reads them, on every way of opening
+    /// a session; only those set.
+    #[test]
+    fn launch_options_go_in_meta() {
+        let p = std::path::Path::new("/w");
+        let all = LaunchOptions {
+            system_prompt: Some("Be brief.".into()),
+            allowed_tools: vec!["Bash(git log:*)".into()],
+            disallowed_tools: vec!["WebFetch".into()],
+            max_turns: Some(3),
+            add_dirs: vec!["/srv/docs".into()],
+        };
+        let meta = json!({"systemPrompt": {"append": "Be brief."},
+            "claudeCode": {"options": {"allowedTools": ["Bash(git log:*)"],
+            "disallowedTools": ["WebFetch"], "maxTurns": 3,
+            "additionalDirectories": ["/srv/docs"]}}});
+        assert_eq!(new_session(p, &all)["_meta"], meta);
+        assert_eq!(load_session("s", p, &all)["_meta"], meta);
+        assert_eq!(resume_session("s", p, &all)["_meta"], meta);
+        let turns = LaunchOptions {
+            max_turns: Some(1),
+            ..LaunchOptions::default()
+        };
+        assert_eq!(
+            new_session(p, &turns),
+            json!({"cwd": "/w", "mcpServers": [], "_meta": {"claudeCode": {"options": {"maxTurns": 1}}}})
         );
     }
 

@@ -16,7 +16,7 @@ use crate::agent::lines::Line;
 use crate::agent::pool::{Lease, Pool, Waiter, wait_for_place};
 use crate::agent::process::{Proc, ProcSpec};
 use crate::agent::{AgentEvent, AgentInput, AgentMessage, Launch, Reports, SpawnSpec};
-use crate::protocol::{Content, PermissionDecision};
+use crate::protocol::{Content, LaunchOption, LaunchOptions, PermissionDecision};
 
 /// JSON-RPC error code for a method the client does not implement.
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -363,6 +363,7 @@ impl AcpTask {
         self.learnt.lock().expect("learnt lock").caps = Some(caps);
         self.caps = caps;
         let cwd = self.spec.cwd.clone();
+        let launch = self.launch_options().await;
         let previous = match &self.spec.launch {
             Launch::Resume { sdk_session_id } => Some(sdk_session_id.clone()),
             Launch::New { .. } | Launch::ResumeAt { .. } | Launch::Fork { .. } => None,
@@ -374,7 +375,7 @@ impl AcpTask {
                     self.call(
                         proc,
                         method::SESSION_RESUME,
-                        schema::resume_session(&id, &cwd),
+                        schema::resume_session(&id, &cwd, &launch),
                         false,
                     )
                     .await?,
@@ -384,7 +385,7 @@ impl AcpTask {
                     self.call(
                         proc,
                         method::SESSION_LOAD,
-                        schema::load_session(&id, &cwd),
+                        schema::load_session(&id, &cwd, &launch),
                         true,
                     )
                     .await?,
@@ -411,7 +412,12 @@ impl AcpTask {
             }
         }
         let result = match self
-            .call(proc, method::SESSION_NEW, schema::new_session(&cwd), false)
+            .call(
+                proc,
+                method::SESSION_NEW,
+                schema::new_session(&cwd, &launch),
+                false,
+            )
             .await?
         {
             Ok(result) => result,
@@ -437,6 +443,29 @@ impl AcpTask {
         self.adopt(offered);
         self.announce().await;
         Ok(())
+    }
+
+    /// The conversation's launch options that the agent takes (its `launch_options`); one it
+    /// no longer takes (since the configuration changed) is left out, with a warning.
+    async fn launch_options(&self) -> LaunchOptions {
+        let taken = &self.settings.launch_options;
+        let left: Vec<&str> = (self.spec.options.named().into_iter())
+            .filter(|o| !taken.contains(o))
+            .map(LaunchOption::name)
+            .collect();
+        if !left.is_empty() {
+            self.events
+                .status(
+                    "warning",
+                    format!(
+                        "the agent does not take `options.{}` (its launch_options); it starts \
+                         without",
+                        left.join("`, `options.")
+                    ),
+                )
+                .await;
+        }
+        self.spec.options.only(taken)
     }
 
     /// Takes what a session offers as the current state, and lets the backend know it.

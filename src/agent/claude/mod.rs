@@ -31,7 +31,7 @@ use self::task::AgentTask;
 use super::pool::Pool;
 use super::{AgentConn, Backend, EVENT_QUEUE, INPUT_QUEUE, Launch, SpawnError, SpawnSpec};
 use crate::config::ClaudeConfig;
-use crate::protocol::SessionId;
+use crate::protocol::{LaunchOption, SessionId};
 
 /// Settings of the backend: the configuration plus what it resolves to.
 #[derive(Debug, Clone)]
@@ -147,7 +147,7 @@ impl Backend for ClaudeBackend {
             rewind: true,
             fork: true,
             images: true,
-            launch_options: true,
+            launch_options: LaunchOption::ALL.into(),
             known: true,
         }
     }
