@@ -77,6 +77,38 @@ async fn start(data_dir: &Path, config: &str) -> TestServer {
     .await
 }
 
+/// Settings with the adapter as agent `claude-acp` (with `agent_keys` in its table), driving
+/// `cli` against `api`, with its home under `dir`.
+fn adapter_config(
+    dir: &Path,
+    api: &FakeApi,
+    cli: &Path,
+    node: &Path,
+    adapter: &Path,
+    agent_keys: &str,
+) -> (tempfile::TempDir, String) {
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let sandbox = if is_root() {
+        "IS_SANDBOX = \"1\"\n"
+    } else {
+        ""
+    };
+    config_file(&format!(
+        "[agents.claude-acp]\nkind = \"acp\"\ncommand = [{}, {}]\n{agent_keys}\
+         [agents.claude-acp.env]\n\
+         HOME = {}\nCLAUDE_CONFIG_DIR = {}\nCLAUDE_CODE_EXECUTABLE = {}\n\
+         ANTHROPIC_BASE_URL = {}\nANTHROPIC_API_KEY = \"dummy\"\n\
+         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\"\nCLAUDE_CODE_MAX_RETRIES = \"0\"\n{sandbox}",
+        toml_string(&node.to_string_lossy()),
+        toml_string(&adapter.to_string_lossy()),
+        toml_string(&home.to_string_lossy()),
+        toml_string(&home.join(".claude").to_string_lossy()),
+        toml_string(&cli.to_string_lossy()),
+        toml_string(&api.url),
+    ))
+}
+
 /// Stops the server gracefully and checks that the adapter and its CLI went with it.
 async fn stop(mut server: TestServer) {
     let pids = descendants(server.child.id().unwrap());
@@ -97,25 +129,7 @@ async fn real_acp_adapter_end_to_end() {
     };
     let dir = tempfile::tempdir().unwrap();
     let api = FakeApi::start(dir.path()).await;
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let sandbox = if is_root() {
-        "IS_SANDBOX = \"1\"\n"
-    } else {
-        ""
-    };
-    let (_cfg, config) = config_file(&format!(
-        "[agents.claude-acp]\nkind = \"acp\"\ncommand = [{}, {}]\n[agents.claude-acp.env]\n\
-         HOME = {}\nCLAUDE_CONFIG_DIR = {}\nCLAUDE_CODE_EXECUTABLE = {}\n\
-         ANTHROPIC_BASE_URL = {}\nANTHROPIC_API_KEY = \"dummy\"\n\
-         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\"\nCLAUDE_CODE_MAX_RETRIES = \"0\"\n{sandbox}",
-        toml_string(&node.to_string_lossy()),
-        toml_string(&adapter.to_string_lossy()),
-        toml_string(&home.to_string_lossy()),
-        toml_string(&home.join(".claude").to_string_lossy()),
-        toml_string(&cli.to_string_lossy()),
-        toml_string(&api.url),
-    ));
+    let (_cfg, config) = adapter_config(dir.path(), &api, &cli, &node, &adapter, "");
     let data_dir = dir.path().join("data");
     let server = start(&data_dir, &config).await;
     let mut c = server.client().await;
@@ -208,6 +222,83 @@ async fn real_acp_adapter_end_to_end() {
     assert!(
         last.contains("hello one") && last.contains("hello two"),
         "earlier turns reached the model"
+    );
+    stop(server).await;
+}
+
+/// Launch options reach the real adapter and take effect: `system_prompt` is appended to the
+/// system prompt the model gets, `disallowed_tools` takes the tool off the model's list,
+/// `allowed_tools` runs a matching tool call without a permission prompt, and with
+/// `max_turns: 1` the turn ends after that tool call (an error saying so) without giving the
+/// model the tool's result.
+#[tokio::test]
+async fn real_acp_adapter_takes_launch_options() {
+    let Some(cli) = real_cli() else { return };
+    let Some((node, adapter)) = real_adapter() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApi::start(dir.path()).await;
+    let all = "launch_options = [\"system_prompt\", \"allowed_tools\", \"disallowed_tools\", \
+               \"max_turns\", \"add_dirs\"]\n";
+    let (_cfg, config) = adapter_config(dir.path(), &api, &cli, &node, &adapter, all);
+    let data_dir = dir.path().join("data");
+    let server = start(&data_dir, &config).await;
+    let mut c = server.client().await;
+
+    let options = json!({"system_prompt": "Answer like a lighthouse keeper (LH-7731).",
+        "disallowed_tools": ["WebFetch"]});
+    let ack = chat_with(&mut c, "opts", "hello", options).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let workspace = data_dir
+        .join("workspaces")
+        .join(ack["session_id"].as_str().unwrap());
+    assert_eq!(
+        reply_text(&c.until_result("opts").await),
+        "Echo: hello (history 1)"
+    );
+    let body = api.bodies().pop().unwrap();
+    assert!(
+        body["system"]
+            .to_string()
+            .contains("lighthouse keeper (LH-7731)"),
+        "the system prompt has the text: {}",
+        body["system"]
+    );
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        tools.contains(&"Bash") && !tools.contains(&"WebFetch"),
+        "{tools:?}"
+    );
+
+    let options = json!({"allowed_tools": ["Bash(touch made.txt)"], "max_turns": 1});
+    let ack = chat_with(&mut c, "opts", "TOOL:touch+made.txt", options).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let frames = c.until_result("opts").await;
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f["message_type"] == "permission_request"),
+        "allowed without asking: {frames:?}"
+    );
+    assert!(workspace.join("made.txt").exists(), "the tool ran");
+    let result = &frames.last().unwrap()["message"];
+    assert!(
+        result["result"]
+            .as_str()
+            .is_some_and(|r| r.contains("maximum number of turns (1)")),
+        "{result}"
+    );
+    assert!(
+        !api.requests()
+            .iter()
+            .any(|messages| messages.to_string().contains("\"tool_result\"")),
+        "the model was not asked again with the tool's result"
     );
     stop(server).await;
 }
