@@ -28,6 +28,12 @@ apt_install() {
 
 ensure_rust_tools() {
   command -v cargo >/dev/null 2>&1 || { echo "error: cargo is required" >&2; exit 1; }
+  # The format and lint checks are part of the run: their tools are never skipped.
+  if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null 2>&1 && rustup component add rustfmt clippy
+    cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1 ||
+      { echo "error: cargo fmt and cargo clippy are required (rustup component add rustfmt clippy)" >&2; exit 1; }
+  fi
 }
 
 # The pinned Claude Code CLI for the end-to-end tests (a native binary from the npm registry).

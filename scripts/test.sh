@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs whatever the tests need and is missing, then runs every test.
+# Installs whatever the tests need and is missing, checks formatting and lints (`cargo fmt
+# --check`, `cargo clippy -D warnings`: either failing fails the run), then runs every test.
 #
 #   scripts/test.sh            # everything
 #   FUZZ_SECS=60 scripts/test.sh   # a longer fuzz smoke period (default 20 s per target)
@@ -21,6 +22,12 @@ ensure_tmux || true
 trap stop_test_postgres EXIT
 start_test_postgres || true
 ensure_nats_server || true
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+
+echo "== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 # The workspace's default members: the server, bench/ (agentmux-bench) and client/
