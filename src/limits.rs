@@ -193,4 +193,16 @@ mod tests {
         assert_eq!(rate.check(), Verdict::Allowed);
         assert!(RateLimiter::new(0).is_none());
     }
+
+    /// A socket that sat idle gets one second's worth, not the idle time's: the bucket holds
+    /// at most `per_sec` tokens.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_socket_gets_no_more_than_one_seconds_burst() {
+        let mut rate = RateLimiter::new(10).unwrap();
+        tokio::time::advance(std::time::Duration::from_secs(60)).await;
+        for _ in 0..10 {
+            assert_eq!(rate.check(), Verdict::Allowed);
+        }
+        assert_eq!(rate.check(), Verdict::Limited { strikes: 1 });
+    }
 }

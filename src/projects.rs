@@ -130,6 +130,10 @@ mod tests {
         let other = base.join("other");
         std::fs::create_dir_all(root.join("proj")).unwrap();
         std::fs::create_dir_all(&other).unwrap();
+        // A sibling whose name begins with the root's: inside by string prefix, not by path.
+        let evil = base.join("root-evil");
+        std::fs::create_dir_all(&evil).unwrap();
+        std::os::unix::fs::symlink(&evil, root.join("to-evil")).unwrap();
         std::fs::write(root.join("file"), b"").unwrap();
         std::os::unix::fs::symlink(&other, root.join("out")).unwrap();
         std::os::unix::fs::symlink(root.join("proj"), root.join("in")).unwrap();
@@ -158,6 +162,9 @@ mod tests {
             ok(root.join("missing")),
             "proj".to_owned(),
             ok(other.clone()),
+            ok(evil.clone()),
+            ok(root.join("to-evil")),
+            ok(root.join("../root-evil")),
         ] {
             assert!(resolve_dir(&roots, "alice", &bad).await.is_err(), "{bad}");
         }

@@ -649,3 +649,19 @@ pub async fn serve_output(args: &[&str], env: &[(&str, &str)]) -> (bool, String)
     assert_eq!(status.success(), listened, "{stderr}");
     (listened, format!("{stdout}\n{stderr}"))
 }
+
+/// Polls `check` (every 100 ms) until it returns something, for at most [`WAIT`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -86,12 +86,50 @@ async fn a_flooding_socket_is_rate_limited_and_closed_while_others_carry_on() {
         bad_frame >= 50,
         "the first second's worth is decoded: {bad_frame}"
     );
-    assert!(rate_limited >= 20, "{rate_limited}");
+    // `max_rate_limited` refused frames are answered; the next one closes the socket.
+    assert_eq!(rate_limited, 20);
     assert_eq!(code, 1008);
     for other in others {
         other.await.unwrap();
     }
     flood.await.unwrap();
+}
+
+/// A message is limited as a whole, not only per frame: a 100 KB chat sent in 3 KB fragments
+/// (each under the 4 KB `max_frame_bytes`) closes the socket with 1009 before anything is
+/// stored; another socket's conversation is unaffected.
+#[tokio::test]
+async fn a_message_in_many_small_fragments_is_limited_as_a_whole() {
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    let (server, _cfg) = server_with("[socket]\nmax_frame_bytes = 4096\n").await;
+    let mut other = server.client().await;
+    let mut c = server.client().await;
+    let chat = json!({"type": "chat", "agent_id": "big", "content": "z".repeat(100_000)})
+        .to_string()
+        .into_bytes();
+    let pieces: Vec<&[u8]> = chat.chunks(3000).collect();
+    assert_eq!(pieces.len(), 34);
+    for (i, piece) in pieces.iter().enumerate() {
+        let opcode = match i {
+            0 => OpCode::Data(Data::Text),
+            _ => OpCode::Data(Data::Continue),
+        };
+        let frame = Frame::message(piece.to_vec(), opcode, i + 1 == pieces.len());
+        // The server may close mid-message: later fragments then fail to send.
+        if c.ws.send(Message::Frame(frame)).await.is_err() {
+            break;
+        }
+    }
+    assert_eq!(c.expect_close().await, 1009);
+    converse(&mut other, "fine", 1).await;
+    let db = server.db().await;
+    let stored: i64 =
+        sqlx::query_scalar("select count(*) from session_info where agent_id = 'big'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(stored, 0);
 }
 
 /// Live conversations are capped per principal and in total with `limit_exceeded`; live ones

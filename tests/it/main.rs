@@ -20,6 +20,7 @@ mod history;
 mod images;
 mod imports;
 mod inproc;
+mod isolation;
 mod layers;
 mod limits;
 mod metrics;

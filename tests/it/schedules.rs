@@ -38,22 +38,6 @@ fn is_mark(f: &Value, schedule_id: &str) -> bool {
         && f["schedule_id"] == schedule_id
 }
 
-/// Polls `check` (every 100 ms) until it returns something, for at most [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until a conversation has no turn running or queued.
 async fn idle(rest: &Rest, agent_id: &str) {
     eventually("the conversation is idle", || async {

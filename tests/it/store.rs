@@ -1016,6 +1016,45 @@ async fn a_node_that_lost_its_lease_can_not_write() {
     b.close().await;
 }
 
+/// A node restarted under the same name takes its conversations back at once, and the run
+/// before it (paused, not dead) can't write to them any more: the fence is the lease's epoch,
+/// not only the node's name.
+#[tokio::test]
+async fn an_earlier_run_under_the_same_name_can_not_write() {
+    let Some(fx) = Fixture::postgres().await else {
+        return;
+    };
+    let node_a = || PgSettings {
+        node_id: "node-a".to_owned(),
+        lease: std::time::Duration::from_secs(600),
+        ..PgSettings::default()
+    };
+    let earlier = fx.open_pg(node_a()).await;
+    let s = earlier
+        .create_session(new_session("local", "x"))
+        .await
+        .unwrap();
+    earlier.take_lease(s.row).await.unwrap();
+    assert_eq!(earlier.append(s.row, vec![prompt("one")]).await.unwrap(), 1);
+
+    let later = fx.open_pg(node_a()).await;
+    later.take_lease(s.row).await.unwrap();
+    assert!(matches!(
+        earlier.append(s.row, vec![prompt("stale")]).await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(later.append(s.row, vec![prompt("two")]).await.unwrap(), 2);
+    let rows = later
+        .messages_after(s.row, 0, PageSize::rows(100))
+        .await
+        .unwrap()
+        .rows;
+    assert_eq!(rows.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
+    assert!(rows.iter().all(|r| !r.payload.contains("stale")));
+    earlier.close().await;
+    later.close().await;
+}
+
 /// A conversation whose ids were changed in the database behind the server's back (one that
 /// no longer has the form the server checks when it stores one: a path, a flag) is refused as
 /// unavailable when it is read, never handed on as an id; other conversations read as before.
