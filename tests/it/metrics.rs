@@ -68,7 +68,10 @@ async fn metrics_move_with_traffic() {
     assert_eq!(get(&m, r#"agentmux_frames_out_total{type="ack"}"#), 2.0);
     assert_eq!(get(&m, r#"agentmux_frames_out_total{type="result"}"#), 2.0);
     assert_eq!(get(&m, r#"agentmux_frames_out_total{type="error"}"#), 1.0);
-    assert!(get(&m, r#"agentmux_frames_out_total{type="stream_event"}"#) >= 6.0);
+    assert_eq!(
+        get(&m, r#"agentmux_frames_out_total{type="stream_event"}"#),
+        15.0
+    );
     // Per turn: the user message, init, assistant and result.
     assert_eq!(get(&m, "agentmux_stored_frames_total"), 8.0);
     let commits = get(&m, "agentmux_store_commit_seconds_count");

@@ -1104,8 +1104,22 @@ async fn a_commit_broken_off_by_a_deadlock_is_tried_again() {
     store.take_lease(two.row).await.unwrap();
     let url = fx.pg_url().unwrap();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    // Another transaction holds conversation two's row...
+    let deadlocks = || async {
+        sqlx::query_scalar::<_, i64>(
+            "select deadlocks from pg_stat_database where datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let deadlocks_before = deadlocks().await;
+    // Another transaction holds conversation two's row, and is never the one PostgreSQL
+    // breaks off (it looks for a deadlock only after a minute of waiting)...
     let mut other = pool.begin().await.unwrap();
+    sqlx::query("set local deadlock_timeout = '60s'")
+        .execute(&mut *other)
+        .await
+        .unwrap();
     sqlx::query("select 1 from session_info where id = $1 for update")
         .bind(two.row.0)
         .execute(&mut *other)
@@ -1121,16 +1135,32 @@ async fn a_commit_broken_off_by_a_deadlock_is_tried_again() {
             tokio::join!(first, second)
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    // ...and then wants one's: one of the two is broken off.
-    let crossed = sqlx::query("update session_info set title = title where id = $1")
+    crate::common::eventually("the group commit waits for conversation two", || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+             where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        (waiting > 0).then_some(())
+    })
+    .await;
+    // ...and then wants one's: the group commit is broken off, and tried again once the other
+    // transaction is done.
+    sqlx::query("update session_info set title = title where id = $1")
         .bind(one.row.0)
         .execute(&mut *other)
-        .await;
-    match crossed {
-        Ok(_) => other.commit().await.unwrap(),
-        Err(_) => other.rollback().await.unwrap(),
-    }
+        .await
+        .expect("the group commit, not this transaction, is broken off");
+    other.commit().await.unwrap();
+    // PostgreSQL counts it once the broken-off transaction's connection reports its numbers.
+    let counted = crate::common::eventually("the deadlock is counted", || async {
+        let now = deadlocks().await;
+        (now > deadlocks_before).then_some(now)
+    })
+    .await;
+    assert_eq!(counted, deadlocks_before + 1);
     let (a, b) = append.await.unwrap();
     assert_eq!((a.unwrap(), b.unwrap()), (1, 1));
     for row in [one.row, two.row] {
