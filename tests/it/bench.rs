@@ -123,6 +123,10 @@ async fn a_sweep_paces_at_the_fractions_asked_for() {
 /// A tiny `cluster` run: one node and three both complete turns without errors; on three nodes
 /// every chat went through nodes 2 and 3 to node 1 and its frames came back relayed; the
 /// databases the run made are gone afterwards.
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn a_tiny_cluster_run_forwards_every_chat_and_leaves_no_database() {
     let Some(pg) = pg_url() else {

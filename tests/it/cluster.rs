@@ -318,6 +318,10 @@ fn signal(server: &TestServer, sig: &str) {
 /// of which one carries a password: the node refuses to start with a clear message that shows
 /// no password. A cluster without a shared store is refused before NATS is tried. A list of
 /// servers that can be reached is taken.
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn a_bad_or_unreachable_nats_refuses_to_start() {
     const PASSWORD: &str = "N4ts-S3cret-pw";
@@ -358,6 +362,10 @@ async fn a_bad_or_unreachable_nats_refuses_to_start() {
     assert!(listened, "{output}");
 }
 
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_conversation_runs_on_one_node_at_a_time_and_moves_when_its_node_stops() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
@@ -396,6 +404,10 @@ async fn a_conversation_runs_on_one_node_at_a_time_and_moves_when_its_node_stops
     cluster.second_turn(&mut cb, &first).await;
 }
 
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_killed_nodes_conversation_resumes_on_another_node_once_its_lease_expires() {
     let Some(cluster) = Cluster::new(LEASE_SECS).await else {
@@ -431,6 +443,10 @@ async fn a_killed_nodes_conversation_resumes_on_another_node_once_its_lease_expi
     assert_eq!(results[1]["is_error"], false);
 }
 
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_stalled_node_that_was_taken_over_stores_nothing_more() {
     let Some(cluster) = Cluster::new(LEASE_SECS).await else {
@@ -486,6 +502,10 @@ async fn a_stalled_node_that_was_taken_over_stores_nothing_more() {
     );
 }
 
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn two_nodes_racing_to_start_a_conversation_start_it_once() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
@@ -529,6 +549,10 @@ async fn two_nodes_racing_to_start_a_conversation_start_it_once() {
     pool.close().await;
 }
 
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_node_id_must_be_a_plain_name() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
@@ -570,6 +594,10 @@ fn stored_seen(frames: &[Value], agent_id: &str) -> Vec<(i64, String)> {
         .collect()
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn three_nodes_route_commands_to_the_owner_and_relay_its_frames() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
@@ -636,6 +664,10 @@ async fn three_nodes_route_commands_to_the_owner_and_relay_its_frames() {
     assert_gap_free(&cluster.stored("x").await);
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn a_chat_through_any_node_resumes_a_killed_owners_conversation() {
     let Some(cluster) = Cluster::routed(LEASE_SECS).await else {
@@ -660,6 +692,10 @@ async fn a_chat_through_any_node_resumes_a_killed_owners_conversation() {
     cluster.second_turn(&mut cb, &seen).await;
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn routing_recovers_from_a_nats_restart() {
     let Some(mut cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
@@ -737,6 +773,10 @@ async fn owners(server: &TestServer) -> Vec<(String, Value)> {
     owners
 }
 
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn the_status_command_and_the_api_say_which_node_runs_what() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
@@ -799,6 +839,10 @@ async fn the_status_command_and_the_api_say_which_node_runs_what() {
 /// A schedule watched by two nodes' schedulers: whichever node claims a tick, the run reaches
 /// the conversation wherever it lives, marked, and completes (that each tick is claimed once is
 /// the store test `each_tick_of_a_schedule_is_claimed_by_one_node`).
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn a_schedule_watched_by_two_nodes_runs_marked_turns_wherever_its_conversation_lives() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
@@ -894,6 +938,10 @@ async fn kept_transcript(pool: &sqlx::PgPool) -> (String, Vec<u8>) {
     }
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_claude),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn a_claude_conversation_resumes_on_a_node_whose_cli_never_saw_it() {
     let Some(cli) = crate::real_cli::real_cli() else {
@@ -977,6 +1025,10 @@ async fn a_claude_conversation_resumes_on_a_node_whose_cli_never_saw_it() {
 /// The transcript a node keeps in the shared store (for another node to resume from) is read
 /// without following a symbolic link: an agent that put a link to another file where its
 /// transcript was can't have that file kept in the store, and the copy kept before stays.
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_transcript_replaced_by_a_link_is_not_kept() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
@@ -1024,6 +1076,10 @@ async fn turn_until_idle(c: &mut Client, content: &str) {
 /// hard link (an agent that hard-linked another file where its transcript was can't have it
 /// kept), and at most `claude.max_transcript_bytes` of it: a larger one is not kept. Either
 /// way the copy kept before stays, for another node to resume from.
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_hard_linked_or_oversized_transcript_is_not_kept() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {
@@ -1071,6 +1127,10 @@ async fn a_hard_linked_or_oversized_transcript_is_not_kept() {
     pool.close().await;
 }
 
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_node_that_cannot_see_a_conversations_directory_refuses_it() {
     let Some(cluster) = Cluster::new(LONG_LEASE_SECS).await else {

@@ -171,6 +171,10 @@ async fn prompts(cluster: &Cluster, agent_id: &str) -> Vec<String> {
         .collect()
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn a_node_refuses_to_route_without_the_cluster_secret() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
@@ -194,6 +198,10 @@ async fn a_node_refuses_to_route_without_the_cluster_secret() {
     }
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn commands_not_sealed_with_the_cluster_secret_run_nothing() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
@@ -269,6 +277,10 @@ async fn commands_not_sealed_with_the_cluster_secret_run_nothing() {
     assert_eq!(prompts(&cluster, "x").await, ["one", "two"]);
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn a_node_answers_sealed_malformed_commands_with_typed_errors() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
@@ -483,6 +495,10 @@ impl Relayed {
     }
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn frames_not_sealed_by_a_node_never_reach_followers() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
@@ -537,6 +553,10 @@ async fn frames_not_sealed_by_a_node_never_reach_followers() {
     relayed.third_turn_alone().await;
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn frames_played_again_are_refused_by_a_later_subscription_too() {
     let Some(cluster) = Cluster::routed(LONG_LEASE_SECS).await else {
@@ -568,6 +588,10 @@ async fn frames_played_again_are_refused_by_a_later_subscription_too() {
     until_refused(&relayed.b, "replayed", relayed.captured.len() as u64).await;
     relayed.third_turn_alone().await;
 }
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn a_gap_of_several_pages_is_filled_from_the_store_whole_and_in_order() {
     // Pages of one frame each: any gap of two frames or more takes several.
@@ -642,6 +666,10 @@ async fn a_gap_of_several_pages_is_filled_from_the_store_whole_and_in_order() {
     assert_eq!(reply_text(&relayed), "Echo: two (turn 2)");
 }
 
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
 #[tokio::test]
 async fn nodes_log_in_to_nats_with_a_token_or_an_nkey() {
     const TOKEN: &str = "t0ken-for-nats";

@@ -694,6 +694,10 @@ fn with_exit(mut shapes: Vec<String>, code: Option<i32>) -> Vec<String> {
 }
 
 /// The fake CLI prints what the pinned real CLI prints, scenario by scenario.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn fake_cli_matches_the_real_cli() {
     let Some(real) = real_cli() else { return };

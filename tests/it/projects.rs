@@ -956,6 +956,10 @@ fn urlencode(s: &str) -> String {
 /// The real CLI in a project: a tool lists the project's own files, a file the agent writes
 /// appears in the project, two conversations in it don't share memory, and the system prompt
 /// reaches the model.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn real_cli_works_in_a_project() {
     let Some(cli) = real_cli() else { return };
@@ -1035,6 +1039,10 @@ async fn run_cli(cli: &Path, cwd: &Path, home: &Path, api: &FakeApi, args: &[&st
 
 /// A session made with the real CLI in a project is listed, imported, shows its history, and
 /// the next turn's model request carries it; a turn the CLI adds later is synced in.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn real_cli_session_is_imported_resumed_and_synced() {
     let Some(cli) = real_cli() else { return };

@@ -178,6 +178,10 @@ pub async fn stop(mut server: TestServer, cli: &Path) {
 /// Two turns on one process with our session_id as the CLI's id; an interrupt during a slow
 /// stream; a tool call approved through permission_request/permission_response; a restart that
 /// resumes with the earlier turns sent to the model; no CLI left when the server stops.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn real_cli_end_to_end() {
     let Some(cli) = real_cli() else { return };
@@ -294,6 +298,10 @@ async fn real_cli_end_to_end() {
 
 /// A model API error reaches the client as the CLI's error `result` (not a crash); the same
 /// process runs the next turn, which the model gets together with the failed one.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn real_cli_api_error_is_an_error_result() {
     let Some(cli) = real_cli() else { return };
@@ -332,6 +340,10 @@ async fn real_cli_api_error_is_an_error_result() {
 
 /// When the server is killed with -9 mid-turn, its CLI dies with it (parent-death signal),
 /// instead of streaming on with nobody listening.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn real_cli_dies_with_a_killed_server() {
     let Some(cli) = real_cli() else { return };
@@ -353,6 +365,10 @@ async fn real_cli_dies_with_a_killed_server() {
 
 /// The real CLI killed between turns is started again with `--resume` within 3 s, without a
 /// chat; the next turn runs on that process and the model gets the earlier turn.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn real_cli_killed_between_turns_is_respawned() {
     let Some(cli) = real_cli() else { return };
@@ -409,6 +425,10 @@ async fn real_cli_killed_between_turns_is_respawned() {
 
 /// `agentmux bench warm` on the real CLI: every case (cold, running, respawned, warmed on open,
 /// and the CLI alone) completes a turn and is reported, in the table and the JSON.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
 #[tokio::test]
 async fn the_warm_benchmark_measures_every_case() {
     let Some(cli) = real_cli() else { return };

@@ -4,8 +4,6 @@
 //! schedules of a principal that can no longer sign in paused and shown to an admin; runs that
 //! start conversations limited per hour.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -74,6 +72,45 @@ async fn metric(server: &TestServer, line: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A schedule that runs every second on a conversation of its own: the scheduler's own clock,
+/// for the checks that something else did *not* run.
+struct Clock {
+    id: String,
+}
+
+impl Clock {
+    async fn start(rest: &Rest) -> Self {
+        let (status, s) = rest
+            .post(
+                "/api/schedules",
+                json!({"name": "clock", "agent_id": "clock", "content": "tick", "every_secs": 1}),
+            )
+            .await;
+        assert_eq!(status, 201, "{s}");
+        Clock {
+            id: s["id"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    /// Waits until the clock has run twice more: the scheduler had two ticks to run whatever
+    /// was due.
+    async fn two_ticks(&self, rest: &Rest) {
+        let ticks = || async { count(&messages(rest, "clock").await, |f| is_mark(f, &self.id)) };
+        let from = ticks().await;
+        eventually("two ticks of the clock", || async {
+            (ticks().await >= from + 2).then_some(())
+        })
+        .await;
+    }
+
+    async fn stop(self, rest: &Rest) {
+        assert_eq!(
+            rest.delete(&format!("/api/schedules/{}", self.id)).await,
+            204
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_every_second_schedule_runs_full_turns_until_paused_or_deleted() {
     let server = TestServer::start().await;
@@ -124,7 +161,8 @@ async fn an_every_second_schedule_runs_full_turns_until_paused_or_deleted() {
     assert_eq!(s["next_run_at"], Value::Null);
     idle(&rest, "sch-a").await;
     let paused = count(&messages(&rest, "sch-a").await, |f| is_mark(f, &id));
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let clock = Clock::start(&rest).await;
+    clock.two_ticks(&rest).await;
     assert_eq!(
         count(&messages(&rest, "sch-a").await, |f| is_mark(f, &id)),
         paused,
@@ -157,12 +195,13 @@ async fn an_every_second_schedule_runs_full_turns_until_paused_or_deleted() {
     assert_eq!(status, 404);
     idle(&rest, "sch-a").await;
     let deleted = count(&messages(&rest, "sch-a").await, |f| is_mark(f, &id));
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    clock.two_ticks(&rest).await;
     assert_eq!(
         count(&messages(&rest, "sch-a").await, |f| is_mark(f, &id)),
         deleted,
         "a deleted schedule does not run"
     );
+    clock.stop(&rest).await;
     let (_, list) = rest.get("/api/schedules").await;
     assert_eq!(list["schedules"], json!([]));
 }
@@ -369,7 +408,7 @@ async fn a_restart_keeps_schedules_and_runs_a_missed_tick_once() {
     })
     .await;
     idle(&rest, "missed").await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    Clock::start(&rest).await.two_ticks(&rest).await;
     let frames_after = messages(&rest, "missed").await;
     assert_eq!(frames_after.len(), frames.len());
     assert_eq!(

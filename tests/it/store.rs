@@ -132,6 +132,7 @@ macro_rules! on_both_engines {
                 }
 
                 #[tokio::test]
+                #[cfg_attr(no_test_pg, ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here")]
                 async fn postgres() {
                     if let Some(fixture) = super::Fixture::postgres().await {
                         super::$name(fixture).await;
@@ -873,6 +874,10 @@ const PASSWORD: &str = "Sup3r-S3cret-pw";
 
 /// A password in the store URL appears nowhere a user or operator can read: not in the
 /// debug log of a whole run, nor in `/metrics` or any response.
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_store_password_is_never_shown() {
     let Some(fx) = Fixture::postgres().await else {
@@ -938,6 +943,10 @@ async fn a_bad_or_unreachable_store_refuses_to_start() {
 
 /// Two nodes' stores on one PostgreSQL database: the lease decides which one may write to a
 /// conversation, and one that lost it is refused in the very statement that assigns `seq`.
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_node_that_lost_its_lease_can_not_write() {
     let Some(fx) = Fixture::postgres().await else {
@@ -1019,6 +1028,10 @@ async fn a_node_that_lost_its_lease_can_not_write() {
 /// A node restarted under the same name takes its conversations back at once, and the run
 /// before it (paused, not dead) can't write to them any more: the fence is the lease's epoch,
 /// not only the node's name.
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn an_earlier_run_under_the_same_name_can_not_write() {
     let Some(fx) = Fixture::postgres().await else {
@@ -1086,6 +1099,10 @@ async fn ids_changed_behind_the_servers_back_are_refused(fx: Fixture) {
 
 /// A group commit that PostgreSQL breaks off to resolve a deadlock with another transaction on
 /// the same conversations is tried again: nothing is lost and the caller never sees it.
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn a_commit_broken_off_by_a_deadlock_is_tried_again() {
     let Some(fx) = Fixture::postgres().await else {
@@ -1226,6 +1243,10 @@ async fn a_pause_keeps_a_change_made_since_the_schedule_was_read(fx: Fixture) {
 
 /// Each tick of a schedule is claimed by exactly one of the nodes whose schedulers race for it:
 /// the claim is a compare-and-set on the tick in the shared database.
+#[cfg_attr(
+    no_test_pg,
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL), not configured here"
+)]
 #[tokio::test]
 async fn each_tick_of_a_schedule_is_claimed_by_one_node() {
     let Some(fx) = Fixture::postgres().await else {

@@ -22,24 +22,25 @@ async function stored(base) {
 test('schedules are created, run, marked, paused, edited and deleted from the page', async () => {
   const s = await server();
   const { page, problems } = await openUi(await context(), s.url);
-  await page.locator('#open-schedules').click();
-  await page.locator('#schedules-empty').waitFor();
+  await page.getByRole('button', { name: 'Schedules', exact: true }).click();
+  const dialog = page.getByRole('dialog', { name: 'Schedules' });
+  await dialog.getByText('No schedule yet.').waitFor();
+  const field = (/** @type {string} */ name) => dialog.getByRole('textbox', { name, exact: true });
 
   // A zero interval is refused by the server, and its typed error shown.
-  await page.locator('#schedule-name').fill('Heartbeat');
-  await page.locator('#schedule-agent').fill('ui-sched');
-  await page.locator('#schedule-content').fill('ping');
-  await page.locator('#schedule-when').fill('0');
-  await page.locator('#schedule-save').click();
-  await page.locator('#schedule-error').filter({ hasText: 'invalid_schedule' }).waitFor();
+  await field('Name').fill('Heartbeat');
+  await field('Conversation').fill('ui-sched');
+  await field('Prompt').fill('ping');
+  await field('Interval or cron expression').fill('0');
+  await dialog.getByRole('button', { name: 'Create' }).click();
+  await dialog.getByRole('alert').filter({ hasText: 'invalid_schedule' }).waitFor();
   assert.deepEqual(await stored(s.url), []);
 
-  await page.locator('#schedule-when').fill('3600');
-  await page.locator('#schedule-save').click();
-  const item = page.locator('.schedule').filter({ hasText: 'Heartbeat' });
-  await item.waitFor();
-  assert.equal(await item.locator('.schedule-timing').textContent(), 'every 3600 s');
-  assert.match(await item.locator('.schedule-state').textContent() ?? '', /^next /);
+  await field('Interval or cron expression').fill('3600');
+  await dialog.getByRole('button', { name: 'Create' }).click();
+  const item = dialog.getByRole('listitem').filter({ hasText: 'Heartbeat' });
+  await item.getByText('every 3600 s', { exact: true }).waitFor();
+  await item.getByText(/^next /).waitFor();
   const [created] = await stored(s.url);
   assert.equal(created.name, 'Heartbeat');
   assert.equal(created.every_secs, 3600);
@@ -47,48 +48,47 @@ test('schedules are created, run, marked, paused, edited and deleted from the pa
 
   // Run now: the conversation shows up in the sidebar marked as scheduled, and its run is
   // marked before the prompt.
-  await item.locator('.schedule-run').click();
-  await item.locator('.schedule-state').filter({ hasText: 'last run' }).waitFor();
-  await page.locator('#schedules-close').click();
-  const entry = page.locator('.session[data-agent-id="ui-sched"]');
-  await entry.waitFor();
-  assert.equal(await entry.locator('.session-scheduled').textContent(), 'scheduled');
-  assert.equal(await entry.locator('.session-title').textContent(), 'Heartbeat');
+  await item.getByRole('button', { name: 'Run now' }).click();
+  await item.getByText(/last run/).waitFor();
+  await dialog.getByRole('button', { name: 'Close' }).click();
+  const entry = page.getByRole('button', { name: /^Heartbeat/ });
+  await entry.getByText('scheduled', { exact: true }).waitFor();
   await entry.click();
-  await page.locator('.msg.assistant').filter({ hasText: 'Echo: ping (turn 1)' }).waitFor();
-  await page.locator('.msg.result').waitFor();
+  await page.getByText('Echo: ping (turn 1)').first().waitFor();
   const lines = await transcript(page);
   const mark = lines.findIndex((l) => l.includes('Scheduled run: Heartbeat'));
   assert.ok(mark >= 0, lines.join('\n'));
   assert.equal(lines[mark + 1], 'user: ping');
 
   // Pause and resume.
-  await page.locator('#open-schedules').click();
-  await item.locator('.schedule-toggle').filter({ hasText: 'Pause' }).click();
-  await item.locator('.schedule-state').filter({ hasText: /^paused/ }).waitFor();
+  await page.getByRole('button', { name: 'Schedules', exact: true }).click();
+  await item.getByRole('button', { name: 'Pause' }).click();
+  await item.getByText(/^paused/).waitFor();
   assert.equal((await stored(s.url))[0].enabled, false);
-  await item.locator('.schedule-toggle').filter({ hasText: 'Resume' }).click();
-  await item.locator('.schedule-state').filter({ hasText: /^next / }).waitFor();
+  await item.getByRole('button', { name: 'Resume' }).click();
+  await item.getByText(/^next /).waitFor();
   assert.equal((await stored(s.url))[0].enabled, true);
 
   // Edit: the form is filled with the schedule; a cron expression replaces the interval.
-  await item.locator('.schedule-edit').click();
-  assert.equal(await page.locator('#schedule-name').inputValue(), 'Heartbeat');
-  assert.equal(await page.locator('#schedule-when').inputValue(), '3600');
-  await page.locator('#schedule-name').fill('Weekday mornings');
-  await page.locator('#schedule-kind').selectOption('cron');
-  await page.locator('#schedule-when').fill('0 8 * * 1-5');
-  await page.locator('#schedule-save').click();
-  const edited = page.locator('.schedule').filter({ hasText: 'Weekday mornings' });
-  await edited.waitFor();
-  assert.equal(await edited.locator('.schedule-timing').textContent(), 'cron 0 8 * * 1-5');
+  await item.getByRole('button', { name: 'Edit' }).click();
+  assert.equal(await field('Name').inputValue(), 'Heartbeat');
+  assert.equal(await field('Interval or cron expression').inputValue(), '3600');
+  await field('Name').fill('Weekday mornings');
+  await dialog.getByRole('combobox', { name: 'Timing' }).selectOption('cron');
+  await field('Interval or cron expression').fill('0 8 * * 1-5');
+  await dialog.getByRole('button', { name: 'Save' }).click();
+  const edited = dialog.getByRole('listitem').filter({ hasText: 'Weekday mornings' });
+  await edited.getByText('cron 0 8 * * 1-5', { exact: true }).waitFor();
   const [after] = await stored(s.url);
   assert.deepEqual([after.name, after.cron, after.every_secs], ['Weekday mornings', '0 8 * * 1-5', null]);
 
   // Delete, after confirming.
-  await edited.locator('.schedule-delete').click();
-  await page.locator('#dialog-ok').click();
-  await page.locator('#schedules-empty').waitFor();
+  await edited.getByRole('button', { name: 'Delete' }).click();
+  await page
+    .getByRole('dialog', { name: 'Delete the schedule “Weekday mornings”?' })
+    .getByRole('button', { name: 'Delete' })
+    .click();
+  await dialog.getByText('No schedule yet.').waitFor();
   assert.deepEqual(await stored(s.url), []);
   // The deliberate 400 is the only thing the console reported.
   assert.deepEqual(
