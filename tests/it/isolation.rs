@@ -20,6 +20,9 @@ struct Side {
     status: &'static str,
 }
 
+/// A route of the sweep: its path, the status it answers, and what its body must hold.
+type Row<'a> = (String, u16, Box<dyn Fn(&Value) + 'a>);
+
 /// Both principals call their conversation this.
 const ID: &str = "notes";
 /// Both principals' first messages contain this.
@@ -142,7 +145,7 @@ async fn every_listing_search_read_and_count_shows_only_the_callers_own() {
             assert_eq!(list[0]["session_id"], me.session_id.as_str());
             assert_eq!(list[0]["status"], me.status, "{body}");
         };
-        let table: Vec<(String, u16, Box<dyn Fn(&Value)>)> = vec![
+        let table: Vec<Row> = vec![
             ("/api/sessions".into(), 200, Box::new(just_mine)),
             (format!("/api/sessions?q={WORD}"), 200, Box::new(just_mine)),
             (
