@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -140,9 +141,28 @@ struct Inner {
     running: std::sync::Mutex<HashMap<String, Running>>,
     generation: AtomicU64,
     max_new_runs_per_hour: usize,
-    /// Held from counting a `mode: "new"` run against the limit until its conversation is
-    /// stored, so that runs at once on this node are counted one after the other.
-    new_runs: tokio::sync::Mutex<()>,
+    /// Per principal, held from counting a `mode: "new"` run against the limit until its
+    /// conversation is stored, so that a principal's runs at once on this node are counted
+    /// one after the other (other principals' runs go on meanwhile).
+    new_runs: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+}
+
+/// A principal's turn to count and start a `mode: "new"` run: its lock is forgotten when the
+/// turn ends and nobody else waits for it.
+struct NewRunTurn<'a> {
+    locks: &'a DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    principal: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for NewRunTurn<'_> {
+    fn drop(&mut self) {
+        // The guard holds the lock too: released first, the map's is then the only one left
+        // unless another run waits (it took its copy under the map's shard lock).
+        drop(self.guard.take());
+        self.locks
+            .remove_if(&self.principal, |_, lock| Arc::strong_count(lock) == 1);
+    }
 }
 
 /// Runs schedules; cheap to clone.
@@ -227,7 +247,7 @@ impl Scheduler {
                 running: std::sync::Mutex::new(HashMap::new()),
                 generation: AtomicU64::new(0),
                 max_new_runs_per_hour: config.max_new_runs_per_hour,
-                new_runs: tokio::sync::Mutex::new(()),
+                new_runs: DashMap::new(),
             }),
         })
     }
@@ -364,16 +384,23 @@ impl Scheduler {
     /// Takes one of `principal`'s `mode: "new"` runs of the last hour, counted from the
     /// conversations its schedules started (in the store, so that a restart or another node
     /// does not start the count again): the turn to start one, held until it is stored, or
-    /// the detail of why not.
-    async fn take_new_run(
-        &self,
-        principal: &str,
-    ) -> Result<tokio::sync::MutexGuard<'_, ()>, String> {
+    /// the detail of why not. Without a limit (0) there is nothing to count or wait for.
+    async fn take_new_run(&self, principal: &str) -> Result<Option<NewRunTurn<'_>>, String> {
         let max = self.inner.max_new_runs_per_hour;
-        let turn = self.inner.new_runs.lock().await;
         if max == 0 {
-            return Ok(turn);
+            return Ok(None);
         }
+        let lock = self
+            .inner
+            .new_runs
+            .entry(principal.to_owned())
+            .or_default()
+            .clone();
+        let turn = NewRunTurn {
+            locks: &self.inner.new_runs,
+            principal: principal.to_owned(),
+            guard: Some(lock.lock_owned().await),
+        };
         let hour = chrono::TimeDelta::from_std(HOUR).expect("an hour");
         let since = (Utc::now() - hour).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let started = self
@@ -388,7 +415,7 @@ impl Scheduler {
                  (schedules.max_new_runs_per_hour)"
             ));
         }
-        Ok(turn)
+        Ok(Some(turn))
     }
 
     fn next_cron_tick(&self, cron: &str, after_ms: i64) -> Result<i64, FrameError> {
@@ -761,7 +788,7 @@ impl Scheduler {
         }
         let new_run = match row.mode.as_str() {
             "new" => match self.take_new_run(&row.principal).await {
-                Ok(turn) => Some(turn),
+                Ok(turn) => turn,
                 Err(detail) => {
                     self.forget(&row.id, generation);
                     let last = LastRun {
@@ -847,6 +874,8 @@ impl Scheduler {
         });
         let mut marker = NewMessage::new("status", payload.to_string());
         marker.title = Some(row.name.clone());
+        // Counted against the hourly limit: the conversation is this run's own.
+        marker.schedule_id = (row.mode == "new").then(|| row.id.clone());
         self.inner
             .manager
             .submit_marked(

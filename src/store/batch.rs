@@ -100,6 +100,7 @@ pub(super) struct Delta<'a> {
     pub results: i64,
     pub last_active: &'a str,
     pub title: Option<&'a str>,
+    pub schedule_id: Option<&'a str>,
     pub totals: Totals,
     /// How the running turn changes: 0 not at all, 1 to the prompt at 1-based position
     /// `running_at` among these rows, 2 to the user seq `running_at` (or none).
@@ -121,6 +122,7 @@ pub(super) fn deltas(batch: &[Append]) -> Vec<Delta<'_>> {
                 results: 0,
                 last_active: "",
                 title: None,
+                schedule_id: None,
                 totals: Totals::default(),
                 running: 0,
                 running_at: None,
@@ -134,6 +136,7 @@ pub(super) fn deltas(batch: &[Append]) -> Vec<Delta<'_>> {
             d.results += i64::from(m.message_type == "result");
             d.last_active = &m.created_at;
             d.title = d.title.or(m.title.as_deref());
+            d.schedule_id = d.schedule_id.or(m.schedule_id.as_deref());
             if let Some(t) = m.totals {
                 d.totals.cost_usd += t.cost_usd;
                 d.totals.input_tokens += t.input_tokens;

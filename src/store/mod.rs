@@ -288,6 +288,9 @@ pub struct NewMessage {
     pub totals: Option<Totals>,
     /// Whether a turn starts or ends here.
     pub running: Option<RunningTurn>,
+    /// On the first message of a conversation a schedule's `mode: "new"` run starts: that
+    /// schedule, kept with the conversation (counted against the hourly limit of such runs).
+    pub schedule_id: Option<String>,
 }
 
 impl NewMessage {
@@ -303,6 +306,7 @@ impl NewMessage {
             title: None,
             totals: None,
             running: None,
+            schedule_id: None,
         }
     }
 }

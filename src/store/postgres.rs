@@ -214,10 +214,10 @@ impl PgStore {
 /// taken over, or this node holds none and another node does), gets no row in `u`, so its
 /// rows are not stored while the others of the batch go on.
 const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
-        output_tokens, duration_ms, running, running_at, epoch) as (
+        output_tokens, duration_ms, running, running_at, epoch, schedule_id) as (
         select * from unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
             $6::text[], $7::float8[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
-            $12::bigint[], $22::bigint[])
+            $12::bigint[], $22::bigint[], $24::text[])
     ),
     u as (
         update session_info s set
@@ -234,7 +234,8 @@ const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost,
             running_seq = case d.running
                 when 1 then s.last_seq + d.running_at
                 when 2 then d.running_at
-                else s.running_seq end
+                else s.running_seq end,
+            schedule_id = coalesce(s.schedule_id, d.schedule_id)
         from d where s.id = d.id
             and (case when d.epoch is null then s.lease_node is null
                  else s.lease_node = $23 and s.lease_epoch = d.epoch end)
@@ -377,6 +378,12 @@ impl Writer {
                 .bind(&m.turn_cost_usd)
                 .bind(&epochs)
                 .bind(&self.leases.node)
+                .bind(
+                    deltas
+                        .iter()
+                        .map(|d| d.schedule_id.map(text))
+                        .collect::<Vec<_>>(),
+                )
                 .fetch_all(&mut *tx)
                 .await;
             match stored {

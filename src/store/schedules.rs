@@ -84,8 +84,8 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// deleted or paused meanwhile.
     async fn pause_schedule(&self, id: &str, updated_at: &str, last_run: &str) -> Result<bool>;
 
-    /// How many of `principal`'s conversations a scheduled run started (their first message
-    /// is a run's `scheduled_run` status) at or after `since` (RFC 3339, as stored).
+    /// How many of `principal`'s conversations a schedule's `mode: "new"` run started (those
+    /// with a `schedule_id`) at or after `since` (RFC 3339, as stored).
     async fn scheduled_conversations_since(&self, principal: &str, since: &str) -> Result<i64>;
 }
 
@@ -244,13 +244,11 @@ impl ScheduleStore for $store {
 
     async fn scheduled_conversations_since(&self, principal: &str, since: &str) -> Result<i64> {
         Ok(sqlx::query_scalar(
-            "select count(*) from session_info s join messages m on m.session_pk = s.id \
-             where s.principal = $1 and s.created_at >= $2 and m.seq = 1 \
-             and m.message_type = 'status' and m.payload like $3",
+            "select count(*) from session_info \
+             where principal = $1 and created_at >= $2 and schedule_id is not null",
         )
         .bind(principal)
         .bind(since)
-        .bind(r#"%"status":"scheduled_run"%"#)
         .fetch_one(self.pool())
         .await?)
     }

@@ -300,7 +300,8 @@ const UPDATE_SESSION: &str = "update session_info set
         running_seq = case ?11
             when 1 then last_seq + ?12
             when 2 then ?12
-            else running_seq end
+            else running_seq end,
+        schedule_id = coalesce(schedule_id, ?13)
      where id = ?1";
 
 /// A conversation's highest seq.
@@ -337,6 +338,7 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
                 d.totals.duration_ms,
                 d.running,
                 d.running_at,
+                d.schedule_id,
             ])?;
             if updated == 1 {
                 let last: i64 = last_seq.query_row([d.row.0], |r| r.get(0))?;

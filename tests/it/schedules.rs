@@ -913,3 +913,77 @@ async fn runs_that_start_conversations_are_limited_per_hour() {
         .await;
     assert_eq!(run["outcome"], "started", "{run}");
 }
+
+/// Waits until the end of schedule `id`'s latest run is recorded.
+async fn ended(rest: &Rest, id: &str) {
+    eventually("the run's end is recorded", || async {
+        let (_, s) = rest.get(&format!("/api/schedules/{id}")).await;
+        (s["last_run"]["outcome"] != "started").then_some(())
+    })
+    .await;
+}
+
+/// Only the conversations a `mode: "new"` run starts count against the hourly limit: the runs
+/// of a `mode: "same"` schedule (its first one starts its conversation), a fork of that
+/// conversation and an import of its export (both begin with the run's mark) do not.
+#[tokio::test]
+async fn only_new_runs_use_up_the_hourly_limit() {
+    let (_cfg, config) = config_file("[schedules]\nmax_new_runs_per_hour = 1\n");
+    let server = TestServer::start_with(&["--config", &config, "--demo-delay-ms", "0"]).await;
+    let rest = Rest::new(&server);
+    let (status, same) = rest
+        .post(
+            "/api/schedules",
+            json!({"name": "same", "agent_id": "one", "content": "x", "every_secs": 3600}),
+        )
+        .await;
+    assert_eq!(status, 201, "{same}");
+    let same = same["id"].as_str().unwrap().to_owned();
+    for _ in 0..2 {
+        let (_, run) = rest
+            .post(&format!("/api/schedules/{same}/run"), json!({}))
+            .await;
+        assert_eq!(run["outcome"], "started", "{run}");
+        ended(&rest, &same).await;
+    }
+    assert!(is_mark(&messages(&rest, "one").await[0], &same));
+
+    let (status, fork) = rest
+        .post(
+            "/api/sessions/one/fork",
+            json!({"new_agent_id": "one-fork"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{fork}");
+    assert!(is_mark(&messages(&rest, "one-fork").await[0], &same));
+    let export = rest.text("/api/sessions/one/export").await;
+    let (status, imported) = rest
+        .send(
+            rest.http
+                .post(server.url("/api/sessions/import?agent_id=one-import"))
+                .header("content-type", "application/x-ndjson")
+                .body(export),
+        )
+        .await;
+    assert_eq!(status, 201, "{imported}");
+    assert!(is_mark(&messages(&rest, "one-import").await[0], &same));
+
+    let (_, new) = rest
+        .post(
+            "/api/schedules",
+            json!({"name": "flood", "agent_id": "flood", "content": "x", "every_secs": 3600,
+                   "mode": "new"}),
+        )
+        .await;
+    let new = new["id"].as_str().unwrap().to_owned();
+    let (_, run) = rest
+        .post(&format!("/api/schedules/{new}/run"), json!({}))
+        .await;
+    assert_eq!(run["outcome"], "started", "the hour's one new run: {run}");
+    ended(&rest, &new).await;
+    let (_, run) = rest
+        .post(&format!("/api/schedules/{new}/run"), json!({}))
+        .await;
+    assert_eq!(run["outcome"], "limited", "{run}");
+    assert_eq!(floods(&rest).await, 1);
+}

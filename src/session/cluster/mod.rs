@@ -69,6 +69,7 @@ impl Forward {
 pub(super) struct Marker {
     payload: String,
     title: Option<String>,
+    schedule_id: Option<String>,
 }
 
 impl Marker {
@@ -77,12 +78,14 @@ impl Marker {
         Marker {
             payload: message.payload.clone(),
             title: message.title.clone(),
+            schedule_id: message.schedule_id.clone(),
         }
     }
 
     pub fn into_message(self) -> NewMessage {
         let mut message = NewMessage::new("status", self.payload);
         message.title = self.title;
+        message.schedule_id = self.schedule_id;
         message
     }
 
@@ -590,6 +593,7 @@ mod tests {
             marker: payload.map(|p| Marker {
                 payload: p.into(),
                 title: None,
+                schedule_id: None,
             }),
         };
         assert!(forward("alice", None).is_sound());
