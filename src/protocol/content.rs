@@ -139,14 +139,32 @@ pub struct StoredPayload<'a> {
     /// The `uuid`, unread.
     #[serde(borrow, default)]
     pub uuid: Option<&'a RawValue>,
-    /// The `message`, for payloads that have one.
-    #[serde(borrow, default)]
-    pub message: Option<StoredMessage<'a>>,
+    /// The `message`, for payloads that have one in its shape (one that hasn't is no
+    /// message: the `uuid` is still read).
+    #[serde(borrow, default, deserialize_with = "shaped")]
+    pub message: Option<PayloadMessage<'a>>,
+}
+
+/// A value read as `T` when it has `T`'s shape, else none.
+fn shaped<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let raw = <Option<&'de RawValue>>::deserialize(deserializer)?;
+    Ok(raw.and_then(|raw| serde_json::from_str(raw.get()).ok()))
+}
+
+impl StoredPayload<'_> {
+    /// The `uuid`, when it is a string (as every agent's is).
+    pub fn uuid(&self) -> Option<String> {
+        serde_json::from_str(self.uuid?.get()).ok()
+    }
 }
 
 /// The `role` and `content` of a stored payload's `message`.
 #[derive(Deserialize)]
-pub struct StoredMessage<'a> {
+pub struct PayloadMessage<'a> {
     /// `user` or `assistant`, for messages that have a role.
     #[serde(borrow, default)]
     pub role: Option<Cow<'a, str>>,
@@ -374,6 +392,30 @@ mod tests {
     use serde_json::json;
 
     const PNG: &[u8] = b"\x89PNG\r\n\x1a\n0000IHDR";
+
+    /// A payload's `uuid` is its string, whatever shape its `message` has.
+    #[test]
+    fn a_payloads_uuid_is_read_whatever_its_message() {
+        let uuid = |payload: &str| {
+            serde_json::from_str::<StoredPayload>(payload)
+                .unwrap()
+                .uuid()
+        };
+        assert_eq!(
+            uuid(r#"{"uuid":"u1","message":{"role":"user"}}"#).as_deref(),
+            Some("u1")
+        );
+        assert_eq!(
+            uuid(r#"{"uuid":"u2","message":{"role":5}}"#).as_deref(),
+            Some("u2")
+        );
+        assert_eq!(
+            uuid(r#"{"uuid":"u3","message":"text"}"#).as_deref(),
+            Some("u3")
+        );
+        assert_eq!(uuid(r#"{"uuid":7}"#), None);
+        assert_eq!(uuid(r#"{"message":{"content":"hi"}}"#), None);
+    }
 
     fn png() -> String {
         base64::engine::general_purpose::STANDARD.encode(PNG)

@@ -15,7 +15,7 @@ mod server;
 
 pub use client::*;
 pub use content::{
-    Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES, StoredMessage,
+    Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES, PayloadMessage,
     StoredPayload,
 };
 pub use ids::{AgentId, SessionId, valid_session_id};

@@ -295,7 +295,7 @@ fn transcript_message(entry: &Entry, line: &str) -> Option<NewMessage> {
     }
     if kind == "user" {
         // A user prompt: a string, or the text blocks of a message without tool results.
-        let fields = serde_json::from_str::<protocol::StoredMessage>(message.get()).ok();
+        let fields = serde_json::from_str::<protocol::PayloadMessage>(message.get()).ok();
         let content = ContentText::of(fields.and_then(|f| f.content));
         if let Some(text) = content.text.filter(|_| !content.tool_result) {
             stored.prompt = true;

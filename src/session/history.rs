@@ -177,13 +177,6 @@ struct ImportLine<'a> {
     payload: &'a RawValue,
 }
 
-/// The `uuid` of a stored payload.
-#[derive(Deserialize)]
-struct PayloadUuid<'a> {
-    #[serde(borrow, default)]
-    uuid: Option<Cow<'a, str>>,
-}
-
 /// The message of one line (numbered from 1) of an export.
 fn import_line(n: usize, line: &str) -> Result<NewMessage, FrameError> {
     let line: ImportLine =
@@ -207,9 +200,9 @@ fn import_line(n: usize, line: &str) -> Result<NewMessage, FrameError> {
         message.prompt = true;
         message.title = Some(protocol::truncate_chars(content.title_text().trim(), 50).to_owned());
     }
-    message.sdk_uuid = serde_json::from_str::<PayloadUuid>(&message.payload)
+    message.sdk_uuid = serde_json::from_str::<StoredPayload>(&message.payload)
         .ok()
-        .and_then(|p| p.uuid.map(Cow::into_owned));
+        .and_then(|p| p.uuid());
     Ok(message)
 }
 
