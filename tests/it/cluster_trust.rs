@@ -3,7 +3,7 @@
 //! that is not sealed with the secret (forged, altered, stale or played again), while
 //! commands and frames sealed as the docs describe pass.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::HeaderMap;
 use base64::Engine as _;
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::cluster::{Cluster, LONG_LEASE_SECS, Nats, SECRET};
-use crate::common::{Client, TestServer, chat_ack, reply_text, serve_output};
+use crate::common::{Client, TestServer, chat_ack, eventually, metric, reply_text, serve_output};
 
 /// A secret of the right length that is not the cluster's.
 const OTHER_SECRET: &str = "a secret of another cluster, 32 bytes or more";
@@ -109,28 +109,12 @@ async fn ask(
     serde_json::from_slice(&answer.payload).unwrap()
 }
 
-/// The value of the metric line starting `line` (its name and labels) on `server`.
-async fn metric(server: &TestServer, line: &str) -> u64 {
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let line = format!("{line} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&line))
-        .map_or(0, |n| n.parse().unwrap())
-}
-
-/// Waits until the metric line starting `line` reads `n` on `server`.
-async fn until_metric(server: &TestServer, line: &str, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while metric(server, line).await != n {
-        assert!(Instant::now() < deadline, "{line}: never {n}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits until the metric `name` reads `n` on `server`.
+async fn until_metric(server: &TestServer, name: &str, n: u64) {
+    eventually(&format!("{name} reads {n}"), || async {
+        (metric(server, name).await == n).then_some(())
+    })
+    .await;
 }
 
 /// The value of `agentmux_cluster_refused_messages_total` for `reason` on `server`.
@@ -144,14 +128,10 @@ async fn refused(server: &TestServer, reason: &str) -> u64 {
 
 /// Waits until `server` has refused at least `n` messages for `reason`.
 async fn until_refused(server: &TestServer, reason: &str, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while refused(server, reason).await < n {
-        assert!(
-            Instant::now() < deadline,
-            "{reason}: fewer than {n} refused"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(&format!("{n} refused as {reason}"), || async {
+        (refused(server, reason).await >= n).then_some(())
+    })
+    .await;
 }
 
 /// The user prompts stored for `agent_id`, in order.

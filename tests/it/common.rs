@@ -650,6 +650,24 @@ pub async fn serve_output(args: &[&str], env: &[(&str, &str)]) -> (bool, String)
     (listened, format!("{stdout}\n{stderr}"))
 }
 
+/// The value of the `GET /metrics` line named `name` (its labels included): 0 until the server
+/// exports it.
+pub async fn metric(server: &TestServer, name: &str) -> u64 {
+    let text = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0, |v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name} is a whole number: {v}"))
+        })
+}
+
 /// Polls `check` (every 100 ms) until it returns something, for at most [`WAIT`].
 pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where

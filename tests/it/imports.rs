@@ -38,23 +38,12 @@ pub async fn import(
 
 /// Frames the server has committed to its store so far (`agentmux_stored_frames_total`):
 /// imports store theirs in chunks of 1,000 as they arrive.
-async fn stored_frames(server: &TestServer) -> i64 {
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("agentmux_stored_frames_total "))
-        .expect("the counter is exported")
-        .parse()
-        .unwrap()
+async fn stored_frames(server: &TestServer) -> u64 {
+    metric(server, "agentmux_stored_frames_total").await
 }
 
 /// Waits until the server has committed at least `frames` frames.
-async fn wait_stored(server: &TestServer, frames: i64) {
+async fn wait_stored(server: &TestServer, frames: u64) {
     let deadline = tokio::time::Instant::now() + IMPORT_WAIT;
     while stored_frames(server).await < frames {
         assert!(tokio::time::Instant::now() < deadline, "the import starts");
@@ -114,7 +103,7 @@ async fn a_big_import_does_not_hold_another_principals_ack() {
     let stored = stored_frames(&server).await;
     eprintln!("bob's ack came with {stored} of {lines} imported rows stored");
     assert!(
-        stored < lines as i64,
+        stored < lines as u64,
         "bob's ack waited until the whole import ({stored} rows) was stored"
     );
     let (status, imported) = upload.await.unwrap();

@@ -64,14 +64,6 @@ fn complete_runs(frames: &[Value], schedule_id: &str, content: &str) -> usize {
     runs
 }
 
-async fn metric(server: &TestServer, line: &str) -> u64 {
-    let text = Rest::new(server).text("/metrics").await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(line))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// A schedule that runs every second on a conversation of its own: the scheduler's own clock,
 /// for the checks that something else did *not* run.
 struct Clock {
