@@ -73,6 +73,15 @@ async fn rows_left(db: &sqlx::AnyPool, agent_id: &str) -> (Option<i64>, i64) {
     (row_of(db, agent_id).await, orphans)
 }
 
+/// Stops `server` and checks that its store holds nothing of the import of `agent_id` (no row,
+/// visible or not, and no message of it or of no conversation), then starts it again.
+async fn nothing_left(server: &mut TestServer, agent_id: &str) {
+    let db = server.stop_and_open_db().await;
+    assert_eq!(rows_left(&db, agent_id).await, (None, 0), "{agent_id}");
+    db.close().await;
+    server.restart().await;
+}
+
 /// While a big import is being stored, another principal's chat is acked: the ack arrives
 /// while the import has stored only part of its rows, and the import then completes.
 #[tokio::test]
@@ -134,6 +143,7 @@ async fn a_failed_import_leaves_nothing_behind() {
         err["error"].as_str().unwrap().contains("line 3001"),
         "{err}"
     );
+    nothing_left(&mut server, "bad-line").await;
 
     // 2,000 pages of 4 KiB hold far less than this (a size limit only SQLite has).
     let mut failed = vec!["bad-line"];
@@ -148,6 +158,7 @@ async fn a_failed_import_leaves_nothing_behind() {
             .await
             .unwrap();
         assert_eq!(rest.status(), 404);
+        nothing_left(&mut server, "too-big").await;
         failed.push("too-big");
     }
 

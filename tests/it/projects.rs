@@ -82,6 +82,19 @@ async fn stored_rows_are_listed(server: &mut TestServer) {
     assert_eq!(stored, listed, "nothing stored that is not listed");
 }
 
+/// Stops the server, checks that its store holds no conversation at all, visible or not
+/// (`what` it shows), and starts it again.
+async fn nothing_stored(server: &mut TestServer, what: &str) {
+    let db = server.stop_and_open_db().await;
+    let stored: i64 = sqlx::query_scalar("select count(*) from session_info")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "{what}");
+    db.close().await;
+    server.restart().await;
+}
+
 /// The argv of a spawn, without the program.
 fn argv(spawn: &Value) -> Vec<String> {
     spawn["argv"].as_array().unwrap()[1..]
@@ -508,8 +521,10 @@ async fn cli_session_routes_refuse_hostile_input() {
     ]
     .join("\n");
     write_transcript(&layout.home, &layout.app, id, &text);
+    // The server's address, which changes when it is started again.
+    let addr = std::cell::RefCell::new(server.addr.clone());
     let get = |path: String, token: &'static str| {
-        let addr = server.addr.clone();
+        let addr = addr.borrow().clone();
         async move {
             let r = http(&addr, "GET", &path, Some(token), None).await;
             (
@@ -519,7 +534,7 @@ async fn cli_session_routes_refuse_hostile_input() {
         }
     };
     let post = |path: &'static str, body: Value, token: &'static str| {
-        let addr = server.addr.clone();
+        let addr = addr.borrow().clone();
         async move {
             let r = http(&addr, "POST", path, Some(token), Some(&body)).await;
             (
@@ -679,6 +694,8 @@ async fn cli_session_routes_refuse_hostile_input() {
     .await;
     assert_eq!(status, 400);
     assert!(err["error"].as_str().unwrap().contains("limit"), "{err}");
+    nothing_stored(&mut server, "nothing half-imported").await;
+    *addr.borrow_mut() = server.addr.clone();
 
     // The import: 201, the CLI's id as session_id, the project as cwd, the transcript as
     // frames (the unknown lines and the truncated last one skipped).
@@ -906,6 +923,7 @@ async fn cli_sessions_of_directories_sharing_a_folder_stay_apart() {
             "{err}"
         );
     }
+    nothing_stored(&mut server, "nothing stored").await;
     // Bob's own import is not blocked; alice imports hers.
     let body = json!({"cwd": bobs, "cli_session_id": bob_id});
     let (status, imported) = call(&server, "POST", import, "tok-bob", Some(body)).await;
