@@ -612,8 +612,8 @@ pub struct SessionConfig {
     pub max_live_per_principal: usize,
     /// Live conversations on the whole server; 0 is no limit.
     pub max_live_total: usize,
-    /// Imports and exports one principal may run at once, listings and syncs of CLI sessions
-    /// included; 0 is no limit.
+    /// Imports and exports one principal may run at once, syncs and listings of CLI sessions
+    /// and of projects (which count their CLI sessions) included; 0 is no limit.
     pub max_transfers_per_principal: usize,
     /// Delay before the second restart of an agent that keeps exiting unexpectedly, in
     /// milliseconds; the first restart is at once, each later one waits twice as long.

@@ -661,7 +661,7 @@ impl Manager {
             };
             FrameError::new(
                 ErrorCode::LimitExceeded,
-                format!("at most {max} imports, exports, syncs and CLI-session listings at once per principal; try again when one is done"),
+                format!("at most {max} imports, exports, syncs and listings of CLI sessions or projects at once per principal; try again when one is done"),
             )
             .for_agent(Some(agent_id))
         })
