@@ -162,11 +162,27 @@ async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
     crate::sqlite_only!("the disk in question holds the SQLite file");
     let data = tempfile::tempdir().unwrap();
     let args = ["--demo-delay-ms", "0"];
-    let mut server = TestServer::start_in_limited(data.path(), &args, &[], Some(2 << 20)).await;
+    let limit = 2 << 20;
+    let mut server = TestServer::start_in_limited(data.path(), &args, &[], Some(limit)).await;
     let mut c = server.client().await;
-    let content = "x".repeat(20_000);
+    // Full means that no write fits anywhere: neither in the database file, which the
+    // checkpointer fills from the WAL (after which the WAL starts over and takes writes
+    // again), nor at the end of the WAL, where a smaller write may fit after a bigger one
+    // failed. So: 60 KB turns until the database file can't grow by a page, then turns of one
+    // letter until one fails too.
+    let db_len = || {
+        std::fs::metadata(data.path().join("agentmux.db"))
+            .unwrap()
+            .len()
+    };
     let mut full = None;
-    for _ in 0..100 {
+    for _ in 0..1000 {
+        let db_full = db_len() + 4096 > limit;
+        let content = if db_full {
+            "x".to_owned()
+        } else {
+            "x".repeat(20_000)
+        };
         c.chat("big", &content).await;
         let frames = c
             .recv_until(|v| {
@@ -175,13 +191,22 @@ async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
             })
             .await;
         let last = frames.last().unwrap().clone();
-        if last["message_type"] == "error" {
+        if last["message_type"] != "error" {
+            continue;
+        }
+        assert_eq!(last["code"], "store_unavailable", "{last}");
+        if db_full {
             full = Some(last);
             break;
         }
+        // The WAL is full: the checkpointer copies it into the database file, which grows.
+        let before = db_len();
+        eventually("the checkpointer copies the WAL", || async {
+            (db_len() > before).then_some(())
+        })
+        .await;
     }
-    let full = full.expect("the disk filled up within 100 turns of 60 KB");
-    assert_eq!(full["code"], "store_unavailable", "{full}");
+    full.expect("the disk filled up within 1000 turns");
 
     c.chat("new-one", "hello").await;
     let new_one = c
