@@ -217,7 +217,7 @@ async fn hold_two_imports(server: &TestServer, token: &str) -> Vec<TcpStream> {
         s.write_all(first.as_bytes()).await.unwrap();
         held.push(s);
     }
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let deadline = tokio::time::Instant::now() + IMPORT_WAIT;
     while rest_as(server, token, "GET", "/api/sessions/none/export")
         .await
         .0
