@@ -93,6 +93,20 @@ impl AcpSetup {
         .await
     }
 
+    /// A server with a project root `root` beside the data dir, and that root's path.
+    pub async fn start_in_a_root(&self) -> (TestServer, String) {
+        let root = std::fs::canonicalize(self.dir.path()).unwrap().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let root = root.to_string_lossy().into_owned();
+        let server = TestServer::start_in(
+            &self.data_dir(),
+            &["--config", &self.config, "--project-root", &root],
+            &[],
+        )
+        .await;
+        (server, root)
+    }
+
     pub async fn start(&self) -> TestServer {
         TestServer::start_in(
             &self.data_dir(),
@@ -1206,17 +1220,7 @@ async fn images_to_an_agent_that_cant_take_them_are_refused() {
 #[tokio::test]
 async fn launch_options_an_acp_agent_cant_honour_are_refused() {
     let setup = AcpSetup::new(&[]);
-    let root = std::fs::canonicalize(setup.dir.path())
-        .unwrap()
-        .join("root");
-    std::fs::create_dir(&root).unwrap();
-    let root = root.to_string_lossy().into_owned();
-    let server = TestServer::start_in(
-        &setup.data_dir(),
-        &["--config", &setup.config, "--project-root", &root],
-        &[],
-    )
-    .await;
+    let (server, root) = setup.start_in_a_root().await;
     let rest = Rest::new(&server);
     let mut c = server.client().await;
     let refused = [
@@ -1302,17 +1306,7 @@ async fn an_acp_agent_takes_only_the_launch_options_it_lists() {
         "",
         "launch_options = [\"max_turns\", \"system_prompt\"]\n",
     );
-    let root = std::fs::canonicalize(setup.dir.path())
-        .unwrap()
-        .join("root");
-    std::fs::create_dir(&root).unwrap();
-    let root = root.to_string_lossy().into_owned();
-    let server = TestServer::start_in(
-        &setup.data_dir(),
-        &["--config", &setup.config, "--project-root", &root],
-        &[],
-    )
-    .await;
+    let (server, root) = setup.start_in_a_root().await;
     let rest = Rest::new(&server);
     let mut c = server.client().await;
     let refused = [
