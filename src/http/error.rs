@@ -9,6 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::protocol::{ErrorCode, FrameError};
+use crate::session::SessionError;
 
 /// The body of every REST error.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -67,6 +68,12 @@ impl ApiError {
 
 impl From<FrameError> for ApiError {
     fn from(err: FrameError) -> Self {
+        ApiError::new(err.code, err.message)
+    }
+}
+
+impl From<SessionError> for ApiError {
+    fn from(err: SessionError) -> Self {
         ApiError::new(err.code, err.message)
     }
 }

@@ -32,9 +32,9 @@ use crate::metrics::FramesOut;
 use crate::protocol::{
     self, AgentId, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag,
 };
-use crate::session::ChatAccepted;
 use crate::session::events::{Batches, Lagged, Receiver};
 use crate::session::replay::Cursor;
+use crate::session::{ChatAccepted, Command, Outcome, SessionError};
 
 /// Most frames written before one flush.
 const WRITE_BATCH: usize = 256;
@@ -149,7 +149,7 @@ async fn next_activity(feed: &mut Option<Receiver>) -> Option<Result<Frame, Lagg
 
 /// A chat waiting for its user message to be stored: `(agent_id, client_msg_id, outcome)`.
 type PendingAck = Pin<
-    Box<dyn Future<Output = (AgentId, Option<String>, Result<ChatAccepted, FrameError>)> + Send>,
+    Box<dyn Future<Output = (AgentId, Option<String>, Result<ChatAccepted, SessionError>)> + Send>,
 >;
 
 struct Connection {
@@ -330,35 +330,17 @@ impl Connection {
         match frame {
             ClientFrame::Chat(chat) => {
                 self.app.metrics.frame_in("chat");
-                let client_msg_id = chat.client_msg_id.clone();
                 let agent_id = chat.agent_id.clone();
+                let client_msg_id = chat.client_msg_id.clone();
                 if let Err(err) = self.room_to_follow(&agent_id) {
                     return self.on_stored(agent_id, client_msg_id, Err(err)).await;
                 }
-                match manager.submit_chat(&self.principal, chat).await {
-                    Ok(pending) => {
-                        self.acks.push_back(Box::pin(async move {
-                            (agent_id, client_msg_id, pending.stored().await)
-                        }));
-                        Ok(())
-                    }
-                    Err(err) => self.on_stored(agent_id, client_msg_id, Err(err)).await,
-                }
+                self.command(agent_id, client_msg_id, Command::Chat(chat))
+                    .await
             }
             ClientFrame::Interrupt { agent_id } => {
                 self.app.metrics.frame_in("interrupt");
-                match manager.interrupt(&self.principal, &agent_id).await {
-                    Ok(outcome) if !outcome.was_running => {
-                        self.send(protocol::status_frame(
-                            outcome.conversation.tag(),
-                            "idle",
-                            "no turn is running",
-                        ))
-                        .await
-                    }
-                    Ok(_) => Ok(()),
-                    Err(err) => self.send_error(&err).await,
-                }
+                self.command(agent_id, None, Command::Interrupt).await
             }
             ClientFrame::Ping { ts } => {
                 self.app.metrics.frame_in("ping");
@@ -371,7 +353,7 @@ impl Connection {
             } => {
                 self.app.metrics.frame_in("subscribe");
                 if let Err(err) = self.room_to_follow(&agent_id) {
-                    return self.send_error(&err).await;
+                    return self.send_error(&err.into_frame(&agent_id, None)).await;
                 }
                 match manager.subscribe(&self.principal, &agent_id).await {
                     Ok(sub) => {
@@ -392,10 +374,10 @@ impl Connection {
                                 ))
                                 .await
                             }
-                            Err(err) => self.send_error(&err).await,
+                            Err(err) => self.send_error(&err.into_frame(&agent_id, None)).await,
                         }
                     }
-                    Err(err) => self.send_error(&err).await,
+                    Err(err) => self.send_error(&err.into_frame(&agent_id, None)).await,
                 }
             }
             ClientFrame::PermissionResponse {
@@ -404,13 +386,11 @@ impl Connection {
                 decision,
             } => {
                 self.app.metrics.frame_in("permission_response");
-                match manager
-                    .answer_permission(&self.principal, &agent_id, request_id, decision)
-                    .await
-                {
-                    Ok(()) => Ok(()),
-                    Err(err) => self.send_error(&err).await,
-                }
+                let command = Command::AnswerPermission {
+                    request_id,
+                    decision,
+                };
+                self.command(agent_id, None, command).await
             }
             ClientFrame::Unsubscribe { agent_id } => {
                 self.app.metrics.frame_in("unsubscribe");
@@ -433,12 +413,8 @@ impl Connection {
             }
             ClientFrame::Rewind { agent_id, to_seq } => {
                 self.app.metrics.frame_in("rewind");
-                match manager.rewind(&self.principal, &agent_id, to_seq).await {
-                    // A follower gets the stored status through its subscription.
-                    Ok(_) if self.followed.contains_key(&agent_id) => Ok(()),
-                    Ok(status) => self.send(status).await,
-                    Err(err) => self.send_error(&err).await,
-                }
+                self.command(agent_id, None, Command::Rewind { to_seq })
+                    .await
             }
             ClientFrame::Fork {
                 agent_id,
@@ -446,39 +422,71 @@ impl Connection {
                 at_seq,
             } => {
                 self.app.metrics.frame_in("fork");
-                match manager
-                    .fork(&self.principal, &agent_id, &new_agent_id, at_seq)
-                    .await
-                {
-                    Ok(fork) => {
-                        self.send(protocol::forked_frame(
-                            Tag {
-                                agent_id: &fork.agent_id,
-                                session_id: &fork.session_id,
-                            },
-                            fork.last_seq,
-                            &agent_id,
-                        ))
-                        .await
-                    }
-                    Err(err) => self.send_error(&err).await,
-                }
+                let command = Command::Fork {
+                    new_agent_id,
+                    at_seq,
+                };
+                self.command(agent_id, None, command).await
+            }
+        }
+    }
+
+    /// Runs a command for conversation `agent_id` and answers what it did (or its error).
+    async fn command(
+        &mut self,
+        agent_id: AgentId,
+        client_msg_id: Option<String>,
+        command: Command,
+    ) -> SocketResult {
+        let manager = self.app.manager.clone();
+        let outcome = match manager.run(&self.principal, &agent_id, command).await {
+            Ok(outcome) => outcome,
+            Err(err) => return self.on_stored(agent_id, client_msg_id, Err(err)).await,
+        };
+        match outcome {
+            Outcome::Chat(pending) => {
+                self.acks.push_back(Box::pin(async move {
+                    (agent_id, client_msg_id, pending.stored().await)
+                }));
+                Ok(())
+            }
+            Outcome::Interrupted(outcome) if !outcome.was_running => {
+                self.send(protocol::status_frame(
+                    outcome.conversation.tag(),
+                    "idle",
+                    "no turn is running",
+                ))
+                .await
+            }
+            Outcome::Interrupted(_) | Outcome::Answered => Ok(()),
+            // A follower gets the stored status through its subscription.
+            Outcome::Rewound(_) if self.followed.contains_key(&agent_id) => Ok(()),
+            Outcome::Rewound(status) => self.send(status).await,
+            Outcome::Forked(fork) => {
+                self.send(protocol::forked_frame(
+                    Tag {
+                        agent_id: &fork.agent_id,
+                        session_id: &fork.session_id,
+                    },
+                    fork.last_seq,
+                    &agent_id,
+                ))
+                .await
             }
         }
     }
 
     /// Whether this socket may follow `agent_id`: it already does, or follows fewer than
     /// `socket.max_subscriptions` conversations. Checked before anything is started.
-    fn room_to_follow(&self, agent_id: &str) -> Result<(), FrameError> {
+    fn room_to_follow(&self, agent_id: &str) -> Result<(), SessionError> {
         let max = self.app.config.socket.max_subscriptions;
         if max == 0 || self.followed.len() < max || self.followed.contains_key(agent_id) {
             return Ok(());
         }
-        Err(FrameError::new(
+        Err(SessionError::new(
             ErrorCode::LimitExceeded,
             format!("a socket follows at most {max} conversations; unsubscribe from one first"),
-        )
-        .for_agent(Some(agent_id)))
+        ))
     }
 
     /// Answers a chat once its user message is stored (or could not be): an `ack`, after which
@@ -487,16 +495,14 @@ impl Connection {
         &mut self,
         agent_id: AgentId,
         client_msg_id: Option<String>,
-        outcome: Result<ChatAccepted, FrameError>,
+        outcome: Result<ChatAccepted, SessionError>,
     ) -> SocketResult {
         let accepted = match outcome {
             Ok(accepted) => accepted,
             Err(err) => {
-                let err = FrameError {
-                    client_msg_id: err.client_msg_id.or(client_msg_id),
-                    ..err
-                };
-                return self.send_error(&err).await;
+                return self
+                    .send_error(&err.into_frame(&agent_id, client_msg_id))
+                    .await;
             }
         };
         let ack = protocol::ack_frame(
@@ -592,7 +598,7 @@ impl Connection {
         while let Some(page) = pages.next().await {
             let frames = match page {
                 Ok(frames) => frames,
-                Err(err) => return self.send_error(&err).await,
+                Err(err) => return self.send_error(&err.into_frame(agent_id, None)).await,
             };
             let mut frames = frames.into_iter().peekable();
             while frames.peek().is_some() {

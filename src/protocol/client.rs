@@ -621,10 +621,7 @@ pub fn decode(text: &str, limits: DecodeLimits) -> Result<ClientFrame, FrameErro
 }
 
 /// Decodes a client frame that is already a JSON object (see [`decode`]).
-///
-/// # Errors
-/// As [`decode`], but for the JSON syntax.
-pub fn decode_object(
+fn decode_object(
     obj: &Map<String, Value>,
     limits: DecodeLimits,
 ) -> Result<ClientFrame, FrameError> {
@@ -639,16 +636,7 @@ pub fn decode_object(
         None => return Err(FrameError::new(ErrorCode::BadFrame, "frame has no `type`")),
     };
     let raw_agent = obj.get("agent_id").and_then(Value::as_str);
-    let client_msg_id = match obj.get("client_msg_id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => {
-            return Err(
-                FrameError::new(ErrorCode::BadFrame, "`client_msg_id` must be a string")
-                    .for_agent(raw_agent),
-            );
-        }
-    };
+    let client_msg_id = client_msg_id(obj).map_err(|e| e.for_agent(raw_agent))?;
     let fail = |e: FrameError| FrameError {
         agent_id: e.agent_id.or_else(|| raw_agent.map(str::to_owned)),
         client_msg_id: client_msg_id.clone(),
@@ -657,15 +645,9 @@ pub fn decode_object(
     match ty {
         "chat" => {
             let agent_id = agent_id(obj).map_err(fail)?;
-            let content = super::content::decode(obj.get("content"), limits.max_content_bytes)
-                .map_err(fail)?;
-            let options = chat_options(obj.get("options")).map_err(fail)?;
-            Ok(ClientFrame::Chat(Chat {
-                agent_id,
-                content,
-                client_msg_id: client_msg_id.clone(),
-                options,
-            }))
+            Ok(ClientFrame::Chat(
+                decode_chat(agent_id, obj, limits).map_err(fail)?,
+            ))
         }
         "interrupt" => Ok(ClientFrame::Interrupt {
             agent_id: agent_id(obj).map_err(fail)?,
@@ -707,34 +689,7 @@ pub fn decode_object(
         "unwatch" => Ok(ClientFrame::Unwatch),
         "permission_response" => {
             let agent_id = agent_id(obj).map_err(fail)?;
-            let bad = |m: &str| fail(FrameError::new(ErrorCode::BadFrame, m));
-            let request_id = match obj.get("request_id") {
-                Some(Value::String(id)) if !id.is_empty() && id.len() <= 256 => id.clone(),
-                _ => return Err(bad("`request_id` must be a non-empty string")),
-            };
-            let message = match obj.get("message") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(m)) => Some(m.clone()),
-                Some(_) => return Err(bad("`message` must be a string")),
-            };
-            let decision = match obj.get("behavior").and_then(Value::as_str) {
-                Some("allow") => PermissionDecision::Allow {
-                    updated_input: match obj.get("updated_input") {
-                        None | Some(Value::Null) => None,
-                        Some(v @ Value::Object(_)) => Some(v.clone()),
-                        Some(_) => return Err(bad("`updated_input` must be an object")),
-                    },
-                    always: match obj.get("always") {
-                        None | Some(Value::Null) => false,
-                        Some(Value::Bool(b)) => *b,
-                        Some(_) => return Err(bad("`always` must be a boolean")),
-                    },
-                },
-                Some("deny") => PermissionDecision::Deny {
-                    message: message.unwrap_or_else(|| "The user denied this tool use.".into()),
-                },
-                _ => return Err(bad("`behavior` must be \"allow\" or \"deny\"")),
-            };
+            let (request_id, decision) = decode_permission_response(obj).map_err(fail)?;
             Ok(ClientFrame::PermissionResponse {
                 agent_id,
                 request_id,
@@ -743,30 +698,15 @@ pub fn decode_object(
         }
         "rewind" => Ok(ClientFrame::Rewind {
             agent_id: agent_id(obj).map_err(fail)?,
-            to_seq: seq_field(obj, "to_seq").map_err(fail)?.ok_or_else(|| {
-                fail(FrameError::new(
-                    ErrorCode::InvalidSeq,
-                    "`to_seq` is missing",
-                ))
-            })?,
+            to_seq: decode_rewind(obj).map_err(fail)?,
         }),
         "fork" => {
             let agent_id = agent_id(obj).map_err(fail)?;
-            let new_agent_id = match obj.get("new_agent_id") {
-                Some(Value::String(id)) if valid_agent_id(id) && agent_id != id.as_str() => {
-                    AgentId::parse(id.as_str()).map_err(fail)?
-                }
-                _ => {
-                    return Err(fail(FrameError::new(
-                        ErrorCode::InvalidAgentId,
-                        "`new_agent_id` must be 1-128 characters of [A-Za-z0-9._:-], other than `agent_id`",
-                    )));
-                }
-            };
+            let (new_agent_id, at_seq) = decode_fork(&agent_id, obj).map_err(fail)?;
             Ok(ClientFrame::Fork {
                 agent_id,
                 new_agent_id,
-                at_seq: seq_field(obj, "at_seq").map_err(fail)?,
+                at_seq,
             })
         }
         other => Err(fail(FrameError::new(
@@ -774,6 +714,110 @@ pub fn decode_object(
             format!("unknown frame type `{}`", truncate_chars(other, 64)),
         ))),
     }
+}
+
+/// The fields of a `chat` frame for `agent_id` (a REST body has the same ones): its content,
+/// options and `client_msg_id`, checked as [`decode`] checks them.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_chat(
+    agent_id: AgentId,
+    obj: &Map<String, Value>,
+    limits: DecodeLimits,
+) -> Result<Chat, FrameError> {
+    let client_msg_id = client_msg_id(obj)?;
+    let content = super::content::decode(obj.get("content"), limits.max_content_bytes)?;
+    let options = chat_options(obj.get("options"))?;
+    Ok(Chat {
+        agent_id,
+        content,
+        client_msg_id,
+        options,
+    })
+}
+
+/// The `client_msg_id` of a frame, if any.
+fn client_msg_id(obj: &Map<String, Value>) -> Result<Option<String>, FrameError> {
+    match obj.get("client_msg_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(FrameError::new(
+            ErrorCode::BadFrame,
+            "`client_msg_id` must be a string",
+        )),
+    }
+}
+
+/// The fields of a `permission_response` frame (a REST body has the same ones): the request
+/// answered and the decision.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_permission_response(
+    obj: &Map<String, Value>,
+) -> Result<(String, PermissionDecision), FrameError> {
+    let bad = |m: &str| FrameError::new(ErrorCode::BadFrame, m);
+    let request_id = match obj.get("request_id") {
+        Some(Value::String(id)) if !id.is_empty() && id.len() <= 256 => id.clone(),
+        _ => return Err(bad("`request_id` must be a non-empty string")),
+    };
+    let message = match obj.get("message") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(_) => return Err(bad("`message` must be a string")),
+    };
+    let decision = match obj.get("behavior").and_then(Value::as_str) {
+        Some("allow") => PermissionDecision::Allow {
+            updated_input: match obj.get("updated_input") {
+                None | Some(Value::Null) => None,
+                Some(v @ Value::Object(_)) => Some(v.clone()),
+                Some(_) => return Err(bad("`updated_input` must be an object")),
+            },
+            always: match obj.get("always") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(bad("`always` must be a boolean")),
+            },
+        },
+        Some("deny") => PermissionDecision::Deny {
+            message: message.unwrap_or_else(|| "The user denied this tool use.".into()),
+        },
+        _ => return Err(bad("`behavior` must be \"allow\" or \"deny\"")),
+    };
+    Ok((request_id, decision))
+}
+
+/// The `to_seq` of a `rewind` frame (a REST body has the same field).
+///
+/// # Errors
+/// `invalid_seq`.
+pub fn decode_rewind(obj: &Map<String, Value>) -> Result<i64, FrameError> {
+    seq_field(obj, "to_seq")?
+        .ok_or_else(|| FrameError::new(ErrorCode::InvalidSeq, "`to_seq` is missing"))
+}
+
+/// The `new_agent_id` and `at_seq` of a `fork` of `agent_id` (a REST body has the same
+/// fields).
+///
+/// # Errors
+/// `invalid_agent_id`, `invalid_seq`.
+pub fn decode_fork(
+    agent_id: &AgentId,
+    obj: &Map<String, Value>,
+) -> Result<(AgentId, Option<i64>), FrameError> {
+    let new_agent_id = match obj.get("new_agent_id") {
+        Some(Value::String(id)) if valid_agent_id(id) && *agent_id != id.as_str() => {
+            AgentId::parse(id.as_str())?
+        }
+        _ => {
+            return Err(FrameError::new(
+                ErrorCode::InvalidAgentId,
+                "`new_agent_id` must be 1-128 characters of [A-Za-z0-9._:-], other than `agent_id`",
+            ));
+        }
+    };
+    Ok((new_agent_id, seq_field(obj, "at_seq")?))
 }
 
 fn agent_id(obj: &Map<String, Value>) -> Result<AgentId, FrameError> {

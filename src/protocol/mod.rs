@@ -169,12 +169,6 @@ impl FrameError {
         self.agent_id = agent_id.map(str::to_owned);
         self
     }
-
-    /// Attaches the frame's `client_msg_id`.
-    pub fn with_client_msg_id(mut self, client_msg_id: Option<String>) -> Self {
-        self.client_msg_id = client_msg_id;
-        self
-    }
 }
 
 /// The first `n` Unicode scalar values of `s`.

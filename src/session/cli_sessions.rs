@@ -27,9 +27,12 @@ use serde_json::value::RawValue;
 use tokio::io::AsyncReadExt as _;
 use utoipa::ToSchema;
 
+use super::Manager;
+use super::errors::{store_error, store_failure, unknown_agent};
 use super::history::{ContentText, ImportEnd, Lines, invalid, strict_json};
-use super::{Manager, SlotState, store_error, store_failure, unknown_agent};
-use crate::protocol::{self, AgentId, ErrorCode, FrameError, SessionId, valid_session_id};
+use super::slots::SlotState;
+use crate::protocol::{self, AgentId, ErrorCode, SessionId, valid_session_id};
+use crate::session::SessionError;
 use crate::store::{NewMessage, SessionRecord};
 
 /// Most CLI sessions listed for one project (the most recently changed).
@@ -119,11 +122,15 @@ pub(super) fn open_regular_file(
 
 /// Opens transcript `id` of `dir` (see [`open_regular_file`]), refusing one over
 /// `max_bytes`.
-async fn open_transcript(dir: &Path, id: &str, max_bytes: usize) -> Result<Transcript, FrameError> {
+async fn open_transcript(
+    dir: &Path,
+    id: &str,
+    max_bytes: usize,
+) -> Result<Transcript, SessionError> {
     let path = dir.join(format!("{id}.jsonl"));
     let (file, meta) = open_regular_file(&path).map_err(|_| not_in_project(id))?;
     if meta.len() > max_bytes as u64 {
-        return Err(FrameError::new(
+        return Err(SessionError::new(
             ErrorCode::InvalidRequest,
             format!(
                 "the transcript of CLI session `{id}` is {} MiB, over the {} MiB limit; nothing was imported",
@@ -140,8 +147,8 @@ async fn open_transcript(dir: &Path, id: &str, max_bytes: usize) -> Result<Trans
 
 /// `unknown_agent`: no CLI session `id` in this project (whether or not another directory
 /// that shares its folder has one).
-fn not_in_project(id: &str) -> FrameError {
-    FrameError::new(
+fn not_in_project(id: &str) -> SessionError {
+    SessionError::new(
         ErrorCode::UnknownAgent,
         format!("no CLI session `{id}` in this project"),
     )
@@ -222,7 +229,7 @@ impl Entries {
     /// `unknown_agent` when the transcript turns out not to belong to the directory (its first
     /// recorded `cwd` is another, or a message comes before any), `invalid_request` for a line
     /// over [`super::history::MAX_LINE_BYTES`] or a file that can't be read.
-    async fn next(&mut self) -> Result<Option<(Option<String>, NewMessage)>, FrameError> {
+    async fn next(&mut self) -> Result<Option<(Option<String>, NewMessage)>, SessionError> {
         while let Some((_, line)) = self.lines.next().await? {
             let Ok(line) = std::str::from_utf8(&line) else {
                 continue;
@@ -256,7 +263,7 @@ impl Entries {
     }
 
     /// The messages, as a stream.
-    fn messages(self) -> impl Stream<Item = Result<NewMessage, FrameError>> + Send {
+    fn messages(self) -> impl Stream<Item = Result<NewMessage, SessionError>> + Send {
         futures_util::stream::try_unfold(self, |mut entries| async move {
             Ok(entries.next().await?.map(|(_, message)| (message, entries)))
         })
@@ -320,7 +327,7 @@ fn cli_imported_status(count: usize) -> NewMessage {
 
 impl Manager {
     /// The CLI's config dir, or `invalid_request` when none is known.
-    fn cli_home(&self) -> Result<PathBuf, FrameError> {
+    fn cli_home(&self) -> Result<PathBuf, SessionError> {
         self.shared
             .config
             .claude
@@ -329,7 +336,7 @@ impl Manager {
     }
 
     /// Resolves a project path a client named (see [`crate::projects::resolve_dir`]).
-    async fn project_dir(&self, principal: &str, raw: &str) -> Result<PathBuf, FrameError> {
+    async fn project_dir(&self, principal: &str, raw: &str) -> Result<PathBuf, SessionError> {
         crate::projects::resolve_dir(&self.shared.config.projects.roots, principal, raw)
             .await
             .map_err(|why| invalid(format!("`cwd`: {why}")))
@@ -342,7 +349,7 @@ impl Manager {
     ///
     /// # Errors
     /// `limit_exceeded` or `store_unavailable`.
-    pub async fn projects(&self, principal: &str) -> Result<Vec<Project>, FrameError> {
+    pub async fn projects(&self, principal: &str) -> Result<Vec<Project>, SessionError> {
         let activity: HashMap<String, (i64, String)> = self
             .shared
             .store
@@ -354,7 +361,7 @@ impl Manager {
             .collect();
         let home = self.shared.config.claude.home();
         let _transfer = match home {
-            Some(_) => Some(self.acquire_transfer(principal, "projects")?),
+            Some(_) => Some(self.acquire_transfer(principal)?),
             None => None,
         };
         let max_bytes = self.shared.config.claude.max_transcript_bytes;
@@ -407,10 +414,10 @@ impl Manager {
         &self,
         principal: &str,
         cwd: &str,
-    ) -> Result<Vec<CliSession>, FrameError> {
+    ) -> Result<Vec<CliSession>, SessionError> {
         let cwd = self.project_dir(principal, cwd).await?;
         let home = self.cli_home()?;
-        let _transfer = self.acquire_transfer(principal, "cli-sessions")?;
+        let _transfer = self.acquire_transfer(principal)?;
         let Some(dir) = sessions_dir(&home, &cwd).await else {
             return Ok(Vec::new());
         };
@@ -474,13 +481,13 @@ impl Manager {
         cwd: &str,
         cli_session_id: &str,
         agent_id: Option<&str>,
-    ) -> Result<SessionRecord, FrameError> {
+    ) -> Result<SessionRecord, SessionError> {
         let session_id = SessionId::parse(cli_session_id)
             .map_err(|_| invalid("`cli_session_id` must be a UUID"))?;
         let agent_id = &AgentId::parse(agent_id.unwrap_or(cli_session_id))?;
         let cwd = self.project_dir(principal, cwd).await?;
         let home = self.cli_home()?;
-        let _transfer = self.acquire_transfer(principal, agent_id)?;
+        let _transfer = self.acquire_transfer(principal)?;
         let dir = sessions_dir(&home, &cwd)
             .await
             .ok_or_else(|| not_in_project(cli_session_id))?;
@@ -501,7 +508,7 @@ impl Manager {
             } else {
                 format!("CLI session `{cli_session_id}` is already imported")
             };
-            return Err(FrameError::new(ErrorCode::AgentExists, message));
+            return Err(SessionError::new(ErrorCode::AgentExists, message));
         }
         let mut new = self.new_session(principal, agent_id, session_id);
         new.cwd = cwd.to_string_lossy().into_owned();
@@ -527,26 +534,24 @@ impl Manager {
         &self,
         principal: &str,
         agent_id: &AgentId,
-    ) -> Result<(SessionRecord, usize), FrameError> {
+    ) -> Result<(SessionRecord, usize), SessionError> {
         let home = self.cli_home()?;
-        let _transfer = self.acquire_transfer(principal, agent_id)?;
+        let _transfer = self.acquire_transfer(principal)?;
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         if slot.busy.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(FrameError::new(
+            return Err(SessionError::new(
                 ErrorCode::Busy,
                 "a turn is running or queued; sync once it has ended",
-            )
-            .for_agent(Some(agent_id)));
+            ));
         }
         let record = self.get(principal, agent_id).await?;
         self.check_dirs(&record, &record.launch_options().add_dirs)
             .await?;
         let no_transcript = || {
-            FrameError::new(
+            SessionError::new(
                 ErrorCode::UnknownAgent,
                 format!("conversation `{agent_id}` has no CLI transcript to sync from"),
             )
-            .for_agent(Some(agent_id))
         };
         let sdk_id = record
             .sdk_session_id
@@ -557,9 +562,9 @@ impl Manager {
             .await
             .ok_or_else(no_transcript)?;
         // Another directory's transcript in the same folder is none of this conversation's.
-        let read_error = |e: FrameError| match e.code {
+        let read_error = |e: SessionError| match e.code {
             ErrorCode::UnknownAgent => no_transcript(),
-            _ => e.for_agent(Some(agent_id)),
+            _ => e,
         };
         let max_bytes = self.shared.config.claude.max_transcript_bytes;
         let transcript = open_transcript(&dir, &sdk_id, max_bytes)

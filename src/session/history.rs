@@ -16,10 +16,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
+use super::errors::{store_error, store_failure, unknown_agent};
 use super::replay::stored_frame;
-use super::{Conversation, Manager, store_error, store_failure, unknown_agent};
+use super::{Conversation, Manager};
 use crate::limits::{QuotaExceeded, QuotaPermit};
-use crate::protocol::{self, AgentId, ErrorCode, Frame, FrameError, SessionId, StoredPayload};
+use crate::protocol::{self, AgentId, ErrorCode, Frame, SessionId, StoredPayload};
+use crate::session::SessionError;
 use crate::store::{NewMessage, NewSession, PageSize, RowId, SessionQuery, SessionRecord, Store};
 
 /// Longest title, in characters.
@@ -148,8 +150,8 @@ pub(super) fn strict_json(raw: &str) -> serde_json::Result<String> {
 }
 
 /// A malformed request about history (`invalid_request`).
-pub(super) fn invalid(message: impl Into<String>) -> FrameError {
-    FrameError::new(ErrorCode::InvalidRequest, message)
+pub(super) fn invalid(message: impl Into<String>) -> SessionError {
+    SessionError::new(ErrorCode::InvalidRequest, message)
 }
 
 /// The stored type of an imported line, for the types a conversation can hold.
@@ -178,7 +180,7 @@ struct ImportLine<'a> {
 }
 
 /// The message of one line (numbered from 1) of an export.
-fn import_line(n: usize, line: &str) -> Result<NewMessage, FrameError> {
+fn import_line(n: usize, line: &str) -> Result<NewMessage, SessionError> {
     let line: ImportLine =
         serde_json::from_str(line).map_err(|e| invalid(format!("line {n}: {e}")))?;
     let Some(message_type) = stored_type(&line.message_type) else {
@@ -267,7 +269,7 @@ where
     /// # Errors
     /// `invalid_request`: the body is over its limit or could not be read, or the line is
     /// over [`MAX_LINE_BYTES`] (found before more than that is held).
-    pub(super) async fn next(&mut self) -> Result<Option<(usize, Bytes)>, FrameError> {
+    pub(super) async fn next(&mut self) -> Result<Option<(usize, Bytes)>, SessionError> {
         loop {
             if let Some(at) = self.buf[self.searched..].iter().position(|b| *b == b'\n') {
                 let end = self.searched + at;
@@ -315,7 +317,7 @@ where
     }
 
     /// Refuses the next line once `len` of its bytes are known to be over the limit.
-    fn check_line(&self, len: usize) -> Result<(), FrameError> {
+    fn check_line(&self, len: usize) -> Result<(), SessionError> {
         if len > MAX_LINE_BYTES {
             return Err(invalid(format!(
                 "line {} is longer than {} MiB, the limit of a line",
@@ -367,7 +369,7 @@ impl Manager {
         &self,
         principal: &str,
         agent_id: &AgentId,
-    ) -> Result<Option<SessionRecord>, FrameError> {
+    ) -> Result<Option<SessionRecord>, SessionError> {
         self.shared
             .store
             .find_session(principal, agent_id)
@@ -383,7 +385,7 @@ impl Manager {
         &self,
         principal: &str,
         agent_id: &AgentId,
-    ) -> Result<SessionRecord, FrameError> {
+    ) -> Result<SessionRecord, SessionError> {
         self.find(principal, agent_id)
             .await?
             .ok_or_else(|| unknown_agent(agent_id))
@@ -397,7 +399,7 @@ impl Manager {
         &self,
         principal: &str,
         query: &SessionQuery,
-    ) -> Result<(Vec<SessionRecord>, i64), FrameError> {
+    ) -> Result<(Vec<SessionRecord>, i64), SessionError> {
         self.shared
             .store
             .list_sessions(principal, query)
@@ -417,7 +419,7 @@ impl Manager {
         agent_id: &AgentId,
         after_seq: i64,
         limit: u32,
-    ) -> Result<(Vec<Frame>, bool), FrameError> {
+    ) -> Result<(Vec<Frame>, bool), SessionError> {
         let record = self.get(principal, agent_id).await?;
         let conversation = Conversation::from_record(&record);
         let size = PageSize {
@@ -447,7 +449,7 @@ impl Manager {
         principal: &str,
         agent_id: &AgentId,
         title: &str,
-    ) -> Result<SessionRecord, FrameError> {
+    ) -> Result<SessionRecord, SessionError> {
         let title = title.trim();
         if title.is_empty() || title.chars().count() > MAX_TITLE_CHARS {
             return Err(invalid(format!(
@@ -473,8 +475,9 @@ impl Manager {
         &self,
         principal: &str,
         agent_id: &AgentId,
-    ) -> Result<impl Stream<Item = Result<String, FrameError>> + Send + 'static, FrameError> {
-        let transfer = self.acquire_transfer(principal, agent_id)?;
+    ) -> Result<impl Stream<Item = Result<String, SessionError>> + Send + 'static, SessionError>
+    {
+        let transfer = self.acquire_transfer(principal)?;
         let record = self.get(principal, agent_id).await?;
         let store = self.shared.store.clone();
         let size = PageSize {
@@ -528,12 +531,12 @@ impl Manager {
         agent_id: &AgentId,
         body: S,
         max_bytes: usize,
-    ) -> Result<SessionRecord, FrameError>
+    ) -> Result<SessionRecord, SessionError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send,
         E: std::fmt::Display,
     {
-        let _transfer = self.acquire_transfer(principal, agent_id)?;
+        let _transfer = self.acquire_transfer(principal)?;
         let lines = Lines::new(Box::pin(body), max_bytes);
         let messages = futures_util::stream::try_unfold(lines, |mut lines| async move {
             while let Some((n, line)) = lines.next().await? {
@@ -566,9 +569,9 @@ impl Manager {
         new: NewSession,
         messages: M,
         end: ImportEnd,
-    ) -> Result<SessionRecord, FrameError>
+    ) -> Result<SessionRecord, SessionError>
     where
-        M: Stream<Item = Result<NewMessage, FrameError>> + Send,
+        M: Stream<Item = Result<NewMessage, SessionError>> + Send,
     {
         let store = &self.shared.store;
         // Checked when `new` was made from a request.
@@ -584,7 +587,7 @@ impl Manager {
             status,
             sdk_session_id,
         } = end;
-        let outcome: Result<(), FrameError> = async {
+        let outcome: Result<(), SessionError> = async {
             loop {
                 let message = messages.next().await.transpose()?;
                 let last = message.is_none();
@@ -650,20 +653,15 @@ impl Manager {
 
     /// Takes one of the principal's places for imports and exports (CLI sessions' listings
     /// and syncs included: they read whole transcripts), or fails with `limit_exceeded`.
-    pub(super) fn acquire_transfer(
-        &self,
-        principal: &str,
-        agent_id: &str,
-    ) -> Result<QuotaPermit, FrameError> {
+    pub(super) fn acquire_transfer(&self, principal: &str) -> Result<QuotaPermit, SessionError> {
         self.shared.transfers.try_acquire(principal).map_err(|exceeded| {
             let max = match exceeded {
                 QuotaExceeded::Principal(max) | QuotaExceeded::Total(max) => max,
             };
-            FrameError::new(
+            SessionError::new(
                 ErrorCode::LimitExceeded,
                 format!("at most {max} imports, exports, syncs and listings of CLI sessions or projects at once per principal; try again when one is done"),
             )
-            .for_agent(Some(agent_id))
         })
     }
 

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use futures_util::Stream;
 use tokio::sync::Semaphore;
 
-use super::{Conversation, Manager, store_error};
-use crate::protocol::{self, Frame, FrameError};
+use super::errors::store_error;
+use super::{Conversation, Manager};
+use crate::protocol::{self, Frame};
+use crate::session::SessionError;
 use crate::store::{PageSize, Store, StoredMessage};
 
 /// Stored frames read per page: small enough that a page's read on a blocking thread does not
@@ -77,7 +79,7 @@ impl Cursor {
     /// the last page or the first error (`store_unavailable`). The next page is read while the
     /// caller sends the current one, so a follower that does not read holds two pages, each
     /// bounded in frames and in bytes.
-    pub fn replay(&self) -> impl Stream<Item = Result<Vec<Frame>, FrameError>> + Send + 'static {
+    pub fn replay(&self) -> impl Stream<Item = Result<Vec<Frame>, SessionError>> + Send + 'static {
         let store = self.store.clone();
         let conversation = self.conversation.clone();
         let readers = self.readers.clone();

@@ -19,9 +19,11 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{Activity, ChatAccepted, Manager, store_failure};
+use super::errors::store_failure;
+use super::{Activity, ChatAccepted, Manager};
 use crate::config::SchedulesConfig;
-use crate::protocol::{self, ClientFrame, ErrorCode, FrameError};
+use crate::protocol::{self, AgentId, ErrorCode};
+use crate::session::SessionError;
 use crate::store::NewMessage;
 use crate::store::schedules::{ScheduleRow, ScheduleStore};
 
@@ -171,12 +173,12 @@ pub struct Scheduler {
     inner: Arc<Inner>,
 }
 
-fn invalid(message: impl Into<String>) -> FrameError {
-    FrameError::new(ErrorCode::InvalidSchedule, message)
+fn invalid(message: impl Into<String>) -> SessionError {
+    SessionError::new(ErrorCode::InvalidSchedule, message)
 }
 
-fn unknown_schedule(id: &str) -> FrameError {
-    FrameError::new(
+fn unknown_schedule(id: &str) -> SessionError {
+    SessionError::new(
         ErrorCode::UnknownSchedule,
         format!("no schedule with id `{}`", protocol::truncate_chars(id, 64)),
     )
@@ -193,7 +195,7 @@ fn rfc3339_ms(ms: i64) -> String {
 }
 
 /// Parses a standard 5-field cron expression.
-fn parse_cron(expr: &str) -> Result<croner::Cron, FrameError> {
+fn parse_cron(expr: &str) -> Result<croner::Cron, SessionError> {
     if expr.len() > MAX_CRON_BYTES || expr.split_whitespace().count() != 5 {
         return Err(invalid(format!(
             "`cron` must be a 5-field cron expression (minute hour day-of-month month \
@@ -210,7 +212,7 @@ fn parse_cron(expr: &str) -> Result<croner::Cron, FrameError> {
 
 /// The first tick of `cron`, read in `time_zone`, strictly after `after_ms` (milliseconds since
 /// the epoch).
-fn cron_tick(cron: &str, time_zone: chrono_tz::Tz, after_ms: i64) -> Result<i64, FrameError> {
+fn cron_tick(cron: &str, time_zone: chrono_tz::Tz, after_ms: i64) -> Result<i64, SessionError> {
     let cron = parse_cron(cron)?;
     // Ticks are on whole minutes; the search would keep the start's milliseconds.
     let after = DateTime::<Utc>::from_timestamp_millis(after_ms - after_ms.rem_euclid(1000))
@@ -418,13 +420,13 @@ impl Scheduler {
         Ok(Some(turn))
     }
 
-    fn next_cron_tick(&self, cron: &str, after_ms: i64) -> Result<i64, FrameError> {
+    fn next_cron_tick(&self, cron: &str, after_ms: i64) -> Result<i64, SessionError> {
         cron_tick(cron, self.inner.time_zone, after_ms)
     }
 
     /// The first tick of a new or changed definition after `after_ms`. A cron expression
     /// that rarely or never matches takes a while to search: that runs off the async workers.
-    async fn next_tick(&self, row: &ScheduleRow, after_ms: i64) -> Result<i64, FrameError> {
+    async fn next_tick(&self, row: &ScheduleRow, after_ms: i64) -> Result<i64, SessionError> {
         match (row.every_secs, row.cron.clone()) {
             (Some(every), _) => Ok(after_ms.saturating_add(every.saturating_mul(1000))),
             (None, Some(cron)) => {
@@ -437,28 +439,25 @@ impl Scheduler {
         }
     }
 
-    /// The chat a run of `row` sends to `agent_id`, decoded as a client's would be.
-    fn chat(&self, row: &ScheduleRow, agent_id: &str) -> Result<protocol::Chat, FrameError> {
+    /// The chat a run of `row` sends to `agent_id`, its fields checked as a client's `chat`
+    /// frame's are.
+    fn chat(&self, row: &ScheduleRow, agent_id: &str) -> Result<protocol::Chat, SessionError> {
         let options: Value = serde_json::from_str(&row.options).unwrap_or(Value::Null);
-        let frame = json!({
-            "type": "chat",
-            "agent_id": agent_id,
-            "content": row.content,
-            "options": options,
-        });
-        let Value::Object(obj) = frame else {
-            unreachable!("an object literal")
-        };
+        let fields = serde_json::Map::from_iter([
+            ("content".to_owned(), Value::String(row.content.clone())),
+            ("options".to_owned(), options),
+        ]);
         let limits = self.inner.manager.shared.config.decode_limits();
-        match protocol::decode_object(&obj, limits)? {
-            ClientFrame::Chat(chat) => Ok(chat),
-            _ => unreachable!("decoded as a chat"),
-        }
+        Ok(protocol::decode_chat(
+            AgentId::parse(agent_id)?,
+            &fields,
+            limits,
+        )?)
     }
 
     /// Checks a schedule's definition as a chat would be checked, and returns it with its
     /// options in their canonical form.
-    async fn checked(&self, mut row: ScheduleRow) -> Result<ScheduleRow, FrameError> {
+    async fn checked(&self, mut row: ScheduleRow) -> Result<ScheduleRow, SessionError> {
         let name = row.name.trim();
         if name.is_empty()
             || name.chars().count() > MAX_NAME_CHARS
@@ -473,7 +472,7 @@ impl Scheduler {
             "same" => {}
             "new" => {
                 if row.agent_id.len() > protocol::MAX_AGENT_ID_CHARS - NEW_SUFFIX_CHARS {
-                    return Err(FrameError::new(
+                    return Err(SessionError::new(
                         ErrorCode::InvalidAgentId,
                         format!(
                             "with `mode: \"new\"`, `agent_id` is at most {} characters (a timestamp is appended)",
@@ -538,7 +537,7 @@ impl Scheduler {
         }
     }
 
-    async fn find(&self, principal: &str, id: &str) -> Result<ScheduleRow, FrameError> {
+    async fn find(&self, principal: &str, id: &str) -> Result<ScheduleRow, SessionError> {
         self.inner
             .store
             .find_schedule(principal, id)
@@ -556,7 +555,7 @@ impl Scheduler {
         &self,
         principal: &str,
         body: ScheduleBody,
-    ) -> Result<Schedule, FrameError> {
+    ) -> Result<Schedule, SessionError> {
         let missing = |field: &str| invalid(format!("`{field}` is missing"));
         let now = protocol::now_rfc3339();
         let row = ScheduleRow {
@@ -564,10 +563,10 @@ impl Scheduler {
             principal: principal.to_owned(),
             name: body.name.ok_or_else(|| missing("name"))?,
             agent_id: body.agent_id.ok_or_else(|| {
-                FrameError::new(ErrorCode::InvalidAgentId, "`agent_id` is missing")
+                SessionError::new(ErrorCode::InvalidAgentId, "`agent_id` is missing")
             })?,
             content: body.content.ok_or_else(|| {
-                FrameError::new(ErrorCode::InvalidContent, "`content` is missing")
+                SessionError::new(ErrorCode::InvalidContent, "`content` is missing")
             })?,
             cron: body.cron,
             every_secs: body.every_secs,
@@ -590,7 +589,7 @@ impl Scheduler {
                 .await
                 .map_err(store_failure)?;
             if count >= max as i64 {
-                return Err(FrameError::new(
+                return Err(SessionError::new(
                     ErrorCode::LimitExceeded,
                     format!("at most {max} schedules per principal"),
                 ));
@@ -609,7 +608,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `store_unavailable`.
-    pub async fn list(&self, principal: &str) -> Result<Vec<Schedule>, FrameError> {
+    pub async fn list(&self, principal: &str) -> Result<Vec<Schedule>, SessionError> {
         let rows = self
             .inner
             .store
@@ -624,9 +623,9 @@ impl Scheduler {
     ///
     /// # Errors
     /// `forbidden` for anyone else, `store_unavailable`.
-    pub async fn list_all(&self, principal: &str) -> Result<Vec<Schedule>, FrameError> {
+    pub async fn list_all(&self, principal: &str) -> Result<Vec<Schedule>, SessionError> {
         if !self.inner.manager.shared.config.auth.is_admin(principal) {
-            return Err(FrameError::new(
+            return Err(SessionError::new(
                 ErrorCode::Forbidden,
                 "only the server's admins (auth.admins) see every principal's schedules",
             ));
@@ -644,7 +643,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `unknown_schedule` (also for another principal's) or `store_unavailable`.
-    pub async fn get(&self, principal: &str, id: &str) -> Result<Schedule, FrameError> {
+    pub async fn get(&self, principal: &str, id: &str) -> Result<Schedule, SessionError> {
         Ok(self.view(self.find(principal, id).await?))
     }
 
@@ -659,7 +658,7 @@ impl Scheduler {
         principal: &str,
         id: &str,
         body: ScheduleBody,
-    ) -> Result<Schedule, FrameError> {
+    ) -> Result<Schedule, SessionError> {
         let old = self.find(principal, id).await?;
         if body.cron.is_some() && body.every_secs.is_some() {
             return Err(invalid("give either `cron` or `every_secs`, not both"));
@@ -714,7 +713,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `unknown_schedule` or `store_unavailable`.
-    pub async fn delete(&self, principal: &str, id: &str) -> Result<(), FrameError> {
+    pub async fn delete(&self, principal: &str, id: &str) -> Result<(), SessionError> {
         let found = self
             .inner
             .store
@@ -733,7 +732,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `unknown_schedule` or `store_unavailable`.
-    pub async fn run_now(&self, principal: &str, id: &str) -> Result<LastRun, FrameError> {
+    pub async fn run_now(&self, principal: &str, id: &str) -> Result<LastRun, SessionError> {
         let row = self.find(principal, id).await?;
         Ok(self.run(&row, "manual").await)
     }
@@ -863,7 +862,7 @@ impl Scheduler {
         row: &ScheduleRow,
         agent_id: &str,
         trigger: &str,
-    ) -> Result<ChatAccepted, FrameError> {
+    ) -> Result<ChatAccepted, SessionError> {
         let chat = self.chat(row, agent_id)?;
         let payload = json!({
             "status": "scheduled_run",
@@ -878,12 +877,7 @@ impl Scheduler {
         marker.schedule_id = (row.mode == "new").then(|| row.id.clone());
         self.inner
             .manager
-            .submit_marked(
-                &row.principal,
-                chat,
-                Some(Box::new(marker)),
-                super::Route::AnyNode,
-            )
+            .submit_marked(&row.principal, chat, Some(Box::new(marker)))
             .await?
             .stored()
             .await

@@ -151,3 +151,121 @@ async fn a_request_open_when_its_turn_ends_is_cancelled() {
         ]
     );
 }
+
+/// A client without a socket answers a tool prompt over REST, with the socket frame's fields:
+/// another principal's answer and an unknown `request_id` are refused and change nothing,
+/// a malformed answer gets the frame's typed error, and the owner's answer runs the tool.
+#[tokio::test]
+async fn a_permission_prompt_is_answered_over_rest() {
+    use crate::rest::Rest;
+    use crate::security::{TOKENS, connect_as};
+    let fx = Fixture::new(&format!(
+        "{TOKENS}\n[session]\npermission_timeout_secs = 3600\n"
+    ));
+    let server = fx.start(&[]).await;
+    let mut a = connect_as(&server.addr, "tok-alice").await;
+    let (alice, bob) = (
+        Rest::with_token(&server, "tok-alice"),
+        Rest::with_token(&server, "tok-bob"),
+    );
+    chat_ack(&mut a, "rp", "please run TOOL:touch_rest").await;
+    let request = a
+        .recv_until(|f| f["message_type"] == "permission_request")
+        .await
+        .pop()
+        .unwrap();
+    let path = "/api/sessions/rp/permission-response";
+    let allow = json!({"request_id": request["request_id"], "behavior": "allow"});
+    let (status, body) = bob.post(path, allow.clone()).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (404, &json!("unknown_agent")),
+        "{body}"
+    );
+    let unknown = json!({"request_id": "no-such-request", "behavior": "allow"});
+    let (status, body) = alice.post(path, unknown).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (404, &json!("unknown_request")),
+        "{body}"
+    );
+    let malformed = json!({"request_id": request["request_id"], "behavior": "maybe"});
+    let (status, body) = alice.post(path, malformed).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (400, &json!("bad_frame")),
+        "{body}"
+    );
+    // None of that answered the prompt: the owner's answer does.
+    let (status, body) = alice.post(path, allow.clone()).await;
+    assert_eq!(status, 204, "{body}");
+    let frames = a.until_result("rp").await;
+    let resolved: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["message_type"] == "permission_resolved")
+        .collect();
+    assert_eq!(resolved.len(), 1, "{frames:?}");
+    assert_eq!(resolved[0]["outcome"], "allowed");
+    assert_eq!(reply_text(&frames), "Tool said: ran: touch_rest");
+    // Answered once: a second answer finds nothing pending.
+    let (status, body) = alice.post(path, allow).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (404, &json!("unknown_request")),
+        "{body}"
+    );
+}
+
+/// A running turn is stopped over REST: another principal's interrupt is refused as an
+/// unknown conversation and stops nothing; the owner's says a turn was running and the turn
+/// ends; an interrupt with nothing running says so.
+#[tokio::test]
+async fn a_turn_is_interrupted_over_rest() {
+    use crate::rest::Rest;
+    use crate::security::{TOKENS, connect_as};
+    let fx = Fixture::new(&format!(
+        "{TOKENS}\n[session]\npermission_timeout_secs = 3600\n"
+    ));
+    let server = fx.start(&[]).await;
+    let mut a = connect_as(&server.addr, "tok-alice").await;
+    let (alice, bob) = (
+        Rest::with_token(&server, "tok-alice"),
+        Rest::with_token(&server, "tok-bob"),
+    );
+    // A turn waiting for a tool prompt runs until it is answered or stopped.
+    chat_ack(&mut a, "ri", "please run TOOL:never_answered").await;
+    a.recv_until(|f| f["message_type"] == "permission_request")
+        .await;
+    let path = "/api/sessions/ri/interrupt";
+    let (status, body) = bob.post(path, json!({})).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (404, &json!("unknown_agent")),
+        "{body}"
+    );
+    let (status, body) = alice.get("/api/sessions/ri").await;
+    assert_eq!((status, &body["status"]), (200, &json!("busy")), "{body}");
+    let (status, body) = alice.post(path, json!({})).await;
+    assert_eq!(
+        (status, &body["was_running"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    let frames = a.until_result("ri").await;
+    assert_eq!(frames.last().unwrap()["message"]["is_error"], true);
+    a.recv_until(|f| f["status"] == "idle").await;
+    let (status, body) = alice.post(path, json!({})).await;
+    assert_eq!(
+        (status, &body["was_running"]),
+        (200, &json!(false)),
+        "{body}"
+    );
+    let (status, body) = alice
+        .post("/api/sessions/nothing-here/interrupt", json!({}))
+        .await;
+    assert_eq!(
+        (status, &body["code"]),
+        (404, &json!("unknown_agent")),
+        "{body}"
+    );
+}

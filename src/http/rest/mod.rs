@@ -37,6 +37,8 @@ use crate::http::AppState;
         sessions::rewind,
         sessions::fork,
         sessions::warm,
+        sessions::interrupt,
+        sessions::answer_permission,
         projects::list,
         projects::cli_sessions,
         projects::import,
@@ -65,6 +67,8 @@ use crate::http::AppState;
         sessions::RewoundStatus,
         sessions::ForkBody,
         sessions::Warmed,
+        sessions::InterruptOutcome,
+        sessions::PermissionAnswerBody,
         crate::session::ExportLine,
         crate::session::Project,
         crate::session::CliSession,
@@ -113,6 +117,14 @@ pub fn router() -> Router<AppState> {
         .route("/api/sessions/{agent_id}/rewind", post(sessions::rewind))
         .route("/api/sessions/{agent_id}/fork", post(sessions::fork))
         .route("/api/sessions/{agent_id}/warm", post(sessions::warm))
+        .route(
+            "/api/sessions/{agent_id}/interrupt",
+            post(sessions::interrupt),
+        )
+        .route(
+            "/api/sessions/{agent_id}/permission-response",
+            post(sessions::answer_permission),
+        )
         .route("/api/sessions/{agent_id}/sync", post(projects::sync))
         .route("/api/projects", get(projects::list))
         .route("/api/projects/cli-sessions", get(projects::cli_sessions))

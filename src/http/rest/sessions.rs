@@ -8,15 +8,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
-use crate::protocol::{self, AgentId, ClientFrame, Frame, SessionId};
+use crate::protocol::{self, AgentId, Frame, SessionId};
 use crate::session::{Activity, ExportLine, SessionQuery, SessionRecord};
 
 /// Largest accepted import, in bytes.
@@ -170,9 +169,13 @@ pub struct RenameBody {
 }
 
 /// A user turn sent over REST: the fields of a WebSocket `chat` frame, checked by the same
-/// decoder (so a wrong type gets the same typed error).
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
-#[serde(default)]
+/// decoder (so a wrong type gets the same typed error). The body's schema; the handler reads
+/// it with [`protocol::decode_chat`].
+#[derive(Debug, ToSchema)]
+#[expect(
+    dead_code,
+    reason = "only its schema is used: the frame's decoder reads the body"
+)]
 pub struct ChatBody {
     /// The user's message: text, or text and image blocks.
     #[schema(value_type = crate::protocol::Content)]
@@ -205,8 +208,11 @@ pub struct Ack {
 }
 
 /// Where to rewind to; checked by the decoder of the WebSocket `rewind` frame.
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
-#[serde(default)]
+#[derive(Debug, ToSchema)]
+#[expect(
+    dead_code,
+    reason = "only its schema is used: the frame's decoder reads the body"
+)]
 pub struct RewindBody {
     /// The `seq` of the `result` that ends the turn to go back to.
     #[schema(value_type = i64)]
@@ -233,8 +239,11 @@ pub struct RewoundStatus {
 
 /// Where to fork and under which new `agent_id`; checked by the decoder of the WebSocket
 /// `fork` frame.
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
-#[serde(default)]
+#[derive(Debug, ToSchema)]
+#[expect(
+    dead_code,
+    reason = "only its schema is used: the frame's decoder reads the body"
+)]
 pub struct ForkBody {
     /// The new conversation's routing key.
     #[schema(value_type = String)]
@@ -266,26 +275,15 @@ pub(crate) async fn summary(
     SessionSummary::new(record, status, owner.into_iter().next().flatten())
 }
 
-/// Decodes a REST body of type `B` as the WebSocket frame `ty` for `agent_id`, so that both
-/// transports share one validation.
-fn decode_as<B: DeserializeOwned + Serialize>(
-    app: &AppState,
-    ty: &str,
-    agent_id: &str,
-    body: Result<Json<Value>, JsonRejection>,
-) -> Result<ClientFrame, ApiError> {
+/// A REST body that carries the fields of a WebSocket frame: a JSON object, its `null` fields
+/// left out as the frame's decoder reads them.
+fn frame_fields(body: Result<Json<Value>, JsonRejection>) -> Result<Map<String, Value>, ApiError> {
     let Json(body) = body?;
-    if !body.is_object() {
+    let Value::Object(mut fields) = body else {
         return Err(ApiError::invalid("the body must be a JSON object"));
-    }
-    let body: B = serde_json::from_value(body).map_err(|e| ApiError::invalid(e.to_string()))?;
-    let Value::Object(mut obj) = serde_json::to_value(body).expect("bodies serialize") else {
-        unreachable!("bodies are structs");
     };
-    obj.retain(|_, v| !v.is_null());
-    obj.insert("type".into(), ty.into());
-    obj.insert("agent_id".into(), agent_id.into());
-    Ok(protocol::decode_object(&obj, app.config.decode_limits())?)
+    fields.retain(|_, v| !v.is_null());
+    Ok(fields)
 }
 
 /// A frame that is already JSON text, as the response body.
@@ -498,9 +496,7 @@ pub async fn chat(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let ClientFrame::Chat(chat) = decode_as::<ChatBody>(&app, "chat", &id, body)? else {
-        unreachable!("decoded as a chat");
-    };
+    let chat = protocol::decode_chat(id, &frame_fields(body)?, app.config.decode_limits())?;
     let client_msg_id = chat.client_msg_id.clone();
     let accepted = app.manager.chat(&principal, chat).await?;
     let ack = protocol::ack_frame(
@@ -525,13 +521,80 @@ pub async fn rewind(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let ClientFrame::Rewind { agent_id, to_seq } =
-        decode_as::<RewindBody>(&app, "rewind", &id, body)?
-    else {
-        unreachable!("decoded as a rewind");
-    };
-    let status = app.manager.rewind(&principal, &agent_id, to_seq).await?;
+    let to_seq = protocol::decode_rewind(&frame_fields(body)?)?;
+    let status = app.manager.rewind(&principal, &id, to_seq).await?;
     Ok(frame_response(StatusCode::OK, status))
+}
+
+/// What `POST /api/sessions/{agent_id}/interrupt` answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InterruptOutcome {
+    /// Whether a turn was running (and is now being stopped: its `result` follows on the
+    /// event stream). False when there was nothing to stop.
+    pub was_running: bool,
+}
+
+/// Stops the conversation's running turn, as a WebSocket `interrupt` does.
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/interrupt",
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 200, body = InterruptOutcome), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn interrupt(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+) -> Result<Json<InterruptOutcome>, ApiError> {
+    let id = agent_id(id)?;
+    let interrupted = app.manager.interrupt(&principal, &id).await?;
+    Ok(Json(InterruptOutcome {
+        was_running: interrupted.was_running,
+    }))
+}
+
+/// The answer to a tool permission request: the fields of a WebSocket `permission_response`
+/// frame, checked by the same decoder. The body's schema; the handler reads it with
+/// [`protocol::decode_permission_response`].
+#[derive(Debug, ToSchema)]
+#[expect(
+    dead_code,
+    reason = "only its schema is used: the frame's decoder reads the body"
+)]
+pub struct PermissionAnswerBody {
+    /// The `request_id` of the `permission_request` answered.
+    pub request_id: String,
+    /// `allow` or `deny`.
+    #[schema(value_type = String)]
+    pub behavior: String,
+    /// With `allow`: the tool input as the user edited it.
+    #[schema(value_type = Option<Object>)]
+    pub updated_input: Option<Value>,
+    /// With `allow`: allow this tool for the rest of the conversation, where the agent offers
+    /// that.
+    pub always: Option<bool>,
+    /// With `deny`: shown to the agent.
+    pub message: Option<String>,
+}
+
+/// Answers a pending tool permission request of the conversation, as a WebSocket
+/// `permission_response` does: `204` once the agent has it, `404 unknown_request` when no
+/// such request is pending (answered already, timed out, or never asked).
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/permission-response",
+    request_body = PermissionAnswerBody,
+    params(("agent_id" = String, Path, description = "The conversation")),
+    responses((status = 204, description = "Answered"), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn answer_permission(
+    State(app): State<AppState>,
+    Principal(principal): Principal,
+    Path(id): Path<String>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<StatusCode, ApiError> {
+    let id = agent_id(id)?;
+    let (request_id, decision) = protocol::decode_permission_response(&frame_fields(body)?)?;
+    app.manager
+        .answer_permission(&principal, &id, request_id, decision)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// What `POST /api/sessions/{agent_id}/warm` answers.
@@ -582,17 +645,10 @@ pub async fn fork(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
     let id = agent_id(id)?;
-    let ClientFrame::Fork {
-        agent_id,
-        new_agent_id,
-        at_seq,
-    } = decode_as::<ForkBody>(&app, "fork", &id, body)?
-    else {
-        unreachable!("decoded as a fork");
-    };
+    let (new_agent_id, at_seq) = protocol::decode_fork(&id, &frame_fields(body)?)?;
     let record = app
         .manager
-        .fork(&principal, &agent_id, &new_agent_id, at_seq)
+        .fork(&principal, &id, &new_agent_id, at_seq)
         .await?;
     Ok((
         StatusCode::CREATED,

@@ -15,16 +15,18 @@ use std::time::Duration;
 use async_nats::{Client, client::RequestErrorKind};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::seal::{Kind, Refusal, Seal};
-use super::{Conversation, Manager, Route, replay};
+use super::{Command, Conversation, Manager, replay};
 use crate::config::ClusterConfig;
 use crate::metrics::Metrics;
 use crate::protocol::{
-    self, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, MAX_PRINCIPAL_BYTES,
+    self, AgentId, ClientFrame, DecodeLimits, ErrorCode, Frame, MAX_PRINCIPAL_BYTES,
 };
+use crate::session::SessionError;
 use crate::store::{NewMessage, PageSize, RowId, Store};
 
 /// Header of a published frame: its `seq`, when stored.
@@ -45,13 +47,14 @@ pub struct Bus {
     page_bytes: usize,
 }
 
-/// A command another node forwards: the principal it acts for and the client frame (for a
-/// schedule's run, with the status that marks it).
-#[derive(Serialize, Deserialize)]
+/// A command another node forwards: the principal it acts for and the command as the client
+/// frame it mirrors (for a schedule's run, with the status that marks it), read as this node
+/// reads a socket's frame.
+#[derive(Deserialize)]
 struct Forward {
     principal: String,
-    frame: serde_json::Value,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    frame: Box<RawValue>,
+    #[serde(default)]
     marker: Option<Marker>,
 }
 
@@ -116,7 +119,7 @@ pub(super) enum Answer {
 }
 
 impl Answer {
-    fn from_error(err: FrameError) -> Self {
+    pub(super) fn from_error(err: SessionError) -> Self {
         Answer::Error {
             code: err.code,
             message: err.message,
@@ -124,16 +127,13 @@ impl Answer {
     }
 
     /// The error this answer carries, as the frame's own.
-    pub(super) fn into_error(self, agent_id: &str) -> FrameError {
+    pub(super) fn into_error(self) -> SessionError {
         match self {
-            Answer::Error { code, message } => {
-                FrameError::new(code, message).for_agent(Some(agent_id))
-            }
-            other => FrameError::new(
+            Answer::Error { code, message } => SessionError::new(code, message),
+            other => SessionError::new(
                 ErrorCode::BackendUnavailable,
                 format!("the owning node answered {other:?}"),
-            )
-            .for_agent(Some(agent_id)),
+            ),
         }
     }
 }
@@ -276,7 +276,7 @@ impl Bus {
         });
     }
 
-    /// Sends `frame` (a command for a conversation of `principal`) to node `node` and waits for
+    /// Sends `command` for conversation `agent_id` of `principal` to node `node` and waits for
     /// its answer.
     ///
     /// # Errors
@@ -285,12 +285,20 @@ impl Bus {
         &self,
         node: &str,
         principal: &str,
-        frame: &ClientFrame,
+        agent_id: &AgentId,
+        command: &Command,
         marker: Option<Marker>,
     ) -> Result<Answer, NoOwner> {
-        let request = Forward {
-            principal: principal.to_owned(),
-            frame: serde_json::to_value(frame).expect("frames serialize"),
+        #[derive(Serialize)]
+        struct Outgoing<'a> {
+            principal: &'a str,
+            frame: ClientFrame,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            marker: Option<Marker>,
+        }
+        let request = Outgoing {
+            principal,
+            frame: command.clone().into_frame(agent_id.clone()),
             marker,
         };
         let payload = serde_json::to_vec(&request).expect("requests serialize");
@@ -480,60 +488,21 @@ fn relayed_frame(
     sound.then(|| Frame::relayed(seq, message_type, text.to_owned()))
 }
 
-/// Runs a command another node forwarded, on this node only.
+/// Runs a command another node forwarded, once it reads as a client's command frame.
 async fn answer(manager: &Manager, request: Forward, limits: DecodeLimits) -> Answer {
-    let bad = |message: String| Answer::Error {
-        code: ErrorCode::BadFrame,
-        message,
-    };
-    let frame = match protocol::decode(&request.frame.to_string(), limits) {
+    let frame = match protocol::decode(request.frame.get(), limits) {
         Ok(frame) => frame,
-        Err(err) => return Answer::from_error(err),
+        Err(err) => return Answer::from_error(err.into()),
     };
-    let principal = request.principal.as_str();
-    let outcome = match frame {
-        ClientFrame::Chat(chat) => {
-            let marker = request.marker.map(|m| Box::new(m.into_message()));
-            match manager
-                .submit_marked(principal, chat, marker, Route::ThisNode)
-                .await
-            {
-                Ok(pending) => pending.stored().await.map(|accepted| Answer::Chat {
-                    seq: accepted.seq,
-                    queue_position: accepted.queue_position,
-                }),
-                Err(err) => Err(err),
-            }
-        }
-        ClientFrame::Interrupt { agent_id } => manager
-            .interrupt_routed(principal, &agent_id, Route::ThisNode)
-            .await
-            .map(|i| Answer::Interrupt {
-                was_running: i.was_running,
-            }),
-        ClientFrame::PermissionResponse {
-            agent_id,
-            request_id,
-            decision,
-        } => manager
-            .answer_permission_routed(principal, &agent_id, request_id, decision, Route::ThisNode)
-            .await
-            .map(|()| Answer::Done),
-        ClientFrame::Rewind { agent_id, to_seq } => manager
-            .rewind_routed(principal, &agent_id, to_seq, Route::ThisNode)
-            .await
-            .map(|frame| Answer::Rewound {
-                seq: frame.seq,
-                message_type: frame.kind.to_owned(),
-                text: frame.text.as_str().to_owned(),
-            }),
-        _ => {
-            return bad(
-                "only chat, interrupt, permission_response and rewind are forwarded".into(),
-            );
-        }
+    let Some((agent_id, command)) = Command::from_frame(frame) else {
+        return Answer::Error {
+            code: ErrorCode::BadFrame,
+            message: "only chat, interrupt, permission_response and rewind are forwarded".into(),
+        };
     };
-    outcome.unwrap_or_else(Answer::from_error)
+    manager
+        .answer(&request.principal, &agent_id, command, request.marker)
+        .await
 }
 
 #[cfg(test)]
@@ -589,7 +558,7 @@ mod tests {
     fn a_forwarded_command_must_name_a_principal_and_carry_a_json_marker() {
         let forward = |principal: &str, payload: Option<&str>| Forward {
             principal: principal.into(),
-            frame: serde_json::Value::Null,
+            frame: RawValue::from_string("null".into()).unwrap(),
             marker: payload.map(|p| Marker {
                 payload: p.into(),
                 title: None,

@@ -1,0 +1,299 @@
+//! How an actor ends and hands its conversation on: idle eviction, deletion, shutdown, a take-over
+//! by another node, and the agent's transcript kept in a shared store so that another node can
+//! resume it.
+
+use std::sync::atomic::Ordering;
+
+use tokio::time::Instant;
+
+use super::permissions::resolved;
+use super::publish::Out;
+use super::{Actor, Command};
+use crate::agent::{AgentInput, Launch};
+use crate::protocol::error_result;
+use crate::session::slots::SlotState;
+use crate::store::{NewMessage, RunningTurn, Totals};
+
+/// Writes `content` to a new file `path` only this user may read, making its directories
+/// (private too) as needed; an existing file or link there is left alone.
+async fn write_private(path: &std::path::Path, content: &[u8]) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    if let Some(dir) = path.parent() {
+        tokio::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .await?;
+    }
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .await?;
+    file.write_all(content).await?;
+    file.sync_all().await
+}
+
+/// Reads the agent's transcript at `path`, at most `max_bytes` of it: a regular file with no
+/// other hard link, never what a link there points to (the agent could have linked any file
+/// the server may read).
+async fn read_transcript(path: &std::path::Path, max_bytes: usize) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt as _;
+    let too_large = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the transcript is over claude.max_transcript_bytes ({max_bytes} bytes); the copy kept before stays"
+            ),
+        )
+    };
+    let (file, meta) = crate::session::cli_sessions::open_regular_file(path)?;
+    if meta.len() > max_bytes as u64 {
+        return Err(too_large());
+    }
+    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // It may have grown since.
+    tokio::fs::File::from_std(file)
+        .take(max_bytes as u64 + 1)
+        .read_to_end(&mut content)
+        .await?;
+    if content.len() > max_bytes {
+        return Err(too_large());
+    }
+    Ok(content)
+}
+
+impl Actor {
+    /// Keeps a copy of the agent's own record of this conversation in a store that several
+    /// nodes share, so that another node can resume it (see [`crate::agent::Backend::transcript`]).
+    pub(super) async fn mirror_transcript(&self) {
+        let store = &self.shared.store;
+        let (Some(backend), Some(id)) = (&self.backend, &self.sdk_session_id) else {
+            return;
+        };
+        if !store.is_shared() {
+            return;
+        }
+        let Some(path) = backend.transcript(&self.cwd, id) else {
+            return;
+        };
+        let max_bytes = self.shared.config.claude.max_transcript_bytes;
+        let saved = match read_transcript(&path, max_bytes).await {
+            Ok(content) => {
+                store
+                    .save_transcript(self.conversation.row, id, content)
+                    .await
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
+            Err(err) => {
+                return tracing::warn!(error = %err, path = %path.display(), "reading the agent's transcript failed");
+            }
+        };
+        if let Err(err) = saved {
+            tracing::warn!(error = %err, "keeping the agent's transcript in the store failed");
+        }
+    }
+
+    /// Before an agent resumes (or forks) an agent session, puts back the transcript a store
+    /// that several nodes share keeps of it, when this node lacks it (the session ran on
+    /// another node).
+    pub(super) async fn restore_transcript(
+        &self,
+        backend: &dyn crate::agent::Backend,
+        launch: &Launch,
+    ) {
+        let store = &self.shared.store;
+        let id = match launch {
+            Launch::New { .. } => return,
+            Launch::Resume { sdk_session_id }
+            | Launch::ResumeAt { sdk_session_id, .. }
+            | Launch::Fork { sdk_session_id, .. } => sdk_session_id,
+        };
+        if !store.is_shared() {
+            return;
+        }
+        let Some(path) = backend.transcript(&self.cwd, id) else {
+            return;
+        };
+        if tokio::fs::symlink_metadata(&path).await.is_ok() {
+            return;
+        }
+        let content = match store.load_transcript(id).await {
+            Ok(Some(content)) => content,
+            Ok(None) => return,
+            Err(err) => return tracing::warn!(error = %err, "reading a kept transcript failed"),
+        };
+        if let Err(err) = write_private(&path, &content).await {
+            tracing::warn!(error = %err, path = %path.display(), "putting a kept transcript back failed");
+        }
+    }
+
+    /// Evicts the conversation if nothing arrived meanwhile; true when the actor should end.
+    pub(super) async fn try_evict(&mut self) -> bool {
+        let state = self.slot_state.clone();
+        // A held slot means a command for this actor is on its way (and its sender may be
+        // waiting for the reply): stay, and look again after another idle period.
+        let Ok(mut guard) = state.try_lock() else {
+            self.idle_since = Instant::now();
+            return false;
+        };
+        if !self.commands.is_empty() {
+            return false;
+        }
+        self.commands.close();
+        *guard = SlotState::Dormant;
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        self.live = None;
+        drop(guard);
+        self.mirror_transcript().await;
+        self.shared.store.release_lease(self.conversation.row).await;
+        self.shared.metrics.live_sessions(-1);
+        self.publish_status(
+            "evicted",
+            "idle; the conversation resumes on the next message",
+        );
+        true
+    }
+
+    /// The conversation is being deleted: stop the agent mid-turn without storing anything
+    /// more, and drop the queue.
+    pub(super) async fn abandon(&mut self) {
+        self.commands.close();
+        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
+        self.queue.clear();
+        self.running = None;
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        self.shared.store.release_lease(self.conversation.row).await;
+        self.shared.metrics.live_sessions(-1);
+    }
+
+    /// Another node took the conversation over, so this node can't store anything more for
+    /// it: stop the agent, drop the turns, answer the commands still queued, and tell the
+    /// subscribers (a `moved` status; the next command reaches the new owner's node, or says
+    /// where the conversation lives).
+    pub(super) async fn hand_over(&mut self) {
+        self.commands.close();
+        while let Ok(command) = self.commands.try_recv() {
+            let agent_id = self.conversation.agent_id.as_str();
+            match command {
+                Command::Chat { reply, .. } => {
+                    let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
+                }
+                Command::Permission { reply, .. } => {
+                    let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
+                }
+                Command::Rewind { reply, .. } => {
+                    let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
+                }
+                Command::Interrupt { reply } => {
+                    let _ = reply.send(false);
+                }
+                Command::Stop { reply } | Command::Abandon { reply } => {
+                    let _ = reply.send(());
+                }
+                Command::Warm | Command::TakenOver => {}
+            }
+        }
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
+        self.queue.clear();
+        self.running = None;
+        self.pending_permissions.clear();
+        self.respawns.at = None;
+        self.live = None;
+        self.shared.metrics.live_sessions(-1);
+        self.busy.store(false, Ordering::Release);
+        self.publish_status(
+            "moved",
+            "another node took this conversation over; send again to continue it there",
+        );
+    }
+
+    /// Server shutdown: the running turn and every queued one end now with a stored result
+    /// whose `terminal_reason` is `server_shutdown` (pending permission requests `cancelled`),
+    /// published before any socket is closed; then the agent is stopped. The next start
+    /// resumes from the agent's own record.
+    pub(super) async fn stop(&mut self) {
+        self.stopping = true;
+        let open = usize::from(self.running.take().is_some()) + self.queue.len();
+        if open > 0
+            && let Some(agent) = &self.agent
+        {
+            let _ = agent.input.try_send(AgentInput::Interrupt);
+        }
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
+        self.queue.clear();
+        let mut outs: Vec<Out> = std::mem::take(&mut self.pending_permissions)
+            .into_keys()
+            .map(|request_id| Out::Stored(resolved(&request_id, "cancelled")))
+            .collect();
+        for _ in 0..open {
+            let mut result = NewMessage::new(
+                "result",
+                error_result(&self.conversation.session_id, "server_shutdown"),
+            );
+            result.totals = Some(Totals::default());
+            result.running = Some(RunningTurn::Ends { next: None });
+            outs.push(Out::Stored(result));
+        }
+        if !outs.is_empty() {
+            self.publish_batch(outs).await;
+            self.publish_status("idle", "the server is shutting down");
+        }
+        self.mirror_transcript().await;
+        self.shared.store.release_lease(self.conversation.row).await;
+        self.shared.metrics.live_sessions(-1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{read_transcript, write_private};
+
+    /// A transcript is put back only as a new file, and read only from a regular file of at
+    /// most the limit with no other hard link: a link at its path is never followed, to an
+    /// existing file or to one that does not exist yet.
+    #[tokio::test]
+    async fn transcripts_are_never_written_or_read_through_a_link() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        let dangling = dir.path().join("nothing-yet");
+        std::fs::write(&target, "kept").unwrap();
+        for (link, to) in [("a.jsonl", &target), ("b.jsonl", &dangling)] {
+            let link = dir.path().join("projects").join(link);
+            std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(to, &link).unwrap();
+            assert!(write_private(&link, b"transcript").await.is_err());
+            assert!(read_transcript(&link, 1 << 20).await.is_err());
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
+        assert!(!dangling.exists());
+        // A new file is written, private, and read back.
+        let new = dir.path().join("projects").join("c.jsonl");
+        write_private(&new, b"transcript").await.unwrap();
+        assert_eq!(read_transcript(&new, 1 << 20).await.unwrap(), b"transcript");
+        // Not over the limit, nor through a hard link: it has two names then.
+        let err = read_transcript(&new, 5).await.unwrap_err().to_string();
+        assert!(
+            err.contains("claude.max_transcript_bytes (5 bytes)"),
+            "{err}"
+        );
+        let hard = dir.path().join("projects").join("d.jsonl");
+        std::fs::hard_link(&target, &hard).unwrap();
+        assert!(read_transcript(&hard, 1 << 20).await.is_err());
+        assert!(read_transcript(&target, 1 << 20).await.is_err());
+        let mode = std::fs::metadata(&new).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}

@@ -1,0 +1,306 @@
+//! What the agent reports: its messages, statuses, permission requests and exits, read in batches
+//! and turned into stored and live frames.
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::permissions::resolved;
+use super::publish::Out;
+use super::{Actor, EVENT_BATCH};
+use crate::agent::{AgentEvent, AgentMessage};
+use crate::protocol::{self, error_result};
+use crate::store::{NewMessage, Totals};
+
+impl Actor {
+    /// Handles one agent event and whatever else the agent has already reported.
+    pub(super) async fn on_agent_events(&mut self, first: Option<AgentEvent>) {
+        let mut outs = Vec::new();
+        let mut turn_ended = false;
+        let mut crashed = None;
+        let mut redeliver = false;
+        let mut next = Some(first);
+        while let Some(event) = next.take() {
+            match event {
+                Some(AgentEvent::Message(message)) => {
+                    if let Some(out) = self.on_message(message, &mut turn_ended).await {
+                        outs.push(out);
+                    }
+                }
+                Some(AgentEvent::Status { status, detail }) => {
+                    tracing::info!(agent_id = %self.conversation.agent_id, status, %detail, "agent status");
+                    outs.push(Out::Status(status, detail));
+                }
+                Some(AgentEvent::PermissionRequest {
+                    request_id,
+                    tool_name,
+                    input,
+                    suggestions,
+                }) => {
+                    let payload = serde_json::to_string(&protocol::PermissionRequest {
+                        request_id: &request_id,
+                        tool_name: &tool_name,
+                        input: &input,
+                        suggestions: &suggestions,
+                    })
+                    .expect("permission requests serialize");
+                    let timeout = std::time::Duration::from_secs(
+                        self.shared.config.session.permission_timeout_secs,
+                    );
+                    self.pending_permissions
+                        .insert(request_id, Instant::now() + timeout);
+                    outs.push(Out::Stored(NewMessage::new("permission_request", payload)));
+                }
+                Some(AgentEvent::PermissionCancelled { request_id }) => {
+                    if self.pending_permissions.remove(&request_id).is_some() {
+                        outs.push(Out::Stored(resolved(&request_id, "cancelled")));
+                    }
+                }
+                Some(AgentEvent::Exited { detail }) => {
+                    self.on_exit(&detail, &mut outs, &mut turn_ended);
+                    crashed = Some(detail);
+                    break;
+                }
+                Some(AgentEvent::Released { detail }) => {
+                    // An agent goes only while idle with no prompt read: the prompt of a turn
+                    // sent meanwhile never reached it, and goes to the next agent instead.
+                    self.agent = None;
+                    match self.running.take() {
+                        // Interrupted meanwhile: it ends as if the agent had read both.
+                        Some(running) if running.interrupt_deadline.is_some() => {
+                            self.running = Some(running);
+                            let mut result = NewMessage::new(
+                                "result",
+                                error_result(&self.conversation.session_id, "aborted_streaming"),
+                            );
+                            result.totals = Some(Totals::default());
+                            result.running = Some(self.turn_ends());
+                            outs.push(Out::Stored(result));
+                            turn_ended = true;
+                        }
+                        Some(running) => {
+                            tracing::debug!(agent_id = %self.conversation.agent_id, detail, "the agent went before reading the turn; starting another");
+                            self.queue.push_front(running.turn);
+                            redeliver = true;
+                        }
+                        None => {}
+                    }
+                    break;
+                }
+                None => {
+                    let detail = "the agent stopped".to_owned();
+                    self.on_exit(&detail, &mut outs, &mut turn_ended);
+                    crashed = Some(detail);
+                    break;
+                }
+            }
+            if outs.len() < EVENT_BATCH
+                && let Some(agent) = self.agent.as_mut()
+                && let Ok(event) = agent.events.try_recv()
+            {
+                next = Some(Some(event));
+            }
+        }
+        if turn_ended {
+            // A turn's open questions end with it.
+            for request_id in std::mem::take(&mut self.pending_permissions).into_keys() {
+                outs.push(Out::Stored(resolved(&request_id, "cancelled")));
+            }
+        }
+        self.publish_batch(outs).await;
+        if turn_ended && crashed.is_none() {
+            // The agent proved healthy: a later crash starts the back-off over.
+            self.respawns.healthy();
+        }
+        if turn_ended {
+            self.running = None;
+            self.mirror_transcript().await;
+            if self.queue.is_empty() || self.stopping {
+                self.idle_since = Instant::now();
+                self.publish_status("idle", "no turn is running");
+            } else {
+                self.shared.metrics.queued_turns(-1);
+                self.start_next_turn().await;
+            }
+        }
+        if let Some(detail) = crashed {
+            self.schedule_respawn(&detail);
+        }
+        if redeliver {
+            self.start_next_turn().await;
+        }
+    }
+
+    async fn on_message(&mut self, message: AgentMessage, turn_ended: &mut bool) -> Option<Out> {
+        let AgentMessage {
+            kind,
+            subtype,
+            uuid,
+            session_id,
+            raw,
+        } = message;
+        let message_type: &'static str = match kind.as_str() {
+            "stream_event" => return Some(Out::Live("stream_event", raw)),
+            "user" => "user",
+            "assistant" => "assistant",
+            "result" => "result",
+            "system" => "system",
+            "conversation_reset" => {
+                if let Ok(v) = serde_json::from_str::<Value>(&raw)
+                    && let Some(id) = v["new_conversation_id"].as_str()
+                {
+                    self.record_agent_session(id.to_owned()).await;
+                }
+                return Some(Out::Live("agent_event", raw));
+            }
+            _ => return Some(Out::Live("agent_event", raw)),
+        };
+        if message_type == "system"
+            && subtype.as_deref() == Some("init")
+            && let Some(id) = session_id
+        {
+            self.record_agent_session(id).await;
+        }
+        let mut stored = NewMessage::new(message_type, raw);
+        if let Some(running) = self.running.as_mut()
+            && message_type == "assistant"
+        {
+            running.last_assistant_uuid = uuid.clone();
+        }
+        if message_type == "result" {
+            stored.totals = Some(self.result_totals(&stored.payload));
+            stored.turn_anchor = self
+                .running
+                .as_mut()
+                .and_then(|r| r.last_assistant_uuid.take());
+            // The turn is over from here on: a release or an exit reported in the same batch
+            // finds nothing running.
+            *turn_ended = self.running.take().is_some();
+            if *turn_ended {
+                stored.running = Some(self.turn_ends());
+            }
+        }
+        stored.sdk_uuid = uuid;
+        Some(Out::Stored(stored))
+    }
+
+    /// Records the id the agent reports for the conversation: what the next resume uses.
+    async fn record_agent_session(&mut self, id: String) {
+        if self.sdk_session_id.as_deref() == Some(id.as_str()) {
+            return;
+        }
+        let unified = self.conversation.session_id == id.as_str();
+        if let Err(err) = self
+            .shared
+            .store
+            .record_agent_session(self.conversation.row, &id, unified)
+            .await
+        {
+            self.store_failed(&err);
+        }
+        self.sdk_session_id = Some(id);
+        self.next_launch = None;
+    }
+
+    /// What one result adds to the totals: the agent reports cost cumulatively per process.
+    fn result_totals(&mut self, raw: &str) -> Totals {
+        let Some(figures) = ResultFigures::read(raw) else {
+            return Totals::default();
+        };
+        let cumulative = figures.total_cost_usd.unwrap_or(0.0);
+        let cost = (cumulative - self.process_cost).max(0.0);
+        self.process_cost = cumulative.max(self.process_cost);
+        let usage = figures.usage.unwrap_or_default();
+        Totals {
+            cost_usd: cost,
+            input_tokens: usage.input_tokens.unwrap_or(0),
+            output_tokens: usage.output_tokens.unwrap_or(0),
+            duration_ms: figures.duration_ms.unwrap_or(0),
+        }
+    }
+}
+
+/// The figures of a `result` that add to a conversation's totals; a field that is absent or
+/// of another type counts as absent.
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct ResultFigures {
+    total_cost_usd: Option<f64>,
+    usage: Option<UsageFigures>,
+    duration_ms: Option<i64>,
+}
+
+#[derive(Debug, Default, PartialEq, serde::Deserialize)]
+struct UsageFigures {
+    input_tokens: Option<i64>,
+    output_tokens: Option<i64>,
+}
+
+impl ResultFigures {
+    /// Reads the figures of a result, skipping the rest of it (its reply text and so on)
+    /// without building a value tree. A result that the typed read refuses (a field of
+    /// another type, a key given twice) is read from a value tree instead, field by field.
+    fn read(raw: &str) -> Option<Self> {
+        serde_json::from_str(raw).ok().or_else(|| {
+            let v: Value = serde_json::from_str(raw).ok()?;
+            Some(ResultFigures {
+                total_cost_usd: v["total_cost_usd"].as_f64(),
+                usage: Some(UsageFigures {
+                    input_tokens: v["usage"]["input_tokens"].as_i64(),
+                    output_tokens: v["usage"]["output_tokens"].as_i64(),
+                }),
+                duration_ms: v["duration_ms"].as_i64(),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ResultFigures, UsageFigures};
+
+    #[test]
+    fn a_result_s_figures_are_read_whatever_else_it_holds() {
+        let figures = |cost, input, output, duration| {
+            Some(ResultFigures {
+                total_cost_usd: cost,
+                usage: Some(UsageFigures {
+                    input_tokens: input,
+                    output_tokens: output,
+                }),
+                duration_ms: duration,
+            })
+        };
+        let read = |raw: &str| {
+            ResultFigures::read(raw).map(|mut f| {
+                f.usage.get_or_insert_default();
+                f
+            })
+        };
+        assert_eq!(
+            read(
+                r#"{"type":"result","result":"a \"long\" reply","total_cost_usd":0.25,"usage":{"input_tokens":3,"output_tokens":5,"cache":{"x":1}},"duration_ms":12,"errors":[]}"#
+            ),
+            figures(Some(0.25), Some(3), Some(5), Some(12))
+        );
+        // Absent, null, or of another type: absent, and the other figures are still read.
+        assert_eq!(
+            read(
+                r#"{"type":"result","total_cost_usd":"1","usage":{"input_tokens":2.5,"output_tokens":7},"duration_ms":null}"#
+            ),
+            figures(None, None, Some(7), None)
+        );
+        assert_eq!(
+            read(r#"{"type":"result","usage":5,"duration_ms":9}"#),
+            figures(None, None, None, Some(9))
+        );
+        assert_eq!(
+            read(r#"{"type":"result","total_cost_usd":1}"#),
+            figures(Some(1.0), None, None, None)
+        );
+        // A key given twice counts once, with its last value, as everywhere else.
+        assert_eq!(
+            read(r#"{"type":"result","duration_ms":1,"duration_ms":2}"#),
+            figures(None, None, None, Some(2))
+        );
+        assert_eq!(read("not json"), None);
+    }
+}

@@ -1,0 +1,341 @@
+//! Option and access checks made before anything starts: a chat's options against its
+//! conversation's agent and the server's settings, and the directories a conversation names against
+//! the project roots its principal may use.
+
+use super::errors::store_error;
+use super::{Manager, SessionRecord};
+use crate::agent::registry::Agents;
+use crate::config::Config;
+use crate::protocol::{self, Chat, ErrorCode, SessionId};
+use crate::session::SessionError;
+
+impl Manager {
+    /// [`chat_options`] under this server's agents and settings.
+    pub(super) fn check_chat_options(
+        &self,
+        conversation_agent: &str,
+        chat: &Chat,
+    ) -> Result<(), SessionError> {
+        chat_options(
+            &self.shared.agents,
+            self.shared.config.agent.allow_bypass_permissions,
+            conversation_agent,
+            chat,
+        )
+    }
+
+    /// Checks a chat's options as [`Self::chat`] would before creating or starting anything,
+    /// against the conversation's agent, or for a new conversation (always when `new`) the
+    /// agent it would get.
+    ///
+    /// # Errors
+    /// `invalid_options`, `store_unavailable`.
+    pub(crate) async fn check_options(
+        &self,
+        principal: &str,
+        chat: &Chat,
+        new: bool,
+    ) -> Result<(), SessionError> {
+        let existing = if new {
+            None
+        } else {
+            self.shared
+                .store
+                .find_session(principal, &chat.agent_id)
+                .await
+                .map_err(|e| store_error(e, &chat.agent_id))?
+        };
+        let agent = match existing {
+            Some(record) => record.backend,
+            None => self.pick_agent(chat)?,
+        };
+        self.check_chat_options(&agent, chat)
+    }
+
+    /// The agent a new conversation gets: the chat's `options.agent`, else the default.
+    pub(super) fn pick_agent(&self, chat: &Chat) -> Result<String, SessionError> {
+        let agents = &self.shared.agents;
+        let name = chat
+            .options
+            .agent
+            .clone()
+            .unwrap_or_else(|| agents.default_name().to_owned());
+        if agents.get(&name).is_none() {
+            let known: Vec<String> = agents.list().into_iter().map(|a| a.name).collect();
+            return Err(SessionError::new(
+                ErrorCode::InvalidOptions,
+                format!(
+                    "no agent named `{name}` on this server (agents: {})",
+                    known.join(", ")
+                ),
+            ));
+        }
+        Ok(name)
+    }
+
+    /// Refuses an operation the conversation's agent can't do with `unsupported`.
+    pub(super) fn require(
+        &self,
+        agent: &str,
+        what: &str,
+        can: impl Fn(&crate::agent::Supports) -> bool,
+    ) -> Result<(), SessionError> {
+        let supported = self
+            .shared
+            .agents
+            .get(agent)
+            .is_some_and(|b| can(&b.supports()));
+        if supported {
+            return Ok(());
+        }
+        Err(SessionError::new(
+            ErrorCode::Unsupported,
+            format!("this conversation's agent `{agent}` can't {what}"),
+        ))
+    }
+
+    /// Replaces the paths a chat names (`options.cwd`, `options.add_dirs`) by their canonical
+    /// form, each checked by [`crate::projects::resolve_dir`] against the roots `principal`
+    /// may use; anything else is `invalid_options`, before anything is created.
+    ///
+    /// # Errors
+    /// `invalid_options`, naming the first path refused.
+    pub async fn resolve_paths(
+        &self,
+        principal: &str,
+        mut chat: Chat,
+    ) -> Result<Chat, SessionError> {
+        let roots = &self.shared.config.projects.roots;
+        let refuse = |field: &str, why: String| {
+            SessionError::new(
+                ErrorCode::InvalidOptions,
+                format!("`options.{field}`: {why}"),
+            )
+        };
+        if let Some(raw) = chat.options.cwd.clone() {
+            match crate::projects::resolve_dir(roots, principal, &raw).await {
+                Ok(dir) => chat.options.cwd = Some(dir.to_string_lossy().into_owned()),
+                Err(why) => return Err(refuse("cwd", why)),
+            }
+        }
+        if let Some(dirs) = chat.options.add_dirs.clone() {
+            let mut resolved = Vec::with_capacity(dirs.len());
+            for raw in dirs {
+                match crate::projects::resolve_dir(roots, principal, &raw).await {
+                    Ok(dir) => resolved.push(dir.to_string_lossy().into_owned()),
+                    Err(why) => return Err(refuse("add_dirs", why)),
+                }
+            }
+            resolved.dedup();
+            chat.options.add_dirs = Some(resolved);
+        }
+        Ok(chat)
+    }
+
+    /// [`check_stored_dirs`] for a stored conversation whose agent would start with
+    /// `add_dirs`, as a typed error: `forbidden`.
+    pub(super) async fn check_dirs(
+        &self,
+        record: &SessionRecord,
+        add_dirs: &[String],
+    ) -> Result<(), SessionError> {
+        check_stored_dirs(
+            &self.shared.config,
+            &record.principal,
+            &record.session_id,
+            &record.cwd,
+            add_dirs,
+        )
+        .await
+        .map_err(|why| SessionError::new(ErrorCode::Forbidden, why))
+    }
+
+    /// Whether `cwd` is the workspace the server made for conversation `session_id`.
+    pub(super) fn is_own_workspace(&self, session_id: &SessionId, cwd: &str) -> bool {
+        own_workspace(&self.shared.config, session_id, cwd)
+    }
+}
+
+/// Whether `cwd` is the workspace the server made for conversation `session_id`
+/// (`<data-dir>/workspaces/<session_id>`), rather than a project directory. A [`SessionId`] is
+/// a UUID, so that is always one directory right under the workspaces.
+fn own_workspace(config: &Config, session_id: &SessionId, cwd: &str) -> bool {
+    std::path::Path::new(cwd) == config.workspaces_dir().join(session_id)
+}
+
+/// Checks, before an agent starts in them, that a stored conversation's directories are still
+/// ones `principal` may use: its working directory (unless it is the conversation's own
+/// workspace) and each of `add_dirs` must still resolve ([`crate::projects::resolve_dir`]) to
+/// themselves, inside a root the principal may use now. A root removed from the settings or
+/// limited to other principals since, or a directory replaced by a symbolic link (which would
+/// start the agent wherever the link leads), fails with a message saying so.
+pub(crate) async fn check_stored_dirs(
+    config: &Config,
+    principal: &str,
+    session_id: &SessionId,
+    cwd: &str,
+    add_dirs: &[String],
+) -> Result<(), String> {
+    let project = (!own_workspace(config, session_id, cwd)).then_some(("working directory", cwd));
+    let added = add_dirs.iter().map(|dir| ("added directory", dir.as_str()));
+    for (what, dir) in project.into_iter().chain(added) {
+        let resolved = crate::projects::resolve_dir(&config.projects.roots, principal, dir).await;
+        if resolved.is_ok_and(|canonical| canonical == std::path::Path::new(dir)) {
+            continue;
+        }
+        return Err(format!(
+            "the conversation's {what} `{dir}` is no longer a directory inside a project root \
+             you may use (the root was removed or limited to others, or the directory was \
+             replaced by a symbolic link); nothing was started"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a chat's options against the conversation's agent (by name): `options.agent`
+/// must be that agent, the model and permission mode must be ones it offers (for an ACP
+/// agent, once that is known), and a mode that runs tools without asking, or an
+/// `allowed_tools` pattern that grants a whole tool, needs `agent.allow_bypass_permissions`.
+/// Images to an agent known not to take them, and launch options an agent does not take,
+/// are `unsupported`.
+/// `unattended_allowed` is `agent.allow_bypass_permissions`.
+fn chat_options(
+    agents: &Agents,
+    unattended_allowed: bool,
+    conversation_agent: &str,
+    chat: &Chat,
+) -> Result<(), SessionError> {
+    let invalid = |message: String| SessionError::new(ErrorCode::InvalidOptions, message);
+    if let Some(agent) = &chat.options.agent
+        && agent != conversation_agent
+    {
+        return Err(invalid(format!(
+            "this conversation's agent is `{conversation_agent}`; it can't change to `{agent}`"
+        )));
+    }
+    let Some(backend) = agents.get(conversation_agent) else {
+        return Ok(());
+    };
+    if !chat.content.images().is_empty() && !backend.supports().images {
+        return Err(SessionError::new(
+            ErrorCode::Unsupported,
+            format!(
+                "this conversation's agent `{conversation_agent}` does not take images; \
+                 send the message without them"
+            ),
+        ));
+    }
+    let takes = backend.supports().launch_options;
+    if let Some(field) = (chat.options.launch_options().into_iter()).find(|o| !takes.contains(o)) {
+        return Err(SessionError::new(
+            ErrorCode::Unsupported,
+            format!(
+                "this conversation's agent `{conversation_agent}` does not take \
+                 `options.{field}` (its launch_options: [{}]); send the chat without it",
+                takes
+                    .iter()
+                    .map(|o| o.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    if let Some(mode) = &chat.options.permission_mode
+        && backend.unattended_mode(mode)
+        && !unattended_allowed
+    {
+        return Err(invalid(format!(
+            "`options.permission_mode` `{mode}` lets the agent run tools without asking; \
+             this server does not allow it (agent.allow_bypass_permissions)"
+        )));
+    }
+    if !unattended_allowed
+        && let Some(pattern) =
+            (chat.options.allowed_tools.iter().flatten()).find(|p| protocol::grants_whole_tool(p))
+    {
+        return Err(invalid(format!(
+            "`options.allowed_tools` `{pattern}` lets the agent use a whole tool without \
+             asking; this server allows only exact arguments, a literal command prefix \
+             that is not a shell or interpreter, or files below the working directory \
+             that are not hidden, such as `Bash(git log:*)` or `Edit(src/**)` \
+             (agent.allow_bypass_permissions)"
+        )));
+    }
+    backend
+        .check_options(
+            chat.options.model.as_deref(),
+            chat.options.permission_mode.as_deref(),
+        )
+        .map_err(invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::chat_options;
+    use crate::agent::demo::DemoBackend;
+    use crate::agent::registry::Agents;
+    use crate::config::AgentKind;
+    use crate::protocol::{Chat, ChatOptions, Content, ErrorCode};
+
+    fn agents() -> Agents {
+        let demo = DemoBackend {
+            word_delay: Duration::ZERO,
+            gate_dir: None,
+        };
+        Agents::single("demo", AgentKind::Demo, Arc::new(demo))
+    }
+
+    fn chat(options: ChatOptions) -> Chat {
+        Chat {
+            agent_id: "x".into(),
+            content: Content::Text("hi".into()),
+            client_msg_id: None,
+            options,
+        }
+    }
+
+    /// A chat may not change its conversation's agent, nor, unless the server allows it, ask
+    /// for a mode that runs tools without asking or a pattern that grants a whole tool; a
+    /// pattern that names what it allows, and the agent's own name, are fine.
+    #[test]
+    fn a_chat_s_options_are_checked_against_its_agent_and_the_settings() {
+        let agents = agents();
+        let code = |allowed: bool, options: ChatOptions| {
+            chat_options(&agents, allowed, "demo", &chat(options)).map_err(|e| e.code)
+        };
+        assert_eq!(code(false, ChatOptions::default()), Ok(()));
+        let named = ChatOptions {
+            agent: Some("demo".into()),
+            ..ChatOptions::default()
+        };
+        assert_eq!(code(false, named), Ok(()));
+        let other = ChatOptions {
+            agent: Some("claude".into()),
+            ..ChatOptions::default()
+        };
+        assert_eq!(code(true, other), Err(ErrorCode::InvalidOptions));
+        let bypass = ChatOptions {
+            permission_mode: Some("bypassPermissions".into()),
+            ..ChatOptions::default()
+        };
+        assert_eq!(code(false, bypass.clone()), Err(ErrorCode::InvalidOptions));
+        assert_eq!(code(true, bypass), Ok(()));
+        let tools = |pattern: &str| ChatOptions {
+            allowed_tools: Some(vec![pattern.into()]),
+            ..ChatOptions::default()
+        };
+        assert_eq!(code(false, tools("Bash")), Err(ErrorCode::InvalidOptions));
+        assert_eq!(
+            code(false, tools("Bash(*)")),
+            Err(ErrorCode::InvalidOptions)
+        );
+        assert_eq!(code(true, tools("Bash")), Ok(()));
+        assert_eq!(code(false, tools("Bash(git log:*)")), Ok(()));
+        // A conversation whose agent is no longer configured is checked for its agent only.
+        let gone = chat_options(&agents, false, "retired", &chat(tools("Bash")));
+        assert_eq!(gone, Ok(()));
+    }
+}

@@ -1,0 +1,431 @@
+//! The commands on an existing conversation: interrupt, answer a permission request, rewind, fork
+//! and delete.
+
+use tokio::sync::oneshot;
+
+use super::errors::{stopped, store_error};
+use super::routing::Route;
+use super::slots::{SlotState, send_command};
+use super::{Interrupted, Manager, PendingChat, SessionRecord, actor, cluster};
+use crate::protocol::{
+    self, AgentId, Chat, ClientFrame, ErrorCode, Frame, PermissionDecision, SessionId,
+};
+use crate::session::SessionError;
+use crate::store::StoreError;
+
+/// What a client can ask of one conversation, built by each edge from its own typed input.
+/// In cluster mode it goes to the node that runs the conversation as the client frame it
+/// mirrors ([`Command::into_frame`]), which that node decodes as a socket's.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// Store and run a user turn (the chat names its conversation).
+    Chat(Chat),
+    /// Stop the running turn.
+    Interrupt,
+    /// Answer a pending tool permission request.
+    AnswerPermission {
+        /// The request answered.
+        request_id: String,
+        /// Allow or deny.
+        decision: PermissionDecision,
+    },
+    /// Drop the stored messages after a `result`'s `seq`.
+    Rewind {
+        /// The `seq` of the `result` to go back to.
+        to_seq: i64,
+    },
+    /// Start a new conversation from this one's history.
+    Fork {
+        /// The new conversation's routing key.
+        new_agent_id: AgentId,
+        /// The `seq` of the `result` to fork at; the latest when absent.
+        at_seq: Option<i64>,
+    },
+}
+
+impl Command {
+    /// The client frame that asks this of conversation `agent_id`.
+    pub fn into_frame(self, agent_id: AgentId) -> ClientFrame {
+        match self {
+            Command::Chat(chat) => ClientFrame::Chat(chat),
+            Command::Interrupt => ClientFrame::Interrupt { agent_id },
+            Command::AnswerPermission {
+                request_id,
+                decision,
+            } => ClientFrame::PermissionResponse {
+                agent_id,
+                request_id,
+                decision,
+            },
+            Command::Rewind { to_seq } => ClientFrame::Rewind { agent_id, to_seq },
+            Command::Fork {
+                new_agent_id,
+                at_seq,
+            } => ClientFrame::Fork {
+                agent_id,
+                new_agent_id,
+                at_seq,
+            },
+        }
+    }
+
+    /// The command a client frame asks of its conversation, and that conversation; none for
+    /// a frame about the socket itself (ping, subscriptions, the activity feed).
+    pub fn from_frame(frame: ClientFrame) -> Option<(AgentId, Command)> {
+        Some(match frame {
+            ClientFrame::Chat(chat) => (chat.agent_id.clone(), Command::Chat(chat)),
+            ClientFrame::Interrupt { agent_id } => (agent_id, Command::Interrupt),
+            ClientFrame::PermissionResponse {
+                agent_id,
+                request_id,
+                decision,
+            } => (
+                agent_id,
+                Command::AnswerPermission {
+                    request_id,
+                    decision,
+                },
+            ),
+            ClientFrame::Rewind { agent_id, to_seq } => (agent_id, Command::Rewind { to_seq }),
+            ClientFrame::Fork {
+                agent_id,
+                new_agent_id,
+                at_seq,
+            } => (
+                agent_id,
+                Command::Fork {
+                    new_agent_id,
+                    at_seq,
+                },
+            ),
+            ClientFrame::Ping { .. }
+            | ClientFrame::Subscribe { .. }
+            | ClientFrame::Unsubscribe { .. }
+            | ClientFrame::Watch
+            | ClientFrame::Unwatch => return None,
+        })
+    }
+}
+
+/// What a [`Command`] did.
+pub enum Outcome {
+    /// The chat was handed to its conversation; its user message is being stored.
+    Chat(PendingChat),
+    /// The interrupt was handled.
+    Interrupted(Interrupted),
+    /// The permission answer was taken.
+    Answered,
+    /// The rewind stored this `rewound` status.
+    Rewound(Frame),
+    /// The fork created this conversation.
+    Forked(Box<SessionRecord>),
+}
+
+impl Manager {
+    /// Runs `command` for conversation `agent_id` of `principal` (a chat names its own).
+    ///
+    /// # Errors
+    /// Those of the command's own method.
+    pub async fn run(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        command: Command,
+    ) -> Result<Outcome, SessionError> {
+        Ok(match command {
+            Command::Chat(chat) => Outcome::Chat(self.submit_chat(principal, chat).await?),
+            Command::Interrupt => Outcome::Interrupted(self.interrupt(principal, agent_id).await?),
+            Command::AnswerPermission {
+                request_id,
+                decision,
+            } => {
+                self.answer_permission(principal, agent_id, request_id, decision)
+                    .await?;
+                Outcome::Answered
+            }
+            Command::Rewind { to_seq } => {
+                Outcome::Rewound(self.rewind(principal, agent_id, to_seq).await?)
+            }
+            Command::Fork {
+                new_agent_id,
+                at_seq,
+            } => Outcome::Forked(Box::new(
+                self.fork(principal, agent_id, &new_agent_id, at_seq)
+                    .await?,
+            )),
+        })
+    }
+
+    /// Stops the running turn of a conversation, if any.
+    ///
+    /// # Errors
+    /// `unknown_agent` when there is no such conversation.
+    pub async fn interrupt(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+    ) -> Result<Interrupted, SessionError> {
+        let (slot, guard) = self.existing_slot(principal, agent_id).await?;
+        let conversation = slot
+            .conversation
+            .get()
+            .expect("set by existing_slot")
+            .clone();
+        let SlotState::Live(handle) = &*guard else {
+            drop(guard);
+            let mut was_running = false;
+            if self.route == Route::AnyNode
+                && let Some(node) = self.owner_elsewhere(conversation.row, agent_id).await?
+            {
+                let command = Command::Interrupt;
+                was_running = match self.forward(&node, principal, agent_id, command).await? {
+                    cluster::Answer::Interrupt { was_running } => was_running,
+                    other => return Err(other.into_error()),
+                };
+            }
+            return Ok(Interrupted {
+                conversation,
+                was_running,
+            });
+        };
+        let (reply, rx) = oneshot::channel();
+        send_command(handle, actor::Command::Interrupt { reply })?;
+        drop(guard);
+        Ok(Interrupted {
+            conversation,
+            was_running: rx.await.unwrap_or(false),
+        })
+    }
+
+    /// Answers a pending tool permission request of a conversation.
+    ///
+    /// # Errors
+    /// `unknown_agent`, or `unknown_request` when no such request is pending.
+    pub async fn answer_permission(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        request_id: String,
+        decision: crate::protocol::PermissionDecision,
+    ) -> Result<(), SessionError> {
+        let no_request = || {
+            SessionError::new(
+                ErrorCode::UnknownRequest,
+                "no pending permission request with that id",
+            )
+        };
+        let (slot, guard) = self.existing_slot(principal, agent_id).await?;
+        let SlotState::Live(handle) = &*guard else {
+            drop(guard);
+            let row = slot.conversation.get().expect("set by existing_slot").row;
+            if self.route == Route::AnyNode
+                && let Some(node) = self.owner_elsewhere(row, agent_id).await?
+            {
+                let command = Command::AnswerPermission {
+                    request_id,
+                    decision,
+                };
+                return match self.forward(&node, principal, agent_id, command).await? {
+                    cluster::Answer::Done => Ok(()),
+                    other => Err(other.into_error()),
+                };
+            }
+            return Err(no_request());
+        };
+        let (reply, rx) = oneshot::channel();
+        let command = actor::Command::Permission {
+            request_id,
+            decision,
+            reply,
+        };
+        send_command(handle, command)?;
+        drop(guard);
+        rx.await.unwrap_or_else(|_| Err(no_request()))
+    }
+
+    /// Drops the stored messages of a conversation after `to_seq` (the `seq` of a `result`)
+    /// and makes its agent forget them. Returns the stored `rewound` status, which every
+    /// subscriber also gets. A dormant conversation is rewound in the store alone (its agent
+    /// starts as the store decided at its next turn), so it takes no place among the live ones.
+    ///
+    /// # Errors
+    /// `unknown_agent`, `invalid_seq` (not a `result`'s seq), `busy` (a turn is running or
+    /// queued) or `store_unavailable`.
+    pub async fn rewind(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        to_seq: i64,
+    ) -> Result<Frame, SessionError> {
+        let (slot, guard) = self.existing_slot(principal, agent_id).await?;
+        let agent = &slot.conversation.get().expect("set by existing_slot").agent;
+        self.require(agent, "rewind", |s| s.rewind)?;
+        match &*guard {
+            SlotState::Live(handle) if !handle.tx.is_closed() => {
+                let (reply, rx) = oneshot::channel();
+                send_command(handle, actor::Command::Rewind { to_seq, reply })?;
+                drop(guard);
+                rx.await.map_err(|_| stopped())?
+            }
+            _ => {
+                // The held slot keeps a chat on this node from starting the conversation
+                // meanwhile, and the lease one on another node.
+                let conversation = slot.conversation.get().expect("set by existing_slot");
+                let store = &self.shared.store;
+                match store.take_lease(conversation.row).await {
+                    Ok(()) => {}
+                    Err(StoreError::OwnedElsewhere(node))
+                        if self.route == Route::AnyNode && self.shared.bus.is_some() =>
+                    {
+                        drop(guard);
+                        let command = Command::Rewind { to_seq };
+                        return match self.forward(&node, principal, agent_id, command).await? {
+                            cluster::Answer::Rewound {
+                                seq,
+                                message_type,
+                                text,
+                            } => Ok(Frame::relayed(seq, &message_type, text)),
+                            other => Err(other.into_error()),
+                        };
+                    }
+                    Err(err) => return Err(store_error(err, agent_id)),
+                }
+                let rewound = actor::rewind_store(&self.shared, conversation, to_seq).await;
+                store.release_lease(conversation.row).await;
+                let (frame, _) = rewound?;
+                self.broadcast(&slot, conversation, frame.clone());
+                Ok(frame)
+            }
+        }
+    }
+
+    /// Creates conversation `new_agent_id` from `agent_id`'s stored history up to `at_seq`
+    /// (a `result`'s `seq`; the latest by default). The copied messages keep their `seq`s;
+    /// the fork's agent forks the original's session at that turn, so the two diverge from
+    /// there and never see each other's later messages.
+    ///
+    /// # Errors
+    /// `unknown_agent`, `invalid_seq`, `agent_exists` or `store_unavailable`.
+    pub async fn fork(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+        new_agent_id: &AgentId,
+        at_seq: Option<i64>,
+    ) -> Result<SessionRecord, SessionError> {
+        let store = &self.shared.store;
+        let source = self.get(principal, agent_id).await?;
+        self.require(&source.backend, "fork", |s| s.fork)?;
+        self.check_dirs(&source, &source.launch_options().add_dirs)
+            .await?;
+        let mut new = self.new_session(principal, new_agent_id, SessionId::new());
+        new.backend = source.backend.clone();
+        new.model = source.model.clone();
+        new.permission_mode = source.permission_mode.clone();
+        new.launch_options = source.launch_options();
+        // A project conversation's fork works in the same project (the agent's resume is
+        // scoped by it); one in its own workspace gets a workspace of its own.
+        if !self.is_own_workspace(&source.session_id, &source.cwd) {
+            new.cwd.clone_from(&source.cwd);
+        }
+        // Holding the new key's slot keeps a concurrent chat from creating it meanwhile.
+        let key = Self::key(principal, new_agent_id);
+        let (slot, guard) = self.lock_slot(&key).await;
+        let forked = store
+            .fork(source.row, at_seq, new)
+            .await
+            .map_err(|e| match e {
+                // The error is about the frame's own conversation; the message names the
+                // taken one.
+                StoreError::AgentExists => SessionError::new(
+                    ErrorCode::AgentExists,
+                    format!("a conversation with agent_id `{new_agent_id}` already exists"),
+                ),
+                e => store_error(e, agent_id),
+            });
+        self.release_if_unused(&key, &slot, &guard);
+        forked
+    }
+
+    /// Deletes a conversation: a running turn is abandoned and its agent stopped, every stored
+    /// message is removed, and subscribers get a `status` `deleted` before their subscription
+    /// ends. The `agent_id` is free again afterwards.
+    ///
+    /// # Errors
+    /// `unknown_agent` or `store_unavailable`.
+    pub async fn delete(&self, principal: &str, agent_id: &AgentId) -> Result<(), SessionError> {
+        let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
+        let conversation = slot
+            .conversation
+            .get()
+            .expect("set by existing_slot")
+            .clone();
+        let cwd = self.get(principal, agent_id).await?.cwd;
+        let live = match &*guard {
+            SlotState::Live(handle) => !handle.tx.is_closed(),
+            SlotState::Dormant => false,
+        };
+        if !live {
+            // Not while another node runs it.
+            self.shared
+                .store
+                .take_lease(conversation.row)
+                .await
+                .map_err(|e| store_error(e, agent_id))?;
+        }
+        if let SlotState::Live(handle) = std::mem::replace(&mut *guard, SlotState::Dormant) {
+            let (reply, rx) = oneshot::channel();
+            if handle
+                .tx
+                .send(actor::Command::Abandon { reply })
+                .await
+                .is_ok()
+            {
+                let _ = rx.await;
+            }
+        }
+        let deleted = self.shared.store.delete_session(conversation.row).await;
+        self.shared.store.release_lease(conversation.row).await;
+        deleted.map_err(|e| store_error(e, agent_id))?;
+        // The agent has stopped; the slot is still held, so none starts in it meanwhile.
+        self.remove_workspace(&conversation.session_id, &cwd).await;
+        let _ = slot.events.send(protocol::status_frame(
+            conversation.tag(),
+            "deleted",
+            "the conversation was deleted",
+        ));
+        self.remove_slot(&Self::key(principal, agent_id), &slot);
+        drop(guard);
+        Ok(())
+    }
+
+    /// Removes the workspace the server made for a deleted conversation,
+    /// `<data-dir>/workspaces/<session_id>`: only when that is the conversation's working
+    /// directory and a real directory there (a symbolic link is left alone, and nothing outside
+    /// the workspaces is touched). A failure is logged; the conversation is gone either way.
+    async fn remove_workspace(&self, session_id: &SessionId, cwd: &str) {
+        let dir = self.shared.config.workspaces_dir().join(session_id);
+        if !self.is_own_workspace(session_id, cwd) {
+            tracing::debug!(
+                %session_id,
+                cwd,
+                "the conversation worked in a project directory; left alone"
+            );
+            return;
+        }
+        match tokio::fs::symlink_metadata(&dir).await {
+            Ok(meta) if meta.is_dir() => {
+                if let Err(err) = tokio::fs::remove_dir_all(&dir).await {
+                    tracing::warn!(dir = %dir.display(), error = %err, "cannot remove the workspace");
+                }
+            }
+            Ok(_) => {
+                tracing::warn!(dir = %dir.display(), "the workspace is not a directory; left alone");
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(dir = %dir.display(), error = %err, "cannot inspect the workspace");
+            }
+        }
+    }
+}
