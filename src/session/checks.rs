@@ -150,6 +150,24 @@ impl Manager {
         .map_err(|why| SessionError::new(ErrorCode::Forbidden, why))
     }
 
+    /// [`check_stored_grants`] for a stored conversation whose agent would start with
+    /// `permission_mode` and `allowed_tools`, as a typed error: `forbidden`.
+    pub(super) fn check_grants(
+        &self,
+        record: &SessionRecord,
+        permission_mode: Option<&str>,
+        allowed_tools: &[String],
+    ) -> Result<(), SessionError> {
+        let agent = self.shared.agents.get(&record.backend);
+        check_stored_grants(
+            &self.shared.config,
+            |mode| agent.as_ref().is_some_and(|a| a.unattended_mode(mode)),
+            permission_mode,
+            allowed_tools,
+        )
+        .map_err(|why| SessionError::new(ErrorCode::Forbidden, why))
+    }
+
     /// Whether `cwd` is the workspace the server made for conversation `session_id`.
     pub(super) fn is_own_workspace(&self, session_id: &SessionId, cwd: &str) -> bool {
         own_workspace(&self.shared.config, session_id, cwd)
@@ -187,6 +205,40 @@ pub(crate) async fn check_stored_dirs(
             "the conversation's {what} `{dir}` is no longer a directory inside a project root \
              you may use (the root was removed or limited to others, or the directory was \
              replaced by a symbolic link); nothing was started"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks, before an agent starts with them, that a stored conversation's grants are still
+/// ones this server allows: without `agent.allow_bypass_permissions`, a permission mode that
+/// runs tools without asking (by `unattended_mode`) or an `allowed_tools` pattern that grants a
+/// whole tool ([`protocol::grants_whole_tool`]) stored while the setting was on, or before a
+/// pattern's rule was tightened, fails with a message saying so.
+pub(crate) fn check_stored_grants(
+    config: &Config,
+    unattended_mode: impl Fn(&str) -> bool,
+    permission_mode: Option<&str>,
+    allowed_tools: &[String],
+) -> Result<(), String> {
+    if config.agent.allow_bypass_permissions {
+        return Ok(());
+    }
+    if let Some(mode) = permission_mode.filter(|mode| unattended_mode(mode)) {
+        return Err(format!(
+            "the conversation's permission mode `{mode}` lets the agent run tools without \
+             asking, which this server no longer allows (agent.allow_bypass_permissions); \
+             choose another mode in a chat's options; nothing was started"
+        ));
+    }
+    if let Some(pattern) = allowed_tools
+        .iter()
+        .find(|p| protocol::grants_whole_tool(p))
+    {
+        return Err(format!(
+            "the conversation's allowed_tools pattern `{pattern}` grants more than it names, \
+             which this server no longer allows (agent.allow_bypass_permissions); set \
+             `options.allowed_tools` in a chat to replace it; nothing was started"
         ));
     }
     Ok(())

@@ -316,8 +316,13 @@ impl Manager {
         let store = &self.shared.store;
         let source = self.get(principal, agent_id).await?;
         self.require(&source.backend, "fork", |s| s.fork)?;
-        self.check_dirs(&source, &source.launch_options().add_dirs)
-            .await?;
+        let launch = source.launch_options();
+        self.check_dirs(&source, &launch.add_dirs).await?;
+        self.check_grants(
+            &source,
+            source.permission_mode.as_deref(),
+            &launch.allowed_tools,
+        )?;
         let mut new = self.new_session(principal, new_agent_id, SessionId::new());
         new.backend = source.backend.clone();
         new.model = source.model.clone();

@@ -144,6 +144,12 @@ impl Manager {
                 self.check_chat_options(&record.backend, chat)?;
                 let launch = record.launch_options().updated(&chat.options);
                 self.check_dirs(&record, &launch.add_dirs).await?;
+                let mode = chat.options.permission_mode.as_ref();
+                self.check_grants(
+                    &record,
+                    mode.or(record.permission_mode.as_ref()).map(String::as_str),
+                    &launch.allowed_tools,
+                )?;
                 record
             }
             None => {

@@ -385,3 +385,85 @@ async fn allowed_tools_that_grant_a_whole_tool_need_the_operator() {
         .await;
     assert_eq!(c.recv().await["message_type"], "ack");
 }
+
+/// Grants stored while the operator allowed them (`agent.allow_bypass_permissions`) are
+/// checked again once it doesn't: a chat to such a conversation, or a fork of it, is
+/// `forbidden` and starts no agent, until a chat's options replace them.
+#[tokio::test]
+async fn grants_stored_while_allowed_are_refused_once_they_are_not() {
+    let fx = crate::claude::Fixture::new("[agent]\nallow_bypass_permissions = true\n");
+    let server = fx.start(&[]).await;
+    let mut c = server.client().await;
+    for (agent_id, options) in [
+        ("tools", json!({"allowed_tools": ["Bash(*)"]})),
+        ("mode", json!({"permission_mode": "bypassPermissions"})),
+    ] {
+        c.send(json!({"type": "chat", "agent_id": agent_id, "content": "one", "options": options}))
+            .await;
+        c.until_result(agent_id).await;
+    }
+    let mut server = server;
+    server.terminate().await;
+    let toml = std::fs::read_to_string(&fx.config).unwrap();
+    let strict = toml.replace(
+        "allow_bypass_permissions = true",
+        "allow_bypass_permissions = false",
+    );
+    assert_ne!(toml, strict);
+    std::fs::write(&fx.config, strict).unwrap();
+
+    let server = fx.start(&[]).await;
+    let spawns = fx.spawns().len();
+    let mut c = server.client().await;
+    let own = [
+        ("Host", server.addr.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    for agent_id in ["tools", "mode"] {
+        c.send(
+            json!({"type": "chat", "agent_id": agent_id, "content": "two", "client_msg_id": "c"}),
+        )
+        .await;
+        let err = c.recv().await;
+        assert_eq!(err["code"], "forbidden", "{agent_id}: {err}");
+        assert_eq!(err["client_msg_id"], "c");
+        assert!(
+            err["error"]
+                .as_str()
+                .unwrap()
+                .contains("allow_bypass_permissions"),
+            "{err}"
+        );
+        let body = json!({"new_agent_id": format!("{agent_id}-fork")}).to_string();
+        let path = format!("/api/sessions/{agent_id}/fork");
+        let r = http_raw(&server.addr, "POST", &path, &own, &body).await;
+        assert_eq!(r.status, 403, "{}", r.body);
+    }
+    assert_eq!(fx.spawns().len(), spawns, "no agent started");
+    // A chat whose options replace the stored grants goes through.
+    c.send(
+        json!({"type": "chat", "agent_id": "tools", "content": "three",
+        "options": {"allowed_tools": ["Bash(git status)"]}}),
+    )
+    .await;
+    let frames = c.until_result("tools").await;
+    assert!(
+        frames.iter().any(|f| f["message_type"] == "ack"),
+        "{frames:?}"
+    );
+    c.send(
+        json!({"type": "chat", "agent_id": "mode", "content": "three",
+        "options": {"permission_mode": "default"}}),
+    )
+    .await;
+    let frames = c.until_result("mode").await;
+    assert!(
+        frames.iter().any(|f| f["message_type"] == "ack"),
+        "{frames:?}"
+    );
+    assert_eq!(
+        fx.spawns().len(),
+        spawns + 2,
+        "each started with its new options"
+    );
+}

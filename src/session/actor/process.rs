@@ -117,6 +117,14 @@ impl Actor {
                 self.conversation.agent
             )
         })?;
+        // Grants stored while the operator allowed more, or before a rule was tightened, are
+        // checked again as the directories are.
+        crate::session::checks::check_stored_grants(
+            &shared.config,
+            |mode| backend.unattended_mode(mode),
+            spec.permission_mode.as_deref(),
+            &spec.options.allowed_tools,
+        )?;
         self.restore_transcript(backend.as_ref(), &spec.launch)
             .await;
         let conn = backend.spawn(spec).await.map_err(|e| e.to_string())?;
