@@ -1385,9 +1385,11 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
 }
 
 /// Under writes that never pause, the SQLite WAL still starts over: its file stays bounded by
-/// `store.wal_restart_mib` (16 here) instead of growing with everything ever written (a passive
-/// checkpoint alone never lets a WAL restart while commits keep arriving). About 130 MiB pass
-/// through it here.
+/// `store.wal_restart_mib` (16 here) and what is written during one checkpoint pass, instead of
+/// growing with everything ever written (a passive checkpoint alone never lets a WAL restart
+/// while commits keep arriving). About 260 MiB pass through it here; the bound is a third of
+/// that, loose enough for a pass slowed by other tests on a busy machine, tight enough that a
+/// WAL that restarts only now and then fails it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_stays_bounded_under_continuous_writes() {
     let fx = Fixture::sqlite();
@@ -1409,7 +1411,7 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
                 .create_session(new_session("local", &format!("w{w}")))
                 .await
                 .unwrap();
-            for _ in 0..450 {
+            for _ in 0..900 {
                 let rows = (0..12)
                     .map(|_| NewMessage::new("assistant", payload.clone()))
                     .collect();
@@ -1425,10 +1427,10 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
     for w in writers {
         w.await.unwrap();
     }
-    let written = 8 * 450 * 12 * payload.len() as u64;
-    assert!(written > 120 << 20, "{written}");
+    let written = 8 * 900 * 12 * payload.len() as u64;
+    assert!(written > 240 << 20, "{written}");
     assert!(
-        largest < 48 << 20,
+        largest < written / 3,
         "the WAL grew to {largest} bytes while {written} bytes were stored"
     );
     store.close().await;
