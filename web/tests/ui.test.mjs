@@ -386,7 +386,7 @@ test('tool calls show collapsed with their results; permission requests are answ
   await second.locator('.permission-outcome').filter({ hasText: 'Denied' }).waitFor();
   await page.locator('.msg.result').nth(1).waitFor();
   const denied = page.locator('details.msg.tool').nth(1);
-  assert.match(await denied.locator('.tool-output').textContent(), /^denied: The user denied this tool use\./);
+  assert.match(await denied.locator('.tool-output').textContent(), /^The user denied this tool use\./);
 
   // After a reload the answered requests come back from the store, without buttons.
   await page.reload();
