@@ -13,9 +13,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, Unexpected, Visitor};
 
-use crate::protocol::{DecodeLimits, LaunchOption, MAX_PRINCIPAL_BYTES};
+use crate::protocol::{DecodeLimits, LaunchOption};
+
+mod auth;
+mod cluster;
+mod durations;
+
+pub use auth::AuthConfig;
+pub use cluster::ClusterConfig;
+use durations::{millis, secs};
 
 /// Which agent runs behind conversations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -64,183 +71,6 @@ pub struct Config {
     pub schedules: SchedulesConfig,
     /// Several nodes on one PostgreSQL store: this node's name and its leases.
     pub cluster: ClusterConfig,
-}
-
-/// Settings of a node among several sharing one PostgreSQL store.
-#[derive(Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ClusterConfig {
-    /// This node's name, unique among the nodes (`--node-id`, `AGENTMUX_NODE_ID`); empty for
-    /// `<host name>:<port>`. A node restarted under the same name takes its own conversations
-    /// back at once; under another, they wait for their leases to expire.
-    pub node_id: String,
-    /// How long a node's ownership of a conversation lasts unless renewed (it is renewed every
-    /// third of that while the conversation is live). A node that dies leaves its
-    /// conversations to others after at most this long.
-    #[serde(deserialize_with = "secs")]
-    pub lease_secs: u64,
-    /// The NATS server(s) the nodes route commands and frames through (`--cluster-nats`,
-    /// `AGENTMUX_CLUSTER_NATS`): `nats://HOST:PORT`, several separated by commas. Empty for
-    /// none: a command for a conversation another node runs is then refused, naming it.
-    /// A server's URL may carry a user and password (`nats://USER:PASSWORD@HOST:PORT`) or a
-    /// token (`nats://TOKEN@HOST:PORT`); `tls://HOST:PORT` requires TLS.
-    pub nats: String,
-    /// The secret every node of a cluster shares (`AGENTMUX_CLUSTER_SECRET`), at least 32
-    /// bytes: each message between nodes is authenticated with it, and a node refuses to route
-    /// through NATS without one.
-    pub secret: Option<String>,
-    /// A NATS credentials file (a user JWT and its nkey seed) to log in to NATS with.
-    pub nats_creds_file: Option<PathBuf>,
-    /// A file holding an nkey seed (`SU…`) to log in to NATS with.
-    pub nats_nkey_file: Option<PathBuf>,
-    /// Require TLS on the connection to NATS (also implied by a `tls://` URL).
-    pub nats_tls: bool,
-    /// PEM certificates of the authorities that sign the NATS servers' certificates (TLS).
-    pub nats_ca_file: Option<PathBuf>,
-    /// A PEM client certificate and its key, for NATS servers that verify clients (TLS).
-    pub nats_cert_file: Option<PathBuf>,
-    /// The key of `nats_cert_file`.
-    pub nats_key_file: Option<PathBuf>,
-}
-
-/// Shows which secrets are set, never their values (nor a password in a NATS URL).
-impl fmt::Debug for ClusterConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClusterConfig")
-            .field("node_id", &self.node_id)
-            .field("lease_secs", &self.lease_secs)
-            .field("nats", &(!self.nats.is_empty()).then_some("<set>"))
-            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
-            .field("nats_creds_file", &self.nats_creds_file)
-            .field("nats_nkey_file", &self.nats_nkey_file)
-            .field("nats_tls", &self.nats_tls)
-            .field("nats_ca_file", &self.nats_ca_file)
-            .field("nats_cert_file", &self.nats_cert_file)
-            .field("nats_key_file", &self.nats_key_file)
-            .finish()
-    }
-}
-
-impl Default for ClusterConfig {
-    fn default() -> Self {
-        ClusterConfig {
-            node_id: String::new(),
-            lease_secs: 10,
-            nats: String::new(),
-            secret: None,
-            nats_creds_file: None,
-            nats_nkey_file: None,
-            nats_tls: false,
-            nats_ca_file: None,
-            nats_cert_file: None,
-            nats_key_file: None,
-        }
-    }
-}
-
-impl ClusterConfig {
-    /// How long a chat for a conversation whose node is gone waits for its lease to expire.
-    pub fn takeover_wait(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(self.lease_secs + 2)
-    }
-
-    /// The node's name: the configured one, or `<host name>:<port of bind>`.
-    ///
-    /// # Errors
-    /// When the name is not 1–128 characters of `[A-Za-z0-9._:-]` starting with no `-`, or
-    /// `lease_secs` is 0.
-    pub fn node_name(&self, bind: SocketAddr) -> anyhow::Result<String> {
-        if self.lease_secs == 0 {
-            anyhow::bail!("cluster.lease_secs must be at least 1");
-        }
-        let name = if self.node_id.is_empty() {
-            format!("{}:{}", host_name(), bind.port())
-        } else {
-            self.node_id.clone()
-        };
-        let valid = (1..=128).contains(&name.len())
-            && !name.starts_with('-')
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b".:_-".contains(&b));
-        if !valid {
-            anyhow::bail!(
-                "node id {name:?} must be 1-128 characters of [A-Za-z0-9._:-], not starting with \
-                 '-' (--node-id, AGENTMUX_NODE_ID or cluster.node_id)"
-            );
-        }
-        Ok(name)
-    }
-}
-
-/// This machine's host name (`localhost` when it has none).
-fn host_name() -> String {
-    let name = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
-    match name.is_empty() {
-        true => "localhost".to_owned(),
-        false => name,
-    }
-}
-
-/// Reads a `…_secs` setting: a number of seconds, or a duration written out that is a whole
-/// number of them.
-fn secs<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    d.deserialize_any(Count {
-        unit: Duration::from_secs(1),
-        name: "seconds",
-    })
-}
-
-/// Reads a `…_ms` setting: a number of milliseconds, or a duration written out that is a
-/// whole number of them.
-fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    d.deserialize_any(Count {
-        unit: Duration::from_millis(1),
-        name: "milliseconds",
-    })
-}
-
-/// A count of `unit`s, given as a number or as a duration.
-struct Count {
-    unit: Duration,
-    name: &'static str,
-}
-
-impl Visitor<'_> for Count {
-    type Value = u64;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "a number of {} or a duration such as \"30s\", \"5m\" or \"1h 30m\"",
-            self.name
-        )
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
-        Ok(v)
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
-        u64::try_from(v).map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
-        let duration = humantime::parse_duration(v)
-            .map_err(|err| E::custom(format_args!("{v:?} is not a duration ({err})")))?;
-        let unit = self.unit.as_nanos();
-        if duration.as_nanos() % unit != 0 {
-            return Err(E::custom(format_args!(
-                "{v:?} is not a whole number of {}",
-                self.name
-            )));
-        }
-        u64::try_from(duration.as_nanos() / unit)
-            .map_err(|_| E::custom(format_args!("{v:?} is too long")))
-    }
 }
 
 /// Settings of scheduled prompts.
@@ -463,42 +293,6 @@ pub const DEFAULT_MAX_LIVE_PROCESSES: usize = 16;
 /// The principal of every caller while authentication is off.
 pub const LOCAL_PRINCIPAL: &str = "local";
 
-/// Authentication settings. Authentication is on whenever a token or a JWT key is set.
-#[derive(Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AuthConfig {
-    /// API tokens: token → principal. `AGENTMUX_TOKENS` adds more.
-    pub tokens: BTreeMap<String, String>,
-    /// Key that signs WebSocket tickets; a random one is made at start-up when unset.
-    pub ticket_secret: Option<String>,
-    /// How long a WebSocket ticket is valid, in seconds.
-    #[serde(deserialize_with = "secs")]
-    pub ticket_ttl_secs: u64,
-    /// Shared secret of HS256-signed JWTs; their `sub` claim, after
-    /// [`Self::jwt_principal_prefix`], is the principal.
-    pub jwt_hs256_secret: Option<String>,
-    /// PEM public key of RS256-signed JWTs; their `sub` claim, after
-    /// [`Self::jwt_principal_prefix`], is the principal.
-    pub jwt_rs256_public_key_pem: Option<String>,
-    /// When set, JWTs must carry this `iss` claim.
-    pub jwt_issuer: Option<String>,
-    /// When set, JWTs must carry this `aud` claim.
-    pub jwt_audience: Option<String>,
-    /// Clock skew allowed when checking a JWT's `exp` and `nbf`, in seconds.
-    #[serde(deserialize_with = "secs")]
-    pub jwt_leeway_secs: u64,
-    /// Put before a JWT's `sub` to make its principal (`jwt:` by default), so that JWT
-    /// subjects and API-token principals never share conversations by accident. Empty: a
-    /// JWT with `sub` `alice` acts as the token principal `alice`.
-    pub jwt_principal_prefix: String,
-    /// Browser origins allowed besides the server's own (`https://app.example.com`).
-    pub allowed_origins: Vec<String>,
-    /// Principals that may see every principal's schedules (`GET /api/schedules?all=true`).
-    /// With authentication off, the one principal [`LOCAL_PRINCIPAL`], who runs the server, is
-    /// an admin anyway.
-    pub admins: Vec<String>,
-}
-
 /// Claude Code CLI settings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -696,126 +490,6 @@ impl Default for Config {
             schedules: SchedulesConfig::default(),
             cluster: ClusterConfig::default(),
         }
-    }
-}
-
-impl Default for AuthConfig {
-    fn default() -> Self {
-        AuthConfig {
-            tokens: BTreeMap::new(),
-            ticket_secret: None,
-            ticket_ttl_secs: 60,
-            jwt_hs256_secret: None,
-            jwt_rs256_public_key_pem: None,
-            jwt_issuer: None,
-            jwt_audience: None,
-            jwt_leeway_secs: 5,
-            jwt_principal_prefix: "jwt:".to_owned(),
-            allowed_origins: Vec::new(),
-            admins: Vec::new(),
-        }
-    }
-}
-
-/// Shows which secrets are set, never their values.
-impl fmt::Debug for AuthConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let set = |s: &Option<String>| if s.is_some() { "<set>" } else { "<unset>" };
-        f.debug_struct("AuthConfig")
-            .field("principals", &self.tokens.values().collect::<Vec<_>>())
-            .field("ticket_secret", &set(&self.ticket_secret))
-            .field("ticket_ttl_secs", &self.ticket_ttl_secs)
-            .field("jwt_hs256_secret", &set(&self.jwt_hs256_secret))
-            .field(
-                "jwt_rs256_public_key_pem",
-                &set(&self.jwt_rs256_public_key_pem),
-            )
-            .field("jwt_issuer", &self.jwt_issuer)
-            .field("jwt_audience", &self.jwt_audience)
-            .field("jwt_leeway_secs", &self.jwt_leeway_secs)
-            .field("jwt_principal_prefix", &self.jwt_principal_prefix)
-            .field("allowed_origins", &self.allowed_origins)
-            .field("admins", &self.admins)
-            .finish()
-    }
-}
-
-impl AuthConfig {
-    /// Whether any credential is configured, which turns authentication on.
-    pub fn is_configured(&self) -> bool {
-        !self.tokens.is_empty() || self.verifies_jwts()
-    }
-
-    /// Whether JWTs are accepted.
-    fn verifies_jwts(&self) -> bool {
-        self.jwt_hs256_secret.is_some() || self.jwt_rs256_public_key_pem.is_some()
-    }
-
-    /// Whether `principal` can still sign in: with authentication off, only
-    /// [`LOCAL_PRINCIPAL`]; else a principal of a configured token, or, while JWTs are
-    /// accepted, any principal a JWT could have: [`Self::jwt_principal_prefix`] followed by a
-    /// subject a JWT may carry (1 to [`MAX_PRINCIPAL_BYTES`] bytes). JWT subjects are not
-    /// listed anywhere, so such a principal is never known to be gone; with an empty prefix
-    /// that is every principal, a token's too (the operator made them one namespace).
-    pub fn principal_exists(&self, principal: &str) -> bool {
-        if !self.is_configured() {
-            return principal == LOCAL_PRINCIPAL;
-        }
-        let from_jwt = || {
-            principal
-                .strip_prefix(self.jwt_principal_prefix.as_str())
-                .is_some_and(|sub| (1..=MAX_PRINCIPAL_BYTES).contains(&sub.len()))
-        };
-        self.tokens.values().any(|p| p == principal) || (self.verifies_jwts() && from_jwt())
-    }
-
-    /// Whether `principal` is one of the server's admins ([`Self::admins`]).
-    pub fn is_admin(&self, principal: &str) -> bool {
-        (!self.is_configured() && principal == LOCAL_PRINCIPAL)
-            || self.admins.iter().any(|a| a == principal)
-    }
-
-    /// Refuses to run without authentication anywhere but on a loopback address.
-    ///
-    /// # Errors
-    /// When no credential is configured and `bind` is not a loopback address.
-    pub fn check_bind(&self, bind: SocketAddr) -> anyhow::Result<()> {
-        if !self.is_configured() && !bind.ip().is_loopback() {
-            anyhow::bail!(
-                "refusing to listen on {bind} without authentication: set API tokens \
-                 (AGENTMUX_TOKENS or [auth] tokens) or a JWT key, or bind a loopback address"
-            );
-        }
-        Ok(())
-    }
-
-    /// Adds tokens from a `token=principal,token=principal` list (the form of
-    /// `AGENTMUX_TOKENS`). Each entry is split at its last `=`, so a token may end in `=`
-    /// (base64 padding) and a principal never contains one.
-    ///
-    /// # Errors
-    /// When an entry has no `=`, or an empty token or principal. The message names the entry
-    /// by position, never by its token.
-    pub fn add_token_list(&mut self, list: &str) -> anyhow::Result<()> {
-        for (i, entry) in list.split(',').enumerate() {
-            let entry = entry.trim();
-            if entry.is_empty() {
-                continue;
-            }
-            match entry.rsplit_once('=') {
-                Some((token, principal))
-                    if !token.trim().is_empty() && !principal.trim().is_empty() =>
-                {
-                    self.tokens
-                        .insert(token.trim().to_owned(), principal.trim().to_owned());
-                }
-                _ => anyhow::bail!(
-                    "AGENTMUX_TOKENS entry {} is not of the form token=principal",
-                    i + 1
-                ),
-            }
-        }
-        Ok(())
     }
 }
 
@@ -1086,7 +760,10 @@ mod tests {
             !both.principal_exists("jwt:"),
             "no JWT has an empty subject"
         );
-        let long = format!("jwt:{}", "b".repeat(MAX_PRINCIPAL_BYTES + 1));
+        let long = format!(
+            "jwt:{}",
+            "b".repeat(crate::protocol::MAX_PRINCIPAL_BYTES + 1)
+        );
         assert!(!both.principal_exists(&long), "nor one that long");
 
         // With no prefix a JWT's subject is the principal: any principal may sign in so.
