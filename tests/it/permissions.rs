@@ -152,22 +152,35 @@ async fn a_request_open_when_its_turn_ends_is_cancelled() {
     );
 }
 
-/// A client without a socket answers a tool prompt over REST, with the socket frame's fields:
-/// another principal's answer and an unknown `request_id` are refused and change nothing,
-/// a malformed answer gets the frame's typed error, and the owner's answer runs the tool.
-#[tokio::test]
-async fn a_permission_prompt_is_answered_over_rest() {
+/// A server of the fake CLI whose tool prompts wait an hour, alice's socket, and REST clients
+/// as alice and as bob.
+async fn alice_and_bob() -> (
+    Fixture,
+    TestServer,
+    Client,
+    crate::rest::Rest,
+    crate::rest::Rest,
+) {
     use crate::rest::Rest;
     use crate::security::{TOKENS, connect_as};
     let fx = Fixture::new(&format!(
         "{TOKENS}\n[session]\npermission_timeout_secs = 3600\n"
     ));
     let server = fx.start(&[]).await;
-    let mut a = connect_as(&server.addr, "tok-alice").await;
+    let a = connect_as(&server.addr, "tok-alice").await;
     let (alice, bob) = (
         Rest::with_token(&server, "tok-alice"),
         Rest::with_token(&server, "tok-bob"),
     );
+    (fx, server, a, alice, bob)
+}
+
+/// A client without a socket answers a tool prompt over REST, with the socket frame's fields:
+/// another principal's answer and an unknown `request_id` are refused and change nothing,
+/// a malformed answer gets the frame's typed error, and the owner's answer runs the tool.
+#[tokio::test]
+async fn a_permission_prompt_is_answered_over_rest() {
+    let (_fx, _server, mut a, alice, bob) = alice_and_bob().await;
     chat_ack(&mut a, "rp", "please run TOOL:touch_rest").await;
     let request = a
         .recv_until(|f| f["message_type"] == "permission_request")
@@ -221,17 +234,7 @@ async fn a_permission_prompt_is_answered_over_rest() {
 /// ends; an interrupt with nothing running says so.
 #[tokio::test]
 async fn a_turn_is_interrupted_over_rest() {
-    use crate::rest::Rest;
-    use crate::security::{TOKENS, connect_as};
-    let fx = Fixture::new(&format!(
-        "{TOKENS}\n[session]\npermission_timeout_secs = 3600\n"
-    ));
-    let server = fx.start(&[]).await;
-    let mut a = connect_as(&server.addr, "tok-alice").await;
-    let (alice, bob) = (
-        Rest::with_token(&server, "tok-alice"),
-        Rest::with_token(&server, "tok-bob"),
-    );
+    let (_fx, _server, mut a, alice, bob) = alice_and_bob().await;
     // A turn waiting for a tool prompt runs until it is answered or stopped.
     chat_ack(&mut a, "ri", "please run TOOL:never_answered").await;
     a.recv_until(|f| f["message_type"] == "permission_request")
