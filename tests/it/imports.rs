@@ -206,27 +206,37 @@ async fn an_import_cut_by_a_crash_is_gone_after_restart() {
 }
 
 /// Starts imports `held-0` and `held-1` as `token` whose bodies never end, and waits until
-/// both hold their places (an export as `token` is refused for want of one).
+/// both hold their places (an export as `token` is refused for want of one). The probing
+/// export takes a place for a moment itself, so a held import that arrives meanwhile may be
+/// refused: such an import (one the server has answered) is started again.
 async fn hold_two_imports(server: &TestServer, token: &str) -> Vec<TcpStream> {
     let first = export_of(1);
-    let mut held = Vec::new();
-    for i in 0..2 {
-        let mut s = TcpStream::connect(&server.addr).await.unwrap();
-        let head = import_head(&server.addr, &format!("held-{i}"), token, 1 << 20);
-        s.write_all(head.as_bytes()).await.unwrap();
-        s.write_all(first.as_bytes()).await.unwrap();
-        held.push(s);
-    }
+    let mut held: Vec<Option<TcpStream>> = vec![None, None];
     let deadline = tokio::time::Instant::now() + IMPORT_WAIT;
-    while rest_as(server, token, "GET", "/api/sessions/none/export")
-        .await
-        .0
-        != 429
-    {
-        assert!(tokio::time::Instant::now() < deadline, "the imports start");
+    loop {
+        for (i, slot) in held.iter_mut().enumerate() {
+            let answered = slot.as_ref().is_some_and(|s| {
+                let mut buf = [0u8; 64];
+                !matches!(s.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            });
+            if slot.is_none() || answered {
+                let mut s = TcpStream::connect(&server.addr).await.unwrap();
+                let head = import_head(&server.addr, &format!("held-{i}"), token, 1 << 20);
+                s.write_all(head.as_bytes()).await.unwrap();
+                s.write_all(first.as_bytes()).await.unwrap();
+                *slot = Some(s);
+            }
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
+        if rest_as(server, token, "GET", "/api/sessions/none/export")
+            .await
+            .0
+            == 429
+        {
+            return held.into_iter().flatten().collect();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the imports start");
     }
-    held
 }
 
 /// Imports and exports are capped per principal (`session.max_transfers_per_principal`):
