@@ -6,8 +6,15 @@
 //! commits: the writer's connection has automatic checkpoints off and wakes the checkpointer,
 //! whose passive checkpoints never block it. Passive checkpoints alone never let the WAL start
 //! over while commits keep coming, so after every `store.wal_restart_mib` it has written, the
-//! writer restarts the WAL between two commits, right after a pass of the checkpointer, so that
-//! it copies only what was committed during that pass.
+//! writer has the checkpointer restart the WAL between two commits, right after one of its
+//! passes, so that the restart copies only what was committed during that pass. Only the
+//! checkpointer's connection ever checkpoints, so a restart never finds another checkpoint
+//! under way.
+//!
+//! Every connection uses SQLite's `unix-excl` VFS: the WAL's index lives in the process's
+//! memory, not in a memory-mapped `-shm` file that another process could truncate (the next
+//! access to such a mapping ends the process with `SIGBUS`). The price is that the server holds
+//! the database file alone while it runs.
 //! Stored messages are read a page at a time on blocking threads, with no hand-off per row.
 
 use std::collections::HashMap;
@@ -82,11 +89,15 @@ pub(super) fn start(
     Ok(())
 }
 
+/// The SQLite VFS of every connection of the store (see the module's opening).
+pub(super) const VFS: &str = "unix-excl";
+
 /// A connection to `path` with the store's settings and automatic checkpoints off.
 fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(
+    let conn = Connection::open_with_flags_and_vfs(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        VFS,
     )?;
     conn.busy_timeout(Duration::from_secs(10))?;
     let synchronous = if synchronous_full { "full" } else { "normal" };
@@ -101,29 +112,59 @@ fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::R
     Ok(conn)
 }
 
-/// Starts the thread that checkpoints the WAL whenever the writer wakes it (and every
+/// What the writer asks of the checkpointer.
+enum Job {
+    /// A passive checkpoint beside the commits.
+    Pass,
+    /// A restart of the WAL while the writer waits for the answer, so no commit runs meanwhile.
+    Restart(std_mpsc::SyncSender<()>),
+}
+
+/// Starts the thread that checkpoints the WAL whenever the writer asks (and every
 /// [`CHECKPOINT_INTERVAL`]); it ends when the writer drops the sender.
 fn spawn_checkpointer(path: &Path) -> anyhow::Result<Checkpointer> {
     let conn = open(path, false, 0)?;
-    let (tx, rx) = std_mpsc::sync_channel::<()>(1);
+    let (tx, rx) = std_mpsc::sync_channel::<Job>(1);
     let passes = Arc::new(AtomicU64::new(0));
     let done = passes.clone();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("store-checkpoint".into())
         .spawn(move || {
-            // Woken by the writer, or every interval; ends once the writer drops the sender.
-            while let Ok(()) | Err(std_mpsc::RecvTimeoutError::Timeout) =
-                rx.recv_timeout(CHECKPOINT_INTERVAL)
-            {
-                if let Err(err) = conn.execute_batch("pragma wal_checkpoint(passive)") {
-                    tracing::warn!(error = %err, "WAL checkpoint failed");
-                } else if let Err(err) = sync_database(&conn) {
-                    tracing::warn!(error = %err, "syncing the database file failed");
+            loop {
+                match rx.recv_timeout(CHECKPOINT_INTERVAL) {
+                    Ok(Job::Pass) | Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                        if let Err(err) = conn.execute_batch("pragma wal_checkpoint(passive)") {
+                            tracing::warn!(error = %err, "WAL checkpoint failed");
+                        } else if let Err(err) = sync_database(&conn) {
+                            tracing::warn!(error = %err, "syncing the database file failed");
+                        }
+                        done.fetch_add(1, Ordering::Release);
+                    }
+                    Ok(Job::Restart(answer)) => {
+                        restart_wal(&conn);
+                        let _ = answer.send(());
+                    }
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
                 }
-                done.fetch_add(1, Ordering::Release);
             }
         })?;
-    Ok(Checkpointer { wake: tx, passes })
+    Ok(Checkpointer {
+        jobs: tx,
+        passes,
+        thread,
+    })
+}
+
+/// Checkpoints what earlier passes have not yet copied, waits for readers of the old pages (the
+/// connection's busy timeout), and so makes the next commit write from the WAL's beginning. A
+/// restart that fails or times out is tried again after the next `store.wal_restart_mib`.
+fn restart_wal(conn: &Connection) {
+    // (busy, pages in the WAL, pages copied back)
+    match conn.query_row("pragma wal_checkpoint(restart)", [], |r| r.get::<_, i64>(0)) {
+        Ok(0) => {}
+        Ok(_) => tracing::warn!("WAL restart timed out waiting for readers"),
+        Err(err) => tracing::warn!(error = %err, "WAL restart failed"),
+    }
 }
 
 /// Flushes what checkpoints wrote into the database file to disk, through the connection's own
@@ -164,9 +205,31 @@ fn sync_database(conn: &Connection) -> std::result::Result<(), String> {
 
 /// The writer's handle on the checkpointer thread.
 struct Checkpointer {
-    wake: std_mpsc::SyncSender<()>,
+    jobs: std_mpsc::SyncSender<Job>,
     /// Passes the checkpointer has finished.
     passes: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Checkpointer {
+    /// Asks for a pass unless one is already asked for.
+    fn wake(&self) {
+        let _ = self.jobs.try_send(Job::Pass);
+    }
+
+    /// Has the WAL restarted and waits until it has (after a pass already asked for).
+    fn restart(&self) {
+        let (tx, rx) = std_mpsc::sync_channel(1);
+        if self.jobs.send(Job::Restart(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+
+    /// Ends the thread once its current job is done.
+    fn stop(self) {
+        drop(self.jobs);
+        let _ = self.thread.join();
+    }
 }
 
 struct Writer {
@@ -200,7 +263,7 @@ impl Writer {
                 self.pace_checkpoints();
             }
         }
-        drop(self.checkpointer);
+        self.checkpointer.stop();
         let _ = self.conn.execute_batch("pragma wal_checkpoint(truncate)");
         drop(self.conn);
         if let Some(done) = closing {
@@ -209,28 +272,29 @@ impl Writer {
     }
 
     /// After a commit: wakes the checkpointer every [`CHECKPOINT_EVERY_PAGES`] written, and
-    /// restarts the WAL once `wal_restart_pages` have been written and the checkpointer has
-    /// since finished a pass.
+    /// has it restart the WAL once `wal_restart_pages` have been written and it has since
+    /// finished a pass.
     fn pace_checkpoints(&mut self) {
         let pages = self.pages_written();
         self.pages_since_checkpoint += pages;
         self.pages_since_restart += pages;
         let passes = self.checkpointer.passes.load(Ordering::Acquire);
         match self.restart_after_pass {
-            Some(due) if passes > due && self.restart_wal() => {
+            Some(due) if passes > due => {
+                self.checkpointer.restart();
                 self.pages_since_restart = 0;
                 self.pages_since_checkpoint = 0;
                 self.restart_after_pass = None;
             }
-            // Waiting for the pass, or the checkpointer was busy: tried after the next commit.
+            // Waiting for the pass: looked at again after the next commit.
             Some(_) => {}
             None if self.pages_since_restart >= self.wal_restart_pages => {
                 self.restart_after_pass = Some(passes);
-                let _ = self.checkpointer.wake.try_send(());
+                self.checkpointer.wake();
             }
             None if self.pages_since_checkpoint >= CHECKPOINT_EVERY_PAGES => {
                 self.pages_since_checkpoint = 0;
-                let _ = self.checkpointer.wake.try_send(());
+                self.checkpointer.wake();
             }
             None => {}
         }
@@ -254,23 +318,6 @@ impl Writer {
             u64::try_from(current).unwrap_or(0)
         } else {
             0
-        }
-    }
-
-    /// Checkpoints what the checkpointer has not yet copied, waits for readers of the old pages,
-    /// and so makes the next commit write from the WAL's beginning. False when the checkpointer
-    /// is busy copying: the writer tries again after its next commit.
-    fn restart_wal(&self) -> bool {
-        // (busy, pages in the WAL, pages copied back)
-        match self
-            .conn
-            .query_row("pragma wal_checkpoint(restart)", [], |r| r.get::<_, i64>(0))
-        {
-            Ok(busy) => busy == 0,
-            Err(err) => {
-                tracing::warn!(error = %err, "WAL restart failed");
-                true
-            }
         }
     }
 

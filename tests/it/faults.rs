@@ -241,6 +241,46 @@ async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
     assert_eq!(server.integrity().await.as_deref(), Some("ok"));
 }
 
+/// Another process truncating the store's `-shm` file and making it unreadable doesn't end the
+/// server (SQLite's WAL index is not a memory-mapped file, whose truncation would end it with
+/// `SIGBUS` at its next read): chats, a new conversation and history pages go on, and the
+/// server stops cleanly when asked.
+#[tokio::test]
+async fn a_truncated_shm_file_does_not_end_the_server() {
+    crate::sqlite_only!("the -shm file is SQLite's");
+    use std::os::unix::fs::PermissionsExt;
+    let mut server = TestServer::start().await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "before", "one").await;
+    c.until_result("before").await;
+    let shm = server.data_dir.join("agentmux.db-shm");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&shm)
+        .unwrap();
+    std::fs::set_permissions(&shm, std::fs::Permissions::from_mode(0o000)).unwrap();
+
+    let rest = crate::rest::Rest::new(&server);
+    for (agent, text, turn) in [("before", "two", 2), ("after", "three", 1)] {
+        let (status, page) = rest.get("/api/sessions/before/messages").await;
+        assert_eq!(status, 200, "{page}");
+        chat_ack(&mut c, agent, text).await;
+        assert_eq!(
+            reply_text(&c.until_result(agent).await),
+            format!("Echo: {text} (turn {turn})")
+        );
+        assert!(
+            server.child.try_wait().unwrap().is_none(),
+            "the server is still running"
+        );
+    }
+    assert_eq!(turns_of(&rest, "before").await, (2, 2, 0));
+    let status = server.terminate().await;
+    assert!(status.success(), "a clean stop, not a signal: {status:?}");
+}
+
 /// `(prompts, results)` among a conversation's stored messages, and how many results say
 /// `server_restart`.
 async fn turns_of(rest: &crate::rest::Rest, agent_id: &str) -> (usize, usize, usize) {
