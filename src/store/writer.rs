@@ -7,7 +7,9 @@
 //! whose passive checkpoints never block it. Passive checkpoints alone never let the WAL start
 //! over while commits keep coming, so after every `store.wal_restart_mib` it has written, the
 //! writer has the checkpointer restart the WAL between two commits, right after one of its
-//! passes, so that the restart copies only what was committed during that pass. Only the
+//! passes, so that the restart copies only what was committed during that pass; a pass slowed
+//! so much that twice that much has been written meanwhile is waited for, with commits held,
+//! so the log never grows past about twice the setting. Only the
 //! checkpointer's connection ever checkpoints, so a restart never finds another checkpoint
 //! under way.
 //!
@@ -273,14 +275,17 @@ impl Writer {
 
     /// After a commit: wakes the checkpointer every [`CHECKPOINT_EVERY_PAGES`] written, and
     /// has it restart the WAL once `wal_restart_pages` have been written and it has since
-    /// finished a pass.
+    /// finished a pass, or at once (after its pass) when twice that much has been written.
     fn pace_checkpoints(&mut self) {
         let pages = self.pages_written();
         self.pages_since_checkpoint += pages;
         self.pages_since_restart += pages;
         let passes = self.checkpointer.passes.load(Ordering::Acquire);
         match self.restart_after_pass {
-            Some(due) if passes > due => {
+            Some(due)
+                if passes > due
+                    || self.pages_since_restart >= self.wal_restart_pages.saturating_mul(2) =>
+            {
                 self.checkpointer.restart();
                 self.pages_since_restart = 0;
                 self.pages_since_checkpoint = 0;

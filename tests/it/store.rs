@@ -1384,12 +1384,11 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
     store.close().await;
 }
 
-/// Under writes that never pause, the SQLite WAL still starts over: its file stays bounded by
-/// `store.wal_restart_mib` (16 here) and what is written during one checkpoint pass, instead of
-/// growing with everything ever written (a passive checkpoint alone never lets a WAL restart
-/// while commits keep arriving). About 260 MiB pass through it here; the bound is a third of
-/// that, loose enough for a pass slowed by other tests on a busy machine, tight enough that a
-/// WAL that restarts only now and then fails it.
+/// Under writes that never pause, the SQLite WAL still starts over: its file stays under about
+/// twice `store.wal_restart_mib` (16 here), however slow the checkpoint passes are on a busy
+/// machine, instead of growing with everything ever written (a passive checkpoint alone never
+/// lets a WAL restart while commits keep arriving). About 260 MiB pass through it here; 48 MiB
+/// leaves room for the frame headers and the batch that crossed the line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_stays_bounded_under_continuous_writes() {
     let fx = Fixture::sqlite();
@@ -1429,8 +1428,9 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
     }
     let written = 8 * 900 * 12 * payload.len() as u64;
     assert!(written > 240 << 20, "{written}");
+    eprintln!("the WAL's largest size: {largest} bytes of {written} written");
     assert!(
-        largest < written / 3,
+        largest < 48 << 20,
         "the WAL grew to {largest} bytes while {written} bytes were stored"
     );
     store.close().await;
