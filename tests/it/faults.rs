@@ -212,9 +212,14 @@ async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
     }
     full.expect("the disk filled up within 1000 turns");
 
+    // The last turn of "big" may still be streaming (only its output failed to be stored),
+    // and its result may fail too: only "new-one"'s frames count here.
     c.chat("new-one", "hello").await;
     let new_one = c
-        .recv_until(|v| v["message_type"] == "error" || v["message_type"] == "result")
+        .recv_until(|v| {
+            v["agent_id"] == "new-one"
+                && (v["message_type"] == "error" || v["message_type"] == "result")
+        })
         .await;
     let last = new_one.last().unwrap();
     assert_eq!(
