@@ -20,8 +20,9 @@
 //!   commit.
 //! - [`protocol`]: the wire frames, their decoding with typed errors and their building; a
 //!   leaf that imports nothing else of the crate.
-//! - [`config`], [`limits`], [`metrics`], [`projects`]: settings, quotas, counters and the
-//!   project roots' path rules, used by every layer.
+//! - [`config`], [`limits`], [`metrics`], [`projects`], [`worktrees`]: settings, quotas,
+//!   counters, the project roots' path rules and conversations' git worktrees, used by every
+//!   layer above them.
 
 #![warn(missing_docs)]
 
@@ -34,6 +35,7 @@ pub mod projects;
 pub mod protocol;
 pub mod session;
 pub mod store;
+pub mod worktrees;
 
 use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;

@@ -1,0 +1,516 @@
+//! Worktrees against the real git program: isolation of parallel worktrees, changes, merge,
+//! squash, conflicts, discard, checkpoints, fork, removal, pruning and hostile input.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// A repository with one commit on `main` (`a.txt`, `sub/b.txt`), and the worktrees' folder.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    repo: PathBuf,
+    worktrees: Worktrees,
+}
+
+fn sh(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(find_on_path().expect("git on PATH"))
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let repo = base.join("repo");
+        std::fs::create_dir_all(repo.join("sub")).unwrap();
+        sh(&repo, &["init", "-q", "-b", "main"]);
+        sh(&repo, &["config", "user.name", "Dev"]);
+        sh(&repo, &["config", "user.email", "dev@example.com"]);
+        std::fs::write(repo.join("a.txt"), "one\ntwo\nthree\n").unwrap();
+        std::fs::write(repo.join("sub/b.txt"), "b\n").unwrap();
+        sh(&repo, &["add", "."]);
+        sh(&repo, &["commit", "-q", "-m", "first"]);
+        let git = Git::new(find_on_path().unwrap(), false);
+        Fixture {
+            worktrees: Worktrees::new(git, base.join("data/worktrees")),
+            repo,
+            _tmp: tmp,
+        }
+    }
+
+    async fn create(&self, key: &str, request: Request) -> Result<Worktree> {
+        let repo = self.worktrees.repo_of(&self.repo).await?;
+        self.worktrees.create(&repo, key, key, &request).await
+    }
+
+    async fn worktree(&self, key: &str) -> Worktree {
+        self.create(key, Request::default()).await.unwrap()
+    }
+
+    fn main_head(&self) -> String {
+        sh(&self.repo, &["rev-parse", "refs/heads/main"])
+    }
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[tokio::test]
+async fn two_worktrees_of_one_repository_never_see_each_others_edits() {
+    let fx = Fixture::new();
+    let (one, two) = (fx.worktree("c1").await, fx.worktree("c2").await);
+    assert_eq!(
+        (one.branch.as_str(), one.base.as_str()),
+        ("agentmux/c1", "main")
+    );
+    assert_ne!(one.path, two.path);
+    std::fs::write(one.path.join("a.txt"), "one\nTWO\nthree\nfour\n").unwrap();
+    std::fs::write(two.path.join("a.txt"), "uno\n").unwrap();
+    assert_eq!(read(one.path.join("a.txt")), "one\nTWO\nthree\nfour\n");
+    assert_eq!(read(two.path.join("a.txt")), "uno\n");
+    assert_eq!(
+        read(fx.repo.join("a.txt")),
+        "one\ntwo\nthree\n",
+        "the main checkout is untouched"
+    );
+
+    let changes = fx.worktrees.changes(&one, 1 << 20).await.unwrap();
+    assert_eq!(changes.merge_base, fx.main_head());
+    assert!(changes.uncommitted);
+    assert_eq!(
+        changes.files,
+        [ChangedFile {
+            path: "a.txt".into(),
+            status: "modified",
+            additions: 2,
+            deletions: 1,
+            binary: false
+        }]
+    );
+    assert!(changes.diff.contains("+TWO\n"), "{}", changes.diff);
+    assert!(!changes.truncated);
+}
+
+#[tokio::test]
+async fn the_agent_runs_where_the_directory_was_in_the_repository() {
+    let fx = Fixture::new();
+    let repo = fx.worktrees.repo_of(&fx.repo.join("sub")).await.unwrap();
+    assert_eq!(
+        (repo.top.as_path(), repo.subdir.as_path()),
+        (fx.repo.as_path(), Path::new("sub"))
+    );
+    let wt = fx
+        .worktrees
+        .create(&repo, "s1", "s1", &Request::default())
+        .await
+        .unwrap();
+    assert_eq!(wt.cwd(), wt.path.join("sub"));
+    assert_eq!(read(wt.cwd().join("b.txt")), "b\n");
+}
+
+#[tokio::test]
+async fn untracked_files_count_and_a_link_out_of_the_root_shows_as_a_link() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("u1").await;
+    let secret = fx.repo.parent().unwrap().join("secret.txt");
+    std::fs::write(&secret, "the secret\n").unwrap();
+    std::fs::write(wt.path.join("new.txt"), "x\ny\n").unwrap();
+    std::os::unix::fs::symlink(&secret, wt.path.join("link")).unwrap();
+    std::fs::remove_file(wt.path.join("sub/b.txt")).unwrap();
+    let changes = fx.worktrees.changes(&wt, 1 << 20).await.unwrap();
+    let summary: Vec<_> = changes
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.status, f.additions, f.deletions))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("link", "added", 1, 0),
+            ("new.txt", "added", 2, 0),
+            ("sub/b.txt", "deleted", 0, 1)
+        ]
+    );
+    assert!(
+        changes.diff.contains(&format!("+{}", secret.display())),
+        "{}",
+        changes.diff
+    );
+    assert!(!changes.diff.contains("the secret"), "{}", changes.diff);
+    // The worktree's own index is untouched by listing its changes.
+    assert_eq!(sh(&wt.path, &["diff", "--cached", "--name-only"]), "");
+}
+
+#[tokio::test]
+async fn a_diff_larger_than_the_cap_is_cut_and_says_so() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("big").await;
+    std::fs::write(wt.path.join("big.txt"), "line\n".repeat(100_000)).unwrap();
+    let changes = fx.worktrees.changes(&wt, 4096).await.unwrap();
+    assert!(changes.truncated);
+    assert_eq!(changes.diff.len(), 4096);
+    assert_eq!(changes.files[0].additions, 100_000, "the counts are whole");
+}
+
+#[tokio::test]
+async fn merges_land_on_the_base_and_a_conflict_changes_nothing() {
+    let fx = Fixture::new();
+    let (one, two) = (fx.worktree("m1").await, fx.worktree("m2").await);
+    std::fs::write(one.path.join("a.txt"), "one\nfrom m1\nthree\n").unwrap();
+    std::fs::write(two.path.join("a.txt"), "one\nfrom m2\nthree\n").unwrap();
+    for wt in [&one, &two] {
+        assert!(fx.worktrees.commit(wt, "edit").await.unwrap().is_some());
+        assert_eq!(
+            fx.worktrees.commit(wt, "again").await.unwrap(),
+            None,
+            "nothing left"
+        );
+    }
+    let before = fx.main_head();
+    let merged = fx
+        .worktrees
+        .merge(&one, Strategy::Merge, None)
+        .await
+        .unwrap();
+    assert!(merged.changed);
+    assert_eq!(fx.main_head(), merged.commit);
+    assert_eq!(
+        sh(&fx.repo, &["rev-list", "--parents", "-n", "1", "main"])
+            .split(' ')
+            .count(),
+        3,
+        "a merge commit has two parents"
+    );
+    // The main checkout (on main, clean) moved with its branch.
+    assert_eq!(read(fx.repo.join("a.txt")), "one\nfrom m1\nthree\n");
+    assert_eq!(sh(&fx.repo, &["status", "--porcelain"]), "");
+    assert_ne!(before, merged.commit);
+
+    let main_before = fx.main_head();
+    let two_head = sh(&two.path, &["rev-parse", "HEAD"]);
+    match fx.worktrees.merge(&two, Strategy::Merge, None).await {
+        Err(WorktreeError::Conflict(paths)) => assert_eq!(paths, ["a.txt"]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fx.main_head(), main_before);
+    assert_eq!(sh(&two.path, &["rev-parse", "HEAD"]), two_head);
+    assert_eq!(read(fx.repo.join("a.txt")), "one\nfrom m1\nthree\n");
+    assert_eq!(sh(&fx.repo, &["status", "--porcelain"]), "");
+    // Merging again what has landed changes nothing.
+    let again = fx
+        .worktrees
+        .merge(&one, Strategy::Merge, None)
+        .await
+        .unwrap();
+    assert_eq!((again.changed, again.commit), (false, main_before));
+}
+
+#[tokio::test]
+async fn a_squash_is_one_commit_and_a_dirty_checkout_of_the_base_is_never_touched() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("sq").await;
+    for (i, text) in ["x\n", "y\n"].into_iter().enumerate() {
+        std::fs::write(wt.path.join(format!("f{i}.txt")), text).unwrap();
+        fx.worktrees
+            .commit(&wt, &format!("step {i}"))
+            .await
+            .unwrap();
+    }
+    std::fs::write(fx.repo.join("a.txt"), "my own work\n").unwrap();
+    let before = fx.main_head();
+    match fx
+        .worktrees
+        .merge(&wt, Strategy::Squash, Some("both steps"))
+        .await
+    {
+        Err(WorktreeError::Uncommitted { tree, .. }) => assert_eq!(tree, fx.repo),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fx.main_head(), before);
+    assert_eq!(read(fx.repo.join("a.txt")), "my own work\n");
+
+    sh(&fx.repo, &["checkout", "-q", "--", "a.txt"]);
+    let merged = fx
+        .worktrees
+        .merge(&wt, Strategy::Squash, Some("both steps"))
+        .await
+        .unwrap();
+    assert_eq!(
+        sh(&fx.repo, &["log", "-1", "--format=%s%n%P", "main"]),
+        format!("both steps\n{before}")
+    );
+    assert_eq!(merged.commit, fx.main_head());
+    assert_eq!(read(fx.repo.join("f1.txt")), "y\n");
+}
+
+#[tokio::test]
+async fn uncommitted_work_in_the_worktree_is_not_merged_unasked() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("dirty").await;
+    std::fs::write(wt.path.join("a.txt"), "changed\n").unwrap();
+    let before = fx.main_head();
+    assert!(matches!(
+        fx.worktrees.merge(&wt, Strategy::Merge, None).await,
+        Err(WorktreeError::Uncommitted { .. })
+    ));
+    assert_eq!(fx.main_head(), before);
+}
+
+#[tokio::test]
+async fn discard_returns_the_worktree_to_its_base() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("d1").await;
+    std::fs::write(wt.path.join("a.txt"), "changed\n").unwrap();
+    fx.worktrees.commit(&wt, "c").await.unwrap();
+    std::fs::write(wt.path.join("new.txt"), "new\n").unwrap();
+    fx.worktrees.discard(&wt).await.unwrap();
+    assert_eq!(read(wt.path.join("a.txt")), "one\ntwo\nthree\n");
+    assert!(!wt.path.join("new.txt").exists());
+    let changes = fx.worktrees.changes(&wt, 1 << 20).await.unwrap();
+    assert!(
+        changes.files.is_empty() && !changes.uncommitted,
+        "{changes:?}"
+    );
+}
+
+#[tokio::test]
+async fn restoring_a_checkpoint_puts_the_files_back() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("r1").await;
+    std::fs::write(wt.path.join("kept.txt"), "from turn 1\n").unwrap();
+    fx.worktrees.checkpoint(&wt, "r1", 2).await.unwrap();
+    // Turn 2 creates a file, changes one, removes one and commits part of it.
+    std::fs::write(wt.path.join("created.txt"), "turn 2\n").unwrap();
+    std::fs::write(wt.path.join("a.txt"), "changed by turn 2\n").unwrap();
+    std::fs::remove_file(wt.path.join("sub/b.txt")).unwrap();
+    fx.worktrees.commit(&wt, "turn 2").await.unwrap();
+    std::fs::write(wt.path.join("kept.txt"), "changed too\n").unwrap();
+
+    fx.worktrees.restore(&wt, "r1", 2).await.unwrap();
+    assert!(!wt.path.join("created.txt").exists());
+    assert_eq!(read(wt.path.join("a.txt")), "one\ntwo\nthree\n");
+    assert_eq!(read(wt.path.join("sub/b.txt")), "b\n");
+    assert_eq!(read(wt.path.join("kept.txt")), "from turn 1\n");
+    assert_eq!(
+        sh(&wt.path, &["rev-parse", "HEAD"]),
+        fx.main_head(),
+        "the branch went back"
+    );
+    assert_eq!(
+        sh(&wt.path, &["status", "--porcelain"]),
+        "?? kept.txt",
+        "uncommitted as it was"
+    );
+    assert!(matches!(
+        fx.worktrees.restore(&wt, "r1", 7).await,
+        Err(WorktreeError::Invalid(_))
+    ));
+    // Checkpoints are not on any branch.
+    assert!(!sh(&fx.repo, &["branch", "-a"]).contains("checkpoint"));
+}
+
+#[tokio::test]
+async fn a_fork_starts_from_the_sources_files_uncommitted_ones_included() {
+    let fx = Fixture::new();
+    let source = fx.worktree("src").await;
+    std::fs::write(source.path.join("wip.txt"), "not committed\n").unwrap();
+    let fork = fx
+        .worktrees
+        .fork(&source, "fork", "fork", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (fork.branch.as_str(), fork.base.as_str()),
+        ("agentmux/fork", "main")
+    );
+    assert_eq!(read(fork.path.join("wip.txt")), "not committed\n");
+    // The source keeps its uncommitted file, uncommitted.
+    assert_eq!(sh(&source.path, &["status", "--porcelain"]), "?? wip.txt");
+}
+
+#[tokio::test]
+async fn removal_keeps_an_unmerged_branch_and_drops_a_merged_one() {
+    let fx = Fixture::new();
+    let (merged, open) = (fx.worktree("gone").await, fx.worktree("open").await);
+    for wt in [&merged, &open] {
+        std::fs::write(
+            wt.path.join(format!("{}.txt", wt.branch.replace('/', "-"))),
+            "x\n",
+        )
+        .unwrap();
+        fx.worktrees.commit(wt, "work").await.unwrap();
+        fx.worktrees.checkpoint(wt, "k", 1).await.unwrap();
+    }
+    fx.worktrees
+        .merge(&merged, Strategy::Merge, None)
+        .await
+        .unwrap();
+    assert!(
+        !fx.worktrees.remove(&merged, "gone").await.unwrap(),
+        "a merged branch goes"
+    );
+    assert!(
+        fx.worktrees.remove(&open, "open").await.unwrap(),
+        "an unmerged branch stays"
+    );
+    assert!(!merged.path.exists() && !open.path.exists());
+    let branches = sh(&fx.repo, &["branch", "--format=%(refname:short)"]);
+    assert_eq!(branches, "agentmux/open\nmain");
+    assert_eq!(
+        sh(
+            &fx.repo,
+            &["for-each-ref", "refs/agentmux/checkpoints/gone/"]
+        ),
+        ""
+    );
+}
+
+#[tokio::test]
+async fn worktrees_of_conversations_that_are_gone_are_pruned() {
+    let fx = Fixture::new();
+    let (keep, drop) = (fx.worktree("keep").await, fx.worktree("drop").await);
+    assert_eq!(fx.worktrees.prune(|key| key == "keep").await, 1);
+    assert!(keep.path.exists() && !drop.path.exists());
+    assert!(!sh(&fx.repo, &["worktree", "list"]).contains("drop"));
+}
+
+#[tokio::test]
+async fn hostile_branches_and_bases_are_refused_before_git_runs() {
+    let fx = Fixture::new();
+    for branch in ["--upload-pack=x", "a..b", "refs/heads/../../x", "-b"] {
+        let asked = Request {
+            base: None,
+            branch: Some(branch.into()),
+        };
+        assert!(
+            matches!(fx.create("h1", asked).await, Err(WorktreeError::Invalid(_))),
+            "{branch}"
+        );
+    }
+    for base in [
+        "nope",
+        "--output=/tmp/x",
+        "main..HEAD",
+        "HEAD~1",
+        "deadbeef00",
+    ] {
+        let asked = Request {
+            base: Some(base.into()),
+            branch: None,
+        };
+        match fx.create("h2", asked).await {
+            Err(WorktreeError::Invalid(why)) => assert!(why.contains("neither a branch"), "{why}"),
+            other => panic!("{base}: {other:?}"),
+        }
+    }
+    let taken = Request {
+        base: None,
+        branch: Some("main".into()),
+    };
+    assert!(matches!(
+        fx.create("h3", taken).await,
+        Err(WorktreeError::Invalid(_))
+    ));
+    assert!(matches!(
+        fx.create("../x", Request::default()).await,
+        Err(WorktreeError::Invalid(_))
+    ));
+    let outside = fx.repo.parent().unwrap();
+    assert!(matches!(
+        fx.worktrees.repo_of(outside).await,
+        Err(WorktreeError::NotARepository(_))
+    ));
+    // A base given as a commit works, and can't be merged into.
+    let commit = fx.main_head();
+    let wt = fx
+        .create(
+            "h4",
+            Request {
+                base: Some(commit[..12].into()),
+                branch: Some("topic".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (wt.base.as_str(), wt.base_is_branch),
+        (commit.as_str(), false)
+    );
+    assert!(matches!(
+        fx.worktrees.merge(&wt, Strategy::Merge, None).await,
+        Err(WorktreeError::Invalid(_))
+    ));
+    // Default names never collide with an existing branch.
+    sh(&fx.repo, &["branch", "agentmux/h5"]);
+    assert_eq!(fx.worktree("h5").await.branch, "agentmux/h5-2");
+}
+
+#[tokio::test]
+async fn a_worktreeinclude_copies_ignored_files_but_never_through_a_link() {
+    let fx = Fixture::new();
+    std::fs::write(fx.repo.join(".gitignore"), ".env\n*.log\nlinked.env\n").unwrap();
+    std::fs::write(fx.repo.join(".worktreeinclude"), ".env\nlinked.env\n").unwrap();
+    sh(&fx.repo, &["add", ".gitignore", ".worktreeinclude"]);
+    sh(&fx.repo, &["commit", "-q", "-m", "ignore"]);
+    std::fs::write(fx.repo.join(".env"), "KEY=1\n").unwrap();
+    std::fs::write(fx.repo.join("debug.log"), "noise\n").unwrap();
+    let outside = fx.repo.parent().unwrap().join("outside.env");
+    std::fs::write(&outside, "SECRET=1\n").unwrap();
+    std::os::unix::fs::symlink(&outside, fx.repo.join("linked.env")).unwrap();
+    let wt = fx.worktree("inc").await;
+    assert_eq!(read(wt.path.join(".env")), "KEY=1\n");
+    assert!(
+        !wt.path.join("debug.log").exists(),
+        "not named in .worktreeinclude"
+    );
+    assert!(std::fs::symlink_metadata(wt.path.join("linked.env")).is_err());
+}
+
+#[tokio::test]
+async fn repository_hooks_do_not_run_unless_allowed() {
+    let fx = Fixture::new();
+    let marker = fx.repo.parent().unwrap().join("hook-ran");
+    let hook = fx.repo.join(".git/hooks/post-checkout");
+    std::fs::write(&hook, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wt = fx.worktree("hooks").await;
+    std::fs::write(wt.path.join("x"), "x").unwrap();
+    fx.worktrees.commit(&wt, "x").await.unwrap();
+    assert!(!marker.exists(), "a hook ran");
+    let allowing = Worktrees::new(
+        Git::new(find_on_path().unwrap(), true),
+        fx.worktrees.dir.clone(),
+    );
+    let repo = allowing.repo_of(&fx.repo).await.unwrap();
+    allowing
+        .create(&repo, "hooks2", "hooks2", &Request::default())
+        .await
+        .unwrap();
+    assert!(marker.exists(), "run_hooks lets them run");
+}
+
+#[tokio::test]
+async fn the_git_here_is_new_enough() {
+    let fx = Fixture::new();
+    assert!(fx.worktrees.check_git().await.unwrap() >= MIN_VERSION);
+    let missing = Worktrees::new(
+        Git::new(PathBuf::from("/nonexistent/git"), false),
+        fx.worktrees.dir.clone(),
+    );
+    assert!(matches!(
+        missing.check_git().await,
+        Err(WorktreeError::Git(_))
+    ));
+}
