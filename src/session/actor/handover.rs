@@ -10,9 +10,8 @@ use super::permissions::resolved;
 use super::publish::Out;
 use super::{Actor, Command};
 use crate::agent::{AgentInput, Launch};
-use crate::protocol::error_result;
 use crate::session::slots::SlotState;
-use crate::store::{NewMessage, RunningTurn, Totals};
+use crate::store::{NewMessage, RunningTurn};
 
 /// Writes `content` to a new file `path` only this user may read, making its directories
 /// (private too) as needed; an existing file or link there is left alone.
@@ -238,13 +237,11 @@ impl Actor {
             .map(|request_id| Out::Stored(resolved(&request_id, "cancelled")))
             .collect();
         for _ in 0..open {
-            let mut result = NewMessage::new(
-                "result",
-                error_result(&self.conversation.session_id, "server_shutdown"),
-            );
-            result.totals = Some(Totals::default());
-            result.running = Some(RunningTurn::Ends { next: None });
-            outs.push(Out::Stored(result));
+            outs.push(Out::Stored(NewMessage::error_result(
+                &self.conversation.session_id,
+                "server_shutdown",
+                RunningTurn::Ends { next: None },
+            )));
         }
         if !outs.is_empty() {
             self.publish_batch(outs).await;

@@ -8,7 +8,7 @@ use super::permissions::resolved;
 use super::publish::Out;
 use super::{Actor, EVENT_BATCH};
 use crate::agent::{AgentEvent, AgentMessage};
-use crate::protocol::{self, error_result};
+use crate::protocol;
 use crate::store::{NewMessage, Totals};
 
 impl Actor {
@@ -68,13 +68,11 @@ impl Actor {
                         // Interrupted meanwhile: it ends as if the agent had read both.
                         Some(running) if running.interrupt_deadline.is_some() => {
                             self.running = Some(running);
-                            let mut result = NewMessage::new(
-                                "result",
-                                error_result(&self.conversation.session_id, "aborted_streaming"),
-                            );
-                            result.totals = Some(Totals::default());
-                            result.running = Some(self.turn_ends());
-                            outs.push(Out::Stored(result));
+                            outs.push(Out::Stored(NewMessage::error_result(
+                                &self.conversation.session_id,
+                                "aborted_streaming",
+                                self.turn_ends(),
+                            )));
                             turn_ended = true;
                         }
                         Some(running) => {

@@ -10,8 +10,7 @@ use super::publish::Out;
 use super::{Actor, NO_TURN};
 use crate::agent::{Launch, SpawnSpec};
 use crate::config::SessionConfig;
-use crate::protocol::error_result;
-use crate::store::{NewMessage, NextLaunch, Totals};
+use crate::store::{NewMessage, NextLaunch};
 
 impl Actor {
     /// How the next agent starts: as a rewind or fork decided, else resuming the id the agent
@@ -208,13 +207,11 @@ impl Actor {
                 "crashed",
                 format!("the agent stopped mid-turn: {detail}"),
             ));
-            let mut result = NewMessage::new(
-                "result",
-                error_result(&self.conversation.session_id, "crashed"),
-            );
-            result.totals = Some(Totals::default());
-            result.running = Some(self.turn_ends());
-            outs.push(Out::Stored(result));
+            outs.push(Out::Stored(NewMessage::error_result(
+                &self.conversation.session_id,
+                "crashed",
+                self.turn_ends(),
+            )));
             *turn_ended = true;
         }
     }

@@ -9,10 +9,10 @@ use tokio::time::Instant;
 use super::Actor;
 use super::publish::Out;
 use crate::agent::AgentInput;
-use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame, error_result};
+use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame};
 use crate::session::SessionError;
 use crate::session::{Conversation, Shared};
-use crate::store::{NewMessage, NextLaunch, RunningTurn, StoreError, Totals};
+use crate::store::{NewMessage, NextLaunch, RunningTurn, StoreError};
 
 pub(super) struct Turn {
     pub(super) user_seq: i64,
@@ -277,12 +277,8 @@ impl Actor {
             ErrorCode::BackendUnavailable,
             format!("the agent could not run the turn: {detail}"),
         ));
-        let mut result = NewMessage::new(
-            "result",
-            error_result(&self.conversation.session_id, reason),
-        );
-        result.totals = Some(Totals::default());
-        result.running = Some(self.turn_ends());
+        let result =
+            NewMessage::error_result(&self.conversation.session_id, reason, self.turn_ends());
         self.publish_batch(vec![Out::Stored(result)]).await;
     }
 
@@ -304,12 +300,11 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        let mut result = NewMessage::new(
-            "result",
-            error_result(&self.conversation.session_id, "interrupt_timeout"),
+        let result = NewMessage::error_result(
+            &self.conversation.session_id,
+            "interrupt_timeout",
+            self.turn_ends(),
         );
-        result.totals = Some(Totals::default());
-        result.running = Some(self.turn_ends());
         self.publish_batch(vec![Out::Stored(result)]).await;
         self.running = None;
         self.start_next_turn().await;
