@@ -161,9 +161,11 @@ impl Actor {
     /// more, and drop the queue.
     pub(super) async fn abandon(&mut self) {
         self.commands.close();
-        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
-        self.queue.clear();
-        self.running = None;
+        self.shared
+            .metrics
+            .queued_turns(-(self.turns.queue.len() as i64));
+        self.turns.queue.clear();
+        self.turns.running = None;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
@@ -201,9 +203,11 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
-        self.queue.clear();
-        self.running = None;
+        self.shared
+            .metrics
+            .queued_turns(-(self.turns.queue.len() as i64));
+        self.turns.queue.clear();
+        self.turns.running = None;
         self.pending_permissions.clear();
         self.respawns.at = None;
         self.live = None;
@@ -221,7 +225,7 @@ impl Actor {
     /// resumes from the agent's own record.
     pub(super) async fn stop(&mut self) {
         self.stopping = true;
-        let open = usize::from(self.running.take().is_some()) + self.queue.len();
+        let open = usize::from(self.turns.running.take().is_some()) + self.turns.queue.len();
         if open > 0
             && let Some(agent) = &self.agent
         {
@@ -230,8 +234,10 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
-        self.queue.clear();
+        self.shared
+            .metrics
+            .queued_turns(-(self.turns.queue.len() as i64));
+        self.turns.queue.clear();
         let mut outs: Vec<Out> = std::mem::take(&mut self.pending_permissions)
             .into_keys()
             .map(|request_id| Out::Stored(resolved(&request_id, "cancelled")))

@@ -11,7 +11,7 @@ mod process;
 mod publish;
 mod turns;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,8 +28,8 @@ use crate::protocol::{Chat, Frame, LaunchOptions, PermissionDecision};
 use crate::session::SessionError;
 use crate::store::{NewMessage, NextLaunch, SessionRecord};
 
+use turns::Turns;
 pub(super) use turns::rewind_store;
-use turns::{Running, Turn};
 
 /// The `user_seq` of an agent started with no turn for it: every stored prompt is before it.
 const NO_TURN: i64 = i64::MAX;
@@ -102,8 +102,7 @@ struct Actor {
     /// How the next agent launch starts, when a rewind or fork decided it; cleared once the
     /// agent reports its new id.
     next_launch: Option<NextLaunch>,
-    queue: VecDeque<Turn>,
-    running: Option<Running>,
+    turns: Turns,
     agent: Option<AgentConn>,
     /// Cumulative cost the current agent process reported; results carry running totals.
     process_cost: f64,
@@ -146,8 +145,7 @@ pub(crate) fn spawn(init: ActorInit) {
         events,
         busy,
         commands,
-        queue: VecDeque::new(),
-        running: None,
+        turns: Turns::default(),
         agent: None,
         process_cost: 0.0,
         idle_since: Instant::now(),
@@ -185,8 +183,8 @@ impl Actor {
     async fn run(mut self) {
         let evict_after = self.shared.config.idle_evict();
         loop {
-            let idle = self.running.is_none() && self.queue.is_empty();
-            let deadline = self.running.as_ref().and_then(|r| r.interrupt_deadline);
+            let idle = !self.turns.is_busy();
+            let deadline = self.turns.interrupt_deadline();
             let permission_deadline = self.pending_permissions.values().min().copied();
             tokio::select! {
                 cmd = self.commands.recv() => match cmd {
