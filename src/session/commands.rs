@@ -5,7 +5,7 @@ use tokio::sync::oneshot;
 
 use super::errors::{stopped, store_error};
 use super::routing::Route;
-use super::slots::{SlotState, send_command};
+use super::slots::{SlotState, send_input};
 use super::{Interrupted, Manager, PendingChat, SessionRecord, actor, cluster};
 use crate::protocol::{
     self, AgentId, Chat, ClientFrame, ErrorCode, Frame, PermissionDecision, SessionId,
@@ -189,7 +189,7 @@ impl Manager {
             });
         };
         let (reply, rx) = oneshot::channel();
-        send_command(handle, actor::Command::Interrupt { reply })?;
+        send_input(handle, actor::Input::Interrupt { reply })?;
         drop(guard);
         Ok(Interrupted {
             conversation,
@@ -233,12 +233,12 @@ impl Manager {
             return Err(no_request());
         };
         let (reply, rx) = oneshot::channel();
-        let command = actor::Command::Permission {
+        let command = actor::Input::Permission {
             request_id,
             decision,
             reply,
         };
-        send_command(handle, command)?;
+        send_input(handle, command)?;
         drop(guard);
         rx.await.unwrap_or_else(|_| Err(no_request()))
     }
@@ -263,7 +263,7 @@ impl Manager {
         match &*guard {
             SlotState::Live(handle) if !handle.tx.is_closed() => {
                 let (reply, rx) = oneshot::channel();
-                send_command(handle, actor::Command::Rewind { to_seq, reply })?;
+                send_input(handle, actor::Input::Rewind { to_seq, reply })?;
                 drop(guard);
                 rx.await.map_err(|_| stopped())?
             }
@@ -382,7 +382,7 @@ impl Manager {
             let (reply, rx) = oneshot::channel();
             if handle
                 .tx
-                .send(actor::Command::Abandon { reply })
+                .send(actor::Input::Abandon { reply })
                 .await
                 .is_ok()
             {

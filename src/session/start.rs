@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::errors::{store_error, unknown_agent};
 use super::routing::Route;
-use super::slots::{COMMAND_QUEUE, SessionHandle, Slot, SlotState, send_command};
+use super::slots::{INPUT_QUEUE, SessionHandle, Slot, SlotState, send_input};
 use super::{
     ChatAccepted, Conversation, Manager, PendingChat, SessionRecord, Subscription, Warm, actor,
     cluster,
@@ -107,9 +107,9 @@ impl Manager {
         };
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
-        send_command(
+        send_input(
             &handle,
-            actor::Command::Chat {
+            actor::Input::Chat {
                 chat: Box::new(chat),
                 marker,
                 reply,
@@ -215,7 +215,7 @@ impl Manager {
             .conversation
             .get_or_init(|| Conversation::from_record(&record))
             .clone();
-        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let (tx, rx) = mpsc::channel(INPUT_QUEUE);
         actor::spawn(actor::ActorInit {
             shared: self.shared.clone(),
             conversation: conversation.clone(),
@@ -223,7 +223,7 @@ impl Manager {
             slot_state: slot.state.clone(),
             events: slot.events.clone(),
             busy: slot.busy.clone(),
-            commands: rx,
+            inputs: rx,
             live,
         });
         SessionHandle { tx, conversation }
@@ -288,7 +288,7 @@ impl Manager {
             }
         };
         // A full command queue means the conversation is busy anyway: nothing to warm.
-        let _ = handle.tx.try_send(actor::Command::Warm);
+        let _ = handle.tx.try_send(actor::Input::Warm);
         Ok(Warm::Started)
     }
 

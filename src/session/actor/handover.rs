@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::permissions::resolved;
 use super::publish::Out;
-use super::{Actor, Command};
+use super::{Actor, Input};
 use crate::agent::{AgentInput, Launch};
 use crate::session::slots::SlotState;
 use crate::store::{NewMessage, RunningTurn};
@@ -137,10 +137,10 @@ impl Actor {
             self.idle_since = Instant::now();
             return false;
         };
-        if !self.commands.is_empty() {
+        if !self.inputs.is_empty() {
             return false;
         }
-        self.commands.close();
+        self.inputs.close();
         *guard = SlotState::Dormant;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
@@ -160,7 +160,7 @@ impl Actor {
     /// The conversation is being deleted: stop the agent mid-turn without storing anything
     /// more, and drop the queue.
     pub(super) async fn abandon(&mut self) {
-        self.commands.close();
+        self.inputs.close();
         self.shared
             .metrics
             .queued_turns(-(self.turns.queue.len() as i64));
@@ -174,30 +174,30 @@ impl Actor {
     }
 
     /// Another node took the conversation over, so this node can't store anything more for
-    /// it: stop the agent, drop the turns, answer the commands still queued, and tell the
+    /// it: stop the agent, drop the turns, answer the inputs still queued, and tell the
     /// subscribers (a `moved` status; the next command reaches the new owner's node, or says
     /// where the conversation lives).
     pub(super) async fn hand_over(&mut self) {
-        self.commands.close();
-        while let Ok(command) = self.commands.try_recv() {
+        self.inputs.close();
+        while let Ok(input) = self.inputs.try_recv() {
             let agent_id = self.conversation.agent_id.as_str();
-            match command {
-                Command::Chat { reply, .. } => {
+            match input {
+                Input::Chat { reply, .. } => {
                     let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
                 }
-                Command::Permission { reply, .. } => {
+                Input::Permission { reply, .. } => {
                     let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
                 }
-                Command::Rewind { reply, .. } => {
+                Input::Rewind { reply, .. } => {
                     let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
                 }
-                Command::Interrupt { reply } => {
+                Input::Interrupt { reply } => {
                     let _ = reply.send(false);
                 }
-                Command::Stop { reply } | Command::Abandon { reply } => {
+                Input::Stop { reply } | Input::Abandon { reply } => {
                     let _ = reply.send(());
                 }
-                Command::Warm | Command::TakenOver => {}
+                Input::Warm | Input::TakenOver => {}
             }
         }
         if let Some(agent) = self.agent.take() {

@@ -37,8 +37,12 @@ const NO_TURN: i64 = i64::MAX;
 /// Most agent events stored in one append.
 const EVENT_BATCH: usize = 128;
 
-/// What the manager asks of an actor.
-pub(crate) enum Command {
+/// What the server puts in a live actor's input queue. Not the client's
+/// [`Command`](crate::session::Command): each carries the channel its reply comes back on,
+/// some only the server sends (stopping, abandoning, warming, a take-over), and a fork never
+/// reaches an actor (it runs from the store); a client's command that a live actor must run
+/// arrives as one of these.
+pub(crate) enum Input {
     /// Store and queue a user turn; the reply is `(seq, queue_position)`.
     Chat {
         chat: Box<Chat>,
@@ -79,7 +83,7 @@ pub(crate) struct ActorInit {
     pub events: crate::session::events::Sender,
     /// Whether a turn is running or queued, for those who ask without a command.
     pub busy: Arc<AtomicBool>,
-    pub commands: mpsc::Receiver<Command>,
+    pub inputs: mpsc::Receiver<Input>,
     /// This conversation's place among the live ones; given back when it stops.
     pub live: QuotaPermit,
 }
@@ -90,7 +94,7 @@ struct Actor {
     slot_state: Arc<Mutex<SlotState>>,
     events: crate::session::events::Sender,
     busy: Arc<AtomicBool>,
-    commands: mpsc::Receiver<Command>,
+    inputs: mpsc::Receiver<Input>,
     cwd: std::path::PathBuf,
     /// What starts this conversation's agent; none when its agent is no longer configured.
     backend: Option<Arc<dyn crate::agent::Backend>>,
@@ -127,7 +131,7 @@ pub(crate) fn spawn(init: ActorInit) {
         slot_state,
         events,
         busy,
-        commands,
+        inputs,
         live,
     } = init;
     shared.metrics.live_sessions(1);
@@ -144,7 +148,7 @@ pub(crate) fn spawn(init: ActorInit) {
         slot_state,
         events,
         busy,
-        commands,
+        inputs,
         turns: Turns::default(),
         agent: None,
         process_cost: 0.0,
@@ -187,31 +191,31 @@ impl Actor {
             let deadline = self.turns.interrupt_deadline();
             let permission_deadline = self.pending_permissions.values().min().copied();
             tokio::select! {
-                cmd = self.commands.recv() => match cmd {
-                    Some(Command::Chat { chat, marker, reply }) => {
+                input = self.inputs.recv() => match input {
+                    Some(Input::Chat { chat, marker, reply }) => {
                         self.on_chat(*chat, marker, reply).await
                     }
-                    Some(Command::Interrupt { reply }) => {
+                    Some(Input::Interrupt { reply }) => {
                         let _ = reply.send(self.interrupt());
                     }
-                    Some(Command::Permission { request_id, decision, reply }) => {
+                    Some(Input::Permission { request_id, decision, reply }) => {
                         let _ = reply.send(self.answer_permission(request_id, decision).await);
                     }
-                    Some(Command::Stop { reply }) => {
+                    Some(Input::Stop { reply }) => {
                         self.stop().await;
                         let _ = reply.send(());
                         return;
                     }
-                    Some(Command::Rewind { to_seq, reply }) => {
+                    Some(Input::Rewind { to_seq, reply }) => {
                         let _ = reply.send(self.rewind(to_seq).await);
                     }
-                    Some(Command::Abandon { reply }) => {
+                    Some(Input::Abandon { reply }) => {
                         self.abandon().await;
                         let _ = reply.send(());
                         return;
                     }
-                    Some(Command::Warm) => self.warm().await,
-                    Some(Command::TakenOver) => self.taken_over.store(true, Ordering::Release),
+                    Some(Input::Warm) => self.warm().await,
+                    Some(Input::TakenOver) => self.taken_over.store(true, Ordering::Release),
                     None => {
                         self.stop().await;
                         return;
