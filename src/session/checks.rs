@@ -24,9 +24,9 @@ impl Manager {
         )
     }
 
-    /// Checks a chat's options as [`Self::chat`] would before creating or starting anything,
-    /// against the conversation's agent, or for a new conversation (always when `new`) the
-    /// agent it would get.
+    /// Checks a chat's options as running its [`Command::Chat`](super::Command::Chat) would
+    /// before creating or starting anything, against the conversation's agent, or for a new
+    /// conversation (always when `new`) the agent it would get.
     ///
     /// # Errors
     /// `invalid_options`, `store_unavailable`.

@@ -11,15 +11,22 @@ use crate::protocol::{
     self, AgentId, Chat, ClientFrame, ErrorCode, Frame, PermissionDecision, SessionId,
 };
 use crate::session::SessionError;
-use crate::store::StoreError;
+use crate::store::{NewMessage, StoreError};
 
-/// What a client can ask of one conversation, built by each edge from its own typed input.
-/// In cluster mode it goes to the node that runs the conversation as the client frame it
-/// mirrors ([`Command::into_frame`]), which that node decodes as a socket's.
+/// What a client can ask of one conversation, built by each edge from its own typed input and
+/// run by [`Manager::run`]. In cluster mode it goes to the node that runs the conversation as
+/// the client frame it mirrors ([`Command::into_frame`]), which that node decodes as a
+/// socket's.
 #[derive(Debug, Clone)]
 pub enum Command {
     /// Store and run a user turn (the chat names its conversation).
-    Chat(Chat),
+    Chat {
+        /// The turn.
+        chat: Chat,
+        /// A status stored just before the user message, in the same write: the
+        /// `scheduled_run` mark of a schedule's run. None from a client.
+        marker: Option<Box<NewMessage>>,
+    },
     /// Stop the running turn.
     Interrupt,
     /// Answer a pending tool permission request.
@@ -47,7 +54,7 @@ impl Command {
     /// The client frame that asks this of conversation `agent_id`.
     pub fn into_frame(self, agent_id: AgentId) -> ClientFrame {
         match self {
-            Command::Chat(chat) => ClientFrame::Chat(chat),
+            Command::Chat { chat, .. } => ClientFrame::Chat(chat),
             Command::Interrupt => ClientFrame::Interrupt { agent_id },
             Command::AnswerPermission {
                 request_id,
@@ -69,11 +76,13 @@ impl Command {
         }
     }
 
-    /// The command a client frame asks of its conversation, and that conversation; none for
-    /// a frame about the socket itself (ping, subscriptions, the activity feed).
+    /// The command a client frame asks of its conversation (unmarked), and that conversation;
+    /// none for a frame about the socket itself (ping, subscriptions, the activity feed).
     pub fn from_frame(frame: ClientFrame) -> Option<(AgentId, Command)> {
         Some(match frame {
-            ClientFrame::Chat(chat) => (chat.agent_id.clone(), Command::Chat(chat)),
+            ClientFrame::Chat(chat) => {
+                (chat.agent_id.clone(), Command::Chat { chat, marker: None })
+            }
             ClientFrame::Interrupt { agent_id } => (agent_id, Command::Interrupt),
             ClientFrame::PermissionResponse {
                 agent_id,
@@ -122,7 +131,8 @@ pub enum Outcome {
 }
 
 impl Manager {
-    /// Runs `command` for conversation `agent_id` of `principal` (a chat names its own).
+    /// Runs `command` for conversation `agent_id` of `principal` (a chat names its own): what
+    /// every edge calls.
     ///
     /// # Errors
     /// Those of the command's own method.
@@ -133,7 +143,9 @@ impl Manager {
         command: Command,
     ) -> Result<Outcome, SessionError> {
         Ok(match command {
-            Command::Chat(chat) => Outcome::Chat(self.submit_chat(principal, chat).await?),
+            Command::Chat { chat, marker } => {
+                Outcome::Chat(self.submit_marked(principal, chat, marker).await?)
+            }
             Command::Interrupt => Outcome::Interrupted(self.interrupt(principal, agent_id).await?),
             Command::AnswerPermission {
                 request_id,
@@ -160,7 +172,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent` when there is no such conversation.
-    pub async fn interrupt(
+    async fn interrupt(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -201,7 +213,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent`, or `unknown_request` when no such request is pending.
-    pub async fn answer_permission(
+    async fn answer_permission(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -251,7 +263,7 @@ impl Manager {
     /// # Errors
     /// `unknown_agent`, `invalid_seq` (not a `result`'s seq), `busy` (a turn is running or
     /// queued) or `store_unavailable`.
-    pub async fn rewind(
+    async fn rewind(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -306,7 +318,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent`, `invalid_seq`, `agent_exists` or `store_unavailable`.
-    pub async fn fork(
+    async fn fork(
         &self,
         principal: &str,
         agent_id: &AgentId,
