@@ -1,5 +1,6 @@
-//! The commands on an existing conversation: interrupt, answer a permission request, rewind, fork
-//! and delete.
+//! The [`Command`] every edge builds and [`Manager::run`] that runs it, with the commands on an
+//! existing conversation (interrupt, permission answer, rewind, fork) and its deletion; a chat
+//! is handed on to `start`.
 
 use tokio::sync::oneshot;
 

@@ -1,9 +1,8 @@
-//! Routing between the nodes that share a PostgreSQL store, over NATS: a command for a
-//! conversation another node runs goes to that node by request and reply, and each node
-//! publishes the frames of the conversations it runs, once committed, for the other nodes to
-//! relay to their own followers, filling any `seq` gap from the store (NATS delivers at most
-//! once). Every message is sealed with the cluster secret ([`seal`]), and nothing read from
-//! the bus is taken as a principal, a frame or JSON without a check.
+//! The NATS bus between the nodes that share a PostgreSQL store: its messages (a forwarded
+//! command and its answer, a published frame), each sealed with the cluster secret ([`seal`])
+//! and checked as it is read; sending a command to a node and answering those sent to this one;
+//! publishing committed frames and relaying other nodes' to followers, filling a `seq` gap from
+//! the store. Which node a command goes to is decided by `routing`.
 
 mod connect;
 mod seal;
