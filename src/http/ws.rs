@@ -335,8 +335,8 @@ impl Connection {
                 if let Err(err) = self.room_to_follow(&agent_id) {
                     return self.on_stored(agent_id, client_msg_id, Err(err)).await;
                 }
-                self.command(agent_id, client_msg_id, Command::Chat(chat))
-                    .await
+                let command = Command::Chat { chat, marker: None };
+                self.command(agent_id, client_msg_id, command).await
             }
             ClientFrame::Interrupt { agent_id } => {
                 self.app.metrics.frame_in("interrupt");

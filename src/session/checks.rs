@@ -24,9 +24,9 @@ impl Manager {
         )
     }
 
-    /// Checks a chat's options as [`Self::chat`] would before creating or starting anything,
-    /// against the conversation's agent, or for a new conversation (always when `new`) the
-    /// agent it would get.
+    /// Checks a chat's options as running its [`Command::Chat`](super::Command::Chat) would
+    /// before creating or starting anything, against the conversation's agent, or for a new
+    /// conversation (always when `new`) the agent it would get.
     ///
     /// # Errors
     /// `invalid_options`, `store_unavailable`.
@@ -326,11 +326,11 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::chat_options;
+    use super::{chat_options, check_stored_dirs, check_stored_grants};
     use crate::agent::demo::DemoBackend;
     use crate::agent::registry::Agents;
-    use crate::config::AgentKind;
-    use crate::protocol::{Chat, ChatOptions, Content, ErrorCode};
+    use crate::config::{AgentKind, Config, ProjectRoot};
+    use crate::protocol::{Chat, ChatOptions, Content, ErrorCode, SessionId};
 
     fn agents() -> Agents {
         let demo = DemoBackend {
@@ -389,5 +389,79 @@ mod tests {
         // A conversation whose agent is no longer configured is checked for its agent only.
         let gone = chat_options(&agents, false, "retired", &chat(tools("Bash")));
         assert_eq!(gone, Ok(()));
+    }
+
+    /// A stored conversation's grants are checked again before its agent starts: without
+    /// `agent.allow_bypass_permissions`, a mode that runs tools without asking, or a pattern
+    /// that grants a whole tool, stops it with a message naming what is refused; with the
+    /// setting on, or with grants that name what they allow, it starts.
+    #[test]
+    fn stored_grants_the_settings_no_longer_allow_stop_the_start() {
+        let mut config = Config::default();
+        let unattended = |mode: &str| mode == "bypassPermissions";
+        let check = |config: &Config, mode: Option<&str>, tools: &[&str]| {
+            let tools: Vec<String> = tools.iter().map(|t| (*t).to_owned()).collect();
+            check_stored_grants(config, unattended, mode, &tools)
+        };
+        assert_eq!(
+            check(&config, Some("default"), &["Bash(git log:*)"]),
+            Ok(())
+        );
+        let mode = check(&config, Some("bypassPermissions"), &[]).unwrap_err();
+        assert!(
+            mode.contains("permission mode `bypassPermissions`"),
+            "{mode}"
+        );
+        let tool = check(&config, None, &["Bash(git log:*)", "Bash(*)"]).unwrap_err();
+        assert!(tool.contains("pattern `Bash(*)`"), "{tool}");
+        config.agent.allow_bypass_permissions = true;
+        assert_eq!(check(&config, Some("bypassPermissions"), &["Bash"]), Ok(()));
+    }
+
+    /// A stored conversation's directories must still be ones its principal may use: its own
+    /// workspace always is; a project directory is while its root allows the principal and
+    /// the path is still the directory itself, not a symbolic link put in its place.
+    #[tokio::test]
+    async fn stored_directories_must_still_be_usable_by_their_principal() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let project = root.join("project");
+        std::fs::create_dir(&project).unwrap();
+        let mut config = Config {
+            data_dir: root.join("data"),
+            ..Config::default()
+        };
+        config.projects.roots = vec![ProjectRoot::open(root.clone())];
+        let session = SessionId::new();
+        let own = config.workspaces_dir().join(&session);
+        let (own, project) = (own.to_str().unwrap(), project.to_str().unwrap());
+        let check = |config: &Config, cwd: &str, add: &[&str]| {
+            let add: Vec<String> = add.iter().map(|d| (*d).to_owned()).collect();
+            let config = config.clone();
+            let session = session.clone();
+            let cwd = cwd.to_owned();
+            async move { check_stored_dirs(&config, "alice", &session, &cwd, &add).await }
+        };
+        assert_eq!(check(&config, own, &[]).await, Ok(()));
+        assert_eq!(check(&config, project, &[project]).await, Ok(()));
+        // Another conversation's workspace is not this one's own: it is checked as a project.
+        let other = config.workspaces_dir().join(SessionId::new());
+        let other = check(&config, other.to_str().unwrap(), &[])
+            .await
+            .unwrap_err();
+        assert!(other.contains("working directory"), "{other}");
+        let link = root.join("link");
+        std::os::unix::fs::symlink(project, &link).unwrap();
+        let linked = check(&config, own, &[link.to_str().unwrap()])
+            .await
+            .unwrap_err();
+        assert!(linked.contains("added directory"), "{linked}");
+        config.projects.roots[0].principals = vec!["bob".into()];
+        let limited = check(&config, project, &[]).await.unwrap_err();
+        assert!(
+            limited.contains(&format!("working directory `{project}`")),
+            "{limited}"
+        );
+        assert_eq!(check(&config, own, &[]).await, Ok(()));
     }
 }

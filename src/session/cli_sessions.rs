@@ -596,7 +596,7 @@ impl Manager {
             let (reply, rx) = tokio::sync::oneshot::channel();
             if handle
                 .tx
-                .send(super::actor::Command::Stop { reply })
+                .send(super::actor::Input::Stop { reply })
                 .await
                 .is_ok()
             {

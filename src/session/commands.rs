@@ -1,25 +1,33 @@
-//! The commands on an existing conversation: interrupt, answer a permission request, rewind, fork
-//! and delete.
+//! The [`Command`] every edge builds and [`Manager::run`] that runs it, with the commands on an
+//! existing conversation (interrupt, permission answer, rewind, fork) and its deletion; a chat
+//! is handed on to `start`.
 
 use tokio::sync::oneshot;
 
 use super::errors::{stopped, store_error};
 use super::routing::Route;
-use super::slots::{SlotState, send_command};
+use super::slots::{SlotState, send_input};
 use super::{Interrupted, Manager, PendingChat, SessionRecord, actor, cluster};
 use crate::protocol::{
     self, AgentId, Chat, ClientFrame, ErrorCode, Frame, PermissionDecision, SessionId,
 };
 use crate::session::SessionError;
-use crate::store::StoreError;
+use crate::store::{NewMessage, StoreError};
 
-/// What a client can ask of one conversation, built by each edge from its own typed input.
-/// In cluster mode it goes to the node that runs the conversation as the client frame it
-/// mirrors ([`Command::into_frame`]), which that node decodes as a socket's.
+/// What a client can ask of one conversation, built by each edge from its own typed input and
+/// run by [`Manager::run`]. In cluster mode it goes to the node that runs the conversation as
+/// the client frame it mirrors ([`Command::into_frame`]), which that node decodes as a
+/// socket's.
 #[derive(Debug, Clone)]
 pub enum Command {
     /// Store and run a user turn (the chat names its conversation).
-    Chat(Chat),
+    Chat {
+        /// The turn.
+        chat: Chat,
+        /// A status stored just before the user message, in the same write: the
+        /// `scheduled_run` mark of a schedule's run. None from a client.
+        marker: Option<Box<NewMessage>>,
+    },
     /// Stop the running turn.
     Interrupt,
     /// Answer a pending tool permission request.
@@ -47,7 +55,7 @@ impl Command {
     /// The client frame that asks this of conversation `agent_id`.
     pub fn into_frame(self, agent_id: AgentId) -> ClientFrame {
         match self {
-            Command::Chat(chat) => ClientFrame::Chat(chat),
+            Command::Chat { chat, .. } => ClientFrame::Chat(chat),
             Command::Interrupt => ClientFrame::Interrupt { agent_id },
             Command::AnswerPermission {
                 request_id,
@@ -69,11 +77,13 @@ impl Command {
         }
     }
 
-    /// The command a client frame asks of its conversation, and that conversation; none for
-    /// a frame about the socket itself (ping, subscriptions, the activity feed).
+    /// The command a client frame asks of its conversation (unmarked), and that conversation;
+    /// none for a frame about the socket itself (ping, subscriptions, the activity feed).
     pub fn from_frame(frame: ClientFrame) -> Option<(AgentId, Command)> {
         Some(match frame {
-            ClientFrame::Chat(chat) => (chat.agent_id.clone(), Command::Chat(chat)),
+            ClientFrame::Chat(chat) => {
+                (chat.agent_id.clone(), Command::Chat { chat, marker: None })
+            }
             ClientFrame::Interrupt { agent_id } => (agent_id, Command::Interrupt),
             ClientFrame::PermissionResponse {
                 agent_id,
@@ -122,7 +132,8 @@ pub enum Outcome {
 }
 
 impl Manager {
-    /// Runs `command` for conversation `agent_id` of `principal` (a chat names its own).
+    /// Runs `command` for conversation `agent_id` of `principal` (a chat names its own): what
+    /// every edge calls.
     ///
     /// # Errors
     /// Those of the command's own method.
@@ -133,7 +144,9 @@ impl Manager {
         command: Command,
     ) -> Result<Outcome, SessionError> {
         Ok(match command {
-            Command::Chat(chat) => Outcome::Chat(self.submit_chat(principal, chat).await?),
+            Command::Chat { chat, marker } => {
+                Outcome::Chat(self.submit_marked(principal, chat, marker).await?)
+            }
             Command::Interrupt => Outcome::Interrupted(self.interrupt(principal, agent_id).await?),
             Command::AnswerPermission {
                 request_id,
@@ -160,7 +173,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent` when there is no such conversation.
-    pub async fn interrupt(
+    async fn interrupt(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -189,7 +202,7 @@ impl Manager {
             });
         };
         let (reply, rx) = oneshot::channel();
-        send_command(handle, actor::Command::Interrupt { reply })?;
+        send_input(handle, actor::Input::Interrupt { reply })?;
         drop(guard);
         Ok(Interrupted {
             conversation,
@@ -201,7 +214,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent`, or `unknown_request` when no such request is pending.
-    pub async fn answer_permission(
+    async fn answer_permission(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -233,12 +246,12 @@ impl Manager {
             return Err(no_request());
         };
         let (reply, rx) = oneshot::channel();
-        let command = actor::Command::Permission {
+        let command = actor::Input::Permission {
             request_id,
             decision,
             reply,
         };
-        send_command(handle, command)?;
+        send_input(handle, command)?;
         drop(guard);
         rx.await.unwrap_or_else(|_| Err(no_request()))
     }
@@ -251,7 +264,7 @@ impl Manager {
     /// # Errors
     /// `unknown_agent`, `invalid_seq` (not a `result`'s seq), `busy` (a turn is running or
     /// queued) or `store_unavailable`.
-    pub async fn rewind(
+    async fn rewind(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -263,7 +276,7 @@ impl Manager {
         match &*guard {
             SlotState::Live(handle) if !handle.tx.is_closed() => {
                 let (reply, rx) = oneshot::channel();
-                send_command(handle, actor::Command::Rewind { to_seq, reply })?;
+                send_input(handle, actor::Input::Rewind { to_seq, reply })?;
                 drop(guard);
                 rx.await.map_err(|_| stopped())?
             }
@@ -306,7 +319,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent`, `invalid_seq`, `agent_exists` or `store_unavailable`.
-    pub async fn fork(
+    async fn fork(
         &self,
         principal: &str,
         agent_id: &AgentId,
@@ -382,7 +395,7 @@ impl Manager {
             let (reply, rx) = oneshot::channel();
             if handle
                 .tx
-                .send(actor::Command::Abandon { reply })
+                .send(actor::Input::Abandon { reply })
                 .await
                 .is_ok()
             {

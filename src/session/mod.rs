@@ -11,9 +11,10 @@
 //! worked on): work refused by a limit leaves none behind.
 //!
 //! The [`Manager`] is spread over files by job: `slots` (the slot map), `start` (starting and
-//! resuming actors), `checks` (option and access checks), `commands` (what a client asks of an
-//! existing conversation), `routing` (between nodes), `history` (stored conversations), and
-//! `errors`. The `actor` runs one live conversation.
+//! resuming actors), `checks` (option and access checks), `commands` (the one entry for what a
+//! client asks, and the commands on an existing conversation), `routing` (between nodes),
+//! `history` (stored conversations), and `errors`. The `actor` runs one live conversation, and
+//! `cluster` is the bus between nodes.
 
 mod activity;
 mod actor;

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use super::errors::store_error;
 use super::slots::Slot;
-use super::{Command, Conversation, Manager, PendingChat, SessionRecord, cluster};
+use super::{Command, Conversation, Manager, Outcome, PendingChat, SessionRecord, cluster};
 use crate::protocol::{AgentId, Chat, ErrorCode, Frame};
 use crate::session::SessionError;
 use crate::store::{NewMessage, RowId, StoreError};
@@ -35,7 +35,7 @@ impl Manager {
         &self,
         principal: &str,
         chat: Chat,
-        marker: Option<cluster::Marker>,
+        marker: Option<Box<NewMessage>>,
         slot: &Arc<Slot>,
         node: String,
         record: &SessionRecord,
@@ -70,16 +70,19 @@ impl Manager {
         &self,
         principal: &str,
         chat: Chat,
-        marker: Option<cluster::Marker>,
+        marker: Option<Box<NewMessage>>,
         mut node: String,
         row: RowId,
     ) -> Result<(i64, usize), SessionError> {
         let bus = self.shared.bus.as_ref().expect("only in cluster mode");
         let deadline = tokio::time::Instant::now() + self.shared.config.cluster.takeover_wait();
-        let command = Command::Chat(chat.clone());
+        let command = Command::Chat {
+            chat: chat.clone(),
+            marker: marker.clone(),
+        };
         loop {
             let forwarded = bus
-                .forward(&node, principal, &chat.agent_id, &command, marker.clone())
+                .forward(&node, principal, &chat.agent_id, &command)
                 .await;
             if let Ok(answer) = forwarded {
                 self.shared.metrics.forwarded_command();
@@ -96,8 +99,10 @@ impl Manager {
                 return Err(err);
             }
             tokio::time::sleep(TAKEOVER_POLL).await;
-            let marked = marker.clone().map(|m| Box::new(m.into_message()));
-            match self.submit_here(principal, chat.clone(), marked).await {
+            match self
+                .submit_here(principal, chat.clone(), marker.clone())
+                .await
+            {
                 Ok(pending) => {
                     return pending
                         .stored()
@@ -139,58 +144,39 @@ impl Manager {
         }
     }
 
-    /// Runs a command another node forwarded, on this node only (with the status that marks a
-    /// schedule's run, for a chat), and says how it went.
+    /// Runs a command another node forwarded, on this node only, and says how it went. A fork
+    /// never gets here: it is refused as it arrives.
     pub(super) async fn answer(
         &self,
         principal: &str,
         agent_id: &AgentId,
         command: Command,
-        marker: Option<cluster::Marker>,
     ) -> cluster::Answer {
-        let here = self.this_node_only();
-        let answer = match command {
-            Command::Chat(chat) => {
-                let marker = marker.map(|m| Box::new(m.into_message()));
-                match here.submit_marked(principal, chat, marker).await {
-                    Ok(pending) => pending
-                        .stored()
-                        .await
-                        .map(|accepted| cluster::Answer::Chat {
-                            seq: accepted.seq,
-                            queue_position: accepted.queue_position,
-                        }),
-                    Err(err) => Err(err),
-                }
-            }
-            Command::Interrupt => {
-                here.interrupt(principal, agent_id)
+        let answer = match self
+            .this_node_only()
+            .run(principal, agent_id, command)
+            .await
+        {
+            Ok(Outcome::Chat(pending)) => {
+                pending
+                    .stored()
                     .await
-                    .map(|i| cluster::Answer::Interrupt {
-                        was_running: i.was_running,
+                    .map(|accepted| cluster::Answer::Chat {
+                        seq: accepted.seq,
+                        queue_position: accepted.queue_position,
                     })
             }
-            Command::AnswerPermission {
-                request_id,
-                decision,
-            } => here
-                .answer_permission(principal, agent_id, request_id, decision)
-                .await
-                .map(|()| cluster::Answer::Done),
-            Command::Rewind { to_seq } => {
-                here.rewind(principal, agent_id, to_seq).await.map(|frame| {
-                    cluster::Answer::Rewound {
-                        seq: frame.seq,
-                        message_type: frame.kind.to_owned(),
-                        text: frame.text.as_str().to_owned(),
-                    }
-                })
-            }
-            // Never forwarded: a fork runs on the node that got it, from the store.
-            Command::Fork { .. } => Ok(cluster::Answer::Error {
-                code: ErrorCode::BadFrame,
-                message: "only chat, interrupt, permission answers and rewind are forwarded".into(),
+            Ok(Outcome::Interrupted(i)) => Ok(cluster::Answer::Interrupt {
+                was_running: i.was_running,
             }),
+            Ok(Outcome::Answered) => Ok(cluster::Answer::Done),
+            Ok(Outcome::Rewound(frame)) => Ok(cluster::Answer::Rewound {
+                seq: frame.seq,
+                message_type: frame.kind.to_owned(),
+                text: frame.text.as_str().to_owned(),
+            }),
+            Ok(Outcome::Forked(_)) => unreachable!("a forwarded fork is refused as it arrives"),
+            Err(err) => Err(err),
         };
         answer.unwrap_or_else(cluster::Answer::from_error)
     }
@@ -250,7 +236,7 @@ impl Manager {
     ) -> Result<cluster::Answer, SessionError> {
         let bus = self.shared.bus.as_ref().expect("only in cluster mode");
         self.shared.metrics.forwarded_command();
-        bus.forward(node, principal, agent_id, &command, None)
+        bus.forward(node, principal, agent_id, &command)
             .await
             .map_err(|cluster::NoOwner| {
                 store_error(StoreError::OwnedElsewhere(node.into()), agent_id)

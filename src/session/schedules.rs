@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::errors::store_failure;
-use super::{Activity, ChatAccepted, Manager};
+use super::{Activity, ChatAccepted, Command, Manager, Outcome};
 use crate::config::SchedulesConfig;
 use crate::protocol::{self, AgentId, ErrorCode};
 use crate::session::SessionError;
@@ -875,12 +875,16 @@ impl Scheduler {
         marker.title = Some(row.name.clone());
         // Counted against the hourly limit: the conversation is this run's own.
         marker.schedule_id = (row.mode == "new").then(|| row.id.clone());
-        self.inner
-            .manager
-            .submit_marked(&row.principal, chat, Some(Box::new(marker)))
-            .await?
-            .stored()
-            .await
+        let agent_id = chat.agent_id.clone();
+        let command = Command::Chat {
+            chat,
+            marker: Some(Box::new(marker)),
+        };
+        let manager = &self.inner.manager;
+        let Outcome::Chat(pending) = manager.run(&row.principal, &agent_id, command).await? else {
+            unreachable!("a chat's outcome")
+        };
+        pending.stored().await
     }
 
     fn forget(&self, id: &str, generation: u64) {

@@ -16,8 +16,8 @@ use crate::metrics::Metrics;
 use dashmap::DashMap;
 use std::time::Duration;
 
-/// Commands waiting for one actor; a full queue answers `limit_exceeded`.
-pub(super) const COMMAND_QUEUE: usize = 256;
+/// Inputs waiting for one actor; a full queue answers `limit_exceeded`.
+pub(super) const INPUT_QUEUE: usize = 256;
 
 /// How often dormant slots without subscribers are dropped from memory.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
@@ -31,7 +31,7 @@ pub(super) enum SlotState {
 
 #[derive(Clone)]
 pub(super) struct SessionHandle {
-    pub(super) tx: mpsc::Sender<actor::Command>,
+    pub(super) tx: mpsc::Sender<actor::Input>,
     pub(super) conversation: Arc<Conversation>,
 }
 
@@ -77,7 +77,7 @@ impl Manager {
                     SlotState::Live(handle) => handle.tx.clone(),
                     SlotState::Dormant => continue,
                 };
-                let _ = tx.send(actor::Command::TakenOver).await;
+                let _ = tx.send(actor::Input::TakenOver).await;
             }
         });
     }
@@ -210,7 +210,7 @@ impl Manager {
             let mut guard = slot.state.clone().lock_owned().await;
             if let SlotState::Live(handle) = std::mem::replace(&mut *guard, SlotState::Dormant) {
                 let (reply, rx) = oneshot::channel();
-                if handle.tx.send(actor::Command::Stop { reply }).await.is_ok() {
+                if handle.tx.send(actor::Input::Stop { reply }).await.is_ok() {
                     let _ = rx.await;
                 }
             }
@@ -219,12 +219,9 @@ impl Manager {
     }
 }
 
-/// Queues a command for an actor without waiting for room.
-pub(super) fn send_command(
-    handle: &SessionHandle,
-    command: actor::Command,
-) -> Result<(), SessionError> {
-    handle.tx.try_send(command).map_err(|_| {
+/// Queues an input for an actor without waiting for room.
+pub(super) fn send_input(handle: &SessionHandle, input: actor::Input) -> Result<(), SessionError> {
+    handle.tx.try_send(input).map_err(|_| {
         SessionError::new(
             ErrorCode::LimitExceeded,
             "the conversation is overloaded; try again",

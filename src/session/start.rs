@@ -9,11 +9,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::errors::{store_error, unknown_agent};
 use super::routing::Route;
-use super::slots::{COMMAND_QUEUE, SessionHandle, Slot, SlotState, send_command};
-use super::{
-    ChatAccepted, Conversation, Manager, PendingChat, SessionRecord, Subscription, Warm, actor,
-    cluster,
-};
+use super::slots::{INPUT_QUEUE, SessionHandle, Slot, SlotState, send_input};
+use super::{Conversation, Manager, PendingChat, SessionRecord, Subscription, Warm, actor};
 use crate::limits::{QuotaExceeded, QuotaPermit};
 use crate::protocol::{AgentId, Chat, ErrorCode, LaunchOptions, SessionId};
 use crate::session::SessionError;
@@ -37,33 +34,16 @@ impl From<SessionError> for Refused {
 }
 
 impl Manager {
-    /// Stores a user turn for `chat.agent_id`, creating or resuming the conversation first.
+    /// Hands a user turn to its conversation (creating or resuming it first) without waiting
+    /// for it to be stored, with `marker` (a status) stored just before the user message.
+    /// Turns submitted one after the other, on any conversation, are queued in that order; a
+    /// socket keeps reading meanwhile, so that many of its chats share one group commit. In
+    /// cluster mode, a chat for a conversation another node runs goes to that node (with its
+    /// marker); when that node is gone, the chat waits for its lease to expire and runs here.
     ///
     /// # Errors
     /// `store_unavailable`, `limit_exceeded` (queue full, or too many live conversations) or
     /// `backend_unavailable`.
-    pub async fn chat(&self, principal: &str, chat: Chat) -> Result<ChatAccepted, SessionError> {
-        self.submit_chat(principal, chat).await?.stored().await
-    }
-
-    /// Hands a user turn to its conversation (creating or resuming it first) without waiting
-    /// for it to be stored. Turns submitted one after the other, on any conversation, are
-    /// queued in that order; a socket uses this to keep reading while its chats are committed,
-    /// so that many of them share one group commit.
-    ///
-    /// # Errors
-    /// `store_unavailable`, `limit_exceeded` (queue full) or `backend_unavailable`.
-    pub async fn submit_chat(
-        &self,
-        principal: &str,
-        chat: Chat,
-    ) -> Result<PendingChat, SessionError> {
-        self.submit_marked(principal, chat, None).await
-    }
-
-    /// [`Self::submit_chat`], storing `marker` (a status) just before the user message. In
-    /// cluster mode, a chat for a conversation another node runs goes to that node (with its
-    /// marker); when that node is gone, the chat waits for its lease to expire and runs here.
     pub(super) async fn submit_marked(
         &self,
         principal: &str,
@@ -87,9 +67,8 @@ impl Manager {
                 Err(Refused::Elsewhere { node, record })
                     if self.route == Route::AnyNode && self.shared.bus.is_some() =>
                 {
-                    let marked = marker.as_deref().map(cluster::Marker::of);
                     let forwarded = self
-                        .forward_chat(principal, chat, marked, &slot, node, &record)
+                        .forward_chat(principal, chat, marker, &slot, node, &record)
                         .await;
                     drop(guard);
                     return Ok(forwarded);
@@ -107,9 +86,9 @@ impl Manager {
         };
         let events = slot.events.subscribe();
         let (reply, reply_rx) = oneshot::channel();
-        send_command(
+        send_input(
             &handle,
-            actor::Command::Chat {
+            actor::Input::Chat {
                 chat: Box::new(chat),
                 marker,
                 reply,
@@ -215,7 +194,7 @@ impl Manager {
             .conversation
             .get_or_init(|| Conversation::from_record(&record))
             .clone();
-        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let (tx, rx) = mpsc::channel(INPUT_QUEUE);
         actor::spawn(actor::ActorInit {
             shared: self.shared.clone(),
             conversation: conversation.clone(),
@@ -223,7 +202,7 @@ impl Manager {
             slot_state: slot.state.clone(),
             events: slot.events.clone(),
             busy: slot.busy.clone(),
-            commands: rx,
+            inputs: rx,
             live,
         });
         SessionHandle { tx, conversation }
@@ -288,7 +267,7 @@ impl Manager {
             }
         };
         // A full command queue means the conversation is busy anyway: nothing to warm.
-        let _ = handle.tx.try_send(actor::Command::Warm);
+        let _ = handle.tx.try_send(actor::Input::Warm);
         Ok(Warm::Started)
     }
 

@@ -168,12 +168,3 @@ pub(super) async fn fork(
     tx.copy_messages(source, fork, at, &later).await?;
     tx.recount(fork).await
 }
-
-/// The error `result` that closes a turn a crash left running: `server_restart` when this
-/// server's last run was cut off, `node_lost` when another node that ran it was.
-pub(super) fn restart_result(session_id: &str, reason: &str) -> NewMessage {
-    let mut result = NewMessage::new("result", crate::protocol::error_result(session_id, reason));
-    result.totals = Some(Default::default());
-    result.running = Some(super::RunningTurn::Ends { next: None });
-    result
-}

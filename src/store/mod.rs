@@ -309,6 +309,17 @@ impl NewMessage {
             schedule_id: None,
         }
     }
+
+    /// The `result` that closes a turn which ended without the agent's own result: the error
+    /// result of [`crate::protocol::error_result`] for `terminal_reason`, adding nothing to the
+    /// totals, where `ends` says which turn runs next.
+    pub fn error_result(session_id: &str, terminal_reason: &str, ends: RunningTurn) -> Self {
+        let payload = crate::protocol::error_result(session_id, terminal_reason);
+        let mut result = NewMessage::new("result", payload);
+        result.totals = Some(Totals::default());
+        result.running = Some(ends);
+        result
+    }
 }
 
 /// A stored frame, as read back.

@@ -23,8 +23,8 @@ use super::edits::{self, EditTx};
 use super::leases::Leases;
 use super::shared;
 use super::{
-    NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, SessionQuery,
-    SessionRecord, Store, StoreError, StoredMessage, text,
+    NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
+    SessionQuery, SessionRecord, Store, StoreError, StoredMessage, text,
 };
 use crate::metrics::Metrics;
 
@@ -696,8 +696,10 @@ shared::store_impl!(PgStore, {
             } else {
                 "server_restart"
             };
-            self.append(row, vec![edits::restart_result(&taken.session_id, reason)])
-                .await?;
+            // The turn the lost run left running ends here; no turn runs after it.
+            let ends = RunningTurn::Ends { next: None };
+            let result = NewMessage::error_result(&taken.session_id, reason, ends);
+            self.append(row, vec![result]).await?;
         }
         Ok(())
     }

@@ -22,8 +22,8 @@ use super::edits::{self, EditTx};
 use super::shared;
 use super::writer::{Readers, WriterSettings};
 use super::{
-    NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, SessionQuery,
-    SessionRecord, Store, StoreError,
+    NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
+    SessionQuery, SessionRecord, Store, StoreError,
 };
 use crate::metrics::Metrics;
 
@@ -257,11 +257,10 @@ shared::store_impl!(SqliteStore, {
         .fetch_all(&self.pool)
         .await?;
         for (id, session_id) in &running {
-            self.append(
-                *id,
-                vec![edits::restart_result(session_id, "server_restart")],
-            )
-            .await?;
+            // A turn a crash left running ends here; no turn runs after it.
+            let ends = RunningTurn::Ends { next: None };
+            let result = NewMessage::error_result(session_id, "server_restart", ends);
+            self.append(*id, vec![result]).await?;
         }
         Ok(running.len() as u64)
     }

@@ -16,7 +16,7 @@ use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, AgentId, Frame, SessionId};
-use crate::session::{Activity, ExportLine, SessionQuery, SessionRecord};
+use crate::session::{Activity, Command, ExportLine, Outcome, SessionQuery, SessionRecord};
 
 /// Largest accepted import, in bytes.
 pub const MAX_IMPORT_BYTES: usize = 64 << 20; // 64 MiB
@@ -496,9 +496,13 @@ pub async fn chat(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let chat = protocol::decode_chat(id, &frame_fields(body)?, app.config.decode_limits())?;
+    let chat = protocol::decode_chat(id.clone(), &frame_fields(body)?, app.config.decode_limits())?;
     let client_msg_id = chat.client_msg_id.clone();
-    let accepted = app.manager.chat(&principal, chat).await?;
+    let command = Command::Chat { chat, marker: None };
+    let Outcome::Chat(pending) = app.manager.run(&principal, &id, command).await? else {
+        unreachable!("a chat's outcome")
+    };
+    let accepted = pending.stored().await?;
     let ack = protocol::ack_frame(
         accepted.conversation.tag(),
         client_msg_id.as_deref(),
@@ -522,7 +526,10 @@ pub async fn rewind(
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
     let to_seq = protocol::decode_rewind(&frame_fields(body)?)?;
-    let status = app.manager.rewind(&principal, &id, to_seq).await?;
+    let command = Command::Rewind { to_seq };
+    let Outcome::Rewound(status) = app.manager.run(&principal, &id, command).await? else {
+        unreachable!("a rewind's outcome")
+    };
     Ok(frame_response(StatusCode::OK, status))
 }
 
@@ -545,7 +552,10 @@ pub async fn interrupt(
     Path(id): Path<String>,
 ) -> Result<Json<InterruptOutcome>, ApiError> {
     let id = agent_id(id)?;
-    let interrupted = app.manager.interrupt(&principal, &id).await?;
+    let command = Command::Interrupt;
+    let Outcome::Interrupted(interrupted) = app.manager.run(&principal, &id, command).await? else {
+        unreachable!("an interrupt's outcome")
+    };
     Ok(Json(InterruptOutcome {
         was_running: interrupted.was_running,
     }))
@@ -591,9 +601,13 @@ pub async fn answer_permission(
 ) -> Result<StatusCode, ApiError> {
     let id = agent_id(id)?;
     let (request_id, decision) = protocol::decode_permission_response(&frame_fields(body)?)?;
-    app.manager
-        .answer_permission(&principal, &id, request_id, decision)
-        .await?;
+    let command = Command::AnswerPermission {
+        request_id,
+        decision,
+    };
+    let Outcome::Answered = app.manager.run(&principal, &id, command).await? else {
+        unreachable!("a permission answer's outcome")
+    };
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -646,13 +660,16 @@ pub async fn fork(
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
     let id = agent_id(id)?;
     let (new_agent_id, at_seq) = protocol::decode_fork(&id, &frame_fields(body)?)?;
-    let record = app
-        .manager
-        .fork(&principal, &id, &new_agent_id, at_seq)
-        .await?;
+    let command = Command::Fork {
+        new_agent_id,
+        at_seq,
+    };
+    let Outcome::Forked(record) = app.manager.run(&principal, &id, command).await? else {
+        unreachable!("a fork's outcome")
+    };
     Ok((
         StatusCode::CREATED,
-        Json(summary(&app, &principal, record).await),
+        Json(summary(&app, &principal, *record).await),
     ))
 }
 

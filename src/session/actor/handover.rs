@@ -8,11 +8,10 @@ use tokio::time::Instant;
 
 use super::permissions::resolved;
 use super::publish::Out;
-use super::{Actor, Command};
+use super::{Actor, Input};
 use crate::agent::{AgentInput, Launch};
-use crate::protocol::error_result;
 use crate::session::slots::SlotState;
-use crate::store::{NewMessage, RunningTurn, Totals};
+use crate::store::{NewMessage, RunningTurn};
 
 /// Writes `content` to a new file `path` only this user may read, making its directories
 /// (private too) as needed; an existing file or link there is left alone.
@@ -138,10 +137,10 @@ impl Actor {
             self.idle_since = Instant::now();
             return false;
         };
-        if !self.commands.is_empty() {
+        if !self.inputs.is_empty() {
             return false;
         }
-        self.commands.close();
+        self.inputs.close();
         *guard = SlotState::Dormant;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
@@ -161,10 +160,12 @@ impl Actor {
     /// The conversation is being deleted: stop the agent mid-turn without storing anything
     /// more, and drop the queue.
     pub(super) async fn abandon(&mut self) {
-        self.commands.close();
-        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
-        self.queue.clear();
-        self.running = None;
+        self.inputs.close();
+        self.shared
+            .metrics
+            .queued_turns(-(self.turns.queue.len() as i64));
+        self.turns.queue.clear();
+        self.turns.running = None;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
@@ -173,38 +174,40 @@ impl Actor {
     }
 
     /// Another node took the conversation over, so this node can't store anything more for
-    /// it: stop the agent, drop the turns, answer the commands still queued, and tell the
+    /// it: stop the agent, drop the turns, answer the inputs still queued, and tell the
     /// subscribers (a `moved` status; the next command reaches the new owner's node, or says
     /// where the conversation lives).
     pub(super) async fn hand_over(&mut self) {
-        self.commands.close();
-        while let Ok(command) = self.commands.try_recv() {
+        self.inputs.close();
+        while let Ok(input) = self.inputs.try_recv() {
             let agent_id = self.conversation.agent_id.as_str();
-            match command {
-                Command::Chat { reply, .. } => {
+            match input {
+                Input::Chat { reply, .. } => {
                     let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
                 }
-                Command::Permission { reply, .. } => {
+                Input::Permission { reply, .. } => {
                     let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
                 }
-                Command::Rewind { reply, .. } => {
+                Input::Rewind { reply, .. } => {
                     let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
                 }
-                Command::Interrupt { reply } => {
+                Input::Interrupt { reply } => {
                     let _ = reply.send(false);
                 }
-                Command::Stop { reply } | Command::Abandon { reply } => {
+                Input::Stop { reply } | Input::Abandon { reply } => {
                     let _ = reply.send(());
                 }
-                Command::Warm | Command::TakenOver => {}
+                Input::Warm | Input::TakenOver => {}
             }
         }
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
-        self.queue.clear();
-        self.running = None;
+        self.shared
+            .metrics
+            .queued_turns(-(self.turns.queue.len() as i64));
+        self.turns.queue.clear();
+        self.turns.running = None;
         self.pending_permissions.clear();
         self.respawns.at = None;
         self.live = None;
@@ -222,7 +225,7 @@ impl Actor {
     /// resumes from the agent's own record.
     pub(super) async fn stop(&mut self) {
         self.stopping = true;
-        let open = usize::from(self.running.take().is_some()) + self.queue.len();
+        let open = usize::from(self.turns.running.take().is_some()) + self.turns.queue.len();
         if open > 0
             && let Some(agent) = &self.agent
         {
@@ -231,20 +234,20 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        self.shared.metrics.queued_turns(-(self.queue.len() as i64));
-        self.queue.clear();
+        self.shared
+            .metrics
+            .queued_turns(-(self.turns.queue.len() as i64));
+        self.turns.queue.clear();
         let mut outs: Vec<Out> = std::mem::take(&mut self.pending_permissions)
             .into_keys()
             .map(|request_id| Out::Stored(resolved(&request_id, "cancelled")))
             .collect();
         for _ in 0..open {
-            let mut result = NewMessage::new(
-                "result",
-                error_result(&self.conversation.session_id, "server_shutdown"),
-            );
-            result.totals = Some(Totals::default());
-            result.running = Some(RunningTurn::Ends { next: None });
-            outs.push(Out::Stored(result));
+            outs.push(Out::Stored(NewMessage::error_result(
+                &self.conversation.session_id,
+                "server_shutdown",
+                RunningTurn::Ends { next: None },
+            )));
         }
         if !outs.is_empty() {
             self.publish_batch(outs).await;

@@ -11,7 +11,7 @@ mod process;
 mod publish;
 mod turns;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,8 +28,8 @@ use crate::protocol::{Chat, Frame, LaunchOptions, PermissionDecision};
 use crate::session::SessionError;
 use crate::store::{NewMessage, NextLaunch, SessionRecord};
 
+use turns::Turns;
 pub(super) use turns::rewind_store;
-use turns::{Running, Turn};
 
 /// The `user_seq` of an agent started with no turn for it: every stored prompt is before it.
 const NO_TURN: i64 = i64::MAX;
@@ -37,8 +37,12 @@ const NO_TURN: i64 = i64::MAX;
 /// Most agent events stored in one append.
 const EVENT_BATCH: usize = 128;
 
-/// What the manager asks of an actor.
-pub(crate) enum Command {
+/// What the server puts in a live actor's input queue. Not the client's
+/// [`Command`](crate::session::Command): each carries the channel its reply comes back on,
+/// some only the server sends (stopping, abandoning, warming, a take-over), and a fork never
+/// reaches an actor (it runs from the store); a client's command that a live actor must run
+/// arrives as one of these.
+pub(crate) enum Input {
     /// Store and queue a user turn; the reply is `(seq, queue_position)`.
     Chat {
         chat: Box<Chat>,
@@ -79,7 +83,7 @@ pub(crate) struct ActorInit {
     pub events: crate::session::events::Sender,
     /// Whether a turn is running or queued, for those who ask without a command.
     pub busy: Arc<AtomicBool>,
-    pub commands: mpsc::Receiver<Command>,
+    pub inputs: mpsc::Receiver<Input>,
     /// This conversation's place among the live ones; given back when it stops.
     pub live: QuotaPermit,
 }
@@ -90,7 +94,7 @@ struct Actor {
     slot_state: Arc<Mutex<SlotState>>,
     events: crate::session::events::Sender,
     busy: Arc<AtomicBool>,
-    commands: mpsc::Receiver<Command>,
+    inputs: mpsc::Receiver<Input>,
     cwd: std::path::PathBuf,
     /// What starts this conversation's agent; none when its agent is no longer configured.
     backend: Option<Arc<dyn crate::agent::Backend>>,
@@ -102,8 +106,7 @@ struct Actor {
     /// How the next agent launch starts, when a rewind or fork decided it; cleared once the
     /// agent reports its new id.
     next_launch: Option<NextLaunch>,
-    queue: VecDeque<Turn>,
-    running: Option<Running>,
+    turns: Turns,
     agent: Option<AgentConn>,
     /// Cumulative cost the current agent process reported; results carry running totals.
     process_cost: f64,
@@ -128,7 +131,7 @@ pub(crate) fn spawn(init: ActorInit) {
         slot_state,
         events,
         busy,
-        commands,
+        inputs,
         live,
     } = init;
     shared.metrics.live_sessions(1);
@@ -145,9 +148,8 @@ pub(crate) fn spawn(init: ActorInit) {
         slot_state,
         events,
         busy,
-        commands,
-        queue: VecDeque::new(),
-        running: None,
+        inputs,
+        turns: Turns::default(),
         agent: None,
         process_cost: 0.0,
         idle_since: Instant::now(),
@@ -185,35 +187,35 @@ impl Actor {
     async fn run(mut self) {
         let evict_after = self.shared.config.idle_evict();
         loop {
-            let idle = self.running.is_none() && self.queue.is_empty();
-            let deadline = self.running.as_ref().and_then(|r| r.interrupt_deadline);
+            let idle = !self.turns.is_busy();
+            let deadline = self.turns.interrupt_deadline();
             let permission_deadline = self.pending_permissions.values().min().copied();
             tokio::select! {
-                cmd = self.commands.recv() => match cmd {
-                    Some(Command::Chat { chat, marker, reply }) => {
+                input = self.inputs.recv() => match input {
+                    Some(Input::Chat { chat, marker, reply }) => {
                         self.on_chat(*chat, marker, reply).await
                     }
-                    Some(Command::Interrupt { reply }) => {
+                    Some(Input::Interrupt { reply }) => {
                         let _ = reply.send(self.interrupt());
                     }
-                    Some(Command::Permission { request_id, decision, reply }) => {
+                    Some(Input::Permission { request_id, decision, reply }) => {
                         let _ = reply.send(self.answer_permission(request_id, decision).await);
                     }
-                    Some(Command::Stop { reply }) => {
+                    Some(Input::Stop { reply }) => {
                         self.stop().await;
                         let _ = reply.send(());
                         return;
                     }
-                    Some(Command::Rewind { to_seq, reply }) => {
+                    Some(Input::Rewind { to_seq, reply }) => {
                         let _ = reply.send(self.rewind(to_seq).await);
                     }
-                    Some(Command::Abandon { reply }) => {
+                    Some(Input::Abandon { reply }) => {
                         self.abandon().await;
                         let _ = reply.send(());
                         return;
                     }
-                    Some(Command::Warm) => self.warm().await,
-                    Some(Command::TakenOver) => self.taken_over.store(true, Ordering::Release),
+                    Some(Input::Warm) => self.warm().await,
+                    Some(Input::TakenOver) => self.taken_over.store(true, Ordering::Release),
                     None => {
                         self.stop().await;
                         return;

@@ -8,7 +8,7 @@ use super::permissions::resolved;
 use super::publish::Out;
 use super::{Actor, EVENT_BATCH};
 use crate::agent::{AgentEvent, AgentMessage};
-use crate::protocol::{self, error_result};
+use crate::protocol;
 use crate::store::{NewMessage, Totals};
 
 impl Actor {
@@ -64,22 +64,20 @@ impl Actor {
                     // An agent goes only while idle with no prompt read: the prompt of a turn
                     // sent meanwhile never reached it, and goes to the next agent instead.
                     self.agent = None;
-                    match self.running.take() {
+                    match self.turns.running.take() {
                         // Interrupted meanwhile: it ends as if the agent had read both.
                         Some(running) if running.interrupt_deadline.is_some() => {
-                            self.running = Some(running);
-                            let mut result = NewMessage::new(
-                                "result",
-                                error_result(&self.conversation.session_id, "aborted_streaming"),
-                            );
-                            result.totals = Some(Totals::default());
-                            result.running = Some(self.turn_ends());
-                            outs.push(Out::Stored(result));
+                            self.turns.running = Some(running);
+                            outs.push(Out::Stored(NewMessage::error_result(
+                                &self.conversation.session_id,
+                                "aborted_streaming",
+                                self.turn_ends(),
+                            )));
                             turn_ended = true;
                         }
                         Some(running) => {
                             tracing::debug!(agent_id = %self.conversation.agent_id, detail, "the agent went before reading the turn; starting another");
-                            self.queue.push_front(running.turn);
+                            self.turns.queue.push_front(running.turn);
                             redeliver = true;
                         }
                         None => {}
@@ -112,9 +110,9 @@ impl Actor {
             self.respawns.healthy();
         }
         if turn_ended {
-            self.running = None;
+            self.turns.running = None;
             self.mirror_transcript().await;
-            if self.queue.is_empty() || self.stopping {
+            if self.turns.queue.is_empty() || self.stopping {
                 self.idle_since = Instant::now();
                 self.publish_status("idle", "no turn is running");
             } else {
@@ -161,7 +159,7 @@ impl Actor {
             self.record_agent_session(id).await;
         }
         let mut stored = NewMessage::new(message_type, raw);
-        if let Some(running) = self.running.as_mut()
+        if let Some(running) = self.turns.running.as_mut()
             && message_type == "assistant"
         {
             running.last_assistant_uuid = uuid.clone();
@@ -169,12 +167,13 @@ impl Actor {
         if message_type == "result" {
             stored.totals = Some(self.result_totals(&stored.payload));
             stored.turn_anchor = self
+                .turns
                 .running
                 .as_mut()
                 .and_then(|r| r.last_assistant_uuid.take());
             // The turn is over from here on: a release or an exit reported in the same batch
             // finds nothing running.
-            *turn_ended = self.running.take().is_some();
+            *turn_ended = self.turns.running.take().is_some();
             if *turn_ended {
                 stored.running = Some(self.turn_ends());
             }

@@ -10,8 +10,7 @@ use super::publish::Out;
 use super::{Actor, NO_TURN};
 use crate::agent::{Launch, SpawnSpec};
 use crate::config::SessionConfig;
-use crate::protocol::error_result;
-use crate::store::{NewMessage, NextLaunch, Totals};
+use crate::store::{NewMessage, NextLaunch};
 
 impl Actor {
     /// How the next agent starts: as a rewind or fork decided, else resuming the id the agent
@@ -169,10 +168,13 @@ impl Actor {
     /// Starts the agent with no turn for it, unless one is running or a turn is on its way;
     /// the idle timer starts over.
     pub(super) async fn warm(&mut self) {
-        if self.running.is_none() && self.queue.is_empty() {
+        if !self.turns.is_busy() {
             self.idle_since = Instant::now();
         }
-        if self.stopping || self.agent.is_some() || self.running.is_some() || self.backend.is_none()
+        if self.stopping
+            || self.agent.is_some()
+            || self.turns.running.is_some()
+            || self.backend.is_none()
         {
             return;
         }
@@ -183,7 +185,10 @@ impl Actor {
     /// Starts the agent again in the background, if nothing else has started it meanwhile.
     pub(super) async fn respawn(&mut self) {
         self.respawns.at = None;
-        if self.stopping || self.agent.is_some() || self.running.is_some() || self.backend.is_none()
+        if self.stopping
+            || self.agent.is_some()
+            || self.turns.running.is_some()
+            || self.backend.is_none()
         {
             return;
         }
@@ -201,20 +206,18 @@ impl Actor {
 
     pub(super) fn on_exit(&mut self, detail: &str, outs: &mut Vec<Out>, turn_ended: &mut bool) {
         self.agent = None;
-        if self.running.is_some() {
+        if self.turns.running.is_some() {
             tracing::warn!(agent_id = %self.conversation.agent_id, detail, "agent died mid-turn");
             self.shared.metrics.agent_crashed();
             outs.push(Out::Status(
                 "crashed",
                 format!("the agent stopped mid-turn: {detail}"),
             ));
-            let mut result = NewMessage::new(
-                "result",
-                error_result(&self.conversation.session_id, "crashed"),
-            );
-            result.totals = Some(Totals::default());
-            result.running = Some(self.turn_ends());
-            outs.push(Out::Stored(result));
+            outs.push(Out::Stored(NewMessage::error_result(
+                &self.conversation.session_id,
+                "crashed",
+                self.turn_ends(),
+            )));
             *turn_ended = true;
         }
     }

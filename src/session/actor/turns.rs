@@ -1,7 +1,9 @@
 //! The turn state machine: a chat is stored and queued, turns run one at a time, and an interrupt,
 //! a stuck turn or a rewind ends them.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -9,10 +11,10 @@ use tokio::time::Instant;
 use super::Actor;
 use super::publish::Out;
 use crate::agent::AgentInput;
-use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame, error_result};
+use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame};
 use crate::session::SessionError;
 use crate::session::{Conversation, Shared};
-use crate::store::{NewMessage, NextLaunch, RunningTurn, StoreError, Totals};
+use crate::store::{NewMessage, NextLaunch, RunningTurn, StoreError};
 
 pub(super) struct Turn {
     pub(super) user_seq: i64,
@@ -29,6 +31,89 @@ pub(super) struct Running {
     /// The turn, to hand to a new agent if the one it was sent to went away without reading
     /// it (see [`AgentEvent::Released`]).
     pub(super) turn: Turn,
+}
+
+/// A conversation's turns: the one running, if any, and those queued behind it in the order
+/// their user messages were stored. What a client is told of them is decided here: a new
+/// turn's place in the queue, whether there is room for it, which turn runs next, and whether
+/// an interrupt found a turn to stop.
+#[derive(Default)]
+pub(super) struct Turns {
+    pub(super) queue: VecDeque<Turn>,
+    pub(super) running: Option<Running>,
+}
+
+/// What an interrupt found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Interrupt {
+    /// No turn is running: nothing to stop (queued turns are never interrupted).
+    Idle,
+    /// The running turn is asked to stop now; it must end by the deadline.
+    Asked,
+    /// The running turn was already asked to stop; its deadline stands.
+    AlreadyAsked,
+}
+
+impl Turns {
+    /// Whether a turn is running or queued.
+    pub(super) fn is_busy(&self) -> bool {
+        self.running.is_some() || !self.queue.is_empty()
+    }
+
+    /// Whether another turn may be queued, when at most `max_queued` may wait; a turn that
+    /// would run at once always may.
+    pub(super) fn room(&self, max_queued: usize) -> Result<(), SessionError> {
+        if self.is_busy() && self.queue.len() >= max_queued {
+            return Err(SessionError::new(
+                ErrorCode::LimitExceeded,
+                format!("{} turns are already queued", self.queue.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Queues `turn` behind the others; returns its place: 0 when it runs at once, else how
+    /// many turns are ahead of it (the running one included).
+    pub(super) fn push(&mut self, turn: Turn) -> usize {
+        let position = if self.is_busy() {
+            self.queue.len() + usize::from(self.running.is_some())
+        } else {
+            0
+        };
+        self.queue.push_back(turn);
+        position
+    }
+
+    /// Marks `turn` (taken from the head of the queue) as the running one.
+    pub(super) fn start(&mut self, turn: Turn) {
+        self.running = Some(Running {
+            interrupt_deadline: None,
+            last_assistant_uuid: None,
+            turn,
+        });
+    }
+
+    /// The user `seq` of the turn that runs next, if one is queued.
+    pub(super) fn next_seq(&self) -> Option<i64> {
+        self.queue.front().map(|t| t.user_seq)
+    }
+
+    /// When the running turn, asked to stop, must have ended.
+    pub(super) fn interrupt_deadline(&self) -> Option<Instant> {
+        self.running.as_ref().and_then(|r| r.interrupt_deadline)
+    }
+
+    /// Asks the running turn to stop within `timeout`, unless it was asked already.
+    pub(super) fn interrupt(&mut self, timeout: Duration) -> Interrupt {
+        let Some(running) = self.running.as_mut() else {
+            return Interrupt::Idle;
+        };
+        if running.interrupt_deadline.is_some() {
+            return Interrupt::AlreadyAsked;
+        }
+        running.interrupt_deadline = Some(Instant::now() + timeout);
+        Interrupt::Asked
+    }
 }
 
 impl Actor {
@@ -52,15 +137,11 @@ impl Actor {
             let _ = reply.send(Err(err));
             return;
         }
-        let busy = self.running.is_some() || !self.queue.is_empty();
-        if busy && self.queue.len() >= self.shared.config.session.max_queued_turns {
-            let err = SessionError::new(
-                ErrorCode::LimitExceeded,
-                format!("{} turns are already queued", self.queue.len()),
-            );
+        if let Err(err) = self.turns.room(self.shared.config.session.max_queued_turns) {
             let _ = reply.send(Err(err));
             return;
         }
+        let busy = self.turns.is_busy();
         let payload = serde_json::json!({
             "type": "user",
             "message": { "role": "user", "content": chat.content },
@@ -110,11 +191,11 @@ impl Actor {
                 return;
             }
         };
-        let position = if busy {
-            self.queue.len() + usize::from(self.running.is_some())
-        } else {
-            0
-        };
+        let position = self.turns.push(Turn {
+            user_seq: seq,
+            content: chat.content,
+            options: chat.options,
+        });
         let _ = reply.send(Ok((seq, position)));
         self.publish(protocol::session_frame(
             self.conversation.tag(),
@@ -124,12 +205,7 @@ impl Actor {
             &payload,
             None,
         ));
-        self.queue.push_back(Turn {
-            user_seq: seq,
-            content: chat.content,
-            options: chat.options,
-        });
-        if self.running.is_none() {
+        if self.turns.running.is_none() {
             self.start_next_turn().await;
         } else {
             self.shared.metrics.queued_turns(1);
@@ -138,27 +214,23 @@ impl Actor {
     }
 
     pub(super) fn interrupt(&mut self) -> bool {
-        let Some(running) = self.running.as_mut() else {
-            return false;
-        };
-        if running.interrupt_deadline.is_none() {
-            if let Some(agent) = &self.agent {
-                let _ = agent.input.try_send(AgentInput::Interrupt);
+        let timeout = Duration::from_secs(self.shared.config.session.interrupt_timeout_secs);
+        match self.turns.interrupt(timeout) {
+            Interrupt::Idle => false,
+            Interrupt::AlreadyAsked => true,
+            Interrupt::Asked => {
+                if let Some(agent) = &self.agent {
+                    let _ = agent.input.try_send(AgentInput::Interrupt);
+                }
+                self.publish_status("interrupted", "the running turn is being stopped");
+                true
             }
-            running.interrupt_deadline = Some(
-                Instant::now()
-                    + std::time::Duration::from_secs(
-                        self.shared.config.session.interrupt_timeout_secs,
-                    ),
-            );
-            self.publish_status("interrupted", "the running turn is being stopped");
         }
-        true
     }
 
     /// Starts queued turns until one is running (a turn whose agent can't start is closed).
     pub(super) async fn start_next_turn(&mut self) {
-        while let Some(turn) = self.queue.pop_front() {
+        while let Some(turn) = self.turns.queue.pop_front() {
             self.apply_options(&turn.options).await;
             if self.agent.is_none()
                 && let Err(detail) = self.spawn_agent(turn.user_seq).await
@@ -184,11 +256,7 @@ impl Actor {
                 continue;
             }
             let user_seq = turn.user_seq;
-            self.running = Some(Running {
-                interrupt_deadline: None,
-                last_assistant_uuid: None,
-                turn,
-            });
+            self.turns.start(turn);
             self.publish_status("busy", "a turn is running");
             self.publish_activity(Activity::TurnStarted, user_seq, "");
             return;
@@ -277,12 +345,8 @@ impl Actor {
             ErrorCode::BackendUnavailable,
             format!("the agent could not run the turn: {detail}"),
         ));
-        let mut result = NewMessage::new(
-            "result",
-            error_result(&self.conversation.session_id, reason),
-        );
-        result.totals = Some(Totals::default());
-        result.running = Some(self.turn_ends());
+        let result =
+            NewMessage::error_result(&self.conversation.session_id, reason, self.turn_ends());
         self.publish_batch(vec![Out::Stored(result)]).await;
     }
 
@@ -290,30 +354,27 @@ impl Actor {
     /// queue, which [`Self::start_next_turn`] starts right after), or none when stopping.
     pub(super) fn turn_ends(&self) -> RunningTurn {
         RunningTurn::Ends {
-            next: (!self.stopping)
-                .then(|| self.queue.front().map(|t| t.user_seq))
-                .flatten(),
+            next: (!self.stopping).then(|| self.turns.next_seq()).flatten(),
         }
     }
 
     /// The interrupt deadline passed without the turn ending: kill the agent and close the
     /// turn. The conversation resumes from the agent's own record on the next turn.
     pub(super) async fn kill_stuck_turn(&mut self) {
-        let seq = self.running.as_ref().map(|r| r.turn.user_seq);
+        let seq = self.turns.running.as_ref().map(|r| r.turn.user_seq);
         tracing::warn!(agent_id = %self.conversation.agent_id, ?seq, "interrupt not honoured in time; stopping the agent");
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        let mut result = NewMessage::new(
-            "result",
-            error_result(&self.conversation.session_id, "interrupt_timeout"),
+        let result = NewMessage::error_result(
+            &self.conversation.session_id,
+            "interrupt_timeout",
+            self.turn_ends(),
         );
-        result.totals = Some(Totals::default());
-        result.running = Some(self.turn_ends());
         self.publish_batch(vec![Out::Stored(result)]).await;
-        self.running = None;
+        self.turns.running = None;
         self.start_next_turn().await;
-        if self.running.is_none() {
+        if self.turns.running.is_none() {
             self.publish_status("idle", "no turn is running");
         }
     }
@@ -322,7 +383,7 @@ impl Actor {
     /// agent is stopped, and the next one starts as the store decided (a fork of the agent's
     /// session at the turn's anchor). Only while no turn is running or queued.
     pub(super) async fn rewind(&mut self, to_seq: i64) -> Result<Frame, SessionError> {
-        if self.running.is_some() || !self.queue.is_empty() {
+        if self.turns.is_busy() {
             return Err(SessionError::new(
                 ErrorCode::Busy,
                 "a turn is running or queued; interrupt it or wait for it to end, then rewind",
@@ -379,4 +440,107 @@ pub(in crate::session) async fn rewind_store(
         None,
     );
     Ok((frame, rewound.next_launch))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::{Instant, advance};
+
+    use super::{Interrupt, Turn, Turns};
+    use crate::protocol::{ChatOptions, Content, ErrorCode};
+
+    fn turn(user_seq: i64) -> Turn {
+        Turn {
+            user_seq,
+            content: Content::Text(format!("turn {user_seq}")),
+            options: ChatOptions::default(),
+        }
+    }
+
+    /// Starts the turn at the head of the queue, as the actor does once its agent has it.
+    fn start_next(turns: &mut Turns) -> i64 {
+        let next = turns.queue.pop_front().expect("a queued turn");
+        let seq = next.user_seq;
+        turns.start(next);
+        seq
+    }
+
+    /// A turn sent while none runs runs at once (place 0); the ones sent meanwhile are told how
+    /// many turns are ahead of them, and run one at a time in the order they were sent, each
+    /// turn's result naming the one that runs next.
+    #[tokio::test(start_paused = true)]
+    async fn turns_run_one_at_a_time_in_the_order_they_were_sent() {
+        let mut turns = Turns::default();
+        assert!(!turns.is_busy());
+        assert_eq!(turns.push(turn(1)), 0);
+        assert_eq!(start_next(&mut turns), 1);
+        assert_eq!(turns.push(turn(3)), 1);
+        assert_eq!(turns.push(turn(5)), 2);
+        assert_eq!(turns.push(turn(7)), 3);
+        let mut ran = vec![1];
+        while turns.is_busy() {
+            let next = turns.next_seq();
+            turns.running = None;
+            match next {
+                Some(seq) => {
+                    assert_eq!(start_next(&mut turns), seq);
+                    ran.push(seq);
+                }
+                None => assert!(turns.queue.is_empty()),
+            }
+        }
+        assert_eq!(ran, [1, 3, 5, 7]);
+        // Idle again: the next turn runs at once.
+        assert_eq!(turns.push(turn(9)), 0);
+    }
+
+    /// Behind a running turn at most `max_queued` wait; one more is refused with
+    /// `limit_exceeded`, saying how many wait. A turn that would run at once is never refused.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_refuses_the_next_turn() {
+        let mut turns = Turns::default();
+        assert_eq!(turns.room(0), Ok(()));
+        turns.push(turn(1));
+        start_next(&mut turns);
+        assert_eq!(turns.room(2), Ok(()));
+        turns.push(turn(2));
+        assert_eq!(turns.room(2), Ok(()));
+        turns.push(turn(3));
+        let refused = turns.room(2).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::LimitExceeded);
+        assert_eq!(refused.message, "2 turns are already queued");
+        assert_eq!(turns.room(3), Ok(()));
+    }
+
+    /// An interrupt stops the running turn only: it is given until the deadline once (asking
+    /// again does not move it), the turns queued behind it stay queued and run after it, and the
+    /// next one starts with no interrupt pending. With nothing running there is nothing to stop.
+    #[tokio::test(start_paused = true)]
+    async fn an_interrupt_stops_the_running_turn_and_leaves_the_queued_ones() {
+        let timeout = Duration::from_secs(30);
+        let mut turns = Turns::default();
+        assert_eq!(turns.interrupt(timeout), Interrupt::Idle);
+        turns.push(turn(1));
+        start_next(&mut turns);
+        turns.push(turn(2));
+        turns.push(turn(3));
+        let asked_at = Instant::now();
+        assert_eq!(turns.interrupt(timeout), Interrupt::Asked);
+        assert_eq!(turns.interrupt_deadline(), Some(asked_at + timeout));
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(turns.interrupt(timeout), Interrupt::AlreadyAsked);
+        assert_eq!(turns.interrupt_deadline(), Some(asked_at + timeout));
+        // The queued turns were not touched: the next still runs after the interrupted one.
+        assert_eq!(turns.next_seq(), Some(2));
+        assert_eq!(turns.queue.len(), 2);
+        turns.running = None;
+        assert_eq!(start_next(&mut turns), 2);
+        assert_eq!(turns.interrupt_deadline(), None);
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(turns.interrupt(timeout), Interrupt::Asked);
+        assert_eq!(turns.interrupt_deadline(), Some(Instant::now() + timeout));
+        assert_eq!(turns.next_seq(), Some(3));
+    }
 }

@@ -1,9 +1,8 @@
-//! Routing between the nodes that share a PostgreSQL store, over NATS: a command for a
-//! conversation another node runs goes to that node by request and reply, and each node
-//! publishes the frames of the conversations it runs, once committed, for the other nodes to
-//! relay to their own followers, filling any `seq` gap from the store (NATS delivers at most
-//! once). Every message is sealed with the cluster secret ([`seal`]), and nothing read from
-//! the bus is taken as a principal, a frame or JSON without a check.
+//! The NATS bus between the nodes that share a PostgreSQL store: its messages (a forwarded
+//! command and its answer, a published frame), each sealed with the cluster secret ([`seal`])
+//! and checked as it is read; sending a command to a node and answering those sent to this one;
+//! publishing committed frames and relaying other nodes' to followers, filling a `seq` gap from
+//! the store. Which node a command goes to is decided by `routing`.
 
 mod connect;
 mod seal;
@@ -23,9 +22,7 @@ use self::seal::{Kind, Refusal, Seal};
 use super::{Command, Conversation, Manager, replay};
 use crate::config::ClusterConfig;
 use crate::metrics::Metrics;
-use crate::protocol::{
-    self, AgentId, ClientFrame, DecodeLimits, ErrorCode, Frame, MAX_PRINCIPAL_BYTES,
-};
+use crate::protocol::{self, AgentId, DecodeLimits, ErrorCode, Frame, MAX_PRINCIPAL_BYTES};
 use crate::session::SessionError;
 use crate::store::{NewMessage, PageSize, RowId, Store};
 
@@ -47,29 +44,63 @@ pub struct Bus {
     page_bytes: usize,
 }
 
-/// A command another node forwards: the principal it acts for and the command as the client
-/// frame it mirrors (for a schedule's run, with the status that marks it), read as this node
-/// reads a socket's frame.
-#[derive(Deserialize)]
+/// A command forwarded to the node that runs its conversation, as it goes over the bus: the
+/// principal it acts for and the command as the client frame it mirrors (for a schedule's run,
+/// with the status that marks it), read there as this node reads a socket's frame.
+#[derive(Serialize, Deserialize)]
 struct Forward {
     principal: String,
     frame: Box<RawValue>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     marker: Option<Marker>,
 }
 
 impl Forward {
+    /// `command` for conversation `agent_id` of `principal`, as it is sent.
+    fn new(principal: &str, agent_id: &AgentId, command: &Command) -> Self {
+        let marker = match command {
+            Command::Chat { marker, .. } => marker.as_deref().map(Marker::of),
+            _ => None,
+        };
+        let frame = command.clone().into_frame(agent_id.clone());
+        Forward {
+            principal: principal.to_owned(),
+            frame: serde_json::value::to_raw_value(&frame).expect("frames serialize"),
+            marker,
+        }
+    }
+
     /// Whether what it names is what a node sends: a principal of an accepted length, and a
     /// marker whose payload is a JSON object.
     fn is_sound(&self) -> bool {
         (1..=MAX_PRINCIPAL_BYTES).contains(&self.principal.len())
             && self.marker.as_ref().is_none_or(Marker::is_object)
     }
+
+    /// The command it carries and that command's conversation, once its frame reads as a
+    /// client's command frame of a kind that is forwarded (a fork never is: it runs on the node
+    /// that got it, from the store); else the answer refusing it.
+    fn command(&self, limits: DecodeLimits) -> Result<(AgentId, Command), Answer> {
+        let frame = protocol::decode(self.frame.get(), limits)
+            .map_err(|err| Answer::from_error(err.into()))?;
+        match Command::from_frame(frame) {
+            Some((_, Command::Fork { .. })) | None => Err(Answer::Error {
+                code: ErrorCode::BadFrame,
+                message: "only chat, interrupt, permission_response and rewind are forwarded"
+                    .into(),
+            }),
+            Some((agent_id, Command::Chat { chat, .. })) => {
+                let marker = self.marker.clone().map(|m| Box::new(m.into_message()));
+                Ok((agent_id, Command::Chat { chat, marker }))
+            }
+            Some(forwarded) => Ok(forwarded),
+        }
+    }
 }
 
-/// The `status` stored just before a forwarded chat's user message.
+/// The `status` stored just before a forwarded chat's user message, as it goes over the bus.
 #[derive(Clone, Serialize, Deserialize)]
-pub(super) struct Marker {
+struct Marker {
     payload: String,
     title: Option<String>,
     schedule_id: Option<String>,
@@ -77,7 +108,7 @@ pub(super) struct Marker {
 
 impl Marker {
     /// The marker of a stored `status` message.
-    pub fn of(message: &NewMessage) -> Self {
+    fn of(message: &NewMessage) -> Self {
         Marker {
             payload: message.payload.clone(),
             title: message.title.clone(),
@@ -85,7 +116,8 @@ impl Marker {
         }
     }
 
-    pub fn into_message(self) -> NewMessage {
+    /// The `status` message it marks a chat with.
+    fn into_message(self) -> NewMessage {
         let mut message = NewMessage::new("status", self.payload);
         message.title = self.title;
         message.schedule_id = self.schedule_id;
@@ -287,20 +319,8 @@ impl Bus {
         principal: &str,
         agent_id: &AgentId,
         command: &Command,
-        marker: Option<Marker>,
     ) -> Result<Answer, NoOwner> {
-        #[derive(Serialize)]
-        struct Outgoing<'a> {
-            principal: &'a str,
-            frame: ClientFrame,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            marker: Option<Marker>,
-        }
-        let request = Outgoing {
-            principal,
-            frame: command.clone().into_frame(agent_id.clone()),
-            marker,
-        };
+        let request = Forward::new(principal, agent_id, command);
         let payload = serde_json::to_vec(&request).expect("requests serialize");
         let subject = node_subject(node);
         let (headers, nonce) = self.seal.command(&subject, &payload);
@@ -490,25 +510,37 @@ fn relayed_frame(
 
 /// Runs a command another node forwarded, once it reads as a client's command frame.
 async fn answer(manager: &Manager, request: Forward, limits: DecodeLimits) -> Answer {
-    let frame = match protocol::decode(request.frame.get(), limits) {
-        Ok(frame) => frame,
-        Err(err) => return Answer::from_error(err.into()),
-    };
-    let Some((agent_id, command)) = Command::from_frame(frame) else {
-        return Answer::Error {
-            code: ErrorCode::BadFrame,
-            message: "only chat, interrupt, permission_response and rewind are forwarded".into(),
-        };
-    };
-    manager
-        .answer(&request.principal, &agent_id, command, request.marker)
-        .await
+    match request.command(limits) {
+        Ok((agent_id, command)) => manager.answer(&request.principal, &agent_id, command).await,
+        Err(refused) => refused,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{AgentId, SessionId};
+    use crate::protocol::{Chat, ChatOptions, ClientFrame, Content, PermissionDecision, SessionId};
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+    const LIMITS: DecodeLimits = DecodeLimits {
+        max_content_bytes: 1 << 20,
+    };
+
+    /// What a command asks, as the owning node runs it: its frame, and its marker's fields.
+    type Asked = (
+        ClientFrame,
+        Option<(String, Option<String>, Option<String>)>,
+    );
+
+    fn asked(agent_id: &AgentId, command: Command) -> Asked {
+        let marker = match &command {
+            Command::Chat {
+                marker: Some(m), ..
+            } => Some((m.payload.clone(), m.title.clone(), m.schedule_id.clone())),
+            _ => None,
+        };
+        (command.into_frame(agent_id.clone()), marker)
+    }
 
     fn conversation() -> Conversation {
         Conversation {
@@ -572,5 +604,93 @@ mod tests {
         assert!(!forward("alice", Some("[1]")).is_sound());
         assert!(!forward("", None).is_sound());
         assert!(!forward(&"p".repeat(MAX_PRINCIPAL_BYTES + 1), None).is_sound());
+    }
+
+    /// A command goes over the bus as one message: serialized, sealed by the sending node,
+    /// opened by the owner, read back to the same command (a schedule's run with its marker);
+    /// the same message changed on the way is refused.
+    #[test]
+    fn a_forwarded_command_comes_back_as_sent_and_a_changed_one_is_refused() {
+        let seal = |node: &str| Seal::new(SECRET, node.into(), Metrics::default()).unwrap();
+        let (sender, owner) = (seal("a"), seal("b"));
+        let agent_id = AgentId::parse("x").unwrap();
+        let chat = Chat {
+            agent_id: agent_id.clone(),
+            content: Content::Text("hello".into()),
+            client_msg_id: Some("m-1".into()),
+            options: ChatOptions {
+                model: Some("sonnet".into()),
+                ..ChatOptions::default()
+            },
+        };
+        let mut marker = NewMessage::new("status", r#"{"status":"scheduled_run"}"#.into());
+        marker.title = Some("nightly".into());
+        marker.schedule_id = Some("s-1".into());
+        let commands = [
+            Command::Chat {
+                chat: chat.clone(),
+                marker: Some(Box::new(marker)),
+            },
+            Command::Chat { chat, marker: None },
+            Command::Interrupt,
+            Command::AnswerPermission {
+                request_id: "r-1".into(),
+                decision: PermissionDecision::Deny {
+                    message: "no".into(),
+                },
+            },
+            Command::Rewind { to_seq: 4 },
+        ];
+        let subject = node_subject("b");
+        for command in commands {
+            let sent = Forward::new("alice", &agent_id, &command);
+            let payload = serde_json::to_vec(&sent).unwrap();
+            let (headers, _) = sender.command(&subject, &payload);
+            let changed = String::from_utf8(payload.clone())
+                .unwrap()
+                .replacen("alice", "alicf", 1);
+            let refused = owner.open(
+                Kind::Command,
+                &subject,
+                Some(&headers),
+                &[],
+                changed.as_bytes(),
+            );
+            assert_eq!(refused.err(), Some(Refusal::Forged));
+            let opened = owner.open(Kind::Command, &subject, Some(&headers), &[], &payload);
+            assert_eq!(opened.ok().map(|o| o.from), Some("a".to_owned()));
+            let read: Forward = serde_json::from_slice(&payload).unwrap();
+            assert!(read.is_sound());
+            assert_eq!(read.principal, "alice");
+            let (to, back) = read.command(LIMITS).ok().unwrap();
+            assert_eq!(to, agent_id);
+            assert_eq!(asked(&agent_id, back), asked(&agent_id, command));
+        }
+    }
+
+    /// Only what a node forwards is run: a fork (which runs on the node that got it) and a
+    /// frame that is no command are refused alike.
+    #[test]
+    fn a_fork_or_a_frame_that_is_no_command_is_not_run_when_forwarded() {
+        let agent_id = AgentId::parse("x").unwrap();
+        let fork = Command::Fork {
+            new_agent_id: AgentId::parse("y").unwrap(),
+            at_seq: None,
+        };
+        let ping = Forward {
+            principal: "alice".into(),
+            frame: RawValue::from_string(r#"{"type":"ping"}"#.into()).unwrap(),
+            marker: None,
+        };
+        for forward in [Forward::new("alice", &agent_id, &fork), ping] {
+            let Err(Answer::Error { code, message }) = forward.command(LIMITS) else {
+                panic!("run");
+            };
+            assert_eq!(code, ErrorCode::BadFrame);
+            assert_eq!(
+                message,
+                "only chat, interrupt, permission_response and rewind are forwarded"
+            );
+        }
     }
 }
