@@ -5,6 +5,9 @@
 //!
 //! A setting named `…_secs` or `…_ms` holds a whole number of seconds or milliseconds; the file
 //! may give it as that number or as a duration written out (`"90s"`, `"5m"`, `"1h 30m"`).
+//!
+//! One job, reading and checking the settings: the tables small enough to need no module of
+//! their own are here, one type each with its defaults; past 500 lines with their tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -14,11 +17,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::agent::demo::DemoOptions;
 use crate::protocol::{DecodeLimits, LaunchOption};
 
 mod auth;
 mod cluster;
-mod durations;
+pub(crate) mod durations;
 
 pub use auth::AuthConfig;
 pub use cluster::ClusterConfig;
@@ -50,8 +54,8 @@ pub struct Config {
     pub session: SessionConfig,
     /// Settings of the store.
     pub store: StoreConfig,
-    /// Settings of the demo agent.
-    pub demo: DemoConfig,
+    /// Settings of the demo agent (its own options, with a testing aid among them).
+    pub demo: DemoOptions,
     /// Settings of the Claude Code CLI backend.
     pub claude: ClaudeConfig,
     /// Authentication and the browser origin check.
@@ -458,18 +462,6 @@ impl StoreConfig {
     }
 }
 
-/// Demo agent settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DemoConfig {
-    /// Pause after each streamed word, in milliseconds.
-    #[serde(deserialize_with = "millis")]
-    pub delay_ms: u64,
-    /// Testing aid: each turn waits after its first word until `<gate_dir>/<agent_id>.<N>`
-    /// exists (see [`crate::agent::demo::DemoBackend::gate_dir`]). Off when unset.
-    pub gate_dir: Option<PathBuf>,
-}
-
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -479,7 +471,7 @@ impl Default for Config {
             socket: SocketConfig::default(),
             session: SessionConfig::default(),
             store: StoreConfig::default(),
-            demo: DemoConfig::default(),
+            demo: DemoOptions::default(),
             claude: ClaudeConfig::default(),
             auth: AuthConfig::default(),
             server: ServerConfig::default(),
@@ -551,15 +543,6 @@ impl fmt::Debug for StoreConfig {
             .field("max_page_count", &self.max_page_count)
             .field("wal_restart_mib", &self.wal_restart_mib)
             .finish()
-    }
-}
-
-impl Default for DemoConfig {
-    fn default() -> Self {
-        DemoConfig {
-            delay_ms: 20,
-            gate_dir: None,
-        }
     }
 }
 
