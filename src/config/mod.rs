@@ -537,12 +537,34 @@ impl Default for StoreConfig {
 impl fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreConfig")
-            .field("url", &crate::store::postgres::redact_url(&self.url))
+            .field("url", &redact_url(&self.url))
             .field("synchronous_full", &self.synchronous_full)
             .field("max_batch", &self.max_batch)
             .field("max_page_count", &self.max_page_count)
             .field("wal_restart_mib", &self.wal_restart_mib)
             .finish()
+    }
+}
+
+/// A store URL as it may be shown: its password (if any) replaced by `***`; a text that is not
+/// a URL but holds an `@` (a mistyped one, maybe with a password) entirely.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, tail) = match rest.find(['/', '?', '#']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+                    None => url.to_owned(),
+                },
+                None => url.to_owned(),
+            }
+        }
+        None if url.contains('@') => "***".to_owned(),
+        None => url.to_owned(),
     }
 }
 
@@ -625,6 +647,18 @@ impl ClaudeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_passwords_are_redacted() {
+        let url = "postgres://app:s3cr%2Ft@db.example:5432/agentmux?sslmode=require";
+        assert_eq!(
+            redact_url(url),
+            "postgres://app:***@db.example:5432/agentmux?sslmode=require"
+        );
+        assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(redact_url("-e"), "-e");
+        assert_eq!(redact_url("postgres:/app:s3cret@db/x"), "***");
+    }
 
     #[test]
     fn the_shipped_default_file_matches_the_compiled_defaults() {
