@@ -124,7 +124,7 @@ impl Server {
                 let pg =
                     Arc::new(PgStore::open(&config.store.url, settings, metrics.clone()).await?);
                 tracing::info!(
-                    url = %store::postgres::redact_url(&config.store.url),
+                    url = %crate::config::redact_url(&config.store.url),
                     node = %node,
                     "conversations are stored in PostgreSQL"
                 );

@@ -1,5 +1,5 @@
-//! Project roots: which directories a principal's conversations may work in, the projects
-//! under them, and where the Claude CLI keeps the sessions of a project.
+//! Project roots: which directories a principal's conversations may work in, and the projects
+//! under them.
 //!
 //! Every path a client names is checked by [`resolve_dir`] alone (the session layer calls it
 //! for `options.cwd`, `options.add_dirs` and the project routes), so that one rule decides.
@@ -95,32 +95,9 @@ pub async fn list(roots: &[ProjectRoot], principal: &str) -> Vec<PathBuf> {
     projects
 }
 
-/// The folder name the CLI gives the sessions of working directory `cwd`: every character
-/// that is not an ASCII letter or digit becomes `-`.
-pub fn sanitize(cwd: &Path) -> String {
-    cwd.to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect()
-}
-
-/// Where the CLI whose config dir is `home` keeps the sessions it ran in `cwd`.
-pub fn sessions_dir(home: &Path, cwd: &Path) -> PathBuf {
-    home.join("projects").join(sanitize(cwd))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn folder_names_match_the_cli() {
-        assert_eq!(sanitize(Path::new("/srv/my_proj.v2")), "-srv-my-proj-v2");
-        assert_eq!(
-            sessions_dir(Path::new("/h"), Path::new("/a b")),
-            Path::new("/h/projects/-a-b")
-        );
-    }
 
     #[tokio::test]
     async fn only_directories_inside_an_allowed_root_resolve() {

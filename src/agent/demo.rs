@@ -5,16 +5,19 @@
 //! with usage and duration. The reply is `Echo: <content> (turn N)`, N counting the user turns
 //! the agent remembers (an image in the content is echoed as `[<media type> <size> bytes]`), so resume, rewind and fork can be seen from outside.
 //!
-//! A testing aid, [`DemoBackend::gate_dir`] (`demo.gate_dir`), makes each turn wait after its first
-//! word until a file named after the turn exists, so that a test, not the clock, decides how
-//! long a turn runs.
+//! A testing aid, [`DemoOptions::gate_dir`] (`demo.gate_dir`), makes each turn wait after its
+//! first word until a file named after the turn exists, so that a test, not the clock, decides
+//! how long a turn runs. It is the demo agent's own option, not a setting of the server's.
+//!
+//! One job, one agent: its options, its backend and its turn; past 500 lines only with its
+//! tests.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::protocol::{AgentId, Content, LaunchOption};
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::{
@@ -28,6 +31,27 @@ const DEFAULT_MODEL: &str = "demo";
 const DEFAULT_PERMISSION_MODE: &str = "default";
 /// Cost the demo reports per turn, in US dollars.
 const COST_PER_TURN_USD: f64 = 0.0001;
+
+/// The demo agent's options (`[demo]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoOptions {
+    /// Pause after each streamed word, in milliseconds.
+    #[serde(deserialize_with = "crate::config::durations::millis")]
+    pub delay_ms: u64,
+    /// Testing aid: each turn waits after its first word until `<gate_dir>/<agent_id>.<N>`
+    /// exists (see [`DemoBackend::gate_dir`]). Off when unset.
+    pub gate_dir: Option<PathBuf>,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            delay_ms: 20,
+            gate_dir: None,
+        }
+    }
+}
 
 /// The demo backend.
 #[derive(Debug, Clone)]

@@ -5,6 +5,9 @@
 //!
 //! A setting named `…_secs` or `…_ms` holds a whole number of seconds or milliseconds; the file
 //! may give it as that number or as a duration written out (`"90s"`, `"5m"`, `"1h 30m"`).
+//!
+//! One job, reading and checking the settings: the tables small enough to need no module of
+//! their own are here, one type each with its defaults; past 500 lines with their tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -14,11 +17,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::agent::demo::DemoOptions;
 use crate::protocol::{DecodeLimits, LaunchOption};
 
 mod auth;
 mod cluster;
-mod durations;
+pub(crate) mod durations;
 
 pub use auth::AuthConfig;
 pub use cluster::ClusterConfig;
@@ -50,8 +54,8 @@ pub struct Config {
     pub session: SessionConfig,
     /// Settings of the store.
     pub store: StoreConfig,
-    /// Settings of the demo agent.
-    pub demo: DemoConfig,
+    /// Settings of the demo agent (its own options, with a testing aid among them).
+    pub demo: DemoOptions,
     /// Settings of the Claude Code CLI backend.
     pub claude: ClaudeConfig,
     /// Authentication and the browser origin check.
@@ -458,18 +462,6 @@ impl StoreConfig {
     }
 }
 
-/// Demo agent settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DemoConfig {
-    /// Pause after each streamed word, in milliseconds.
-    #[serde(deserialize_with = "millis")]
-    pub delay_ms: u64,
-    /// Testing aid: each turn waits after its first word until `<gate_dir>/<agent_id>.<N>`
-    /// exists (see [`crate::agent::demo::DemoBackend::gate_dir`]). Off when unset.
-    pub gate_dir: Option<PathBuf>,
-}
-
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -479,7 +471,7 @@ impl Default for Config {
             socket: SocketConfig::default(),
             session: SessionConfig::default(),
             store: StoreConfig::default(),
-            demo: DemoConfig::default(),
+            demo: DemoOptions::default(),
             claude: ClaudeConfig::default(),
             auth: AuthConfig::default(),
             server: ServerConfig::default(),
@@ -545,7 +537,7 @@ impl Default for StoreConfig {
 impl fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreConfig")
-            .field("url", &crate::store::postgres::redact_url(&self.url))
+            .field("url", &redact_url(&self.url))
             .field("synchronous_full", &self.synchronous_full)
             .field("max_batch", &self.max_batch)
             .field("max_page_count", &self.max_page_count)
@@ -554,12 +546,25 @@ impl fmt::Debug for StoreConfig {
     }
 }
 
-impl Default for DemoConfig {
-    fn default() -> Self {
-        DemoConfig {
-            delay_ms: 20,
-            gate_dir: None,
+/// A store URL as it may be shown: its password (if any) replaced by `***`; a text that is not
+/// a URL but holds an `@` (a mistyped one, maybe with a password) entirely.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, tail) = match rest.find(['/', '?', '#']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+                    None => url.to_owned(),
+                },
+                None => url.to_owned(),
+            }
         }
+        None if url.contains('@') => "***".to_owned(),
+        None => url.to_owned(),
     }
 }
 
@@ -642,6 +647,18 @@ impl ClaudeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_passwords_are_redacted() {
+        let url = "postgres://app:s3cr%2Ft@db.example:5432/agentmux?sslmode=require";
+        assert_eq!(
+            redact_url(url),
+            "postgres://app:***@db.example:5432/agentmux?sslmode=require"
+        );
+        assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(redact_url("-e"), "-e");
+        assert_eq!(redact_url("postgres:/app:s3cret@db/x"), "***");
+    }
 
     #[test]
     fn the_shipped_default_file_matches_the_compiled_defaults() {

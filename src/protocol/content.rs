@@ -131,6 +131,19 @@ impl Content {
     }
 }
 
+/// JSON text `raw` written again compactly through a strict reader (every string decoded as
+/// a parse into values would), without building it as a tree: how a payload from outside
+/// (an import, an agent's transcript) is stored.
+///
+/// # Errors
+/// When `raw` is not one JSON value.
+pub fn strict_json(raw: &str) -> serde_json::Result<String> {
+    let mut reader = serde_json::Deserializer::from_str(raw);
+    let written = serde_json::to_string(&serde_transcode::Transcoder::new(&mut reader))?;
+    reader.end()?;
+    Ok(written)
+}
+
 /// The fields of a stored message's payload (JSON text) that are read by their shape, without
 /// building the payload as a tree: its `uuid` (every message an agent prints carries one) and
 /// its `message`.

@@ -17,7 +17,7 @@ mod tools;
 pub use client::*;
 pub use content::{
     Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES, PayloadMessage,
-    StoredPayload,
+    StoredPayload, strict_json,
 };
 pub use ids::{AgentId, SessionId, valid_session_id};
 pub use server::*;

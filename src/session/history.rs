@@ -140,15 +140,6 @@ impl<'de> Deserialize<'de> for ContentText {
     }
 }
 
-/// JSON text `raw` written again compactly through a strict reader (every string decoded as
-/// a parse into values would), without building it as a tree.
-pub(super) fn strict_json(raw: &str) -> serde_json::Result<String> {
-    let mut reader = serde_json::Deserializer::from_str(raw);
-    let written = serde_json::to_string(&serde_transcode::Transcoder::new(&mut reader))?;
-    reader.end()?;
-    Ok(written)
-}
-
 /// A malformed request about history (`invalid_request`).
 pub(super) fn invalid(message: impl Into<String>) -> SessionError {
     SessionError::new(ErrorCode::InvalidRequest, message)
@@ -193,7 +184,8 @@ fn import_line(n: usize, line: &str) -> Result<NewMessage, SessionError> {
     if !raw.starts_with('{') {
         return Err(invalid(format!("line {n}: `payload` must be an object")));
     }
-    let payload = strict_json(raw).map_err(|e| invalid(format!("line {n}: `payload`: {e}")))?;
+    let payload =
+        protocol::strict_json(raw).map_err(|e| invalid(format!("line {n}: `payload`: {e}")))?;
     let mut message = NewMessage::new(message_type, payload);
     // The user's own chat is the user message whose content is text, or text and images.
     if message_type == "user"

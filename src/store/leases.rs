@@ -293,7 +293,7 @@ pub struct NodeStatus {
 /// # Errors
 /// When the database can't be reached or has no agentmux tables.
 pub async fn cluster_status(url: &str) -> anyhow::Result<Vec<NodeStatus>> {
-    let shown = super::postgres::redact_url(url);
+    let shown = crate::config::redact_url(url);
     let mut conn = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect(url))
         .await
         .map_err(|_| anyhow::anyhow!("cannot connect to the store at {shown}: timed out"))?

@@ -26,6 +26,7 @@ use super::{
     NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
     SessionQuery, SessionRecord, Store, StoreError, StoredMessage, text,
 };
+use crate::config::redact_url;
 use crate::metrics::Metrics;
 
 /// Settings of the PostgreSQL store.
@@ -58,28 +59,6 @@ impl Default for PgSettings {
             address: "127.0.0.1:7878".into(),
             lease: Duration::from_secs(10),
         }
-    }
-}
-
-/// A store URL as it may be shown: its password (if any) replaced by `***`; a text that is not
-/// a URL but holds an `@` (a mistyped one, maybe with a password) entirely.
-pub fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, tail) = match rest.find(['/', '?', '#']) {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => match userinfo.split_once(':') {
-                    Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-                    None => url.to_owned(),
-                },
-                None => url.to_owned(),
-            }
-        }
-        None if url.contains('@') => "***".to_owned(),
-        None => url.to_owned(),
     }
 }
 
@@ -774,20 +753,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn passwords_are_redacted_and_scrubbed() {
+    fn passwords_are_scrubbed() {
         let url = "postgres://app:s3cr%2Ft@db.example:5432/agentmux?sslmode=require";
-        assert_eq!(
-            redact_url(url),
-            "postgres://app:***@db.example:5432/agentmux?sslmode=require"
-        );
         assert_eq!(
             scrub(url, "bad password s3cr%2Ft or s3cr/t"),
             "bad password *** or ***"
         );
-        assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
         assert_eq!(scrub("postgres://app@db/x", "text"), "text");
-        assert_eq!(redact_url("-e"), "-e");
-        assert_eq!(redact_url("postgres:/app:s3cret@db/x"), "***");
     }
 
     #[test]

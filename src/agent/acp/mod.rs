@@ -5,13 +5,20 @@
 //! the Claude CLI's share), starts the configured program in the conversation's working
 //! directory, in its own process group with a parent-death signal (the same process handling
 //! as the Claude CLI's), sends `initialize` advertising no file system or terminal capability,
-//! opens the session (`session/new`, or `session/resume` / `session/load` for a conversation
-//! the agent already knows), then sends one `session/prompt` per turn and turns the agent's
-//! `session/update` notifications into the stream-json shaped messages every backend reports.
-//! The wire types come from the pinned schema crate, through `schema` only.
+//! opens the session (`open`: `session/new`, or `session/resume` / `session/load` for a
+//! conversation the agent already knows), keeps its mode and model as the conversation wants
+//! (`modes`), then sends one `session/prompt` per turn (`turns`), relays the agent's permission
+//! requests (`permissions`) and turns its `session/update` notifications into the stream-json
+//! shaped messages every backend reports (`updates`). The wire types come from the pinned
+//! schema crate, through `schema` only.
 
+mod modes;
+mod open;
+mod permissions;
 mod schema;
 mod task;
+mod turns;
+mod updates;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -139,7 +146,7 @@ impl Backend for AcpBackend {
             return Ok(());
         };
         if let Some(mode) = mode
-            && !task::offers_mode(offered, mode)
+            && !modes::offers_mode(offered, mode)
         {
             return Err(format!(
                 "agent `{}` has no mode `{mode}` (modes: {})",

@@ -1,6 +1,7 @@
 //! The Agent Client Protocol's wire types, from the pinned `agent-client-protocol-schema`
 //! crate: the only module that names it, so a version bump stays here. It builds the requests
-//! agentmux sends and reads the answers and notifications it needs into plain values.
+//! agentmux sends and reads the answers and notifications it needs into plain values. One
+//! job, the translation to and from that crate; past 500 lines only with its tests.
 
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1 as acp;

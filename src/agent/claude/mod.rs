@@ -9,7 +9,8 @@
 //! permission requests on the user's behalf, and when the CLI refuses to resume (its
 //! transcript is gone) starts a fresh conversation instead. Processes run in their own
 //! process group with a parent-death signal, and are stopped politely first: close stdin,
-//! wait, SIGTERM, wait, SIGKILL.
+//! wait, SIGTERM, wait, SIGKILL. The CLI's own session files, which the user's CLI sessions
+//! are imported from, are read by `transcripts`.
 //!
 //! [`AgentEvent`]: super::AgentEvent
 
@@ -17,6 +18,7 @@ mod argv;
 mod control;
 mod spare;
 mod task;
+pub mod transcripts;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -135,7 +137,7 @@ impl Backend for ClaudeBackend {
         // The id names a file: only the CLI's own form of it (a UUID) does.
         crate::protocol::valid_session_id(agent_session).then_some(())?;
         let home = self.settings.config.home()?;
-        Some(crate::projects::sessions_dir(&home, cwd).join(format!("{agent_session}.jsonl")))
+        Some(transcripts::folder(&home, cwd).join(format!("{agent_session}.jsonl")))
     }
 
     fn supports(&self) -> super::Supports {

@@ -47,7 +47,7 @@ async fn read_transcript(path: &std::path::Path, max_bytes: usize) -> std::io::R
             ),
         )
     };
-    let (file, meta) = crate::session::cli_sessions::open_regular_file(path)?;
+    let (file, meta) = crate::agent::claude::transcripts::open_regular_file(path)?;
     if meta.len() > max_bytes as u64 {
         return Err(too_large());
     }
