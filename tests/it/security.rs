@@ -287,22 +287,10 @@ async fn tickets_open_a_socket_once_by_query_or_subprotocol() {
 #[tokio::test]
 async fn expired_tickets_get_401() {
     let (server, _cfg) = server_with(&format!("{TOKENS}\n[auth]\nticket_ttl_secs = 1\n")).await;
-    let mut tickets = Vec::new();
-    for _ in 0..2 {
-        let r = http(
-            &server.addr,
-            "POST",
-            "/api/ws-ticket",
-            Some("tok-bob"),
-            None,
-        )
-        .await;
-        let ticket = serde_json::from_str::<Value>(&r.body).unwrap()["ticket"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        tickets.push(ticket);
-    }
+    let tickets = [
+        ws_ticket(&server.addr, "tok-bob").await,
+        ws_ticket(&server.addr, "tok-bob").await,
+    ];
     // The server compares a ticket's own `exp` (Unix seconds) with the system clock, which
     // this test reads too: a ticket has expired once that clock reaches the next second.
     let expired_at = |ticket: &str| Duration::from_secs(ticket_expiry(ticket) + 1);
@@ -324,6 +312,16 @@ async fn expired_tickets_get_401() {
     let (status, body) = refusal(connect_with(&server.addr, &format!("?ticket={late}"), &[]).await);
     assert_eq!(status, 401);
     assert_eq!(body["code"], "unauthorized");
+}
+
+/// A WebSocket ticket from `POST /api/ws-ticket` for the bearer of `token`.
+pub async fn ws_ticket(addr: &str, token: &str) -> String {
+    let r = http(addr, "POST", "/api/ws-ticket", Some(token), None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    serde_json::from_str::<Value>(&r.body).unwrap()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// The `exp` claim of a WebSocket ticket (a JWT), in Unix seconds.
