@@ -37,7 +37,7 @@ cargo test --all-targets --locked
 
 if [ -n "${AGENTMUX_TEST_PG_URL:-}" ]; then
   echo "== cargo test: the integration tests again, every server on PostgreSQL"
-  # Tests about the SQLite file itself (kill -9 on it, a full disk, WAL) say so and skip.
+  # Tests about the SQLite file itself (kill -9 on it, a full disk, WAL) show as ignored.
   AGENTMUX_TEST_STORE=postgres cargo test --locked --test it
 fi
 

@@ -932,7 +932,20 @@ async fn prewarmed_spare_is_adopted() {
         tries += 1;
     }
     let spare = fx.spawns()[0].clone();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spare_pid = spare["pid"].as_i64().unwrap();
+    // The spare is offered once it has answered `initialize`, its one exchange before a
+    // conversation adopts it: wait until it was asked (it answers as soon as it reads the line,
+    // well before this test's socket and chat reach the server).
+    let mut tries = 0;
+    while !fx
+        .stdin()
+        .iter()
+        .any(|(pid, line)| *pid == spare_pid && line["request"]["subtype"] == "initialize")
+        && tries < 100
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tries += 1;
+    }
     let mut c = server.client().await;
     let ack = chat_ack(&mut c, "warm", "hi").await;
     assert_eq!(arg(&spare, "--session-id="), ack["session_id"].as_str());
@@ -1222,7 +1235,11 @@ async fn a_cli_that_cannot_start_is_given_up_on() {
     assert_eq!(respawning, 3, "three restarts: {frames:?}");
     // The kill and three failed starts: one process and three restarts, no more.
     assert_eq!(fx.spawns().len(), 4);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Nothing the server does after giving up can be awaited, so the wait is the assertion:
+    // a fourth restart would come 400 ms after the third failed start (100 ms doubled per
+    // exit); none comes within twice that. The back-off's schedule itself is checked with a
+    // paused clock by the unit tests of `Respawns`.
+    tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(fx.spawns().len(), 4, "no restart after giving up");
 
     std::fs::remove_file(&fail).unwrap();

@@ -64,9 +64,16 @@ pub fn nats_bin() -> Option<String> {
     }
 }
 
-/// Whether every test server runs on PostgreSQL (`AGENTMUX_TEST_STORE=postgres`).
+/// Whether every test server runs on PostgreSQL (`AGENTMUX_TEST_STORE=postgres`). The build
+/// script reads the same variable into `cfg(test_store_postgres)`, which ignores the tests
+/// about the SQLite file: both must agree.
 pub fn on_postgres() -> bool {
     let on = std::env::var("AGENTMUX_TEST_STORE").as_deref() == Ok("postgres");
+    assert_eq!(
+        on,
+        cfg!(test_store_postgres),
+        "AGENTMUX_TEST_STORE changed since the tests were built: build them again"
+    );
     if on {
         assert!(
             std::env::var("AGENTMUX_TEST_PG_URL").is_ok_and(|u| !u.is_empty()),
@@ -74,18 +81,6 @@ pub fn on_postgres() -> bool {
         );
     }
     on
-}
-
-/// Returns from the test (saying why) when the servers run on PostgreSQL: for tests about the
-/// SQLite file itself.
-#[macro_export]
-macro_rules! sqlite_only {
-    ($why:expr) => {
-        if $crate::common::on_postgres() {
-            eprintln!("skipped on PostgreSQL: {}", $why);
-            return;
-        }
-    };
 }
 
 /// `url` (a PostgreSQL server URL) naming database `name` instead of its own.

@@ -13,9 +13,12 @@ use crate::common::*;
 /// Three cycles of the `kill -9` harness: load on many sessions, a kill at a random moment, a
 /// restart on the same data dir; nothing a client saw may be lost or differ, seqs stay
 /// gap-free, the database stays sound and every session answers again.
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "SQLite only: the kill -9 harness of agentmux bench runs its own server on SQLite"
+)]
 #[tokio::test]
 async fn kill9_under_load_loses_nothing() {
-    crate::sqlite_only!("the kill -9 harness of agentmux bench runs its own server on SQLite");
     sibling("agentmux-bench");
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("kill9.json");
@@ -71,9 +74,12 @@ async fn kill9_under_load_loses_nothing() {
 /// A store at its size limit answers chats with typed `store_unavailable` errors while the
 /// server keeps serving; the database stays sound, and once there is room again (a restart
 /// with a higher limit) the same conversation carries on with gap-free seqs.
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "SQLite only: the store's size limit is SQLite's max_page_count"
+)]
 #[tokio::test]
 async fn a_full_store_fails_chats_cleanly_and_recovers() {
-    crate::sqlite_only!("the store's size limit is SQLite's max_page_count");
     let conf = tempfile::tempdir().unwrap();
     let small = conf.path().join("small.toml");
     std::fs::write(&small, "[store]\nmax_page_count = 64\n").unwrap();
@@ -157,9 +163,12 @@ async fn a_full_store_fails_chats_cleanly_and_recovers() {
 /// fail with `store_unavailable`, a chat to a new conversation too (over the socket, and 503
 /// over REST), never `busy` as though an import held its name; the server keeps serving, and
 /// the database stays sound.
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "SQLite only: the disk in question holds the SQLite file"
+)]
 #[tokio::test]
 async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
-    crate::sqlite_only!("the disk in question holds the SQLite file");
     let data = tempfile::tempdir().unwrap();
     let args = ["--demo-delay-ms", "0"];
     let limit = 2 << 20;
@@ -250,9 +259,9 @@ async fn a_full_disk_fails_new_conversations_with_store_unavailable() {
 /// server (SQLite's WAL index is not a memory-mapped file, whose truncation would end it with
 /// `SIGBUS` at its next read): chats, a new conversation and history pages go on, and the
 /// server stops cleanly when asked.
+#[cfg_attr(test_store_postgres, ignore = "SQLite only: the -shm file is SQLite's")]
 #[tokio::test]
 async fn a_truncated_shm_file_does_not_end_the_server() {
-    crate::sqlite_only!("the -shm file is SQLite's");
     use std::os::unix::fs::PermissionsExt;
     let mut server = TestServer::start().await;
     let mut c = server.client().await;

@@ -283,27 +283,57 @@ async fn tickets_open_a_socket_once_by_query_or_subprotocol() {
     assert_eq!(status, 401);
 }
 
-/// An expired ticket is refused.
+/// An expired ticket is refused; one of the same server, redeemed before its `exp`, is not.
 #[tokio::test]
 async fn expired_tickets_get_401() {
     let (server, _cfg) = server_with(&format!("{TOKENS}\n[auth]\nticket_ttl_secs = 1\n")).await;
-    let r = http(
-        &server.addr,
-        "POST",
-        "/api/ws-ticket",
-        Some("tok-bob"),
-        None,
-    )
-    .await;
-    let ticket = serde_json::from_str::<Value>(&r.body).unwrap()["ticket"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let (status, body) =
-        refusal(connect_with(&server.addr, &format!("?ticket={ticket}"), &[]).await);
+    let tickets = [
+        ws_ticket(&server.addr, "tok-bob").await,
+        ws_ticket(&server.addr, "tok-bob").await,
+    ];
+    // The server compares a ticket's own `exp` (Unix seconds) with the system clock, which
+    // this test reads too: a ticket has expired once that clock reaches the next second.
+    let expired_at = |ticket: &str| Duration::from_secs(ticket_expiry(ticket) + 1);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    };
+    let fresh = connect_with(&server.addr, &format!("?ticket={}", tickets[0]), &[]).await;
+    // Checked only when the answer came before the ticket's expiry (not on a machine too slow
+    // to redeem it within its second).
+    if now() < expired_at(&tickets[0]) {
+        fresh.expect("a ticket before its expiry opens a socket");
+    }
+    let late = &tickets[1];
+    while now() < expired_at(late) {
+        tokio::time::sleep(expired_at(late).saturating_sub(now())).await;
+    }
+    let (status, body) = refusal(connect_with(&server.addr, &format!("?ticket={late}"), &[]).await);
     assert_eq!(status, 401);
     assert_eq!(body["code"], "unauthorized");
+}
+
+/// A WebSocket ticket from `POST /api/ws-ticket` for the bearer of `token`.
+pub async fn ws_ticket(addr: &str, token: &str) -> String {
+    let r = http(addr, "POST", "/api/ws-ticket", Some(token), None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    serde_json::from_str::<Value>(&r.body).unwrap()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The `exp` claim of a WebSocket ticket (a JWT), in Unix seconds.
+fn ticket_expiry(ticket: &str) -> u64 {
+    use base64::Engine as _;
+    let claims = ticket.split('.').nth(1).expect("a JWT's claims");
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims)
+        .expect("base64url claims");
+    serde_json::from_slice::<Value>(&claims).unwrap()["exp"]
+        .as_u64()
+        .expect("a ticket expires")
 }
 
 /// An HS256 JWT with the configured secret authenticates `jwt:` and its `sub`; a wrong

@@ -5,12 +5,11 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
 use tracing_subscriber::fmt::format::FmtSpan;
 
 use crate::common::*;
 use crate::inproc::InProcess;
-use crate::security::{TOKENS, connect_with, http, http_raw};
+use crate::security::{TOKENS, connect_with, http_raw, ws_ticket};
 
 /// What the subscriber wrote, shared with the test.
 #[derive(Clone, Default)]
@@ -64,18 +63,7 @@ async fn requests_and_sockets_run_in_spans_without_credentials() {
     )
     .await;
     assert_eq!(r.status, 404, "{}", r.body);
-    let r = http(
-        &server.addr,
-        "POST",
-        "/api/ws-ticket",
-        Some("tok-alice"),
-        None,
-    )
-    .await;
-    let ticket = serde_json::from_str::<Value>(&r.body).unwrap()["ticket"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let ticket = ws_ticket(&server.addr, "tok-alice").await;
     let (mut c, _) = connect_with(&server.addr, &format!("?ticket={ticket}"), &[])
         .await
         .unwrap();

@@ -606,10 +606,12 @@ async fn stalled_replays_do_not_block_another_followers_replay(fx: Fixture) {
     for _ in 0..3 {
         let mut c = crate::common::Client::connect(&server.addr).await;
         c.send(subscribe.clone()).await;
+        // Its replay is under way (the first frame is in) before the next one asks; from here
+        // on it reads nothing, and its socket fills long before the 3,000 frames are written.
+        let first = c.recv_until(|f| f["seq"].as_i64().is_some()).await;
+        assert_eq!(first.last().unwrap()["seq"], 1);
         stalled.push(c);
     }
-    // Let the stalled replays fill their sockets.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let mut reader = crate::common::Client::connect(&server.addr).await;
     reader.send(subscribe).await;
     let frames = reader.recv_until(|f| f["seq"].as_i64() == Some(3000)).await;

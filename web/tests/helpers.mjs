@@ -160,8 +160,38 @@ export async function openUi(context, url, { connected = true } = {}) {
   page.on('request', (request) => requests.push(request.url()));
   page.setDefaultTimeout(WAIT_MS);
   await page.goto(url);
-  if (connected) await page.locator('#conn[data-state="open"]').waitFor();
+  if (connected) await connection(page, 'Connected').waitFor();
   return { page, problems, sockets, requests };
+}
+
+/**
+ * The page's connection state (its `status` named Connection); with `text`, only while it
+ * says exactly that (`Connected`, `Reconnecting…`).
+ * @param {import('playwright-core').Page} page
+ * @param {string} [text]
+ */
+export function connection(page, text) {
+  const status = page.getByRole('status', { name: 'Connection', exact: true });
+  return text === undefined ? status : status.filter({ hasText: new RegExp(`^${text}$`) });
+}
+
+/**
+ * The open conversation: the page's `log` of messages.
+ * @param {import('playwright-core').Page} page
+ */
+function conversation(page) {
+  return page.getByRole('log', { name: 'Conversation', exact: true });
+}
+
+/**
+ * The messages of the open conversation from `from`, as each is named: `You` (`You, queued`
+ * while it waits), `Agent` (`Agent, writing` while streamed), `Bash tool`, `Thinking`,
+ * `Permission request`, `Turn summary`, `Notice`, `Error`.
+ * @param {import('playwright-core').Page} page
+ * @param {string} from
+ */
+export function messages(page, from) {
+  return conversation(page).getByRole('article', { name: from, exact: true });
 }
 
 /**
@@ -170,18 +200,29 @@ export async function openUi(context, url, { connected = true } = {}) {
  * @param {string} text
  */
 export async function send(page, text) {
-  await page.locator('#input').fill(text);
-  await page.locator('#input').press('Enter');
+  const box = page.getByRole('textbox', { name: 'Message', exact: true });
+  await box.fill(text);
+  await box.press('Enter');
 }
 
 /**
- * The text of each message in the open conversation, in order, as `role: text`.
+ * Each message of the open conversation, in order, as `name: text` (see {@link messages});
+ * without the reply being streamed, and without the text of buttons or of what is hidden from
+ * assistive technology.
  * @param {import('playwright-core').Page} page
  */
 export function transcript(page) {
-  return page.locator('#messages .msg:not(.streaming)').evaluateAll((nodes) =>
-    nodes.map((n) => `${[...n.classList].filter((c) => c !== 'msg').join('.')}: ${n.querySelector('.bubble, .result-text')?.textContent ?? n.textContent}`),
-  );
+  return conversation(page)
+    .getByRole('article')
+    .evaluateAll((nodes) =>
+      nodes
+        .filter((n) => n.getAttribute('aria-busy') !== 'true')
+        .map((n) => {
+          const shown = /** @type {Element} */ (n.cloneNode(true));
+          for (const hidden of shown.querySelectorAll('button, [aria-hidden="true"]')) hidden.remove();
+          return `${n.getAttribute('aria-label')}: ${shown.textContent}`;
+        }),
+    );
 }
 
 /** The agent_id of the open conversation (from the address bar). */
@@ -233,5 +274,5 @@ export function browserTests() {
  * @param {string} text
  */
 export function reply(page, text) {
-  return page.locator('.msg.assistant:not(.streaming)').filter({ hasText: text }).waitFor();
+  return messages(page, 'Agent').filter({ hasText: text }).waitFor();
 }

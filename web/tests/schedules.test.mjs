@@ -58,7 +58,7 @@ test('schedules are created, run, marked, paused, edited and deleted from the pa
   const lines = await transcript(page);
   const mark = lines.findIndex((l) => l.includes('Scheduled run: Heartbeat'));
   assert.ok(mark >= 0, lines.join('\n'));
-  assert.equal(lines[mark + 1], 'user: ping');
+  assert.equal(lines[mark + 1], 'You: ping');
 
   // Pause and resume.
   await page.getByRole('button', { name: 'Schedules', exact: true }).click();

@@ -7,7 +7,7 @@ import { copyFileSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { REPO, WAIT_MS, browserTests, currentAgent, openUi, reply, send, transcript } from './helpers.mjs';
+import { REPO, WAIT_MS, browserTests, currentAgent, messages, openUi, reply, send, transcript } from './helpers.mjs';
 
 const { server, context } = browserTests();
 
@@ -160,7 +160,7 @@ test('rewind to turn 1 then chat gives turn 2; fork from turn 1 opens a new conv
   const fork = await currentAgent(page);
   await reply(page, 'Echo: first (turn 1)');
   await page.locator('.msg.result').first().waitFor();
-  assert.deepEqual((await transcript(page)).slice(0, 2), ['user: first', 'assistant: Echo: first (turn 1)']);
+  assert.deepEqual((await transcript(page)).slice(0, 2), ['You: first', 'Agent: Echo: first (turn 1)']);
   assert.equal(await page.locator('.msg.assistant').filter({ hasText: 'second' }).count(), 0);
   await turn(page, 'on the fork', 2);
   await page.locator(`.session[data-agent-id="${fork}"]`).waitFor();
@@ -255,14 +255,14 @@ test('code is highlighted with its language and Copy; edits show as diffs; long 
   await block.getByRole('button', { name: 'Copy rust' }).filter({ hasText: 'Copied' }).waitFor();
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), code);
 
-  const edit = page.locator('details.msg.tool.edit');
+  const edit = messages(page, 'Edit tool');
   assert.equal(await edit.locator('summary').textContent(), 'Edit: src/lib.rs +1 −1');
-  assert.equal(await edit.evaluate((d) => /** @type {HTMLDetailsElement} */ (d).open), true);
+  assert.equal(await edit.locator('details').evaluate((d) => /** @type {HTMLDetailsElement} */ (d).open), true);
   assert.deepEqual(await edit.locator('.diff-del').allTextContents(), ['- let b = 2;']);
   assert.deepEqual(await edit.locator('.diff-add').allTextContents(), [`+ let b = 3; ${evil}`]);
   assert.deepEqual(await edit.locator('.diff-ctx').allTextContents(), ['  let a = 1;']);
 
-  const bash = page.locator('details.msg.tool').filter({ hasText: 'Bash: cat big.log' });
+  const bash = messages(page, 'Bash tool').filter({ hasText: 'Bash: cat big.log' });
   await bash.locator('summary').first().click();
   const fold = bash.locator('details.tool-fold');
   assert.match(await fold.locator('summary').textContent(), /^Result: \d+\.\d kB, 120 lines$/);
@@ -270,8 +270,8 @@ test('code is highlighted with its language and Copy; edits show as diffs; long 
   await fold.locator('summary').click();
   assert.equal(await fold.locator('pre').textContent(), big);
 
-  const thinking = page.locator('details.msg.thinking');
-  assert.equal(await thinking.evaluate((d) => /** @type {HTMLDetailsElement} */ (d).open), false);
+  const thinking = messages(page, 'Thinking');
+  assert.equal(await thinking.locator('details').evaluate((d) => /** @type {HTMLDetailsElement} */ (d).open), false);
   assert.equal(await thinking.locator('.thinking-text').textContent(), 'I should <b>answer</b>');
   // Times on hover; the title is one line of plain text.
   assert.ok(await page.locator('.msg.assistant').first().getAttribute('title'));

@@ -60,7 +60,7 @@ export class View {
     this.renderQueued = false;
     /** @type {HTMLElement[]} user turns not yet answered by a `result`, oldest first */
     this.open = [];
-    /** @type {Map<string, HTMLDetailsElement>} tool_use id → its element */
+    /** @type {Map<string, HTMLElement>} tool_use id → its message */
     this.tools = new Map();
     /** @type {Map<string, HTMLElement>} permission request id → its card */
     this.permissions = new Map();
@@ -113,7 +113,7 @@ export class View {
         break;
       case 'error':
         if (frame.code !== 'unknown_agent' || this.root.childElementCount > 0) {
-          this.append(el('div', 'msg notice error', `Error (${frame.code}): ${frame.error}`));
+          this.append(messageElement('notice error', 'Error', `Error (${frame.code}): ${frame.error}`));
         }
         break;
     }
@@ -150,9 +150,9 @@ export class View {
       if (block.type === 'tool_result') {
         this.onToolResult(block);
       } else if (block.type === 'text' && block.text.startsWith('[Request interrupted')) {
-        this.append(el('div', 'msg notice', 'Interrupted'), frame);
+        this.append(messageElement('notice', 'Notice', 'Interrupted'), frame);
       } else if (block.type === 'text') {
-        this.append(el('div', 'msg notice', block.text), frame);
+        this.append(messageElement('notice', 'Notice', block.text), frame);
       }
     }
   }
@@ -175,9 +175,10 @@ export class View {
       } else if (block.type === 'tool_use') {
         this.onToolUse(frame, block);
       } else if (block.type === 'thinking' && block.thinking) {
-        const details = el('details', 'msg thinking');
+        const thinking = messageElement('thinking', 'Thinking');
+        const details = thinking.appendChild(el('details'));
         details.append(el('summary', undefined, 'Thinking'), el('div', 'thinking-text', block.thinking));
-        this.append(details, frame);
+        this.append(thinking, frame);
       }
     }
   }
@@ -188,11 +189,12 @@ export class View {
    * @param {Extract<ContentBlock, {type: 'tool_use'}>} block
    */
   onToolUse(frame, block) {
-    const details = el('details', 'msg tool');
+    const tool = messageElement('tool', `${block.name} tool`);
+    const details = tool.appendChild(el('details'));
     const summary = details.appendChild(el('summary', undefined, toolSummary(block.name, block.input)));
     const edit = toolDiff(block.name, block.input);
     if (edit) {
-      details.classList.add('edit');
+      tool.classList.add('edit');
       details.open = true;
       summary.textContent = `${block.name}: ${edit.path || 'a file'}`;
       summary.append(el('span', 'diff-stat', ` ${diffStat(edit.lines)}`));
@@ -200,8 +202,8 @@ export class View {
     } else {
       details.append(el('pre', 'tool-input', JSON.stringify(block.input, null, 2)));
     }
-    this.tools.set(block.id, details);
-    this.append(details, frame);
+    this.tools.set(block.id, tool);
+    this.append(tool, frame);
   }
 
   /** @param {Extract<ContentBlock, {type: 'tool_result'}>} block */
@@ -210,13 +212,14 @@ export class View {
       typeof block.content === 'string'
         ? block.content
         : (block.content ?? []).map((c) => c.text ?? `[${c.type}]`).join('\n');
-    let details = this.tools.get(block.tool_use_id);
-    if (!details) {
-      details = el('details', 'msg tool');
-      details.append(el('summary', undefined, 'Tool result'));
-      this.append(details);
+    let tool = this.tools.get(block.tool_use_id);
+    if (!tool) {
+      tool = messageElement('tool', 'Tool');
+      tool.appendChild(el('details')).append(el('summary', undefined, 'Tool result'));
+      this.append(tool);
     }
-    if (block.is_error) details.classList.add('error');
+    const details = /** @type {HTMLDetailsElement} */ (tool.firstElementChild);
+    if (block.is_error) tool.classList.add('error');
     const label = block.is_error ? 'Error' : 'Result';
     const lines = text.split('\n').length;
     if (text.length > FOLD_CHARS || lines > FOLD_LINES) {
@@ -234,7 +237,7 @@ export class View {
    * @param {PermissionRequestFrame} frame
    */
   onPermissionRequest(frame) {
-    const card = el('div', 'msg permission');
+    const card = messageElement('permission', 'Permission request');
     card.append(el('div', 'permission-title', `Allow ${frame.tool_name}?`));
     const edit = toolDiff(frame.tool_name, frame.input);
     if (edit) card.append(el('div', 'permission-path', edit.path), renderDiff(edit.lines));
@@ -280,7 +283,8 @@ export class View {
     const event = message.event;
     if (event?.type !== 'content_block_delta' || event.delta?.type !== 'text_delta') return;
     if (!this.streaming) {
-      this.streaming = this.append(el('div', 'msg assistant streaming'));
+      this.streaming = this.append(messageElement('assistant streaming', 'Agent, writing'));
+      this.streaming.setAttribute('aria-busy', 'true');
       this.streaming.append(el('div', 'bubble'));
       this.streamText = '';
     }
@@ -312,7 +316,7 @@ export class View {
     const answered = this.open.shift();
     if (answered) setQueued(answered, false);
     if (this.open[0]) setQueued(this.open[0], false);
-    const footer = this.append(el('div', 'msg result'), frame);
+    const footer = this.append(messageElement('result', 'Turn summary'), frame);
     if (result.is_error) footer.classList.add('error');
     // The server tells each turn's own cost; the result's `total_cost_usd` is a running
     // total of the agent process.
@@ -337,7 +341,7 @@ export class View {
     const { status, detail } = frame;
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
       this.rewind(frame.dropped_after_seq, frame.dropped_seqs ?? []);
-      this.append(el('div', 'msg notice', 'Rewound to an earlier turn'), frame);
+      this.append(messageElement('notice', 'Notice', 'Rewound to an earlier turn'), frame);
       scheduleSessionsRefresh();
     }
     // Nothing runs after `idle`, and the prompts an import left without a reply never ran:
@@ -352,10 +356,10 @@ export class View {
     }
     if (status === 'scheduled_run') {
       const name = typeof frame.schedule_name === 'string' ? frame.schedule_name : 'a schedule';
-      this.append(el('div', 'msg notice scheduled-run', `Scheduled run: ${name}`), frame);
+      this.append(messageElement('notice scheduled-run', 'Notice', `Scheduled run: ${name}`), frame);
     }
     if (status === 'crashed' || status === 'resume_failed' || status === 'warning') {
-      this.append(el('div', 'msg notice error', `${status}: ${detail}`));
+      this.append(messageElement('notice error', 'Error', `${status}: ${detail}`));
     }
     if (status !== 'lagged') touchSession(this.agentId, { live: !GONE.has(status) });
   }
@@ -383,7 +387,7 @@ export class View {
    * @param {MessageFrame} frame
    */
   bubble(role, frame) {
-    const msg = el('div', `msg ${role}`);
+    const msg = messageElement(role, role === 'user' ? 'You' : 'Agent');
     msg.append(el('div', 'bubble'));
     msg.title = new Date(frame.timestamp).toLocaleString();
     return msg;
@@ -421,8 +425,10 @@ export class View {
  */
 function setQueued(msg, queued) {
   msg.classList.toggle('queued', queued);
+  msg.setAttribute('aria-label', queued ? 'You, queued' : 'You');
   msg.querySelector('.queued-tag')?.remove();
-  if (queued) msg.append(el('span', 'queued-tag', 'queued'));
+  // The name says it: the tag is for the eye.
+  if (queued) msg.appendChild(el('span', 'queued-tag', 'queued')).setAttribute('aria-hidden', 'true');
 }
 
 /**
@@ -431,7 +437,19 @@ function setQueued(msg, queued) {
  * @param {string} text
  */
 export function notice(agentId, text) {
-  state.views.get(agentId)?.append(el('div', 'msg notice error', text));
+  state.views.get(agentId)?.append(messageElement('notice error', 'Error', text));
+}
+
+/**
+ * One message of a conversation: an article named by who or what it comes from.
+ * @param {string} kind its classes besides `msg` (`user`, `assistant`, `tool`, `notice error`, …)
+ * @param {string} from its accessible name: `You`, `Agent`, `Bash tool`, `Notice`, …
+ * @param {string} [text]
+ */
+function messageElement(kind, from, text) {
+  const msg = el('article', `msg ${kind}`, text);
+  msg.setAttribute('aria-label', from);
+  return msg;
 }
 
 /**
