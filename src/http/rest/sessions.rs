@@ -131,6 +131,7 @@ pub struct SessionList {
 
 /// Paging and filtering of the list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Most conversations returned (1-500, default 50).
     limit: Option<u32>,
@@ -143,6 +144,7 @@ pub struct ListParams {
 
 /// A range of stored messages.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct MessagesParams {
     /// Only messages with a greater `seq` (default 0: from the start).
     after_seq: Option<i64>,
@@ -255,6 +257,7 @@ pub struct ForkBody {
 
 /// The conversation an import creates.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ImportParams {
     /// Routing key of the new conversation.
     agent_id: String,
@@ -297,7 +300,7 @@ fn frame_response(status: StatusCode, frame: Frame) -> Response {
 }
 
 /// Lists the caller's conversations, newest activity first.
-#[utoipa::path(get, path = "/api/sessions", params(ListParams),
+#[utoipa::path(get, path = "/api/sessions", operation_id = "list_sessions", params(ListParams),
     responses((status = 200, body = SessionList), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
@@ -337,7 +340,7 @@ pub async fn list(
 }
 
 /// One conversation.
-#[utoipa::path(get, path = "/api/sessions/{agent_id}",
+#[utoipa::path(get, path = "/api/sessions/{agent_id}", operation_id = "get_session",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = SessionSummary), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
@@ -351,7 +354,7 @@ pub async fn get_one(
 }
 
 /// Stored messages by `seq` range.
-#[utoipa::path(get, path = "/api/sessions/{agent_id}/messages",
+#[utoipa::path(get, path = "/api/sessions/{agent_id}/messages", operation_id = "list_messages",
     params(("agent_id" = String, Path, description = "The conversation"), MessagesParams),
     responses((status = 200, body = MessagesPage), (status = 404, body = ErrorBody)))]
 pub async fn messages(
@@ -389,7 +392,8 @@ pub async fn messages(
 }
 
 /// Renames a conversation.
-#[utoipa::path(patch, path = "/api/sessions/{agent_id}", request_body = RenameBody,
+#[utoipa::path(patch, path = "/api/sessions/{agent_id}", operation_id = "rename_session",
+    request_body = RenameBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn rename(
@@ -406,7 +410,7 @@ pub async fn rename(
 
 /// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message and
 /// its workspace directory.
-#[utoipa::path(delete, path = "/api/sessions/{agent_id}",
+#[utoipa::path(delete, path = "/api/sessions/{agent_id}", operation_id = "delete_session",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
 pub async fn delete(
@@ -420,7 +424,7 @@ pub async fn delete(
 }
 
 /// The conversation as JSONL, one stored message a line.
-#[utoipa::path(get, path = "/api/sessions/{agent_id}/export",
+#[utoipa::path(get, path = "/api/sessions/{agent_id}/export", operation_id = "export_session",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, description = "One `ExportLine` a line", content_type = "application/x-ndjson", body = ExportLine),
         (status = 404, body = ErrorBody)))]
@@ -450,7 +454,8 @@ pub async fn export(
 /// (`seq`s are assigned anew from 1); its agent starts fresh, and a stored `status`
 /// `imported` says so. The body is stored as it arrives; the conversation appears only once
 /// all of it is stored, and nothing is left of a failed import.
-#[utoipa::path(post, path = "/api/sessions/import", params(ImportParams),
+#[utoipa::path(post, path = "/api/sessions/import", operation_id = "import_session",
+    params(ImportParams),
     request_body(content = String, content_type = "application/x-ndjson", description = "An export: one `ExportLine` a line"),
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn import(
@@ -486,7 +491,8 @@ pub async fn import(
 
 /// Sends a user turn, as a WebSocket `chat` does (same validation, same ack). Creates the
 /// conversation when it is new. Follow the reply with `GET .../events`.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/messages", request_body = ChatBody,
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/messages", operation_id = "chat",
+    request_body = ChatBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 202, body = Ack), (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn chat(
@@ -510,7 +516,8 @@ pub async fn chat(
 
 /// Keeps exactly the turns up to a turn's `result`, dropping every later message (and later
 /// turns' prompts queued before it), and makes the agent forget them.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/rewind", request_body = RewindBody,
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/rewind", operation_id = "rewind",
+    request_body = RewindBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = RewoundStatus), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
@@ -535,7 +542,7 @@ pub struct InterruptOutcome {
 }
 
 /// Stops the conversation's running turn, as a WebSocket `interrupt` does.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/interrupt",
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/interrupt", operation_id = "interrupt",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = InterruptOutcome), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
@@ -579,6 +586,7 @@ pub struct PermissionAnswerBody {
 /// `permission_response` does: `204` once the agent has it, `404 unknown_request` when no
 /// such request is pending (answered already, timed out, or never asked).
 #[utoipa::path(post, path = "/api/sessions/{agent_id}/permission-response",
+    operation_id = "answer_permission",
     request_body = PermissionAnswerBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 204, description = "Answered"), (status = 400, body = ErrorBody),
@@ -610,7 +618,7 @@ pub struct Warmed {
 /// Starts the conversation's agent in the background if it is not running, so that the next
 /// chat skips its start-up. A hint: when the live limits are reached it answers `refused`
 /// (still 202), and it never stops a running turn.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/warm",
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/warm", operation_id = "warm",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 202, body = Warmed), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
@@ -634,7 +642,8 @@ pub async fn warm(
 }
 
 /// Creates a new conversation from this one's history up to a turn.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/fork", request_body = ForkBody,
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/fork", operation_id = "fork",
+    request_body = ForkBody,
     params(("agent_id" = String, Path, description = "The conversation to fork")),
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
