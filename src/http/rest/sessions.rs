@@ -8,6 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use serde::de::{self, DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -171,23 +172,22 @@ pub struct RenameBody {
 }
 
 /// A user turn sent over REST: the fields of a WebSocket `chat` frame, checked by the same
-/// decoder (so a wrong type gets the same typed error). The body's schema; the handler reads
-/// it with [`protocol::decode_chat`].
-#[derive(Debug, ToSchema)]
-#[expect(
-    dead_code,
-    reason = "only its schema is used: the frame's decoder reads the body"
-)]
+/// decoder, [`protocol::decode_chat`] (so a wrong type gets the same typed error).
+///
+/// The bodies that carry a frame's fields read each field as whatever JSON it is, for the
+/// frame's decoder to judge; `null` is the same as leaving a field out, and other fields are
+/// ignored, as in a frame.
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatBody {
     /// The user's message: text, or text and image blocks.
-    #[schema(value_type = crate::protocol::Content)]
-    pub content: Value,
+    #[schema(value_type = crate::protocol::Content, required = true)]
+    content: Option<Value>,
     /// Echoed in the ack.
     #[schema(value_type = Option<String>)]
-    pub client_msg_id: Value,
+    client_msg_id: Option<Value>,
     /// Options; see the protocol.
     #[schema(value_type = Option<crate::protocol::ChatOptions>)]
-    pub options: Value,
+    options: Option<Value>,
 }
 
 /// The ack of a chat: exactly the WebSocket `ack` frame.
@@ -210,15 +210,11 @@ pub struct Ack {
 }
 
 /// Where to rewind to; checked by the decoder of the WebSocket `rewind` frame.
-#[derive(Debug, ToSchema)]
-#[expect(
-    dead_code,
-    reason = "only its schema is used: the frame's decoder reads the body"
-)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct RewindBody {
     /// The `seq` of the `result` that ends the turn to go back to.
-    #[schema(value_type = i64)]
-    pub to_seq: Value,
+    #[schema(value_type = i64, required = true)]
+    to_seq: Option<Value>,
 }
 
 /// The stored `rewound` status: exactly the frame subscribers get.
@@ -241,18 +237,14 @@ pub struct RewoundStatus {
 
 /// Where to fork and under which new `agent_id`; checked by the decoder of the WebSocket
 /// `fork` frame.
-#[derive(Debug, ToSchema)]
-#[expect(
-    dead_code,
-    reason = "only its schema is used: the frame's decoder reads the body"
-)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ForkBody {
     /// The new conversation's routing key.
-    #[schema(value_type = String)]
-    pub new_agent_id: Value,
+    #[schema(value_type = String, required = true)]
+    new_agent_id: Option<Value>,
     /// The `seq` of the `result` to fork at; the latest when absent.
     #[schema(value_type = Option<i64>)]
-    pub at_seq: Value,
+    at_seq: Option<Value>,
 }
 
 /// The conversation an import creates.
@@ -278,15 +270,27 @@ pub(crate) async fn summary(
     SessionSummary::new(record, status, owner.into_iter().next().flatten())
 }
 
-/// A REST body that carries the fields of a WebSocket frame: a JSON object, its `null` fields
-/// left out as the frame's decoder reads them.
-fn frame_fields(body: Result<Json<Value>, JsonRejection>) -> Result<Map<String, Value>, ApiError> {
-    let Json(body) = body?;
-    let Value::Object(mut fields) = body else {
-        return Err(ApiError::invalid("the body must be a JSON object"));
-    };
-    fields.retain(|_, v| !v.is_null());
-    Ok(fields)
+/// A REST body that carries the fields of a WebSocket frame, read as `T`: a JSON object, as a
+/// frame is (a struct alone would also take an array, field by field), whose last field of a
+/// name wins, as in a frame.
+pub struct FrameBody<T>(T);
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for FrameBody<T> {
+    fn deserialize<D: Deserializer<'de>>(body: D) -> Result<Self, D::Error> {
+        let fields = Map::<String, Value>::deserialize(body)?;
+        T::deserialize(Value::Object(fields))
+            .map(FrameBody)
+            .map_err(de::Error::custom)
+    }
+}
+
+/// The fields of a WebSocket frame that a REST body carried, by name, as the frame's decoder
+/// reads them: those left out (or `null`) are absent.
+fn frame_fields<const N: usize>(fields: [(&str, Option<Value>); N]) -> Map<String, Value> {
+    fields
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_owned(), value?)))
+        .collect()
 }
 
 /// A frame that is already JSON text, as the response body.
@@ -499,10 +503,20 @@ pub async fn chat(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: Result<Json<FrameBody<ChatBody>>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let chat = protocol::decode_chat(id, &frame_fields(body)?, app.config.decode_limits())?;
+    let Json(FrameBody(ChatBody {
+        content,
+        client_msg_id,
+        options,
+    })) = body?;
+    let fields = frame_fields([
+        ("content", content),
+        ("client_msg_id", client_msg_id),
+        ("options", options),
+    ]);
+    let chat = protocol::decode_chat(id, &fields, app.config.decode_limits())?;
     let client_msg_id = chat.client_msg_id.clone();
     let accepted = app.manager.chat(&principal, chat).await?;
     let ack = protocol::ack_frame(
@@ -525,10 +539,11 @@ pub async fn rewind(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: Result<Json<FrameBody<RewindBody>>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let to_seq = protocol::decode_rewind(&frame_fields(body)?)?;
+    let Json(FrameBody(RewindBody { to_seq })) = body?;
+    let to_seq = protocol::decode_rewind(&frame_fields([("to_seq", to_seq)]))?;
     let status = app.manager.rewind(&principal, &id, to_seq).await?;
     Ok(frame_response(StatusCode::OK, status))
 }
@@ -559,27 +574,25 @@ pub async fn interrupt(
 }
 
 /// The answer to a tool permission request: the fields of a WebSocket `permission_response`
-/// frame, checked by the same decoder. The body's schema; the handler reads it with
-/// [`protocol::decode_permission_response`].
-#[derive(Debug, ToSchema)]
-#[expect(
-    dead_code,
-    reason = "only its schema is used: the frame's decoder reads the body"
-)]
+/// frame, checked by the same decoder, [`protocol::decode_permission_response`].
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct PermissionAnswerBody {
     /// The `request_id` of the `permission_request` answered.
-    pub request_id: String,
+    #[schema(value_type = String, required = true)]
+    request_id: Option<Value>,
     /// `allow` or `deny`.
-    #[schema(value_type = String)]
-    pub behavior: String,
+    #[schema(value_type = String, required = true)]
+    behavior: Option<Value>,
     /// With `allow`: the tool input as the user edited it.
     #[schema(value_type = Option<Object>)]
-    pub updated_input: Option<Value>,
+    updated_input: Option<Value>,
     /// With `allow`: allow this tool for the rest of the conversation, where the agent offers
     /// that.
-    pub always: Option<bool>,
+    #[schema(value_type = Option<bool>)]
+    always: Option<Value>,
     /// With `deny`: shown to the agent.
-    pub message: Option<String>,
+    #[schema(value_type = Option<String>)]
+    message: Option<Value>,
 }
 
 /// Answers a pending tool permission request of the conversation, as a WebSocket
@@ -595,10 +608,23 @@ pub async fn answer_permission(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: Result<Json<FrameBody<PermissionAnswerBody>>, JsonRejection>,
 ) -> Result<StatusCode, ApiError> {
     let id = agent_id(id)?;
-    let (request_id, decision) = protocol::decode_permission_response(&frame_fields(body)?)?;
+    let Json(FrameBody(PermissionAnswerBody {
+        request_id,
+        behavior,
+        updated_input,
+        always,
+        message,
+    })) = body?;
+    let (request_id, decision) = protocol::decode_permission_response(&frame_fields([
+        ("request_id", request_id),
+        ("behavior", behavior),
+        ("updated_input", updated_input),
+        ("always", always),
+        ("message", message),
+    ]))?;
     app.manager
         .answer_permission(&principal, &id, request_id, decision)
         .await?;
@@ -651,10 +677,15 @@ pub async fn fork(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: Result<Json<FrameBody<ForkBody>>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
     let id = agent_id(id)?;
-    let (new_agent_id, at_seq) = protocol::decode_fork(&id, &frame_fields(body)?)?;
+    let Json(FrameBody(ForkBody {
+        new_agent_id,
+        at_seq,
+    })) = body?;
+    let fields = frame_fields([("new_agent_id", new_agent_id), ("at_seq", at_seq)]);
+    let (new_agent_id, at_seq) = protocol::decode_fork(&id, &fields)?;
     let record = app
         .manager
         .fork(&principal, &id, &new_agent_id, at_seq)
