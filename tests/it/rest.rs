@@ -422,6 +422,37 @@ fn probe_path(path: &str) -> String {
     probe + rest
 }
 
+/// A real OpenAPI validator (`openapi-spec-validator`, which `scripts/test.sh` installs)
+/// accepts the served document: its schema and its rules (unique operation ids, a parameter
+/// for every `{parameter}` of a path, ...), as client generators need them.
+#[tokio::test]
+#[cfg_attr(
+    no_test_openapi_validator,
+    ignore = "needs openapi-spec-validator (AGENTMUX_TEST_OPENAPI_VALIDATOR), not configured here"
+)]
+async fn a_validator_accepts_the_openapi_document() {
+    let validator = std::env::var("AGENTMUX_TEST_OPENAPI_VALIDATOR").expect(
+        "AGENTMUX_TEST_OPENAPI_VALIDATOR is set (scripts/test.sh installs openapi-spec-validator)",
+    );
+    let server = TestServer::start().await;
+    let resp = reqwest::get(server.url("/api/openapi.json")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("openapi.json");
+    std::fs::write(&file, resp.bytes().await.unwrap()).unwrap();
+    let out = tokio::process::Command::new(&validator)
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the validator refused the document:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Reads Server-Sent Events from a response until `stop` holds for an event's data.
 pub async fn sse_until(
     resp: &mut reqwest::Response,
