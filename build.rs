@@ -12,6 +12,10 @@ fn main() {
         ("AGENTMUX_TEST_NATS_BIN", "no_test_nats"),
         ("AGENTMUX_TEST_CLAUDE_BIN", "no_test_claude"),
         ("AGENTMUX_TEST_ACP_ADAPTER", "no_test_acp"),
+        (
+            "AGENTMUX_TEST_OPENAPI_VALIDATOR",
+            "no_test_openapi_validator",
+        ),
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         println!("cargo:rerun-if-env-changed={var}");

@@ -241,3 +241,30 @@ ensure_nats_server() {
   export AGENTMUX_TEST_NATS_BIN="$bin"
   echo "== $("$bin" --version) for the cluster tests"
 }
+
+# A validator of OpenAPI documents, for the test that the server's own document is valid:
+# PyPI's `openapi-spec-validator`, pinned, in a virtual environment in .deps/. Exports
+# AGENTMUX_TEST_OPENAPI_VALIDATOR (its command).
+OPENAPI_VALIDATOR_VERSION="0.9.0"
+
+ensure_openapi_validator() {
+  local dir="$DEPS_DIR/openapi-spec-validator-$OPENAPI_VALIDATOR_VERSION"
+  local bin="$dir/bin/openapi-spec-validator"
+  if [ ! -x "$bin" ]; then
+    echo "== installing openapi-spec-validator $OPENAPI_VALIDATOR_VERSION"
+    rm -rf "$dir"
+    if ! python3 -m venv "$dir" >/dev/null 2>&1; then
+      # Debian's python3 makes virtual environments only with python3-venv.
+      rm -rf "$dir"
+      apt_install python3 python3-venv && python3 -m venv "$dir" ||
+        { missing "could not make a Python virtual environment for openapi-spec-validator"; return 1; }
+    fi
+    if ! "$dir/bin/python3" -m pip install --quiet \
+         "openapi-spec-validator==$OPENAPI_VALIDATOR_VERSION" >/dev/null; then
+      missing "could not install openapi-spec-validator from PyPI"
+      return 1
+    fi
+  fi
+  "$bin" --help >/dev/null 2>&1 || { missing "the installed openapi-spec-validator does not run"; return 1; }
+  export AGENTMUX_TEST_OPENAPI_VALIDATOR="$bin"
+}

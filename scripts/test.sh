@@ -22,6 +22,7 @@ ensure_tmux || true
 trap stop_test_postgres EXIT
 start_test_postgres || true
 ensure_nats_server || true
+ensure_openapi_validator || true
 
 echo "== cargo fmt --check"
 cargo fmt --all --check

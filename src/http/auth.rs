@@ -486,7 +486,7 @@ impl FromRequestParts<AppState> for Principal {
 
 /// `POST /api/ws-ticket`: a short-lived, single-use ticket for one WebSocket upgrade, for
 /// clients (browsers) that can't set headers on it.
-#[utoipa::path(post, path = "/api/ws-ticket",
+#[utoipa::path(post, path = "/api/ws-ticket", operation_id = "ws_ticket",
     description = "A single-use ticket that opens one WebSocket for the caller: `GET /ws?ticket=<ticket>`, or the subprotocol `agentmux.ticket.<ticket>`, within `expires_in` seconds. Send the bearer credential here.",
     responses((status = 200, body = Ticket), (status = 401, body = crate::http::ErrorBody)))]
 pub async fn ws_ticket(State(app): State<AppState>, principal: Principal) -> Json<Ticket> {

@@ -21,7 +21,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use futures_util::StreamExt;
 use tokio::time::Sleep;
 use tower_http::trace::TraceLayer;
@@ -81,17 +81,12 @@ pub struct AppState {
 /// The application's routes.
 pub fn router(state: AppState) -> Router {
     let body_timeout = Duration::from_secs(state.config.socket.body_timeout_secs);
-    // Every authenticated route but the upgrade, which counts its socket itself.
-    let counted = Router::new()
-        .route("/api/ws-ticket", post(auth::ws_ticket))
-        .merge(rest::router())
-        .route_layer(middleware::from_fn_with_state(state.clone(), count));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
+        // The upgrade counts its socket itself; every route under `/api/` is the REST API's.
         .route("/ws", get(ws::upgrade))
-        .merge(rest::docs())
-        .merge(counted)
+        .merge(rest::router(&state))
         .merge(web::router())
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))

@@ -31,13 +31,14 @@ const EVENT_BUFFER: usize = 256;
 
 /// Where the stream starts.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsParams {
     /// Replay stored frames with a greater `seq` first (default 0); `Last-Event-ID` wins.
     since_seq: Option<i64>,
 }
 
 /// Streams a conversation's frames as Server-Sent Events; never starts an agent.
-#[utoipa::path(get, path = "/api/sessions/{agent_id}/events",
+#[utoipa::path(get, path = "/api/sessions/{agent_id}/events", operation_id = "session_events",
     params(("agent_id" = String, Path, description = "The conversation"), EventsParams,
         ("Last-Event-ID" = Option<i64>, Header, description = "The last `seq` received")),
     responses((status = 200, description = "Each frame as the `data` of an event; stored ones with `id: <seq>`", content_type = "text/event-stream"),

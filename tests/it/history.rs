@@ -104,6 +104,16 @@ async fn rewind_drops_later_turns_and_the_agent_forgets_them() {
     assert_eq!((status, err["code"].as_str()), (400, Some("invalid_seq")));
     let (status, err) = rest.post("/api/sessions/rw/rewind", json!({})).await;
     assert_eq!((status, err["code"].as_str()), (400, Some("invalid_seq")));
+    // A null field is an absent one; a body is an object, never its fields in an array.
+    let (status, err) = rest
+        .post("/api/sessions/rw/rewind", json!({"to_seq": null}))
+        .await;
+    assert_eq!((status, err["code"].as_str()), (400, Some("invalid_seq")));
+    let (status, err) = rest.post("/api/sessions/rw/rewind", json!([anchor])).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
     let (status, err) = rest
         .post("/api/sessions/none/rewind", json!({"to_seq": 4}))
         .await;

@@ -302,107 +302,155 @@ async fn openapi_document_describes_the_api() {
     let codes = schemas["ErrorCode"]["enum"].as_array().unwrap();
     assert!(codes.contains(&json!("unknown_agent")));
     assert!(codes.contains(&json!("invalid_seq")));
-}
+    let ticket = &paths["/api/ws-ticket"]["post"]["responses"]["200"];
+    assert!(ticket.is_object(), "{ticket}");
+    let fields = schemas["Ticket"]["properties"].as_object().unwrap();
+    assert!(fields.contains_key("ticket") && fields.contains_key("expires_in"));
+    // The bodies are the types the handlers read.
+    let chat = &paths["/api/sessions/{agent_id}/messages"]["post"]["requestBody"];
+    assert_eq!(
+        chat["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/ChatBody"
+    );
+    assert_eq!(schemas["ChatBody"]["required"], json!(["content"]));
 
-/// `(method, path)` of every route under `/api/` that the router is built with, read from the
-/// source of `src/http/` (`.route("/api/…", get(…).post(…))`), but the document itself.
-fn api_routes_in_source() -> std::collections::BTreeSet<(String, String)> {
-    let mut found = std::collections::BTreeSet::new();
-    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-                continue;
-            }
-            let code = std::fs::read_to_string(&path).unwrap();
-            for (start, _) in code.match_indices(".route(") {
-                // The call's text, up to its closing parenthesis.
-                let rest = &code[start + ".route(".len()..];
-                let mut depth = 1;
-                let end = rest
-                    .char_indices()
-                    .find(|&(_, c)| {
-                        depth += match c {
-                            '(' => 1,
-                            ')' => -1,
-                            _ => 0,
-                        };
-                        depth == 0
-                    })
-                    .map(|(i, _)| i)
-                    .unwrap();
-                let call = &rest[..end];
-                let route = call.split('"').nth(1).unwrap().to_owned();
-                if !route.starts_with("/api/") || route == "/api/openapi.json" {
-                    continue;
-                }
-                for method in ["get", "post", "put", "patch", "delete"] {
-                    let called = call.match_indices(&format!("{method}(")).any(|(i, _)| {
-                        !call[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
-                    });
-                    if called {
-                        found.insert((method.to_owned(), route.clone()));
-                    }
-                }
-            }
+    // Every operation has its own id; a query's fields are query parameters.
+    let mut ids = std::collections::BTreeSet::new();
+    for (path, item) in paths {
+        for (method, operation) in item.as_object().unwrap() {
+            let id = operation["operationId"].as_str().unwrap();
+            assert!(
+                ids.insert(id),
+                "operationId {id} repeated at {method} {path}"
+            );
         }
     }
-    found
+    let list = &paths["/api/sessions"]["get"]["parameters"];
+    for parameter in list.as_array().unwrap() {
+        assert_eq!(parameter["in"], "query", "{parameter}");
+        assert_ne!(parameter["required"], true, "{parameter}");
+    }
+
+    // Every route but the document itself needs the bearer credential.
+    let bearer = &doc["components"]["securitySchemes"]["bearer"];
+    assert_eq!(
+        (&bearer["type"], &bearer["scheme"]),
+        (&json!("http"), &json!("bearer"))
+    );
+    for (path, item) in paths {
+        for (method, operation) in item.as_object().unwrap() {
+            let expected = match path.as_str() {
+                "/api/openapi.json" => Value::Null,
+                _ => json!([{"bearer": []}]),
+            };
+            assert_eq!(operation["security"], expected, "{method} {path}");
+        }
+    }
 }
 
-/// Every route under `/api/` that the router serves is in the OpenAPI document with its
-/// method, and every operation the document lists is served (answered by its handler, not
-/// with the router's bare 404 or 405).
+/// Every operation of the served document is answered by its handler (not with the router's
+/// bare 404 or 405), and at each of its paths the router serves exactly the methods the
+/// document lists there: the `Allow` of its 405 to another method names them. Routes and
+/// document are registered together, so nothing else under `/api/` is served.
 #[tokio::test]
 async fn openapi_lists_every_api_route_the_router_serves() {
     let server = TestServer::start().await;
     let rest = Rest::new(&server);
     let (_, doc) = rest.get("/api/openapi.json").await;
-    let mut documented = std::collections::BTreeSet::new();
-    for (path, item) in doc["paths"].as_object().unwrap() {
-        for method in item.as_object().unwrap().keys() {
-            documented.insert((method.clone(), path.clone()));
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() > 15, "{paths:?}");
+    let methods = ["get", "post", "put", "patch", "delete"];
+    for (path, item) in paths {
+        let url = server.url(&probe_path(path));
+        let documented: std::collections::BTreeSet<&str> = methods
+            .into_iter()
+            .filter(|method| item.get(*method).is_some())
+            .collect();
+        for method in &documented {
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let resp = rest
+                .http
+                .request(method.clone(), &url)
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            // Only a 404 is read: a served event stream never ends.
+            let body: Value = match status {
+                404 => serde_json::from_str(&resp.text().await.unwrap()).unwrap_or_default(),
+                _ => Value::Null,
+            };
+            assert!(
+                status != 405
+                    && (status != 404
+                        || body["code"] == "unknown_agent"
+                        || body["code"] == "unknown_schedule"),
+                "{method} {path} is documented but not served: {status} {body}"
+            );
         }
-    }
-    let served = api_routes_in_source();
-    assert!(served.len() > 10, "found the routes: {served:?}");
-    let undocumented: Vec<_> = served.difference(&documented).collect();
-    assert!(
-        undocumented.is_empty(),
-        "served, not in the OpenAPI: {undocumented:?}"
-    );
-    for (method, path) in &documented {
-        let url = server.url(&path.replace("{agent_id}", "probe"));
-        let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-        let resp = rest
-            .http
-            .request(method.clone(), url)
-            .json(&json!({}))
-            .send()
-            .await
+        let other = methods
+            .into_iter()
+            .find(|method| !documented.contains(method))
             .unwrap();
-        let status = resp.status().as_u16();
-        // Only a 404 is read: a served event stream never ends.
-        let body: Value = match status {
-            404 => serde_json::from_str(&resp.text().await.unwrap()).unwrap_or_default(),
-            _ => Value::Null,
-        };
-        assert!(
-            status != 405
-                && (status != 404
-                    || body["code"] == "unknown_agent"
-                    || body["code"] == "unknown_schedule"),
-            "{method} {path} is documented but not served: {status} {body}"
-        );
+        let other = reqwest::Method::from_bytes(other.to_uppercase().as_bytes()).unwrap();
+        let resp = rest.http.request(other.clone(), &url).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 405, "{other} {path}");
+        let allow = resp.headers()["allow"]
+            .to_str()
+            .unwrap()
+            .to_ascii_lowercase();
+        let served: std::collections::BTreeSet<&str> = allow
+            .split(',')
+            .map(str::trim)
+            .filter(|method| *method != "head")
+            .collect();
+        assert_eq!(served, documented, "methods served at {path}");
     }
-    let ticket = &doc["paths"]["/api/ws-ticket"]["post"]["responses"]["200"];
-    assert!(ticket.is_object(), "{ticket}");
-    let fields = doc["components"]["schemas"]["Ticket"]["properties"]
-        .as_object()
+}
+
+/// A path of the document with each `{parameter}` filled in.
+fn probe_path(path: &str) -> String {
+    let mut probe = String::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        let close = open + rest[open..].find('}').unwrap();
+        probe.push_str(&rest[..open]);
+        probe.push_str("probe");
+        rest = &rest[close + 1..];
+    }
+    probe + rest
+}
+
+/// A real OpenAPI validator (`openapi-spec-validator`, which `scripts/test.sh` installs)
+/// accepts the served document: its schema and its rules (unique operation ids, a parameter
+/// for every `{parameter}` of a path, ...), as client generators need them.
+#[tokio::test]
+#[cfg_attr(
+    no_test_openapi_validator,
+    ignore = "needs openapi-spec-validator (AGENTMUX_TEST_OPENAPI_VALIDATOR), not configured here"
+)]
+async fn a_validator_accepts_the_openapi_document() {
+    let validator = std::env::var("AGENTMUX_TEST_OPENAPI_VALIDATOR").expect(
+        "AGENTMUX_TEST_OPENAPI_VALIDATOR is set (scripts/test.sh installs openapi-spec-validator)",
+    );
+    let server = TestServer::start().await;
+    let resp = reqwest::get(server.url("/api/openapi.json")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("openapi.json");
+    std::fs::write(&file, resp.bytes().await.unwrap()).unwrap();
+    let out = tokio::process::Command::new(&validator)
+        .arg(&file)
+        .output()
+        .await
         .unwrap();
-    assert!(fields.contains_key("ticket") && fields.contains_key("expires_in"));
+    assert!(
+        out.status.success(),
+        "the validator refused the document:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Reads Server-Sent Events from a response until `stop` holds for an event's data.

@@ -1,5 +1,6 @@
-//! The REST API under `/api/sessions`, `/api/projects`, `/api/agents` and `/api/schedules`, and its OpenAPI document at `/api/openapi.json`,
-//! generated from the handlers' own types.
+//! The REST API under `/api/` and its OpenAPI document at `/api/openapi.json`, both built from
+//! one list of routes: a route is registered together with its operation, so the document names
+//! every route served and nothing else.
 //!
 //! Every handler acts for the caller's [`Principal`](crate::http::auth::Principal) and sees only
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
@@ -12,133 +13,139 @@ mod sessions;
 
 pub(super) use sessions::{agent_id, last_event_id};
 
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::Extension;
+use axum::http::header;
+use axum::middleware;
+use axum::response::IntoResponse;
 use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{Content, Ref, ResponseBuilder};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use crate::http::AppState;
+use super::{AppState, auth, sse};
 
-/// The OpenAPI description of the REST API.
+/// The name of the security scheme of the routes that need credentials.
+const BEARER: &str = "bearer";
+
+/// What the document says besides its routes and the types they use.
 #[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "agentmux",
-        description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; tickets for the WebSocket."
-    ),
-    paths(
-        sessions::list,
-        sessions::get_one,
-        sessions::messages,
-        sessions::rename,
-        sessions::delete,
-        sessions::export,
-        sessions::import,
-        sessions::chat,
-        sessions::rewind,
-        sessions::fork,
-        sessions::warm,
-        sessions::interrupt,
-        sessions::answer_permission,
-        projects::list,
-        projects::cli_sessions,
-        projects::import,
-        projects::sync,
-        schedules::create,
-        schedules::list,
-        schedules::get_one,
-        schedules::update,
-        schedules::delete,
-        schedules::run,
-        super::sse::events,
-        super::auth::ws_ticket,
-        agents::list,
-    ),
-    components(schemas(
-        crate::http::ErrorBody,
-        crate::protocol::ErrorCode,
-        sessions::SessionSummary,
-        sessions::SessionList,
-        sessions::MessagesPage,
-        sessions::RenameBody,
-        sessions::ChatBody,
-        crate::protocol::ChatOptions,
-        sessions::Ack,
-        sessions::RewindBody,
-        sessions::RewoundStatus,
-        sessions::ForkBody,
-        sessions::Warmed,
-        sessions::InterruptOutcome,
-        sessions::PermissionAnswerBody,
-        crate::session::ExportLine,
-        crate::session::Project,
-        crate::session::CliSession,
-        projects::ProjectList,
-        projects::CliSessionList,
-        projects::ImportCliBody,
-        projects::Synced,
-        schedules::ScheduleList,
-        crate::session::Schedule,
-        crate::session::ScheduleBody,
-        crate::session::LastRun,
-        super::auth::Ticket,
-        agents::AgentList,
-        crate::session::AgentInfo,
-        crate::session::Supports,
-        crate::config::AgentKind,
-    ))
-)]
-pub struct ApiDoc;
+#[openapi(info(
+    title = "agentmux",
+    description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; tickets for the WebSocket."
+))]
+struct ApiDoc;
 
-/// The OpenAPI document, served to anyone.
-pub fn docs() -> Router<AppState> {
-    Router::new().route(
-        "/api/openapi.json",
-        get(|| async { Json(ApiDoc::openapi()) }),
-    )
+/// Every route that acts for a principal, each with its operation.
+fn authenticated() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(auth::ws_ticket))
+        .routes(routes!(agents::list))
+        .routes(routes!(sessions::list))
+        .routes(routes!(sessions::import))
+        .routes(routes!(
+            sessions::get_one,
+            sessions::rename,
+            sessions::delete
+        ))
+        .routes(routes!(sessions::messages, sessions::chat))
+        .routes(routes!(sessions::export))
+        .routes(routes!(sessions::rewind))
+        .routes(routes!(sessions::fork))
+        .routes(routes!(sessions::warm))
+        .routes(routes!(sessions::interrupt))
+        .routes(routes!(sessions::answer_permission))
+        .routes(routes!(sse::events))
+        .routes(routes!(projects::sync))
+        .routes(routes!(projects::list))
+        .routes(routes!(projects::cli_sessions))
+        .routes(routes!(projects::import))
+        .routes(routes!(schedules::list, schedules::create))
+        .routes(routes!(
+            schedules::get_one,
+            schedules::update,
+            schedules::delete
+        ))
+        .routes(routes!(schedules::run))
 }
 
-/// The routes of the REST API.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/agents", get(agents::list))
-        .route("/api/sessions", get(sessions::list))
-        .route("/api/sessions/import", post(sessions::import))
-        .route(
-            "/api/sessions/{agent_id}",
-            get(sessions::get_one)
-                .patch(sessions::rename)
-                .delete(sessions::delete),
-        )
-        .route(
-            "/api/sessions/{agent_id}/messages",
-            get(sessions::messages).post(sessions::chat),
-        )
-        .route("/api/sessions/{agent_id}/export", get(sessions::export))
-        .route("/api/sessions/{agent_id}/rewind", post(sessions::rewind))
-        .route("/api/sessions/{agent_id}/fork", post(sessions::fork))
-        .route("/api/sessions/{agent_id}/warm", post(sessions::warm))
-        .route(
-            "/api/sessions/{agent_id}/interrupt",
-            post(sessions::interrupt),
-        )
-        .route(
-            "/api/sessions/{agent_id}/permission-response",
-            post(sessions::answer_permission),
-        )
-        .route("/api/sessions/{agent_id}/sync", post(projects::sync))
-        .route("/api/projects", get(projects::list))
-        .route("/api/projects/cli-sessions", get(projects::cli_sessions))
-        .route("/api/projects/cli-sessions/import", post(projects::import))
-        .route("/api/sessions/{agent_id}/events", get(super::sse::events))
-        .route(
-            "/api/schedules",
-            get(schedules::list).post(schedules::create),
-        )
-        .route(
-            "/api/schedules/{id}",
-            get(schedules::get_one)
-                .patch(schedules::update)
-                .delete(schedules::delete),
-        )
-        .route("/api/schedules/{id}/run", post(schedules::run))
+/// The REST API as served: every route of [`authenticated`] behind the check of credentials
+/// and the principal's connection count (and so marked in the document as needing a bearer
+/// credential), and the document itself, served to anyone.
+pub fn router(state: &AppState) -> Router<AppState> {
+    let mut counted =
+        authenticated().route_layer(middleware::from_fn_with_state(state.clone(), super::count));
+    require_credentials(counted.get_openapi_mut());
+    let (router, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(openapi))
+        .merge(counted)
+        .split_for_parts();
+    let document = Document(Bytes::from(
+        document.to_json().expect("the OpenAPI document is JSON"),
+    ));
+    router.layer(Extension(document))
+}
+
+/// The document as served, written out once.
+#[derive(Clone)]
+struct Document(Bytes);
+
+/// Declares the `bearer` scheme and requires it of every operation of `document`, each of which
+/// may then also be answered `401 unauthorized` or `429 limit_exceeded` (too many connections
+/// of the principal) before its handler runs.
+fn require_credentials(document: &mut utoipa::openapi::OpenApi) {
+    document.components.get_or_insert_default().add_security_scheme(
+        BEARER,
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(
+                    "An API token or a JWT, when authentication is on (without it, anyone on the loopback address)",
+                ))
+                .build(),
+        ),
+    );
+    let refusal = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+            )
+            .build()
+    };
+    for item in document.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation.security = Some(vec![SecurityRequirement::new(BEARER, [""; 0])]);
+            let responses = &mut operation.responses.responses;
+            for (status, description) in [
+                ("401", "`unauthorized`: no valid credential"),
+                (
+                    "429",
+                    "`limit_exceeded`: the principal's connections are all in use",
+                ),
+            ] {
+                responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| refusal(description).into());
+            }
+        }
+    }
+}
+
+/// This document: every route of the REST API, the types it reads and answers, and which
+/// routes need a credential.
+#[utoipa::path(get, path = "/api/openapi.json", operation_id = "openapi",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
+async fn openapi(Extension(Document(json)): Extension<Document>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], json)
 }

@@ -30,6 +30,7 @@ pub struct CliSessionList {
 
 /// Which project.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct CwdParams {
     /// The project's absolute path (inside a root the caller may use).
     cwd: String,
@@ -59,7 +60,7 @@ pub struct Synced {
 
 /// Lists the projects the caller may work in: each project root open to it and each
 /// directory directly under one, with its conversations and CLI sessions.
-#[utoipa::path(get, path = "/api/projects",
+#[utoipa::path(get, path = "/api/projects", operation_id = "list_projects",
     responses((status = 200, body = ProjectList), (status = 429, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
@@ -70,7 +71,8 @@ pub async fn list(
 }
 
 /// Lists the sessions the user ran with the Claude CLI in a project.
-#[utoipa::path(get, path = "/api/projects/cli-sessions", params(CwdParams),
+#[utoipa::path(get, path = "/api/projects/cli-sessions", operation_id = "list_cli_sessions",
+    params(CwdParams),
     responses((status = 200, body = CliSessionList), (status = 400, body = ErrorBody)))]
 pub async fn cli_sessions(
     State(app): State<AppState>,
@@ -85,7 +87,8 @@ pub async fn cli_sessions(
 /// Imports a CLI session as a conversation: its `session_id` is the CLI's, its `cwd` the
 /// project, its transcript the stored history, and its next chat resumes the CLI session
 /// with all of it remembered.
-#[utoipa::path(post, path = "/api/projects/cli-sessions/import", request_body = ImportCliBody,
+#[utoipa::path(post, path = "/api/projects/cli-sessions/import",
+    operation_id = "import_cli_session", request_body = ImportCliBody,
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn import(
@@ -111,7 +114,7 @@ pub async fn import(
 
 /// Appends what the CLI added to a conversation's transcript since (the user went on with
 /// the CLI); the next chat resumes with it.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/sync",
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/sync", operation_id = "sync_cli_session",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = Synced), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn sync(

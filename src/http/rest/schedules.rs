@@ -20,7 +20,8 @@ pub struct ScheduleList {
 }
 
 /// Creates a schedule. Its first tick is counted from now.
-#[utoipa::path(post, path = "/api/schedules", request_body = ScheduleBody,
+#[utoipa::path(post, path = "/api/schedules", operation_id = "create_schedule",
+    request_body = ScheduleBody,
     responses((status = 201, body = Schedule), (status = 400, body = ErrorBody),
         (status = 429, body = ErrorBody)))]
 pub async fn create(
@@ -35,6 +36,7 @@ pub async fn create(
 
 /// The query of `GET /api/schedules`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Every principal's schedules instead of the caller's: for the server's admins
@@ -44,7 +46,7 @@ pub struct ListQuery {
 }
 
 /// Lists the caller's schedules (`?all=true`: every principal's, for an admin).
-#[utoipa::path(get, path = "/api/schedules", params(ListQuery),
+#[utoipa::path(get, path = "/api/schedules", operation_id = "list_schedules", params(ListQuery),
     responses((status = 200, body = ScheduleList), (status = 403, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
@@ -61,7 +63,7 @@ pub async fn list(
 }
 
 /// One schedule, with its next tick and latest run.
-#[utoipa::path(get, path = "/api/schedules/{id}",
+#[utoipa::path(get, path = "/api/schedules/{id}", operation_id = "get_schedule",
     params(("id" = String, Path, description = "The schedule")),
     responses((status = 200, body = Schedule), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
@@ -73,7 +75,8 @@ pub async fn get_one(
 }
 
 /// Changes a schedule; `{"enabled": false}` pauses it and `{"enabled": true}` resumes it.
-#[utoipa::path(patch, path = "/api/schedules/{id}", request_body = ScheduleBody,
+#[utoipa::path(patch, path = "/api/schedules/{id}", operation_id = "update_schedule",
+    request_body = ScheduleBody,
     params(("id" = String, Path, description = "The schedule")),
     responses((status = 200, body = Schedule), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
@@ -88,7 +91,7 @@ pub async fn update(
 }
 
 /// Deletes a schedule; no run of it starts afterwards (conversations it made stay).
-#[utoipa::path(delete, path = "/api/schedules/{id}",
+#[utoipa::path(delete, path = "/api/schedules/{id}", operation_id = "delete_schedule",
     params(("id" = String, Path, description = "The schedule")),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(
@@ -102,7 +105,7 @@ pub async fn delete(
 
 /// Runs a schedule now (paused or not) without moving its next tick; the answer says whether
 /// the run started, was skipped (its previous run is still running or queued) or refused.
-#[utoipa::path(post, path = "/api/schedules/{id}/run",
+#[utoipa::path(post, path = "/api/schedules/{id}/run", operation_id = "run_schedule",
     params(("id" = String, Path, description = "The schedule")),
     responses((status = 202, body = LastRun), (status = 404, body = ErrorBody)))]
 pub async fn run(

@@ -8,6 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use serde::de::{self, DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -131,6 +132,7 @@ pub struct SessionList {
 
 /// Paging and filtering of the list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Most conversations returned (1-500, default 50).
     limit: Option<u32>,
@@ -143,6 +145,7 @@ pub struct ListParams {
 
 /// A range of stored messages.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct MessagesParams {
     /// Only messages with a greater `seq` (default 0: from the start).
     after_seq: Option<i64>,
@@ -169,23 +172,22 @@ pub struct RenameBody {
 }
 
 /// A user turn sent over REST: the fields of a WebSocket `chat` frame, checked by the same
-/// decoder (so a wrong type gets the same typed error). The body's schema; the handler reads
-/// it with [`protocol::decode_chat`].
-#[derive(Debug, ToSchema)]
-#[expect(
-    dead_code,
-    reason = "only its schema is used: the frame's decoder reads the body"
-)]
+/// decoder, [`protocol::decode_chat`] (so a wrong type gets the same typed error).
+///
+/// The bodies that carry a frame's fields read each field as whatever JSON it is, for the
+/// frame's decoder to judge; `null` is the same as leaving a field out, and other fields are
+/// ignored, as in a frame.
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatBody {
     /// The user's message: text, or text and image blocks.
-    #[schema(value_type = crate::protocol::Content)]
-    pub content: Value,
+    #[schema(value_type = crate::protocol::Content, required = true)]
+    content: Option<Value>,
     /// Echoed in the ack.
     #[schema(value_type = Option<String>)]
-    pub client_msg_id: Value,
+    client_msg_id: Option<Value>,
     /// Options; see the protocol.
     #[schema(value_type = Option<crate::protocol::ChatOptions>)]
-    pub options: Value,
+    options: Option<Value>,
 }
 
 /// The ack of a chat: exactly the WebSocket `ack` frame.
@@ -208,15 +210,11 @@ pub struct Ack {
 }
 
 /// Where to rewind to; checked by the decoder of the WebSocket `rewind` frame.
-#[derive(Debug, ToSchema)]
-#[expect(
-    dead_code,
-    reason = "only its schema is used: the frame's decoder reads the body"
-)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct RewindBody {
     /// The `seq` of the `result` that ends the turn to go back to.
-    #[schema(value_type = i64)]
-    pub to_seq: Value,
+    #[schema(value_type = i64, required = true)]
+    to_seq: Option<Value>,
 }
 
 /// The stored `rewound` status: exactly the frame subscribers get.
@@ -239,22 +237,19 @@ pub struct RewoundStatus {
 
 /// Where to fork and under which new `agent_id`; checked by the decoder of the WebSocket
 /// `fork` frame.
-#[derive(Debug, ToSchema)]
-#[expect(
-    dead_code,
-    reason = "only its schema is used: the frame's decoder reads the body"
-)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ForkBody {
     /// The new conversation's routing key.
-    #[schema(value_type = String)]
-    pub new_agent_id: Value,
+    #[schema(value_type = String, required = true)]
+    new_agent_id: Option<Value>,
     /// The `seq` of the `result` to fork at; the latest when absent.
     #[schema(value_type = Option<i64>)]
-    pub at_seq: Value,
+    at_seq: Option<Value>,
 }
 
 /// The conversation an import creates.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ImportParams {
     /// Routing key of the new conversation.
     agent_id: String,
@@ -275,15 +270,27 @@ pub(crate) async fn summary(
     SessionSummary::new(record, status, owner.into_iter().next().flatten())
 }
 
-/// A REST body that carries the fields of a WebSocket frame: a JSON object, its `null` fields
-/// left out as the frame's decoder reads them.
-fn frame_fields(body: Result<Json<Value>, JsonRejection>) -> Result<Map<String, Value>, ApiError> {
-    let Json(body) = body?;
-    let Value::Object(mut fields) = body else {
-        return Err(ApiError::invalid("the body must be a JSON object"));
-    };
-    fields.retain(|_, v| !v.is_null());
-    Ok(fields)
+/// A REST body that carries the fields of a WebSocket frame, read as `T`: a JSON object, as a
+/// frame is (a struct alone would also take an array, field by field), whose last field of a
+/// name wins, as in a frame.
+pub struct FrameBody<T>(T);
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for FrameBody<T> {
+    fn deserialize<D: Deserializer<'de>>(body: D) -> Result<Self, D::Error> {
+        let fields = Map::<String, Value>::deserialize(body)?;
+        T::deserialize(Value::Object(fields))
+            .map(FrameBody)
+            .map_err(de::Error::custom)
+    }
+}
+
+/// The fields of a WebSocket frame that a REST body carried, by name, as the frame's decoder
+/// reads them: those left out (or `null`) are absent.
+fn frame_fields<const N: usize>(fields: [(&str, Option<Value>); N]) -> Map<String, Value> {
+    fields
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_owned(), value?)))
+        .collect()
 }
 
 /// A frame that is already JSON text, as the response body.
@@ -297,7 +304,7 @@ fn frame_response(status: StatusCode, frame: Frame) -> Response {
 }
 
 /// Lists the caller's conversations, newest activity first.
-#[utoipa::path(get, path = "/api/sessions", params(ListParams),
+#[utoipa::path(get, path = "/api/sessions", operation_id = "list_sessions", params(ListParams),
     responses((status = 200, body = SessionList), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
@@ -337,7 +344,7 @@ pub async fn list(
 }
 
 /// One conversation.
-#[utoipa::path(get, path = "/api/sessions/{agent_id}",
+#[utoipa::path(get, path = "/api/sessions/{agent_id}", operation_id = "get_session",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = SessionSummary), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
@@ -351,7 +358,7 @@ pub async fn get_one(
 }
 
 /// Stored messages by `seq` range.
-#[utoipa::path(get, path = "/api/sessions/{agent_id}/messages",
+#[utoipa::path(get, path = "/api/sessions/{agent_id}/messages", operation_id = "list_messages",
     params(("agent_id" = String, Path, description = "The conversation"), MessagesParams),
     responses((status = 200, body = MessagesPage), (status = 404, body = ErrorBody)))]
 pub async fn messages(
@@ -389,7 +396,8 @@ pub async fn messages(
 }
 
 /// Renames a conversation.
-#[utoipa::path(patch, path = "/api/sessions/{agent_id}", request_body = RenameBody,
+#[utoipa::path(patch, path = "/api/sessions/{agent_id}", operation_id = "rename_session",
+    request_body = RenameBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn rename(
@@ -406,7 +414,7 @@ pub async fn rename(
 
 /// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message and
 /// its workspace directory.
-#[utoipa::path(delete, path = "/api/sessions/{agent_id}",
+#[utoipa::path(delete, path = "/api/sessions/{agent_id}", operation_id = "delete_session",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
 pub async fn delete(
@@ -420,7 +428,7 @@ pub async fn delete(
 }
 
 /// The conversation as JSONL, one stored message a line.
-#[utoipa::path(get, path = "/api/sessions/{agent_id}/export",
+#[utoipa::path(get, path = "/api/sessions/{agent_id}/export", operation_id = "export_session",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, description = "One `ExportLine` a line", content_type = "application/x-ndjson", body = ExportLine),
         (status = 404, body = ErrorBody)))]
@@ -450,7 +458,8 @@ pub async fn export(
 /// (`seq`s are assigned anew from 1); its agent starts fresh, and a stored `status`
 /// `imported` says so. The body is stored as it arrives; the conversation appears only once
 /// all of it is stored, and nothing is left of a failed import.
-#[utoipa::path(post, path = "/api/sessions/import", params(ImportParams),
+#[utoipa::path(post, path = "/api/sessions/import", operation_id = "import_session",
+    params(ImportParams),
     request_body(content = String, content_type = "application/x-ndjson", description = "An export: one `ExportLine` a line"),
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn import(
@@ -486,17 +495,28 @@ pub async fn import(
 
 /// Sends a user turn, as a WebSocket `chat` does (same validation, same ack). Creates the
 /// conversation when it is new. Follow the reply with `GET .../events`.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/messages", request_body = ChatBody,
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/messages", operation_id = "chat",
+    request_body = ChatBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 202, body = Ack), (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn chat(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: Result<Json<FrameBody<ChatBody>>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let chat = protocol::decode_chat(id.clone(), &frame_fields(body)?, app.config.decode_limits())?;
+    let Json(FrameBody(ChatBody {
+        content,
+        client_msg_id,
+        options,
+    })) = body?;
+    let fields = frame_fields([
+        ("content", content),
+        ("client_msg_id", client_msg_id),
+        ("options", options),
+    ]);
+    let chat = protocol::decode_chat(id.clone(), &fields, app.config.decode_limits())?;
     let client_msg_id = chat.client_msg_id.clone();
     let command = Command::Chat { chat, marker: None };
     let Outcome::Chat(pending) = app.manager.run(&principal, &id, command).await? else {
@@ -514,7 +534,8 @@ pub async fn chat(
 
 /// Keeps exactly the turns up to a turn's `result`, dropping every later message (and later
 /// turns' prompts queued before it), and makes the agent forget them.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/rewind", request_body = RewindBody,
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/rewind", operation_id = "rewind",
+    request_body = RewindBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = RewoundStatus), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
@@ -522,10 +543,11 @@ pub async fn rewind(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: Result<Json<FrameBody<RewindBody>>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let to_seq = protocol::decode_rewind(&frame_fields(body)?)?;
+    let Json(FrameBody(RewindBody { to_seq })) = body?;
+    let to_seq = protocol::decode_rewind(&frame_fields([("to_seq", to_seq)]))?;
     let command = Command::Rewind { to_seq };
     let Outcome::Rewound(status) = app.manager.run(&principal, &id, command).await? else {
         unreachable!("a rewind's outcome")
@@ -542,7 +564,7 @@ pub struct InterruptOutcome {
 }
 
 /// Stops the conversation's running turn, as a WebSocket `interrupt` does.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/interrupt",
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/interrupt", operation_id = "interrupt",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 200, body = InterruptOutcome), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
@@ -562,33 +584,32 @@ pub async fn interrupt(
 }
 
 /// The answer to a tool permission request: the fields of a WebSocket `permission_response`
-/// frame, checked by the same decoder. The body's schema; the handler reads it with
-/// [`protocol::decode_permission_response`].
-#[derive(Debug, ToSchema)]
-#[expect(
-    dead_code,
-    reason = "only its schema is used: the frame's decoder reads the body"
-)]
+/// frame, checked by the same decoder, [`protocol::decode_permission_response`].
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct PermissionAnswerBody {
     /// The `request_id` of the `permission_request` answered.
-    pub request_id: String,
+    #[schema(value_type = String, required = true)]
+    request_id: Option<Value>,
     /// `allow` or `deny`.
-    #[schema(value_type = String)]
-    pub behavior: String,
+    #[schema(value_type = String, required = true)]
+    behavior: Option<Value>,
     /// With `allow`: the tool input as the user edited it.
     #[schema(value_type = Option<Object>)]
-    pub updated_input: Option<Value>,
+    updated_input: Option<Value>,
     /// With `allow`: allow this tool for the rest of the conversation, where the agent offers
     /// that.
-    pub always: Option<bool>,
+    #[schema(value_type = Option<bool>)]
+    always: Option<Value>,
     /// With `deny`: shown to the agent.
-    pub message: Option<String>,
+    #[schema(value_type = Option<String>)]
+    message: Option<Value>,
 }
 
 /// Answers a pending tool permission request of the conversation, as a WebSocket
 /// `permission_response` does: `204` once the agent has it, `404 unknown_request` when no
 /// such request is pending (answered already, timed out, or never asked).
 #[utoipa::path(post, path = "/api/sessions/{agent_id}/permission-response",
+    operation_id = "answer_permission",
     request_body = PermissionAnswerBody,
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 204, description = "Answered"), (status = 400, body = ErrorBody),
@@ -597,10 +618,23 @@ pub async fn answer_permission(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: Result<Json<FrameBody<PermissionAnswerBody>>, JsonRejection>,
 ) -> Result<StatusCode, ApiError> {
     let id = agent_id(id)?;
-    let (request_id, decision) = protocol::decode_permission_response(&frame_fields(body)?)?;
+    let Json(FrameBody(PermissionAnswerBody {
+        request_id,
+        behavior,
+        updated_input,
+        always,
+        message,
+    })) = body?;
+    let (request_id, decision) = protocol::decode_permission_response(&frame_fields([
+        ("request_id", request_id),
+        ("behavior", behavior),
+        ("updated_input", updated_input),
+        ("always", always),
+        ("message", message),
+    ]))?;
     let command = Command::AnswerPermission {
         request_id,
         decision,
@@ -624,7 +658,7 @@ pub struct Warmed {
 /// Starts the conversation's agent in the background if it is not running, so that the next
 /// chat skips its start-up. A hint: when the live limits are reached it answers `refused`
 /// (still 202), and it never stops a running turn.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/warm",
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/warm", operation_id = "warm",
     params(("agent_id" = String, Path, description = "The conversation")),
     responses((status = 202, body = Warmed), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
@@ -648,7 +682,8 @@ pub async fn warm(
 }
 
 /// Creates a new conversation from this one's history up to a turn.
-#[utoipa::path(post, path = "/api/sessions/{agent_id}/fork", request_body = ForkBody,
+#[utoipa::path(post, path = "/api/sessions/{agent_id}/fork", operation_id = "fork",
+    request_body = ForkBody,
     params(("agent_id" = String, Path, description = "The conversation to fork")),
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
@@ -656,10 +691,15 @@ pub async fn fork(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: Result<Json<FrameBody<ForkBody>>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
     let id = agent_id(id)?;
-    let (new_agent_id, at_seq) = protocol::decode_fork(&id, &frame_fields(body)?)?;
+    let Json(FrameBody(ForkBody {
+        new_agent_id,
+        at_seq,
+    })) = body?;
+    let fields = frame_fields([("new_agent_id", new_agent_id), ("at_seq", at_seq)]);
+    let (new_agent_id, at_seq) = protocol::decode_fork(&id, &fields)?;
     let command = Command::Fork {
         new_agent_id,
         at_seq,
