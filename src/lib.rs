@@ -157,7 +157,17 @@ impl Server {
                 Some(Bus::connect(&config.cluster, node, metrics.clone(), page_bytes).await?)
             }
         };
-        let manager = Manager::new(store.clone(), agents, config.clone(), metrics.clone(), bus);
+        let worktrees = worktrees::Worktrees::from_config(&config)
+            .await?
+            .map(Arc::new);
+        let manager = Manager::new(
+            store.clone(),
+            agents,
+            config.clone(),
+            metrics.clone(),
+            bus,
+            worktrees,
+        );
         // Commands the other nodes of a cluster forward are answered from before this node's
         // address is announced, until its shutdown begins.
         let stop_serving_nodes = CancellationToken::new();

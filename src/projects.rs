@@ -115,8 +115,8 @@ mod tests {
         std::os::unix::fs::symlink(&other, root.join("out")).unwrap();
         std::os::unix::fs::symlink(root.join("proj"), root.join("in")).unwrap();
         let roots = [ProjectRoot {
-            path: root.clone(),
             principals: vec!["alice".into()],
+            ..ProjectRoot::open(root.clone())
         }];
         let ok = |p: PathBuf| p.to_string_lossy().into_owned();
         assert_eq!(

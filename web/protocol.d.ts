@@ -1,7 +1,7 @@
 // Generated from src/protocol.rs by its unit tests; do not edit.
 // Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
 
-export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden";
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict";
 
 export type ChatOptions = { 
 /**
@@ -45,7 +45,13 @@ add_dirs?: Array<string>,
  * The agent (by name) of a new conversation; on a later chat it must name the
  * conversation's own agent.
  */
-agent?: string, };
+agent?: string, 
+/**
+ * Whether a new conversation in a git repository works in a worktree of its own (on
+ * its own branch): `true`, `false`, or where it starts and which branch it makes. Only on
+ * a conversation's first chat (later chats may repeat it).
+ */
+worktree?: WorktreeOption, };
 
 export type PermissionDecision = { "behavior": "allow", 
 /**

@@ -5,7 +5,7 @@
 //! with usage and duration. The reply is `Echo: <content> (turn N)`, N counting the user turns
 //! the agent remembers (an image in the content is echoed as `[<media type> <size> bytes]`), so resume, rewind and fork can be seen from outside.
 //!
-//! A testing aid, [`DemoOptions::gate_dir`] (`demo.gate_dir`), makes each turn wait after its
+//! A testing aid, [`crate::config::DemoOptions::gate_dir`] (`demo.gate_dir`), makes each turn wait after its
 //! first word until a file named after the turn exists, so that a test, not the clock, decides
 //! how long a turn runs. It is the demo agent's own option, not a setting of the server's.
 //!
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::{AgentId, Content, LaunchOption};
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::{
@@ -31,27 +31,6 @@ const DEFAULT_MODEL: &str = "demo";
 const DEFAULT_PERMISSION_MODE: &str = "default";
 /// Cost the demo reports per turn, in US dollars.
 const COST_PER_TURN_USD: f64 = 0.0001;
-
-/// The demo agent's options (`[demo]`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DemoOptions {
-    /// Pause after each streamed word, in milliseconds.
-    #[serde(deserialize_with = "crate::config::durations::millis")]
-    pub delay_ms: u64,
-    /// Testing aid: each turn waits after its first word until `<gate_dir>/<agent_id>.<N>`
-    /// exists (see [`DemoBackend::gate_dir`]). Off when unset.
-    pub gate_dir: Option<PathBuf>,
-}
-
-impl Default for DemoOptions {
-    fn default() -> Self {
-        DemoOptions {
-            delay_ms: 20,
-            gate_dir: None,
-        }
-    }
-}
 
 /// The demo backend.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ pub(super) fn secs<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 /// Reads a `…_ms` setting: a number of milliseconds, or a duration written out that is a
 /// whole number of them.
-pub(crate) fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(super) fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(Count {
         unit: Duration::from_millis(1),
         name: "milliseconds",

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::agent::demo::DemoOptions;
 use crate::protocol::{DecodeLimits, LaunchOption};
 
 mod auth;
@@ -75,6 +74,51 @@ pub struct Config {
     pub schedules: SchedulesConfig,
     /// Several nodes on one PostgreSQL store: this node's name and its leases.
     pub cluster: ClusterConfig,
+    /// Git worktrees of conversations.
+    pub worktrees: WorktreesConfig,
+}
+
+/// Settings of conversations' git worktrees.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorktreesConfig {
+    /// The git program; when unset, the first `git` on `PATH` at start.
+    pub git: Option<PathBuf>,
+    /// Whether the repositories' own hooks run from the server's git commands.
+    pub run_hooks: bool,
+    /// Most bytes of a diff `GET /api/sessions/{agent_id}/changes` returns (`truncated` beyond).
+    pub max_diff_bytes: usize,
+}
+
+impl Default for WorktreesConfig {
+    fn default() -> Self {
+        WorktreesConfig {
+            git: None,
+            run_hooks: false,
+            max_diff_bytes: 1 << 20,
+        }
+    }
+}
+
+/// The demo agent's options (`[demo]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoOptions {
+    /// Pause after each streamed word, in milliseconds.
+    #[serde(deserialize_with = "durations::millis")]
+    pub delay_ms: u64,
+    /// Testing aid: each turn waits after its first word until `<gate_dir>/<agent_id>.<N>`
+    /// exists (see `agent::demo::DemoBackend::gate_dir`). Off when unset.
+    pub gate_dir: Option<PathBuf>,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            delay_ms: 20,
+            gate_dir: None,
+        }
+    }
 }
 
 /// Settings of scheduled prompts.
@@ -121,6 +165,10 @@ pub struct ProjectRoot {
     /// Principals that may use it; empty (the default) is every principal.
     #[serde(default)]
     pub principals: Vec<String>,
+    /// Whether a conversation in a git repository under it gets a worktree of its own unless
+    /// its first chat says `worktree: false`.
+    #[serde(default)]
+    pub worktrees: bool,
 }
 
 impl ProjectRoot {
@@ -129,6 +177,7 @@ impl ProjectRoot {
         ProjectRoot {
             path,
             principals: Vec::new(),
+            worktrees: false,
         }
     }
 
@@ -481,6 +530,7 @@ impl Default for Config {
             agents: BTreeMap::new(),
             schedules: SchedulesConfig::default(),
             cluster: ClusterConfig::default(),
+            worktrees: WorktreesConfig::default(),
         }
     }
 }
@@ -629,6 +679,11 @@ impl Config {
     /// Root of the agents' working directories.
     pub fn workspaces_dir(&self) -> PathBuf {
         self.data_dir.join("workspaces")
+    }
+
+    /// Where conversations' git worktrees are made: `<data-dir>/worktrees`.
+    pub fn worktrees_dir(&self) -> PathBuf {
+        self.data_dir.join("worktrees")
     }
 }
 
@@ -812,8 +867,8 @@ mod tests {
         std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
         let mut projects = ProjectsConfig {
             roots: vec![ProjectRoot {
-                path: dir.path().join("link"),
                 principals: vec!["alice".into()],
+                ..ProjectRoot::open(dir.path().join("link"))
             }],
         };
         projects.add_root_list(&format!("{}::", real.display()));

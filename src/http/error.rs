@@ -52,7 +52,7 @@ impl ApiError {
             ErrorCode::UnknownAgent | ErrorCode::UnknownRequest | ErrorCode::UnknownSchedule => {
                 StatusCode::NOT_FOUND
             }
-            ErrorCode::Busy | ErrorCode::AgentExists => StatusCode::CONFLICT,
+            ErrorCode::Busy | ErrorCode::AgentExists | ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::Unsupported => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::LimitExceeded | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::BackendUnavailable

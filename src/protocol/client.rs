@@ -81,7 +81,38 @@ pub struct ChatOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub agent: Option<String>,
+    /// Whether a new conversation in a git repository works in a worktree of its own (on
+    /// its own branch): `true`, `false`, or where it starts and which branch it makes. Only on
+    /// a conversation's first chat (later chats may repeat it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub worktree: Option<Box<WorktreeOption>>,
 }
+
+/// A chat's `options.worktree`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub enum WorktreeOption {
+    /// A worktree from the repository's current branch on a new `agentmux/<agent_id>` branch,
+    /// or none.
+    On(bool),
+    /// A worktree from `base` (a branch or a commit id; the current branch when absent) on
+    /// branch `branch` (`agentmux/<agent_id>` when absent).
+    From {
+        /// A branch or commit of the repository.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(optional))]
+        base: Option<String>,
+        /// The new branch.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(optional))]
+        branch: Option<String>,
+    },
+}
+
+/// Longest `base` or `branch` of `options.worktree`, in bytes.
+pub const MAX_WORKTREE_NAME_BYTES: usize = 200;
 
 impl ChatOptions {
     /// Whether no option is set.
@@ -733,6 +764,7 @@ fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
                     "`options.add_dirs` must be a list of at most {MAX_ADD_DIRS} absolute paths"
                 )));
             }
+            ("worktree", value) => options.worktree = Some(Box::new(worktree_option(value)?)),
             (other, _) => {
                 return Err(FrameError::new(
                     ErrorCode::InvalidOptions,
@@ -742,6 +774,39 @@ fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
         }
     }
     Ok(options)
+}
+
+/// `options.worktree`: a boolean, or an object of at most `base` and `branch`, each a string
+/// of 1 to [`MAX_WORKTREE_NAME_BYTES`] bytes without control characters (git's own rules for
+/// them are checked where the worktree is made).
+fn worktree_option(value: &Value) -> Result<WorktreeOption, FrameError> {
+    let bad = || {
+        invalid_option(format!(
+            "`options.worktree` must be true, false or {{\"base\": …, \"branch\": …}} with \
+             names of 1-{MAX_WORKTREE_NAME_BYTES} bytes"
+        ))
+    };
+    let name = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s))
+            if !s.is_empty()
+                && s.len() <= MAX_WORKTREE_NAME_BYTES
+                && !s.chars().any(char::is_control) =>
+        {
+            Ok(Some(s.clone()))
+        }
+        Some(_) => Err(bad()),
+    };
+    match value {
+        Value::Bool(on) => Ok(WorktreeOption::On(*on)),
+        Value::Object(obj) if obj.keys().all(|k| k == "base" || k == "branch") => {
+            Ok(WorktreeOption::From {
+                base: name(obj.get("base"))?,
+                branch: name(obj.get("branch"))?,
+            })
+        }
+        _ => Err(bad()),
+    }
 }
 
 fn invalid_option(message: String) -> FrameError {

@@ -108,6 +108,9 @@ pub enum ErrorCode {
     /// The caller may not do this (HTTP 403): a route for the server's admins only, or a
     /// conversation whose directory is no longer inside a project root the caller may use.
     Forbidden,
+    /// What was asked would change someone's work and was not done (HTTP 409): a merge with
+    /// conflicts, or into a checkout with uncommitted changes.
+    Conflict,
 }
 
 impl ErrorCode {
@@ -138,6 +141,7 @@ impl ErrorCode {
             ErrorCode::UnknownSchedule => "unknown_schedule",
             ErrorCode::OwnedElsewhere => "owned_elsewhere",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Conflict => "conflict",
         }
     }
 }
@@ -483,6 +487,10 @@ mod tests {
                     max_turns: Some(3),
                     add_dirs: Some(vec!["/srv/other".into()]),
                     agent: Some("gemini".into()),
+                    worktree: Some(Box::new(WorktreeOption::From {
+                        base: Some("main".into()),
+                        branch: None,
+                    })),
                 },
             }),
             ClientFrame::Chat(Chat {

@@ -144,6 +144,7 @@ impl Manager {
             &record.principal,
             &record.session_id,
             &record.cwd,
+            record.worktree().as_ref(),
             add_dirs,
         )
         .await
@@ -186,15 +187,35 @@ fn own_workspace(config: &Config, session_id: &SessionId, cwd: &str) -> bool {
 /// workspace) and each of `add_dirs` must still resolve ([`crate::projects::resolve_dir`]) to
 /// themselves, inside a root the principal may use now. A root removed from the settings or
 /// limited to other principals since, or a directory replaced by a symbolic link (which would
-/// start the agent wherever the link leads), fails with a message saying so.
+/// start the agent wherever the link leads), fails with a message saying so. For a conversation
+/// in its own `worktree`, that is the repository's directory it was made from, and the working
+/// directory must be a real directory of the worktree (no link out of it).
 pub(crate) async fn check_stored_dirs(
     config: &Config,
     principal: &str,
     session_id: &SessionId,
     cwd: &str,
+    worktree: Option<&crate::worktrees::Worktree>,
     add_dirs: &[String],
 ) -> Result<(), String> {
-    let project = (!own_workspace(config, session_id, cwd)).then_some(("working directory", cwd));
+    let origin = worktree.map(|w| w.repo.join(&w.subdir).to_string_lossy().into_owned());
+    if worktree.is_some() {
+        let own = tokio::fs::canonicalize(config.worktrees_dir())
+            .await
+            .map(|dir| dir.join(session_id));
+        let real = tokio::fs::canonicalize(cwd).await;
+        let inside = matches!((&real, &own), (Ok(real), Ok(own)) if real.starts_with(own));
+        if !inside || !real.is_ok_and(|real| real == std::path::Path::new(cwd)) {
+            return Err(format!(
+                "the conversation's working directory `{cwd}` is no longer a directory of its \
+                 worktree (it is missing or was replaced by a symbolic link); nothing was started"
+            ));
+        }
+    }
+    let project = match &origin {
+        Some(origin) => Some(("project directory", origin.as_str())),
+        None => (!own_workspace(config, session_id, cwd)).then_some(("working directory", cwd)),
+    };
     let added = add_dirs.iter().map(|dir| ("added directory", dir.as_str()));
     for (what, dir) in project.into_iter().chain(added) {
         let resolved = crate::projects::resolve_dir(&config.projects.roots, principal, dir).await;
@@ -440,7 +461,7 @@ mod tests {
             let config = config.clone();
             let session = session.clone();
             let cwd = cwd.to_owned();
-            async move { check_stored_dirs(&config, "alice", &session, &cwd, &add).await }
+            async move { check_stored_dirs(&config, "alice", &session, &cwd, None, &add).await }
         };
         assert_eq!(check(&config, own, &[]).await, Ok(()));
         assert_eq!(check(&config, project, &[project]).await, Ok(()));

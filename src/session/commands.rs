@@ -346,6 +346,9 @@ impl Manager {
         if !self.is_own_workspace(&source.session_id, &source.cwd) {
             new.cwd.clone_from(&source.cwd);
         }
+        // One in a worktree gets a worktree of its own, from the source's files as they are.
+        self.fork_worktree(&source, &mut new).await?;
+        let made = new.worktree.clone().map(|w| (new.session_id.clone(), w));
         // Holding the new key's slot keeps a concurrent chat from creating it meanwhile.
         let key = Self::key(principal, new_agent_id);
         let (slot, guard) = self.lock_slot(&key).await;
@@ -362,6 +365,11 @@ impl Manager {
                 e => store_error(e, agent_id),
             });
         self.release_if_unused(&key, &slot, &guard);
+        if forked.is_err()
+            && let Some((session_id, worktree)) = &made
+        {
+            self.drop_worktree(session_id, worktree).await;
+        }
         forked
     }
 
@@ -378,7 +386,8 @@ impl Manager {
             .get()
             .expect("set by existing_slot")
             .clone();
-        let cwd = self.get(principal, agent_id).await?.cwd;
+        let record = self.get(principal, agent_id).await?;
+        let (cwd, worktree) = (record.cwd.clone(), record.worktree());
         let live = match &*guard {
             SlotState::Live(handle) => !handle.tx.is_closed(),
             SlotState::Dormant => false,
@@ -407,6 +416,9 @@ impl Manager {
         deleted.map_err(|e| store_error(e, agent_id))?;
         // The agent has stopped; the slot is still held, so none starts in it meanwhile.
         self.remove_workspace(&conversation.session_id, &cwd).await;
+        if let Some(worktree) = &worktree {
+            self.drop_worktree(&conversation.session_id, worktree).await;
+        }
         let _ = slot.events.send(protocol::status_frame(
             conversation.tag(),
             "deleted",

@@ -675,6 +675,7 @@ impl Manager {
             model: None,
             permission_mode: None,
             launch_options: Default::default(),
+            worktree: None,
         }
     }
 }

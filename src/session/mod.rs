@@ -30,6 +30,7 @@ mod routing;
 mod schedules;
 mod slots;
 mod start;
+mod worktree;
 
 pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
@@ -183,6 +184,8 @@ pub(crate) struct Shared {
     activity: activity::Feeds,
     /// The other nodes, in cluster mode.
     bus: Option<Arc<Bus>>,
+    /// Conversations' git worktrees; None without a git program.
+    worktrees: Option<Arc<crate::worktrees::Worktrees>>,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -202,6 +205,7 @@ impl Manager {
         config: Arc<Config>,
         metrics: Metrics,
         bus: Option<Arc<Bus>>,
+        worktrees: Option<Arc<crate::worktrees::Worktrees>>,
     ) -> Self {
         let lost = store.lost_leases();
         let manager = Manager {
@@ -220,6 +224,7 @@ impl Manager {
                 replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
                 activity: activity::Feeds::default(),
                 bus,
+                worktrees,
             }),
             route: routing::Route::AnyNode,
         };

@@ -175,7 +175,11 @@ impl Manager {
                 message_type: frame.kind.to_owned(),
                 text: frame.text.as_str().to_owned(),
             }),
-            Ok(Outcome::Forked(_)) => unreachable!("a forwarded fork is refused as it arrives"),
+            // Refused as it arrives (`Forward::command`); never run for another node.
+            Ok(Outcome::Forked(_)) => Err(SessionError::new(
+                ErrorCode::BadFrame,
+                "a fork is not forwarded between nodes",
+            )),
             Err(err) => Err(err),
         };
         answer.unwrap_or_else(cluster::Answer::from_error)

@@ -150,7 +150,17 @@ impl Manager {
                 new.model = chat.options.model.clone();
                 new.permission_mode = chat.options.permission_mode.clone();
                 new.launch_options = launch;
-                shared.store.create_session(new).await.map_err(store_err)?
+                self.new_worktree(principal, chat, &mut new).await?;
+                let made = new.worktree.clone().map(|w| (new.session_id.clone(), w));
+                match shared.store.create_session(new).await {
+                    Ok(record) => record,
+                    Err(err) => {
+                        if let Some((session_id, worktree)) = &made {
+                            self.drop_worktree(session_id, worktree).await;
+                        }
+                        return Err(store_err(err).into());
+                    }
+                }
             }
         };
         match shared.store.take_lease(record.row).await {

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{AgentId, LaunchOptions, SessionId};
+use crate::worktrees::Worktree;
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +138,9 @@ pub struct SessionRecord {
     /// JSON of the [`LaunchOptions`] the agent starts with; NULL when none is set.
     #[serde(skip)]
     pub launch_options: Option<String>,
+    /// JSON of the conversation's own git [`Worktree`]; NULL when it has none.
+    #[serde(skip)]
+    pub worktree: Option<String>,
 }
 
 impl SessionRecord {
@@ -146,6 +150,13 @@ impl SessionRecord {
             .as_deref()
             .and_then(|s| serde_json::from_str(s).ok())
             .unwrap_or_default()
+    }
+
+    /// The conversation's own git worktree, if it has one.
+    pub fn worktree(&self) -> Option<Worktree> {
+        self.worktree
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
     }
 
     /// How the agent's next launch must start, when a rewind or fork decided it.
@@ -238,6 +249,13 @@ pub struct NewSession {
     pub permission_mode: Option<String>,
     /// Options the agent starts with.
     pub launch_options: LaunchOptions,
+    /// Its own git worktree, if it works in one.
+    pub worktree: Option<Worktree>,
+}
+
+/// The stored form of a conversation's worktree.
+pub(crate) fn worktree_json(worktree: Option<&Worktree>) -> Option<String> {
+    worktree.map(|w| serde_json::to_string(w).expect("serializes"))
 }
 
 /// Usage figures of one `result`, added to the conversation's totals.

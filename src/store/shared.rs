@@ -6,7 +6,7 @@
 pub(super) const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
      model, permission_mode, created_at, last_active_at, message_count, last_seq, prompt_count, \
      result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq, \
-     launch_options";
+     launch_options, worktree";
 
 /// Rows an unfinished import loses per transaction while it is discarded.
 pub(super) const DISCARD_ROWS: i64 = 2000;
@@ -31,8 +31,8 @@ macro_rules! store_impl {
                 let now = crate::protocol::now_rfc3339();
                 Ok(sqlx::query_scalar(
                     "insert into session_info (principal, agent_id, session_id, backend, cwd, model,
-                        permission_mode, launch_options, created_at, last_active_at, pending)
-                     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)
+                        permission_mode, launch_options, created_at, last_active_at, pending, worktree)
+                     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11)
                      on conflict do nothing returning id",
                 )
                 .bind(&new.principal)
@@ -45,6 +45,7 @@ macro_rules! store_impl {
                 .bind(super::edits::launch_json(&new.launch_options))
                 .bind(&now)
                 .bind(pending)
+                .bind(super::worktree_json(new.worktree.as_ref()))
                 // Read to the end: SQLite commits a statement that returns rows when it is
                 // done, and a commit that fails (a full disk) is reported only there; a read
                 // of the first row alone would miss it.
@@ -365,8 +366,8 @@ macro_rules! edit_tx_impl {
                 Ok(sqlx::query_scalar(
                     "insert into session_info (principal, agent_id, session_id, backend, cwd, model,
                         permission_mode, launch_options, title, created_at, last_active_at, last_seq,
-                        next_launch, memory_from_seq)
-                     select $1, $2, $3, $4, $5, $6, $7, $8, title, $9, $9, $10, $11, $12
+                        next_launch, memory_from_seq, worktree)
+                     select $1, $2, $3, $4, $5, $6, $7, $8, title, $9, $9, $10, $11, $12, $14
                      from session_info where id = $13
                      on conflict (principal, agent_id) do nothing
                      returning id",
@@ -384,6 +385,7 @@ macro_rules! edit_tx_impl {
                 .bind(&fork.next_launch)
                 .bind(fork.memory_from_seq)
                 .bind(source)
+                .bind(super::worktree_json(new.worktree.as_ref()))
                 .fetch_optional(&mut *self.0)
                 .await?)
             }

@@ -87,7 +87,6 @@ impl SqliteStore {
         let mut options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
             .vfs(super::writer::VFS)
-            .vfs(super::writer::VFS)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(if settings.synchronous_full {

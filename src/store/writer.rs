@@ -9,7 +9,8 @@
 //! writer has the checkpointer restart the WAL between two commits, right after one of its
 //! passes, so that the restart copies only what was committed during that pass; a pass slowed
 //! so much that twice that much has been written meanwhile is waited for, with commits held,
-//! so the log never grows past about twice the setting. Only the
+//! so the log stays under about twice the setting (unless readers hold its old pages past
+//! the busy timeout, when a restart gives up until the next one is due). Only the
 //! checkpointer's connection ever checkpoints, so a restart never finds another checkpoint
 //! under way.
 //!

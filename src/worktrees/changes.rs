@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::{Result, Worktree, WorktreeError, Worktrees, git};
 
 /// What a worktree changed against where its branch left its base.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Changes {
     /// The worktree's branch.
     pub branch: String,
@@ -26,7 +26,7 @@ pub struct Changes {
 }
 
 /// One changed file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ChangedFile {
     /// Its path in the repository.
     pub path: String,
@@ -47,6 +47,7 @@ impl Worktrees {
     /// `Invalid` when the base is gone; `Git` when git fails.
     pub async fn changes(&self, worktree: &Worktree, max_diff_bytes: usize) -> Result<Changes> {
         let _lock = self.lock(&worktree.repo).await;
+        self.on_own_branch(worktree).await?;
         let dir = &worktree.path;
         let Some(base) = self.commit_of(dir, &worktree.base_ref()).await? else {
             return Err(WorktreeError::Invalid(format!(

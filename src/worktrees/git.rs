@@ -1,6 +1,9 @@
-//! Running the real `git` program safely: argument arrays (never a shell), no prompts, no
-//! repository hooks, external diff or text conversion programs unless allowed, no settings
-//! from the server's environment, and output read up to a cap.
+//! Running the real `git` program: argument arrays (never a shell), no prompts, no signing,
+//! no repository hooks unless allowed, no fsmonitor, no git variables of the server's own
+//! environment nor its system-wide settings, output read up to a cap, and a deadline.
+//!
+//! A repository's own settings and attributes (clean filters, merge drivers) still run what
+//! they name, as the agent working in it could itself: it runs as the server's user too.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -13,30 +16,8 @@ use super::WorktreeError;
 /// The oldest git that has everything used here (`merge-tree --write-tree`).
 pub const MIN_VERSION: (u32, u32) = (2, 38);
 
-/// Environment variables of the server's own that would point git elsewhere or change what it
-/// reads; removed from every git process.
-const CLEARED_ENV: &[&str] = &[
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_CEILING_DIRECTORIES",
-    "GIT_CONFIG",
-    "GIT_CONFIG_PARAMETERS",
-    "GIT_CONFIG_COUNT",
-    "GIT_EXTERNAL_DIFF",
-    "GIT_DIFF_OPTS",
-    "GIT_EDITOR",
-    "GIT_SEQUENCE_EDITOR",
-    "GIT_PAGER",
-    "GIT_SSH",
-    "GIT_SSH_COMMAND",
-    "GIT_ASKPASS",
-    "SSH_ASKPASS",
-];
+/// How long one git command may run before it is stopped.
+const DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// What a git command printed and how it ended.
 #[derive(Debug)]
@@ -88,6 +69,14 @@ impl Git {
         cap: usize,
     ) -> Result<Output, WorktreeError> {
         let mut cmd = Command::new(&self.program);
+        // Every git variable of the server's own environment would point git elsewhere or
+        // change what it reads.
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(|n| n.starts_with("GIT_")) {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.env_remove("SSH_ASKPASS");
         cmd.current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -97,14 +86,18 @@ impl Git {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_OPTIONAL_LOCKS", "0")
             .env("LC_ALL", "C");
-        for name in CLEARED_ENV {
-            cmd.env_remove(name);
-        }
         for (name, value) in env {
             cmd.env(name, value);
         }
         // Settings a repository's own config could use to run programs of its choosing.
-        cmd.args(["-c", "core.fsmonitor=false", "-c", "core.pager=cat"]);
+        cmd.args([
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.pager=cat",
+            "-c",
+            "commit.gpgSign=false",
+        ]);
         if !self.run_hooks {
             cmd.args(["-c", "core.hooksPath=/dev/null"]);
         }
@@ -132,19 +125,29 @@ impl Git {
             }
             (out, truncated)
         };
+        // Keeps the start and reads the rest to its end, so git never waits on a full pipe.
         let read_err = async {
             let mut err = Vec::new();
             let _ = (&mut stderr)
                 .take(STDERR_CAP as u64)
                 .read_to_end(&mut err)
                 .await;
+            let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
             err
         };
-        let ((stdout, truncated), stderr) = tokio::join!(read_out, read_err);
-        let status = child
-            .wait()
-            .await
-            .map_err(|e| WorktreeError::Git(format!("git did not end: {e}")))?;
+        let ran = tokio::time::timeout(DEADLINE, async {
+            let ((stdout, truncated), stderr) = tokio::join!(read_out, read_err);
+            (stdout, truncated, stderr, child.wait().await)
+        })
+        .await;
+        let Ok((stdout, truncated, stderr, status)) = ran else {
+            let _ = child.start_kill();
+            return Err(WorktreeError::Git(format!(
+                "git {} took longer than {DEADLINE:?} and was stopped",
+                command_name(args)
+            )));
+        };
+        let status = status.map_err(|e| WorktreeError::Git(format!("git did not end: {e}")))?;
         Ok(Output {
             code: status.code(),
             stdout,
@@ -209,12 +212,24 @@ pub fn expect_ok(args: &[&str], out: Output) -> Result<String, WorktreeError> {
 
 /// The error of a git command `args` that failed with `out`.
 pub fn failure(args: &[&str], out: &Output) -> WorktreeError {
-    let what = args
-        .iter()
-        .find(|a| !a.starts_with('-'))
-        .copied()
-        .unwrap_or("git");
-    WorktreeError::Git(format!("git {what} failed: {}", out.stderr.trim()))
+    WorktreeError::Git(format!(
+        "git {} failed: {}",
+        command_name(args),
+        out.stderr.trim()
+    ))
+}
+
+/// The git command `args` run (`commit`), past options and their `-c` values.
+fn command_name<'a>(args: &[&'a str]) -> &'a str {
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        if *word == "-c" {
+            words.next();
+        } else if !word.starts_with('-') {
+            return word;
+        }
+    }
+    "git"
 }
 
 /// `git version 2.47.3` → (2, 47).

@@ -107,7 +107,7 @@ pub struct Repo {
 }
 
 /// How a merge ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Merged {
     /// The base branch's commit after the merge.
     pub commit: String,
@@ -116,13 +116,30 @@ pub struct Merged {
 }
 
 /// How merging lands on the base branch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// A merge commit with both histories.
     Merge,
     /// One new commit on the base with all the branch's changes.
     Squash,
+}
+
+/// Refuses a `key` (a conversation's session id) that is not letters, digits and `-`: it names
+/// a folder and references.
+fn valid_key(key: &str) -> Result<()> {
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(WorktreeError::Invalid(format!(
+            "`{key}` can't name a worktree"
+        )));
+    }
+    Ok(())
+}
+
+/// The private reference of checkpoint `n` of conversation `key`.
+fn checkpoint_ref(key: &str, n: i64) -> Result<String> {
+    valid_key(key)?;
+    Ok(format!("{CHECKPOINTS}/{key}/{n}"))
 }
 
 /// The server's worktrees: where they live, the git that runs them, one lock per repository.
@@ -140,6 +157,48 @@ impl Worktrees {
             git,
             dir,
             locks: DashMap::new(),
+        }
+    }
+
+    /// The server's worktrees as `config` sets them up, under `<data-dir>/worktrees`: None
+    /// when there is no usable git and nothing asks for worktrees (a conversation that asks
+    /// for one is then refused).
+    ///
+    /// # Errors
+    /// When `worktrees.git` is set or a project root makes worktrees the default, and that git
+    /// can't be found or run or is older than [`MIN_VERSION`].
+    pub async fn from_config(config: &crate::config::Config) -> anyhow::Result<Option<Self>> {
+        let wanted =
+            config.worktrees.git.is_some() || config.projects.roots.iter().any(|r| r.worktrees);
+        let Some(program) = config.worktrees.git.clone().or_else(find_on_path) else {
+            anyhow::ensure!(
+                !wanted,
+                "worktrees are asked for but there is no `git` on PATH (set worktrees.git)"
+            );
+            return Ok(None);
+        };
+        // Made now and named by its canonical path: git is run in the repositories, where a
+        // relative data dir would mean another place.
+        let dir = config.worktrees_dir();
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        }
+        let worktrees = Worktrees::new(
+            Git::new(program, config.worktrees.run_hooks),
+            std::fs::canonicalize(&dir)?,
+        );
+        match worktrees.check_git().await {
+            Ok(_) => Ok(Some(worktrees)),
+            Err(err) if wanted => anyhow::bail!("{err}"),
+            Err(err) => {
+                tracing::warn!(error = %err, "conversations can't have worktrees");
+                Ok(None)
+            }
         }
     }
 
@@ -241,9 +300,9 @@ impl Worktrees {
     /// # Errors
     /// `Git` when git fails.
     pub async fn checkpoint(&self, worktree: &Worktree, key: &str, n: i64) -> Result<()> {
+        let name = checkpoint_ref(key, n)?;
         let _lock = self.lock(&worktree.repo).await;
         let state = self.snapshot_commit(worktree, "checkpoint").await?;
-        let name = format!("{CHECKPOINTS}/{key}/{n}");
         self.git
             .ok(&worktree.path, &["update-ref", &name, &state])
             .await?;
@@ -255,8 +314,9 @@ impl Worktrees {
     /// # Errors
     /// `Invalid` when there is no such checkpoint; `Git` when git fails.
     pub async fn restore(&self, worktree: &Worktree, key: &str, n: i64) -> Result<()> {
+        let name = checkpoint_ref(key, n)?;
         let _lock = self.lock(&worktree.repo).await;
-        let name = format!("{CHECKPOINTS}/{key}/{n}");
+        self.on_own_branch(worktree).await?;
         let Some(state) = self.commit_of(&worktree.path, &name).await? else {
             return Err(WorktreeError::Invalid(format!(
                 "no checkpoint of the worktree's files at turn {n}"
@@ -285,6 +345,7 @@ impl Worktrees {
     /// `Git` when git fails.
     pub async fn commit(&self, worktree: &Worktree, message: &str) -> Result<Option<String>> {
         let _lock = self.lock(&worktree.repo).await;
+        self.on_own_branch(worktree).await?;
         self.git
             .ok(&worktree.path, &["add", "-A", "--", "."])
             .await?;
@@ -323,6 +384,7 @@ impl Worktrees {
             )));
         }
         let _lock = self.lock(&worktree.repo).await;
+        self.on_own_branch(worktree).await?;
         if self.has_changes(&worktree.path).await? {
             return Err(WorktreeError::Uncommitted {
                 what: "the conversation's worktree",
@@ -430,6 +492,7 @@ impl Worktrees {
     /// `Invalid` when the base branch is gone; `Git` when git fails.
     pub async fn discard(&self, worktree: &Worktree) -> Result<()> {
         let _lock = self.lock(&worktree.repo).await;
+        self.on_own_branch(worktree).await?;
         let Some(base) = self.commit_of(&worktree.path, &worktree.base_ref()).await? else {
             return Err(WorktreeError::Invalid(format!(
                 "the base `{}` no longer exists",
@@ -451,6 +514,7 @@ impl Worktrees {
     /// # Errors
     /// `Git` when git fails.
     pub async fn remove(&self, worktree: &Worktree, key: &str) -> Result<bool> {
+        valid_key(key)?;
         let _lock = self.lock(&worktree.repo).await;
         let repo = &worktree.repo;
         let path = worktree.path.to_string_lossy();
@@ -504,7 +568,8 @@ impl Worktrees {
         let mut pruned = 0;
         while let Ok(Some(entry)) = entries.next_entry().await {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if keep(&name) {
+            let is_dir = entry.file_type().await.is_ok_and(|t| t.is_dir());
+            if keep(&name) || !is_dir || valid_key(&name).is_err() {
                 continue;
             }
             let path = entry.path();
@@ -518,7 +583,11 @@ impl Worktrees {
                 });
             let removed = match common {
                 Some(common) => {
-                    let _lock = self.lock(&common).await;
+                    // Locked as every other operation on it: by the repository's top.
+                    let _lock = match common.parent() {
+                        Some(top) => Some(self.lock(top).await),
+                        None => None,
+                    };
                     let git_dir = format!("--git-dir={}", common.display());
                     let target = path.to_string_lossy();
                     let out = self
@@ -553,13 +622,26 @@ impl Worktrees {
         lock.lock_owned().await
     }
 
+    /// Refuses an operation on a worktree whose HEAD is not on its own branch (its agent
+    /// switched branches): it would act on another branch, perhaps one of the user's.
+    pub(super) async fn on_own_branch(&self, worktree: &Worktree) -> Result<()> {
+        let head = self
+            .git
+            .run(&worktree.path, &["symbolic-ref", "--quiet", "HEAD"])
+            .await?;
+        if head.code == Some(0) && head.text() == format!("refs/heads/{}", worktree.branch) {
+            return Ok(());
+        }
+        Err(WorktreeError::Invalid(format!(
+            "the worktree is not on its branch `{}` (it was switched to another branch or \
+             commit); switch it back first",
+            worktree.branch
+        )))
+    }
+
     /// Where worktree `key` goes (the folder made 0700 if missing).
     fn path_for(&self, key: &str) -> Result<PathBuf> {
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-            return Err(WorktreeError::Invalid(format!(
-                "`{key}` can't name a worktree"
-            )));
-        }
+        valid_key(key)?;
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -628,6 +710,7 @@ impl Worktrees {
         }
         if refs::is_commit_id(base)
             && let Some(commit) = self.commit_of(top, base).await?
+            && commit.starts_with(&base.to_ascii_lowercase())
         {
             return Ok((commit.clone(), false, commit));
         }
@@ -842,9 +925,21 @@ impl Worktrees {
                 tracing::warn!(repo = %top.display(), "`.worktreeinclude` names more than a worktree takes; the rest is not copied");
                 break;
             }
+            // Never over what the base checked out (a link there would lead the copy out of
+            // the worktree), and never into a folder reached through a link.
             let target = worktree.path.join(rel);
-            if let Some(parent) = target.parent() {
-                let _ = tokio::fs::create_dir_all(parent).await;
+            if tokio::fs::symlink_metadata(&target).await.is_ok() {
+                continue;
+            }
+            let Some(parent) = target.parent() else {
+                continue;
+            };
+            let _ = tokio::fs::create_dir_all(parent).await;
+            if !tokio::fs::canonicalize(parent)
+                .await
+                .is_ok_and(|real| real == parent && real.starts_with(&worktree.path))
+            {
+                continue;
             }
             if tokio::fs::copy(&source, &target).await.is_ok() {
                 files += 1;

@@ -17,6 +17,7 @@ fn sh(dir: &Path, args: &[&str]) -> String {
         .current_dir(dir)
         .args(args)
         .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .output()
         .unwrap();
     assert!(
@@ -513,4 +514,66 @@ async fn the_git_here_is_new_enough() {
         missing.check_git().await,
         Err(WorktreeError::Git(_))
     ));
+}
+
+#[tokio::test]
+async fn a_worktree_switched_to_another_branch_is_left_alone() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("sw").await;
+    sh(&fx.repo, &["branch", "users-own"]);
+    let own = sh(&fx.repo, &["rev-parse", "users-own"]);
+    sh(&wt.path, &["checkout", "-q", "users-own"]);
+    std::fs::write(wt.path.join("a.txt"), "changed\n").unwrap();
+    assert!(matches!(
+        fx.worktrees.discard(&wt).await,
+        Err(WorktreeError::Invalid(_))
+    ));
+    assert!(matches!(
+        fx.worktrees.commit(&wt, "x").await,
+        Err(WorktreeError::Invalid(_))
+    ));
+    assert!(matches!(
+        fx.worktrees.merge(&wt, Strategy::Merge, None).await,
+        Err(WorktreeError::Invalid(_))
+    ));
+    assert_eq!(sh(&fx.repo, &["rev-parse", "users-own"]), own);
+    assert_eq!(
+        read(wt.path.join("a.txt")),
+        "changed\n",
+        "nothing was reset"
+    );
+}
+
+#[tokio::test]
+async fn an_included_file_is_never_copied_through_a_link_the_base_checked_out() {
+    let fx = Fixture::new();
+    let outside = fx.repo.parent().unwrap().join("target.txt");
+    std::fs::write(&outside, "kept\n").unwrap();
+    // The base has `.env` as a link out of the repository; the main checkout has a real one.
+    std::os::unix::fs::symlink(&outside, fx.repo.join(".env")).unwrap();
+    sh(&fx.repo, &["add", ".env"]);
+    sh(&fx.repo, &["commit", "-q", "-m", "link"]);
+    sh(&fx.repo, &["rm", "-q", "--cached", ".env"]);
+    std::fs::write(fx.repo.join(".gitignore"), ".env\n").unwrap();
+    std::fs::write(fx.repo.join(".worktreeinclude"), ".env\n").unwrap();
+    sh(&fx.repo, &["add", ".gitignore", ".worktreeinclude"]);
+    sh(&fx.repo, &["commit", "-q", "-m", "ignore"]);
+    std::fs::remove_file(fx.repo.join(".env")).unwrap();
+    std::fs::write(fx.repo.join(".env"), "SECRET=1\n").unwrap();
+    let base = sh(&fx.repo, &["rev-parse", "HEAD~1"]);
+    let asked = Request {
+        base: Some(base),
+        branch: None,
+    };
+    let wt = fx.create("lnk", asked).await.unwrap();
+    assert!(
+        std::fs::symlink_metadata(wt.path.join(".env"))
+            .unwrap()
+            .is_symlink()
+    );
+    assert_eq!(
+        read(&outside),
+        "kept\n",
+        "the link's target was not written"
+    );
 }

@@ -946,6 +946,7 @@ async fn prewarmed_spare_is_adopted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         tries += 1;
     }
+    assert!(tries < 100, "the spare was asked to initialize");
     let mut c = server.client().await;
     let ack = chat_ack(&mut c, "warm", "hi").await;
     assert_eq!(arg(&spare, "--session-id="), ack["session_id"].as_str());

@@ -98,7 +98,13 @@ fn the_layering_rules_hold() {
             "store" => &["crate::session", "crate::http"],
             "agent" => &["crate::session", "crate::http", "crate::store"],
             "session" => &["crate::http"],
-            "config" => &["crate::store", "sqlx", "crate::session", "crate::http"],
+            "config" => &[
+                "crate::store",
+                "sqlx",
+                "crate::session",
+                "crate::http",
+                "crate::agent",
+            ],
             "worktrees" => &[
                 "crate::session",
                 "crate::http",

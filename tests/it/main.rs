@@ -34,3 +34,4 @@ mod security;
 mod spans;
 mod store;
 mod warm;
+mod worktrees;

@@ -170,6 +170,7 @@ fn new_session(principal: &str, agent_id: &str) -> NewSession {
         model: None,
         permission_mode: None,
         launch_options: Default::default(),
+        worktree: None,
     }
 }
 

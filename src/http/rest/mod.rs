@@ -7,6 +7,7 @@
 //! stable codes of the WebSocket protocol.
 
 mod agents;
+mod changes;
 mod projects;
 mod schedules;
 mod sessions;
@@ -57,6 +58,10 @@ fn authenticated() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::warm))
         .routes(routes!(sessions::interrupt))
         .routes(routes!(sessions::answer_permission))
+        .routes(routes!(changes::get_changes))
+        .routes(routes!(changes::commit))
+        .routes(routes!(changes::merge))
+        .routes(routes!(changes::discard))
         .routes(routes!(sse::events))
         .routes(routes!(projects::sync))
         .routes(routes!(projects::list))

@@ -55,9 +55,12 @@ pub struct SessionSummary {
     pub model: Option<String>,
     /// Permission mode the agent runs with, if one was chosen.
     pub permission_mode: Option<String>,
-    /// The agent's working directory: a project directory, or the conversation's own
-    /// workspace. Fixed for the conversation's life; a fork keeps it.
+    /// The agent's working directory: a project directory, the conversation's own workspace,
+    /// or the same place in its own worktree. Fixed for the conversation's life; a fork keeps
+    /// it (in a worktree of its own).
     pub cwd: String,
+    /// The conversation's own git worktree, if it works in one.
+    pub worktree: Option<WorktreeSummary>,
     /// Text appended to the agent's system prompt, if any.
     pub system_prompt: Option<String>,
     /// Tool-name patterns the agent may use without asking.
@@ -88,10 +91,27 @@ pub struct SessionSummary {
     pub duration_ms: i64,
 }
 
+/// A conversation's git worktree, as listed and fetched.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorktreeSummary {
+    /// The conversation's branch.
+    pub branch: String,
+    /// The branch (or commit) it started from and merges into.
+    pub base: String,
+    /// The repository's directory the conversation was started in.
+    pub project_dir: String,
+}
+
 impl SessionSummary {
     pub(crate) fn new(record: SessionRecord, status: Activity, owner_node: Option<String>) -> Self {
         let launch = record.launch_options();
+        let worktree = record.worktree().map(|w| WorktreeSummary {
+            project_dir: w.repo.join(&w.subdir).to_string_lossy().into_owned(),
+            branch: w.branch,
+            base: w.base,
+        });
         SessionSummary {
+            worktree,
             cwd: record.cwd,
             system_prompt: launch.system_prompt,
             allowed_tools: launch.allowed_tools,

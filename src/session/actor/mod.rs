@@ -96,6 +96,8 @@ struct Actor {
     busy: Arc<AtomicBool>,
     inputs: mpsc::Receiver<Input>,
     cwd: std::path::PathBuf,
+    /// The conversation's own git worktree (`cwd` is in it), if it has one.
+    worktree: Option<crate::worktrees::Worktree>,
     /// What starts this conversation's agent; none when its agent is no longer configured.
     backend: Option<Arc<dyn crate::agent::Backend>>,
     sdk_session_id: Option<String>,
@@ -137,6 +139,7 @@ pub(crate) fn spawn(init: ActorInit) {
     shared.metrics.live_sessions(1);
     let actor = Actor {
         cwd: record.cwd.clone().into(),
+        worktree: record.worktree(),
         backend: shared.agents.get(&record.backend).cloned(),
         sdk_session_id: record.sdk_session_id.clone(),
         model: record.model.clone(),

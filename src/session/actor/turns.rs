@@ -123,9 +123,12 @@ impl Actor {
         marker: Option<Box<NewMessage>>,
         reply: oneshot::Sender<Result<(i64, usize), SessionError>>,
     ) {
-        // The working directory is fixed: the agent's resume is scoped by it.
+        // The working directory is fixed: the agent's resume is scoped by it. A conversation
+        // in a worktree may name the repository's directory it was made from.
+        let origin = self.worktree.as_ref().map(|w| w.repo.join(&w.subdir));
         if let Some(cwd) = &chat.options.cwd
             && std::path::Path::new(cwd) != self.cwd
+            && origin.as_deref() != Some(std::path::Path::new(cwd))
         {
             let err = SessionError::new(
                 ErrorCode::InvalidOptions,

@@ -1,0 +1,527 @@
+//! Conversations in git worktrees of their own, against the real git: two conversations in
+//! one repository never see each other's edits, their changes are listed, committed, merged
+//! (a conflict changes nothing), discarded, forked and removed with them; hostile options,
+//! branches, bases and other principals are refused.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::security::{TOKENS, connect_as, server_with};
+
+/// A repository on `main` with `a.txt`, inside a project root, and a server with that root.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    repo: PathBuf,
+    server: TestServer,
+    _cfg: tempfile::TempDir,
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+}
+
+impl Fixture {
+    /// `root_options` goes into the root's entry (e.g. `worktrees = true`).
+    async fn new(root_options: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("root");
+        let repo = root.join("repo");
+        std::fs::create_dir_all(repo.join("sub")).unwrap();
+        std::fs::create_dir_all(root.join("plain")).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(&repo, &["config", "user.name", "Dev"]);
+        git(&repo, &["config", "user.email", "dev@example.com"]);
+        std::fs::write(repo.join("a.txt"), "one\ntwo\n").unwrap();
+        std::fs::write(repo.join("sub/b.txt"), "b\n").unwrap();
+        git(&repo, &["add", "."]);
+        git(&repo, &["commit", "-q", "-m", "first"]);
+        let (server, cfg) = server_with(&format!(
+            "{TOKENS}\n[projects]\nroots = [{{ path = {}{root_options} }}]\n",
+            toml_string(&root.to_string_lossy())
+        ))
+        .await;
+        Fixture {
+            _tmp: tmp,
+            repo,
+            server,
+            _cfg: cfg,
+        }
+    }
+
+    /// A REST call as `token`; `(status, body)`.
+    async fn api(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = reqwest::Client::new()
+            .request(method.parse().unwrap(), self.server.url(path))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let resp = request.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Starts conversation `agent_id` as alice with `options`, runs its first turn and returns
+    /// its summary.
+    async fn start(&self, agent_id: &str, options: Value) -> Value {
+        let mut c = connect_as(&self.server.addr, "tok-alice").await;
+        c.send(json!({"type": "chat", "agent_id": agent_id, "content": "hi", "options": options}))
+            .await;
+        let frames = c.until_result(agent_id).await;
+        assert!(
+            frames.iter().all(|f| f["message_type"] != "error"),
+            "{frames:?}"
+        );
+        let (status, summary) = self
+            .api(
+                "tok-alice",
+                "GET",
+                &format!("/api/sessions/{agent_id}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{summary}");
+        summary
+    }
+
+    /// The first error a chat as alice with `options` gets.
+    async fn refused(&self, agent_id: &str, options: Value) -> Value {
+        let mut c = connect_as(&self.server.addr, "tok-alice").await;
+        c.send(json!({"type": "chat", "agent_id": agent_id, "content": "hi", "options": options}))
+            .await;
+        let frames = c
+            .recv_until(|v| v["message_type"] == "error" || v["message_type"] == "result")
+            .await;
+        frames.last().unwrap().clone()
+    }
+}
+
+fn cwd(summary: &Value) -> PathBuf {
+    PathBuf::from(summary["cwd"].as_str().unwrap())
+}
+
+#[tokio::test]
+async fn parallel_conversations_work_apart_and_land_through_review() {
+    let fx = Fixture::new("").await;
+    let dir = fx.repo.join("sub").to_string_lossy().into_owned();
+    let one = fx.start("one", json!({"cwd": dir, "worktree": true})).await;
+    let two = fx
+        .start(
+            "two",
+            json!({"cwd": dir, "worktree": {"branch": "feature/two"}}),
+        )
+        .await;
+    assert_eq!(one["worktree"]["branch"], "agentmux/one");
+    assert_eq!(one["worktree"]["base"], "main");
+    assert_eq!(one["worktree"]["project_dir"], dir.as_str());
+    assert_eq!(two["worktree"]["branch"], "feature/two");
+    let (wt1, wt2) = (cwd(&one), cwd(&two));
+    assert!(
+        wt1.starts_with(fx.server.data_dir.join("worktrees")),
+        "{}",
+        wt1.display()
+    );
+    assert!(wt1.ends_with("sub") && wt1 != wt2);
+    // What each agent writes, as its tools would: the same file, each its own way.
+    std::fs::write(wt1.join("../a.txt"), "one\nTWO\n").unwrap();
+    std::fs::write(wt2.join("../a.txt"), "uno\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(fx.repo.join("a.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+
+    let (status, changes) = fx
+        .api("tok-alice", "GET", "/api/sessions/one/changes", None)
+        .await;
+    assert_eq!(status, 200, "{changes}");
+    assert_eq!(changes["uncommitted"], true);
+    assert_eq!(
+        changes["files"],
+        json!([{"path": "a.txt", "status": "modified", "additions": 1, "deletions": 1, "binary": false}])
+    );
+    assert!(
+        changes["diff"].as_str().unwrap().contains("+TWO"),
+        "{changes}"
+    );
+
+    // A merge of uncommitted work is refused; commit, then merge lands on main.
+    let merge = json!({"strategy": "merge"});
+    let (status, err) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/one/changes/merge",
+            Some(merge.clone()),
+        )
+        .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (409, Some("conflict")),
+        "{err}"
+    );
+    for agent in ["one", "two"] {
+        let (status, committed) = fx
+            .api(
+                "tok-alice",
+                "POST",
+                &format!("/api/sessions/{agent}/changes/commit"),
+                Some(json!({"message": "edit"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{committed}");
+        assert_eq!(committed["commit"].as_str().map(str::len), Some(40));
+    }
+    let (status, merged) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/one/changes/merge",
+            Some(merge.clone()),
+        )
+        .await;
+    assert_eq!(
+        (status, merged["changed"].as_bool()),
+        (200, Some(true)),
+        "{merged}"
+    );
+    assert_eq!(
+        git(&fx.repo, &["rev-parse", "main"]),
+        merged["commit"].as_str().unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.repo.join("a.txt")).unwrap(),
+        "one\nTWO\n"
+    );
+
+    let main_before = git(&fx.repo, &["rev-parse", "main"]);
+    let (status, err) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/two/changes/merge",
+            Some(merge),
+        )
+        .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (409, Some("conflict")),
+        "{err}"
+    );
+    assert!(err["error"].as_str().unwrap().contains("a.txt"), "{err}");
+    assert_eq!(
+        git(&fx.repo, &["rev-parse", "main"]),
+        main_before,
+        "nothing changed"
+    );
+    assert_eq!(git(&fx.repo, &["status", "--porcelain"]), "");
+
+    // Discard needs its confirmation, then returns the worktree to main as it is now.
+    let (status, _) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/two/changes/discard",
+            Some(json!({"confirm": false})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    let (status, _) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/two/changes/discard",
+            Some(json!({"confirm": true})),
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(
+        std::fs::read_to_string(wt2.join("../a.txt")).unwrap(),
+        "one\nTWO\n"
+    );
+
+    // A later chat may name the repository's directory again, and runs in the worktree.
+    let mut c = connect_as(&fx.server.addr, "tok-alice").await;
+    c.send(json!({"type": "chat", "agent_id": "two", "content": "again", "options": {"cwd": dir}}))
+        .await;
+    assert_eq!(
+        reply_text(&c.until_result("two").await),
+        "Echo: again (turn 2)"
+    );
+}
+
+#[tokio::test]
+async fn a_fork_gets_its_own_worktree_and_delete_removes_it() {
+    let fx = Fixture::new("").await;
+    let dir = fx.repo.to_string_lossy().into_owned();
+    let source = fx.start("src", json!({"cwd": dir, "worktree": true})).await;
+    std::fs::write(cwd(&source).join("wip.txt"), "not committed\n").unwrap();
+    let (status, fork) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/src/fork",
+            Some(json!({"new_agent_id": "copy"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{fork}");
+    assert_eq!(fork["worktree"]["branch"], "agentmux/copy");
+    let forked = cwd(&fork);
+    assert_ne!(forked, cwd(&source));
+    assert_eq!(
+        std::fs::read_to_string(forked.join("wip.txt")).unwrap(),
+        "not committed\n"
+    );
+
+    // Deleting removes the worktree; the branch with unmerged work stays.
+    let (status, _) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/copy/changes/commit",
+            Some(json!({"message": "wip"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = fx
+        .api("tok-alice", "DELETE", "/api/sessions/copy", None)
+        .await;
+    assert_eq!(status, 204);
+    assert!(!forked.exists());
+    assert!(git(&fx.repo, &["branch", "--list", "agentmux/copy"]).contains("agentmux/copy"));
+    // The source's deletion drops its branch, which has nothing main lacks.
+    let (status, _) = fx
+        .api("tok-alice", "DELETE", "/api/sessions/src", None)
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(git(&fx.repo, &["branch", "--list", "agentmux/src"]), "");
+}
+
+#[tokio::test]
+async fn a_root_can_make_worktrees_the_default_and_a_restart_keeps_them() {
+    let mut fx = Fixture::new(", worktrees = true").await;
+    let dir = fx.repo.to_string_lossy().into_owned();
+    let isolated = fx.start("iso", json!({"cwd": dir})).await;
+    assert_eq!(isolated["worktree"]["branch"], "agentmux/iso");
+    let shared = fx
+        .start("plain", json!({"cwd": dir, "worktree": false}))
+        .await;
+    assert_eq!(shared["worktree"], Value::Null);
+    assert_eq!(shared["cwd"], dir.as_str());
+    // Outside any repository the default does not apply.
+    let root = fx
+        .repo
+        .parent()
+        .unwrap()
+        .join("plain")
+        .to_string_lossy()
+        .into_owned();
+    let elsewhere = fx.start("elsewhere", json!({"cwd": root})).await;
+    assert_eq!(elsewhere["worktree"], Value::Null);
+
+    assert!(fx.server.terminate().await.success());
+    fx.server.restart().await;
+    let mut c = connect_as(&fx.server.addr, "tok-alice").await;
+    c.chat("iso", "after").await;
+    assert_eq!(
+        reply_text(&c.until_result("iso").await),
+        "Echo: after (turn 2)"
+    );
+    let (_, again) = fx.api("tok-alice", "GET", "/api/sessions/iso", None).await;
+    assert_eq!(again["cwd"], isolated["cwd"]);
+}
+
+#[tokio::test]
+async fn hostile_worktree_options_and_other_principals_are_refused() {
+    let fx = Fixture::new("").await;
+    let dir = fx.repo.to_string_lossy().into_owned();
+    let plain = fx
+        .repo
+        .parent()
+        .unwrap()
+        .join("plain")
+        .to_string_lossy()
+        .into_owned();
+    for (options, says) in [
+        (json!({"worktree": true}), "needs `options.cwd`"),
+        (
+            json!({"cwd": plain, "worktree": true}),
+            "not inside a git repository",
+        ),
+        (
+            json!({"cwd": dir, "worktree": {"branch": "--upload-pack=x"}}),
+            "not a valid branch name",
+        ),
+        (
+            json!({"cwd": dir, "worktree": {"branch": "refs/heads/../../x"}}),
+            "not a valid branch name",
+        ),
+        (
+            json!({"cwd": dir, "worktree": {"branch": "a..b"}}),
+            "not a valid branch name",
+        ),
+        (
+            json!({"cwd": dir, "worktree": {"branch": "main"}}),
+            "exists already",
+        ),
+        (
+            json!({"cwd": dir, "worktree": {"base": "main..HEAD"}}),
+            "neither a branch nor a commit",
+        ),
+        (
+            json!({"cwd": dir, "worktree": {"base": "nope"}}),
+            "neither a branch nor a commit",
+        ),
+        (
+            json!({"cwd": dir, "worktree": {"base": "-x"}}),
+            "neither a branch nor a commit",
+        ),
+        (
+            json!({"cwd": dir, "worktree": {"other": 1}}),
+            "must be true, false",
+        ),
+        (
+            json!({"cwd": dir, "worktree": "yes"}),
+            "must be true, false",
+        ),
+    ] {
+        let err = fx.refused("bad", options.clone()).await;
+        assert_eq!(err["code"], "invalid_options", "{options}: {err}");
+        assert!(
+            err["error"].as_str().unwrap().contains(says),
+            "{options}: {err}"
+        );
+        let (status, _) = fx.api("tok-alice", "GET", "/api/sessions/bad", None).await;
+        assert_eq!(status, 404, "{options}: nothing is stored");
+    }
+    assert_eq!(
+        std::fs::read_dir(fx.server.data_dir.join("worktrees"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "no worktree is left behind"
+    );
+    // A repository reaching above the root is refused: its worktree would hold files outside.
+    let (mut server, _cfg) = server_with(&format!(
+        "{TOKENS}\n[projects]\nroots = [{{ path = {} }}]\n",
+        toml_string(&fx.repo.join("sub").to_string_lossy())
+    ))
+    .await;
+    let mut c = connect_as(&server.addr, "tok-alice").await;
+    let sub = fx.repo.join("sub").to_string_lossy().into_owned();
+    c.send(json!({"type": "chat", "agent_id": "up", "content": "hi", "options": {"cwd": sub, "worktree": true}}))
+        .await;
+    let frames = c
+        .recv_until(|v| v["message_type"] == "error" || v["message_type"] == "result")
+        .await;
+    let err = frames.last().unwrap();
+    assert_eq!(err["code"], "invalid_options", "{err}");
+    assert!(
+        err["error"].as_str().unwrap().contains("reaches outside"),
+        "{err}"
+    );
+    server.terminate().await;
+
+    // Another principal's conversation is unknown; one without a worktree says so.
+    fx.start("mine", json!({"cwd": dir, "worktree": true}))
+        .await;
+    fx.start("nowt", json!({})).await;
+    for (method, path, body) in [
+        ("GET", "/api/sessions/mine/changes", None),
+        (
+            "POST",
+            "/api/sessions/mine/changes/commit",
+            Some(json!({"message": "x"})),
+        ),
+        (
+            "POST",
+            "/api/sessions/mine/changes/merge",
+            Some(json!({"strategy": "squash"})),
+        ),
+        (
+            "POST",
+            "/api/sessions/mine/changes/discard",
+            Some(json!({"confirm": true})),
+        ),
+    ] {
+        let (status, err) = fx.api("tok-bob", method, path, body).await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (404, Some("unknown_agent")),
+            "{path}"
+        );
+    }
+    let (status, err) = fx
+        .api("tok-alice", "GET", "/api/sessions/nowt/changes", None)
+        .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{err}"
+    );
+    for body in [
+        json!({"message": ""}),
+        json!({"message": "a\u{0}b"}),
+        json!({"message": "x".repeat(20_000)}),
+        json!({}),
+    ] {
+        let (status, _) = fx
+            .api(
+                "tok-alice",
+                "POST",
+                "/api/sessions/mine/changes/commit",
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, 400);
+    }
+    let (status, _) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/mine/changes/merge",
+            Some(json!({"strategy": "rebase"})),
+        )
+        .await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn a_worktree_directory_swapped_for_a_link_starts_nothing() {
+    let mut fx = Fixture::new("").await;
+    let dir = fx.repo.join("sub").to_string_lossy().into_owned();
+    let summary = fx
+        .start("link", json!({"cwd": dir, "worktree": true}))
+        .await;
+    assert!(fx.server.terminate().await.success());
+    fx.server.restart().await;
+    let wt_sub = cwd(&summary);
+    std::fs::remove_dir_all(&wt_sub).unwrap();
+    let outside = fx.repo.parent().unwrap().parent().unwrap().to_path_buf();
+    std::os::unix::fs::symlink(&outside, &wt_sub).unwrap();
+    let mut c = connect_as(&fx.server.addr, "tok-alice").await;
+    c.chat("link", "go").await;
+    let frames = c
+        .recv_until(|v| v["message_type"] == "error" || v["message_type"] == "result")
+        .await;
+    let last = frames.last().unwrap();
+    assert_eq!(last["code"], "forbidden", "{last}");
+}
