@@ -160,6 +160,9 @@ impl Server {
         let worktrees = worktrees::Worktrees::from_config(&config)
             .await?
             .map(Arc::new);
+        if let Some(worktrees) = &worktrees {
+            prune_worktrees(worktrees, store.as_ref()).await;
+        }
         let manager = Manager::new(
             store.clone(),
             agents,
@@ -238,6 +241,29 @@ impl Server {
         let _ = ending.await;
         self.store.close().await;
         Ok(())
+    }
+}
+
+/// Removes the worktrees whose conversation is gone (deleted while the server was down, or
+/// left by a crash between making a worktree and storing its conversation). One the store
+/// can't answer for is kept.
+async fn prune_worktrees(worktrees: &worktrees::Worktrees, store: &dyn Store) {
+    let mut known = std::collections::HashSet::new();
+    for name in worktrees.names().await {
+        match store.find_by_session_id(&name).await {
+            Ok(Some(record)) if record.worktree.is_none() => {}
+            Ok(None) => {}
+            Ok(Some(_)) | Err(_) => {
+                known.insert(name);
+            }
+        }
+    }
+    let pruned = worktrees.prune(|name| known.contains(name)).await;
+    if pruned > 0 {
+        tracing::info!(
+            worktrees = pruned,
+            "removed worktrees of conversations that are gone"
+        );
     }
 }
 

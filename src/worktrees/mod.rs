@@ -560,6 +560,21 @@ impl Worktrees {
         Ok(!landed)
     }
 
+    /// The names (conversations' session ids) of the worktrees there are.
+    pub async fn names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let Ok(mut entries) = tokio::fs::read_dir(&self.dir).await else {
+            return names;
+        };
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type().await.is_ok_and(|t| t.is_dir()) && valid_key(&name).is_ok() {
+                names.push(name);
+            }
+        }
+        names
+    }
+
     /// Removes the worktrees whose conversation `keep` does not know; returns how many.
     pub async fn prune(&self, keep: impl Fn(&str) -> bool) -> usize {
         let Ok(mut entries) = tokio::fs::read_dir(&self.dir).await else {

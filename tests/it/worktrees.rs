@@ -525,3 +525,32 @@ async fn a_worktree_directory_swapped_for_a_link_starts_nothing() {
     let last = frames.last().unwrap();
     assert_eq!(last["code"], "forbidden", "{last}");
 }
+
+#[tokio::test]
+async fn worktrees_of_conversations_gone_behind_the_servers_back_are_pruned_at_start() {
+    let mut fx = Fixture::new("").await;
+    let dir = fx.repo.to_string_lossy().into_owned();
+    let gone = cwd(&fx
+        .start("gone", json!({"cwd": dir, "worktree": true}))
+        .await);
+    let kept = cwd(&fx
+        .start("kept", json!({"cwd": dir, "worktree": true}))
+        .await);
+    let db = fx.server.stop_and_open_db().await;
+    sqlx::query("delete from session_info where agent_id = 'gone'")
+        .execute(&db)
+        .await
+        .unwrap();
+    db.close().await;
+    fx.server.restart().await;
+    assert!(!gone.exists() && kept.exists());
+    let listed = git(&fx.repo, &["worktree", "list"]);
+    assert!(
+        !listed.contains(gone.to_string_lossy().as_ref()),
+        "{listed}"
+    );
+    let (status, _) = fx
+        .api("tok-alice", "GET", "/api/sessions/kept/changes", None)
+        .await;
+    assert_eq!(status, 200);
+}

@@ -1,4 +1,5 @@
-//! The Claude CLI's own session files: the folder of a directory's transcripts, opening and listing them safely, and reading their lines as the messages the CLI streamed.
+//! The Claude CLI's own session files: the folder of a directory's transcripts, opening and
+//! listing them safely, and reading their lines as the messages the CLI streamed.
 
 use std::borrow::Cow;
 use std::os::unix::fs::MetadataExt as _;
