@@ -186,6 +186,17 @@ impl Manager {
         F: Future<Output = Result<T, WorktreeError>> + Send + 'static,
     {
         let (worktrees, worktree) = self.worktree_of(principal, agent_id).await?;
+        // Not under an agent that may be writing files now (a turn starting meanwhile is not
+        // held back: this guards the review flow, not a race with a second client).
+        if self.activity(principal, agent_id) == super::Activity::Busy {
+            return Err(SessionError::new(
+                ErrorCode::Busy,
+                format!(
+                    "a turn of conversation `{agent_id}` is running or queued; wait for it to \
+                     end or interrupt it"
+                ),
+            ));
+        }
         tokio::spawn(change(worktrees, worktree))
             .await
             .map_err(|e| SessionError::new(ErrorCode::BackendUnavailable, e.to_string()))?

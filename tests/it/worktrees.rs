@@ -35,6 +35,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
 impl Fixture {
     /// `root_options` goes into the root's entry (e.g. `worktrees = true`).
     async fn new(root_options: &str) -> Self {
+        Self::with(root_options, "").await
+    }
+
+    /// With more tables (`extra_toml`) in the server's config file.
+    async fn with(root_options: &str, extra_toml: &str) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(tmp.path()).unwrap().join("root");
         let repo = root.join("repo");
@@ -48,7 +53,7 @@ impl Fixture {
         git(&repo, &["add", "."]);
         git(&repo, &["commit", "-q", "-m", "first"]);
         let (server, cfg) = server_with(&format!(
-            "{TOKENS}\n[projects]\nroots = [{{ path = {}{root_options} }}]\n",
+            "{TOKENS}\n[projects]\nroots = [{{ path = {}{root_options} }}]\n{extra_toml}",
             toml_string(&root.to_string_lossy())
         ))
         .await;
@@ -553,4 +558,67 @@ async fn worktrees_of_conversations_gone_behind_the_servers_back_are_pruned_at_s
         .api("tok-alice", "GET", "/api/sessions/kept/changes", None)
         .await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_running_turn_keeps_its_worktree_from_being_merged_or_discarded() {
+    let gates = Gates::new("");
+    let fx = Fixture::with(
+        "",
+        &format!(
+            "[demo]\ngate_dir = {}\n",
+            toml_string(&gates.dir.to_string_lossy())
+        ),
+    )
+    .await;
+    let dir = fx.repo.to_string_lossy().into_owned();
+    gates.open("held", 1);
+    let summary = fx
+        .start("held", json!({"cwd": dir, "worktree": true}))
+        .await;
+    std::fs::write(cwd(&summary).join("a.txt"), "changed\n").unwrap();
+    fx.api(
+        "tok-alice",
+        "POST",
+        "/api/sessions/held/changes/commit",
+        Some(json!({"message": "c"})),
+    )
+    .await;
+    // Turn 2 waits at its gate: the agent may be writing files now.
+    let mut c = connect_as(&fx.server.addr, "tok-alice").await;
+    c.chat("held", "two").await;
+    c.recv_until(|v| v["message_type"] == "stream_event" && v["agent_id"] == "held")
+        .await;
+    for (path, body) in [
+        (
+            "/api/sessions/held/changes/merge",
+            json!({"strategy": "merge"}),
+        ),
+        (
+            "/api/sessions/held/changes/discard",
+            json!({"confirm": true}),
+        ),
+    ] {
+        let (status, err) = fx.api("tok-alice", "POST", path, Some(body)).await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (409, Some("busy")),
+            "{path}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(cwd(&summary).join("a.txt")).unwrap(),
+        "changed\n"
+    );
+    gates.open("held", 2);
+    c.until_result("held").await;
+    let (status, merged) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/held/changes/merge",
+            Some(json!({"strategy": "merge"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{merged}");
 }
