@@ -1,5 +1,8 @@
 //! Client frames: what a client may send, decoded by hand from JSON so that every kind of bad
 //! input maps to its own stable error code.
+//!
+//! One job at about 800 lines: each frame's fields and their decoders, whose rules (options,
+//! paths, tool patterns by way of `tools`) are read together with the errors they give.
 
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -7,6 +7,9 @@
 //! The typed frames here are the single source of truth for the wire format: the browser
 //! client's TypeScript declarations (`web/protocol.d.ts`) are generated from them by a unit
 //! test, which fails when the committed file is stale.
+//!
+//! Most of this file's length is its tests of the whole protocol (decoding every frame kind
+//! and building every server frame); the code above them is the error codes and re-exports.
 
 mod client;
 mod content;

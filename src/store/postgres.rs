@@ -6,6 +6,9 @@
 //! statement that stores them (the place where an ownership check will go). Reads, rewinds,
 //! forks and the rare small updates use the pool; the calls whose SQL SQLite shares are in
 //! [`super::shared`].
+//!
+//! One job at about 770 lines: the PostgreSQL side of every `Store` call, its writer and its
+//! leases' SQL; splitting it would scatter one engine's statements.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
