@@ -58,13 +58,40 @@ pub fn roots_of<'a>(roots: &'a [ProjectRoot], principal: &'a str) -> Vec<&'a Pat
         .collect()
 }
 
+/// Whether a conversation in `dir` gets a worktree of its own unless its first chat says
+/// `worktree: false`: a root `principal` may use that holds it says `worktrees = true`.
+pub fn worktrees_by_default(roots: &[ProjectRoot], principal: &str, dir: &Path) -> bool {
+    roots
+        .iter()
+        .any(|r| r.worktrees && r.allows(principal) && dir.starts_with(&r.path))
+}
+
+/// One project directory as [`list`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Its canonical path.
+    pub path: PathBuf,
+    /// Whether it is in a git repository that lies in its root: it has a `.git` entry, or it
+    /// is directly under a root that has one. Git itself is not asked.
+    pub git: bool,
+}
+
+/// Whether `dir` has a `.git` entry (a directory, or the file of a linked worktree).
+async fn has_git(dir: &Path) -> bool {
+    tokio::fs::symlink_metadata(dir.join(".git")).await.is_ok()
+}
+
 /// The projects of `principal`: each root it may use and each directory directly under one
 /// (not hidden, and inside the root once symbolic links are resolved), at most
 /// [`MAX_PROJECTS_PER_ROOT`] per root, sorted.
-pub async fn list(roots: &[ProjectRoot], principal: &str) -> Vec<PathBuf> {
+pub async fn list(roots: &[ProjectRoot], principal: &str) -> Vec<Listed> {
     let mut projects = Vec::new();
     for root in roots_of(roots, principal) {
-        projects.push(root.to_path_buf());
+        let root_git = has_git(root).await;
+        projects.push(Listed {
+            path: root.to_path_buf(),
+            git: root_git,
+        });
         let Ok(mut entries) = tokio::fs::read_dir(root).await else {
             continue;
         };
@@ -89,9 +116,12 @@ pub async fn list(roots: &[ProjectRoot], principal: &str) -> Vec<PathBuf> {
             }
         }
         under.sort();
-        projects.extend(under);
+        for path in under {
+            let git = root_git || has_git(&path).await;
+            projects.push(Listed { path, git });
+        }
     }
-    projects.dedup();
+    projects.dedup_by(|a, b| a.path == b.path);
     projects
 }
 
@@ -153,7 +183,11 @@ mod tests {
         );
         assert!(resolve_dir(&[], "alice", &ok(root.clone())).await.is_err());
         assert_eq!(
-            list(&roots, "alice").await,
+            list(&roots, "alice")
+                .await
+                .into_iter()
+                .map(|p| p.path)
+                .collect::<Vec<_>>(),
             [root.clone(), root.join("proj")],
             "the root, and the directories under it that stay inside"
         );

@@ -33,6 +33,12 @@ pub struct Project {
     pub cli_sessions: usize,
     /// The latest activity of a conversation or CLI session in it (RFC 3339), if any.
     pub last_active_at: Option<String>,
+    /// Whether it is in a git repository lying in its root (it has a `.git` entry, or its
+    /// root has), so a conversation there can ask for a worktree of its own.
+    pub git: bool,
+    /// Whether a conversation started here gets a worktree unless its first chat says
+    /// `worktree: false` (a git repository under a root with `worktrees = true`).
+    pub worktree_default: bool,
 }
 
 /// A session the user ran with the CLI in a project.
@@ -201,7 +207,8 @@ impl Manager {
         };
         let max_bytes = self.shared.config.claude.max_transcript_bytes;
         let mut projects = Vec::new();
-        for path in crate::projects::list(&self.shared.config.projects.roots, principal).await {
+        let roots = &self.shared.config.projects.roots;
+        for crate::projects::Listed { path, git } in crate::projects::list(roots, principal).await {
             let key = path.to_string_lossy().into_owned();
             let (sessions, mut last) = activity
                 .get(&key)
@@ -234,6 +241,9 @@ impl Manager {
                 sessions,
                 cli_sessions,
                 last_active_at: last,
+                git,
+                worktree_default: git
+                    && crate::projects::worktrees_by_default(roots, principal, &path),
             });
         }
         Ok(projects)

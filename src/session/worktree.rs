@@ -63,9 +63,7 @@ impl Manager {
             };
         };
         let roots = &self.shared.config.projects.roots;
-        let by_default = roots
-            .iter()
-            .any(|r| r.worktrees && r.allows(principal) && Path::new(cwd).starts_with(&r.path));
+        let by_default = crate::projects::worktrees_by_default(roots, principal, Path::new(cwd));
         let request = match asked {
             Some(WorktreeOption::On(false)) => return Ok(()),
             None if !by_default => return Ok(()),

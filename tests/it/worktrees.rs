@@ -355,6 +355,66 @@ async fn a_root_can_make_worktrees_the_default_and_a_restart_keeps_them() {
 }
 
 #[tokio::test]
+async fn the_project_listing_says_where_a_worktree_can_be_had() {
+    let fx = Fixture::new(r#", worktrees = true, principals = ["alice"]"#).await;
+    let root = fx.repo.parent().unwrap().to_path_buf();
+    // A linked checkout's `.git` is a file.
+    let checkout = root.join("checkout");
+    git(
+        &fx.repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "side",
+            &checkout.to_string_lossy(),
+        ],
+    );
+    let listed = |projects: &Value| -> Vec<(String, bool, bool)> {
+        projects["projects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let path = Path::new(p["path"].as_str().unwrap());
+                let name = path.strip_prefix(&root).unwrap().to_string_lossy();
+                (
+                    name.into_owned(),
+                    p["git"].as_bool().unwrap(),
+                    p["worktree_default"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let own = |name: &str, git: bool, default: bool| (name.to_owned(), git, default);
+    let (status, projects) = fx.api("tok-alice", "GET", "/api/projects", None).await;
+    assert_eq!(status, 200, "{projects}");
+    assert_eq!(
+        listed(&projects),
+        [
+            own("", false, false),
+            own("checkout", true, true),
+            own("plain", false, false),
+            own("repo", true, true),
+        ]
+    );
+    // Once the root itself is a repository, everything under it is in one.
+    git(&root, &["init", "-q"]);
+    let (_, projects) = fx.api("tok-alice", "GET", "/api/projects", None).await;
+    assert!(
+        listed(&projects)
+            .iter()
+            .all(|(_, git, default)| *git && *default),
+        "{projects}"
+    );
+    // Another principal sees nothing of a root that is not its own.
+    let (status, projects) = fx.api("tok-bob", "GET", "/api/projects", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(projects["projects"], json!([]));
+}
+
+#[tokio::test]
 async fn hostile_worktree_options_and_other_principals_are_refused() {
     let fx = Fixture::new("").await;
     let dir = fx.repo.to_string_lossy().into_owned();
