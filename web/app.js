@@ -31,7 +31,7 @@ function typing(target) {
 }
 
 document.addEventListener('keydown', (event) => {
-  if (ui.dialog.open || ui.shortcuts.open || ui.projectDialog.open || !ui.signIn.hidden) return;
+  if (ui.dialog.open || ui.shortcuts.open || ui.projectDialog.open || ui.changes.open || !ui.signIn.hidden) return;
   if (event.key === 'Escape') {
     interrupt();
     return;

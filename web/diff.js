@@ -1,7 +1,8 @@
 // @ts-check
 /**
  * @file File edits as line diffs: what an `Edit`, `MultiEdit` or `Write` tool call changes,
- * computed from its input (old and new text) and rendered with `textContent` only.
+ * computed from its input (old and new text), and the files of a unified diff as `git diff`
+ * writes it; rendered with `textContent` only.
  */
 
 /**
@@ -139,10 +140,78 @@ export function renderDiff(lines) {
 
 /**
  * `+3 −1`: how many lines were added and removed.
+ * @param {number} added
+ * @param {number} removed
+ */
+export function lineStat(added, removed) {
+  return `+${added} −${removed}`;
+}
+
+/**
+ * {@link lineStat} of diff lines.
  * @param {DiffLine[]} lines
  */
 export function diffStat(lines) {
-  const added = lines.filter((l) => l.op === '+').length;
-  const removed = lines.filter((l) => l.op === '-').length;
-  return `+${added} −${removed}`;
+  return lineStat(lines.filter((l) => l.op === '+').length, lines.filter((l) => l.op === '-').length);
+}
+
+/**
+ * The files of a unified diff as `git diff` writes it without renames, each with the lines of
+ * its hunks (a `…` line between two hunks), keyed by the old side's name in its
+ * `diff --git` line, unquoted (`a/src/x.js`, or `src/x.js` where git writes no prefixes). A
+ * binary file has no lines; a diff cut short ends with what it has.
+ * @param {string} text
+ * @returns {Map<string, DiffLine[]>}
+ */
+export function gitDiffFiles(text) {
+  /** @type {Map<string, DiffLine[]>} */
+  const files = new Map();
+  /** @type {DiffLine[] | null} */
+  let lines = null;
+  let inHunk = false;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('diff --git ')) {
+      // `a/P b/P`: both sides name the same file, so the old side is the first half.
+      const names = line.slice('diff --git '.length);
+      const old = names.slice(0, (names.length - 1) / 2);
+      lines = [];
+      inHunk = false;
+      files.set(old.startsWith('"') ? unquote(old) : old, lines);
+    } else if (lines && line.startsWith('@@')) {
+      if (lines.length) lines.push({ op: ' ', text: '…' });
+      inHunk = true;
+    } else if (lines && inHunk && (line[0] === ' ' || line[0] === '+' || line[0] === '-')) {
+      lines.push({ op: /** @type {DiffLine['op']} */ (line[0]), text: line.slice(1) });
+    }
+  }
+  return files;
+}
+
+/** The characters git writes after a backslash in a quoted name. */
+const ESCAPES = /** @type {Record<string, number>} */ ({ a: 7, b: 8, t: 9, n: 10, v: 11, f: 12, r: 13, '"': 34, '\\': 92 });
+
+/**
+ * A name git quoted (`"caf\303\251.txt"`): its escapes and octal bytes decoded as UTF-8.
+ * @param {string} quoted
+ */
+function unquote(quoted) {
+  const inner = quoted.slice(1, -1);
+  const encoder = new TextEncoder();
+  /** @type {number[]} */
+  const bytes = [];
+  let i = 0;
+  while (i < inner.length) {
+    const slash = inner.indexOf('\\', i);
+    bytes.push(...encoder.encode(inner.slice(i, slash < 0 ? inner.length : slash)));
+    if (slash < 0) break;
+    const octal = /^[0-7]{3}/.exec(inner.slice(slash + 1, slash + 4));
+    if (octal) {
+      bytes.push(parseInt(octal[0], 8));
+      i = slash + 4;
+    } else {
+      bytes.push(ESCAPES[inner[slash + 1]] ?? inner.charCodeAt(slash + 1));
+      i = slash + 2;
+    }
+  }
+  return new TextDecoder().decode(new Uint8Array(bytes));
 }

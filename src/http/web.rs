@@ -41,6 +41,7 @@ macro_rules! asset {
 const ASSETS: &[Asset] = &[
     asset!("app.js", JS),
     asset!("ui/api.js", JS),
+    asset!("ui/changes.js", JS),
     asset!("ui/composer.js", JS),
     asset!("ui/conversations.js", JS),
     asset!("ui/dialogs.js", JS),

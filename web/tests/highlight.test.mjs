@@ -1,9 +1,9 @@
-// Unit tests of the code highlighter's tokenizer and of the line diffs of file edits.
+// Unit tests of the code highlighter's tokenizer, the line diffs of file edits and the files of git's diffs.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { diffLines, diffStat, toolDiff, withContext } from '../diff.js';
+import { diffLines, diffStat, gitDiffFiles, lineStat, toolDiff, withContext } from '../diff.js';
 import { languageOf, tokenize } from '../highlight.js';
 
 /** @param {ReturnType<typeof tokenize>} tokens @param {string} kind */
@@ -65,4 +65,48 @@ test('line diffs of Edit, MultiEdit and Write', () => {
   const big = Array.from({ length: 5000 }, (_, i) => `a${i}`).join('\n');
   const other = Array.from({ length: 5000 }, (_, i) => `b${i}`).join('\n');
   assert.equal(diffStat(diffLines(big, other)), '+5000 −5000');
+});
+
+test("the files of git's unified diff, quoted names and binary files among them", () => {
+  const diff = [
+    'diff --git a/src/a b.txt b/src/a b.txt',
+    'index 5626abf..f719efd 100644',
+    '--- a/src/a b.txt',
+    '+++ b/src/a b.txt',
+    '@@ -1,2 +1,2 @@',
+    ' one',
+    '-two',
+    '+TWO',
+    '@@ -9 +9,2 @@ fn x()',
+    ' nine',
+    '+ten',
+    '\\ No newline at end of file',
+    'diff --git "a/caf\\303\\251\\t.txt" "b/caf\\303\\251\\t.txt"',
+    'new file mode 100644',
+    '--- /dev/null',
+    '+++ "b/caf\\303\\251\\t.txt"',
+    '@@ -0,0 +1 @@',
+    '+-- not a header',
+    'diff --git a/img.png b/img.png',
+    'Binary files a/img.png and b/img.png differ',
+    'diff --git a/cut.txt b/cut.txt',
+    '@@ -1,3 +1,3 @@',
+    ' a',
+    '-b',
+    '',
+  ].join('\n');
+  const files = gitDiffFiles(diff);
+  assert.deepEqual([...files.keys()], ['a/src/a b.txt', 'a/café\t.txt', 'a/img.png', 'a/cut.txt']);
+  assert.deepEqual(files.get('a/src/a b.txt'), [
+    { op: ' ', text: 'one' },
+    { op: '-', text: 'two' },
+    { op: '+', text: 'TWO' },
+    { op: ' ', text: '…' },
+    { op: ' ', text: 'nine' },
+    { op: '+', text: 'ten' },
+  ]);
+  assert.deepEqual(files.get('a/café\t.txt'), [{ op: '+', text: '-- not a header' }]);
+  assert.deepEqual(files.get('a/img.png'), []);
+  assert.equal(diffStat(files.get('a/cut.txt') ?? []), '+0 −1');
+  assert.equal(lineStat(12, 3), '+12 −3');
 });

@@ -79,11 +79,12 @@ export function send() {
   const options = {};
   if (ui.model.value) options.model = ui.model.value;
   if (ui.permissionMode.value) options.permission_mode = ui.permissionMode.value;
-  // A new conversation names its project and agent; the server keeps them from then on.
+  // A new conversation names its project, agent and worktree; the server keeps them from then on.
   const chosen = state.newOptions.get(agentId);
   if (chosen && client.lastSeq(agentId) === 0) {
     if (chosen.cwd) options.cwd = chosen.cwd;
     if (chosen.agent) options.agent = chosen.agent;
+    if (chosen.cwd && chosen.worktree !== null) options.worktree = chosen.worktree;
   }
   const hasOptions = Object.keys(options).length > 0;
   client.chat(agentId, content, hasOptions ? { options } : {}).catch((err) => {

@@ -63,17 +63,19 @@ export function openSession(agentId) {
 }
 
 /**
- * Starts a new conversation, in project directory `cwd` and run by agent `agent` when given
- * (sent as `options.cwd` and `options.agent` with its first message).
+ * Starts a new conversation, in project directory `cwd` and run by agent `agent` when given,
+ * in a worktree of its own or not when `worktree` says (sent as `options.cwd`,
+ * `options.agent` and `options.worktree` with its first message).
  * @param {string | null} [cwd]
  * @param {string | null} [agent]
+ * @param {boolean | null} [worktree] null: as the project's root says
  */
-export function startSession(cwd = null, agent = null) {
+export function startSession(cwd = null, agent = null, worktree = null) {
   const agentId = `web-${randomId()}`;
   if (cwd || agent) {
     const now = new Date().toISOString();
     state.sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now, cwd, backend: agent });
-    state.newOptions.set(agentId, { cwd, agent });
+    state.newOptions.set(agentId, { cwd, agent, worktree });
   }
   openSession(agentId);
 }
@@ -170,9 +172,12 @@ async function exportCurrent() {
  */
 export async function rewindTo(agentId, seq) {
   if (!seq) return;
+  const files = state.sessions.get(agentId)?.worktree
+    ? 'The files in its worktree go back to how they were at this turn too.'
+    : 'Files on disk are not restored: only the messages go back.';
   const ok = await ask({
     title: 'Rewind to here?',
-    text: 'Every message after this turn is dropped, and the agent forgets it.',
+    text: `Every message after this turn is dropped, and the agent forgets it. ${files}`,
     ok: 'Rewind',
     danger: true,
   });

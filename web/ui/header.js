@@ -1,10 +1,11 @@
 // @ts-check
 /**
- * @file The conversation's header and controls: its title, totals and the buttons that act on
- * it, the Stop button while a turn runs, and the connection's state.
+ * @file The conversation's header and controls: its title, totals, branch and the buttons that
+ * act on it, the Stop button while a turn runs, and the connection's state.
  */
 
 import { client } from './api.js';
+import { renderWorktree } from './changes.js';
 import { ui } from './dom.js';
 import { dollars, plainTitle } from './format.js';
 import { renderPickers } from './settings.js';
@@ -25,6 +26,7 @@ export function renderHeader() {
   } else {
     ui.totals.textContent = '';
   }
+  renderWorktree(info);
   renderPickers(info);
 }
 

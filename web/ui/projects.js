@@ -1,7 +1,8 @@
 // @ts-check
 /**
  * @file "New session": the server's project directories and agents, the dialog that picks
- * one of each, and the Claude CLI sessions of a project, listed there and imported.
+ * one of each (and, in a git repository, whether to work in a worktree of its own), and the
+ * Claude CLI sessions of a project, listed there and imported.
  */
 
 import { api, apiError } from './api.js';
@@ -85,12 +86,24 @@ function chooseProject() {
   ui.projectField.hidden = state.projects.length === 0;
   ui.agent.replaceChildren(...state.agents.map((a) => new Option(`${a.name} (${a.kind})`, a.name)));
   ui.agentField.hidden = state.agents.length <= 1;
-  hideCliSessions();
+  projectChosen();
   ui.projectDialog.showModal();
   ui.project.focus();
 }
 
-function hideCliSessions() {
+/** The chosen project, if it is one of the server's. */
+function chosenProject() {
+  return state.projects.find((p) => p.path === ui.project.value);
+}
+
+/**
+ * A project was chosen: the worktree box is offered in a git repository, checked when its
+ * root makes worktrees the default; the CLI sessions listed for another project go.
+ */
+function projectChosen() {
+  const project = chosenProject();
+  ui.worktreeField.hidden = !project?.git;
+  ui.worktree.checked = !!project?.worktree_default;
   ui.cliSessions.hidden = true;
   ui.cliList.replaceChildren();
   ui.cliStatus.textContent = '';
@@ -168,13 +181,14 @@ async function importCliSession(cwd, cli, action) {
 }
 
 ui.newSession.addEventListener('click', newSession);
-ui.project.addEventListener('change', hideCliSessions);
+ui.project.addEventListener('change', projectChosen);
 ui.projectCli.addEventListener('click', showCliSessions);
 ui.projectCancel.addEventListener('click', () => ui.projectDialog.close());
 ui.projectForm.addEventListener('submit', (event) => {
   event.preventDefault();
   const cwd = ui.project.value || null;
   const agent = state.agents.length > 1 ? ui.agent.value || null : null;
+  const worktree = chosenProject()?.git ? ui.worktree.checked : null;
   ui.projectDialog.close();
-  startSession(cwd, agent);
+  startSession(cwd, agent, worktree);
 });

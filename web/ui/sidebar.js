@@ -30,12 +30,13 @@ export function loadLocalSessions() {
 }
 
 export function saveLocalSessions() {
-  const list = [...state.sessions.values()].map(({ agent_id, title, created_at, last_active_at, cwd }) => ({
+  const list = [...state.sessions.values()].map(({ agent_id, title, created_at, last_active_at, cwd, worktree }) => ({
     agent_id,
     title,
     created_at,
     last_active_at,
     cwd,
+    worktree,
   }));
   localStorage.setItem(SESSIONS_KEY, JSON.stringify(list));
 }
@@ -57,6 +58,7 @@ export function fromApi(s) {
     model: s.model ?? known?.model ?? null,
     permission_mode: s.permission_mode ?? known?.permission_mode ?? null,
     cwd: s.cwd ?? known?.cwd ?? null,
+    worktree: s.worktree ?? null,
     total_cost_usd: s.total_cost_usd,
     input_tokens: s.input_tokens,
     output_tokens: s.output_tokens,

@@ -22,6 +22,7 @@
  * @property {string | null} [model]
  * @property {string | null} [permission_mode]
  * @property {string | null} [cwd] The project directory it works in (none: its own workspace).
+ * @property {Worktree | null} [worktree] Its own git worktree, when it works in one.
  * @property {number} [total_cost_usd] The conversation's total, from the server.
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
@@ -41,15 +42,30 @@
  * @property {string | null} [model]
  * @property {string | null} [permission_mode]
  * @property {string | null} [cwd]
+ * @property {Worktree | null} [worktree]
  * @property {number} [total_cost_usd]
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
  */
 
 /**
- * A project directory, as `GET /api/projects` lists it.
+ * A conversation's own git worktree, as the server describes it: its branch, the branch (or
+ * commit) it started from and merges into, and the repository's directory it was started in.
+ * @typedef {{branch: string, base: string, project_dir: string}} Worktree
+ */
+
+/**
+ * How much a conversation's worktree differs from its base: from the `changes` status after a
+ * turn, or from the Changes panel's last load.
+ * @typedef {{files: number, additions: number, deletions: number, uncommitted: boolean}} ChangeCounts
+ */
+
+/**
+ * A project directory, as `GET /api/projects` lists it: `git` when it is in a git repository
+ * (a conversation there may have a worktree of its own), `worktree_default` when its root
+ * gives one unless asked not to.
  * @typedef {{path: string, name: string, sessions: number, cli_sessions: number,
- *   last_active_at: string | null}} Project
+ *   last_active_at: string | null, git?: boolean, worktree_default?: boolean}} Project
  */
 
 /**
@@ -115,8 +131,9 @@ export const state = {
   /** @type {string | null} the conversation on screen */
   current: null,
   /**
-   * New conversations' project directory and agent, sent with their first chat.
-   * @type {Map<string, {cwd: string | null, agent: string | null}>}
+   * New conversations' project directory, agent and worktree choice (null: the server's
+   * default), sent with their first chat.
+   * @type {Map<string, {cwd: string | null, agent: string | null, worktree: boolean | null}>}
    */
   newOptions: new Map(),
   /** @type {Set<string>} conversations the activity feed says are running a turn */
@@ -151,6 +168,16 @@ export const state = {
   agentsListed: false,
   /** Whether every agent in {@link state.agents} has said what it offers (else it is asked again). */
   agentsLoaded: false,
+
+  // ---- worktrees: the Changes button and panel
+  /** @type {Map<string, ChangeCounts>} what each conversation's worktree changed, as last heard */
+  changes: new Map(),
+  /** @type {Set<string>} conversations whose counts were asked for once (the page needs no more) */
+  changesAsked: new Set(),
+  /** @type {string | null} the conversation whose Changes panel is open */
+  changesFor: null,
+  /** Counts loads of the panel: an answer to an older one is dropped. */
+  changesSerial: 0,
 
   // ---- settings
   /** @type {string[][] | null} the permission modes the page offers for the Claude CLI (and the demo agent) */

@@ -10,6 +10,7 @@ import { diffStat, renderDiff, toolDiff } from '../diff.js';
 import { IMAGE_TYPES, imageUrl } from '../images.js';
 import { renderMarkdown } from '../markdown.js';
 import { client } from './api.js';
+import { changesReported } from './changes.js';
 import { conversationDeleted, forkFrom, rewindTo } from './conversations.js';
 import { button, el, ui } from './dom.js';
 import { resultSummary, size, toolSummary } from './format.js';
@@ -336,7 +337,7 @@ export class View {
     }
   }
 
-  /** @param {import('../protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[], schedule_name?: string}} frame */
+  /** @param {import('../protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[], schedule_name?: string, changes?: import('./state.js').ChangeCounts}} frame */
   onStatus(frame) {
     const { status, detail } = frame;
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
@@ -354,6 +355,7 @@ export class View {
       conversationDeleted(this.agentId);
       return;
     }
+    if (status === 'changes' && frame.changes) changesReported(this.agentId, frame.changes);
     if (status === 'scheduled_run') {
       const name = typeof frame.schedule_name === 'string' ? frame.schedule_name : 'a schedule';
       this.append(messageElement('notice scheduled-run', 'Notice', `Scheduled run: ${name}`), frame);
