@@ -6,7 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
@@ -182,7 +182,9 @@ test('Discard asks first, and a merge conflict names its files and changes nothi
   const { repo, config } = project('conflict');
   const s = await server({ config, gates: true });
   const { page, problems } = await openUi(await context(), s.url);
-  const { agentId, summary } = await agentWrites(page, s, repo, { 'a.txt': 'one\nmine\n' });
+  // A name git quotes in its diff, and markup in a name and in a file: all shown as text.
+  const odd = 'café <img src=x onerror=alert(1)>.txt';
+  const { agentId, summary } = await agentWrites(page, s, repo, { 'a.txt': 'one\nmine\n', [odd]: '<script>alert(2)</script>\n' });
   const branch = `agentmux/${agentId}`;
   // Meanwhile the base moves on in the same line.
   writeFileSync(join(repo, 'a.txt'), 'one\ntheirs\n');
@@ -190,7 +192,10 @@ test('Discard asks first, and a merge conflict names its files and changes nothi
   const before = git(repo, 'rev-parse', 'main');
 
   await page.getByRole('button', { name: 'Changes', exact: true }).click();
-  const panel = await changesShowing(page, '1 file changed (+1 −1), not committed yet.');
+  const panel = await changesShowing(page, '2 files changed (+2 −1), not committed yet.');
+  const oddDiff = panel.getByRole('group', { name: `Changes to ${odd}` });
+  assert.deepEqual(await oddDiff.locator('.diff-line').allTextContents(), ['+ <script>alert(2)</script>']);
+  assert.equal(await page.locator('img, script:not([src])').count(), 0);
   await panel.getByRole('button', { name: 'Commit', exact: true }).click();
   await answer(page, 'Commit message', 'Commit', 'Mine');
   await changesShowing(page, /^Committed /);
@@ -212,6 +217,7 @@ test('Discard asks first, and a merge conflict names its files and changes nothi
   await changesShowing(page, 'Discarded: the worktree is back at main. No changes.');
   assert.equal(await alert.count(), 0, 'the error went with the next action');
   assert.equal(readFileSync(join(summary.cwd, 'a.txt'), 'utf8'), 'one\ntheirs\n');
+  assert.equal(existsSync(join(summary.cwd, odd)), false);
   assert.equal(git(summary.cwd, 'rev-parse', 'HEAD'), before);
   // The browser logs the refused merge, and nothing else went wrong.
   assert.deepEqual(problems, ['console error: Failed to load resource: the server responded with a status of 409 (Conflict)']);
