@@ -136,22 +136,31 @@ pub fn changes_lines(changes: &Changes, colour: bool) -> Vec<String> {
     lines
 }
 
-/// Prints why `what` failed: the server's error and the conflicting paths it names; a
-/// conversation the server doesn't know yet has sent no message.
-fn refused(what: &str, err: &anyhow::Error) {
+/// Why `what` failed: the server's error and the conflicting paths it names; a conversation
+/// the server doesn't know yet has sent no message.
+fn refusal_lines(what: &str, err: &anyhow::Error) -> Vec<String> {
     match err.downcast_ref::<Refused>() {
         Some(refusal) if refusal.status == reqwest::StatusCode::NOT_FOUND => {
-            say(&format!(
+            vec![format!(
                 "{what}: this session has no messages yet (send one first)"
-            ));
+            )]
         }
-        Some(refusal) => {
-            say(&format!("{what}: {refusal}"));
-            for path in &refusal.paths {
-                say(&format!("  conflict: {}", visible(path)));
-            }
-        }
-        None => say(&format!("{what}: {err:#}")),
+        Some(refusal) => std::iter::once(format!("{what}: {}", visible(&refusal.to_string())))
+            .chain(
+                refusal
+                    .paths
+                    .iter()
+                    .map(|path| format!("  conflict: {}", visible(path))),
+            )
+            .collect(),
+        None => vec![format!("{what}: {err:#}")],
+    }
+}
+
+/// Prints why `what` failed.
+fn refused(what: &str, err: &anyhow::Error) {
+    for line in refusal_lines(what, err) {
+        say(&line);
     }
 }
 
@@ -287,6 +296,37 @@ mod tests {
         assert_eq!(coloured[5], format!("{GREEN}+new{RESET}"));
         assert_eq!(coloured[6], " same");
         assert!(!coloured[7].contains("\x1b[2J"), "{:?}", coloured[7]);
+    }
+
+    #[test]
+    fn refusals_name_the_conflicting_paths() {
+        let refusal = |status: u16, paths: &[&str]| {
+            anyhow::Error::from(Refused {
+                status: reqwest::StatusCode::from_u16(status).unwrap(),
+                error: Some((
+                    "conflict".into(),
+                    "merging would conflict in a.txt, b/c.txt; nothing was changed".into(),
+                )),
+                paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+            })
+        };
+        assert_eq!(
+            refusal_lines("cannot merge", &refusal(409, &["a.txt", "b/c.txt"])),
+            [
+                "cannot merge: merging would conflict in a.txt, b/c.txt; nothing was changed (conflict)",
+                "  conflict: a.txt",
+                "  conflict: b/c.txt",
+            ]
+        );
+        assert_eq!(
+            refusal_lines("cannot merge", &refusal(409, &[])).len(),
+            1,
+            "without paths the error text alone names them"
+        );
+        assert_eq!(
+            refusal_lines("cannot commit", &refusal(404, &[])),
+            ["cannot commit: this session has no messages yet (send one first)"]
+        );
     }
 
     #[test]
