@@ -11,14 +11,14 @@ use crate::common::*;
 use crate::security::{TOKENS, connect_as, server_with};
 
 /// A repository on `main` with `a.txt`, inside a project root, and a server with that root.
-struct Fixture {
+pub(crate) struct Fixture {
     _tmp: tempfile::TempDir,
-    repo: PathBuf,
-    server: TestServer,
+    pub(crate) repo: PathBuf,
+    pub(crate) server: TestServer,
     _cfg: tempfile::TempDir,
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .current_dir(dir)
         .args(args)
@@ -34,7 +34,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 impl Fixture {
     /// `root_options` goes into the root's entry (e.g. `worktrees = true`).
-    async fn new(root_options: &str) -> Self {
+    pub(crate) async fn new(root_options: &str) -> Self {
         Self::with(root_options, "").await
     }
 
@@ -66,7 +66,7 @@ impl Fixture {
     }
 
     /// A REST call as `token`; `(status, body)`.
-    async fn api(
+    pub(crate) async fn api(
         &self,
         token: &str,
         method: &str,
