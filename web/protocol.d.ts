@@ -261,6 +261,24 @@ timestamp: string,
  */
 ts: unknown, };
 
+export type ChangeCounts = { 
+/**
+ * Files that differ.
+ */
+files: number, 
+/**
+ * Lines added.
+ */
+additions: number, 
+/**
+ * Lines deleted.
+ */
+deletions: number, 
+/**
+ * Whether some of it is not committed on the branch.
+ */
+uncommitted: boolean, };
+
 export type StatusFrame = { 
 /**
  * The conversation.
@@ -289,7 +307,11 @@ forked_from?: string,
 /**
  * For `forked`: the `seq` the copied history ends at.
  */
-at_seq?: number, };
+at_seq?: number, 
+/**
+ * For `changes`: what the conversation's worktree now differs from its base by.
+ */
+changes?: ChangeCounts, };
 
 export type Activity = "turn_started" | "turn_ended" | "permission_request" | "permission_resolved";
 

@@ -4,15 +4,18 @@
 //! Replies stream as they arrive. Ctrl-C interrupts the running turn; a second Ctrl-C (or one
 //! with no turn running) quits. Commands: `/resume` (pick from a numbered list), `/resume <id>`
 //! (an `agent_id`, a `session_id`, or a unique prefix of either), `/resume --last`, `/new`,
-//! `/list`, `/rename <title>`, `/import` (one of the project's Claude CLI sessions), `/help`.
-//! New conversations work in the project of `--cwd` (default: the current directory when it
-//! is inside one of the server's project roots). Tool calls show one line each; permission
+//! `/list`, `/rename <title>`, `/import` (one of the project's Claude CLI sessions), `/help`,
+//! and for a conversation in a git worktree of its own `/changes`, `/commit`, `/merge` and
+//! `/discard`. New conversations work in the project of `--cwd` (default: the current
+//! directory when it is inside one of the server's project roots), in a worktree of their own
+//! with `--worktree`. Tool calls show one line each; permission
 //! requests are answered `y`, `n` or `a` (always). With standard input piped, lines are sent
 //! one turn at a time and the client exits after the last reply.
 
 mod render;
 mod rest;
 mod resume;
+mod review;
 mod session;
 
 use std::path::PathBuf;
@@ -49,6 +52,10 @@ struct Cli {
     /// default: the server's default agent
     #[arg(long, value_name = "NAME")]
     agent: Option<String>,
+    /// New sessions work in a git worktree of their own, on a branch of their own (the
+    /// project directory must be in a git repository)
+    #[arg(long)]
+    worktree: bool,
     /// API token (or JWT) for a server with authentication on
     #[arg(long, env = "AGENTMUX_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -84,6 +91,7 @@ impl Cli {
             token: self.token.clone().filter(|t| !t.is_empty()),
             cwd,
             agent: self.agent.clone(),
+            worktree: self.worktree,
             resume: self.resume(),
         })
     }

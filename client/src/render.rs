@@ -19,6 +19,12 @@ running, Ctrl-C quits.
   /rename <title>   rename the current session
   /import           pick one of the project's Claude CLI sessions and continue it here
   /import <n|id>    import that one directly
+In a session with a git worktree of its own (started with --worktree):
+  /changes          what it changed: each file with its +/- counts, then the diff
+  /commit <message> commit everything in the worktree on its branch
+  /merge [--squash] [message]
+                    merge the branch into its base (--squash: as one commit)
+  /discard          drop every change, committed or not (asks first)
   /help             this help
   /quit             quit
 When the agent asks to use a tool, answer y (allow), n (deny) or a (always: allow this tool

@@ -1,5 +1,8 @@
 //! The REST calls the client makes: listing conversations, renaming one, loading a
-//! conversation's stored frames, and a project's CLI sessions (listed and imported).
+//! conversation's stored frames, a project's CLI sessions (listed and imported), and a
+//! conversation's worktree changes (shown, committed, merged, discarded).
+
+use std::fmt;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -13,7 +16,100 @@ pub struct Summary {
     pub title: Option<String>,
     pub message_count: i64,
     pub last_active_at: String,
+    /// The git worktree it works in, when it has one of its own.
+    #[serde(default)]
+    pub worktree: Option<Worktree>,
 }
+
+/// A conversation's own git worktree: its branch and the base it merges into.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Worktree {
+    pub branch: String,
+    pub base: String,
+}
+
+/// What a conversation changed in its worktree, as `GET …/changes` answers it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Changes {
+    pub branch: String,
+    pub base: String,
+    /// Whether the worktree has changes not committed on its branch.
+    pub uncommitted: bool,
+    pub files: Vec<ChangedFile>,
+    /// The unified diff, cut at the server's cap when `truncated`.
+    pub diff: String,
+    pub truncated: bool,
+}
+
+/// One file of [`Changes`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChangedFile {
+    pub path: String,
+    /// `added`, `modified`, `deleted` or `type_changed`.
+    pub status: String,
+    pub additions: u64,
+    pub deletions: u64,
+    pub binary: bool,
+}
+
+/// What a merge did to the base branch.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Merged {
+    /// The base branch's commit after it.
+    pub commit: String,
+    /// False when the base had everything already.
+    pub changed: bool,
+}
+
+#[derive(Deserialize)]
+struct Committed {
+    commit: Option<String>,
+}
+
+/// A request the server refused: its status and what its error body says.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: reqwest::StatusCode,
+    /// The error's `code` and `error` text, when the body has them.
+    pub error: Option<(String, String)>,
+    /// The conflicting files a refused merge names.
+    pub paths: Vec<String>,
+}
+
+impl Refused {
+    async fn read(response: reqwest::Response) -> Self {
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or_default();
+        let error = match (body["code"].as_str(), body["error"].as_str()) {
+            (Some(code), Some(error)) => Some((code.to_owned(), error.to_owned())),
+            _ => None,
+        };
+        let paths = body["paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        Refused {
+            status,
+            error,
+            paths,
+        }
+    }
+}
+
+/// The server's `error` text with its code, else the status.
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.error {
+            Some((code, error)) => write!(f, "{error} ({code})"),
+            None => write!(f, "{}", self.status),
+        }
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// A session the Claude CLI keeps for a project, as `GET /api/projects/cli-sessions` lists it.
 #[derive(Debug, Clone, Deserialize)]
@@ -88,66 +184,113 @@ impl Rest {
         }
     }
 
+    /// Sends `request`: its response when it succeeded, else [`Refused`] as the error.
+    async fn call(&self, request: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        let response = request.send().await?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(Refused::read(response).await.into())
+        }
+    }
+
     /// The project directories the server offers this principal (its roots and the
     /// directories directly under them); empty when it has none.
     pub async fn projects(&self) -> anyhow::Result<Vec<String>> {
-        let response = self
-            .request(reqwest::Method::GET, "/api/projects")
-            .send()
+        let list: ProjectList = self
+            .call(self.request(reqwest::Method::GET, "/api/projects"))
             .await
-            .context("cannot list projects")?;
-        if !response.status().is_success() {
-            bail!("cannot list projects: {}", response.status());
-        }
-        let list: ProjectList = response.json().await?;
+            .context("cannot list projects")?
+            .json()
+            .await?;
         Ok(list.projects.into_iter().map(|p| p.path).collect())
     }
 
     /// The Claude CLI's sessions for project `cwd`, most recently changed first.
     pub async fn cli_sessions(&self, cwd: &str) -> anyhow::Result<Vec<CliSession>> {
-        let response = self
+        let request = self
             .request(reqwest::Method::GET, "/api/projects/cli-sessions")
-            .query(&[("cwd", cwd)])
-            .send()
+            .query(&[("cwd", cwd)]);
+        let response = self
+            .call(request)
             .await
             .context("cannot list the CLI sessions")?;
-        if !response.status().is_success() {
-            bail!(
-                "cannot list the CLI sessions: {}",
-                error_text(response).await
-            );
-        }
         Ok(response.json::<CliSessionList>().await?.sessions)
     }
 
     /// Imports CLI session `cli_session_id` of project `cwd` as a conversation.
     pub async fn import(&self, cwd: &str, cli_session_id: &str) -> anyhow::Result<Summary> {
-        let response = self
+        let request = self
             .request(reqwest::Method::POST, "/api/projects/cli-sessions/import")
-            .json(&json!({"cwd": cwd, "cli_session_id": cli_session_id}))
-            .send()
-            .await
-            .context("cannot import the CLI session")?;
-        if !response.status().is_success() {
-            bail!("import failed: {}", error_text(response).await);
-        }
+            .json(&json!({"cwd": cwd, "cli_session_id": cli_session_id}));
+        let response = self.call(request).await.context("import failed")?;
         Ok(response.json().await?)
     }
 
     /// The `limit` conversations with the most recent activity.
     pub async fn list(&self, limit: usize) -> anyhow::Result<Vec<Summary>> {
-        let response = self
-            .request(
-                reqwest::Method::GET,
-                &format!("/api/sessions?limit={limit}"),
-            )
-            .send()
-            .await
-            .context("cannot list sessions")?;
-        if !response.status().is_success() {
-            bail!("cannot list sessions: {}", error_text(response).await);
-        }
+        let request = self.request(
+            reqwest::Method::GET,
+            &format!("/api/sessions?limit={limit}"),
+        );
+        let response = self.call(request).await.context("cannot list sessions")?;
         Ok(response.json::<SessionList>().await?.sessions)
+    }
+
+    /// `agent_id`'s conversation.
+    pub async fn session(&self, agent_id: &str) -> anyhow::Result<Summary> {
+        let request = self.request(reqwest::Method::GET, &format!("/api/sessions/{agent_id}"));
+        Ok(self.call(request).await?.json().await?)
+    }
+
+    /// What `agent_id`'s conversation changed in its worktree.
+    pub async fn changes(&self, agent_id: &str) -> anyhow::Result<Changes> {
+        let path = format!("/api/sessions/{agent_id}/changes");
+        let response = self.call(self.request(reqwest::Method::GET, &path)).await?;
+        Ok(response.json().await?)
+    }
+
+    /// POSTs `body` to `…/changes/<action>` of `agent_id`'s conversation.
+    async fn change(
+        &self,
+        agent_id: &str,
+        action: &str,
+        body: Value,
+    ) -> anyhow::Result<reqwest::Response> {
+        let path = format!("/api/sessions/{agent_id}/changes/{action}");
+        self.call(self.request(reqwest::Method::POST, &path).json(&body))
+            .await
+    }
+
+    /// Commits everything in the worktree on its branch: the new commit, or `None` when there
+    /// was nothing to commit.
+    pub async fn commit(&self, agent_id: &str, message: &str) -> anyhow::Result<Option<String>> {
+        let response = self
+            .change(agent_id, "commit", json!({"message": message}))
+            .await?;
+        Ok(response.json::<Committed>().await?.commit)
+    }
+
+    /// Merges the worktree's branch into its base (`squash`: as one commit), with `message`
+    /// or the server's default.
+    pub async fn merge(
+        &self,
+        agent_id: &str,
+        squash: bool,
+        message: Option<&str>,
+    ) -> anyhow::Result<Merged> {
+        let mut body = json!({"strategy": if squash { "squash" } else { "merge" }});
+        if let Some(message) = message {
+            body["message"] = json!(message);
+        }
+        Ok(self.change(agent_id, "merge", body).await?.json().await?)
+    }
+
+    /// Returns the worktree to its base, dropping every change.
+    pub async fn discard(&self, agent_id: &str) -> anyhow::Result<()> {
+        self.change(agent_id, "discard", json!({"confirm": true}))
+            .await
+            .map(drop)
     }
 
     /// Sets the title of `agent_id`'s conversation.
@@ -172,11 +315,9 @@ impl Rest {
         loop {
             let path = format!("/api/sessions/{agent_id}/messages?after_seq={after}&limit=1000");
             let page: MessagesPage = self
-                .request(reqwest::Method::GET, &path)
-                .send()
+                .call(self.request(reqwest::Method::GET, &path))
                 .await
                 .context("cannot load the history")?
-                .error_for_status()?
                 .json()
                 .await?;
             after = page
@@ -189,16 +330,6 @@ impl Rest {
                 return Ok((frames, after));
             }
         }
-    }
-}
-
-/// What a refused request says: the server's `error` text (with its code), else the status.
-async fn error_text(response: reqwest::Response) -> String {
-    let status = response.status();
-    let body: serde_json::Value = response.json().await.unwrap_or_default();
-    match (body["code"].as_str(), body["error"].as_str()) {
-        (Some(code), Some(error)) => format!("{error} ({code})"),
-        _ => status.to_string(),
     }
 }
 

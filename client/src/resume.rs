@@ -70,6 +70,7 @@ mod tests {
             title: None,
             message_count: 0,
             last_active_at: String::new(),
+            worktree: None,
         }
     }
 

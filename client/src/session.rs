@@ -17,8 +17,9 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use crate::render::{
     HELP, Permission, Screen, Shown, print_cli_sessions, print_list, print_raw, say,
 };
-use crate::rest::{CliSession, Renamed, Rest, Summary};
+use crate::rest::{CliSession, Renamed, Rest, Summary, Worktree};
 use crate::resume::{self, Resume};
+use crate::review::{self, MergeArgs};
 
 /// How often the client pings the server so an idle terminal keeps its socket.
 const KEEPALIVE: Duration = Duration::from_secs(30);
@@ -42,6 +43,8 @@ pub struct Options {
     pub cwd: Option<String>,
     /// The agent that runs new conversations: `Some` when given with `--agent`.
     pub agent: Option<String>,
+    /// Whether new conversations ask for a git worktree of their own (`--worktree`).
+    pub worktree: bool,
     /// A conversation to resume at start.
     pub resume: Option<Resume>,
 }
@@ -65,6 +68,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         agent_id: new_agent_id(),
         cwd,
         agent: options.agent,
+        worktree: options.worktree,
         send_new_options: true,
         pending: 0,
         interrupting: false,
@@ -73,6 +77,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         asking: VecDeque::new(),
         always: HashSet::new(),
         interactive: std::io::stdin().is_terminal(),
+        colour: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
     };
     match options.resume {
         Some(resume) => client.resume(resume).await?,
@@ -135,8 +140,11 @@ struct Client {
     cwd: Option<String>,
     /// The agent new conversations run.
     agent: Option<String>,
-    /// Whether chats carry `options.cwd` and `options.agent`: on a conversation this client
-    /// started, until the server acknowledged one (both are fixed from then on).
+    /// Whether new conversations ask for a worktree of their own.
+    worktree: bool,
+    /// Whether chats carry `options.cwd`, `options.agent` and `options.worktree`: on a
+    /// conversation this client started, until the server acknowledged one (they are fixed
+    /// from then on).
     send_new_options: bool,
     /// Turns sent on this conversation whose `result` has not arrived.
     pending: usize,
@@ -150,14 +158,18 @@ struct Client {
     /// Tools the user allowed for the rest of the current conversation (`a`).
     always: HashSet<String>,
     interactive: bool,
+    /// Whether diffs are coloured: standard output is a terminal and `NO_COLOR` is unset.
+    colour: bool,
 }
 
-/// A numbered list shown for the user to pick from.
+/// A question whose answer is the next line: a pick from a numbered list, or yes or no.
 enum Picking {
     /// `/resume`: conversations.
     Resume(Vec<Summary>),
     /// `/import`: the project's CLI sessions.
     Import(Vec<CliSession>),
+    /// `/discard`: whether to drop every change of this worktree.
+    Discard(Worktree),
 }
 
 impl Client {
@@ -215,16 +227,16 @@ impl Client {
         if !self.asking.is_empty() {
             print_raw("y/n/a> ");
         } else if self.pending == 0 {
-            print_raw(if self.picking.is_some() {
-                "pick> "
-            } else {
-                "> "
+            print_raw(match self.picking {
+                Some(Picking::Discard(_)) => "y/N> ",
+                Some(_) => "pick> ",
+                None => "> ",
             });
         }
     }
 
     /// " in <dir>" for a conversation that will work in a project, " with <agent>" for one
-    /// a chosen agent will run.
+    /// a chosen agent will run, " in a worktree of its own" for one that asks for it.
     fn project_note(&self) -> String {
         if !self.send_new_options {
             return String::new();
@@ -236,10 +248,13 @@ impl Client {
         if let Some(agent) = &self.agent {
             note.push_str(&format!(" with {agent}"));
         }
+        if self.worktree {
+            note.push_str(" in a worktree of its own");
+        }
         note
     }
 
-    /// The `options` a chat of a new conversation carries: its project and agent.
+    /// The `options` a chat of a new conversation carries: its project, agent and worktree.
     fn new_options(&self) -> Option<Value> {
         let mut options = serde_json::Map::new();
         if let Some(cwd) = &self.cwd {
@@ -247,6 +262,9 @@ impl Client {
         }
         if let Some(agent) = &self.agent {
             options.insert("agent".into(), json!(agent));
+        }
+        if self.worktree {
+            options.insert("worktree".into(), json!(true));
         }
         (self.send_new_options && !options.is_empty()).then_some(Value::Object(options))
     }
@@ -265,11 +283,11 @@ impl Client {
             return Ok(true);
         }
         if let Some(picking) = self.picking.take() {
-            if line.is_empty() {
-                say("cancelled");
-                return Ok(true);
-            }
             match picking {
+                Picking::Discard(worktree) => {
+                    review::discard(&self.rest, &self.agent_id, &worktree, line).await;
+                }
+                _ if line.is_empty() => say("cancelled"),
                 Picking::Resume(list) => {
                     let chosen = match resume::pick(&list, line) {
                         Some(summary) => Some(summary.clone()),
@@ -316,6 +334,15 @@ impl Client {
                 Renamed::NotFound => say("nothing to rename yet: send a message first"),
                 Renamed::Failed(why) => say(&format!("rename failed: {why}")),
             },
+            "/changes" => review::show(&self.rest, &self.agent_id, self.colour).await,
+            "/commit" if arg.is_empty() => say("usage: /commit <message>"),
+            "/commit" => review::commit(&self.rest, &self.agent_id, arg).await,
+            "/merge" => review::merge(&self.rest, &self.agent_id, &MergeArgs::parse(arg)).await,
+            "/discard" => {
+                self.picking = review::ask_discard(&self.rest, &self.agent_id)
+                    .await
+                    .map(Picking::Discard);
+            }
             c if c.starts_with('/') => say(&format!("unknown command {c}; /help lists them")),
             _ => {
                 self.pending += 1;
@@ -513,6 +540,12 @@ impl Client {
             summary.agent_id,
             frames.len()
         ));
+        if let Some(worktree) = &summary.worktree {
+            say(&format!(
+                "It works in a worktree on {} (from {}): /changes shows what it changed",
+                worktree.branch, worktree.base
+            ));
+        }
         for line in crate::render::history(&frames, HISTORY_TURNS) {
             say(&line);
         }

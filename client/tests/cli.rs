@@ -1,6 +1,7 @@
 //! The `agentmux-chat` executable on its own: its help, and a clear failure when no server
 //! listens. Conversations with a real server are tested in the server's integration tests
-//! (`tests/it/cli_chat.rs`), through `agentmux chat`.
+//! (`tests/it/cli_chat.rs`, and reviewing a worktree in `tests/it/cli_review.rs`), through
+//! `agentmux chat`.
 
 use std::process::Command;
 
@@ -12,7 +13,14 @@ fn help_lists_the_options() {
         .unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for option in ["--url", "--resume", "--last", "--cwd", "--token"] {
+    for option in [
+        "--url",
+        "--resume",
+        "--last",
+        "--cwd",
+        "--token",
+        "--worktree",
+    ] {
         assert!(help.contains(option), "{help}");
     }
 }

@@ -18,6 +18,9 @@ pub struct ErrorBody {
     pub code: ErrorCode,
     /// Human-readable explanation.
     pub error: String,
+    /// For a `conflict` from a merge: the files that would conflict.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 /// A failed REST request.
@@ -30,6 +33,7 @@ impl ApiError {
         ApiError(ErrorBody {
             code,
             error: message.into(),
+            paths: Vec::new(),
         })
     }
 
@@ -74,7 +78,9 @@ impl From<FrameError> for ApiError {
 
 impl From<SessionError> for ApiError {
     fn from(err: SessionError) -> Self {
-        ApiError::new(err.code, err.message)
+        let mut api = ApiError::new(err.code, err.message);
+        api.0.paths = err.paths;
+        api
     }
 }
 

@@ -2,7 +2,7 @@
 //! builders of every frame the server sends.
 
 use bytes::Bytes;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ErrorCode, FrameError};
@@ -329,6 +329,25 @@ pub struct StatusFrame<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub at_seq: Option<i64>,
+    /// For `changes`: what the conversation's worktree now differs from its base by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub changes: Option<ChangeCounts>,
+}
+
+/// How many files and lines a conversation's worktree changed against where its branch left
+/// its base (committed or not): what a `status` `changes` carries, for a badge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct ChangeCounts {
+    /// Files that differ.
+    pub files: u64,
+    /// Lines added.
+    pub additions: u64,
+    /// Lines deleted.
+    pub deletions: u64,
+    /// Whether some of it is not committed on the branch.
+    pub uncommitted: bool,
 }
 
 /// What happened in a conversation, for the sockets that `watch` their principal's activity.
@@ -429,6 +448,27 @@ pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
         detail,
         forked_from: None,
         at_seq: None,
+        changes: None,
+    })
+    .to_frame()
+}
+
+/// The `status` `changes` (not stored) after a turn changed files in the conversation's
+/// worktree: what it now differs from its base by.
+pub fn changes_frame(tag: Tag<'_>, changes: ChangeCounts) -> Frame {
+    let plural = if changes.files == 1 { "" } else { "s" };
+    ControlFrame::Status(StatusFrame {
+        agent_id: tag.agent_id,
+        session_id: Some(tag.session_id),
+        timestamp: &now_rfc3339(),
+        status: "changes",
+        detail: &format!(
+            "{} file{plural} changed (+{} \u{2212}{})",
+            changes.files, changes.additions, changes.deletions
+        ),
+        forked_from: None,
+        at_seq: None,
+        changes: Some(changes),
     })
     .to_frame()
 }
@@ -444,6 +484,7 @@ pub fn forked_frame(fork: Tag<'_>, last_seq: i64, forked_from: &str) -> Frame {
         detail: &format!("forked from `{forked_from}` at seq {last_seq}"),
         forked_from: Some(forked_from),
         at_seq: Some(last_seq),
+        changes: None,
     })
     .to_frame()
 }

@@ -4,8 +4,8 @@
 use ts_rs::{Config, TS};
 
 use super::{
-    AGENT_MESSAGE_TYPES, AckFrame, Activity, ActivityFrame, Chat, ChatOptions, ClientFrame,
-    Content, ContentBlock, ControlFrame, ErrorCode, ErrorFrame, ImageSource,
+    AGENT_MESSAGE_TYPES, AckFrame, Activity, ActivityFrame, ChangeCounts, Chat, ChatOptions,
+    ClientFrame, Content, ContentBlock, ControlFrame, ErrorCode, ErrorFrame, ImageSource,
     LIVE_AGENT_MESSAGE_TYPES, PermissionDecision, PermissionRequest, PermissionResolved, PongFrame,
     SessionHeader, StatusFrame,
 };
@@ -29,6 +29,7 @@ fn render() -> String {
         AckFrame::decl(&cfg),
         ErrorFrame::decl(&cfg),
         PongFrame::decl(&cfg),
+        ChangeCounts::decl(&cfg),
         StatusFrame::decl(&cfg),
         Activity::decl(&cfg),
         ActivityFrame::decl(&cfg),

@@ -305,7 +305,7 @@ impl Manager {
                 }
                 let rewound = actor::rewind_store(&self.shared, conversation, to_seq).await;
                 store.release_lease(conversation.row).await;
-                let (frame, _) = rewound?;
+                let (frame, _, _) = rewound?;
                 self.broadcast(&slot, conversation, frame.clone());
                 Ok(frame)
             }
@@ -375,11 +375,16 @@ impl Manager {
 
     /// Deletes a conversation: a running turn is abandoned and its agent stopped, every stored
     /// message is removed, and subscribers get a `status` `deleted` before their subscription
-    /// ends. The `agent_id` is free again afterwards.
+    /// ends. The `agent_id` is free again afterwards. Its worktree, if it has one, is removed;
+    /// returns the worktree's branch when it was kept (its base lacks some of it).
     ///
     /// # Errors
     /// `unknown_agent` or `store_unavailable`.
-    pub async fn delete(&self, principal: &str, agent_id: &AgentId) -> Result<(), SessionError> {
+    pub async fn delete(
+        &self,
+        principal: &str,
+        agent_id: &AgentId,
+    ) -> Result<Option<String>, SessionError> {
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         let conversation = slot
             .conversation
@@ -416,9 +421,10 @@ impl Manager {
         deleted.map_err(|e| store_error(e, agent_id))?;
         // The agent has stopped; the slot is still held, so none starts in it meanwhile.
         self.remove_workspace(&conversation.session_id, &cwd).await;
-        if let Some(worktree) = &worktree {
-            self.drop_worktree(&conversation.session_id, worktree).await;
-        }
+        let kept_branch = match &worktree {
+            Some(worktree) => self.drop_worktree(&conversation.session_id, worktree).await,
+            None => None,
+        };
         let _ = slot.events.send(protocol::status_frame(
             conversation.tag(),
             "deleted",
@@ -426,7 +432,7 @@ impl Manager {
         ));
         self.remove_slot(&Self::key(principal, agent_id), &slot);
         drop(guard);
-        Ok(())
+        Ok(kept_branch)
     }
 
     /// Removes the workspace the server made for a deleted conversation,

@@ -12,6 +12,8 @@ pub struct SessionError {
     pub code: ErrorCode,
     /// Human-readable explanation.
     pub message: String,
+    /// The files concerned, for a `conflict` (a merge that would conflict in them).
+    pub paths: Vec<String>,
 }
 
 impl SessionError {
@@ -20,6 +22,7 @@ impl SessionError {
         SessionError {
             code,
             message: message.into(),
+            paths: Vec::new(),
         }
     }
 

@@ -69,6 +69,8 @@ pub struct Conversation {
     pub agent: String,
     /// Whose conversation it is.
     pub principal: String,
+    /// Its own git worktree, fixed for its life, if it has one.
+    pub worktree: Option<crate::worktrees::Worktree>,
 }
 
 impl Conversation {
@@ -80,6 +82,7 @@ impl Conversation {
             session_id: record.session_id.clone(),
             agent: record.backend.clone(),
             principal: record.principal.clone(),
+            worktree: record.worktree(),
         })
     }
 

@@ -17,7 +17,11 @@ fn worktree_error(err: WorktreeError) -> SessionError {
         WorktreeError::Conflict(_) | WorktreeError::Uncommitted { .. } => ErrorCode::Conflict,
         WorktreeError::Git(_) => ErrorCode::BackendUnavailable,
     };
-    SessionError::new(code, err.to_string())
+    let mut error = SessionError::new(code, err.to_string());
+    if let WorktreeError::Conflict(paths) = err {
+        error.paths = paths;
+    }
+    error
 }
 
 fn invalid_options(message: String) -> SessionError {

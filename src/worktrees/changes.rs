@@ -49,35 +49,11 @@ impl Worktrees {
         let _lock = self.lock(&worktree.repo).await;
         self.on_own_branch(worktree).await?;
         let dir = &worktree.path;
-        let Some(base) = self.commit_of(dir, &worktree.base_ref()).await? else {
-            return Err(WorktreeError::Invalid(format!(
-                "the base `{}` no longer exists",
-                worktree.base
-            )));
-        };
-        let merge_base = self.git.ok(dir, &["merge-base", &base, "HEAD"]).await?;
+        let merge_base = self.merge_base(worktree).await?;
         let tree = self.snapshot_tree(worktree).await?;
         let uncommitted = self.has_changes(dir).await?;
-        let diff_args = |extra: &'static [&'static str]| {
-            let mut args = vec![
-                "diff",
-                "--no-ext-diff",
-                "--no-textconv",
-                "--no-renames",
-                "--no-color",
-            ];
-            args.extend_from_slice(extra);
-            args
-        };
-        let mut args = diff_args(&["--numstat", "-z"]);
-        args.extend([merge_base.as_str(), tree.as_str()]);
-        let numstat = self.git.ok(dir, &args).await?;
-        let mut args = diff_args(&["--name-status", "-z"]);
-        args.extend([merge_base.as_str(), tree.as_str()]);
-        let statuses = self.git.ok(dir, &args).await?;
-        let files = parse_files(&numstat, &statuses);
-        let mut args = diff_args(&[]);
-        args.extend([merge_base.as_str(), tree.as_str()]);
+        let files = self.changed_files(worktree, &merge_base, &tree).await?;
+        let args = diff_args(&[], &merge_base, &tree);
         let out = self.git.run_capped(dir, &args, &[], max_diff_bytes).await?;
         let truncated = out.truncated;
         if !truncated && out.code != Some(0) {
@@ -93,6 +69,54 @@ impl Worktrees {
             truncated,
         })
     }
+
+    /// The commit where the worktree's branch and its base last met.
+    ///
+    /// # Errors
+    /// `Invalid` when the base is gone; `Git` when git fails.
+    pub(super) async fn merge_base(&self, worktree: &Worktree) -> Result<String> {
+        let dir = &worktree.path;
+        let Some(base) = self.commit_of(dir, &worktree.base_ref()).await? else {
+            return Err(WorktreeError::Invalid(format!(
+                "the base `{}` no longer exists",
+                worktree.base
+            )));
+        };
+        self.git.ok(dir, &["merge-base", &base, "HEAD"]).await
+    }
+
+    /// The files that differ between two trees, with their line counts.
+    pub(super) async fn changed_files(
+        &self,
+        worktree: &Worktree,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<ChangedFile>> {
+        let dir = &worktree.path;
+        let numstat = self
+            .git
+            .ok(dir, &diff_args(&["--numstat", "-z"], from, to))
+            .await?;
+        let statuses = self
+            .git
+            .ok(dir, &diff_args(&["--name-status", "-z"], from, to))
+            .await?;
+        Ok(parse_files(&numstat, &statuses))
+    }
+}
+
+/// `git diff` between two trees with `extra` options, as a person's config can't change it.
+fn diff_args<'a>(extra: &[&'a str], from: &'a str, to: &'a str) -> Vec<&'a str> {
+    let mut args = vec![
+        "diff",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--no-color",
+    ];
+    args.extend_from_slice(extra);
+    args.extend([from, to]);
+    args
 }
 
 /// The files of `git diff --numstat -z` and `--name-status -z` (no renames) together.

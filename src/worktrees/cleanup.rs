@@ -20,19 +20,8 @@ impl Worktrees {
                 .await?;
         }
         self.git.ok(repo, &["worktree", "prune"]).await?;
-        let checkpoints = self
-            .git
-            .ok(
-                repo,
-                &[
-                    "for-each-ref",
-                    "--format=%(refname)",
-                    &format!("{CHECKPOINTS}/{key}/"),
-                ],
-            )
-            .await?;
-        for name in checkpoints.lines() {
-            self.git.ok(repo, &["update-ref", "-d", name]).await?;
+        for (_, name) in self.checkpoints(repo, key).await? {
+            self.git.ok(repo, &["update-ref", "-d", &name]).await?;
         }
         let branch = format!("refs/heads/{}", worktree.branch);
         let Some(tip) = self.commit_of(repo, &branch).await? else {

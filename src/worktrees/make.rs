@@ -49,7 +49,7 @@ impl Worktrees {
         branch: Option<&str>,
     ) -> Result<Worktree> {
         let _lock = self.lock(&source.repo).await;
-        let state = self.snapshot_commit(source, "fork").await?;
+        let (state, _) = self.snapshot_commit(source, "fork").await?;
         let worktree = Worktree {
             path: self.path_for(key)?,
             branch: self.new_branch(&source.repo, branch, agent_id).await?,

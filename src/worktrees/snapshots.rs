@@ -1,41 +1,105 @@
-//! Snapshots of a worktree's files as commits: a turn's checkpoint under a private reference
-//! and its restore, and the trees that changes and forks are read from.
+//! Snapshots of a worktree's files as commits: a turn's checkpoint under a private reference,
+//! the rewind that puts one back, what a turn changed, and the trees that changes and forks
+//! are read from.
 
 use super::*;
+use crate::protocol::ChangeCounts;
 
 impl Worktrees {
-    /// Records the worktree's files as they are now as checkpoint `n` of conversation `key`.
+    /// Records the worktree's files as they are now as checkpoint `n` of conversation `key`
+    /// (checkpoints are numbered in the order they are taken); returns their tree, which
+    /// [`Self::changed_since`] compares with.
     ///
     /// # Errors
     /// `Git` when git fails.
-    pub async fn checkpoint(&self, worktree: &Worktree, key: &str, n: i64) -> Result<()> {
+    pub async fn checkpoint(&self, worktree: &Worktree, key: &str, n: i64) -> Result<String> {
         let name = checkpoint_ref(key, n)?;
         let _lock = self.lock(&worktree.repo).await;
-        let state = self.snapshot_commit(worktree, "checkpoint").await?;
+        let (state, tree) = self.snapshot_commit(worktree, "checkpoint").await?;
         self.git
             .ok(&worktree.path, &["update-ref", &name, &state])
             .await?;
+        Ok(tree)
+    }
+
+    /// The first checkpoint of conversation `key` numbered `n` or later: how the files were
+    /// when the first turn after `n` started. None when there is none.
+    ///
+    /// # Errors
+    /// `Git` when git fails.
+    pub async fn checkpoint_from(
+        &self,
+        worktree: &Worktree,
+        key: &str,
+        n: i64,
+    ) -> Result<Option<String>> {
+        let _lock = self.lock(&worktree.repo).await;
+        let found = self.checkpoints(&worktree.repo, key).await?;
+        let Some((_, name)) = found.into_iter().filter(|(at, _)| *at >= n).min() else {
+            return Ok(None);
+        };
+        self.commit_of(&worktree.repo, &name).await
+    }
+
+    /// Drops the checkpoints of conversation `key` numbered `n` or later (their turns were
+    /// rewound away).
+    ///
+    /// # Errors
+    /// `Git` when git fails.
+    pub async fn drop_checkpoints_from(
+        &self,
+        worktree: &Worktree,
+        key: &str,
+        n: i64,
+    ) -> Result<()> {
+        let _lock = self.lock(&worktree.repo).await;
+        for (at, name) in self.checkpoints(&worktree.repo, key).await? {
+            if at >= n {
+                self.git
+                    .ok(&worktree.repo, &["update-ref", "-d", &name])
+                    .await?;
+            }
+        }
         Ok(())
     }
 
-    /// Puts the worktree's files (and its branch) back as they were at checkpoint `n`.
+    /// The checkpoints of conversation `key`: their numbers and reference names.
+    pub(super) async fn checkpoints(&self, repo: &Path, key: &str) -> Result<Vec<(i64, String)>> {
+        valid_key(key)?;
+        let prefix = format!("{CHECKPOINTS}/{key}/");
+        let names = self
+            .git
+            .ok(repo, &["for-each-ref", "--format=%(refname)", &prefix])
+            .await?;
+        Ok(names
+            .lines()
+            .filter_map(|name| Some((name.strip_prefix(&prefix)?.parse().ok()?, name.to_owned())))
+            .collect())
+    }
+
+    /// A commit of the worktree's files (and branch) as they are now, kept by nobody: what
+    /// [`Self::restore`] goes back to when a rewind fails after the files were put back.
     ///
     /// # Errors
-    /// `Invalid` when there is no such checkpoint; `Git` when git fails.
-    pub async fn restore(&self, worktree: &Worktree, key: &str, n: i64) -> Result<()> {
-        let name = checkpoint_ref(key, n)?;
+    /// `Git` when git fails.
+    pub async fn snapshot(&self, worktree: &Worktree) -> Result<String> {
+        let _lock = self.lock(&worktree.repo).await;
+        Ok(self.snapshot_commit(worktree, "snapshot").await?.0)
+    }
+
+    /// Puts the worktree's files (and its branch) back as they were in `state`, a commit made
+    /// by [`Self::checkpoint`] or [`Self::snapshot`].
+    ///
+    /// # Errors
+    /// `Invalid` when the worktree is on another branch; `Git` when git fails.
+    pub async fn restore(&self, worktree: &Worktree, state: &str) -> Result<()> {
         let _lock = self.lock(&worktree.repo).await;
         self.on_own_branch(worktree).await?;
-        let Some(state) = self.commit_of(&worktree.path, &name).await? else {
-            return Err(WorktreeError::Invalid(format!(
-                "no checkpoint of the worktree's files at turn {n}"
-            )));
-        };
         let git = |args: &'static [&'static str]| self.git.ok(&worktree.path, args);
         // Files and index as in the checkpoint, then what it did not have is removed, then
         // the branch goes back to where it was, leaving the files as they are.
         self.git
-            .ok(&worktree.path, &["read-tree", "-u", "--reset", &state])
+            .ok(&worktree.path, &["read-tree", "-u", "--reset", state])
             .await?;
         git(&["clean", "-f", "-d", "-q"]).await?;
         self.git
@@ -48,9 +112,39 @@ impl Worktrees {
         Ok(())
     }
 
+    /// What the worktree changed against its merge-base, when its files are no longer those
+    /// of `tree` (a checkpoint's): None when nothing changed since.
+    ///
+    /// # Errors
+    /// `Invalid` when the base is gone; `Git` when git fails.
+    pub async fn changed_since(
+        &self,
+        worktree: &Worktree,
+        tree: &str,
+    ) -> Result<Option<ChangeCounts>> {
+        let _lock = self.lock(&worktree.repo).await;
+        let now = self.snapshot_tree(worktree).await?;
+        if now == tree {
+            return Ok(None);
+        }
+        let merge_base = self.merge_base(worktree).await?;
+        let files = self.changed_files(worktree, &merge_base, &now).await?;
+        Ok(Some(ChangeCounts {
+            files: files.len() as u64,
+            additions: files.iter().map(|f| f.additions).sum(),
+            deletions: files.iter().map(|f| f.deletions).sum(),
+            uncommitted: self.has_changes(&worktree.path).await?,
+        }))
+    }
+
     /// A commit of the worktree's files as they are now (tracked, changed and untracked but
-    /// not ignored), whose parent is its HEAD; the worktree's own index is left alone.
-    pub(super) async fn snapshot_commit(&self, worktree: &Worktree, what: &str) -> Result<String> {
+    /// not ignored), whose parent is its HEAD, and its tree; the worktree's own index is left
+    /// alone.
+    pub(super) async fn snapshot_commit(
+        &self,
+        worktree: &Worktree,
+        what: &str,
+    ) -> Result<(String, String)> {
         let tree = self.snapshot_tree(worktree).await?;
         let mut args = self.identity(&worktree.path).await?;
         args.extend(
@@ -65,7 +159,8 @@ impl Worktrees {
             .map(String::from),
         );
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.git.ok(&worktree.path, &args).await
+        let commit = self.git.ok(&worktree.path, &args).await?;
+        Ok((commit, tree))
     }
 
     /// The tree of the worktree's files as they are now, written through an index of its own.

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::protocol::ChangeCounts;
 
 /// A repository with one commit on `main` (`a.txt`, `sub/b.txt`), and the worktrees' folder.
 struct Fixture {
@@ -290,15 +291,43 @@ async fn restoring_a_checkpoint_puts_the_files_back() {
     let fx = Fixture::new();
     let wt = fx.worktree("r1").await;
     std::fs::write(wt.path.join("kept.txt"), "from turn 1\n").unwrap();
-    fx.worktrees.checkpoint(&wt, "r1", 2).await.unwrap();
+    let at_turn_2 = fx.worktrees.checkpoint(&wt, "r1", 2).await.unwrap();
+    assert_eq!(
+        fx.worktrees.changed_since(&wt, &at_turn_2).await.unwrap(),
+        None,
+        "nothing changed since the checkpoint"
+    );
     // Turn 2 creates a file, changes one, removes one and commits part of it.
     std::fs::write(wt.path.join("created.txt"), "turn 2\n").unwrap();
     std::fs::write(wt.path.join("a.txt"), "changed by turn 2\n").unwrap();
     std::fs::remove_file(wt.path.join("sub/b.txt")).unwrap();
     fx.worktrees.commit(&wt, "turn 2").await.unwrap();
     std::fs::write(wt.path.join("kept.txt"), "changed too\n").unwrap();
+    let counts = fx.worktrees.changed_since(&wt, &at_turn_2).await.unwrap();
+    assert_eq!(
+        counts,
+        Some(ChangeCounts {
+            files: 4,
+            additions: 3,
+            deletions: 4,
+            uncommitted: true,
+        }),
+        "against the merge-base: created.txt, a.txt, sub/b.txt and kept.txt"
+    );
+    fx.worktrees.checkpoint(&wt, "r1", 9).await.unwrap();
+    // Boxed: the whole test in one future overflows a test thread's stack in a debug build.
+    Box::pin(restore_and_forward(&fx, &wt)).await;
+}
 
-    fx.worktrees.restore(&wt, "r1", 2).await.unwrap();
+/// Puts the files of checkpoint 2 back, then forward again; drops checkpoints from 3.
+async fn restore_and_forward(fx: &Fixture, wt: &Worktree) {
+    // A rewind to anything from 3 to 9 finds the checkpoint of the turn after it.
+    let state = fx.worktrees.checkpoint_from(wt, "r1", 3).await.unwrap();
+    let at_9 = fx.worktrees.checkpoint_from(wt, "r1", 9).await.unwrap();
+    assert!(state.is_some() && state == at_9, "{state:?} {at_9:?}");
+    let state = fx.worktrees.checkpoint_from(wt, "r1", 1).await.unwrap();
+    let before = fx.worktrees.snapshot(wt).await.unwrap();
+    fx.worktrees.restore(wt, &state.unwrap()).await.unwrap();
     assert!(!wt.path.join("created.txt").exists());
     assert_eq!(read(wt.path.join("a.txt")), "one\ntwo\nthree\n");
     assert_eq!(read(wt.path.join("sub/b.txt")), "b\n");
@@ -313,10 +342,31 @@ async fn restoring_a_checkpoint_puts_the_files_back() {
         "?? kept.txt",
         "uncommitted as it was"
     );
-    assert!(matches!(
-        fx.worktrees.restore(&wt, "r1", 7).await,
-        Err(WorktreeError::Invalid(_))
-    ));
+    // A snapshot taken before puts it all forward again.
+    fx.worktrees.restore(wt, &before).await.unwrap();
+    assert_eq!(read(wt.path.join("created.txt")), "turn 2\n");
+    assert_eq!(read(wt.path.join("kept.txt")), "changed too\n");
+    assert_eq!(sh(&wt.path, &["log", "-1", "--format=%s"]), "turn 2");
+
+    fx.worktrees
+        .drop_checkpoints_from(wt, "r1", 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        fx.worktrees.checkpoint_from(wt, "r1", 3).await.unwrap(),
+        None
+    );
+    assert!(
+        fx.worktrees
+            .checkpoint_from(wt, "r1", 0)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        fx.worktrees.checkpoint_from(wt, "other", 0).await.unwrap(),
+        None
+    );
     // Checkpoints are not on any branch.
     assert!(!sh(&fx.repo, &["branch", "-a"]).contains("checkpoint"));
 }

@@ -18,12 +18,12 @@ use crate::rest::turn;
 use crate::security::{TOKENS, http};
 
 /// A tmux server of its own running one `agentmux chat`; killed on drop.
-struct Terminal {
+pub(crate) struct Terminal {
     socket: String,
 }
 
 impl Terminal {
-    fn tmux(&self, args: &[&str]) -> std::process::Output {
+    pub(crate) fn tmux(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new("tmux")
             .arg("-L")
             .arg(&self.socket)
@@ -40,7 +40,7 @@ impl Terminal {
 
     /// Starts `agentmux chat --url <url> <args>` in a detached 200x50 terminal, in directory
     /// `dir` when given.
-    fn open_in(url: &str, args: &[&str], dir: Option<&Path>) -> Self {
+    pub(crate) fn open_in(url: &str, args: &[&str], dir: Option<&Path>) -> Self {
         sibling("agentmux-chat");
         let term = Terminal {
             socket: format!("agentmux-test-{}", uuid::Uuid::new_v4().simple()),
@@ -66,13 +66,13 @@ impl Terminal {
         term
     }
 
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         let out = self.tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", "chat"]);
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Types `text` and presses Enter.
-    fn type_line(&self, text: &str) {
+    pub(crate) fn type_line(&self, text: &str) {
         self.tmux(&["send-keys", "-t", "chat", "-l", text]);
         self.tmux(&["send-keys", "-t", "chat", "Enter"]);
     }
@@ -82,7 +82,7 @@ impl Terminal {
     }
 
     /// Waits until the screen shows `text` `times` times.
-    async fn wait_for(&self, text: &str, times: usize) -> String {
+    pub(crate) async fn wait_for(&self, text: &str, times: usize) -> String {
         let start = Instant::now();
         loop {
             let screen = self.screen();
@@ -104,7 +104,7 @@ impl Drop for Terminal {
     }
 }
 
-fn have_tmux() -> bool {
+pub(crate) fn have_tmux() -> bool {
     let found = std::process::Command::new("tmux")
         .arg("-V")
         .output()
@@ -397,7 +397,7 @@ async fn terminal_client_works_in_a_project_with_a_token_and_answers_permissions
 }
 
 /// Runs `agentmux chat <args>` with `input` piped in; its exit code, stdout and stderr.
-async fn chat_piped(args: &[&str], input: &str) -> (Option<i32>, String, String) {
+pub(crate) async fn chat_piped(args: &[&str], input: &str) -> (Option<i32>, String, String) {
     sibling("agentmux-chat");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
         .arg("chat")

@@ -8,6 +8,7 @@ mod bench;
 mod bodies;
 mod claude;
 mod cli_chat;
+mod cli_review;
 mod cluster;
 mod cluster_trust;
 mod common;

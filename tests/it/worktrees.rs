@@ -11,14 +11,14 @@ use crate::common::*;
 use crate::security::{TOKENS, connect_as, server_with};
 
 /// A repository on `main` with `a.txt`, inside a project root, and a server with that root.
-struct Fixture {
+pub(crate) struct Fixture {
     _tmp: tempfile::TempDir,
-    repo: PathBuf,
-    server: TestServer,
+    pub(crate) repo: PathBuf,
+    pub(crate) server: TestServer,
     _cfg: tempfile::TempDir,
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .current_dir(dir)
         .args(args)
@@ -34,7 +34,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 impl Fixture {
     /// `root_options` goes into the root's entry (e.g. `worktrees = true`).
-    async fn new(root_options: &str) -> Self {
+    pub(crate) async fn new(root_options: &str) -> Self {
         Self::with(root_options, "").await
     }
 
@@ -66,7 +66,7 @@ impl Fixture {
     }
 
     /// A REST call as `token`; `(status, body)`.
-    async fn api(
+    pub(crate) async fn api(
         &self,
         token: &str,
         method: &str,
@@ -231,7 +231,7 @@ async fn parallel_conversations_work_apart_and_land_through_review() {
         (409, Some("conflict")),
         "{err}"
     );
-    assert!(err["error"].as_str().unwrap().contains("a.txt"), "{err}");
+    assert_eq!(err["paths"], json!(["a.txt"]), "{err}");
     assert_eq!(
         git(&fx.repo, &["rev-parse", "main"]),
         main_before,
@@ -306,17 +306,20 @@ async fn a_fork_gets_its_own_worktree_and_delete_removes_it() {
         )
         .await;
     assert_eq!(status, 200);
-    let (status, _) = fx
+    let (status, deleted) = fx
         .api("tok-alice", "DELETE", "/api/sessions/copy", None)
         .await;
-    assert_eq!(status, 204);
+    assert_eq!(
+        (status, deleted),
+        (200, json!({"kept_branch": "agentmux/copy"}))
+    );
     assert!(!forked.exists());
     assert!(git(&fx.repo, &["branch", "--list", "agentmux/copy"]).contains("agentmux/copy"));
     // The source's deletion drops its branch, which has nothing main lacks.
-    let (status, _) = fx
+    let (status, deleted) = fx
         .api("tok-alice", "DELETE", "/api/sessions/src", None)
         .await;
-    assert_eq!(status, 204);
+    assert_eq!((status, deleted), (200, json!({"kept_branch": null})));
     assert_eq!(git(&fx.repo, &["branch", "--list", "agentmux/src"]), "");
 }
 
@@ -681,4 +684,160 @@ async fn a_running_turn_keeps_its_worktree_from_being_merged_or_discarded() {
         )
         .await;
     assert_eq!(status, 200, "{merged}");
+}
+
+/// Runs turn `n` of `agent_id` (held at its gate) and makes `edit` while it runs, as its agent
+/// would; returns the turn's frames up to the `status` `changes` (or the result, when
+/// `changes` is false).
+async fn turn_that_edits(
+    c: &mut Client,
+    gates: &Gates,
+    agent_id: &str,
+    n: u32,
+    options: Value,
+    edit: impl FnOnce(),
+    changes: bool,
+) -> Vec<Value> {
+    c.send(json!({"type": "chat", "agent_id": agent_id, "content": format!("turn {n}"), "options": options}))
+        .await;
+    let mut frames = c
+        .recv_until(|v| v["message_type"] == "stream_event" && v["agent_id"] == agent_id)
+        .await;
+    edit();
+    gates.open(agent_id, n);
+    frames.extend(c.until_result(agent_id).await);
+    if changes {
+        frames.extend(
+            c.recv_until(|v| v["message_type"] == "status" && v["status"] == "changes")
+                .await,
+        );
+    }
+    frames
+}
+
+#[tokio::test]
+async fn rewind_puts_the_worktrees_files_back_and_changed_files_are_announced() {
+    let gates = Gates::new("");
+    let fx = Fixture::with(
+        "",
+        &format!(
+            "[demo]\ngate_dir = {}\n",
+            toml_string(&gates.dir.to_string_lossy())
+        ),
+    )
+    .await;
+    let dir = fx.repo.to_string_lossy().into_owned();
+    let mut c = connect_as(&fx.server.addr, "tok-alice").await;
+    let wt = fx.server.data_dir.join("worktrees");
+    let at = |name: &str| {
+        std::fs::read_dir(&wt)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+            .join(name)
+    };
+    // Turn 1 creates a file; turn 2 creates another and changes one that was committed.
+    let first = turn_that_edits(
+        &mut c,
+        &gates,
+        "rw",
+        1,
+        json!({"cwd": dir, "worktree": true}),
+        || std::fs::write(at("kept.txt"), "turn 1\n").unwrap(),
+        true,
+    )
+    .await;
+    let result_1 = first
+        .iter()
+        .find(|f| f["message_type"] == "result")
+        .unwrap()["seq"]
+        .as_i64()
+        .unwrap();
+    let second = turn_that_edits(
+        &mut c,
+        &gates,
+        "rw",
+        2,
+        json!({}),
+        || {
+            std::fs::write(at("created.txt"), "turn 2\n").unwrap();
+            std::fs::write(at("a.txt"), "one\nTWO\n").unwrap();
+        },
+        true,
+    )
+    .await;
+    let changes = second.last().unwrap();
+    assert_eq!(
+        changes["changes"],
+        json!({"files": 3, "additions": 3, "deletions": 1, "uncommitted": true}),
+        "kept.txt, created.txt and a.txt against main: {changes}"
+    );
+    // A turn that changes nothing announces nothing: the next `changes` is turn 4's.
+    let mut later = turn_that_edits(&mut c, &gates, "rw", 3, json!({}), || {}, false).await;
+    later.extend(
+        turn_that_edits(
+            &mut c,
+            &gates,
+            "rw",
+            4,
+            json!({}),
+            || std::fs::remove_file(at("kept.txt")).unwrap(),
+            true,
+        )
+        .await,
+    );
+    let announced: Vec<&Value> = later.iter().filter(|f| f["status"] == "changes").collect();
+    assert_eq!(announced.len(), 1, "{later:?}");
+    assert_eq!(announced[0]["changes"]["files"], 2, "{}", announced[0]);
+
+    let (status, rewound) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/rw/rewind",
+            Some(json!({"to_seq": result_1})),
+        )
+        .await;
+    assert_eq!(status, 200, "{rewound}");
+    assert_eq!(rewound["files_restored"], true, "{rewound}");
+    assert!(!at("created.txt").exists(), "turn 2's new file is gone");
+    assert!(at("kept.txt").exists(), "turn 4's removal is undone");
+    assert_eq!(std::fs::read_to_string(at("a.txt")).unwrap(), "one\ntwo\n");
+    assert_eq!(std::fs::read_to_string(at("kept.txt")).unwrap(), "turn 1\n");
+    assert_eq!(
+        std::fs::read_to_string(fx.repo.join("a.txt")).unwrap(),
+        "one\ntwo\n",
+        "the main checkout is untouched"
+    );
+
+    // Without a worktree, a rewind says the files stay as they are.
+    let plain = fx.repo.parent().unwrap().join("plain");
+    let plain_dir = plain.to_string_lossy().into_owned();
+    for n in [1, 2] {
+        gates.open("flat", n);
+        c.send(json!({"type": "chat", "agent_id": "flat", "content": "x", "options": {"cwd": plain_dir}}))
+            .await;
+        c.until_result("flat").await;
+        if n == 1 {
+            std::fs::write(plain.join("made.txt"), "stays\n").unwrap();
+        }
+    }
+    let (_, summary) = fx.api("tok-alice", "GET", "/api/sessions/flat", None).await;
+    let (status, rewound) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/flat/rewind",
+            Some(json!({"to_seq": summary["last_seq"].as_i64().unwrap() - 4})),
+        )
+        .await;
+    assert_eq!(status, 200, "{rewound}");
+    assert_eq!(rewound["files_restored"], false, "{rewound}");
+    assert!(
+        rewound["detail"].as_str().unwrap().contains("not changed"),
+        "{rewound}"
+    );
+    assert!(plain.join("made.txt").exists());
 }

@@ -256,6 +256,9 @@ pub struct RewoundStatus {
     pub dropped_seqs: Vec<i64>,
     /// Human-readable explanation.
     pub detail: String,
+    /// Whether the files of the conversation's worktree were put back as they were at that
+    /// point too (never without a worktree: files on disk are not restored then).
+    pub files_restored: bool,
 }
 
 /// Where to fork and under which new `agent_id`; checked by the decoder of the WebSocket
@@ -435,19 +438,33 @@ pub async fn rename(
     Ok(Json(summary(&app, &principal, record).await))
 }
 
+/// What deleting a conversation with a worktree did with its branch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeletedWorktree {
+    /// The worktree's branch, kept because its base lacks some of it; None when it was
+    /// removed with the worktree.
+    pub kept_branch: Option<String>,
+}
+
 /// Deletes a conversation: stops its agent (mid-turn too) and removes every stored message and
-/// its workspace directory.
+/// its workspace directory, or its worktree (whose branch stays unless merged).
 #[utoipa::path(delete, path = "/api/sessions/{agent_id}", operation_id = "delete_session",
     params(("agent_id" = String, Path, description = "The conversation")),
-    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
+    responses((status = 204, description = "Deleted"),
+        (status = 200, description = "Deleted with its worktree", body = DeletedWorktree),
+        (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(app): State<AppState>,
     Principal(principal): Principal,
     Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    app.manager.delete(&principal, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+    let record = app.manager.get(&principal, &id).await?;
+    let kept_branch = app.manager.delete(&principal, &id).await?;
+    Ok(match record.worktree() {
+        Some(_) => Json(DeletedWorktree { kept_branch }).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
 }
 
 /// The conversation as JSONL, one stored message a line.

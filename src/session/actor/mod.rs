@@ -4,6 +4,7 @@
 //! stored first and published after the commit, so a frame with a `seq` is never seen before
 //! it is durable. Events that arrive together are stored in one append.
 
+mod files;
 mod handover;
 mod output;
 mod permissions;
@@ -96,8 +97,6 @@ struct Actor {
     busy: Arc<AtomicBool>,
     inputs: mpsc::Receiver<Input>,
     cwd: std::path::PathBuf,
-    /// The conversation's own git worktree (`cwd` is in it), if it has one.
-    worktree: Option<crate::worktrees::Worktree>,
     /// What starts this conversation's agent; none when its agent is no longer configured.
     backend: Option<Arc<dyn crate::agent::Backend>>,
     sdk_session_id: Option<String>,
@@ -109,6 +108,10 @@ struct Actor {
     /// agent reports its new id.
     next_launch: Option<NextLaunch>,
     turns: Turns,
+    /// The `seq` last stored: what the next turn's checkpoint of the worktree is numbered by.
+    last_seq: i64,
+    /// The tree of the worktree's files when the running or last turn started.
+    files_at_turn_start: Option<String>,
     agent: Option<AgentConn>,
     /// Cumulative cost the current agent process reported; results carry running totals.
     process_cost: f64,
@@ -139,7 +142,6 @@ pub(crate) fn spawn(init: ActorInit) {
     shared.metrics.live_sessions(1);
     let actor = Actor {
         cwd: record.cwd.clone().into(),
-        worktree: record.worktree(),
         backend: shared.agents.get(&record.backend).cloned(),
         sdk_session_id: record.sdk_session_id.clone(),
         model: record.model.clone(),
@@ -153,6 +155,8 @@ pub(crate) fn spawn(init: ActorInit) {
         busy,
         inputs,
         turns: Turns::default(),
+        last_seq: record.last_seq,
+        files_at_turn_start: None,
         agent: None,
         process_cost: 0.0,
         idle_since: Instant::now(),

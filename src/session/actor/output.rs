@@ -1,6 +1,8 @@
 //! What the agent reports: its messages, statuses, permission requests and exits, read in batches
 //! and turned into stored and live frames.
 
+use std::sync::atomic::Ordering;
+
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -104,6 +106,11 @@ impl Actor {
                 outs.push(Out::Stored(resolved(&request_id, "cancelled")));
             }
         }
+        if turn_ended && (self.turns.queue.is_empty() || self.stopping) {
+            // A client acting on the result (merging the worktree, say) finds the
+            // conversation idle, though the `idle` status follows a little later.
+            self.busy.store(false, Ordering::Release);
+        }
         self.publish_batch(outs).await;
         if turn_ended && crashed.is_none() {
             // The agent proved healthy: a later crash starts the back-off over.
@@ -111,6 +118,7 @@ impl Actor {
         }
         if turn_ended {
             self.turns.running = None;
+            self.report_changes();
             self.mirror_transcript().await;
             if self.turns.queue.is_empty() || self.stopping {
                 self.idle_since = Instant::now();

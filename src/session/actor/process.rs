@@ -64,7 +64,7 @@ impl Actor {
             &self.conversation.principal,
             &self.conversation.session_id,
             &self.cwd.to_string_lossy(),
-            self.worktree.as_ref(),
+            self.conversation.worktree.as_ref(),
             &self.launch_options.add_dirs,
         )
         .await?;

@@ -95,6 +95,7 @@ impl Actor {
             })
             .collect();
         let mut seq = None;
+        let count = stored.len() as i64;
         if !stored.is_empty() {
             match self
                 .shared
@@ -102,7 +103,10 @@ impl Actor {
                 .append(self.conversation.row, stored)
                 .await
             {
-                Ok(first) => seq = Some(first),
+                Ok(first) => {
+                    seq = Some(first);
+                    self.last_seq = first + count - 1;
+                }
                 Err(err) => self.store_failed(&err),
             }
         }

@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Actor;
+use super::files::Files;
 use super::publish::Out;
 use crate::agent::AgentInput;
 use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame};
@@ -125,7 +126,11 @@ impl Actor {
     ) {
         // The working directory is fixed: the agent's resume is scoped by it. A conversation
         // in a worktree may name the repository's directory it was made from.
-        let origin = self.worktree.as_ref().map(|w| w.repo.join(&w.subdir));
+        let origin = self
+            .conversation
+            .worktree
+            .as_ref()
+            .map(|w| w.repo.join(&w.subdir));
         if let Some(cwd) = &chat.options.cwd
             && std::path::Path::new(cwd) != self.cwd
             && origin.as_deref() != Some(std::path::Path::new(cwd))
@@ -183,7 +188,8 @@ impl Actor {
                         None,
                     ));
                 }
-                first + i64::from(marker_frame.is_some())
+                self.last_seq = first + i64::from(marker_frame.is_some());
+                self.last_seq
             }
             Err(err) => {
                 if matches!(err, StoreError::Fenced) {
@@ -241,6 +247,7 @@ impl Actor {
                 self.fail_turn(&turn, "backend_unavailable", &detail).await;
                 continue;
             }
+            self.checkpoint_files().await;
             let mut sent = self.send_prompt(&turn).await;
             if !sent && self.agent.is_none() {
                 // The agent had stopped (a background start that gave up its place, or a
@@ -376,6 +383,7 @@ impl Actor {
         );
         self.publish_batch(vec![Out::Stored(result)]).await;
         self.turns.running = None;
+        self.report_changes();
         self.start_next_turn().await;
         if self.turns.running.is_none() {
             self.publish_status("idle", "no turn is running");
@@ -392,7 +400,9 @@ impl Actor {
                 "a turn is running or queued; interrupt it or wait for it to end, then rewind",
             ));
         }
-        let (frame, next_launch) = rewind_store(&self.shared, &self.conversation, to_seq).await?;
+        let (frame, seq, next_launch) =
+            rewind_store(&self.shared, &self.conversation, to_seq).await?;
+        self.last_seq = seq;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
@@ -402,47 +412,52 @@ impl Actor {
     }
 }
 
-/// Drops the stored messages of `session` after `to_seq` and stores the `rewound` status;
-/// returns its frame (not yet published) and how the agent starts next. Whoever calls it
-/// makes sure no turn runs: the live actor, or the manager for a dormant conversation.
+/// Drops the stored messages of `session` after `to_seq` and stores the `rewound` status, and
+/// puts the files of its worktree, if it has one, back as they were at that point; returns the
+/// status's frame (not yet published), its `seq` and how the agent starts next. Whoever calls
+/// it makes sure no turn runs: the live actor, or the manager for a dormant conversation.
 pub(in crate::session) async fn rewind_store(
     shared: &Shared,
     conversation: &Conversation,
     to_seq: i64,
-) -> Result<(Frame, NextLaunch), SessionError> {
+) -> Result<(Frame, i64, NextLaunch), SessionError> {
     let agent_id = conversation.agent_id.as_str();
-    let status = Box::new(move |dropped_seqs: &[i64]| {
-        let detail = match dropped_seqs {
-            [] => format!(
-                "messages after seq {to_seq} were dropped; the agent no longer remembers them"
-            ),
-            _ => format!(
-                "messages after seq {to_seq}, and the prompts of later turns queued before it, were dropped; the agent no longer remembers them"
-            ),
-        };
-        let payload = serde_json::json!({
-            "status": "rewound",
-            "detail": detail,
-            "dropped_after_seq": to_seq,
-            "dropped_seqs": dropped_seqs,
+    super::files::rewind_files(shared, conversation, to_seq, async |files: Files| {
+        let status = Box::new(move |dropped_seqs: &[i64]| {
+            let dropped = match dropped_seqs {
+                [] => format!(
+                    "messages after seq {to_seq} were dropped; the agent no longer remembers them"
+                ),
+                _ => format!(
+                    "messages after seq {to_seq}, and the prompts of later turns queued before it, were dropped; the agent no longer remembers them"
+                ),
+            };
+            let payload = serde_json::json!({
+                "status": "rewound",
+                "detail": format!("{dropped}; {}", files.detail()),
+                "dropped_after_seq": to_seq,
+                "dropped_seqs": dropped_seqs,
+                "files_restored": files == Files::Restored,
+            });
+            NewMessage::new("status", payload.to_string())
         });
-        NewMessage::new("status", payload.to_string())
-    });
-    let rewound = shared
-        .store
-        .rewind(conversation.row, to_seq, status)
-        .await
-        .map_err(|e| crate::session::errors::store_error(e, agent_id))?;
-    tracing::info!(agent_id, to_seq, dropped = rewound.dropped, dropped_prompts = ?rewound.dropped_prompts, launch = ?rewound.next_launch, "rewound");
-    let frame = protocol::session_frame(
-        conversation.tag(),
-        "status",
-        Some(rewound.status_seq),
-        &rewound.status.created_at,
-        &rewound.status.payload,
-        None,
-    );
-    Ok((frame, rewound.next_launch))
+        let rewound = shared
+            .store
+            .rewind(conversation.row, to_seq, status)
+            .await
+            .map_err(|e| crate::session::errors::store_error(e, agent_id))?;
+        tracing::info!(agent_id, to_seq, dropped = rewound.dropped, dropped_prompts = ?rewound.dropped_prompts, launch = ?rewound.next_launch, ?files, "rewound");
+        let frame = protocol::session_frame(
+            conversation.tag(),
+            "status",
+            Some(rewound.status_seq),
+            &rewound.status.created_at,
+            &rewound.status.payload,
+            None,
+        );
+        Ok((frame, rewound.status_seq, rewound.next_launch))
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -549,6 +549,7 @@ mod tests {
             session_id: SessionId::new(),
             agent: "demo".into(),
             principal: "alice".into(),
+            worktree: None,
         }
     }
 
