@@ -2,7 +2,8 @@
 // names against a real server and a real git repository under a project root: "New session"
 // offers the worktree, the header shows the branch, and the Changes panel lists and diffs what
 // changed, commits it, merges it into its base (seen with git), discards it after asking, and
-// names the files of a merge conflict; the rewind dialog says what happens to the files.
+// names the files of a merge conflict; the count follows each turn without polling; a rewind
+// says what happens to the files and, in a worktree, puts them back.
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -96,6 +97,39 @@ async function agentWrites(page, s, repo, files) {
 }
 
 /**
+ * Runs turn `turn` of conversation `agentId` (sent by `sendIt`), held at its gate until `write`
+ * has changed files in the worktree, as the agent would.
+ * @param {import('playwright-core').Page} page
+ * @param {import('./helpers.mjs').Server} s
+ * @param {string} agentId
+ * @param {number} turn
+ * @param {() => Promise<unknown>} sendIt
+ * @param {() => void} write
+ */
+async function turnWrites(page, s, agentId, turn, sendIt, write) {
+  await sendIt();
+  // The reply's first word: the turn runs, its checkpoint taken. (By class: an open dialog
+  // hides the conversation from the accessibility tree.)
+  const writing = page.locator('#messages .msg.streaming');
+  await writing.waitFor();
+  write();
+  s.openGate(agentId, turn);
+  await writing.waitFor({ state: 'detached' });
+}
+
+/**
+ * The Changes button once it says `description` (the count of changed files).
+ * @param {import('playwright-core').Page} page
+ * @param {string} description
+ */
+function changesButton(page, description) {
+  return page
+    .getByRole('button', { name: 'Changes', exact: true })
+    .and(page.locator(`[aria-description="${description}"]`))
+    .waitFor();
+}
+
+/**
  * The open Changes panel, once it shows `status`.
  * @param {import('playwright-core').Page} page
  * @param {string | RegExp} status
@@ -124,7 +158,7 @@ async function answer(page, title, ok, text) {
 test("a worktree conversation's changes are reviewed, committed and merged into its base from the Changes panel", async () => {
   const { repo, plain, config } = project('review');
   const s = await server({ config, gates: true });
-  const { page, problems } = await openUi(await context(), s.url);
+  const { page, problems, requests } = await openUi(await context(), s.url);
 
   // The box is offered in a repository only, unchecked by default there.
   await page.getByRole('button', { name: 'New session', exact: true }).click();
@@ -141,9 +175,27 @@ test("a worktree conversation's changes are reviewed, committed and merged into 
   assert.equal(summary.worktree.branch, branch);
   assert.equal(summary.worktree.base, 'main');
   await page.locator('#branch', { hasText: branch }).waitFor();
+  await changesButton(page, '2 files changed (+3 −1), not committed yet');
 
+  // The next turn's changes reach the button with the turn's status: no asking, no polling.
+  const asked = () => requests.filter((url) => new URL(url).pathname.endsWith('/changes')).length;
+  const before = asked();
+  await turnWrites(page, s, agentId, 2, () => send(page, 'one more'), () => writeFileSync(join(summary.cwd, 'more.txt'), 'more\n'));
+  await changesButton(page, '3 files changed (+4 −1), not committed yet');
+  assert.equal(asked(), before);
+
+  // An open panel follows a turn sent from elsewhere.
   await page.getByRole('button', { name: 'Changes', exact: true }).click();
-  const panel = await changesShowing(page, '2 files changed (+3 −1), not committed yet.');
+  const panel = await changesShowing(page, '3 files changed (+4 −1), not committed yet.');
+  await turnWrites(
+    page,
+    s,
+    agentId,
+    3,
+    () => fetch(`${s.url}/api/sessions/${agentId}/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ content: 'from a script' }) }),
+    () => rmSync(join(summary.cwd, 'more.txt')),
+  );
+  await changesShowing(page, '2 files changed (+3 −1), not committed yet.');
   const file = (/** @type {string} */ path) => panel.getByRole('listitem').filter({ hasText: path });
   await file('note.txt').getByText('added').waitFor();
   await file('note.txt').getByText('+2 −0').waitFor();
@@ -171,7 +223,7 @@ test("a worktree conversation's changes are reviewed, committed and merged into 
 
   // In a worktree, a rewind takes the files back too.
   await panel.getByRole('button', { name: 'Close', exact: true }).click();
-  await page.getByRole('button', { name: 'Rewind to here' }).click();
+  await page.getByRole('button', { name: 'Rewind to here' }).first().click();
   const rewind = page.getByRole('dialog', { name: 'Rewind to here?' });
   await rewind.getByText('The files in its worktree go back to how they were at this turn too.').waitFor();
   await rewind.getByRole('button', { name: 'Cancel' }).click();
@@ -203,8 +255,8 @@ test('Discard asks first, and a merge conflict names its files and changes nothi
   await panel.getByRole('button', { name: 'Merge', exact: true }).click();
   await answer(page, `Merge ${branch} into main?`, 'Merge');
   const alert = panel.getByRole('alert');
-  await alert.getByText(/^Not merged: /).waitFor();
-  await alert.getByText('a.txt').waitFor();
+  await alert.getByText('Not merged: it conflicts with its base in this file, and nothing was changed').waitFor();
+  assert.deepEqual(await alert.getByRole('listitem').allTextContents(), ['a.txt']);
   assert.equal(git(repo, 'rev-parse', 'main'), before);
   assert.equal(readFileSync(join(repo, 'a.txt'), 'utf8'), 'one\ntheirs\n');
 
@@ -245,5 +297,23 @@ test('a root that makes worktrees the default checks the box, and unchecking it 
   const rewind = page.getByRole('dialog', { name: 'Rewind to here?' });
   await rewind.getByText('Files on disk are not restored: only the messages go back.').waitFor();
   await rewind.getByRole('button', { name: 'Cancel' }).click();
+  assert.deepEqual(problems, []);
+});
+
+test('a rewind in a worktree puts its files back, and the count with them', async () => {
+  const { repo, config } = project('rewind');
+  const s = await server({ config, gates: true });
+  const { page, problems } = await openUi(await context(), s.url);
+  const { agentId, summary } = await agentWrites(page, s, repo, { 'a.txt': 'one\nTWO\n' });
+  await changesButton(page, '1 file changed (+1 −1), not committed yet');
+  await turnWrites(page, s, agentId, 2, () => send(page, 'and a new file'), () => writeFileSync(join(summary.cwd, 'new.txt'), 'new\n'));
+  await changesButton(page, '2 files changed (+2 −1), not committed yet');
+
+  await page.getByRole('button', { name: 'Rewind to here' }).first().click();
+  await answer(page, 'Rewind to here?', 'Rewind');
+  await messages(page, 'Notice').filter({ hasText: 'Rewound to an earlier turn, its files too' }).waitFor();
+  await changesButton(page, '1 file changed (+1 −1), not committed yet');
+  assert.equal(existsSync(join(summary.cwd, 'new.txt')), false);
+  assert.equal(readFileSync(join(summary.cwd, 'a.txt'), 'utf8'), 'one\nTWO\n');
   assert.deepEqual(problems, []);
 });

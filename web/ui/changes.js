@@ -125,6 +125,18 @@ export function changesReported(agentId, counts) {
   if (state.changesFor === agentId && ui.changes.open) loadPanel();
 }
 
+/**
+ * A rewind put the worktree's files back: the count is asked for again, and an open panel of
+ * it loads again.
+ * @param {string} agentId
+ */
+export function filesRestored(agentId) {
+  state.changes.delete(agentId);
+  state.changesAsked.delete(agentId);
+  if (agentId === state.current) renderWorktree(state.sessions.get(agentId));
+  if (state.changesFor === agentId && ui.changes.open) loadPanel();
+}
+
 /** Opens the Changes panel of the conversation on screen. */
 function openChanges() {
   const agentId = state.current;

@@ -57,7 +57,7 @@
 /**
  * How much a conversation's worktree differs from its base: from the `changes` status after a
  * turn, or from the Changes panel's last load.
- * @typedef {{files: number, additions: number, deletions: number, uncommitted: boolean}} ChangeCounts
+ * @typedef {import('../protocol').ChangeCounts} ChangeCounts
  */
 
 /**

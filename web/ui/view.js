@@ -10,7 +10,7 @@ import { diffStat, renderDiff, toolDiff } from '../diff.js';
 import { IMAGE_TYPES, imageUrl } from '../images.js';
 import { renderMarkdown } from '../markdown.js';
 import { client } from './api.js';
-import { changesReported } from './changes.js';
+import { changesReported, filesRestored } from './changes.js';
 import { conversationDeleted, forkFrom, rewindTo } from './conversations.js';
 import { button, el, ui } from './dom.js';
 import { resultSummary, size, toolSummary } from './format.js';
@@ -337,12 +337,14 @@ export class View {
     }
   }
 
-  /** @param {import('../protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[], schedule_name?: string, changes?: import('./state.js').ChangeCounts}} frame */
+  /** @param {import('../protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[], files_restored?: boolean, schedule_name?: string}} frame */
   onStatus(frame) {
     const { status, detail } = frame;
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
       this.rewind(frame.dropped_after_seq, frame.dropped_seqs ?? []);
-      this.append(messageElement('notice', 'Notice', 'Rewound to an earlier turn'), frame);
+      const files = frame.files_restored ? ', its files too' : '';
+      this.append(messageElement('notice', 'Notice', `Rewound to an earlier turn${files}`), frame);
+      if (frame.files_restored && this.live) filesRestored(this.agentId);
       scheduleSessionsRefresh();
     }
     // Nothing runs after `idle`, and the prompts an import left without a reply never ran:
