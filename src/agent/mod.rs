@@ -11,6 +11,7 @@ pub mod demo;
 mod lines;
 mod pool;
 mod process;
+pub mod records;
 pub mod registry;
 
 use std::collections::BTreeSet;

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{AuthConfig, ServerConfig};
 use crate::http::ApiError;
 use crate::http::AppState;
+pub use crate::protocol::Principal;
 use crate::protocol::{ErrorCode, MAX_PRINCIPAL_BYTES};
 
 pub use crate::config::LOCAL_PRINCIPAL;
@@ -44,10 +45,6 @@ pub const TICKET_PROTOCOL_PREFIX: &str = "agentmux.ticket.";
 const TICKET_AUDIENCE: &str = "agentmux:ws-ticket";
 /// Secrets and tokens shorter than this get a warning at start-up.
 const MIN_SECRET_BYTES: usize = 32;
-
-/// The authenticated caller of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal(pub String);
 
 /// Claims of a JWT presented as a bearer credential.
 #[derive(Deserialize)]
@@ -78,7 +75,7 @@ pub struct Authenticator {
     /// Off: every caller is [`LOCAL_PRINCIPAL`].
     enabled: bool,
     /// `(token, principal)`, compared in constant time.
-    tokens: Vec<(String, String)>,
+    tokens: Vec<(String, Principal)>,
     /// Key and rules for each accepted JWT algorithm.
     jwt: Vec<(DecodingKey, Validation)>,
     /// Put before a JWT's `sub` to make its principal.
@@ -115,7 +112,7 @@ impl Authenticator {
             );
         }
         for (token, principal) in &config.tokens {
-            if token.trim().is_empty() || valid_principal(principal.clone()).is_none() {
+            if token.trim().is_empty() || Principal::checked(principal).is_none() {
                 anyhow::bail!(
                     "auth.tokens: every token and principal must be non-empty (principals at most {MAX_PRINCIPAL_BYTES} bytes)"
                 );
@@ -168,7 +165,7 @@ impl Authenticator {
             tokens: config
                 .tokens
                 .iter()
-                .map(|(t, p)| (t.clone(), p.clone()))
+                .map(|(t, p)| (t.clone(), Principal::new(p)))
                 .collect(),
             jwt,
             jwt_prefix: config.jwt_principal_prefix.clone(),
@@ -196,7 +193,7 @@ impl Authenticator {
     /// 401 when authentication is on and the header is missing or its credential is wrong.
     pub fn principal(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
         if !self.enabled {
-            return Ok(Principal(LOCAL_PRINCIPAL.to_owned()));
+            return Ok(Principal::new(LOCAL_PRINCIPAL));
         }
         let value = headers
             .get(header::AUTHORIZATION)
@@ -223,7 +220,7 @@ impl Authenticator {
             }
         }
         if let Some(principal) = found {
-            return Ok(Principal(principal.clone()));
+            return Ok(principal.clone());
         }
         let invalid = || unauthorized("invalid credential");
         let alg = jsonwebtoken::decode_header(credential)
@@ -237,15 +234,16 @@ impl Authenticator {
         let claims = jsonwebtoken::decode::<JwtClaims>(credential, key, validation)
             .map_err(|_| invalid())?
             .claims;
-        valid_principal(claims.sub)
-            .map(|sub| Principal(format!("{}{}", self.jwt_prefix, sub.0)))
+        // The subject alone and with its prefix: a long prefix can't make a short one fit.
+        Principal::checked(&claims.sub)
+            .and_then(|sub| Principal::checked(&format!("{}{sub}", self.jwt_prefix)))
             .ok_or_else(invalid)
     }
 
     /// Issues a WebSocket ticket for `principal`.
     pub fn issue_ticket(&self, principal: &Principal) -> Ticket {
         let claims = TicketClaims {
-            sub: principal.0.clone(),
+            sub: principal.to_string(),
             aud: TICKET_AUDIENCE.to_owned(),
             exp: jsonwebtoken::get_current_timestamp() + self.ticket_ttl.as_secs(),
             jti: uuid::Uuid::new_v4().to_string(),
@@ -278,7 +276,7 @@ impl Authenticator {
         if redeemed.insert(claims.jti, claims.exp).is_some() {
             return Err(invalid());
         }
-        Ok(Principal(claims.sub))
+        Principal::checked(&claims.sub).ok_or_else(invalid)
     }
 
     /// The principal of a WebSocket upgrade and the subprotocol to answer with: a ticket in
@@ -300,7 +298,7 @@ impl Authenticator {
             .find(|p| p.starts_with(TICKET_PROTOCOL_PREFIX))
             .map(str::to_owned);
         let principal = if !self.enabled {
-            Principal(LOCAL_PRINCIPAL.to_owned())
+            Principal::new(LOCAL_PRINCIPAL)
         } else if let Some(ticket) = query_ticket {
             self.redeem_ticket(ticket)?
         } else if let Some(p) = &protocol {
@@ -460,10 +458,6 @@ fn jwt_validation(alg: Algorithm, config: &AuthConfig) -> Validation {
     validation
 }
 
-fn valid_principal(sub: String) -> Option<Principal> {
-    (!sub.is_empty() && sub.len() <= MAX_PRINCIPAL_BYTES).then_some(Principal(sub))
-}
-
 /// Equality whose time depends only on the lengths.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -526,7 +520,7 @@ mod tests {
         assert!(err.to_string().contains("refusing to listen"));
         let open = auth(config);
         assert_eq!(
-            open.principal(&HeaderMap::new()).unwrap().0,
+            open.principal(&HeaderMap::new()).unwrap().as_str(),
             LOCAL_PRINCIPAL
         );
     }
@@ -537,7 +531,7 @@ mod tests {
         config.tokens.insert("t-alice".into(), "alice".into());
         let a = auth(config);
         let ok = headers(&[(header::AUTHORIZATION, "Bearer t-alice")]);
-        assert_eq!(a.principal(&ok).unwrap().0, "alice");
+        assert_eq!(a.principal(&ok).unwrap(), "alice");
         for bad in [
             "Bearer t-alic",
             "Bearer t-alice2",
@@ -571,11 +565,11 @@ mod tests {
         let mut config = AuthConfig::default();
         config.tokens.insert("t".into(), "alice".into());
         let a = auth(config);
-        let ticket = a.issue_ticket(&Principal("alice".into())).ticket;
+        let ticket = a.issue_ticket(&Principal::new("alice")).ticket;
         let (p, _) = a
             .socket_principal(&HeaderMap::new(), Some(&ticket))
             .unwrap();
-        assert_eq!(p.0, "alice");
+        assert_eq!(p, "alice");
         assert!(
             a.socket_principal(&HeaderMap::new(), Some(&ticket))
                 .is_err()

@@ -186,7 +186,7 @@ async fn count(State(app): State<AppState>, mut request: Request, next: Next) ->
         Ok(principal) => principal,
         Err(refusal) => return refusal.into_response(),
     };
-    let permit = match connection(&app, &principal.0) {
+    let permit = match connection(&app, &principal) {
         Ok(permit) => permit,
         Err(refusal) => return refusal.into_response(),
     };

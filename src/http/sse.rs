@@ -45,7 +45,7 @@ pub struct EventsParams {
         (status = 404, body = ErrorBody)))]
 pub async fn events(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     params: Result<Query<EventsParams>, QueryRejection>,
     headers: HeaderMap,

@@ -72,11 +72,10 @@ pub async fn upgrade(
     Query(query): Query<UpgradeQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let (Principal(principal), protocol) =
-        match app.auth.socket_principal(&headers, query.ticket.as_deref()) {
-            Ok(admitted) => admitted,
-            Err(rejection) => return rejection.into_response(),
-        };
+    let (principal, protocol) = match app.auth.socket_principal(&headers, query.ticket.as_deref()) {
+        Ok(admitted) => admitted,
+        Err(rejection) => return rejection.into_response(),
+    };
     let permit = match super::connection(&app, &principal) {
         Ok(permit) => permit,
         Err(refusal) => return refusal.into_response(),
@@ -155,7 +154,7 @@ type PendingAck = Pin<
 struct Connection {
     socket: WebSocket,
     app: AppState,
-    principal: String,
+    principal: Principal,
     limits: DecodeLimits,
     /// Live frames of every followed conversation. `SelectAll` polls only the streams that
     /// were woken, so a socket following hundreds of conversations pays per frame, not per
@@ -178,7 +177,7 @@ struct Connection {
 type SocketResult = Result<(), axum::Error>;
 
 impl Connection {
-    fn new(socket: WebSocket, app: AppState, principal: String, permit: QuotaPermit) -> Self {
+    fn new(socket: WebSocket, app: AppState, principal: Principal, permit: QuotaPermit) -> Self {
         let limits = app.config.decode_limits();
         let rate = RateLimiter::new(app.config.socket.max_frames_per_sec);
         Connection {

@@ -1,13 +1,15 @@
 //! The ids of a conversation, each checked once where it enters the server and carried as its
-//! own type from there on: [`AgentId`] (the client's routing key) and [`SessionId`] (ours).
+//! own type from there on: [`AgentId`] (the client's routing key), [`SessionId`] (ours) and
+//! the [`Principal`] whose namespace both live in.
 
 use std::borrow::Borrow;
 use std::fmt;
 use std::ops::Deref;
+use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::{ErrorCode, FrameError, valid_agent_id};
+use super::{ErrorCode, FrameError, MAX_PRINCIPAL_BYTES, valid_agent_id};
 
 /// A conversation's `agent_id`: 1–128 characters of `[A-Za-z0-9._:-]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -258,5 +260,70 @@ mod tests {
         assert_eq!(serde_json::to_string(&id).unwrap(), format!("\"{ID}\""));
         assert_eq!(id.to_string(), ID);
         assert_eq!(String::from(id), ID);
+    }
+}
+
+/// Who acts: the principal a credential was checked for (an API token's configured name, a
+/// JWT's `sub` after its prefix, or the one local principal with authentication off). Every
+/// conversation lives in its principal's namespace. Made from a credential only through
+/// [`Principal::checked`]; names the store and the config already hold come back through
+/// [`Principal::new`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Principal(Arc<str>);
+
+impl Principal {
+    /// A principal named by a credential: non-empty and at most [`MAX_PRINCIPAL_BYTES`] bytes.
+    pub fn checked(name: &str) -> Option<Self> {
+        (!name.is_empty() && name.len() <= MAX_PRINCIPAL_BYTES).then(|| Principal(name.into()))
+    }
+
+    /// A principal the server already knows by `name` (a stored row's, a configured one's).
+    pub fn new(name: &str) -> Self {
+        Principal(name.into())
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for Principal {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for Principal {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Principal {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+/// A name the store read back: it was a principal when it was stored.
+impl From<String> for Principal {
+    fn from(name: String) -> Self {
+        Principal(name.into())
+    }
+}
+
+/// A name the server already knows as a principal (a configured one, a test's).
+impl From<&str> for Principal {
+    fn from(name: &str) -> Self {
+        Principal(name.into())
     }
 }

@@ -22,7 +22,7 @@ pub use content::{
     Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES, PayloadMessage,
     StoredPayload, strict_json,
 };
-pub use ids::{AgentId, SessionId, valid_session_id};
+pub use ids::{AgentId, Principal, SessionId, valid_session_id};
 pub use server::*;
 pub use tools::{grants_whole_tool, valid_tool_pattern};
 

@@ -6,7 +6,7 @@ use super::errors::store_error;
 use super::{Manager, SessionRecord};
 use crate::agent::registry::Agents;
 use crate::config::Config;
-use crate::protocol::{self, Chat, ErrorCode, SessionId};
+use crate::protocol::{self, Chat, ErrorCode, Principal, SessionId};
 use crate::session::SessionError;
 
 impl Manager {
@@ -32,7 +32,7 @@ impl Manager {
     /// `invalid_options`, `store_unavailable`.
     pub(crate) async fn check_options(
         &self,
-        principal: &str,
+        principal: &Principal,
         chat: &Chat,
         new: bool,
     ) -> Result<(), SessionError> {
@@ -102,7 +102,7 @@ impl Manager {
     /// `invalid_options`, naming the first path refused.
     pub async fn resolve_paths(
         &self,
-        principal: &str,
+        principal: &Principal,
         mut chat: Chat,
     ) -> Result<Chat, SessionError> {
         let roots = &self.shared.config.projects.roots;
@@ -192,7 +192,7 @@ fn own_workspace(config: &Config, session_id: &SessionId, cwd: &str) -> bool {
 /// directory must be a real directory of the worktree (no link out of it).
 pub(crate) async fn check_stored_dirs(
     config: &Config,
-    principal: &str,
+    principal: &Principal,
     session_id: &SessionId,
     cwd: &str,
     worktree: Option<&crate::worktrees::Worktree>,
@@ -351,6 +351,7 @@ mod tests {
     use crate::agent::demo::DemoBackend;
     use crate::agent::registry::Agents;
     use crate::config::{AgentKind, Config, ProjectRoot};
+    use crate::protocol::Principal;
     use crate::protocol::{Chat, ChatOptions, Content, ErrorCode, SessionId};
 
     fn agents() -> Agents {
@@ -461,7 +462,17 @@ mod tests {
             let config = config.clone();
             let session = session.clone();
             let cwd = cwd.to_owned();
-            async move { check_stored_dirs(&config, "alice", &session, &cwd, None, &add).await }
+            async move {
+                check_stored_dirs(
+                    &config,
+                    &Principal::new("alice"),
+                    &session,
+                    &cwd,
+                    None,
+                    &add,
+                )
+                .await
+            }
         };
         assert_eq!(check(&config, own, &[]).await, Ok(()));
         assert_eq!(check(&config, project, &[project]).await, Ok(()));

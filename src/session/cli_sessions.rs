@@ -13,7 +13,7 @@ use super::errors::{store_error, store_failure, unknown_agent};
 use super::history::{ContentText, ImportEnd, Lines, invalid};
 use super::slots::SlotState;
 use crate::agent::claude::transcripts::{self, OpenError, Pieces, Reader, Transcript};
-use crate::protocol::{self, AgentId, ErrorCode, SessionId, valid_session_id};
+use crate::protocol::{self, AgentId, ErrorCode, Principal, SessionId, valid_session_id};
 use crate::session::SessionError;
 use crate::store::{NewMessage, SessionRecord};
 
@@ -177,7 +177,7 @@ impl Manager {
     }
 
     /// Resolves a project path a client named (see [`crate::projects::resolve_dir`]).
-    async fn project_dir(&self, principal: &str, raw: &str) -> Result<PathBuf, SessionError> {
+    async fn project_dir(&self, principal: &Principal, raw: &str) -> Result<PathBuf, SessionError> {
         crate::projects::resolve_dir(&self.shared.config.projects.roots, principal, raw)
             .await
             .map_err(|why| invalid(format!("`cwd`: {why}")))
@@ -190,7 +190,7 @@ impl Manager {
     ///
     /// # Errors
     /// `limit_exceeded` or `store_unavailable`.
-    pub async fn projects(&self, principal: &str) -> Result<Vec<Project>, SessionError> {
+    pub async fn projects(&self, principal: &Principal) -> Result<Vec<Project>, SessionError> {
         let activity: HashMap<String, (i64, String)> = self
             .shared
             .store
@@ -257,7 +257,7 @@ impl Manager {
     /// `limit_exceeded` or `store_unavailable`.
     pub async fn cli_sessions(
         &self,
-        principal: &str,
+        principal: &Principal,
         cwd: &str,
     ) -> Result<Vec<CliSession>, SessionError> {
         let cwd = self.project_dir(principal, cwd).await?;
@@ -298,7 +298,7 @@ impl Manager {
                 .find_by_session_id(&id)
                 .await
                 .map_err(store_failure)?
-                .filter(|r| r.principal == principal)
+                .filter(|r| r.principal == *principal)
                 .map(|r| r.agent_id);
             sessions.push(CliSession {
                 cli_session_id: id,
@@ -322,7 +322,7 @@ impl Manager {
     /// `agent_id` is taken), `limit_exceeded` or `store_unavailable`.
     pub async fn import_cli_session(
         &self,
-        principal: &str,
+        principal: &Principal,
         cwd: &str,
         cli_session_id: &str,
         agent_id: Option<&str>,
@@ -345,7 +345,7 @@ impl Manager {
             .await
             .map_err(store_failure)?
         {
-            let message = if existing.principal == principal {
+            let message = if existing.principal == *principal {
                 format!(
                     "CLI session `{cli_session_id}` is already imported as `{}`; sync it instead",
                     existing.agent_id
@@ -377,7 +377,7 @@ impl Manager {
     /// the limit, no CLI home), `limit_exceeded` or `store_unavailable`.
     pub async fn sync_cli_session(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<(SessionRecord, usize), SessionError> {
         let home = self.cli_home()?;

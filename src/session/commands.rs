@@ -9,7 +9,7 @@ use super::routing::Route;
 use super::slots::{SlotState, send_input};
 use super::{Interrupted, Manager, PendingChat, SessionRecord, actor, cluster};
 use crate::protocol::{
-    self, AgentId, Chat, ClientFrame, ErrorCode, Frame, PermissionDecision, SessionId,
+    self, AgentId, Chat, ClientFrame, ErrorCode, Frame, PermissionDecision, Principal, SessionId,
 };
 use crate::session::SessionError;
 use crate::store::{NewMessage, StoreError};
@@ -139,7 +139,7 @@ impl Manager {
     /// Those of the command's own method.
     pub async fn run(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         command: Command,
     ) -> Result<Outcome, SessionError> {
@@ -175,7 +175,7 @@ impl Manager {
     /// `unknown_agent` when there is no such conversation.
     async fn interrupt(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<Interrupted, SessionError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
@@ -216,7 +216,7 @@ impl Manager {
     /// `unknown_agent`, or `unknown_request` when no such request is pending.
     async fn answer_permission(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         request_id: String,
         decision: crate::protocol::PermissionDecision,
@@ -266,7 +266,7 @@ impl Manager {
     /// queued) or `store_unavailable`.
     async fn rewind(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         to_seq: i64,
     ) -> Result<Frame, SessionError> {
@@ -321,7 +321,7 @@ impl Manager {
     /// `unknown_agent`, `invalid_seq`, `agent_exists` or `store_unavailable`.
     async fn fork(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         new_agent_id: &AgentId,
         at_seq: Option<i64>,
@@ -382,7 +382,7 @@ impl Manager {
     /// `unknown_agent` or `store_unavailable`.
     pub async fn delete(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<Option<String>, SessionError> {
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;

@@ -20,7 +20,7 @@ use super::errors::{store_error, store_failure, unknown_agent};
 use super::replay::stored_frame;
 use super::{Conversation, Manager};
 use crate::limits::{QuotaExceeded, QuotaPermit};
-use crate::protocol::{self, AgentId, ErrorCode, Frame, SessionId, StoredPayload};
+use crate::protocol::{self, AgentId, ErrorCode, Frame, Principal, SessionId, StoredPayload};
 use crate::session::SessionError;
 use crate::store::{NewMessage, NewSession, PageSize, RowId, SessionQuery, SessionRecord, Store};
 
@@ -359,7 +359,7 @@ impl Manager {
     /// `store_unavailable`.
     pub async fn find(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<Option<SessionRecord>, SessionError> {
         self.shared
@@ -375,7 +375,7 @@ impl Manager {
     /// `unknown_agent` or `store_unavailable`.
     pub async fn get(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<SessionRecord, SessionError> {
         self.find(principal, agent_id)
@@ -389,7 +389,7 @@ impl Manager {
     /// `store_unavailable`.
     pub async fn list(
         &self,
-        principal: &str,
+        principal: &Principal,
         query: &SessionQuery,
     ) -> Result<(Vec<SessionRecord>, i64), SessionError> {
         self.shared
@@ -407,7 +407,7 @@ impl Manager {
     /// `unknown_agent` or `store_unavailable`.
     pub async fn messages(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         after_seq: i64,
         limit: u32,
@@ -438,7 +438,7 @@ impl Manager {
     /// `invalid_request`, `unknown_agent` or `store_unavailable`.
     pub async fn rename(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         title: &str,
     ) -> Result<SessionRecord, SessionError> {
@@ -465,7 +465,7 @@ impl Manager {
     /// ends the stream with an error.
     pub async fn export(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<impl Stream<Item = Result<String, SessionError>> + Send + 'static, SessionError>
     {
@@ -519,7 +519,7 @@ impl Manager {
     /// line, an unreadable or too large body), `agent_exists` or `store_unavailable`.
     pub async fn import<S, E>(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         body: S,
         max_bytes: usize,
@@ -645,7 +645,10 @@ impl Manager {
 
     /// Takes one of the principal's places for imports and exports (CLI sessions' listings
     /// and syncs included: they read whole transcripts), or fails with `limit_exceeded`.
-    pub(super) fn acquire_transfer(&self, principal: &str) -> Result<QuotaPermit, SessionError> {
+    pub(super) fn acquire_transfer(
+        &self,
+        principal: &Principal,
+    ) -> Result<QuotaPermit, SessionError> {
         self.shared.transfers.try_acquire(principal).map_err(|exceeded| {
             let max = match exceeded {
                 QuotaExceeded::Principal(max) | QuotaExceeded::Total(max) => max,
@@ -661,7 +664,7 @@ impl Manager {
     /// backend, in its own workspace named by `session_id`.
     pub(super) fn new_session(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         session_id: SessionId,
     ) -> NewSession {

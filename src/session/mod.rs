@@ -52,7 +52,7 @@ use crate::agent::registry::Agents;
 use crate::config::Config;
 use crate::limits::Quota;
 use crate::metrics::Metrics;
-use crate::protocol::{AgentId, ErrorCode, SessionId, Tag};
+use crate::protocol::{AgentId, ErrorCode, Principal, SessionId, Tag};
 use crate::store::{RowId, Store};
 use slots::{Key, Slot};
 
@@ -68,7 +68,7 @@ pub struct Conversation {
     /// The name of its agent (`session_info.backend`), fixed for its life.
     pub agent: String,
     /// Whose conversation it is.
-    pub principal: String,
+    pub principal: Principal,
     /// Its own git worktree, fixed for its life, if it has one.
     pub worktree: Option<crate::worktrees::Worktree>,
 }
@@ -254,7 +254,7 @@ impl Manager {
 
     /// The activity of every conversation of `principal` from now on: an `activity` frame
     /// when a turn starts or ends or a tool waits for approval.
-    pub fn watch(&self, principal: &str) -> events::Receiver {
+    pub fn watch(&self, principal: &Principal) -> events::Receiver {
         self.shared.activity.watch(principal)
     }
 

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::errors::store_error;
 use super::slots::Slot;
 use super::{Command, Conversation, Manager, Outcome, PendingChat, SessionRecord, cluster};
-use crate::protocol::{AgentId, Chat, ErrorCode, Frame};
+use crate::protocol::{AgentId, Chat, ErrorCode, Frame, Principal};
 use crate::session::SessionError;
 use crate::store::{NewMessage, RowId, StoreError};
 
@@ -33,7 +33,7 @@ impl Manager {
     /// they came, and the socket goes on reading meanwhile.
     pub(super) async fn forward_chat(
         &self,
-        principal: &str,
+        principal: &Principal,
         chat: Chat,
         marker: Option<Box<NewMessage>>,
         slot: &Arc<Slot>,
@@ -68,7 +68,7 @@ impl Manager {
     /// whichever node took the conversation meanwhile), until `cluster.lease_secs` + 2 s.
     async fn forward_until_answered(
         &self,
-        principal: &str,
+        principal: &Principal,
         chat: Chat,
         marker: Option<Box<NewMessage>>,
         mut node: String,
@@ -123,7 +123,7 @@ impl Manager {
     /// node is gone retries through it, and the box ends the cycle of the two futures' types.
     fn submit_here<'a>(
         &'a self,
-        principal: &'a str,
+        principal: &'a Principal,
         chat: Chat,
         marker: Option<Box<NewMessage>>,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<PendingChat, SessionError>> + Send + 'a>>
@@ -148,7 +148,7 @@ impl Manager {
     /// never gets here: it is refused as it arrives.
     pub(super) async fn answer(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         command: Command,
     ) -> cluster::Answer {
@@ -234,7 +234,7 @@ impl Manager {
     pub(super) async fn forward(
         &self,
         node: &str,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         command: Command,
     ) -> Result<cluster::Answer, SessionError> {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{Mutex, OwnedMutexGuard, mpsc, oneshot};
 
 use super::{Conversation, Manager, actor, events};
-use crate::protocol::{AgentId, ErrorCode};
+use crate::protocol::{AgentId, ErrorCode, Principal};
 use crate::session::SessionError;
 use crate::store::RowId;
 
@@ -22,7 +22,7 @@ pub(super) const INPUT_QUEUE: usize = 256;
 /// How often dormant slots without subscribers are dropped from memory.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
-pub(super) type Key = (String, AgentId);
+pub(super) type Key = (Principal, AgentId);
 
 pub(super) enum SlotState {
     Dormant,
@@ -100,8 +100,8 @@ impl Manager {
         });
     }
 
-    pub(super) fn key(principal: &str, agent_id: &AgentId) -> Key {
-        (principal.to_owned(), agent_id.to_owned())
+    pub(super) fn key(principal: &Principal, agent_id: &AgentId) -> Key {
+        (principal.clone(), agent_id.clone())
     }
 
     /// Locks the slot of `key`, creating it if needed.
@@ -160,7 +160,7 @@ impl Manager {
     /// Finds the slot of a conversation that exists, without starting anything.
     pub(super) async fn existing_slot(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), SessionError> {
         let key = Self::key(principal, agent_id);
@@ -178,7 +178,7 @@ impl Manager {
 
     /// What a conversation is doing now: `busy` (a turn running or queued), `idle` (its actor
     /// is live, nothing to do) or `dormant` (only in the store).
-    pub fn activity(&self, principal: &str, agent_id: &AgentId) -> Activity {
+    pub fn activity(&self, principal: &Principal, agent_id: &AgentId) -> Activity {
         let Some(slot) = self
             .slots
             .get(&Self::key(principal, agent_id))

@@ -12,7 +12,7 @@ use super::routing::Route;
 use super::slots::{INPUT_QUEUE, SessionHandle, Slot, SlotState, send_input};
 use super::{Conversation, Manager, PendingChat, SessionRecord, Subscription, Warm, actor};
 use crate::limits::{QuotaExceeded, QuotaPermit};
-use crate::protocol::{AgentId, Chat, ErrorCode, LaunchOptions, SessionId};
+use crate::protocol::{AgentId, Chat, ErrorCode, LaunchOptions, Principal, SessionId};
 use crate::session::SessionError;
 use crate::store::{NewMessage, StoreError};
 
@@ -46,7 +46,7 @@ impl Manager {
     /// `backend_unavailable`.
     pub(super) async fn submit_marked(
         &self,
-        principal: &str,
+        principal: &Principal,
         chat: Chat,
         marker: Option<Box<NewMessage>>,
     ) -> Result<PendingChat, SessionError> {
@@ -105,7 +105,7 @@ impl Manager {
     /// Starts the actor of a conversation, creating the conversation if it is new.
     async fn start(
         &self,
-        principal: &str,
+        principal: &Principal,
         chat: &Chat,
         slot: &Arc<Slot>,
     ) -> Result<SessionHandle, Refused> {
@@ -178,7 +178,7 @@ impl Manager {
     }
 
     /// Takes a place among the live conversations, or fails with `limit_exceeded`.
-    fn acquire_live(&self, principal: &str) -> Result<QuotaPermit, SessionError> {
+    fn acquire_live(&self, principal: &Principal) -> Result<QuotaPermit, SessionError> {
         if self.shared.closing.load(Ordering::Acquire) {
             return Err(SessionError::new(
                 ErrorCode::BackendUnavailable,
@@ -224,7 +224,11 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent` when there is no such conversation, `store_unavailable`.
-    pub async fn warm(&self, principal: &str, agent_id: &AgentId) -> Result<Warm, SessionError> {
+    pub async fn warm(
+        &self,
+        principal: &Principal,
+        agent_id: &AgentId,
+    ) -> Result<Warm, SessionError> {
         let key = Self::key(principal, agent_id);
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         let handle = match &*guard {
@@ -287,7 +291,7 @@ impl Manager {
     /// `unknown_agent` when there is no such conversation.
     pub async fn subscribe(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<Subscription, SessionError> {
         let (slot, _guard) = self.existing_slot(principal, agent_id).await?;

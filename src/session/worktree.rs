@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{Manager, SessionError};
-use crate::protocol::{AgentId, Chat, ErrorCode, SessionId, WorktreeOption};
+use crate::protocol::{AgentId, Chat, ErrorCode, Principal, SessionId, WorktreeOption};
 use crate::store::{NewSession, SessionRecord};
 use crate::worktrees::{Changes, Merged, Request, Strategy, Worktree, WorktreeError, Worktrees};
 
@@ -51,7 +51,7 @@ impl Manager {
     /// branch is refused; `unsupported` without git.
     pub(super) async fn new_worktree(
         &self,
-        principal: &str,
+        principal: &Principal,
         chat: &Chat,
         new: &mut NewSession,
     ) -> Result<(), SessionError> {
@@ -160,7 +160,7 @@ impl Manager {
     /// The worktree of `principal`'s conversation `agent_id`.
     async fn worktree_of(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<(Arc<Worktrees>, Worktree), SessionError> {
         let record = self.get(principal, agent_id).await?;
@@ -179,7 +179,7 @@ impl Manager {
     /// for it goes away meanwhile: git stopped halfway could leave a checkout half updated.
     async fn change_worktree<T, F>(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         change: impl FnOnce(Arc<Worktrees>, Worktree) -> F,
     ) -> Result<T, SessionError>
@@ -212,7 +212,7 @@ impl Manager {
     /// `backend_unavailable` when git fails.
     pub async fn changes(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<Changes, SessionError> {
         let (worktrees, worktree) = self.worktree_of(principal, agent_id).await?;
@@ -230,7 +230,7 @@ impl Manager {
     /// As [`Self::changes`].
     pub async fn commit_changes(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         message: &str,
     ) -> Result<Option<String>, SessionError> {
@@ -248,7 +248,7 @@ impl Manager {
     /// checkout: nothing changed), or as [`Self::changes`].
     pub async fn merge_changes(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         strategy: Strategy,
         message: Option<&str>,
@@ -266,7 +266,7 @@ impl Manager {
     /// As [`Self::changes`].
     pub async fn discard_changes(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
     ) -> Result<(), SessionError> {
         self.change_worktree(

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{AgentId, LaunchOptions, SessionId};
+use crate::protocol::{AgentId, LaunchOptions, Principal, SessionId};
 use crate::worktrees::Worktree;
 
 /// Why a store call failed.
@@ -88,7 +88,8 @@ pub struct SessionRecord {
     pub row: RowId,
     /// Whose conversation this is.
     #[serde(skip)]
-    pub principal: String,
+    #[sqlx(try_from = "String")]
+    pub principal: Principal,
     /// The client's routing key.
     #[sqlx(try_from = "String")]
     pub agent_id: AgentId,
@@ -234,7 +235,7 @@ pub type RewoundStatus = Box<dyn FnOnce(&[i64]) -> NewMessage + Send>;
 #[derive(Debug, Clone)]
 pub struct NewSession {
     /// Whose conversation.
-    pub principal: String,
+    pub principal: Principal,
     /// The client's routing key.
     pub agent_id: AgentId,
     /// Our id.

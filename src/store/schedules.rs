@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use super::Result;
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
+use crate::protocol::Principal;
 
 /// A schedule as stored in `schedules`.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -14,7 +15,8 @@ pub struct ScheduleRow {
     /// Its id (UUID v4).
     pub id: String,
     /// Whose schedule this is.
-    pub principal: String,
+    #[sqlx(try_from = "String")]
+    pub principal: Principal,
     /// Shown in lists; the title of the conversations it starts.
     pub name: String,
     /// The conversation it sends to (`same`), or the prefix of the ones it starts (`new`).
@@ -104,7 +106,7 @@ impl ScheduleStore for $store {
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(&row.id)
-        .bind(&row.principal)
+        .bind(row.principal.as_str())
         .bind(&row.name)
         .bind(&row.agent_id)
         .bind(&row.content)
@@ -174,7 +176,7 @@ impl ScheduleStore for $store {
         .bind(row.enabled)
         .bind(row.next_run_ms)
         .bind(&row.updated_at)
-        .bind(&row.principal)
+        .bind(row.principal.as_str())
         .bind(&row.id)
         .execute(self.pool())
         .await?;

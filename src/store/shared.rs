@@ -35,7 +35,7 @@ macro_rules! store_impl {
                      values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11)
                      on conflict do nothing returning id",
                 )
-                .bind(&new.principal)
+                .bind(new.principal.as_str())
                 .bind(new.agent_id.as_str())
                 .bind(new.session_id.as_str())
                 .bind(&new.backend)
@@ -372,7 +372,7 @@ macro_rules! edit_tx_impl {
                      on conflict (principal, agent_id) do nothing
                      returning id",
                 )
-                .bind(&new.principal)
+                .bind(new.principal.as_str())
                 .bind(new.agent_id.as_str())
                 .bind(new.session_id.as_str())
                 .bind(&new.backend)

@@ -36,3 +36,4 @@ mod spans;
 mod store;
 mod warm;
 mod worktrees;
+mod worktrees_cli;

@@ -32,6 +32,42 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
 }
 
+/// `root/repo`: a repository on `main` whose one commit holds `a.txt` ("one\ntwo\n") and
+/// `sub/b.txt`.
+pub(crate) fn repo_in(root: &Path) -> PathBuf {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(repo.join("sub")).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["config", "user.name", "Dev"]);
+    git(&repo, &["config", "user.email", "dev@example.com"]);
+    std::fs::write(repo.join("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(repo.join("sub/b.txt"), "b\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    repo
+}
+
+/// A REST call to `server`, as the holder of `token` if any; `(status, body)`.
+pub(crate) async fn rest(
+    server: &TestServer,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new().request(method.parse().unwrap(), server.url(path));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let resp = request.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
 impl Fixture {
     /// `root_options` goes into the root's entry (e.g. `worktrees = true`).
     pub(crate) async fn new(root_options: &str) -> Self {
@@ -42,16 +78,8 @@ impl Fixture {
     async fn with(root_options: &str, extra_toml: &str) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(tmp.path()).unwrap().join("root");
-        let repo = root.join("repo");
-        std::fs::create_dir_all(repo.join("sub")).unwrap();
+        let repo = repo_in(&root);
         std::fs::create_dir_all(root.join("plain")).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
-        git(&repo, &["config", "user.name", "Dev"]);
-        git(&repo, &["config", "user.email", "dev@example.com"]);
-        std::fs::write(repo.join("a.txt"), "one\ntwo\n").unwrap();
-        std::fs::write(repo.join("sub/b.txt"), "b\n").unwrap();
-        git(&repo, &["add", "."]);
-        git(&repo, &["commit", "-q", "-m", "first"]);
         let (server, cfg) = server_with(&format!(
             "{TOKENS}\n[projects]\nroots = [{{ path = {}{root_options} }}]\n{extra_toml}",
             toml_string(&root.to_string_lossy())
@@ -73,16 +101,7 @@ impl Fixture {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut request = reqwest::Client::new()
-            .request(method.parse().unwrap(), self.server.url(path))
-            .bearer_auth(token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let resp = request.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        rest(&self.server, Some(token), method, path, body).await
     }
 
     /// Starts conversation `agent_id` as alice with `options`, runs its first turn and returns
@@ -120,7 +139,8 @@ impl Fixture {
     }
 }
 
-fn cwd(summary: &Value) -> PathBuf {
+/// The directory a conversation's agent runs in, from its summary.
+pub(crate) fn cwd(summary: &Value) -> PathBuf {
     PathBuf::from(summary["cwd"].as_str().unwrap())
 }
 

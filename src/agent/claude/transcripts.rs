@@ -2,7 +2,6 @@
 //! listing them safely, and reading their lines as the messages the CLI streamed.
 
 use std::borrow::Cow;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
@@ -12,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::io::AsyncReadExt as _;
 
+use crate::agent::records::open_regular_file;
 use crate::protocol::{strict_json, valid_session_id};
 
 /// The folder name the CLI gives the sessions of working directory `cwd`: every character
@@ -41,29 +41,6 @@ pub async fn sessions_dir(home: &Path, cwd: &Path) -> Option<PathBuf> {
         }
     }
     Some(dir)
-}
-
-/// Opens `path` for reading when it is a regular file with no other hard link, not through
-/// a symbolic link (and without waiting on a FIFO); an agent may have put any of them where
-/// its transcript was, to have another file read in its place.
-pub fn open_regular_file(path: &Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
-    use rustix::fs::{Mode, OFlags};
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let file = std::fs::File::from(rustix::fs::open(path, flags, Mode::empty())?);
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    if meta.nlink() > 1 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "a file with other hard links",
-        ));
-    }
-    Ok((file, meta))
 }
 
 /// A transcript file, checked and open.

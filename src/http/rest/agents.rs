@@ -22,10 +22,7 @@ pub struct AgentList {
 /// Lists the agents a conversation can run (`options.agent` on its first chat).
 #[utoipa::path(get, path = "/api/agents", operation_id = "list_agents",
     responses((status = 200, body = AgentList), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(app): State<AppState>,
-    Principal(_principal): Principal,
-) -> Json<AgentList> {
+pub async fn list(State(app): State<AppState>, _principal: Principal) -> Json<AgentList> {
     let (agents, default) = app.manager.agents();
     Json(AgentList { agents, default })
 }

@@ -36,7 +36,7 @@ fn message(text: &str) -> Result<&str, ApiError> {
         (status = 404, body = ErrorBody)))]
 pub async fn get_changes(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Json<Changes>, ApiError> {
     let id = agent_id(id)?;
@@ -66,7 +66,7 @@ pub struct Committed {
         (status = 404, body = ErrorBody)))]
 pub async fn commit(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<CommitBody>, JsonRejection>,
 ) -> Result<Json<Committed>, ApiError> {
@@ -100,7 +100,7 @@ pub struct MergeBody {
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn merge(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<MergeBody>, JsonRejection>,
 ) -> Result<Json<Merged>, ApiError> {
@@ -130,7 +130,7 @@ pub struct DiscardBody {
     responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn discard(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<DiscardBody>, JsonRejection>,
 ) -> Result<StatusCode, ApiError> {

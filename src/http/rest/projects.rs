@@ -64,7 +64,7 @@ pub struct Synced {
     responses((status = 200, body = ProjectList), (status = 429, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
 ) -> Result<Json<ProjectList>, ApiError> {
     let projects = app.manager.projects(&principal).await?;
     Ok(Json(ProjectList { projects }))
@@ -76,7 +76,7 @@ pub async fn list(
     responses((status = 200, body = CliSessionList), (status = 400, body = ErrorBody)))]
 pub async fn cli_sessions(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     params: Result<Query<CwdParams>, QueryRejection>,
 ) -> Result<Json<CliSessionList>, ApiError> {
     let Query(params) = params?;
@@ -93,7 +93,7 @@ pub async fn cli_sessions(
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn import(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     body: Result<Json<ImportCliBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
     let Json(body) = body?;
@@ -119,7 +119,7 @@ pub async fn import(
     responses((status = 200, body = Synced), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn sync(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Json<Synced>, ApiError> {
     let id = agent_id(id)?;

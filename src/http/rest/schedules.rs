@@ -26,7 +26,7 @@ pub struct ScheduleList {
         (status = 429, body = ErrorBody)))]
 pub async fn create(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     body: Result<Json<ScheduleBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Schedule>), ApiError> {
     let Json(body) = body?;
@@ -50,7 +50,7 @@ pub struct ListQuery {
     responses((status = 200, body = ScheduleList), (status = 403, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<ScheduleList>, ApiError> {
     let Query(query) = query?;
@@ -68,7 +68,7 @@ pub async fn list(
     responses((status = 200, body = Schedule), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Json<Schedule>, ApiError> {
     Ok(Json(app.scheduler.get(&principal, &id).await?))
@@ -82,7 +82,7 @@ pub async fn get_one(
         (status = 404, body = ErrorBody)))]
 pub async fn update(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<ScheduleBody>, JsonRejection>,
 ) -> Result<Json<Schedule>, ApiError> {
@@ -96,7 +96,7 @@ pub async fn update(
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     app.scheduler.delete(&principal, &id).await?;
@@ -110,7 +110,7 @@ pub async fn delete(
     responses((status = 202, body = LastRun), (status = 404, body = ErrorBody)))]
 pub async fn run(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<LastRun>), ApiError> {
     let last = app.scheduler.run_now(&principal, &id).await?;

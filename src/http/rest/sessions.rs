@@ -288,7 +288,7 @@ pub(crate) fn agent_id(raw: String) -> Result<AgentId, ApiError> {
 
 pub(crate) async fn summary(
     app: &AppState,
-    principal: &str,
+    principal: &Principal,
     record: SessionRecord,
 ) -> SessionSummary {
     let owner = app.manager.owner_nodes(std::slice::from_ref(&record)).await;
@@ -334,7 +334,7 @@ fn frame_response(status: StatusCode, frame: Frame) -> Response {
     responses((status = 200, body = SessionList), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<SessionList>, ApiError> {
     let Query(params) = params?;
@@ -375,7 +375,7 @@ pub async fn list(
     responses((status = 200, body = SessionSummary), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Json<SessionSummary>, ApiError> {
     let id = agent_id(id)?;
@@ -389,7 +389,7 @@ pub async fn get_one(
     responses((status = 200, body = MessagesPage), (status = 404, body = ErrorBody)))]
 pub async fn messages(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     params: Result<Query<MessagesParams>, QueryRejection>,
 ) -> Result<Json<MessagesPage>, ApiError> {
@@ -428,7 +428,7 @@ pub async fn messages(
     responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn rename(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<RenameBody>, JsonRejection>,
 ) -> Result<Json<SessionSummary>, ApiError> {
@@ -455,7 +455,7 @@ pub struct DeletedWorktree {
         (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
@@ -474,7 +474,7 @@ pub async fn delete(
         (status = 404, body = ErrorBody)))]
 pub async fn export(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
@@ -504,7 +504,7 @@ pub async fn export(
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn import(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     params: Result<Query<ImportParams>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
@@ -541,7 +541,7 @@ pub async fn import(
     responses((status = 202, body = Ack), (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn chat(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<FrameBody<ChatBody>>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -581,7 +581,7 @@ pub async fn chat(
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn rewind(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<FrameBody<RewindBody>>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -610,7 +610,7 @@ pub struct InterruptOutcome {
         (status = 404, body = ErrorBody)))]
 pub async fn interrupt(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Json<InterruptOutcome>, ApiError> {
     let id = agent_id(id)?;
@@ -656,7 +656,7 @@ pub struct PermissionAnswerBody {
         (status = 404, body = ErrorBody)))]
 pub async fn answer_permission(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<FrameBody<PermissionAnswerBody>>, JsonRejection>,
 ) -> Result<StatusCode, ApiError> {
@@ -704,7 +704,7 @@ pub struct Warmed {
         (status = 404, body = ErrorBody)))]
 pub async fn warm(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
@@ -729,7 +729,7 @@ pub async fn warm(
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn fork(
     State(app): State<AppState>,
-    Principal(principal): Principal,
+    principal: Principal,
     Path(id): Path<String>,
     body: Result<Json<FrameBody<ForkBody>>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {

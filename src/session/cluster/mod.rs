@@ -22,7 +22,9 @@ use self::seal::{Kind, Refusal, Seal};
 use super::{Command, Conversation, Manager, replay};
 use crate::config::ClusterConfig;
 use crate::metrics::Metrics;
-use crate::protocol::{self, AgentId, DecodeLimits, ErrorCode, Frame, MAX_PRINCIPAL_BYTES};
+use crate::protocol::{
+    self, AgentId, DecodeLimits, ErrorCode, Frame, MAX_PRINCIPAL_BYTES, Principal,
+};
 use crate::session::SessionError;
 use crate::store::{NewMessage, PageSize, RowId, Store};
 
@@ -49,7 +51,7 @@ pub struct Bus {
 /// with the status that marks it), read there as this node reads a socket's frame.
 #[derive(Serialize, Deserialize)]
 struct Forward {
-    principal: String,
+    principal: Principal,
     frame: Box<RawValue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     marker: Option<Marker>,
@@ -57,7 +59,7 @@ struct Forward {
 
 impl Forward {
     /// `command` for conversation `agent_id` of `principal`, as it is sent.
-    fn new(principal: &str, agent_id: &AgentId, command: &Command) -> Self {
+    fn new(principal: &Principal, agent_id: &AgentId, command: &Command) -> Self {
         let marker = match command {
             Command::Chat { marker, .. } => marker.as_deref().map(Marker::of),
             _ => None,
@@ -316,7 +318,7 @@ impl Bus {
     pub(super) async fn forward(
         &self,
         node: &str,
-        principal: &str,
+        principal: &Principal,
         agent_id: &AgentId,
         command: &Command,
     ) -> Result<Answer, NoOwner> {
@@ -548,7 +550,7 @@ mod tests {
             agent_id: AgentId::parse("x").unwrap(),
             session_id: SessionId::new(),
             agent: "demo".into(),
-            principal: "alice".into(),
+            principal: Principal::new("alice"),
             worktree: None,
         }
     }
@@ -590,7 +592,7 @@ mod tests {
     #[test]
     fn a_forwarded_command_must_name_a_principal_and_carry_a_json_marker() {
         let forward = |principal: &str, payload: Option<&str>| Forward {
-            principal: principal.into(),
+            principal: Principal::new(principal),
             frame: RawValue::from_string("null".into()).unwrap(),
             marker: payload.map(|p| Marker {
                 payload: p.into(),
@@ -644,7 +646,7 @@ mod tests {
         ];
         let subject = node_subject("b");
         for command in commands {
-            let sent = Forward::new("alice", &agent_id, &command);
+            let sent = Forward::new(&Principal::new("alice"), &agent_id, &command);
             let payload = serde_json::to_vec(&sent).unwrap();
             let (headers, _) = sender.command(&subject, &payload);
             let changed = String::from_utf8(payload.clone())
@@ -679,11 +681,14 @@ mod tests {
             at_seq: None,
         };
         let ping = Forward {
-            principal: "alice".into(),
+            principal: Principal::new("alice"),
             frame: RawValue::from_string(r#"{"type":"ping"}"#.into()).unwrap(),
             marker: None,
         };
-        for forward in [Forward::new("alice", &agent_id, &fork), ping] {
+        for forward in [
+            Forward::new(&Principal::new("alice"), &agent_id, &fork),
+            ping,
+        ] {
             let Err(Answer::Error { code, message }) = forward.command(LIMITS) else {
                 panic!("run");
             };

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::super::errors::store_failure;
 use super::ticks::parse_cron;
 use super::{LastRun, Scheduler, invalid, now_ms, rfc3339_ms, unknown_schedule};
-use crate::protocol::{self, AgentId, ErrorCode};
+use crate::protocol::{self, AgentId, ErrorCode, Principal};
 use crate::session::SessionError;
 use crate::store::schedules::ScheduleRow;
 
@@ -52,7 +52,8 @@ pub struct Schedule {
     /// Its id.
     pub id: String,
     /// Whose schedule it is.
-    pub principal: String,
+    #[schema(value_type = String)]
+    pub principal: Principal,
     /// Its name.
     pub name: String,
     /// The conversation (or prefix of conversations) it sends to.
@@ -183,7 +184,7 @@ impl Scheduler {
         }
     }
 
-    async fn find(&self, principal: &str, id: &str) -> Result<ScheduleRow, SessionError> {
+    async fn find(&self, principal: &Principal, id: &str) -> Result<ScheduleRow, SessionError> {
         self.inner
             .store
             .find_schedule(principal, id)
@@ -199,7 +200,7 @@ impl Scheduler {
     /// `limit_exceeded` (too many schedules) or `store_unavailable`.
     pub async fn create(
         &self,
-        principal: &str,
+        principal: &Principal,
         body: ScheduleBody,
     ) -> Result<Schedule, SessionError> {
         let missing = |field: &str| invalid(format!("`{field}` is missing"));
@@ -254,7 +255,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `store_unavailable`.
-    pub async fn list(&self, principal: &str) -> Result<Vec<Schedule>, SessionError> {
+    pub async fn list(&self, principal: &Principal) -> Result<Vec<Schedule>, SessionError> {
         let rows = self
             .inner
             .store
@@ -269,7 +270,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `forbidden` for anyone else, `store_unavailable`.
-    pub async fn list_all(&self, principal: &str) -> Result<Vec<Schedule>, SessionError> {
+    pub async fn list_all(&self, principal: &Principal) -> Result<Vec<Schedule>, SessionError> {
         if !self.inner.manager.shared.config.auth.is_admin(principal) {
             return Err(SessionError::new(
                 ErrorCode::Forbidden,
@@ -289,7 +290,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `unknown_schedule` (also for another principal's) or `store_unavailable`.
-    pub async fn get(&self, principal: &str, id: &str) -> Result<Schedule, SessionError> {
+    pub async fn get(&self, principal: &Principal, id: &str) -> Result<Schedule, SessionError> {
         Ok(self.view(self.find(principal, id).await?))
     }
 
@@ -301,7 +302,7 @@ impl Scheduler {
     /// As [`Self::create`], and `unknown_schedule`.
     pub async fn update(
         &self,
-        principal: &str,
+        principal: &Principal,
         id: &str,
         body: ScheduleBody,
     ) -> Result<Schedule, SessionError> {
@@ -359,7 +360,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `unknown_schedule` or `store_unavailable`.
-    pub async fn delete(&self, principal: &str, id: &str) -> Result<(), SessionError> {
+    pub async fn delete(&self, principal: &Principal, id: &str) -> Result<(), SessionError> {
         let found = self
             .inner
             .store
@@ -378,7 +379,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// `unknown_schedule` or `store_unavailable`.
-    pub async fn run_now(&self, principal: &str, id: &str) -> Result<LastRun, SessionError> {
+    pub async fn run_now(&self, principal: &Principal, id: &str) -> Result<LastRun, SessionError> {
         let row = self.find(principal, id).await?;
         Ok(self.run(&row, "manual").await)
     }

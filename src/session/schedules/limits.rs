@@ -8,6 +8,7 @@ use dashmap::DashMap;
 
 use super::{LastRun, Scheduler};
 use crate::protocol;
+use crate::protocol::Principal;
 use crate::store::schedules::ScheduleRow;
 
 /// The window of `schedules.max_new_runs_per_hour`.
@@ -16,8 +17,8 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// A principal's turn to count and start a `mode: "new"` run: its lock is forgotten when the
 /// turn ends and nobody else waits for it.
 pub(super) struct NewRunTurn<'a> {
-    locks: &'a DashMap<String, Arc<tokio::sync::Mutex<()>>>,
-    principal: String,
+    locks: &'a DashMap<Principal, Arc<tokio::sync::Mutex<()>>>,
+    principal: Principal,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
@@ -34,7 +35,7 @@ impl Drop for NewRunTurn<'_> {
 impl Scheduler {
     /// Whether the principal of a schedule can still sign in (see
     /// [`crate::config::AuthConfig::principal_exists`]).
-    pub(super) fn principal_exists(&self, principal: &str) -> bool {
+    pub(super) fn principal_exists(&self, principal: &Principal) -> bool {
         self.inner
             .manager
             .shared
@@ -83,7 +84,7 @@ impl Scheduler {
     /// the detail of why not. Without a limit (0) there is nothing to count or wait for.
     pub(super) async fn take_new_run(
         &self,
-        principal: &str,
+        principal: &Principal,
     ) -> Result<Option<NewRunTurn<'_>>, String> {
         let max = self.inner.max_new_runs_per_hour;
         if max == 0 {
@@ -92,12 +93,12 @@ impl Scheduler {
         let lock = self
             .inner
             .new_runs
-            .entry(principal.to_owned())
+            .entry(principal.clone())
             .or_default()
             .clone();
         let turn = NewRunTurn {
             locks: &self.inner.new_runs,
-            principal: principal.to_owned(),
+            principal: principal.clone(),
             guard: Some(lock.lock_owned().await),
         };
         let hour = chrono::TimeDelta::from_std(HOUR).expect("an hour");

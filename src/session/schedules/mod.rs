@@ -17,7 +17,7 @@ pub use self::api::{Schedule, ScheduleBody};
 pub use self::runs::LastRun;
 use super::Manager;
 use crate::config::SchedulesConfig;
-use crate::protocol::{self, ErrorCode};
+use crate::protocol::{self, ErrorCode, Principal};
 use crate::session::SessionError;
 use crate::store::schedules::ScheduleStore;
 
@@ -40,7 +40,7 @@ struct Inner {
     /// Per principal, held from counting a `mode: "new"` run against the limit until its
     /// conversation is stored, so that a principal's runs at once on this node are counted
     /// one after the other (other principals' runs go on meanwhile).
-    new_runs: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    new_runs: DashMap<Principal, Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// Runs schedules; cheap to clone. It keeps each principal's schedules in the store, wakes at

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::super::{Activity, ChatAccepted, Command, Outcome};
 use super::{Running, Scheduler};
-use crate::protocol;
+use crate::protocol::{self, Principal};
 use crate::session::SessionError;
 use crate::store::NewMessage;
 use crate::store::schedules::ScheduleRow;
@@ -204,7 +204,13 @@ impl Scheduler {
     /// Follows a run's conversation until its turn ends (the `result`s of the turns queued
     /// ahead of it, then its own), then lets the schedule run again and records the outcome
     /// unless a later decision was recorded meanwhile.
-    async fn watch(&self, id: String, principal: String, generation: u64, accepted: ChatAccepted) {
+    async fn watch(
+        &self,
+        id: String,
+        principal: Principal,
+        generation: u64,
+        accepted: ChatAccepted,
+    ) {
         let ChatAccepted {
             conversation,
             seq,
