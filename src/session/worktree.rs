@@ -87,6 +87,8 @@ impl Manager {
         let top = repo.top.to_string_lossy();
         match crate::projects::resolve_dir(roots, principal, &top).await {
             Ok(canonical) if canonical == repo.top => {}
+            // Nor to a repository reaching above the root: no worktree, as the listing says.
+            _ if asked.is_none() => return Ok(()),
             _ => {
                 return Err(invalid_options(format!(
                     "the repository `{top}` reaches outside the project roots you may use"

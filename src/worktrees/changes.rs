@@ -113,6 +113,9 @@ fn diff_args<'a>(extra: &[&'a str], from: &'a str, to: &'a str) -> Vec<&'a str> 
         "--no-textconv",
         "--no-renames",
         "--no-color",
+        // Whatever `diff.noprefix` or `diff.mnemonicPrefix` a user set: clients split by these.
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
     ];
     args.extend_from_slice(extra);
     args.extend([from, to]);

@@ -508,8 +508,9 @@ async fn hostile_worktree_options_and_other_principals_are_refused() {
         "no worktree is left behind"
     );
     // A repository reaching above the root is refused: its worktree would hold files outside.
+    // The root's default gives none there, and the conversation runs in the directory itself.
     let (mut server, _cfg) = server_with(&format!(
-        "{TOKENS}\n[projects]\nroots = [{{ path = {} }}]\n",
+        "{TOKENS}\n[projects]\nroots = [{{ path = {}, worktrees = true }}]\n",
         toml_string(&fx.repo.join("sub").to_string_lossy())
     ))
     .await;
@@ -525,6 +526,22 @@ async fn hostile_worktree_options_and_other_principals_are_refused() {
     assert!(
         err["error"].as_str().unwrap().contains("reaches outside"),
         "{err}"
+    );
+    c.send(json!({"type": "chat", "agent_id": "up", "content": "hi", "options": {"cwd": sub}}))
+        .await;
+    assert!(reply_text(&c.until_result("up").await).starts_with("Echo: hi"));
+    let summary: Value = reqwest::Client::new()
+        .get(server.url("/api/sessions/up"))
+        .bearer_auth("tok-alice")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (summary["cwd"].as_str(), &summary["worktree"]),
+        (Some(sub.as_str()), &Value::Null)
     );
     server.terminate().await;
 
