@@ -200,6 +200,81 @@ impl TryFrom<String> for SessionId {
     }
 }
 
+/// Who acts: the principal a credential was checked for (an API token's configured name, a
+/// JWT's `sub` after its prefix, or the one local principal with authentication off). Every
+/// conversation lives in its principal's namespace. Made from a credential, or read from
+/// another node, only through [`Principal::checked`]; names the config and the store already
+/// hold come back through [`Principal::new`] and `From<String>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Principal(Arc<str>);
+
+/// Read from the wire (another node's forward), it is checked as a credential's is.
+impl<'de> Deserialize<'de> for Principal {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Principal::checked(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!("a principal is 1-{MAX_PRINCIPAL_BYTES} bytes"))
+        })
+    }
+}
+
+impl Principal {
+    /// A principal named by a credential: non-empty and at most [`MAX_PRINCIPAL_BYTES`] bytes.
+    pub fn checked(name: &str) -> Option<Self> {
+        (!name.is_empty() && name.len() <= MAX_PRINCIPAL_BYTES).then(|| Principal(name.into()))
+    }
+
+    /// A principal the server already knows by `name` (a stored row's, a configured one's).
+    pub fn new(name: &str) -> Self {
+        Principal(name.into())
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for Principal {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for Principal {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Principal {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+/// A name the store read back: it was a principal when it was stored.
+impl From<String> for Principal {
+    fn from(name: String) -> Self {
+        Principal(name.into())
+    }
+}
+
+/// A name the server already knows as a principal (a configured one, a test's).
+impl From<&str> for Principal {
+    fn from(name: &str) -> Self {
+        Principal(name.into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,69 +336,18 @@ mod tests {
         assert_eq!(id.to_string(), ID);
         assert_eq!(String::from(id), ID);
     }
-}
 
-/// Who acts: the principal a credential was checked for (an API token's configured name, a
-/// JWT's `sub` after its prefix, or the one local principal with authentication off). Every
-/// conversation lives in its principal's namespace. Made from a credential only through
-/// [`Principal::checked`]; names the store and the config already hold come back through
-/// [`Principal::new`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Principal(Arc<str>);
-
-impl Principal {
-    /// A principal named by a credential: non-empty and at most [`MAX_PRINCIPAL_BYTES`] bytes.
-    pub fn checked(name: &str) -> Option<Self> {
-        (!name.is_empty() && name.len() <= MAX_PRINCIPAL_BYTES).then(|| Principal(name.into()))
-    }
-
-    /// A principal the server already knows by `name` (a stored row's, a configured one's).
-    pub fn new(name: &str) -> Self {
-        Principal(name.into())
-    }
-
-    /// The name as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Deref for Principal {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Principal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl PartialEq<str> for Principal {
-    fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
-    }
-}
-
-impl PartialEq<&str> for Principal {
-    fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
-    }
-}
-
-/// A name the store read back: it was a principal when it was stored.
-impl From<String> for Principal {
-    fn from(name: String) -> Self {
-        Principal(name.into())
-    }
-}
-
-/// A name the server already knows as a principal (a configured one, a test's).
-impl From<&str> for Principal {
-    fn from(name: &str) -> Self {
-        Principal(name.into())
+    #[test]
+    fn principals_are_checked_where_they_come_in() {
+        use super::{MAX_PRINCIPAL_BYTES, Principal};
+        assert!(Principal::checked("").is_none());
+        assert!(Principal::checked(&"p".repeat(MAX_PRINCIPAL_BYTES + 1)).is_none());
+        let longest = "p".repeat(MAX_PRINCIPAL_BYTES);
+        assert_eq!(Principal::checked(&longest).unwrap(), longest.as_str());
+        let read: Principal = serde_json::from_str("\"alice\"").unwrap();
+        assert_eq!(read, "alice");
+        assert!(serde_json::from_str::<Principal>("\"\"").is_err());
+        let long = format!("\"{}\"", "p".repeat(MAX_PRINCIPAL_BYTES + 1));
+        assert!(serde_json::from_str::<Principal>(&long).is_err());
     }
 }

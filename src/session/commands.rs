@@ -303,7 +303,10 @@ impl Manager {
                     }
                     Err(err) => return Err(store_error(err, agent_id)),
                 }
+                // Busy meanwhile, as a live one is: see `Actor::rewind`.
+                slot.busy.store(true, std::sync::atomic::Ordering::Release);
                 let rewound = actor::rewind_store(&self.shared, conversation, to_seq).await;
+                slot.busy.store(false, std::sync::atomic::Ordering::Release);
                 store.release_lease(conversation.row).await;
                 let (frame, _, _) = rewound?;
                 self.broadcast(&slot, conversation, frame.clone());
@@ -376,7 +379,8 @@ impl Manager {
     /// Deletes a conversation: a running turn is abandoned and its agent stopped, every stored
     /// message is removed, and subscribers get a `status` `deleted` before their subscription
     /// ends. The `agent_id` is free again afterwards. Its worktree, if it has one, is removed;
-    /// returns the worktree's branch when it was kept (its base lacks some of it).
+    /// returns what became of the worktree's branch: None without a worktree, else the branch
+    /// when it was kept (its base lacks some of it, or the worktree could not be removed).
     ///
     /// # Errors
     /// `unknown_agent` or `store_unavailable`.
@@ -384,7 +388,7 @@ impl Manager {
         &self,
         principal: &Principal,
         agent_id: &AgentId,
-    ) -> Result<Option<String>, SessionError> {
+    ) -> Result<Option<Option<String>>, SessionError> {
         let (slot, mut guard) = self.existing_slot(principal, agent_id).await?;
         let conversation = slot
             .conversation
@@ -422,7 +426,7 @@ impl Manager {
         // The agent has stopped; the slot is still held, so none starts in it meanwhile.
         self.remove_workspace(&conversation.session_id, &cwd).await;
         let kept_branch = match &worktree {
-            Some(worktree) => self.drop_worktree(&conversation.session_id, worktree).await,
+            Some(worktree) => Some(self.drop_worktree(&conversation.session_id, worktree).await),
             None => None,
         };
         let _ = slot.events.send(protocol::status_frame(

@@ -148,7 +148,9 @@ impl Manager {
         session_id: &SessionId,
         worktree: &Worktree,
     ) -> Option<String> {
-        let worktrees = self.shared.worktrees.as_deref()?;
+        let Some(worktrees) = self.shared.worktrees.as_deref() else {
+            return Some(worktree.branch.clone());
+        };
         match worktrees.remove(worktree, session_id.as_str()).await {
             Ok(true) => Some(worktree.branch.clone()),
             Ok(false) => None,

@@ -412,6 +412,9 @@ pub trait Store: Send + Sync + 'static {
         unified: bool,
     ) -> Result<()>;
 
+    /// The `seq` of the first `result` after `seq`: where the turn after that point ended.
+    async fn next_result_after(&self, row: RowId, seq: i64) -> Result<Option<i64>>;
+
     /// Number of user turns stored before `seq` that the agent remembers (those after the
     /// conversation's `memory_from_seq`).
     async fn prompts_before(&self, row: RowId, seq: i64) -> Result<i64>;

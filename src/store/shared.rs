@@ -102,6 +102,17 @@ macro_rules! store_impl {
                 Ok(())
             }
 
+            async fn next_result_after(&self, row: RowId, seq: i64) -> Result<Option<i64>> {
+                Ok(sqlx::query_scalar(
+                    "select seq from messages where session_pk = $1 and seq > $2
+                       and message_type = 'result' order by seq limit 1",
+                )
+                .bind(row)
+                .bind(seq)
+                .fetch_optional(&self.pool)
+                .await?)
+            }
+
             async fn prompts_before(&self, row: RowId, seq: i64) -> Result<i64> {
                 Ok(sqlx::query_scalar(
                     "select count(*) from messages where session_pk = $1 and seq < $2 and prompt

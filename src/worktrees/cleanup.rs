@@ -20,7 +20,7 @@ impl Worktrees {
                 .await?;
         }
         self.git.ok(repo, &["worktree", "prune"]).await?;
-        for (_, name) in self.checkpoints(repo, key).await? {
+        for name in self.private_refs(repo, key).await? {
             self.git.ok(repo, &["update-ref", "-d", &name]).await?;
         }
         let branch = format!("refs/heads/{}", worktree.branch);
@@ -103,6 +103,22 @@ impl Worktrees {
                         .git
                         .run(&self.dir, &[&git_dir, "worktree", "prune"])
                         .await;
+                    // Its checkpoints go too (it was named by a valid key: checked above).
+                    let prefix = checkpoints_of(&name).unwrap_or_default();
+                    let refs = self
+                        .git
+                        .ok(
+                            &self.dir,
+                            &[&git_dir, "for-each-ref", "--format=%(refname)", &prefix],
+                        )
+                        .await
+                        .unwrap_or_default();
+                    for name in refs.lines() {
+                        let _ = self
+                            .git
+                            .run(&self.dir, &[&git_dir, "update-ref", "-d", name])
+                            .await;
+                    }
                     out.is_ok_and(|o| o.code == Some(0))
                 }
                 None => false,

@@ -36,6 +36,8 @@ const MAX_INCLUDED_FILES: usize = 1000;
 const MAX_INCLUDED_BYTES: u64 = 64 << 20;
 /// The private references under which turn checkpoints are kept (never on a branch).
 const CHECKPOINTS: &str = "refs/agentmux/checkpoints";
+/// Most checkpoints kept per conversation: a rewind further back restores messages only.
+pub const MAX_CHECKPOINTS: usize = 200;
 
 /// What went wrong with a worktree operation.
 #[derive(Debug, thiserror::Error)]
@@ -144,10 +146,20 @@ fn valid_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// The folder of conversation `key`'s private references.
+fn checkpoints_of(key: &str) -> Result<String> {
+    valid_key(key)?;
+    Ok(format!("{CHECKPOINTS}/{key}/"))
+}
+
 /// The private reference of checkpoint `n` of conversation `key`.
 fn checkpoint_ref(key: &str, n: i64) -> Result<String> {
-    valid_key(key)?;
-    Ok(format!("{CHECKPOINTS}/{key}/{n}"))
+    Ok(format!("{}{n}", checkpoints_of(key)?))
+}
+
+/// The private reference to what conversation `key`'s worktree held before its last rewind.
+fn before_rewind_ref(key: &str) -> Result<String> {
+    Ok(format!("{}before-rewind", checkpoints_of(key)?))
 }
 
 /// The server's worktrees: where they live, the git that runs them, one lock per repository.

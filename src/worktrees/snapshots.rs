@@ -7,8 +7,9 @@ use crate::protocol::ChangeCounts;
 
 impl Worktrees {
     /// Records the worktree's files as they are now as checkpoint `n` of conversation `key`
-    /// (checkpoints are numbered in the order they are taken); returns their tree, which
-    /// [`Self::changed_since`] compares with.
+    /// (checkpoints are numbered in the order they are taken, and only the latest
+    /// [`MAX_CHECKPOINTS`] are kept); returns their tree, which [`Self::changed_since`]
+    /// compares with.
     ///
     /// # Errors
     /// `Git` when git fails.
@@ -19,26 +20,72 @@ impl Worktrees {
         self.git
             .ok(&worktree.path, &["update-ref", &name, &state])
             .await?;
+        let mut kept = self.checkpoints(&worktree.repo, key).await?;
+        if kept.len() > MAX_CHECKPOINTS {
+            kept.sort();
+            for (_, old) in &kept[..kept.len() - MAX_CHECKPOINTS] {
+                self.git
+                    .ok(&worktree.repo, &["update-ref", "-d", old])
+                    .await?;
+            }
+        }
         Ok(tree)
     }
 
-    /// The first checkpoint of conversation `key` numbered `n` or later: how the files were
-    /// when the first turn after `n` started. None when there is none.
+    /// Puts the worktree's files (and its branch) back as they were when the first turn after
+    /// `seq` started: its checkpoint is the first numbered `seq` or later, and it must come
+    /// before `until` (where that turn ended), else the turn has none (taken before
+    /// checkpoints, in a fork's source, or its checkpoint failed) and nothing is touched. What
+    /// the worktree held before is kept under [`before_rewind_ref`] until the next rewind,
+    /// and returned for [`Self::undo_rewind`]. None when nothing was touched.
     ///
     /// # Errors
-    /// `Git` when git fails.
-    pub async fn checkpoint_from(
+    /// `Invalid` when the worktree is on another branch; `Git` when git fails (the files are
+    /// then as they were before, or the error says they could not be put back).
+    pub async fn rewind(
         &self,
         worktree: &Worktree,
         key: &str,
-        n: i64,
+        seq: i64,
+        until: Option<i64>,
     ) -> Result<Option<String>> {
         let _lock = self.lock(&worktree.repo).await;
+        self.on_own_branch(worktree).await?;
         let found = self.checkpoints(&worktree.repo, key).await?;
-        let Some((_, name)) = found.into_iter().filter(|(at, _)| *at >= n).min() else {
+        let first = found.into_iter().filter(|(at, _)| *at >= seq).min();
+        let Some((_, name)) = first.filter(|(at, _)| until.is_none_or(|end| *at < end)) else {
             return Ok(None);
         };
-        self.commit_of(&worktree.repo, &name).await
+        let Some(state) = self.commit_of(&worktree.repo, &name).await? else {
+            return Ok(None);
+        };
+        let (before, _) = self.snapshot_commit(worktree, "before rewind").await?;
+        if let Err(err) = self.restore(worktree, &state).await {
+            return Err(match self.restore(worktree, &before).await {
+                Ok(()) => err,
+                Err(back) => WorktreeError::Git(format!(
+                    "{err}; and the files could not be put forward again: {back}"
+                )),
+            });
+        }
+        self.git
+            .ok(
+                &worktree.repo,
+                &["update-ref", &before_rewind_ref(key)?, &before],
+            )
+            .await?;
+        Ok(Some(before))
+    }
+
+    /// After a [`Self::rewind`] whose conversation could not be rewound: the files (and the
+    /// branch) go forward to `before`, what the rewind returned.
+    ///
+    /// # Errors
+    /// `Invalid` when the worktree is on another branch; `Git` when git fails.
+    pub async fn undo_rewind(&self, worktree: &Worktree, before: &str) -> Result<()> {
+        let _lock = self.lock(&worktree.repo).await;
+        self.on_own_branch(worktree).await?;
+        self.restore(worktree, before).await
     }
 
     /// Drops the checkpoints of conversation `key` numbered `n` or later (their turns were
@@ -63,38 +110,31 @@ impl Worktrees {
         Ok(())
     }
 
-    /// The checkpoints of conversation `key`: their numbers and reference names.
+    /// The numbered checkpoints of conversation `key`: their numbers and reference names.
     pub(super) async fn checkpoints(&self, repo: &Path, key: &str) -> Result<Vec<(i64, String)>> {
-        valid_key(key)?;
-        let prefix = format!("{CHECKPOINTS}/{key}/");
+        let prefix = checkpoints_of(key)?;
+        Ok(self
+            .private_refs(repo, key)
+            .await?
+            .into_iter()
+            .filter_map(|name| Some((name.strip_prefix(&prefix)?.parse().ok()?, name)))
+            .collect())
+    }
+
+    /// Every private reference of conversation `key` (its checkpoints and the state before
+    /// its last rewind).
+    pub(super) async fn private_refs(&self, repo: &Path, key: &str) -> Result<Vec<String>> {
+        let prefix = checkpoints_of(key)?;
         let names = self
             .git
             .ok(repo, &["for-each-ref", "--format=%(refname)", &prefix])
             .await?;
-        Ok(names
-            .lines()
-            .filter_map(|name| Some((name.strip_prefix(&prefix)?.parse().ok()?, name.to_owned())))
-            .collect())
-    }
-
-    /// A commit of the worktree's files (and branch) as they are now, kept by nobody: what
-    /// [`Self::restore`] goes back to when a rewind fails after the files were put back.
-    ///
-    /// # Errors
-    /// `Git` when git fails.
-    pub async fn snapshot(&self, worktree: &Worktree) -> Result<String> {
-        let _lock = self.lock(&worktree.repo).await;
-        Ok(self.snapshot_commit(worktree, "snapshot").await?.0)
+        Ok(names.lines().map(str::to_owned).collect())
     }
 
     /// Puts the worktree's files (and its branch) back as they were in `state`, a commit made
-    /// by [`Self::checkpoint`] or [`Self::snapshot`].
-    ///
-    /// # Errors
-    /// `Invalid` when the worktree is on another branch; `Git` when git fails.
-    pub async fn restore(&self, worktree: &Worktree, state: &str) -> Result<()> {
-        let _lock = self.lock(&worktree.repo).await;
-        self.on_own_branch(worktree).await?;
+    /// by [`Self::snapshot_commit`]. The caller holds the repository's lock.
+    async fn restore(&self, worktree: &Worktree, state: &str) -> Result<()> {
         let git = |args: &'static [&'static str]| self.git.ok(&worktree.path, args);
         // Files and index as in the checkpoint, then what it did not have is removed, then
         // the branch goes back to where it was, leaving the files as they are.

@@ -319,15 +319,19 @@ async fn restoring_a_checkpoint_puts_the_files_back() {
     Box::pin(restore_and_forward(&fx, &wt)).await;
 }
 
-/// Puts the files of checkpoint 2 back, then forward again; drops checkpoints from 3.
+/// Rewinds to checkpoint 2, then forward again; drops checkpoints from 3.
 async fn restore_and_forward(fx: &Fixture, wt: &Worktree) {
-    // A rewind to anything from 3 to 9 finds the checkpoint of the turn after it.
-    let state = fx.worktrees.checkpoint_from(wt, "r1", 3).await.unwrap();
-    let at_9 = fx.worktrees.checkpoint_from(wt, "r1", 9).await.unwrap();
-    assert!(state.is_some() && state == at_9, "{state:?} {at_9:?}");
-    let state = fx.worktrees.checkpoint_from(wt, "r1", 1).await.unwrap();
-    let before = fx.worktrees.snapshot(wt).await.unwrap();
-    fx.worktrees.restore(wt, &state.unwrap()).await.unwrap();
+    // The first checkpoint from 3 is 9: not the turn's that ended before 9.
+    assert_eq!(
+        fx.worktrees.rewind(wt, "r1", 3, Some(9)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        read(wt.path.join("kept.txt")),
+        "changed too\n",
+        "nothing touched"
+    );
+    let before = fx.worktrees.rewind(wt, "r1", 1, Some(5)).await.unwrap();
     assert!(!wt.path.join("created.txt").exists());
     assert_eq!(read(wt.path.join("a.txt")), "one\ntwo\nthree\n");
     assert_eq!(read(wt.path.join("sub/b.txt")), "b\n");
@@ -342,8 +346,18 @@ async fn restore_and_forward(fx: &Fixture, wt: &Worktree) {
         "?? kept.txt",
         "uncommitted as it was"
     );
-    // A snapshot taken before puts it all forward again.
-    fx.worktrees.restore(wt, &before).await.unwrap();
+    // What it held before is kept, its commit included.
+    let kept = sh(
+        &fx.repo,
+        &["rev-parse", "refs/agentmux/checkpoints/r1/before-rewind"],
+    );
+    assert_eq!(Some(kept.as_str()), before.as_deref());
+    assert_eq!(
+        sh(&fx.repo, &["log", "-1", "--format=%s", &format!("{kept}^")]),
+        "turn 2"
+    );
+    // Undone, it all goes forward again.
+    Box::pin(fx.worktrees.undo_rewind(wt, &kept)).await.unwrap();
     assert_eq!(read(wt.path.join("created.txt")), "turn 2\n");
     assert_eq!(read(wt.path.join("kept.txt")), "changed too\n");
     assert_eq!(sh(&wt.path, &["log", "-1", "--format=%s"]), "turn 2");
@@ -353,22 +367,33 @@ async fn restore_and_forward(fx: &Fixture, wt: &Worktree) {
         .await
         .unwrap();
     assert_eq!(
-        fx.worktrees.checkpoint_from(wt, "r1", 3).await.unwrap(),
-        None
-    );
-    assert!(
-        fx.worktrees
-            .checkpoint_from(wt, "r1", 0)
+        Box::pin(fx.worktrees.rewind(wt, "r1", 3, None))
             .await
-            .unwrap()
-            .is_some()
+            .unwrap(),
+        None
     );
     assert_eq!(
-        fx.worktrees.checkpoint_from(wt, "other", 0).await.unwrap(),
+        Box::pin(fx.worktrees.rewind(wt, "other", 0, None))
+            .await
+            .unwrap(),
         None
     );
-    // Checkpoints are not on any branch.
+    // Checkpoints are not on any branch; removal takes every private reference along.
     assert!(!sh(&fx.repo, &["branch", "-a"]).contains("checkpoint"));
+    Box::pin(fx.worktrees.remove(wt, "r1")).await.unwrap();
+    assert_eq!(sh(&fx.repo, &["for-each-ref", "refs/agentmux"]), "");
+}
+
+#[tokio::test]
+async fn only_the_latest_checkpoints_are_kept() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("many").await;
+    for n in 0..(MAX_CHECKPOINTS as i64 + 3) {
+        fx.worktrees.checkpoint(&wt, "many", n).await.unwrap();
+    }
+    let kept = fx.worktrees.checkpoints(&fx.repo, "many").await.unwrap();
+    assert_eq!(kept.len(), MAX_CHECKPOINTS);
+    assert_eq!(kept.iter().map(|(n, _)| *n).min(), Some(3));
 }
 
 #[tokio::test]
@@ -431,9 +456,16 @@ async fn removal_keeps_an_unmerged_branch_and_drops_a_merged_one() {
 async fn worktrees_of_conversations_that_are_gone_are_pruned() {
     let fx = Fixture::new();
     let (keep, drop) = (fx.worktree("keep").await, fx.worktree("drop").await);
+    fx.worktrees.checkpoint(&drop, "drop", 1).await.unwrap();
+    fx.worktrees.checkpoint(&keep, "keep", 1).await.unwrap();
     assert_eq!(fx.worktrees.prune(|key| key == "keep").await, 1);
     assert!(keep.path.exists() && !drop.path.exists());
     assert!(!sh(&fx.repo, &["worktree", "list"]).contains("drop"));
+    let refs = sh(&fx.repo, &["for-each-ref", "--format=%(refname)"]);
+    assert!(
+        refs.contains("checkpoints/keep/1") && !refs.contains("checkpoints/drop"),
+        "{refs}"
+    );
 }
 
 #[tokio::test]

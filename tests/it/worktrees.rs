@@ -848,6 +848,36 @@ async fn rewind_puts_the_worktrees_files_back_and_changed_files_are_announced() 
         "one\ntwo\n",
         "the main checkout is untouched"
     );
+    // What it held before is kept in the repository: turn 2's file is in it.
+    let (_, summary) = fx.api("tok-alice", "GET", "/api/sessions/rw", None).await;
+    let before = format!(
+        "refs/agentmux/checkpoints/{}/before-rewind:created.txt",
+        summary["session_id"].as_str().unwrap()
+    );
+    assert_eq!(git(&fx.repo, &["show", &before]), "turn 2");
+
+    // A fork has no checkpoints of the turns before it: rewinding it there puts no files back.
+    let (status, fork) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/rw/fork",
+            Some(json!({"new_agent_id": "rw-fork"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{fork}");
+    std::fs::write(cwd(&fork).join("fork.txt"), "made in the fork\n").unwrap();
+    let (status, rewound) = fx
+        .api(
+            "tok-alice",
+            "POST",
+            "/api/sessions/rw-fork/rewind",
+            Some(json!({"to_seq": result_1})),
+        )
+        .await;
+    assert_eq!(status, 200, "{rewound}");
+    assert_eq!(rewound["files_restored"], false, "{rewound}");
+    assert!(cwd(&fork).join("fork.txt").exists());
 
     // Without a worktree, a rewind says the files stay as they are.
     let plain = fx.repo.parent().unwrap().join("plain");
@@ -873,7 +903,7 @@ async fn rewind_puts_the_worktrees_files_back_and_changed_files_are_announced() 
     assert_eq!(status, 200, "{rewound}");
     assert_eq!(rewound["files_restored"], false, "{rewound}");
     assert!(
-        rewound["detail"].as_str().unwrap().contains("not changed"),
+        rewound["detail"].as_str().unwrap().contains("not put back"),
         "{rewound}"
     );
     assert!(plain.join("made.txt").exists());

@@ -459,10 +459,8 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let record = app.manager.get(&principal, &id).await?;
-    let kept_branch = app.manager.delete(&principal, &id).await?;
-    Ok(match record.worktree() {
-        Some(_) => Json(DeletedWorktree { kept_branch }).into_response(),
+    Ok(match app.manager.delete(&principal, &id).await? {
+        Some(kept_branch) => Json(DeletedWorktree { kept_branch }).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
 }

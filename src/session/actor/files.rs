@@ -18,7 +18,8 @@ pub(in crate::session) enum Files {
     NoWorktree,
     /// They are as they were when the first dropped turn started.
     Restored,
-    /// Nothing was dropped that had a checkpoint: they stay as they are.
+    /// The first dropped turn has no checkpoint (none was dropped, it ran before the
+    /// conversation's checkpoints began, or its checkpoint failed): they stay as they are.
     Unchanged,
 }
 
@@ -26,9 +27,14 @@ impl Files {
     /// How the `rewound` status says it.
     pub(in crate::session) fn detail(self) -> &'static str {
         match self {
-            Files::NoWorktree => "files on disk were not changed",
-            Files::Restored => "the worktree's files are back as they were at that point",
-            Files::Unchanged => "the worktree's files were not changed",
+            Files::NoWorktree => "files on disk were not put back",
+            Files::Restored => {
+                "the worktree's files and branch are back as they were at that point (what it \
+                 held before is kept under refs/agentmux/checkpoints/<session_id>/before-rewind)"
+            }
+            Files::Unchanged => {
+                "the worktree's files were not put back: there is no record of them at that point"
+            }
         }
     }
 }
@@ -76,40 +82,35 @@ impl Actor {
     }
 
     /// After a turn: when it changed files in the worktree, its followers get a `status`
-    /// `changes` with what the worktree now differs from its base by. In the background.
-    pub(super) fn report_changes(&mut self) {
+    /// `changes` with what the worktree now differs from its base by, before anything the
+    /// next turn sends.
+    pub(super) async fn report_changes(&mut self) {
         let Some(tree) = self.files_at_turn_start.take() else {
             return;
         };
         let Some((worktrees, worktree)) = worktree_of(&self.shared, &self.conversation) else {
             return;
         };
-        let (conversation, events, bus) = (
-            self.conversation.clone(),
-            self.events.clone(),
-            self.shared.bus.clone(),
-        );
-        tokio::spawn(async move {
-            match worktrees.changed_since(&worktree, &tree).await {
-                Ok(None) => {}
-                Ok(Some(counts)) => {
-                    let frame = protocol::changes_frame(conversation.tag(), counts);
-                    if let Some(bus) = &bus {
-                        bus.publish(conversation.row, &frame);
-                    }
-                    let _ = events.send(frame);
-                }
-                Err(err) => {
-                    tracing::warn!(agent_id = %conversation.agent_id, error = %err, "could not count the worktree's changes");
-                }
+        let counted = joined(tokio::spawn(async move {
+            worktrees.changed_since(&worktree, &tree).await
+        }))
+        .await;
+        match counted {
+            Ok(None) => {}
+            Ok(Some(counts)) => {
+                self.publish(protocol::changes_frame(self.conversation.tag(), counts))
             }
-        });
+            Err(err) => {
+                tracing::warn!(agent_id = %self.conversation.agent_id, error = %err, "could not count the worktree's changes");
+            }
+        }
     }
 }
 
 /// Puts the files of `conversation`'s worktree back as they were when the first turn after
 /// `to_seq` started, then runs `rewind` (the store's); when that fails, the files go forward
-/// again to how they were. Whoever calls it makes sure no turn runs.
+/// again to how they were. Whoever calls it makes sure no turn runs, and marks the
+/// conversation busy meanwhile (so no commit or merge of the worktree comes between).
 pub(in crate::session) async fn rewind_files<T>(
     shared: &Shared,
     conversation: &Conversation,
@@ -119,45 +120,48 @@ pub(in crate::session) async fn rewind_files<T>(
     let Some((worktrees, worktree)) = worktree_of(shared, conversation) else {
         return rewind(Files::NoWorktree).await;
     };
+    let until = shared
+        .store
+        .next_result_after(conversation.row, to_seq)
+        .await
+        .map_err(|e| crate::session::errors::store_error(e, &conversation.agent_id))?;
     let key: SessionId = conversation.session_id.clone();
-    let failed = |err: WorktreeError| {
-        SessionError::new(
-            protocol::ErrorCode::BackendUnavailable,
-            format!("the worktree's files could not be put back, so nothing was rewound: {err}"),
-        )
-    };
     let (w, t, k) = (worktrees.clone(), worktree.clone(), key.to_string());
-    let found = joined(tokio::spawn(async move {
-        let Some(state) = w.checkpoint_from(&t, &k, to_seq).await? else {
-            return Ok(None);
-        };
-        let now = w.snapshot(&t).await?;
-        w.restore(&t, &state).await?;
-        Ok(Some(now))
+    let before = joined(tokio::spawn(async move {
+        w.rewind(&t, &k, to_seq, until).await
     }))
     .await
-    .map_err(failed)?;
-    let Some(before) = found else {
+    .map_err(|err| {
+        let code = match err {
+            WorktreeError::Invalid(_) => protocol::ErrorCode::Conflict,
+            _ => protocol::ErrorCode::BackendUnavailable,
+        };
+        SessionError::new(
+            code,
+            format!("the worktree's files could not be put back, so nothing was rewound: {err}"),
+        )
+    })?;
+    let Some(before) = before else {
         return rewind(Files::Unchanged).await;
     };
     match rewind(Files::Restored).await {
         Ok(done) => {
             let (w, t, k) = (worktrees, worktree, key.to_string());
-            if let Err(err) = joined(tokio::spawn(async move {
+            let dropped = joined(tokio::spawn(async move {
                 w.drop_checkpoints_from(&t, &k, to_seq).await
             }))
-            .await
-            {
+            .await;
+            if let Err(err) = dropped {
                 tracing::warn!(agent_id = %conversation.agent_id, error = %err, "could not drop the rewound turns' checkpoints");
             }
             Ok(done)
         }
         Err(err) => {
-            if let Err(back) = joined(tokio::spawn(async move {
-                worktrees.restore(&worktree, &before).await
+            let back = joined(tokio::spawn(async move {
+                worktrees.undo_rewind(&worktree, &before).await
             }))
-            .await
-            {
+            .await;
+            if let Err(back) = back {
                 tracing::error!(agent_id = %conversation.agent_id, error = %back, "the rewind failed and the worktree's files could not go forward again");
             }
             Err(err)

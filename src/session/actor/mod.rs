@@ -112,6 +112,8 @@ struct Actor {
     last_seq: i64,
     /// The tree of the worktree's files when the running or last turn started.
     files_at_turn_start: Option<String>,
+    /// Set when the next batch ends the last turn: the conversation is idle once it is stored.
+    idle_after_batch: bool,
     agent: Option<AgentConn>,
     /// Cumulative cost the current agent process reported; results carry running totals.
     process_cost: f64,
@@ -157,6 +159,7 @@ pub(crate) fn spawn(init: ActorInit) {
         turns: Turns::default(),
         last_seq: record.last_seq,
         files_at_turn_start: None,
+        idle_after_batch: false,
         agent: None,
         process_cost: 0.0,
         idle_since: Instant::now(),

@@ -1,8 +1,6 @@
 //! What the agent reports: its messages, statuses, permission requests and exits, read in batches
 //! and turned into stored and live frames.
 
-use std::sync::atomic::Ordering;
-
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -106,11 +104,8 @@ impl Actor {
                 outs.push(Out::Stored(resolved(&request_id, "cancelled")));
             }
         }
-        if turn_ended && (self.turns.queue.is_empty() || self.stopping) {
-            // A client acting on the result (merging the worktree, say) finds the
-            // conversation idle, though the `idle` status follows a little later.
-            self.busy.store(false, Ordering::Release);
-        }
+        let goes_idle = turn_ended && (self.turns.queue.is_empty() || self.stopping);
+        self.idle_after_batch = goes_idle;
         self.publish_batch(outs).await;
         if turn_ended && crashed.is_none() {
             // The agent proved healthy: a later crash starts the back-off over.
@@ -118,9 +113,9 @@ impl Actor {
         }
         if turn_ended {
             self.turns.running = None;
-            self.report_changes();
+            self.report_changes().await;
             self.mirror_transcript().await;
-            if self.turns.queue.is_empty() || self.stopping {
+            if goes_idle {
                 self.idle_since = Instant::now();
                 self.publish_status("idle", "no turn is running");
             } else {

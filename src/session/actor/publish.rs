@@ -96,6 +96,7 @@ impl Actor {
             .collect();
         let mut seq = None;
         let count = stored.len() as i64;
+        let idle_after = std::mem::take(&mut self.idle_after_batch);
         if !stored.is_empty() {
             match self
                 .shared
@@ -106,6 +107,12 @@ impl Actor {
                 Ok(first) => {
                     seq = Some(first);
                     self.last_seq = first + count - 1;
+                    if idle_after {
+                        // Stored, and before any client sees it: a client acting on the
+                        // result (merging the worktree, say) finds the conversation idle,
+                        // though the `idle` status follows a little later.
+                        self.busy.store(false, Ordering::Release);
+                    }
                 }
                 Err(err) => self.store_failed(&err),
             }

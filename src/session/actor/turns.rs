@@ -383,7 +383,7 @@ impl Actor {
         );
         self.publish_batch(vec![Out::Stored(result)]).await;
         self.turns.running = None;
-        self.report_changes();
+        self.report_changes().await;
         self.start_next_turn().await;
         if self.turns.running.is_none() {
             self.publish_status("idle", "no turn is running");
@@ -400,8 +400,12 @@ impl Actor {
                 "a turn is running or queued; interrupt it or wait for it to end, then rewind",
             ));
         }
-        let (frame, seq, next_launch) =
-            rewind_store(&self.shared, &self.conversation, to_seq).await?;
+        // Busy meanwhile: no commit or merge of the worktree comes between its files going back
+        // and the messages.
+        self.busy.store(true, Ordering::Release);
+        let rewound = rewind_store(&self.shared, &self.conversation, to_seq).await;
+        self.busy.store(false, Ordering::Release);
+        let (frame, seq, next_launch) = rewound?;
         self.last_seq = seq;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
