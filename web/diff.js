@@ -158,7 +158,7 @@ export function diffStat(lines) {
 /**
  * The files of a unified diff as `git diff` writes it without renames, each with the lines of
  * its hunks (a `…` line between two hunks), keyed by the old side's name in its
- * `diff --git` line, unquoted (`a/src/x.js`, or `src/x.js` where git writes no prefixes). A
+ * `diff --git` line, unquoted (`a/src/x.js`: the server always asks git for these prefixes). A
  * binary file has no lines; a diff cut short ends with what it has.
  * @param {string} text
  * @returns {Map<string, DiffLine[]>}

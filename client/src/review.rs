@@ -142,7 +142,8 @@ fn refusal_lines(what: &str, err: &anyhow::Error) -> Vec<String> {
     match err.downcast_ref::<Refused>() {
         Some(refusal) if refusal.status == reqwest::StatusCode::NOT_FOUND => {
             vec![format!(
-                "{what}: this session has no messages yet (send one first)"
+                "{what}: {} (a new session has none until its first message)",
+                visible(&refusal.to_string())
             )]
         }
         Some(refusal) => std::iter::once(format!("{what}: {}", visible(&refusal.to_string())))
@@ -323,9 +324,19 @@ mod tests {
             1,
             "without paths the error text alone names them"
         );
+        let unknown = anyhow::Error::new(Refused {
+            status: reqwest::StatusCode::NOT_FOUND,
+            error: Some((
+                "unknown_agent".into(),
+                "no conversation with agent_id `x`".into(),
+            )),
+            paths: Vec::new(),
+        });
         assert_eq!(
-            refusal_lines("cannot commit", &refusal(404, &[])),
-            ["cannot commit: this session has no messages yet (send one first)"]
+            refusal_lines("cannot commit", &unknown),
+            [
+                "cannot commit: no conversation with agent_id `x` (unknown_agent) (a new session has none until its first message)"
+            ]
         );
     }
 

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::cli_chat::{Terminal, chat_piped, have_tmux};
+use crate::repos::{Fixture, git};
 use crate::security::connect_as;
-use crate::worktrees::{Fixture, git};
 
 /// Starts conversation `agent_id` as alice in the fixture's repository (`worktree` as its
 /// option), waits until its first turn ended and it is idle, and returns its summary.
@@ -223,8 +223,9 @@ async fn chat_without_a_worktree_or_a_message_says_so() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains(" in a worktree of its own"), "{out}");
     for said in [
-        "cannot show the changes: this session has no messages yet (send one first)",
-        "cannot commit: this session has no messages yet (send one first)",
+        "cannot show the changes: no conversation with agent_id",
+        "cannot commit: no conversation with agent_id",
+        "(a new session has none until its first message)",
         "usage: /commit <message>",
         "Echo: hello",
     ] {

@@ -29,6 +29,7 @@ mod permissions;
 mod projects;
 mod real_cli;
 mod refused;
+mod repos;
 mod rest;
 mod schedules;
 mod security;

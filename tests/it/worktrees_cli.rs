@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 use crate::real_cli::{FakeApi, real_cli, start_server, stop};
-use crate::worktrees::{cwd, git, repo_in, rest};
+use crate::repos::{cwd, git, repo_in, rest};
 
 /// Runs a turn of `agent_id` whose model asks to run `command` (spaces as `+`) in Bash, allows
 /// it, and returns the turn's frames up to the `status` `changes` that follows its result.

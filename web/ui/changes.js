@@ -204,7 +204,7 @@ function renderPanel(agentId, changes, note) {
           el('span', `changed-status changed-${file.status}`, STATUS_LABELS[file.status] ?? file.status),
           el('span', 'diff-stat', file.binary ? 'binary' : lineStat(file.additions, file.deletions)),
         );
-      const lines = diffs.get(`a/${file.path}`) ?? diffs.get(file.path);
+      const lines = diffs.get(`a/${file.path}`);
       if (file.binary) {
         details.append(el('p', 'changed-note', 'A binary file: no lines to show.'));
       } else if (lines?.length) {
