@@ -378,11 +378,27 @@ pub struct DecodeLimits {
 
 /// Checks an `agent_id`: 1–128 characters of `[A-Za-z0-9._:-]`.
 pub fn valid_agent_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_AGENT_ID_CHARS
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    is_share_alias(id)
+        || (!id.is_empty()
+            && id.len() <= MAX_AGENT_ID_CHARS
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')))
+}
+
+/// Letters and digits after the `~` of a shared conversation's `agent_id`.
+pub const SHARE_ALIAS_CHARS: usize = 16;
+
+/// Whether `id` has the form of the `agent_id` a principal knows a conversation shared with
+/// them by: `~` and 16 lowercase letters and digits. No conversation of one's own can have it
+/// (`~` is not among their characters), so the two never collide.
+pub fn is_share_alias(id: &str) -> bool {
+    id.strip_prefix('~').is_some_and(|rest| {
+        rest.len() == SHARE_ALIAS_CHARS
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    })
 }
 
 /// Checks an agent name: 1–64 characters of `[A-Za-z0-9._-]`, not starting with `-` or `.`.

@@ -37,6 +37,12 @@ impl AgentId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether this is the id of a conversation shared with its user (see
+    /// [`super::is_share_alias`]), not one of their own.
+    pub fn is_share_alias(&self) -> bool {
+        super::is_share_alias(&self.0)
+    }
 }
 
 impl Deref for AgentId {
@@ -349,5 +355,35 @@ mod tests {
         assert!(serde_json::from_str::<Principal>("\"\"").is_err());
         let long = format!("\"{}\"", "p".repeat(MAX_PRINCIPAL_BYTES + 1));
         assert!(serde_json::from_str::<Principal>(&long).is_err());
+    }
+}
+
+/// What a principal a conversation is shared with may do with it. The owner may do anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Follow it, read its history, export and fork it (the fork is the viewer's own).
+    Viewer,
+    /// Also chat, interrupt, answer permission prompts and rewind.
+    Editor,
+}
+
+impl Role {
+    /// How it is stored and sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Editor => "editor",
+        }
+    }
+
+    /// The role stored as `text`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "viewer" => Some(Role::Viewer),
+            "editor" => Some(Role::Editor),
+            _ => None,
+        }
     }
 }

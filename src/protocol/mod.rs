@@ -22,7 +22,7 @@ pub use content::{
     Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES, PayloadMessage,
     StoredPayload, strict_json,
 };
-pub use ids::{AgentId, Principal, SessionId, valid_session_id};
+pub use ids::{AgentId, Principal, Role, SessionId, valid_session_id};
 pub use server::*;
 pub use tools::{grants_whole_tool, valid_tool_pattern};
 
@@ -108,8 +108,9 @@ pub enum ErrorCode {
     /// Another node of the cluster runs the conversation right now (or took it over from this
     /// one); try again there, or once it has stopped.
     OwnedElsewhere,
-    /// The caller may not do this (HTTP 403): a route for the server's admins only, or a
-    /// conversation whose directory is no longer inside a project root the caller may use.
+    /// The caller may not do this (HTTP 403): a route for the server's admins only, a
+    /// conversation whose directory is no longer inside a project root the caller may use, or
+    /// something the caller's role on a conversation shared with them does not allow.
     Forbidden,
     /// What was asked would change someone's work and was not done (HTTP 409): a merge with
     /// conflicts, or into a checkout with uncommitted changes.

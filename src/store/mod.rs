@@ -11,6 +11,7 @@ mod leases;
 pub use leases::{NodeStatus, cluster_status};
 pub mod postgres;
 pub mod schedules;
+pub mod shares;
 mod shared;
 pub mod sqlite;
 mod writer;
@@ -389,7 +390,7 @@ pub struct Page {
 
 /// Persistence of conversations and their frames.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: shares::ShareStore + Send + Sync + 'static {
     /// Looks up a conversation by its key.
     async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>>;
 
