@@ -21,7 +21,8 @@ use super::rest::{agent_id, last_event_id};
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
-use crate::protocol::Frame;
+use crate::protocol::{self, AgentId, Frame};
+use crate::session::Need;
 use crate::session::events::{Receiver, RecvError};
 use crate::session::replay::Cursor;
 
@@ -56,18 +57,53 @@ pub async fn events(
         Some(seq) => seq,
         None => params.since_seq.unwrap_or(0).max(0),
     };
-    let sub = app.manager.subscribe(&principal, &id).await?;
+    let acting = app.manager.acting(&principal, &id, Need::View).await?;
+    // A stream of a conversation shared with the caller ends when the share does.
+    let revoked = acting.shared.as_ref().map(|(alias, _)| {
+        let (manager, principal, alias) = (app.manager.clone(), principal.clone(), alias.clone());
+        let mut ends = manager.revocations(&principal);
+        async move {
+            loop {
+                let _ = ends.recv().await;
+                if manager
+                    .acting(&principal, &alias, Need::View)
+                    .await
+                    .is_err()
+                {
+                    return alias;
+                }
+            }
+        }
+    });
+    let sub = app
+        .manager
+        .subscribe(&acting.principal, &acting.agent_id)
+        .await?;
     let cursor = app.manager.cursor(sub.conversation, since);
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let gone = tx.clone();
-    let follower = Follower { cursor, out: tx };
+    let alias = acting.shared.map(|(alias, _)| alias);
+    let follower = Follower {
+        cursor,
+        out: tx,
+        alias,
+    };
     let shutdown = app.shutdown.clone();
     tokio::spawn(async move {
+        let revoked = async move {
+            match revoked {
+                Some(revoked) => revoked.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = follower.run(sub.events) => {}
             // The stream ended (idle, or the client left): stop following at once.
             _ = gone.closed() => {}
             _ = shutdown.cancelled() => {}
+            alias = revoked => {
+                let _ = gone.send(protocol::access_revoked_frame(&alias)).await;
+            }
         }
     });
     // A stream that has had nothing to send for the idle timeout ends; the client reconnects
@@ -92,9 +128,20 @@ pub async fn events(
 struct Follower {
     cursor: Cursor,
     out: mpsc::Sender<Frame>,
+    /// The alias the caller knows the conversation by, when it is shared with them.
+    alias: Option<AgentId>,
 }
 
 impl Follower {
+    /// Sends a frame as the caller names its conversation.
+    async fn send(&self, frame: Frame) -> Result<(), ()> {
+        let frame = match &self.alias {
+            Some(alias) => frame.retagged(alias),
+            None => frame,
+        };
+        self.out.send(frame).await.map_err(|_| ())
+    }
+
     async fn run(mut self, mut live: Receiver) {
         if self.replay().await.is_err() {
             return;
@@ -102,13 +149,13 @@ impl Follower {
         loop {
             match live.recv().await {
                 Ok(frame) => {
-                    if self.cursor.admit(&frame) && self.out.send(frame).await.is_err() {
+                    if self.cursor.admit(&frame) && self.send(frame).await.is_err() {
                         return;
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
                     let status = self.cursor.lagged(missed);
-                    if self.out.send(status).await.is_err() || self.replay().await.is_err() {
+                    if self.send(status).await.is_err() || self.replay().await.is_err() {
                         return;
                     }
                 }
@@ -125,7 +172,7 @@ impl Follower {
             let frames = page.map_err(|_| ())?;
             for frame in frames {
                 if self.cursor.admit(&frame) {
-                    self.out.send(frame).await.map_err(|_| ())?;
+                    self.send(frame).await?;
                 }
             }
         }

@@ -30,11 +30,11 @@ use crate::http::auth::Principal;
 use crate::limits::{QuotaPermit, RateLimiter, Verdict};
 use crate::metrics::FramesOut;
 use crate::protocol::{
-    self, AgentId, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag,
+    self, AgentId, ClientFrame, DecodeLimits, ErrorCode, Frame, FrameError, Tag, is_share_alias,
 };
 use crate::session::events::{Batches, Lagged, Receiver};
 use crate::session::replay::Cursor;
-use crate::session::{ChatAccepted, Command, Outcome, SessionError};
+use crate::session::{ChatAccepted, Command, Need, Outcome, Revoked, SessionError};
 
 /// Most frames written before one flush.
 const WRITE_BATCH: usize = 256;
@@ -146,6 +146,16 @@ async fn next_activity(feed: &mut Option<Receiver>) -> Option<Result<Frame, Lagg
     }
 }
 
+/// The next share of the principal's to end; never, while the socket follows none.
+async fn next_revocation(
+    feed: &mut Option<tokio::sync::broadcast::Receiver<Revoked>>,
+) -> Result<Revoked, tokio::sync::broadcast::error::RecvError> {
+    match feed {
+        Some(feed) => feed.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A chat waiting for its user message to be stored: `(agent_id, client_msg_id, outcome)`.
 type PendingAck = Pin<
     Box<dyn Future<Output = (AgentId, Option<String>, Result<ChatAccepted, SessionError>)> + Send>,
@@ -168,6 +178,9 @@ struct Connection {
     rate: Option<RateLimiter>,
     /// The principal's activity feed, once the client sent `watch`.
     activity: Option<Receiver>,
+    /// The ends of shares of conversations shared with the principal, once the socket
+    /// follows one.
+    revocations: Option<tokio::sync::broadcast::Receiver<Revoked>>,
     /// Frames of the batch being written, by type, for the metrics.
     sent: FramesOut,
     /// This socket's place in its principal's socket quota.
@@ -190,6 +203,7 @@ impl Connection {
             acks: FuturesOrdered::new(),
             rate,
             activity: None,
+            revocations: None,
             sent: FramesOut::default(),
             _permit: permit,
         }
@@ -246,6 +260,7 @@ impl Connection {
                     self.on_stored(agent_id, client_msg_id, outcome).await
                 }
                 Some(item) = self.subs.next() => self.forward(item).await,
+                revoked = next_revocation(&mut self.revocations) => self.on_revoked(revoked).await,
                 Some(item) = next_activity(&mut self.activity) => match item {
                     Ok(frame) => {
                         self.app.metrics.frame_out(frame.kind);
@@ -335,11 +350,13 @@ impl Connection {
                     return self.on_stored(agent_id, client_msg_id, Err(err)).await;
                 }
                 let command = Command::Chat { chat, marker: None };
-                self.command(agent_id, client_msg_id, command).await
+                self.command(agent_id, client_msg_id, command, Need::Edit)
+                    .await
             }
             ClientFrame::Interrupt { agent_id } => {
                 self.app.metrics.frame_in("interrupt");
-                self.command(agent_id, None, Command::Interrupt).await
+                self.command(agent_id, None, Command::Interrupt, Need::Edit)
+                    .await
             }
             ClientFrame::Ping { ts } => {
                 self.app.metrics.frame_in("ping");
@@ -354,24 +371,39 @@ impl Connection {
                 if let Err(err) = self.room_to_follow(&agent_id) {
                     return self.send_error(&err.into_frame(&agent_id, None)).await;
                 }
-                match manager.subscribe(&self.principal, &agent_id).await {
+                let acting = match manager.acting(&self.principal, &agent_id, Need::View).await {
+                    Ok(acting) => acting,
+                    Err(err) => return self.send_error(&err.into_frame(&agent_id, None)).await,
+                };
+                match manager.subscribe(&acting.principal, &acting.agent_id).await {
                     Ok(sub) => {
                         let conversation = sub.conversation.clone();
                         let cursor = manager.cursor(sub.conversation, since_seq);
+                        if acting.shared.is_some() && self.revocations.is_none() {
+                            self.revocations = Some(manager.revocations(&self.principal));
+                        }
                         self.follow(agent_id.clone(), cursor, sub.events);
                         self.replay(&agent_id).await?;
                         if !warm {
                             return Ok(());
                         }
-                        match manager.warm(&self.principal, &agent_id).await {
+                        let warmed = match acting.shared {
+                            Some((_, crate::protocol::Role::Viewer)) => {
+                                Ok(crate::session::Warm::Refused(
+                                    "a viewer doesn't start the agent".into(),
+                                ))
+                            }
+                            _ => manager.warm(&acting.principal, &acting.agent_id).await,
+                        };
+                        match warmed {
                             Ok(crate::session::Warm::Started) => Ok(()),
                             Ok(crate::session::Warm::Refused(detail)) => {
-                                self.send(protocol::status_frame(
+                                let status = protocol::status_frame(
                                     conversation.tag(),
                                     "warm_refused",
                                     &detail,
-                                ))
-                                .await
+                                );
+                                self.send_as(&agent_id, status).await
                             }
                             Err(err) => self.send_error(&err.into_frame(&agent_id, None)).await,
                         }
@@ -389,7 +421,7 @@ impl Connection {
                     request_id,
                     decision,
                 };
-                self.command(agent_id, None, command).await
+                self.command(agent_id, None, command, Need::Edit).await
             }
             ClientFrame::Unsubscribe { agent_id } => {
                 self.app.metrics.frame_in("unsubscribe");
@@ -412,7 +444,7 @@ impl Connection {
             }
             ClientFrame::Rewind { agent_id, to_seq } => {
                 self.app.metrics.frame_in("rewind");
-                self.command(agent_id, None, Command::Rewind { to_seq })
+                self.command(agent_id, None, Command::Rewind { to_seq }, Need::Edit)
                     .await
             }
             ClientFrame::Fork {
@@ -425,20 +457,27 @@ impl Connection {
                     new_agent_id,
                     at_seq,
                 };
-                self.command(agent_id, None, command).await
+                self.command(agent_id, None, command, Need::View).await
             }
         }
     }
 
-    /// Runs a command for conversation `agent_id` and answers what it did (or its error).
+    /// Runs a command for conversation `agent_id` (the client's name for it: its own, or the
+    /// alias of one shared with it, where its role must allow `need`) and answers what it did
+    /// (or its error).
     async fn command(
         &mut self,
         agent_id: AgentId,
         client_msg_id: Option<String>,
         command: Command,
+        need: Need,
     ) -> SocketResult {
         let manager = self.app.manager.clone();
-        let outcome = match manager.run(&self.principal, &agent_id, command).await {
+        let ran = match manager.acting(&self.principal, &agent_id, need).await {
+            Ok(acting) => manager.run_as(&self.principal, &acting, command).await,
+            Err(err) => Err(err),
+        };
+        let outcome = match ran {
             Ok(outcome) => outcome,
             Err(err) => return self.on_stored(agent_id, client_msg_id, Err(err)).await,
         };
@@ -450,17 +489,17 @@ impl Connection {
                 Ok(())
             }
             Outcome::Interrupted(outcome) if !outcome.was_running => {
-                self.send(protocol::status_frame(
+                let idle = protocol::status_frame(
                     outcome.conversation.tag(),
                     "idle",
                     "no turn is running",
-                ))
-                .await
+                );
+                self.send_as(&agent_id, idle).await
             }
             Outcome::Interrupted(_) | Outcome::Answered => Ok(()),
             // A follower gets the stored status through its subscription.
             Outcome::Rewound(_) if self.followed.contains_key(&agent_id) => Ok(()),
-            Outcome::Rewound(status) => self.send(status).await,
+            Outcome::Rewound(status) => self.send_as(&agent_id, status).await,
             Outcome::Forked(fork) => {
                 self.send(protocol::forked_frame(
                     Tag {
@@ -510,7 +549,7 @@ impl Connection {
             accepted.seq,
             accepted.queue_position,
         );
-        self.send(ack).await?;
+        self.send_as(&agent_id, ack).await?;
         // A cursor of an earlier conversation under this agent_id (deleted since) is replaced.
         if self
             .followed
@@ -550,9 +589,15 @@ impl Connection {
         while let Some((agent_id, item)) = next.take() {
             match item {
                 Ok(frames) => {
+                    let shared = is_share_alias(&agent_id);
                     for frame in frames {
                         if self.is_new(&agent_id, &frame) {
                             self.sent.add(frame.kind);
+                            let frame = if shared {
+                                frame.retagged(&agent_id)
+                            } else {
+                                frame
+                            };
                             self.socket.feed(text_message(frame)).await?;
                             written += 1;
                         }
@@ -571,11 +616,59 @@ impl Connection {
         self.socket.flush().await
     }
 
-    /// Whether a live frame should be sent: stored frames already sent are skipped.
+    /// Whether a live frame should be sent: stored frames already sent are skipped, and so is
+    /// everything of a shared conversation the socket no longer follows (its share ended).
     fn is_new(&mut self, agent_id: &str, frame: &Frame) -> bool {
-        self.followed
-            .get_mut(agent_id)
-            .is_none_or(|f| f.cursor.admit(frame))
+        match self.followed.get_mut(agent_id) {
+            Some(followed) => followed.cursor.admit(frame),
+            None => !is_share_alias(agent_id),
+        }
+    }
+
+    /// Sends a frame of conversation `agent_id` as the client names it.
+    async fn send_as(&mut self, agent_id: &str, frame: Frame) -> SocketResult {
+        if is_share_alias(agent_id) {
+            return self.send(frame.retagged(agent_id)).await;
+        }
+        self.send(frame).await
+    }
+
+    /// A share of the principal's ended: the socket stops following it at once and says so.
+    async fn on_revoked(
+        &mut self,
+        revoked: Result<Revoked, tokio::sync::broadcast::error::RecvError>,
+    ) -> SocketResult {
+        use tokio::sync::broadcast::error::RecvError;
+        let aliases: Vec<AgentId> = match revoked {
+            Ok(Revoked { alias }) => vec![alias],
+            // Fell behind: every share it follows is checked again.
+            Err(RecvError::Lagged(_)) => self
+                .followed
+                .keys()
+                .filter(|a| a.is_share_alias())
+                .cloned()
+                .collect(),
+            Err(RecvError::Closed) => {
+                self.revocations = None;
+                return Ok(());
+            }
+        };
+        for alias in aliases {
+            let still = self
+                .app
+                .manager
+                .acting(&self.principal, &alias, Need::View)
+                .await
+                .is_ok();
+            if still {
+                continue;
+            }
+            if let Some(followed) = self.followed.remove(&alias) {
+                followed.stop.abort();
+                self.send(protocol::access_revoked_frame(&alias)).await?;
+            }
+        }
+        Ok(())
     }
 
     async fn catch_up(&mut self, agent_id: &str, missed: u64) -> SocketResult {
@@ -583,7 +676,7 @@ impl Connection {
             return Ok(());
         };
         let status = cursor.lagged(missed);
-        self.send(status).await?;
+        self.send_as(agent_id, status).await?;
         self.replay(agent_id).await
     }
 
@@ -593,6 +686,7 @@ impl Connection {
             return Ok(());
         };
         let mut last = cursor.last_seq;
+        let shared = is_share_alias(agent_id);
         let mut pages = std::pin::pin!(cursor.replay());
         while let Some(page) = pages.next().await {
             let frames = match page {
@@ -604,6 +698,11 @@ impl Connection {
                 for frame in frames.by_ref().take(REPLAY_CHUNK) {
                     last = frame.seq.unwrap_or(last);
                     self.sent.add(frame.kind);
+                    let frame = if shared {
+                        frame.retagged(agent_id)
+                    } else {
+                        frame
+                    };
                     self.socket.feed(text_message(frame)).await?;
                 }
                 self.app.metrics.frames_out(&mut self.sent);

@@ -63,6 +63,29 @@ impl Frame {
             text: text.into(),
         }
     }
+
+    /// The frame as a principal the conversation is shared with gets it: tagged with the
+    /// `agent_id` they know it by. Every conversation frame names its `agent_id` in its
+    /// header, before its payload, and ids need no escapes, so the first one is replaced.
+    pub fn retagged(&self, agent_id: &str) -> Frame {
+        const KEY: &str = "\"agent_id\":\"";
+        let text = self.text.as_str();
+        let Some(start) = text.find(KEY).map(|at| at + KEY.len()) else {
+            return self.clone();
+        };
+        let Some(len) = text[start..].find('"') else {
+            return self.clone();
+        };
+        let mut out = String::with_capacity(text.len() + agent_id.len());
+        out.push_str(&text[..start]);
+        out.push_str(agent_id);
+        out.push_str(&text[start + len..]);
+        Frame {
+            seq: self.seq,
+            kind: self.kind,
+            text: out.into(),
+        }
+    }
 }
 
 /// Which conversation a frame belongs to.
@@ -446,6 +469,22 @@ pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
         timestamp: &now_rfc3339(),
         status,
         detail,
+        forked_from: None,
+        at_seq: None,
+        changes: None,
+    })
+    .to_frame()
+}
+
+/// The `status` `access_revoked` a principal gets for a conversation shared with them once the
+/// share ended: nothing more of it follows.
+pub fn access_revoked_frame(alias: &str) -> Frame {
+    ControlFrame::Status(StatusFrame {
+        agent_id: alias,
+        session_id: None,
+        timestamp: &now_rfc3339(),
+        status: "access_revoked",
+        detail: "this conversation is no longer shared with you",
         forked_from: None,
         at_seq: None,
         changes: None,

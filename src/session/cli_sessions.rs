@@ -355,7 +355,7 @@ impl Manager {
             };
             return Err(SessionError::new(ErrorCode::AgentExists, message));
         }
-        let mut new = self.new_session(principal, agent_id, session_id);
+        let mut new = self.new_session(principal, agent_id, session_id)?;
         new.cwd = cwd.to_string_lossy().into_owned();
         let messages = Entries::new(transcript, &cwd, max_bytes).messages();
         let end = ImportEnd {

@@ -163,7 +163,7 @@ impl Manager {
                 new_agent_id,
                 at_seq,
             } => Outcome::Forked(Box::new(
-                self.fork(principal, agent_id, &new_agent_id, at_seq)
+                self.fork_into(principal, agent_id, principal, &new_agent_id, at_seq)
                     .await?,
             )),
         })
@@ -319,13 +319,16 @@ impl Manager {
     /// (a `result`'s `seq`; the latest by default). The copied messages keep their `seq`s;
     /// the fork's agent forks the original's session at that turn, so the two diverge from
     /// there and never see each other's later messages.
+    /// The fork is `into`'s: the owner's, or that of a principal the conversation is shared
+    /// with, who must be allowed its directories too.
     ///
     /// # Errors
-    /// `unknown_agent`, `invalid_seq`, `agent_exists` or `store_unavailable`.
-    async fn fork(
+    /// `unknown_agent`, `invalid_seq`, `agent_exists`, `forbidden` or `store_unavailable`.
+    pub(super) async fn fork_into(
         &self,
         principal: &Principal,
         agent_id: &AgentId,
+        into: &Principal,
         new_agent_id: &AgentId,
         at_seq: Option<i64>,
     ) -> Result<SessionRecord, SessionError> {
@@ -334,12 +337,31 @@ impl Manager {
         self.require(&source.backend, "fork", |s| s.fork)?;
         let launch = source.launch_options();
         self.check_dirs(&source, &launch.add_dirs).await?;
+        if into != principal {
+            let worktree = source.worktree();
+            super::checks::check_stored_dirs(
+                &self.shared.config,
+                into,
+                &source.session_id,
+                &source.cwd,
+                worktree.as_ref(),
+                &launch.add_dirs,
+            )
+            .await
+            .map_err(|why| {
+                SessionError::new(
+                    ErrorCode::Forbidden,
+                    format!("you can't fork it into your own conversations: {why}"),
+                )
+            })?;
+        }
+        let principal = into;
         self.check_grants(
             &source,
             source.permission_mode.as_deref(),
             &launch.allowed_tools,
         )?;
-        let mut new = self.new_session(principal, new_agent_id, SessionId::new());
+        let mut new = self.new_session(principal, new_agent_id, SessionId::new())?;
         new.backend = source.backend.clone();
         new.model = source.model.clone();
         new.permission_mode = source.permission_mode.clone();

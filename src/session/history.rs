@@ -540,7 +540,7 @@ impl Manager {
             }
             Ok(None)
         });
-        let new = self.new_session(principal, agent_id, SessionId::new());
+        let new = self.new_session(principal, agent_id, SessionId::new())?;
         let end = ImportEnd {
             status: imported_status,
             sdk_session_id: None,
@@ -662,14 +662,27 @@ impl Manager {
 
     /// The row of a new conversation of `principal` under `agent_id`, with this server's
     /// backend, in its own workspace named by `session_id`.
+    ///
+    /// # Errors
+    /// `invalid_agent_id` for the alias of a conversation shared with them: never one of
+    /// their own.
     pub(super) fn new_session(
         &self,
         principal: &Principal,
         agent_id: &AgentId,
         session_id: SessionId,
-    ) -> NewSession {
+    ) -> Result<NewSession, SessionError> {
+        if agent_id.is_share_alias() {
+            return Err(SessionError::new(
+                ErrorCode::InvalidAgentId,
+                format!(
+                    "`{agent_id}` has the form of a conversation shared with you; a conversation \
+                     of your own needs an `agent_id` without `~`"
+                ),
+            ));
+        }
         let cwd = self.shared.config.workspaces_dir().join(&session_id);
-        NewSession {
+        Ok(NewSession {
             principal: principal.to_owned(),
             agent_id: agent_id.clone(),
             session_id,
@@ -679,6 +692,6 @@ impl Manager {
             permission_mode: None,
             launch_options: Default::default(),
             worktree: None,
-        }
+        })
     }
 }

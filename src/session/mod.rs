@@ -28,6 +28,7 @@ mod history;
 pub mod replay;
 mod routing;
 mod schedules;
+mod shares;
 mod slots;
 mod start;
 mod worktree;
@@ -41,6 +42,7 @@ pub use commands::{Command, Outcome};
 pub use errors::SessionError;
 pub use history::{ExportLine, MAX_TITLE_CHARS};
 pub use schedules::{LastRun, Schedule, ScheduleBody, Scheduler};
+pub use shares::{Acting, Need, Revoked};
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -185,6 +187,8 @@ pub(crate) struct Shared {
     replay_readers: Arc<tokio::sync::Semaphore>,
     /// Each principal's activity feed.
     activity: activity::Feeds,
+    /// The ends of shares, for the sharees' open streams.
+    revocations: shares::Revocations,
     /// The other nodes, in cluster mode.
     bus: Option<Arc<Bus>>,
     /// Conversations' git worktrees; None without a git program.
@@ -226,6 +230,7 @@ impl Manager {
                 closing: AtomicBool::new(false),
                 replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
                 activity: activity::Feeds::default(),
+                revocations: shares::Revocations::default(),
                 bus,
                 worktrees,
             }),

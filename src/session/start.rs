@@ -142,7 +142,7 @@ impl Manager {
                     .then(|| backend.take_prewarmed())
                     .flatten()
                     .unwrap_or_else(SessionId::new);
-                let mut new = self.new_session(principal, &chat.agent_id, session_id);
+                let mut new = self.new_session(principal, &chat.agent_id, session_id)?;
                 new.backend = agent;
                 if let Some(cwd) = &chat.options.cwd {
                     new.cwd.clone_from(cwd);

@@ -11,8 +11,8 @@ mod leases;
 pub use leases::{NodeStatus, cluster_status};
 pub mod postgres;
 pub mod schedules;
-pub mod shares;
 mod shared;
+pub mod shares;
 pub mod sqlite;
 mod writer;
 

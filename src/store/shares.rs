@@ -48,7 +48,9 @@ impl Stored {
             owner: self.owner.into(),
             agent_id: AgentId::parse(self.agent_id).ok()?,
             principal: self.principal.into(),
-            alias: AgentId::parse(self.alias).ok().filter(AgentId::is_share_alias)?,
+            alias: AgentId::parse(self.alias)
+                .ok()
+                .filter(AgentId::is_share_alias)?,
             role: Role::parse(&self.role)?,
             created_at: self.created_at,
         })
@@ -82,8 +84,7 @@ pub trait ShareStore: Send + Sync + 'static {
     async fn shares_of(&self, row: RowId) -> Result<Vec<ShareRow>>;
 
     /// The conversation `principal` knows as `alias`, if it is shared with them.
-    async fn find_share(&self, principal: &Principal, alias: &AgentId)
-    -> Result<Option<ShareRow>>;
+    async fn find_share(&self, principal: &Principal, alias: &AgentId) -> Result<Option<ShareRow>>;
 
     /// The conversations shared with `principal`, by when.
     async fn shared_with(&self, principal: &Principal) -> Result<Vec<ShareRow>>;

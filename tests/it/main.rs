@@ -33,6 +33,7 @@ mod repos;
 mod rest;
 mod schedules;
 mod security;
+mod shares;
 mod spans;
 mod store;
 mod warm;

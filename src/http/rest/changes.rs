@@ -1,6 +1,6 @@
 //! Handlers of `/api/sessions/{agent_id}/changes`: what a conversation changed in its own git
 //! worktree, and committing, merging or discarding it. Another principal's conversation is
-//! answered as unknown.
+//! answered as unknown; one shared with the caller as a viewer may be read, as an editor landed.
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use super::sessions::agent_id;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
+use crate::session::Need;
 use crate::worktrees::{Changes, Merged, Strategy};
 
 /// Longest commit or merge message, in bytes.
@@ -40,7 +41,12 @@ pub async fn get_changes(
     Path(id): Path<String>,
 ) -> Result<Json<Changes>, ApiError> {
     let id = agent_id(id)?;
-    Ok(Json(app.manager.changes(&principal, &id).await?))
+    let acting = app.manager.acting(&principal, &id, Need::View).await?;
+    Ok(Json(
+        app.manager
+            .changes(&acting.principal, &acting.agent_id)
+            .await?,
+    ))
 }
 
 /// The body of a commit.
@@ -71,10 +77,11 @@ pub async fn commit(
     body: Result<Json<CommitBody>, JsonRejection>,
 ) -> Result<Json<Committed>, ApiError> {
     let id = agent_id(id)?;
+    let acting = app.manager.acting(&principal, &id, Need::Edit).await?;
     let Json(body) = body?;
     let commit = app
         .manager
-        .commit_changes(&principal, &id, message(&body.message)?)
+        .commit_changes(&acting.principal, &acting.agent_id, message(&body.message)?)
         .await?;
     Ok(Json(Committed { commit }))
 }
@@ -105,11 +112,12 @@ pub async fn merge(
     body: Result<Json<MergeBody>, JsonRejection>,
 ) -> Result<Json<Merged>, ApiError> {
     let id = agent_id(id)?;
+    let acting = app.manager.acting(&principal, &id, Need::Edit).await?;
     let Json(body) = body?;
     let text = body.message.as_deref().map(message).transpose()?;
     let merged = app
         .manager
-        .merge_changes(&principal, &id, body.strategy, text)
+        .merge_changes(&acting.principal, &acting.agent_id, body.strategy, text)
         .await?;
     Ok(Json(merged))
 }
@@ -135,12 +143,15 @@ pub async fn discard(
     body: Result<Json<DiscardBody>, JsonRejection>,
 ) -> Result<StatusCode, ApiError> {
     let id = agent_id(id)?;
+    let acting = app.manager.acting(&principal, &id, Need::Edit).await?;
     let Json(body) = body?;
     if !body.confirm {
         return Err(ApiError::invalid(
             "a discard drops every change of the worktree: send `{\"confirm\": true}`",
         ));
     }
-    app.manager.discard_changes(&principal, &id).await?;
+    app.manager
+        .discard_changes(&acting.principal, &acting.agent_id)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

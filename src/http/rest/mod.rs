@@ -11,6 +11,7 @@ mod changes;
 mod projects;
 mod schedules;
 mod sessions;
+mod shares;
 
 pub(super) use sessions::{agent_id, last_event_id};
 
@@ -62,6 +63,9 @@ fn authenticated() -> OpenApiRouter<AppState> {
         .routes(routes!(changes::commit))
         .routes(routes!(changes::merge))
         .routes(routes!(changes::discard))
+        .routes(routes!(shares::put_share, shares::delete_share))
+        .routes(routes!(shares::list_shares))
+        .routes(routes!(shares::shared_with_me))
         .routes(routes!(sse::events))
         .routes(routes!(projects::sync))
         .routes(routes!(projects::list))

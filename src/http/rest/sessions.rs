@@ -19,8 +19,10 @@ use utoipa::{IntoParams, ToSchema};
 use crate::http::AppState;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
-use crate::protocol::{self, AgentId, Frame, SessionId};
-use crate::session::{Activity, Command, ExportLine, Outcome, SessionQuery, SessionRecord};
+use crate::protocol::{self, AgentId, Frame, Role, SessionId};
+use crate::session::{
+    Acting, Activity, Command, ExportLine, Need, Outcome, SessionQuery, SessionRecord,
+};
 
 /// Largest accepted import, in bytes.
 pub const MAX_IMPORT_BYTES: usize = 64 << 20; // 64 MiB
@@ -64,6 +66,13 @@ pub struct SessionSummary {
     pub cwd: String,
     /// The conversation's own git worktree, if it works in one.
     pub worktree: Option<WorktreeSummary>,
+    /// Whose conversation it is, when another principal shared it with the caller (its
+    /// `agent_id` is then the alias the caller knows it by).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// What the caller may do with it, when it is shared with them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
     /// Text appended to the agent's system prompt, if any.
     pub system_prompt: Option<String>,
     /// Tool-name patterns the agent may use without asking.
@@ -115,6 +124,8 @@ impl SessionSummary {
         });
         SessionSummary {
             worktree,
+            owner: None,
+            role: None,
             cwd: record.cwd,
             system_prompt: launch.system_prompt,
             allowed_tools: launch.allowed_tools,
@@ -296,10 +307,48 @@ pub(crate) async fn summary(
     SessionSummary::new(record, status, owner.into_iter().next().flatten())
 }
 
+/// The summary of the conversation `acting` names, as its caller sees it: under the alias
+/// they know it by, with its owner and their role, when it is shared with them.
+pub(crate) async fn acting_summary(
+    app: &AppState,
+    acting: &Acting,
+) -> Result<SessionSummary, ApiError> {
+    let record = app.manager.get(&acting.principal, &acting.agent_id).await?;
+    let mut summary = summary(app, &acting.principal, record).await;
+    if let Some((alias, role)) = &acting.shared {
+        summary.agent_id = alias.clone();
+        summary.owner = Some(acting.principal.to_string());
+        summary.role = Some(*role);
+    }
+    Ok(summary)
+}
+
+/// Runs `command` on the conversation `id` names for `principal`: their own, or one shared
+/// with them whose role allows `need`.
+async fn run(
+    app: &AppState,
+    principal: &Principal,
+    id: &AgentId,
+    need: Need,
+    command: Command,
+) -> Result<Outcome, ApiError> {
+    let acting = app.manager.acting(principal, id, need).await?;
+    Ok(app.manager.run_as(principal, &acting, command).await?)
+}
+
+/// A frame of conversation `id` as the caller names it.
+pub(crate) fn as_named(id: &AgentId, frame: Frame) -> Frame {
+    if id.is_share_alias() {
+        frame.retagged(id)
+    } else {
+        frame
+    }
+}
+
 /// A REST body that carries the fields of a WebSocket frame, read as `T`: a JSON object, as a
 /// frame is (a struct alone would also take an array, field by field), whose last field of a
 /// name wins, as in a frame.
-pub struct FrameBody<T>(T);
+pub struct FrameBody<T>(pub(crate) T);
 
 impl<'de, T: DeserializeOwned> Deserialize<'de> for FrameBody<T> {
     fn deserialize<D: Deserializer<'de>>(body: D) -> Result<Self, D::Error> {
@@ -379,8 +428,8 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Json<SessionSummary>, ApiError> {
     let id = agent_id(id)?;
-    let record = app.manager.get(&principal, &id).await?;
-    Ok(Json(summary(&app, &principal, record).await))
+    let acting = app.manager.acting(&principal, &id, Need::View).await?;
+    Ok(Json(acting_summary(&app, &acting).await?))
 }
 
 /// Stored messages by `seq` range.
@@ -401,10 +450,17 @@ pub async fn messages(
             "`limit` must be 1-{MAX_MESSAGES}"
         )));
     }
+    let acting = app.manager.acting(&principal, &id, Need::View).await?;
     let (frames, has_more) = app
         .manager
-        .messages(&principal, &id, params.after_seq.unwrap_or(0), limit)
+        .messages(
+            &acting.principal,
+            &acting.agent_id,
+            params.after_seq.unwrap_or(0),
+            limit,
+        )
         .await?;
+    let frames: Vec<Frame> = frames.into_iter().map(|f| as_named(&id, f)).collect();
     // A stored row that is not JSON (written by something other than this server) is left
     // out, never allowed to fail the page.
     let messages = frames
@@ -434,6 +490,7 @@ pub async fn rename(
 ) -> Result<Json<SessionSummary>, ApiError> {
     let id = agent_id(id)?;
     let Json(body) = body?;
+    app.manager.acting(&principal, &id, Need::Own).await?;
     let record = app.manager.rename(&principal, &id, &body.title).await?;
     Ok(Json(summary(&app, &principal, record).await))
 }
@@ -459,6 +516,7 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
+    app.manager.acting(&principal, &id, Need::Own).await?;
     Ok(match app.manager.delete(&principal, &id).await? {
         Some(kept_branch) => Json(DeletedWorktree { kept_branch }).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
@@ -557,7 +615,7 @@ pub async fn chat(
     let chat = protocol::decode_chat(id.clone(), &fields, app.config.decode_limits())?;
     let client_msg_id = chat.client_msg_id.clone();
     let command = Command::Chat { chat, marker: None };
-    let Outcome::Chat(pending) = app.manager.run(&principal, &id, command).await? else {
+    let Outcome::Chat(pending) = run(&app, &principal, &id, Need::Edit, command).await? else {
         unreachable!("a chat's outcome")
     };
     let accepted = pending.stored().await?;
@@ -567,7 +625,7 @@ pub async fn chat(
         accepted.seq,
         accepted.queue_position,
     );
-    Ok(frame_response(StatusCode::ACCEPTED, ack))
+    Ok(frame_response(StatusCode::ACCEPTED, as_named(&id, ack)))
 }
 
 /// Keeps exactly the turns up to a turn's `result`, dropping every later message (and later
@@ -587,10 +645,10 @@ pub async fn rewind(
     let Json(FrameBody(RewindBody { to_seq })) = body?;
     let to_seq = protocol::decode_rewind(&frame_fields([("to_seq", to_seq)]))?;
     let command = Command::Rewind { to_seq };
-    let Outcome::Rewound(status) = app.manager.run(&principal, &id, command).await? else {
+    let Outcome::Rewound(status) = run(&app, &principal, &id, Need::Edit, command).await? else {
         unreachable!("a rewind's outcome")
     };
-    Ok(frame_response(StatusCode::OK, status))
+    Ok(frame_response(StatusCode::OK, as_named(&id, status)))
 }
 
 /// What `POST /api/sessions/{agent_id}/interrupt` answers.
@@ -613,7 +671,8 @@ pub async fn interrupt(
 ) -> Result<Json<InterruptOutcome>, ApiError> {
     let id = agent_id(id)?;
     let command = Command::Interrupt;
-    let Outcome::Interrupted(interrupted) = app.manager.run(&principal, &id, command).await? else {
+    let Outcome::Interrupted(interrupted) = run(&app, &principal, &id, Need::Edit, command).await?
+    else {
         unreachable!("an interrupt's outcome")
     };
     Ok(Json(InterruptOutcome {
@@ -677,7 +736,7 @@ pub async fn answer_permission(
         request_id,
         decision,
     };
-    let Outcome::Answered = app.manager.run(&principal, &id, command).await? else {
+    let Outcome::Answered = run(&app, &principal, &id, Need::Edit, command).await? else {
         unreachable!("a permission answer's outcome")
     };
     Ok(StatusCode::NO_CONTENT)
@@ -706,7 +765,12 @@ pub async fn warm(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let warmed = match app.manager.warm(&principal, &id).await? {
+    let acting = app.manager.acting(&principal, &id, Need::Edit).await?;
+    let warmed = match app
+        .manager
+        .warm(&acting.principal, &acting.agent_id)
+        .await?
+    {
         crate::session::Warm::Started => Warmed {
             status: "warming".into(),
             detail: "the agent is running or starting".into(),
@@ -742,7 +806,7 @@ pub async fn fork(
         new_agent_id,
         at_seq,
     };
-    let Outcome::Forked(record) = app.manager.run(&principal, &id, command).await? else {
+    let Outcome::Forked(record) = run(&app, &principal, &id, Need::View, command).await? else {
         unreachable!("a fork's outcome")
     };
     Ok((
