@@ -379,9 +379,6 @@ impl Connection {
                     Ok(sub) => {
                         let conversation = sub.conversation.clone();
                         let cursor = manager.cursor(sub.conversation, since_seq);
-                        if acting.shared.is_some() && self.revocations.is_none() {
-                            self.revocations = Some(manager.revocations(&self.principal));
-                        }
                         self.follow(agent_id.clone(), cursor, sub.events);
                         self.replay(&agent_id).await?;
                         if !warm {
@@ -567,6 +564,10 @@ impl Connection {
 
     /// Follows a conversation's live frames from the cursor on, replacing any earlier stream.
     fn follow(&mut self, agent_id: AgentId, cursor: Cursor, events: Receiver) {
+        // A shared conversation is followed only while its share lasts.
+        if agent_id.is_share_alias() && self.revocations.is_none() {
+            self.revocations = Some(self.app.manager.revocations(&self.principal));
+        }
         let (frames, stop) = futures_util::stream::abortable(events.batches(WRITE_BATCH));
         self.subs.push(Live {
             agent_id: agent_id.as_str().into(),

@@ -92,6 +92,14 @@ async fn a_viewer_follows_reads_and_forks_but_changes_nothing() {
             .iter()
             .all(|m| m["agent_id"] == alias.as_str())
     );
+    let export = reqwest::Client::new()
+        .get(server.url(&format!("/api/sessions/{alias}/export")))
+        .bearer_auth("tok-bob")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(export.status(), 200);
+    assert!(export.text().await.unwrap().contains("second"));
 
     // Everything else is the owner's, or an editor's: forbidden, and nothing is stored.
     let (_, before) = rest(
@@ -185,10 +193,8 @@ async fn a_viewer_follows_reads_and_forks_but_changes_nothing() {
 async fn an_editor_chats_and_a_revoked_share_ends_the_stream_at_once() {
     let (server, _cfg) = server_with(&config()).await;
     let alias = shared(&server, "editor").await;
+    // Bob's socket follows it by chatting to it (no subscribe).
     let mut bob = connect_as(&server.addr, "tok-bob").await;
-    bob.send(json!({"type": "subscribe", "agent_id": alias}))
-        .await;
-    bob.until_result(&alias).await;
     bob.send(
         json!({"type": "chat", "agent_id": alias, "content": "from bob", "client_msg_id": "b1"}),
     )

@@ -534,7 +534,11 @@ pub async fn export(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    let lines = app.manager.export(&principal, &id).await?;
+    let acting = app.manager.acting(&principal, &id, Need::View).await?;
+    let lines = app
+        .manager
+        .export(&acting.principal, &acting.agent_id)
+        .await?;
     let body =
         Body::from_stream(lines.map(|line| line.map_err(|err| std::io::Error::other(err.message))));
     Ok((
