@@ -35,6 +35,7 @@ mod worktree;
 
 pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
+pub use crate::store::shares::ShareRow;
 pub use crate::store::{SessionQuery, SessionRecord};
 pub use cli_sessions::{CliSession, Project};
 pub use cluster::Bus;

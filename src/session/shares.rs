@@ -238,20 +238,21 @@ impl Manager {
                 new_agent_id,
                 at_seq,
             } if acting.shared.is_some() => {
-                let fork = self
-                    .fork_into(
-                        &acting.principal,
-                        &acting.agent_id,
-                        caller,
-                        &new_agent_id,
-                        at_seq,
-                    )
-                    .await?;
+                let fork = Box::pin(self.fork_into(
+                    &acting.principal,
+                    &acting.agent_id,
+                    caller,
+                    &new_agent_id,
+                    at_seq,
+                ))
+                .await?;
                 return Ok(Outcome::Forked(Box::new(fork)));
             }
             other => other,
         };
-        self.run(&acting.principal, &acting.agent_id, command).await
+        // Boxed: a command's future (a new worktree's git among it) is large, and every edge
+        // awaits this one inside its own.
+        Box::pin(self.run(&acting.principal, &acting.agent_id, command)).await
     }
 
     /// The shares of `principal` that end from now on, for a stream following one.

@@ -14,8 +14,7 @@ use super::sessions::{FrameBody, SessionSummary, acting_summary, agent_id};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::Role;
-use crate::session::{Acting, Need};
-use crate::store::shares::ShareRow;
+use crate::session::{Acting, Need, ShareRow};
 
 /// A share as its owner sees it.
 #[derive(Debug, Serialize, ToSchema)]
