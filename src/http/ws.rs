@@ -168,6 +168,8 @@ struct Connection {
     rate: Option<RateLimiter>,
     /// The principal's activity feed, once the client sent `watch`.
     activity: Option<Receiver>,
+    /// What this socket's page shows, once the client sent `presence`.
+    presence: Option<crate::push::Seat>,
     /// Frames of the batch being written, by type, for the metrics.
     sent: FramesOut,
     /// This socket's place in its principal's socket quota.
@@ -190,6 +192,7 @@ impl Connection {
             acks: FuturesOrdered::new(),
             rate,
             activity: None,
+            presence: None,
             sent: FramesOut::default(),
             _permit: permit,
         }
@@ -408,6 +411,15 @@ impl Connection {
             ClientFrame::Unwatch => {
                 self.app.metrics.frame_in("unwatch");
                 self.activity = None;
+                Ok(())
+            }
+            ClientFrame::Presence { visible, agent_id } => {
+                self.app.metrics.frame_in("presence");
+                let presence = self.app.push.presence();
+                let seat = self
+                    .presence
+                    .get_or_insert_with(|| presence.seat(&self.principal));
+                seat.shows(agent_id.filter(|_| visible));
                 Ok(())
             }
             ClientFrame::Rewind { agent_id, to_seq } => {
