@@ -198,6 +198,16 @@ async fn start() -> (Fixture, TestServer, Rest, Rest, String) {
     (fx, server, alice, bob, key)
 }
 
+/// Waits until `agentmux_pushes_total{outcome}` is `n` (it is counted once the service has
+/// answered, a moment after the push arrived there).
+async fn counted(server: &TestServer, outcome: &str, n: u64) {
+    let name = format!("agentmux_pushes_total{{outcome=\"{outcome}\"}}");
+    eventually(&format!("{n} pushes {outcome}"), || async {
+        (metric(server, &name).await == n).then_some(())
+    })
+    .await;
+}
+
 async fn subscribe(rest: &Rest, device: &Device, service: &FakeService) -> String {
     let (status, sub) = rest
         .post("/api/push/subscriptions", device.subscription(service))
@@ -266,10 +276,12 @@ async fn a_waiting_tool_is_pushed_and_allowed_once_from_the_notification() {
         "the reply ran as a turn: {frames:?}"
     );
     assert_eq!(anyone.post("/api/push/actions", reply).await.0, 403);
+    let answered = phone.open(&service.next().await, &service, &key);
     assert_eq!(
-        metric(&server, "agentmux_pushes_total{outcome=\"sent\"}").await,
-        2
+        (&answered["kind"], &answered["agent_id"]),
+        (&json!("turn"), &json!("fix"))
     );
+    counted(&server, "sent", 3).await;
 }
 
 /// A conversation that a visible page of its principal shows is pushed nothing; once the page
@@ -323,14 +335,11 @@ async fn nothing_is_pushed_about_a_conversation_in_view_or_to_another_principal(
     laptop.until_result("seen").await;
     let push = phone.open(&service.next().await, &service, &key);
     assert_eq!(push["agent_id"], "seen");
+    counted(&server, "sent", 3).await;
     assert_eq!(
         service.pending(),
         Vec::<String>::new(),
         "nothing else was sent"
-    );
-    assert_eq!(
-        metric(&server, "agentmux_pushes_total{outcome=\"sent\"}").await,
-        3
     );
 
     // A bad presence frame gets a typed error.
@@ -376,14 +385,8 @@ async fn a_busy_service_is_retried_and_a_gone_subscription_deleted() {
     })
     .await;
     assert!(to_old <= 1, "410 is not retried");
-    assert_eq!(
-        metric(&server, "agentmux_pushes_total{outcome=\"gone\"}").await,
-        1
-    );
-    assert_eq!(
-        metric(&server, "agentmux_pushes_total{outcome=\"sent\"}").await,
-        1
-    );
+    counted(&server, "gone", 1).await;
+    counted(&server, "sent", 1).await;
 }
 
 /// Subscriptions are each principal's own: listed without endpoint paths or keys, deleted by
@@ -506,5 +509,50 @@ async fn endpoints_that_reach_the_servers_own_network_are_refused() {
     assert_eq!(
         alice.get("/api/push/subscriptions").await.1["subscriptions"],
         json!([])
+    );
+}
+
+/// A schedule's run that ends is pushed as a scheduled run, with the start of its reply.
+#[tokio::test]
+async fn a_scheduled_run_that_ended_is_pushed() {
+    let (_fx, _server, alice, _bob, key) = start().await;
+    let mut service = FakeService::start().await;
+    let phone = Device::new("phone");
+    subscribe(&alice, &phone, &service).await;
+    let (status, schedule) = alice
+        .post(
+            "/api/schedules",
+            json!({"name": "Nightly", "agent_id": "nightly", "content": "hello", "every_secs": 86400}),
+        )
+        .await;
+    assert_eq!(status, 201, "{schedule}");
+    let run = format!("/api/schedules/{}/run", schedule["id"].as_str().unwrap());
+    assert_eq!(alice.post(&run, json!({})).await.0, 202);
+    let push = phone.open(&service.next().await, &service, &key);
+    assert_eq!(push["kind"], "schedule");
+    assert_eq!(push["title"], "Nightly");
+    assert!(
+        push["body"]
+            .as_str()
+            .unwrap()
+            .starts_with("Scheduled run: "),
+        "{push}"
+    );
+}
+
+/// With push off, its routes say so and nothing is kept.
+#[tokio::test]
+async fn with_push_off_its_routes_say_so() {
+    let (_dir, config) = config_file(&format!("{TOKENS}[push]\nenabled = false\n"));
+    let server = TestServer::start_with(&["--config", &config]).await;
+    let alice = Rest::with_token(&server, "tok-alice");
+    let (status, body) = alice.get("/api/push/key").await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("unsupported")));
+    let sub = Device::new("x").subscription_at("https://8.8.8.8/push/x");
+    let (status, body) = alice.post("/api/push/subscriptions", sub).await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("unsupported")));
+    assert!(
+        !server.data_dir.join(agentmux::push::KEY_FILE).exists(),
+        "no key made"
     );
 }
