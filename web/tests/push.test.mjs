@@ -1,5 +1,6 @@
 // The installable app and Web Push in Chromium: a valid manifest with its icons, a service
-// worker that keeps the shell (the page opens offline and says it is reconnecting), and a push
+// worker that keeps the shell (the page opens offline and says it is reconnecting), the page
+// telling the server which conversation is in view (that one is not pushed), and a push
 // (delivered through the DevTools protocol, as no push service is reachable here) shown as a
 // notification with Allow and Deny, whose Allow answers the waiting tool.
 
@@ -10,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { REPO, WAIT_MS, browserTests, connection, openUi, storedResults } from './helpers.mjs';
+import { REPO, WAIT_MS, browserTests, connection, currentAgent, openUi, storedResults } from './helpers.mjs';
 
 const { server, context } = browserTests();
 
@@ -113,28 +114,78 @@ async function fakePushService() {
   const address = /** @type {import('node:net').AddressInfo} */ (service.address());
   return {
     endpoint: `http://127.0.0.1:${address.port}/push/phone`,
+    /** Bodies that arrived and were not taken. */
+    pending: () => bodies.length,
     /** @returns {Promise<Buffer>} */
     next: () => (bodies.length ? Promise.resolve(/** @type {Buffer} */ (bodies.shift())) : new Promise((done) => waiting.push(done))),
     close: () => service.close(),
   };
 }
 
+/**
+ * Subscribes a device (whose keys the test holds) to `service` over REST.
+ * @param {string} base
+ * @param {{endpoint: string}} service
+ */
+async function subscribeDevice(base, service) {
+  const ecdh = createECDH('prime256v1');
+  ecdh.generateKeys();
+  const auth = randomBytes(16);
+  const subscribed = await fetch(`${base}/api/push/subscriptions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      endpoint: service.endpoint,
+      keys: { p256dh: ecdh.getPublicKey().toString('base64url'), auth: auth.toString('base64url') },
+    }),
+  });
+  assert.equal(subscribed.status, 201);
+  return { ecdh, auth };
+}
+
+/**
+ * Sends a turn over REST and waits until it has ended.
+ * @param {string} base
+ * @param {string} agentId
+ * @param {string} content
+ */
+async function turn(base, agentId, content) {
+  const before = (await storedResults(base, agentId).catch(() => [])).length;
+  const chat = await fetch(`${base}/api/sessions/${agentId}/messages`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ content }),
+  });
+  assert.equal(chat.status, 202);
+  await until(`the turn of ${agentId} ended`, async () =>
+    (await storedResults(base, agentId)).length > before ? true : undefined,
+  );
+}
+
+test('the conversation the page shows is not pushed; another one is', async () => {
+  const s = await server({ config: '[push]\nallow_insecure_endpoints = true\n', delayMs: 0 });
+  const service = await fakePushService();
+  try {
+    const { ecdh, auth } = await subscribeDevice(s.url, service);
+    const { page, problems } = await openUi(await context(), `${s.url}/#seen`);
+    await turn(s.url, 'seen', 'hello');
+    await turn(s.url, 'other', 'hello');
+    const news = decrypt(await service.next(), ecdh, auth);
+    assert.equal(news.agent_id, 'other');
+    assert.equal(news.kind, 'turn');
+    assert.equal(service.pending(), 0, 'nothing about the conversation in view');
+    assert.equal(await currentAgent(page), 'seen');
+    assert.deepEqual(problems, []);
+  } finally {
+    service.close();
+  }
+});
+
 test('a pushed permission prompt shows Allow and Deny, and Allow runs the tool', async () => {
   const s = await server({ fakeClaude: true, config: '[push]\nallow_insecure_endpoints = true\n' });
   const service = await fakePushService();
   try {
-    const ecdh = createECDH('prime256v1');
-    ecdh.generateKeys();
-    const auth = randomBytes(16);
-    const subscribed = await fetch(`${s.url}/api/push/subscriptions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        endpoint: service.endpoint,
-        keys: { p256dh: ecdh.getPublicKey().toString('base64url'), auth: auth.toString('base64url') },
-      }),
-    });
-    assert.equal(subscribed.status, 201);
+    const { ecdh, auth } = await subscribeDevice(s.url, service);
 
     const ctx = await context();
     await ctx.grantPermissions(['notifications'], { origin: s.url });
