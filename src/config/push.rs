@@ -97,3 +97,34 @@ impl PushConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_must_be_a_contact_and_sizes_above_zero() {
+        assert!(PushConfig::default().check().is_ok());
+        let https = PushConfig {
+            subject: "https://ops.example/agentmux".into(),
+            ..PushConfig::default()
+        };
+        assert!(https.check().is_ok());
+        for bad in [
+            PushConfig {
+                subject: "admin@example.com".into(),
+                ..PushConfig::default()
+            },
+            PushConfig {
+                queue: 0,
+                ..PushConfig::default()
+            },
+            PushConfig {
+                action_token_secs: 0,
+                ..PushConfig::default()
+            },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+    }
+}
