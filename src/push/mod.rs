@@ -16,7 +16,9 @@ pub use presence::{Presence, Seat};
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -133,11 +135,44 @@ pub struct Action {
     pub request_id: Option<String>,
 }
 
+/// How long what the store said about a principal's having subscriptions is trusted (a
+/// subscription made through another node of a cluster is seen after at most this long).
+const KNOWN_FOR: Duration = Duration::from_secs(60);
+
+/// Whether each principal had subscriptions when last looked: news for a principal that had
+/// none a moment ago is not queued, so conversations of principals without push cost nothing.
+#[derive(Default)]
+struct Subscribers(DashMap<Principal, (bool, Instant)>);
+
+impl Subscribers {
+    /// False only when the principal had no subscription a moment ago.
+    fn maybe(&self, principal: &Principal) -> bool {
+        match self.0.get(principal) {
+            Some(seen) if seen.1.elapsed() < KNOWN_FOR => seen.0,
+            _ => true,
+        }
+    }
+
+    /// What the store said at `at`; a later word (a subscription made meanwhile) stands.
+    fn record(&self, principal: &Principal, any: bool, at: Instant) {
+        let mut seen = self.0.entry(principal.clone()).or_insert((any, at));
+        if seen.1 <= at {
+            *seen = (any, at);
+        }
+    }
+
+    /// Looks again next time.
+    fn forget(&self, principal: &Principal) {
+        self.0.remove(principal);
+    }
+}
+
 /// Web Push: subscriptions, presence and the sender; one per server.
 pub struct Push {
     config: PushConfig,
     store: Arc<dyn PushStore>,
     presence: Arc<Presence>,
+    subscribers: Arc<Subscribers>,
     /// The sender's queue and the public key; None with push off.
     sender: Option<(mpsc::Sender<send::Job>, String)>,
     metrics: Metrics,
@@ -155,13 +190,20 @@ impl Push {
         sessions: Arc<dyn Store>,
         metrics: Metrics,
     ) -> anyhow::Result<Arc<Self>> {
+        let subscribers = Arc::new(Subscribers::default());
         let sender = match config.enabled {
             false => None,
             true => {
                 let vapid = keys::Vapid::load(config, data_dir)?;
                 let public = vapid.public_key().to_owned();
-                let queue =
-                    send::Sender::spawn(config, vapid, store.clone(), sessions, metrics.clone())?;
+                let stores = (store.clone(), sessions);
+                let queue = send::Sender::spawn(
+                    config,
+                    vapid,
+                    stores,
+                    subscribers.clone(),
+                    metrics.clone(),
+                )?;
                 Some((queue, public))
             }
         };
@@ -169,6 +211,7 @@ impl Push {
             config: config.clone(),
             store,
             presence: Arc::new(Presence::default()),
+            subscribers,
             sender,
             metrics,
         }))
@@ -246,6 +289,7 @@ impl Push {
             created_at: crate::protocol::now_rfc3339(),
         };
         let id = (self.store.save_subscription(&row).await).map_err(PushError::store)?;
+        self.subscribers.record(principal, true, Instant::now());
         Ok(Subscription { id, ..shown(row) })
     }
 
@@ -267,7 +311,10 @@ impl Push {
     /// `unknown_subscription` (none of `principal`'s has that id), `store_unavailable`.
     pub async fn unsubscribe(&self, principal: &Principal, id: &str) -> Result<(), PushError> {
         match self.store.delete_subscription(principal, id).await {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                self.subscribers.forget(principal);
+                Ok(())
+            }
             Ok(false) => Err(PushError::new(
                 ErrorCode::UnknownSubscription,
                 "no such push subscription",
@@ -289,12 +336,13 @@ impl Push {
 
     /// Pushes news of `event` in conversation `agent_id` (about the stored frame `payload`) to
     /// `principal`'s subscriptions in the background, unless push is off or a page of the
-    /// principal shows the conversation. A full queue drops it (counted).
+    /// principal shows the conversation, or the principal had no subscription a moment ago. A
+    /// full queue drops it (counted).
     pub fn notice(&self, principal: &Principal, agent_id: &AgentId, event: Event, payload: &str) {
         let Ok((queue, _)) = self.on() else {
             return;
         };
-        if self.presence.in_view(principal, agent_id) {
+        if !self.subscribers.maybe(principal) || self.presence.in_view(principal, agent_id) {
             return;
         }
         let news = News {
@@ -364,4 +412,26 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn news_is_queued_unless_the_principal_had_no_subscription_a_moment_ago() {
+        let subscribers = Subscribers::default();
+        let alice = Principal::from("alice");
+        assert!(subscribers.maybe(&alice), "never looked: look");
+        let looked = Instant::now();
+        subscribers.record(&alice, false, looked);
+        assert!(!subscribers.maybe(&alice));
+        // A subscription made while a lookup from before it was on its way stands.
+        subscribers.record(&alice, true, Instant::now());
+        subscribers.record(&alice, false, looked);
+        assert!(subscribers.maybe(&alice));
+        subscribers.record(&alice, false, Instant::now());
+        subscribers.forget(&alice);
+        assert!(subscribers.maybe(&alice), "forgotten: look again");
+    }
 }

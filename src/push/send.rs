@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::keys::Vapid;
-use super::{Event, News, endpoints, now_ms, token_hash};
+use super::{Event, News, Subscribers, endpoints, now_ms, token_hash};
 use crate::config::PushConfig;
 use crate::metrics::Metrics;
 use crate::protocol::{Principal, truncate_chars};
@@ -46,6 +46,7 @@ pub(super) struct Sender {
     vapid: Vapid,
     store: Arc<dyn PushStore>,
     sessions: Arc<dyn Store>,
+    subscribers: Arc<Subscribers>,
     metrics: Metrics,
     config: PushConfig,
     sending: Arc<Semaphore>,
@@ -71,12 +72,13 @@ fn keys(p256dh: &str, auth: &str) -> Result<(p256::PublicKey, web_push_native::A
 }
 
 impl Sender {
-    /// Starts the sender; returns its queue.
+    /// Starts the sender, reading subscriptions from the first store and titles from the
+    /// second; returns its queue.
     pub(super) fn spawn(
         config: &PushConfig,
         vapid: Vapid,
-        store: Arc<dyn PushStore>,
-        sessions: Arc<dyn Store>,
+        (store, sessions): (Arc<dyn PushStore>, Arc<dyn Store>),
+        subscribers: Arc<Subscribers>,
         metrics: Metrics,
     ) -> anyhow::Result<mpsc::Sender<Job>> {
         let mut client = reqwest::Client::builder()
@@ -93,6 +95,7 @@ impl Sender {
             vapid,
             store,
             sessions,
+            subscribers,
             metrics,
             config: config.clone(),
             sending: Arc::new(Semaphore::new(SENDING)),
@@ -112,16 +115,21 @@ impl Sender {
             Job::News(news) => (news.principal.clone(), Some(news.event)),
             Job::Test(principal) => (principal.clone(), None),
         };
+        let looked = std::time::Instant::now();
         let subscriptions = match self.store.list_subscriptions(&principal).await {
-            Ok(all) => all
-                .into_iter()
-                .filter(|s| event.is_none_or(|e| s.events.split(',').any(|x| x == e.as_str())))
-                .collect::<Vec<_>>(),
+            Ok(all) => {
+                self.subscribers.record(&principal, !all.is_empty(), looked);
+                all
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "push: could not read subscriptions");
                 return;
             }
         };
+        let subscriptions: Vec<SubscriptionRow> = subscriptions
+            .into_iter()
+            .filter(|s| event.is_none_or(|e| s.events.split(',').any(|x| x == e.as_str())))
+            .collect();
         if subscriptions.is_empty() {
             return;
         }
@@ -198,6 +206,7 @@ impl Sender {
             if let Err(err) = self.store.forget_subscription(&subscription.id).await {
                 tracing::warn!(error = %err, "push: could not delete a gone subscription");
             }
+            self.subscribers.forget(&subscription.principal);
         }
         self.metrics.push(outcome);
     }
