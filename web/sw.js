@@ -152,7 +152,9 @@ async function send(news, body) {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
-    if (!response.ok) problem = response.status === 403 ? 'This notification has expired.' : `The server said ${response.status}.`;
+    if (response.status === 403) problem = 'This notification has expired.';
+    else if (response.status === 404) problem = 'This was answered already, or the conversation is gone.';
+    else if (!response.ok) problem = `The server said ${response.status}.`;
   } catch {
     problem = 'The server could not be reached.';
   }
