@@ -512,7 +512,8 @@ async fn endpoints_that_reach_the_servers_own_network_are_refused() {
     );
 }
 
-/// A schedule's run that ends is pushed as a scheduled run, with the start of its reply.
+/// A schedule's run that ends is pushed as a scheduled run, with the start of its reply; a
+/// test notification is pushed on request.
 #[tokio::test]
 async fn a_scheduled_run_that_ended_is_pushed() {
     let (_fx, _server, alice, _bob, key) = start().await;
@@ -537,6 +538,14 @@ async fn a_scheduled_run_that_ended_is_pushed() {
             .unwrap()
             .starts_with("Scheduled run: "),
         "{push}"
+    );
+
+    // The dialog's test reaches the device, whatever news it picked.
+    assert_eq!(alice.post("/api/push/test", json!({})).await.0, 202);
+    let test = phone.open(&service.next().await, &service, &key);
+    assert_eq!(
+        (&test["kind"], &test["title"]),
+        (&json!("test"), &json!("agentmux"))
     );
 }
 
