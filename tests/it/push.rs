@@ -218,7 +218,8 @@ async fn subscribe(rest: &Rest, device: &Device, service: &FakeService) -> Strin
 
 /// A waiting tool rings the phone: the push names the conversation and the tool; its token
 /// allows the tool once (the tool runs), and the same token again, an altered one or a made-up
-/// one changes nothing. The turn's end is pushed too, with the start of the reply.
+/// one changes nothing. The turn's end is pushed too, with the start of the reply, and its
+/// Reply sends a turn; Deny denies the next tool.
 #[tokio::test]
 async fn a_waiting_tool_is_pushed_and_allowed_once_from_the_notification() {
     let (_fx, server, alice, _bob, key) = start().await;
@@ -281,7 +282,19 @@ async fn a_waiting_tool_is_pushed_and_allowed_once_from_the_notification() {
         (&answered["kind"], &answered["agent_id"]),
         (&json!("turn"), &json!("fix"))
     );
-    counted(&server, "sent", 3).await;
+
+    // Deny, the other button.
+    chat_ack(&mut socket, "fix", "please run TOOL:touch_z").await;
+    let asked = phone.open(&service.next().await, &service, &key);
+    let deny = json!({"token": asked["token"], "action": "deny"});
+    assert_eq!(anyone.post("/api/push/actions", deny).await.0, 204);
+    let frames = socket.until_result("fix").await;
+    assert_eq!(reply_text(&frames), "Tool said: Denied from a notification");
+    assert_eq!(
+        phone.open(&service.next().await, &service, &key)["kind"],
+        "turn"
+    );
+    counted(&server, "sent", 5).await;
 }
 
 /// A conversation that a visible page of its principal shows is pushed nothing; once the page
