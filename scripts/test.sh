@@ -47,7 +47,7 @@ FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh
 
 if ensure_web_tools; then
   echo "== web: type check"
-  (cd web && npx --no-install tsc -p .)
+  (cd web && npx --no-install tsc -p . && npx --no-install tsc -p tsconfig.sw.json)
   echo "== web: unit and browser tests"
   cargo build --locked
   (cd web && node --test tests/*.test.mjs)

@@ -20,6 +20,8 @@
 //!   commit.
 //! - [`protocol`]: the wire frames, their decoding with typed errors and their building; a
 //!   leaf that imports nothing else of the crate.
+//! - [`push`]: Web Push to the browsers principals subscribed (VAPID key, subscriptions,
+//!   which conversation each page shows, the background sender), fed by the session layer.
 //! - [`config`], [`limits`], [`metrics`], [`projects`], [`worktrees`]: settings, quotas,
 //!   counters, the project roots' path rules and conversations' git worktrees, used by every
 //!   layer above them.
@@ -33,6 +35,7 @@ pub mod limits;
 pub mod metrics;
 pub mod projects;
 pub mod protocol;
+pub mod push;
 pub mod session;
 pub mod store;
 pub mod worktrees;
@@ -52,9 +55,11 @@ use crate::http::AppState;
 use crate::http::auth::Authenticator;
 use crate::limits::Quota;
 use crate::metrics::Metrics;
+use crate::push::Push;
 use crate::session::{Bus, Manager, Scheduler};
 use crate::store::Store;
 use crate::store::postgres::{PgSettings, PgStore};
+use crate::store::push::PushStore;
 use crate::store::schedules::ScheduleStore;
 use crate::store::sqlite::{SqliteSettings, SqliteStore};
 
@@ -82,6 +87,7 @@ impl Server {
         // Roots are compared by their canonical form; a missing one would refuse every chat
         // that names it, so refuse to start instead.
         config.projects.canonicalize()?;
+        config.push.check()?;
         let auth = Arc::new(Authenticator::new(
             &config.auth,
             &config.server,
@@ -106,30 +112,32 @@ impl Server {
             wal_restart_pages: config.store.wal_restart_pages()?,
             ..SqliteSettings::default()
         };
-        let (store, schedules): (Arc<dyn Store>, Arc<dyn ScheduleStore>) =
-            if config.store.url.is_empty() {
-                let sqlite = Arc::new(
-                    SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?,
-                );
-                (sqlite.clone(), sqlite)
-            } else {
-                let node = config.cluster.node_name(config.bind)?;
-                let settings = PgSettings {
-                    max_batch: config.store.max_batch,
-                    node_id: node.clone(),
-                    address: config.bind.to_string(),
-                    lease: Duration::from_secs(config.cluster.lease_secs),
-                    ..PgSettings::default()
-                };
-                let pg =
-                    Arc::new(PgStore::open(&config.store.url, settings, metrics.clone()).await?);
-                tracing::info!(
-                    url = %crate::config::redact_url(&config.store.url),
-                    node = %node,
-                    "conversations are stored in PostgreSQL"
-                );
-                (pg.clone(), pg)
+        let (store, schedules, pushes): (
+            Arc<dyn Store>,
+            Arc<dyn ScheduleStore>,
+            Arc<dyn PushStore>,
+        ) = if config.store.url.is_empty() {
+            let sqlite = Arc::new(
+                SqliteStore::open(&config.database_path(), settings, metrics.clone()).await?,
+            );
+            (sqlite.clone(), sqlite.clone(), sqlite)
+        } else {
+            let node = config.cluster.node_name(config.bind)?;
+            let settings = PgSettings {
+                max_batch: config.store.max_batch,
+                node_id: node.clone(),
+                address: config.bind.to_string(),
+                lease: Duration::from_secs(config.cluster.lease_secs),
+                ..PgSettings::default()
             };
+            let pg = Arc::new(PgStore::open(&config.store.url, settings, metrics.clone()).await?);
+            tracing::info!(
+                url = %crate::config::redact_url(&config.store.url),
+                node = %node,
+                "conversations are stored in PostgreSQL"
+            );
+            (pg.clone(), pg.clone(), pg)
+        };
         let discarded = store.discard_unfinished_imports().await?;
         if discarded > 0 {
             tracing::info!(
@@ -163,6 +171,13 @@ impl Server {
         if let Some(worktrees) = &worktrees {
             prune_worktrees(worktrees, store.as_ref()).await;
         }
+        let push = Push::start(
+            &config.push,
+            &config.data_dir,
+            pushes,
+            store.clone(),
+            metrics.clone(),
+        )?;
         let manager = Manager::new(
             store.clone(),
             agents,
@@ -170,6 +185,7 @@ impl Server {
             metrics.clone(),
             bus,
             worktrees,
+            push.clone(),
         );
         // Commands the other nodes of a cluster forward are answered from before this node's
         // address is announced, until its shutdown begins.
@@ -189,6 +205,7 @@ impl Server {
                 open_sockets: TaskTracker::new(),
                 auth,
                 sockets,
+                push,
             },
             store,
             stop_serving_nodes,

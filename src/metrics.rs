@@ -52,6 +52,7 @@ struct Inner {
     forwarded_commands: AtomicU64,
     relayed_frames: AtomicU64,
     cluster_refusals: DashMap<&'static str, AtomicU64>,
+    pushes: DashMap<&'static str, AtomicU64>,
 }
 
 impl Metrics {
@@ -164,6 +165,12 @@ impl Metrics {
         bump(&self.inner.scheduled_runs, outcome, 1);
     }
 
+    /// A Web Push ended as `outcome` (`sent`, `failed`, `gone`: its subscription was deleted,
+    /// `dropped`: the queue was full).
+    pub fn push(&self, outcome: &'static str) {
+        bump(&self.inner.pushes, outcome, 1);
+    }
+
     /// Renders every metric in the Prometheus text format.
     pub fn render(&self) -> String {
         let i = &self.inner;
@@ -243,6 +250,15 @@ impl Metrics {
              replayed or malformed), by reason.",
             "reason",
             &i.cluster_refusals,
+        );
+        labelled(
+            &mut out,
+            "agentmux_pushes_total",
+            "Web Push notifications by outcome: sent, failed (refused, or still failing after the \
+             retries), gone (the service no longer knows the subscription: deleted) or dropped \
+             (the queue was full).",
+            "outcome",
+            &i.pushes,
         );
         counter(
             &mut out,

@@ -14,6 +14,7 @@ import { ui } from './ui/dom.js';
 import { renderConnection } from './ui/header.js';
 import { onActivity, renderNotifyButton } from './ui/notifications.js';
 import { newSession } from './ui/projects.js';
+import { sendPresence, startWorker } from './ui/push.js';
 import { loadSchedules } from './ui/schedules.js';
 import { renderTheme } from './ui/settings.js';
 import { loadLocalSessions, refreshSessions, renderSidebar, sortedSessions, stepSession } from './ui/sidebar.js';
@@ -77,6 +78,8 @@ client.onState((connection) => {
 
 renderTheme();
 renderNotifyButton();
+startWorker(openSession);
+sendPresence();
 loadLocalSessions();
 renderConnection(client.state);
 client.connect();

@@ -110,6 +110,8 @@ export class AgentmuxClient {
     this.pending = new Map();
     /** @private @type {string[]} frames written while the socket was not open */
     this.outbox = [];
+    /** @private @type {ClientFrame | null} the last `presence`, said again on each reconnect */
+    this.presenceFrame = null;
     /** @private */
     this.attempt = 0;
     /** @private @type {ReturnType<typeof setTimeout> | undefined} */
@@ -347,6 +349,17 @@ export class AgentmuxClient {
   }
 
   /**
+   * Tells the server which conversation this page shows: `agentId` while `visible`. Web Push
+   * sends nothing about a conversation a visible page shows. Said again after each reconnect.
+   * @param {boolean} visible
+   * @param {string | null} agentId
+   */
+  presence(visible, agentId) {
+    this.presenceFrame = agentId ? { type: 'presence', visible, agent_id: agentId } : { type: 'presence', visible };
+    this.send(this.presenceFrame);
+  }
+
+  /**
    * Writes a frame now, or when the socket opens.
    * @private
    * @param {ClientFrame} frame
@@ -355,9 +368,9 @@ export class AgentmuxClient {
     const text = JSON.stringify(frame);
     if (this.socket && this.socket.readyState === this.WebSocketImpl.OPEN) {
       this.socket.send(text);
-    } else if (!['subscribe', 'unsubscribe', 'watch', 'unwatch', 'ping'].includes(frame.type)) {
-      // Subscriptions are re-sent from `conversations` (and `watch` from its listeners) on
-      // open; only user actions wait here.
+    } else if (!['subscribe', 'unsubscribe', 'watch', 'unwatch', 'ping', 'presence'].includes(frame.type)) {
+      // Subscriptions are re-sent from `conversations` (`watch` from its listeners, and the
+      // last `presence`) on open; only user actions wait here.
       this.outbox.push(text);
     }
   }
@@ -370,6 +383,7 @@ export class AgentmuxClient {
     this.pingTimer = setInterval(() => this.heartbeat(), this.pingIntervalMs);
     this.setState('open');
     if (this.activityListeners.size > 0) this.send({ type: 'watch' });
+    if (this.presenceFrame) this.send(this.presenceFrame);
     for (const [agentId, conversation] of this.conversations) {
       if (conversation.listeners.size > 0) this.subscribe(agentId, conversation);
     }

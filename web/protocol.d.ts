@@ -1,7 +1,7 @@
 // Generated from src/protocol.rs by its unit tests; do not edit.
 // Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
 
-export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict";
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription";
 
 export type ChatOptions = { 
 /**
@@ -133,7 +133,15 @@ warm?: boolean, } | { "type": "unsubscribe",
 /**
  * The conversation.
  */
-agent_id: string, } | { "type": "watch" } | { "type": "unwatch" } | { "type": "permission_response", 
+agent_id: string, } | { "type": "watch" } | { "type": "unwatch" } | { "type": "presence", 
+/**
+ * Whether the page is visible (not a background tab, not a locked phone).
+ */
+visible: boolean, 
+/**
+ * The conversation open in the page, if any.
+ */
+agent_id?: string, } | { "type": "permission_response", 
 /**
  * The conversation.
  */

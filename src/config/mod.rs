@@ -23,11 +23,13 @@ mod auth;
 mod cluster;
 pub(crate) mod durations;
 mod projects;
+mod push;
 
 pub use auth::AuthConfig;
 pub use cluster::ClusterConfig;
 use durations::{millis, secs};
 pub use projects::{ProjectRoot, ProjectsConfig, WorktreesConfig};
+pub use push::PushConfig;
 
 /// Which agent runs behind conversations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -78,6 +80,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// Git worktrees of conversations.
     pub worktrees: WorktreesConfig,
+    /// Web Push notifications.
+    pub push: PushConfig,
 }
 
 /// The demo agent's options (`[demo]`).
@@ -429,6 +433,7 @@ impl Default for Config {
             schedules: SchedulesConfig::default(),
             cluster: ClusterConfig::default(),
             worktrees: WorktreesConfig::default(),
+            push: PushConfig::default(),
         }
     }
 }

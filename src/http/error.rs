@@ -53,9 +53,10 @@ impl ApiError {
             | ErrorCode::InvalidSeq
             | ErrorCode::InvalidRequest
             | ErrorCode::InvalidSchedule => StatusCode::BAD_REQUEST,
-            ErrorCode::UnknownAgent | ErrorCode::UnknownRequest | ErrorCode::UnknownSchedule => {
-                StatusCode::NOT_FOUND
-            }
+            ErrorCode::UnknownAgent
+            | ErrorCode::UnknownRequest
+            | ErrorCode::UnknownSchedule
+            | ErrorCode::UnknownSubscription => StatusCode::NOT_FOUND,
             ErrorCode::Busy | ErrorCode::AgentExists | ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::Unsupported => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::LimitExceeded | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -72,6 +73,12 @@ impl ApiError {
 
 impl From<FrameError> for ApiError {
     fn from(err: FrameError) -> Self {
+        ApiError::new(err.code, err.message)
+    }
+}
+
+impl From<crate::push::PushError> for ApiError {
+    fn from(err: crate::push::PushError) -> Self {
         ApiError::new(err.code, err.message)
     }
 }

@@ -76,6 +76,8 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// Open sockets, requests and event streams per principal.
     pub sockets: Quota,
+    /// Web Push: subscriptions, action tokens and which conversation each page shows.
+    pub push: Arc<crate::push::Push>,
 }
 
 /// The application's routes.

@@ -181,6 +181,8 @@ struct Connection {
     /// The ends of shares of conversations shared with the principal, once the socket
     /// follows one.
     revocations: Option<tokio::sync::broadcast::Receiver<Revoked>>,
+    /// What this socket's page shows, once the client sent `presence`.
+    presence: Option<crate::push::Seat>,
     /// Frames of the batch being written, by type, for the metrics.
     sent: FramesOut,
     /// This socket's place in its principal's socket quota.
@@ -204,6 +206,7 @@ impl Connection {
             rate,
             activity: None,
             revocations: None,
+            presence: None,
             sent: FramesOut::default(),
             _permit: permit,
         }
@@ -437,6 +440,15 @@ impl Connection {
             ClientFrame::Unwatch => {
                 self.app.metrics.frame_in("unwatch");
                 self.activity = None;
+                Ok(())
+            }
+            ClientFrame::Presence { visible, agent_id } => {
+                self.app.metrics.frame_in("presence");
+                let presence = self.app.push.presence();
+                let seat = self
+                    .presence
+                    .get_or_insert_with(|| presence.seat(&self.principal));
+                seat.shows(agent_id.filter(|_| visible));
                 Ok(())
             }
             ClientFrame::Rewind { agent_id, to_seq } => {

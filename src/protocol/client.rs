@@ -334,6 +334,17 @@ pub enum ClientFrame {
     Watch,
     /// Stop the `activity` frames.
     Unwatch,
+    /// Which conversation this socket's page shows: Web Push sends nothing about a conversation
+    /// that a visible page of its principal shows. Until a socket sends one, and after it
+    /// closes, it shows nothing.
+    Presence {
+        /// Whether the page is visible (not a background tab, not a locked phone).
+        visible: bool,
+        /// The conversation open in the page, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(test, ts(as = "Option<String>", optional))]
+        agent_id: Option<AgentId>,
+    },
     /// Answer a pending tool permission request.
     PermissionResponse {
         /// The conversation.
@@ -524,6 +535,22 @@ fn decode_object(
         }),
         "watch" => Ok(ClientFrame::Watch),
         "unwatch" => Ok(ClientFrame::Unwatch),
+        "presence" => {
+            let Some(Value::Bool(visible)) = obj.get("visible") else {
+                return Err(fail(FrameError::new(
+                    ErrorCode::BadFrame,
+                    "`visible` must be a boolean",
+                )));
+            };
+            let agent_id = match obj.get("agent_id") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(agent_id(obj).map_err(fail)?),
+            };
+            Ok(ClientFrame::Presence {
+                visible: *visible,
+                agent_id,
+            })
+        }
         "permission_response" => {
             let agent_id = agent_id(obj).map_err(fail)?;
             let (request_id, decision) = decode_permission_response(obj).map_err(fail)?;

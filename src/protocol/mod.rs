@@ -115,6 +115,8 @@ pub enum ErrorCode {
     /// What was asked would change someone's work and was not done (HTTP 409): a merge with
     /// conflicts, or into a checkout with uncommitted changes.
     Conflict,
+    /// No push subscription with that id exists (for this principal).
+    UnknownSubscription,
 }
 
 impl ErrorCode {
@@ -146,6 +148,7 @@ impl ErrorCode {
             ErrorCode::OwnedElsewhere => "owned_elsewhere",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::UnknownSubscription => "unknown_subscription",
         }
     }
 }

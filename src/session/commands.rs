@@ -112,7 +112,8 @@ impl Command {
             | ClientFrame::Subscribe { .. }
             | ClientFrame::Unsubscribe { .. }
             | ClientFrame::Watch
-            | ClientFrame::Unwatch => return None,
+            | ClientFrame::Unwatch
+            | ClientFrame::Presence { .. } => return None,
         })
     }
 }

@@ -194,6 +194,8 @@ pub(crate) struct Shared {
     bus: Option<Arc<Bus>>,
     /// Conversations' git worktrees; None without a git program.
     worktrees: Option<Arc<crate::worktrees::Worktrees>>,
+    /// Web Push, told of what each principal's activity feed is.
+    push: Arc<crate::push::Push>,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -214,6 +216,7 @@ impl Manager {
         metrics: Metrics,
         bus: Option<Arc<Bus>>,
         worktrees: Option<Arc<crate::worktrees::Worktrees>>,
+        push: Arc<crate::push::Push>,
     ) -> Self {
         let lost = store.lost_leases();
         let manager = Manager {
@@ -234,6 +237,7 @@ impl Manager {
                 revocations: shares::Revocations::default(),
                 bus,
                 worktrees,
+                push,
             }),
             route: routing::Route::AnyNode,
         };

@@ -10,6 +10,7 @@ mod edits;
 mod leases;
 pub use leases::{NodeStatus, cluster_status};
 pub mod postgres;
+pub mod push;
 pub mod schedules;
 mod shared;
 pub mod shares;

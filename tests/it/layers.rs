@@ -3,7 +3,7 @@
 //! through `session`; `session` never reaches up into `http`; `protocol` is a leaf; the store
 //! and the agents never reach up into `session` or `http`, and the agents never into the
 //! store; `config` holds no store code (no `crate::store`, no `sqlx`); `worktrees` (git) uses
-//! nothing above it.
+//! nothing above it; `push` (Web Push) is below `session`, which feeds it, and `http`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -98,6 +98,7 @@ fn the_layering_rules_hold() {
             "store" => &["crate::session", "crate::http"],
             "agent" => &["crate::session", "crate::http", "crate::store"],
             "session" => &["crate::http"],
+            "push" => &["crate::session", "crate::http", "crate::agent"],
             "config" => &[
                 "crate::store",
                 "sqlx",

@@ -27,6 +27,7 @@ mod limits;
 mod metrics;
 mod permissions;
 mod projects;
+mod push;
 mod real_cli;
 mod refused;
 mod repos;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use agentmux::metrics::Metrics;
 use agentmux::protocol::{AgentId, SessionId};
 use agentmux::store::postgres::{PgSettings, PgStore};
+use agentmux::store::push::{ActionRow, PushStore, SubscriptionRow};
 use agentmux::store::schedules::{ScheduleRow, ScheduleStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
 use agentmux::store::{NewMessage, NewSession, PageSize, RowId, RunningTurn, Store, StoreError};
@@ -79,6 +80,14 @@ impl Fixture {
 
     /// Opens (again) this test's store, as the scheduler sees it.
     async fn open_schedules(&self) -> Box<dyn ScheduleStore> {
+        match self.pg_url() {
+            Some(_) => Box::new(self.open_pg(PgSettings::default()).await),
+            None => Box::new(self.open_sqlite(SqliteSettings::default()).await),
+        }
+    }
+
+    /// Opens (again) this test's store, as Web Push sees it.
+    async fn open_push(&self) -> Box<dyn PushStore> {
         match self.pg_url() {
             Some(_) => Box::new(self.open_pg(PgSettings::default()).await),
             None => Box::new(self.open_sqlite(SqliteSettings::default()).await),
@@ -158,6 +167,7 @@ on_both_engines!(
     ids_changed_behind_the_servers_back_are_refused,
     pages_are_bounded_in_rows_and_in_bytes,
     a_pause_keeps_a_change_made_since_the_schedule_was_read,
+    push_subscriptions_are_per_principal_and_tokens_are_taken_once,
 );
 
 fn new_session(principal: &str, agent_id: &str) -> NewSession {
@@ -1455,4 +1465,90 @@ async fn a_bad_wal_restart_size_refuses_to_start() {
         assert!(!listened, "{value}: {output}");
         assert!(output.contains(expected), "{value}: {output}");
     }
+}
+
+/// A push subscription is its principal's (the same endpoint again updates it, another
+/// principal may hold the same endpoint as its own); an action token is taken once, and not
+/// after it expired.
+async fn push_subscriptions_are_per_principal_and_tokens_are_taken_once(fx: Fixture) {
+    let store = fx.open_push().await;
+    let sub = |id: &str, principal: &str, auth: &str| SubscriptionRow {
+        id: id.into(),
+        principal: principal.into(),
+        endpoint: "https://push.example/abc".into(),
+        p256dh: "key".into(),
+        auth: auth.into(),
+        events: "permission,turn".into(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+    };
+    assert_eq!(
+        store
+            .save_subscription(&sub("a1", "alice", "one"))
+            .await
+            .unwrap(),
+        "a1"
+    );
+    assert_eq!(
+        store
+            .save_subscription(&sub("a2", "alice", "two"))
+            .await
+            .unwrap(),
+        "a1"
+    );
+    assert_eq!(
+        store
+            .save_subscription(&sub("b1", "bob", "x"))
+            .await
+            .unwrap(),
+        "b1"
+    );
+    let alices = store.list_subscriptions("alice").await.unwrap();
+    assert_eq!(
+        alices,
+        [SubscriptionRow {
+            auth: "two".into(),
+            ..sub("a1", "alice", "")
+        }]
+    );
+    assert!(
+        store
+            .has_endpoint("alice", "https://push.example/abc")
+            .await
+            .unwrap()
+    );
+    assert!(!store.delete_subscription("bob", "a1").await.unwrap());
+    assert!(store.delete_subscription("alice", "a1").await.unwrap());
+    store.forget_subscription("b1").await.unwrap();
+    assert!(store.list_subscriptions("bob").await.unwrap().is_empty());
+
+    let action = |hash: &str, expires_ms: i64| ActionRow {
+        token_hash: hash.into(),
+        principal: "alice".into(),
+        agent_id: "fix".into(),
+        request_id: Some("r1".into()),
+        expires_ms,
+    };
+    store
+        .insert_action(&action("h1", 2_000), 1_000)
+        .await
+        .unwrap();
+    store
+        .insert_action(&action("h2", 1_500), 1_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.take_action("h1", 1_200).await.unwrap(),
+        Some(action("h1", 2_000))
+    );
+    assert_eq!(
+        store.take_action("h1", 1_200).await.unwrap(),
+        None,
+        "used once"
+    );
+    assert_eq!(
+        store.take_action("h2", 1_500).await.unwrap(),
+        None,
+        "expired"
+    );
+    assert_eq!(store.take_action("nope", 0).await.unwrap(), None);
 }

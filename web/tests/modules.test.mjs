@@ -15,10 +15,10 @@ const { server, context } = browserTests();
 
 const WEB = join(REPO, 'web');
 
-/** The page's modules, as paths under `web/` (and under `/assets/`). */
+/** The page's modules, as paths under `web/` (and under `/assets/`); not the service worker. */
 function modules() {
   return [
-    ...readdirSync(WEB).filter((name) => name.endsWith('.js')),
+    ...readdirSync(WEB).filter((name) => name.endsWith('.js') && name !== 'sw.js'),
     ...readdirSync(join(WEB, 'ui'))
       .filter((name) => name.endsWith('.js'))
       .map((name) => `ui/${name}`),

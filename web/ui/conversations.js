@@ -12,6 +12,7 @@ import { el, ui } from './dom.js';
 import { plainTitle } from './format.js';
 import { renderControls, renderHeader } from './header.js';
 import { clearAttention, renderTabTitle } from './notifications.js';
+import { sendPresence } from './push.js';
 import { closeSidebar, fromApi, renderSidebar, saveLocalSessions, sortedSessions } from './sidebar.js';
 import { CURRENT_KEY, DRAFT_PREFIX, state } from './state.js';
 import { View, notice } from './view.js';
@@ -41,6 +42,7 @@ export function openSession(agentId) {
     saveLocalSessions();
   }
   state.current = agentId;
+  sendPresence();
   localStorage.setItem(CURRENT_KEY, agentId);
   if (decodeURIComponent(location.hash.slice(1)) !== agentId) {
     history.replaceState(null, '', `#${encodeURIComponent(agentId)}`);

@@ -8,6 +8,7 @@
 import { openSession } from './conversations.js';
 import { ui } from './dom.js';
 import { plainTitle } from './format.js';
+import { pushOn } from './push.js';
 import { renderSidebar, scheduleSessionsRefresh, touchSession } from './sidebar.js';
 import { NOTIFY_KEY, state } from './state.js';
 
@@ -30,7 +31,8 @@ export function needsAttention(agentId, kind, text) {
   if (info.attention !== 'permission') info.attention = kind;
   renderSidebar();
   renderTabTitle();
-  if (notificationsOn()) {
+  // With push on for this device, the server's notification is the one shown.
+  if (notificationsOn() && !pushOn()) {
     try {
       const note = new Notification(plainTitle(info.title) || 'agentmux', { body: text, tag: agentId });
       note.onclick = () => {

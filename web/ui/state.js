@@ -107,6 +107,8 @@ export const CURRENT_KEY = 'agentmux.current';
 export const THEME_KEY = 'agentmux.theme';
 /** `localStorage`: `on` when the user turned system notifications on. */
 export const NOTIFY_KEY = 'agentmux.notify';
+/** This device's push subscription id, while push is on here. */
+export const PUSH_KEY = 'agentmux.push';
 /** `localStorage`: a conversation's unsent text, after this prefix and its agent_id. */
 export const DRAFT_PREFIX = 'agentmux.draft.';
 /** `sessionStorage`: the API token, when the server asks for one: kept for this tab only. */

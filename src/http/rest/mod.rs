@@ -9,6 +9,7 @@
 mod agents;
 mod changes;
 mod projects;
+mod push;
 mod schedules;
 mod sessions;
 mod shares;
@@ -17,7 +18,7 @@ pub(super) use sessions::{agent_id, last_event_id};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::Extension;
+use axum::extract::{DefaultBodyLimit, Extension};
 use axum::http::header;
 use axum::middleware;
 use axum::response::IntoResponse;
@@ -78,6 +79,14 @@ fn authenticated() -> OpenApiRouter<AppState> {
             schedules::delete
         ))
         .routes(routes!(schedules::run))
+        .merge(
+            OpenApiRouter::default()
+                .routes(routes!(push::key))
+                .routes(routes!(push::list, push::subscribe))
+                .routes(routes!(push::unsubscribe))
+                .routes(routes!(push::test))
+                .layer(DefaultBodyLimit::max(push::MAX_BODY_BYTES)),
+        )
 }
 
 /// The REST API as served: every route of [`authenticated`] behind the check of credentials
@@ -89,6 +98,12 @@ pub fn router(state: &AppState) -> Router<AppState> {
     require_credentials(counted.get_openapi_mut());
     let (router, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(openapi))
+        // A notification's buttons: the token in the body is the credential.
+        .merge(
+            OpenApiRouter::default()
+                .routes(routes!(push::act))
+                .layer(DefaultBodyLimit::max(push::MAX_BODY_BYTES)),
+        )
         .merge(counted)
         .split_for_parts();
     let document = Document(Bytes::from(

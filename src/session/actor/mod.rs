@@ -120,6 +120,8 @@ struct Actor {
     idle_since: Instant,
     /// Set on shutdown: no further queued turn starts.
     stopping: bool,
+    /// Whether the running (or last) turn is a schedule's run.
+    scheduled_turn: bool,
     /// Tool permission requests awaiting an answer, with the time they are denied.
     pending_permissions: HashMap<String, Instant>,
     /// Held while live; dropped on eviction before the slot can start another actor.
@@ -164,6 +166,7 @@ pub(crate) fn spawn(init: ActorInit) {
         process_cost: 0.0,
         idle_since: Instant::now(),
         stopping: false,
+        scheduled_turn: false,
         pending_permissions: HashMap::new(),
         live: Some(live),
         respawns: process::Respawns::default(),

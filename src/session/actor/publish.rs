@@ -1,5 +1,5 @@
 //! Publishing an actor's frames: stored ones after their commit, to the conversation's followers on
-//! every node and to the principal's activity watchers.
+//! every node and to the principal's activity watchers and devices.
 
 use std::sync::atomic::Ordering;
 
@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::Actor;
 use crate::protocol::{self, Activity, ErrorCode, Frame};
+use crate::push::Event;
 use crate::session::SessionError;
 use crate::store::{NewMessage, StoreError};
 
@@ -26,8 +27,8 @@ impl Actor {
         let _ = self.events.send(frame);
     }
 
-    /// Tells the principal's watchers what happened; the frame is built only when someone
-    /// watches. `payload` is the stored message's, for the details the activity carries.
+    /// Tells the principal's watchers what happened (the frame is built only when someone
+    /// watches), and its devices by Web Push when a tool waits or a turn ended. `payload` is the stored message's, for the details the activity carries.
     pub(super) fn publish_activity(&self, activity: Activity, seq: i64, payload: &str) {
         let tag = self.conversation.tag();
         self.shared
@@ -48,6 +49,22 @@ impl Actor {
                         .then(|| detail["is_error"].as_bool() == Some(true)),
                 )
             });
+        let event = match activity {
+            Activity::PermissionRequest => Event::Permission,
+            Activity::TurnEnded if self.scheduled_turn => Event::Schedule,
+            Activity::TurnEnded => Event::Turn,
+            Activity::TurnStarted | Activity::PermissionResolved => return,
+        };
+        // The turns a shutdown ends are no news to anyone's phone.
+        if !self.shared.closing.load(Ordering::Acquire) {
+            let conversation = &self.conversation;
+            (self.shared.push).notice(
+                &conversation.principal,
+                &conversation.agent_id,
+                event,
+                payload,
+            );
+        }
     }
 
     pub(super) fn publish_status(&self, status: &str, detail: &str) {

@@ -22,6 +22,8 @@ pub(super) struct Turn {
     pub(super) content: protocol::Content,
     /// Model and permission mode asked for with this turn; applied when it starts.
     pub(super) options: ChatOptions,
+    /// Whether a schedule's run sent it.
+    pub(super) scheduled: bool,
 }
 
 pub(super) struct Running {
@@ -204,6 +206,7 @@ impl Actor {
             user_seq: seq,
             content: chat.content,
             options: chat.options,
+            scheduled: marker_frame.is_some(),
         });
         let _ = reply.send(Ok((seq, position)));
         self.publish(protocol::session_frame(
@@ -266,6 +269,7 @@ impl Actor {
                 continue;
             }
             let user_seq = turn.user_seq;
+            self.scheduled_turn = turn.scheduled;
             self.turns.start(turn);
             self.publish_status("busy", "a turn is running");
             self.publish_activity(Activity::TurnStarted, user_seq, "");
@@ -478,6 +482,7 @@ mod tests {
             user_seq,
             content: Content::Text(format!("turn {user_seq}")),
             options: ChatOptions::default(),
+            scheduled: false,
         }
     }
 
