@@ -114,6 +114,9 @@ pub enum ErrorCode {
     /// What was asked would change someone's work and was not done (HTTP 409): a merge with
     /// conflicts, or into a checkout with uncommitted changes.
     Conflict,
+    /// A search of conversations ran longer than the server allows and was stopped (HTTP
+    /// 503); more or longer words find less and take less time.
+    SearchTimeout,
 }
 
 impl ErrorCode {
@@ -145,6 +148,7 @@ impl ErrorCode {
             ErrorCode::OwnedElsewhere => "owned_elsewhere",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::SearchTimeout => "search_timeout",
         }
     }
 }

@@ -40,7 +40,8 @@ pub(super) trait EditTx: Send {
     async fn agent_messages_after(&mut self, row: RowId, seq: i64) -> Result<i64>;
     /// Creates conversation `fork` with the title of `source`; None when its key is taken.
     async fn insert_fork(&mut self, source: RowId, fork: &ForkRow<'_>) -> Result<Option<RowId>>;
-    /// Copies the messages of `source` up to `at` but `except` into `fork`, same `seq`s.
+    /// Copies the messages of `source` up to `at` but `except` into `fork`, same `seq`s, with
+    /// their rows of the search index and those of the fork's title.
     async fn copy_messages(
         &mut self,
         source: RowId,

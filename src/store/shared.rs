@@ -144,15 +144,6 @@ macro_rules! store_impl {
                 Ok(uuids.into_iter().collect())
             }
 
-            async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
-                let done = sqlx::query("update session_info set title = $1 where id = $2")
-                    .bind(super::text(title))
-                    .bind(row)
-                    .execute(&self.pool)
-                    .await?;
-                super::shared::found(done.rows_affected())
-            }
-
             async fn delete_session(&self, row: RowId) -> Result<()> {
                 sqlx::query("delete from session_info where id = $1")
                     .bind(row)

@@ -30,6 +30,8 @@ mod real_cli;
 mod refused;
 mod rest;
 mod schedules;
+mod search;
+mod search_limits;
 mod security;
 mod spans;
 mod store;
