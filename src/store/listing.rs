@@ -16,6 +16,7 @@ pub(super) enum Engine {
 }
 
 /// A value bound to a statement of [`Statement`].
+#[derive(Clone)]
 pub(super) enum Arg {
     Text(String),
     Int(i64),
@@ -61,16 +62,9 @@ pub(super) fn statement(
         }
     }
     let count = query.count.then(|| {
-        let args = args
-            .iter()
-            .map(|a| match a {
-                Arg::Text(s) => Arg::Text(s.clone()),
-                Arg::Int(n) => Arg::Int(*n),
-            })
-            .collect();
         (
             format!("select count(*) from session_info where {filter}"),
-            args,
+            args.clone(),
         )
     });
     let mut page_filter = filter;

@@ -7,7 +7,7 @@
 //! forks and the rare small updates use the pool; the calls whose SQL SQLite shares are in
 //! [`super::shared`].
 //!
-//! One job at about 770 lines: the PostgreSQL side of every `Store` call, its writer and its
+//! One job at about 820 lines: the PostgreSQL side of every `Store` call, its writer and its
 //! leases' SQL; splitting it would scatter one engine's statements.
 
 use std::borrow::Cow;

@@ -1,7 +1,7 @@
 //! Handlers of `/api/sessions`: every query is scoped to the caller's principal, and another
 //! principal's conversation is answered as unknown.
 //!
-//! One job at about 750 lines: the conversation resource's handlers and the bodies and
+//! One job at about 780 lines: the conversation resource's handlers and the bodies and
 //! summaries they read and write (its worktree's changes are `changes`).
 
 use axum::Json;
