@@ -1,32 +1,59 @@
--- The search index: the words of each user and assistant message's text and of each title, as
--- `src/store/words.rs` makes them, in an FTS5 table that keeps no text of its own. A row's id is
--- its conversation's id times 2^32 plus the message's seq, or 0 for the title, so that a match
--- names its conversation without a lookup. The server writes a row in the transaction that
--- stores what it indexes (a message, a new title); these triggers delete it with what it
--- indexes, whatever deletes that (a rewind, a deleted conversation, a discarded import).
-create virtual table message_words using fts5(
-    words, content = '', contentless_delete = 1, detail = none, tokenize = 'ascii'
+-- The search index: the words of each user and assistant message's text (`words`) and of each
+-- title (`title_words`), as `src/store/words.rs` makes them (distinct, sorted, joined by single
+-- spaces), stored with the row they belong to, in the same statement, and indexed by FTS5 tables
+-- that keep no copy of them (external content). The triggers keep each index exact whatever
+-- writes or deletes the rows: the writer, a rewind, a fork's copies, a rename, a deleted
+-- conversation, a discarded import. A search looks the words up in the index, or reads the
+-- `words` of the principal's newest conversations when that finds a page sooner.
+alter table messages add column words text;
+alter table session_info add column title_words text;
+
+create virtual table message_words_index using fts5(
+    words, content = 'messages', content_rowid = 'id', detail = none, tokenize = 'ascii'
+);
+create virtual table title_words_index using fts5(
+    title_words, content = 'session_info', content_rowid = 'id', detail = none,
+    tokenize = 'ascii'
 );
 
-create trigger message_words_of_messages after delete on messages
-when old.message_type in ('user', 'assistant')
+create trigger message_words_added after insert on messages when new.words is not null
 begin
-    delete from message_words where rowid = (old.session_pk << 32) + old.seq;
+    insert into message_words_index (rowid, words) values (new.id, new.words);
+end;
+create trigger message_words_removed after delete on messages when old.words is not null
+begin
+    insert into message_words_index (message_words_index, rowid, words)
+    values ('delete', old.id, old.words);
+end;
+create trigger message_words_changed after update of words on messages
+when old.words is not new.words
+begin
+    insert into message_words_index (message_words_index, rowid, words)
+    select 'delete', old.id, old.words where old.words is not null;
+    insert into message_words_index (rowid, words)
+    select new.id, new.words where new.words is not null;
 end;
 
-create trigger message_words_of_titles after delete on session_info
+create trigger title_words_added after insert on session_info when new.title_words is not null
 begin
-    delete from message_words where rowid = old.id << 32;
+    insert into title_words_index (rowid, title_words) values (new.id, new.title_words);
+end;
+create trigger title_words_removed after delete on session_info when old.title_words is not null
+begin
+    insert into title_words_index (title_words_index, rowid, title_words)
+    values ('delete', old.id, old.title_words);
+end;
+create trigger title_words_changed after update of title_words on session_info
+when old.title_words is not new.title_words
+begin
+    insert into title_words_index (title_words_index, rowid, title_words)
+    select 'delete', old.id, old.title_words where old.title_words is not null;
+    insert into title_words_index (rowid, title_words)
+    select new.id, new.title_words where new.title_words is not null;
 end;
 
--- A store written before this migration: at its next start the server indexes its messages up
--- to id `up_to` (from `next_id`, a chunk per transaction, logging its progress) and its titles,
--- then deletes this row. Nothing is written meanwhile: the start waits for it.
-create table search_backfill (
-    next_id     integer not null,
-    up_to       integer not null,
-    titles_done integer not null default 0
-);
-insert into search_backfill (next_id, up_to)
-select 1, coalesce((select max(id) from messages), 0)
-where exists (select 1 from session_info);
+-- A store written before this migration: at its next start the server fills in the words of
+-- its messages and titles (a chunk per transaction, logging its progress), then deletes this
+-- row. Nothing else is written meanwhile: the start waits for it.
+create table search_backfill (pending integer primary key);
+insert into search_backfill (pending) select 1 where exists (select 1 from session_info);

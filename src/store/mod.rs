@@ -7,9 +7,9 @@
 //! rule ([`words`]) both engines share, as they share the statements of a listing
 //! ([`listing`]).
 
+mod backfill;
 mod batch;
 mod edits;
-mod index;
 mod leases;
 mod listing;
 pub use leases::{NodeStatus, cluster_status};

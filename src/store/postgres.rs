@@ -29,7 +29,7 @@ use super::{
     NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
     SessionPage, SessionQuery, SessionRecord, Store, StoreError, StoredMessage, text,
 };
-use super::{index, shared, words};
+use super::{backfill, shared, words};
 use crate::config::redact_url;
 use crate::metrics::Metrics;
 
@@ -159,7 +159,7 @@ impl PgStore {
             .run(&pool)
             .await
             .map_err(|e| fail("cannot migrate the store at", &e))?;
-        index::backfill_pg(&pool)
+        backfill::postgres(&pool)
             .await
             .map_err(|e| fail("cannot build the search index of the store at", &e))?;
         let leases = Arc::new(Leases::new(
@@ -570,18 +570,22 @@ shared::edit_tx_impl!(Tx<'_>, {
         .bind(except)
         .execute(&mut *self.0)
         .await?;
-        // The copies' words came with them; the title's come from the source's row.
-        sqlx::query(
-            "update session_info set title_words = (select title_words from session_info where id = $2)
-             where id = $1",
-        )
-        .bind(fork)
-        .bind(source)
-        .execute(&mut *self.0)
-        .await?;
         Ok(())
     }
 });
+
+/// How long a search may read the words of the principal's newest conversations before it looks
+/// them up in the indexes instead.
+const SCAN_BUDGET: Duration = Duration::from_millis(25);
+
+/// Has the statements of the transaction on `conn` stop after `limit` each.
+async fn stop_after(conn: &mut PgConnection, limit: Duration) -> sqlx::Result<()> {
+    sqlx::query("select set_config('statement_timeout', $1, true)")
+        .bind(limit.as_millis().max(1).to_string())
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+}
 
 /// Takes the write lock of conversation `row` in `tx` (appends to it wait until the commit).
 async fn lock(conn: &mut PgConnection, row: RowId) -> Result<()> {
@@ -628,33 +632,47 @@ shared::store_impl!(PgStore, {
         })
     }
 
-    /// A search runs in a transaction of its own whose `statement_timeout` is its deadline.
+    /// A search runs in a transaction of its own whose `statement_timeout` is its deadline; its
+    /// read along the listing has a shorter one, its budget, and is undone to a savepoint when
+    /// it runs out.
     async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
         let words = match listing::search_words(query) {
             Ok(words) => words,
             Err(nothing) => return Ok(nothing),
         };
-        let statement = listing::statement(Engine::Postgres, principal, query, words.as_ref());
-        if words.is_none() {
+        let statements = listing::statements(Engine::Postgres, principal, query, words.as_ref());
+        let Some(lookup) = &statements.lookup else {
             let mut conn = self.pool.acquire().await?;
-            return Ok(listing::read_page!(&mut *conn, &statement, query)?);
-        }
+            let total = listing::fetch_count!(conn, statements.count.as_ref());
+            let rows = listing::fetch_rows!(conn, &statements.scan)?;
+            return Ok(listing::page(query, rows, total));
+        };
         self.searches
             .run(|deadline| async move {
                 let mut tx = self.pool.begin().await?;
-                let left = deadline.saturating_duration_since(Instant::now());
+                let left = || deadline.saturating_duration_since(Instant::now());
                 // A plan this costly to run would be compiled first (JIT), which alone takes
                 // longer than most searches.
-                sqlx::query(
-                    "select set_config('statement_timeout', $1, true),
-                        set_config('jit', 'off', true)",
-                )
-                .bind(left.as_millis().max(1).to_string())
-                .execute(&mut *tx)
-                .await?;
-                let page = listing::read_page!(&mut *tx, &statement, query)?;
+                sqlx::query("select set_config('jit', 'off', true)")
+                    .execute(&mut *tx)
+                    .await?;
+                stop_after(&mut tx, left()).await?;
+                let total = listing::fetch_count!(tx, statements.count.as_ref());
+                let budgeted = SCAN_BUDGET < left();
+                sqlx::query("savepoint scan").execute(&mut *tx).await?;
+                stop_after(&mut tx, SCAN_BUDGET.min(left())).await?;
+                let rows = match listing::fetch_rows!(tx, &statements.scan) {
+                    Err(err) if budgeted && listing::stopped(&err) => {
+                        sqlx::query("rollback to savepoint scan")
+                            .execute(&mut *tx)
+                            .await?;
+                        stop_after(&mut tx, left()).await?;
+                        listing::fetch_rows!(tx, lookup)?
+                    }
+                    rows => rows?,
+                };
                 tx.commit().await?;
-                Ok(page)
+                Ok(listing::page(query, rows, total))
             })
             .await
     }

@@ -356,9 +356,10 @@ macro_rules! edit_tx_impl {
                 let new = fork.new;
                 Ok(sqlx::query_scalar(
                     "insert into session_info (principal, agent_id, session_id, backend, cwd, model,
-                        permission_mode, launch_options, title, created_at, last_active_at, last_seq,
-                        next_launch, memory_from_seq, worktree)
-                     select $1, $2, $3, $4, $5, $6, $7, $8, title, $9, $9, $10, $11, $12, $14
+                        permission_mode, launch_options, title, title_words, created_at,
+                        last_active_at, last_seq, next_launch, memory_from_seq, worktree)
+                     select $1, $2, $3, $4, $5, $6, $7, $8, title, title_words, $9, $9, $10, $11,
+                        $12, $14
                      from session_info where id = $13
                      on conflict (principal, agent_id) do nothing
                      returning id",

@@ -10,6 +10,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -19,14 +20,13 @@ use tokio::sync::mpsc;
 
 use super::batch::{self, WriteOp};
 use super::edits::{self, EditTx};
-use super::index;
 use super::listing::{self, Engine, SearchLimits};
-use super::shared;
 use super::writer::{Readers, WriterSettings};
 use super::{
     NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
     SessionPage, SessionQuery, SessionRecord, Store, StoreError,
 };
+use super::{backfill, shared, words};
 use crate::metrics::Metrics;
 
 /// Settings of the SQLite store.
@@ -127,7 +127,7 @@ impl SqliteStore {
         };
         let pool = pool_of(4).connect_with(options.clone()).await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        index::backfill_sqlite(&pool).await?;
+        backfill::sqlite(&pool).await?;
         let search_pool = pool_of(settings.max_searches)
             .connect_with(options.clone())
             .await?;
@@ -236,9 +236,9 @@ shared::edit_tx_impl!(Tx<'_>, {
     ) -> Result<()> {
         sqlx::query(
             "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
-                payload, created_at, turn_cost_usd)
+                payload, created_at, turn_cost_usd, words)
              select ?, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
-                turn_cost_usd
+                turn_cost_usd, words
              from messages where session_pk = ? and seq <= ?
                and seq not in (select value from json_each(?))",
         )
@@ -248,13 +248,39 @@ shared::edit_tx_impl!(Tx<'_>, {
         .bind(serde_json::to_string(except).expect("serializes"))
         .execute(&mut *self.0)
         .await?;
-        // The index keeps no text to copy: the copies (and the fork's title) are indexed anew.
-        Ok(index::copies(&mut *self.0, fork).await?)
+        Ok(())
     }
 });
 
 /// Virtual machine steps of a search between two looks at its deadline.
 const PROGRESS_STEPS: i32 = 1000;
+/// Virtual machine steps a search may spend reading the words of the principal's newest
+/// conversations (about 20,000 messages) before it looks them up in the index instead.
+const SCAN_STEPS: i32 = 400_000;
+
+/// Has `conn` stop its statements at `deadline`; with `budget`, also once they have run
+/// [`SCAN_STEPS`], which then sets it.
+async fn stop_at(
+    conn: &mut SqliteConnection,
+    deadline: Instant,
+    budget: Option<Arc<AtomicBool>>,
+) -> sqlx::Result<()> {
+    let mut left = SCAN_STEPS / PROGRESS_STEPS;
+    conn.lock_handle()
+        .await?
+        .set_progress_handler(PROGRESS_STEPS, move || {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            let Some(spent) = &budget else { return true };
+            left -= 1;
+            if left < 0 {
+                spent.store(true, Ordering::Relaxed);
+            }
+            left >= 0
+        });
+    Ok(())
+}
 
 /// Commits when `outcome` is a success, rolls back otherwise.
 async fn finish<T>(conn: &mut SqliteConnection, outcome: Result<T>) -> Result<T> {
@@ -291,42 +317,48 @@ shared::store_impl!(SqliteStore, {
         self.readers.messages_after(row, after_seq, size).await
     }
 
-    /// A search runs on a connection of its own, interrupted at its deadline.
+    /// A search runs on a connection of its own, stopped at its deadline by a progress handler,
+    /// which also ends its read along the listing once that has used its budget.
     async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
         let words = match listing::search_words(query) {
             Ok(words) => words,
             Err(nothing) => return Ok(nothing),
         };
-        let statement = listing::statement(Engine::Sqlite, principal, query, words.as_ref());
-        if words.is_none() {
+        let statements = listing::statements(Engine::Sqlite, principal, query, words.as_ref());
+        let Some(lookup) = &statements.lookup else {
             let mut conn = self.pool.acquire().await?;
-            return Ok(listing::read_page!(&mut *conn, &statement, query)?);
-        }
+            let total = listing::fetch_count!(conn, statements.count.as_ref());
+            let rows = listing::fetch_rows!(conn, &statements.scan)?;
+            return Ok(listing::page(query, rows, total));
+        };
         self.searches
             .run(|deadline| async move {
                 let mut conn = self.search_pool.acquire().await?;
-                conn.lock_handle()
-                    .await?
-                    .set_progress_handler(PROGRESS_STEPS, move || Instant::now() < deadline);
-                listing::read_page!(&mut *conn, &statement, query)
+                stop_at(&mut conn, deadline, None).await?;
+                let total = listing::fetch_count!(conn, statements.count.as_ref());
+                let spent = Arc::new(AtomicBool::new(false));
+                stop_at(&mut conn, deadline, Some(spent.clone())).await?;
+                let rows = match listing::fetch_rows!(conn, &statements.scan) {
+                    Err(err) if listing::stopped(&err) && spent.load(Ordering::Relaxed) => {
+                        stop_at(&mut conn, deadline, None).await?;
+                        listing::fetch_rows!(conn, lookup)?
+                    }
+                    rows => rows?,
+                };
+                Ok(listing::page(query, rows, total))
             })
             .await
     }
 
     async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
-        let mut conn = self.pool.acquire().await?;
-        sqlx::query("begin immediate").execute(&mut *conn).await?;
-        let outcome = async {
-            let done = sqlx::query("update session_info set title = $1 where id = $2")
+        let done =
+            sqlx::query("update session_info set title = $1, title_words = $2 where id = $3")
                 .bind(super::text(title))
+                .bind(words::title_words(title))
                 .bind(row)
-                .execute(&mut *conn)
+                .execute(&self.pool)
                 .await?;
-            shared::found(done.rows_affected())?;
-            Ok(index::set_title(&mut conn, row, Some(title)).await?)
-        }
-        .await;
-        finish(&mut conn, outcome).await
+        shared::found(done.rows_affected())
     }
 
     async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {

@@ -115,6 +115,12 @@ impl SearchWords {
         self.0.is_empty()
     }
 
+    /// Each word with a space before it: in stored words (joined by single spaces) with a
+    /// space put before them, it is found exactly where a word starts with it.
+    pub fn needles(&self) -> impl Iterator<Item = String> + '_ {
+        self.0.iter().map(|w| format!(" {w}"))
+    }
+
     /// The search as an FTS5 query: each word a quoted prefix, all of them required. A word
     /// holds no quote, so quoting takes it literally.
     pub fn fts5(&self) -> String {

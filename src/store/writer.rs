@@ -27,11 +27,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Append, WriteOp};
-use super::words;
+use super::words::title_words;
 use super::{Page, PageSize, Result, RowId, StoreError};
 use crate::metrics::Metrics;
 
@@ -339,15 +339,16 @@ impl Writer {
 }
 
 /// Assigns the seqs of one conversation and adds a batch's counts to its row (no row changes
-/// when the conversation is gone). Its `last_seq` and whether it has a title are read before
-/// it by [`BEFORE_UPDATE`]: a `returning` clause would cost each update a temporary table and
-/// a statement journal.
+/// when the conversation is gone); a title it gives the conversation comes with its words. The
+/// new `last_seq` is read after it by [`LAST_SEQ`]: a `returning` clause would cost each update
+/// a temporary table and a statement journal.
 const UPDATE_SESSION: &str = "update session_info set
         last_seq = last_seq + ?2,
         message_count = message_count + ?2,
         prompt_count = prompt_count + ?3,
         result_count = result_count + ?4,
         last_active_at = ?5, title = coalesce(title, ?6),
+        title_words = case when title is null then ?14 else title_words end,
         total_cost_usd = total_cost_usd + ?7,
         input_tokens = input_tokens + ?8,
         output_tokens = output_tokens + ?9,
@@ -359,37 +360,29 @@ const UPDATE_SESSION: &str = "update session_info set
         schedule_id = coalesce(schedule_id, ?13)
      where id = ?1";
 
-/// A conversation's highest seq, and whether it has no title yet.
-const BEFORE_UPDATE: &str = "select last_seq, title is null from session_info where id = ?1";
+/// A conversation's highest seq.
+const LAST_SEQ: &str = "select last_seq from session_info where id = ?1";
 
+/// Stores a message with its words (which the search index's trigger indexes).
 const INSERT_MESSAGE: &str =
     "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt,
-        turn_anchor, payload, created_at, turn_cost_usd)
-     values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+        turn_anchor, payload, created_at, turn_cost_usd, words)
+     values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 /// Stores every request of `batch` in one transaction: one UPDATE per conversation assigns its
-/// seqs, one INSERT per row stores it, and one more its words in the search index (and the
-/// words of a title it gives the conversation), each statement prepared once per connection.
-/// A request whose conversation vanished fails alone; a database error fails them all (the
-/// caller rolls back).
+/// seqs, one INSERT per row stores it, each statement prepared once per connection. A request
+/// whose conversation vanished fails alone; a database error fails them all (the caller rolls
+/// back).
 fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Result<i64>>> {
     conn.execute_batch("begin immediate")?;
     let deltas = batch::deltas(batch);
     // Next seq to hand out, per conversation that still exists.
     let mut next: HashMap<RowId, i64> = HashMap::with_capacity(deltas.len());
     {
-        let mut before = conn.prepare_cached(BEFORE_UPDATE)?;
         let mut update = conn.prepare_cached(UPDATE_SESSION)?;
+        let mut last_seq = conn.prepare_cached(LAST_SEQ)?;
         for d in &deltas {
-            let Some((last, untitled)) = before
-                .query_row([d.row.0], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, bool>(1)?))
-                })
-                .optional()?
-            else {
-                continue;
-            };
-            update.execute(params![
+            let updated = update.execute(params![
                 d.row.0,
                 d.rows,
                 d.prompts,
@@ -403,55 +396,34 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
                 d.running,
                 d.running_at,
                 d.schedule_id,
+                d.title.and_then(title_words),
             ])?;
-            next.insert(d.row, last + 1);
-            if let Some(words) = d.title.filter(|_| untitled).and_then(words::title_words) {
-                index_words(conn, d.row, 0, &words)?;
+            if updated == 1 {
+                let last: i64 = last_seq.query_row([d.row.0], |r| r.get(0))?;
+                next.insert(d.row, last - d.rows + 1);
             }
         }
     }
     let mut insert = conn.prepare_cached(INSERT_MESSAGE)?;
     let outcomes = batch::assign(batch, next, |row, seq, m, words| {
-        insert.execute(params![
-            row.0,
-            seq,
-            m.message_type,
-            m.sdk_uuid.as_deref(),
-            m.prompt,
-            m.turn_anchor.as_deref(),
-            m.payload.as_str(),
-            m.created_at.as_str(),
-            m.totals.map(|t| t.cost_usd),
-        ])?;
-        match words {
-            Some(words) => index_words(conn, row, seq, words),
-            None => Ok(()),
-        }
+        insert
+            .execute(params![
+                row.0,
+                seq,
+                m.message_type,
+                m.sdk_uuid.as_deref(),
+                m.prompt,
+                m.turn_anchor.as_deref(),
+                m.payload.as_str(),
+                m.created_at.as_str(),
+                m.totals.map(|t| t.cost_usd),
+                words,
+            ])
+            .map(drop)
     })?;
     drop(insert);
     conn.execute_batch("commit")?;
     Ok(outcomes)
-}
-
-/// Stores `words` in the search index as those of message `seq` of conversation `row` (0: its
-/// title), in the caller's transaction.
-pub(super) fn index_words(
-    conn: &Connection,
-    row: RowId,
-    seq: i64,
-    words: &str,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(INSERT_WORDS)?
-        .execute(params![words_rowid(row, seq), words])
-        .map(drop)
-}
-
-/// Adds a row to the search index (see the migration that makes it).
-const INSERT_WORDS: &str = "insert into message_words (rowid, words) values (?1, ?2)";
-
-/// The search index's row of message `seq` of conversation `row` (0: its title).
-pub(super) fn words_rowid(row: RowId, seq: i64) -> i64 {
-    (row.0 << 32) + seq
 }
 
 /// Connections that read stored messages on blocking threads, kept for reuse: a page of a
