@@ -195,6 +195,9 @@ pub(super) fn stopped(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(e) if matches!(e.code().as_deref(), Some("9" | "57014")))
 }
 
+/// How much longer than its deadline a search is given to be stopped by its engine.
+const ENGINE_FIRST: Duration = Duration::from_millis(500);
+
 /// How long searches may run, and how many at once on this node.
 pub(super) struct SearchLimits {
     /// Longest a search may take, waiting for its turn included.
@@ -224,7 +227,12 @@ impl SearchLimits {
             .await
             .map_err(|_| timed_out())?
             .map_err(|_| StoreError::Unavailable("store is closed".into()))?;
-        search(deadline).await.map_err(|err| match stopped(&err) {
+        // The engine stops the statements; this stops what it can't (waiting for a connection
+        // of a busy pool), a moment later so that the engine does it when it can.
+        let outcome = tokio::time::timeout_at((deadline + ENGINE_FIRST).into(), search(deadline))
+            .await
+            .map_err(|_| timed_out())?;
+        outcome.map_err(|err| match stopped(&err) {
             true => timed_out(),
             false => err.into(),
         })

@@ -576,7 +576,7 @@ shared::edit_tx_impl!(Tx<'_>, {
 
 /// How long a search may read the words of the principal's newest conversations before it looks
 /// them up in the indexes instead.
-const SCAN_BUDGET: Duration = Duration::from_millis(25);
+const SCAN_BUDGET: Duration = Duration::from_millis(15);
 
 /// Has the statements of the transaction on `conn` stop after `limit` each.
 async fn stop_after(conn: &mut PgConnection, limit: Duration) -> sqlx::Result<()> {

@@ -255,8 +255,8 @@ shared::edit_tx_impl!(Tx<'_>, {
 /// Virtual machine steps of a search between two looks at its deadline.
 const PROGRESS_STEPS: i32 = 1000;
 /// Virtual machine steps a search may spend reading the words of the principal's newest
-/// conversations (about 20,000 messages) before it looks them up in the index instead.
-const SCAN_STEPS: i32 = 400_000;
+/// conversations (about 25,000 messages) before it looks them up in the index instead.
+const SCAN_STEPS: i32 = 50_000;
 
 /// Has `conn` stop its statements at `deadline`; with `budget`, also once they have run
 /// [`SCAN_STEPS`], which then sets it.

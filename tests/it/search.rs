@@ -369,7 +369,7 @@ async fn pages_go_on_from_a_cursor(fx: Fixture) {
 }
 
 /// A search first reads the words of the newest conversations, then, past a budget (about
-/// 20,000 messages on SQLite), looks them up in the index: either way the page is the same,
+/// 25,000 messages on SQLite), looks them up in the index: either way the page is the same,
 /// in order, with what only older conversations hold.
 async fn words_the_newest_conversations_lack_are_looked_up(fx: Fixture) {
     let store = fx.open().await;
