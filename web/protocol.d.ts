@@ -1,7 +1,7 @@
 // Generated from src/protocol.rs by its unit tests; do not edit.
 // Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
 
-export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription";
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout";
 
 export type ChatOptions = { 
 /**

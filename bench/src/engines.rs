@@ -163,6 +163,20 @@ impl Database {
     }
 }
 
+/// Runs `f` on the URL of a new database `name`, then drops the database whatever `f` gave.
+pub async fn in_database<T>(
+    pg: &PgServer,
+    name: &str,
+    f: impl AsyncFnOnce(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let database = Database::create(pg, name).await?;
+    let outcome = f(&database.url).await;
+    let dropped = database.drop_now().await;
+    let value = outcome?;
+    dropped?;
+    Ok(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

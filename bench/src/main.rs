@@ -142,6 +142,28 @@ enum Scenario {
         #[command(flatten)]
         common: Common,
     },
+    /// Listing and searching conversations as the stored history grows: p50/p99 of the first
+    /// page, a page by cursor, and searches (a rare word, a word in none, common words,
+    /// prefixes), on SQLite and, given a PostgreSQL server, on PostgreSQL (agentmux only).
+    History {
+        /// Stored messages to measure at, ascending, comma-separated (each size grows the
+        /// store of the one before).
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000, 1_000_000])]
+        messages: Vec<u64>,
+        /// Messages per conversation, prompts and replies in turn.
+        #[arg(long, default_value_t = 100)]
+        per_conversation: u64,
+        /// Requests timed per request and size, one at a time.
+        #[arg(long, default_value_t = 100)]
+        samples: usize,
+        /// A PostgreSQL server URL: the same run again on a database the run creates there
+        /// (and drops at the end); without it, SQLite only.
+        #[arg(long, env = "AGENTMUX_TEST_PG_URL", hide_env_values = true)]
+        store_server_url: Option<String>,
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// agentmux on the Claude backend with the fake CLI streaming as fast as it can: latency
     /// from a CLI stdout line to its frame on the socket.
     Cli {
@@ -252,6 +274,25 @@ impl Scenario {
                 clients, sessions, ..
             } => &[("--clients", *clients), ("--sessions", *sessions)],
             Scenario::Warm { rounds, .. } => &[("--rounds", *rounds)],
+            Scenario::History {
+                messages,
+                per_conversation,
+                samples,
+                ..
+            } => {
+                anyhow::ensure!(
+                    !messages.is_empty() && messages.windows(2).all(|w| w[0] < w[1]),
+                    "--messages takes sizes in ascending order, e.g. 10000,100000"
+                );
+                anyhow::ensure!(
+                    messages[0] >= *per_conversation,
+                    "--messages must each hold at least one conversation (--per-conversation)"
+                );
+                &[
+                    ("--per-conversation", *per_conversation as usize),
+                    ("--samples", *samples),
+                ]
+            }
             Scenario::Baseline { .. } => &[],
         };
         for (flag, value) in sizes {
@@ -362,6 +403,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let load = load::ClusterLoad { sessions, sockets };
             let report = load::cluster(&store_server_url, &nats_bin, load, &common).await?;
             return write_json(&report.table(), &report, common.json.as_deref());
+        }
+        Scenario::History {
+            messages,
+            per_conversation,
+            samples,
+            store_server_url,
+            json,
+        } => {
+            let load = load::HistoryLoad {
+                messages,
+                per_conversation,
+                samples,
+            };
+            let report = load::history(&load, store_server_url.as_deref()).await?;
+            return write_json(&report.table(), &report, json.as_deref());
         }
         Scenario::Warm {
             claude_bin,

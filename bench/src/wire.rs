@@ -1,6 +1,6 @@
 //! The client side of the wire, as the load and the fault harness use it: opening sockets,
 //! the frames they send, reading a server frame's header fields without parsing the JSON, and
-//! plain HTTP GETs for `/metrics` and the REST API.
+//! plain HTTP requests for `/metrics` and the REST API.
 
 use std::time::Duration;
 
@@ -77,18 +77,37 @@ pub fn seq_field(text: &str) -> Option<i64> {
 
 /// A plain HTTP/1.1 GET of `path` on `addr`: the status code and the body.
 pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    http_request(addr, "GET", path, None, Duration::from_secs(10)).await
+}
+
+/// A plain HTTP/1.1 request to `addr`, with a body of the given content type when one is given,
+/// answered within `limit`: the status code and the body.
+pub async fn http_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &[u8])>,
+    limit: Duration,
+) -> anyhow::Result<(u16, String)> {
     let mut stream = TcpStream::connect(addr).await?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await?;
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n").into_bytes();
+    if let Some((content_type, bytes)) = body {
+        request.extend(
+            format!(
+                "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
+                bytes.len()
+            )
+            .bytes(),
+        );
+        request.extend(b"\r\n");
+        request.extend(bytes);
+    } else {
+        request.extend(b"\r\n");
+    }
+    stream.write_all(&request).await?;
     let mut response = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        stream.read_to_string(&mut response),
-    )
-    .await??;
+    tokio::time::timeout(limit, stream.read_to_string(&mut response)).await??;
     let status = response
         .split(' ')
         .nth(1)

@@ -364,6 +364,9 @@ pub struct SessionConfig {
     /// Imports and exports one principal may run at once, syncs and listings of CLI sessions
     /// and of projects (which count their CLI sessions) included; 0 is no limit.
     pub max_transfers_per_principal: usize,
+    /// Searches of conversations one principal may run at once (429 limit_exceeded beyond); 0
+    /// is no limit.
+    pub max_searches_per_principal: usize,
     /// Delay before the second restart of an agent that keeps exiting unexpectedly, in
     /// milliseconds; the first restart is at once, each later one waits twice as long.
     #[serde(deserialize_with = "millis")]
@@ -398,6 +401,13 @@ pub struct StoreConfig {
     pub max_page_count: u64,
     /// SQLite: MiB written to the WAL after which it is made to start over (16 to 65,536).
     pub wal_restart_mib: u64,
+    /// Longest a search of conversations may run (waiting for its turn included), in
+    /// milliseconds; it is then stopped and answered `search_timeout`.
+    #[serde(deserialize_with = "millis")]
+    pub search_timeout_ms: u64,
+    /// Searches running at once on this node (each holds one database connection); the others
+    /// wait for their turn, within `search_timeout_ms`.
+    pub max_searches: usize,
 }
 
 impl StoreConfig {
@@ -465,6 +475,7 @@ impl Default for SessionConfig {
             max_live_per_principal: 0,
             max_live_total: 0,
             max_transfers_per_principal: 2,
+            max_searches_per_principal: 2,
             respawn_backoff_ms: 1000,
             respawn_backoff_max_secs: 30,
             max_respawns: 5,
@@ -482,6 +493,8 @@ impl Default for StoreConfig {
             max_batch: 512,
             max_page_count: 0,
             wal_restart_mib: 64,
+            search_timeout_ms: 2000,
+            max_searches: 2,
         }
     }
 }

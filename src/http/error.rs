@@ -62,7 +62,8 @@ impl ApiError {
             ErrorCode::LimitExceeded | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::BackendUnavailable
             | ErrorCode::StoreUnavailable
-            | ErrorCode::OwnedElsewhere => StatusCode::SERVICE_UNAVAILABLE,
+            | ErrorCode::OwnedElsewhere
+            | ErrorCode::SearchTimeout => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::ForbiddenOrigin | ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::ForbiddenHost => StatusCode::MISDIRECTED_REQUEST,

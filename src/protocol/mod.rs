@@ -117,6 +117,9 @@ pub enum ErrorCode {
     Conflict,
     /// No push subscription with that id exists (for this principal).
     UnknownSubscription,
+    /// A search of conversations ran longer than the server allows and was stopped (HTTP
+    /// 503); more or longer words find less and take less time.
+    SearchTimeout,
 }
 
 impl ErrorCode {
@@ -149,6 +152,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::Conflict => "conflict",
             ErrorCode::UnknownSubscription => "unknown_subscription",
+            ErrorCode::SearchTimeout => "search_timeout",
         }
     }
 }

@@ -55,6 +55,9 @@ pub(super) fn unknown_agent(agent_id: &str) -> SessionError {
 
 /// A failed store call that concerns no one conversation, as a typed error.
 pub(super) fn store_failure(err: StoreError) -> SessionError {
+    if let StoreError::SearchTimeout(_) = err {
+        return SessionError::new(ErrorCode::SearchTimeout, err.to_string());
+    }
     tracing::warn!(error = %err, "store unavailable");
     SessionError::new(
         ErrorCode::StoreUnavailable,
@@ -81,7 +84,7 @@ pub(super) fn store_error(err: StoreError, agent_id: &str) -> SessionError {
             ),
         ),
         StoreError::Fenced => moved(agent_id),
-        err @ StoreError::Unavailable(_) => store_failure(err),
+        err @ (StoreError::Unavailable(_) | StoreError::SearchTimeout(_)) => store_failure(err),
     }
 }
 

@@ -22,7 +22,9 @@ use super::{Conversation, Manager};
 use crate::limits::{QuotaExceeded, QuotaPermit};
 use crate::protocol::{self, AgentId, ErrorCode, Frame, Principal, SessionId, StoredPayload};
 use crate::session::SessionError;
-use crate::store::{NewMessage, NewSession, PageSize, RowId, SessionQuery, SessionRecord, Store};
+use crate::store::{
+    NewMessage, NewSession, PageSize, RowId, SessionPage, SessionQuery, SessionRecord, Store,
+};
 
 /// Longest title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -138,6 +140,17 @@ impl<'de> Deserialize<'de> for ContentText {
         }
         deserializer.deserialize_any(Reader)
     }
+}
+
+/// The `limit_exceeded` of a principal's quota of `what` running at once.
+fn quota_error(exceeded: QuotaExceeded, what: &str) -> SessionError {
+    let max = match exceeded {
+        QuotaExceeded::Principal(max) | QuotaExceeded::Total(max) => max,
+    };
+    SessionError::new(
+        ErrorCode::LimitExceeded,
+        format!("at most {max} {what} at once per principal; try again when one is done"),
+    )
 }
 
 /// A malformed request about history (`invalid_request`).
@@ -383,15 +396,26 @@ impl Manager {
             .ok_or_else(|| unknown_agent(agent_id))
     }
 
-    /// A page of `principal`'s conversations, newest activity first, and how many match.
+    /// A page of `principal`'s conversations, newest activity first. A search takes one of the
+    /// principal's places for searches while it runs.
     ///
     /// # Errors
-    /// `store_unavailable`.
+    /// `limit_exceeded` when the principal runs as many searches as it may,
+    /// `search_timeout` for a search stopped at its time limit, `store_unavailable`.
     pub async fn list(
         &self,
         principal: &Principal,
         query: &SessionQuery,
-    ) -> Result<(Vec<SessionRecord>, i64), SessionError> {
+    ) -> Result<SessionPage, SessionError> {
+        let _searching = match query.search {
+            Some(_) => Some(
+                self.shared
+                    .searches
+                    .try_acquire(principal)
+                    .map_err(|exceeded| quota_error(exceeded, "searches"))?,
+            ),
+            None => None,
+        };
         self.shared
             .store
             .list_sessions(principal, query)
@@ -649,15 +673,15 @@ impl Manager {
         &self,
         principal: &Principal,
     ) -> Result<QuotaPermit, SessionError> {
-        self.shared.transfers.try_acquire(principal).map_err(|exceeded| {
-            let max = match exceeded {
-                QuotaExceeded::Principal(max) | QuotaExceeded::Total(max) => max,
-            };
-            SessionError::new(
-                ErrorCode::LimitExceeded,
-                format!("at most {max} imports, exports, syncs and listings of CLI sessions or projects at once per principal; try again when one is done"),
-            )
-        })
+        self.shared
+            .transfers
+            .try_acquire(principal)
+            .map_err(|exceeded| {
+                quota_error(
+                    exceeded,
+                    "imports, exports, syncs and listings of CLI sessions or projects",
+                )
+            })
     }
 
     /// The row of a new conversation of `principal` under `agent_id`, with this server's

@@ -36,7 +36,7 @@ mod worktree;
 pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
 pub use crate::store::shares::ShareRow;
-pub use crate::store::{SessionQuery, SessionRecord};
+pub use crate::store::{Cursor, PageStart, SessionPage, SessionQuery, SessionRecord};
 pub use cli_sessions::{CliSession, Project};
 pub use cluster::Bus;
 pub use commands::{Command, Outcome};
@@ -184,6 +184,8 @@ pub(crate) struct Shared {
     closing: AtomicBool,
     /// Imports and exports running per principal.
     transfers: Quota,
+    /// Searches of conversations running per principal.
+    searches: Quota,
     /// Replay pages being read at once, server-wide (see [`replay::REPLAY_READERS`]).
     replay_readers: Arc<tokio::sync::Semaphore>,
     /// Each principal's activity feed.
@@ -227,6 +229,7 @@ impl Manager {
                     config.session.max_live_total,
                 ),
                 transfers: Quota::new(config.session.max_transfers_per_principal, 0),
+                searches: Quota::new(config.session.max_searches_per_principal, 0),
                 store,
                 agents,
                 config,

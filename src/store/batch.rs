@@ -15,6 +15,9 @@ use super::{NewMessage, Result, RowId, RunningTurn, StoreError, Totals};
 pub(super) struct Append {
     pub row: RowId,
     pub messages: Vec<NewMessage>,
+    /// The search index's words of each message (see [`super::words`]), made before the
+    /// request is queued so that the writer only stores them.
+    pub words: Vec<Option<String>>,
     pub reply: oneshot::Sender<Result<i64>>,
 }
 
@@ -31,10 +34,15 @@ pub(super) async fn append(
     messages: Vec<NewMessage>,
 ) -> Result<i64> {
     let (reply, rx) = oneshot::channel();
+    let words = messages
+        .iter()
+        .map(|m| super::words::message_words(m.message_type, &m.payload))
+        .collect();
     writer
         .send(WriteOp::Append(Append {
             row,
             messages,
+            words,
             reply,
         }))
         .await
@@ -155,11 +163,11 @@ pub(super) fn deltas(batch: &[Append]) -> Vec<Delta<'_>> {
 
 /// Each request's outcome once the conversations that still exist got their seqs: `next`
 /// holds the first seq of each such conversation's rows in this batch. Calls `store` with
-/// each row to store and its seq, in order.
+/// each row to store, its seq and its words, in order.
 pub(super) fn assign<'a, E>(
     batch: &'a [Append],
     mut next: HashMap<RowId, i64>,
-    mut store: impl FnMut(RowId, i64, &'a NewMessage) -> std::result::Result<(), E>,
+    mut store: impl FnMut(RowId, i64, &'a NewMessage, Option<&'a str>) -> std::result::Result<(), E>,
 ) -> std::result::Result<Vec<Result<i64>>, E> {
     let mut outcomes = Vec::with_capacity(batch.len());
     for append in batch {
@@ -172,8 +180,8 @@ pub(super) fn assign<'a, E>(
             continue;
         };
         outcomes.push(Ok(*seq));
-        for m in &append.messages {
-            store(append.row, *seq, m)?;
+        for (m, words) in append.messages.iter().zip(&append.words) {
+            store(append.row, *seq, m, words.as_deref())?;
             *seq += 1;
         }
     }

@@ -38,9 +38,11 @@ pub(super) trait EditTx: Send {
     async fn last_result(&mut self, row: RowId) -> Result<Option<i64>>;
     /// How many messages of the agent's own (user, assistant, system, result) follow `seq`.
     async fn agent_messages_after(&mut self, row: RowId, seq: i64) -> Result<i64>;
-    /// Creates conversation `fork` with the title of `source`; None when its key is taken.
+    /// Creates conversation `fork` with the title of `source` (and its words); None when its key
+    /// is taken.
     async fn insert_fork(&mut self, source: RowId, fork: &ForkRow<'_>) -> Result<Option<RowId>>;
-    /// Copies the messages of `source` up to `at` but `except` into `fork`, same `seq`s.
+    /// Copies the messages of `source` up to `at` but `except` into `fork`, same `seq`s, with
+    /// their words.
     async fn copy_messages(
         &mut self,
         source: RowId,

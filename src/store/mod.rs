@@ -3,11 +3,15 @@
 //! SQLite ([`sqlite::SqliteStore`]) is the embedded default; PostgreSQL
 //! ([`postgres::PgStore`]) the store that several nodes can share. Both commit appends in
 //! groups ([`batch`]) and share what rewind and fork decide ([`edits`]); `seq` is assigned
-//! inside the same write that stores the rows.
+//! inside the same write that stores the rows, and so are the rows of the search index, whose
+//! rule ([`words`]) both engines share, as they share the statements of a listing
+//! ([`listing`]).
 
+mod backfill;
 mod batch;
 mod edits;
 mod leases;
+mod listing;
 pub use leases::{NodeStatus, cluster_status};
 pub mod postgres;
 pub mod push;
@@ -15,6 +19,7 @@ pub mod schedules;
 mod shared;
 pub mod shares;
 pub mod sqlite;
+mod words;
 mod writer;
 
 use std::borrow::Cow;
@@ -52,6 +57,9 @@ pub enum StoreError {
     /// to the conversation any more.
     #[error("another node took the conversation over")]
     Fenced,
+    /// A search ran longer than the store allows (`store.search_timeout_ms`) and was stopped.
+    #[error("the search took longer than {0} ms and was stopped; more or longer words find less")]
+    SearchTimeout(u64),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -201,16 +209,84 @@ impl NextLaunch {
     }
 }
 
-/// A page of a principal's conversations.
+/// A page of a principal's conversations, newest activity first.
 #[derive(Debug, Clone)]
 pub struct SessionQuery {
     /// Most conversations returned.
     pub limit: u32,
-    /// Conversations skipped (newest activity first).
-    pub offset: u32,
-    /// Only conversations whose title, or the text of one of their user or assistant
-    /// messages, contains this (case-insensitive for ASCII).
-    pub text_contains: Option<String>,
+    /// Where the page starts.
+    pub start: PageStart,
+    /// Only conversations whose title, or one of whose messages, has a word starting with
+    /// each word of this (see [`words`] for what a word is); one without any word matches
+    /// nothing.
+    pub search: Option<String>,
+    /// Whether to count every conversation that matches (a cost that grows with them).
+    pub count: bool,
+}
+
+/// Where a page of conversations starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageStart {
+    /// After skipping this many (a cost that grows with it).
+    Offset(u32),
+    /// Right after the conversation a [`Cursor`] names, where the page before ended.
+    Before(Cursor),
+}
+
+/// Where a page of conversations ended: the last one's activity and id, written to a client
+/// as an opaque token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// The `last_active_at` of the last conversation of the page.
+    pub last_active_at: String,
+    /// Its `session_id`: among conversations with the same `last_active_at`, the page goes on
+    /// with those stored before it.
+    pub session_id: SessionId,
+}
+
+impl Cursor {
+    /// The cursor of the page that ends with `record`.
+    pub fn after(record: &SessionRecord) -> Self {
+        Cursor {
+            last_active_at: record.last_active_at.clone(),
+            session_id: record.session_id.clone(),
+        }
+    }
+
+    /// The token a client is given.
+    pub fn token(&self) -> String {
+        use base64::Engine as _;
+        let text = format!("{}\n{}", self.last_active_at, self.session_id.as_str());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    /// The cursor a client's token names; None when it is not one.
+    pub fn from_token(token: &str) -> Option<Self> {
+        use base64::Engine as _;
+        if token.len() > 200 {
+            return None;
+        }
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        let (last_active_at, session_id) = text.split_once('\n')?;
+        Some(Cursor {
+            last_active_at: last_active_at.to_owned(),
+            session_id: SessionId::parse(session_id).ok()?,
+        })
+    }
+}
+
+/// A page of conversations, as read.
+#[derive(Debug, Clone, Default)]
+pub struct SessionPage {
+    /// The conversations, newest activity first.
+    pub rows: Vec<SessionRecord>,
+    /// Whether more follow the last one.
+    pub more: bool,
+    /// How many match in all, when asked.
+    pub total: Option<i64>,
 }
 
 /// What a rewind did.
@@ -421,12 +497,11 @@ pub trait Store: shares::ShareStore + Send + Sync + 'static {
     /// conversation's `memory_from_seq`).
     async fn prompts_before(&self, row: RowId, seq: i64) -> Result<i64>;
 
-    /// The principal's conversations, newest activity first, and how many match in all.
-    async fn list_sessions(
-        &self,
-        principal: &str,
-        query: &SessionQuery,
-    ) -> Result<(Vec<SessionRecord>, i64)>;
+    /// A page of the principal's conversations, newest activity first.
+    ///
+    /// # Errors
+    /// [`StoreError::SearchTimeout`] when a search runs longer than the store allows.
+    async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage>;
 
     /// Sets the title of a conversation.
     async fn rename_session(&self, row: RowId, title: &str) -> Result<()>;

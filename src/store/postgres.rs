@@ -7,7 +7,7 @@
 //! forks and the rare small updates use the pool; the calls whose SQL SQLite shares are in
 //! [`super::shared`].
 //!
-//! One job at about 770 lines: the PostgreSQL side of every `Store` call, its writer and its
+//! One job at about 820 lines: the PostgreSQL side of every `Store` call, its writer and its
 //! leases' SQL; splitting it would scatter one engine's statements.
 
 use std::borrow::Cow;
@@ -24,11 +24,12 @@ use tokio::sync::mpsc;
 use super::batch::{self, Append, WriteOp};
 use super::edits::{self, EditTx};
 use super::leases::Leases;
-use super::shared;
+use super::listing::{self, Engine, SearchLimits};
 use super::{
     NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
-    SessionQuery, SessionRecord, Store, StoreError, StoredMessage, text,
+    SessionPage, SessionQuery, SessionRecord, Store, StoreError, StoredMessage, text,
 };
+use super::{backfill, shared, words};
 use crate::config::redact_url;
 use crate::metrics::Metrics;
 
@@ -49,6 +50,10 @@ pub struct PgSettings {
     pub address: String,
     /// How long a lease lasts unless renewed.
     pub lease: Duration,
+    /// Longest a search may run, waiting for its turn included.
+    pub search_timeout: Duration,
+    /// Searches running at once (each on a connection of the pool).
+    pub max_searches: usize,
 }
 
 impl Default for PgSettings {
@@ -61,6 +66,8 @@ impl Default for PgSettings {
             node_id: "localhost:7878".into(),
             address: "127.0.0.1:7878".into(),
             lease: Duration::from_secs(10),
+            search_timeout: Duration::from_secs(2),
+            max_searches: 2,
         }
     }
 }
@@ -120,6 +127,7 @@ pub struct PgStore {
     pool: PgPool,
     writer: mpsc::Sender<WriteOp>,
     leases: Arc<Leases>,
+    searches: SearchLimits,
 }
 
 impl PgStore {
@@ -151,6 +159,9 @@ impl PgStore {
             .run(&pool)
             .await
             .map_err(|e| fail("cannot migrate the store at", &e))?;
+        backfill::postgres(&pool)
+            .await
+            .map_err(|e| fail("cannot build the search index of the store at", &e))?;
         let leases = Arc::new(Leases::new(
             settings.node_id,
             settings.address,
@@ -181,6 +192,7 @@ impl PgStore {
             pool,
             writer: tx,
             leases,
+            searches: SearchLimits::new(settings.search_timeout, settings.max_searches),
         })
     }
 
@@ -194,12 +206,13 @@ impl PgStore {
 /// before this batch), then inserts the rows at `base + ord`, all in one statement. A
 /// conversation that is gone, or that another node holds (this node's lease of `epoch` was
 /// taken over, or this node holds none and another node does), gets no row in `u`, so its
-/// rows are not stored while the others of the batch go on.
+/// rows are not stored while the others of the batch go on. The words of the search index go
+/// with the rows and titles they index.
 const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
-        output_tokens, duration_ms, running, running_at, epoch, schedule_id) as (
+        output_tokens, duration_ms, running, running_at, epoch, schedule_id, title_words) as (
         select * from unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
             $6::text[], $7::float8[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
-            $12::bigint[], $22::bigint[], $24::text[])
+            $12::bigint[], $22::bigint[], $24::text[], $25::text[])
     ),
     u as (
         update session_info s set
@@ -209,6 +222,9 @@ const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost,
             result_count = s.result_count + d.results,
             last_active_at = d.last_active,
             title = coalesce(s.title, d.title),
+            title_words = case when s.title is null
+                then array_to_tsvector(string_to_array(d.title_words, ' '))
+                else s.title_words end,
             total_cost_usd = s.total_cost_usd + d.cost,
             input_tokens = s.input_tokens + d.input_tokens,
             output_tokens = s.output_tokens + d.output_tokens,
@@ -225,13 +241,14 @@ const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost,
     ),
     ins as (
         insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
-            payload, created_at, turn_cost_usd)
+            payload, created_at, turn_cost_usd, words)
         select m.id, u.base + m.ord, m.message_type, m.sdk_uuid, m.prompt, m.turn_anchor,
-            m.payload, m.created_at, m.turn_cost_usd
+            m.payload, m.created_at, m.turn_cost_usd,
+            array_to_tsvector(string_to_array(m.words, ' '))
         from unnest($13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::bool[],
-            $18::text[], $19::text[], $20::text[], $21::float8[])
+            $18::text[], $19::text[], $20::text[], $21::float8[], $26::text[])
             as m (id, ord, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
-                turn_cost_usd)
+                turn_cost_usd, words)
         join u on u.id = m.id
     )
     select id, base from u";
@@ -310,8 +327,8 @@ impl Writer {
         // Each row's position among its conversation's rows of this batch (from 1).
         let ones = deltas.iter().map(|d| (d.row, 1)).collect();
         let mut m = Rows::with_capacity(rows);
-        let _ = batch::assign(batch, ones, |row, ord, msg| {
-            m.push(row, ord, msg);
+        let _ = batch::assign(batch, ones, |row, ord, msg, words| {
+            m.push(row, ord, msg, words);
             Ok::<(), ()>(())
         });
         let epochs: Vec<Option<i64>> = deltas.iter().map(|d| self.leases.epoch(d.row)).collect();
@@ -366,6 +383,13 @@ impl Writer {
                         .map(|d| d.schedule_id.map(text))
                         .collect::<Vec<_>>(),
                 )
+                .bind(
+                    deltas
+                        .iter()
+                        .map(|d| d.title.and_then(words::title_words))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(&m.words)
                 .fetch_all(&mut *tx)
                 .await;
             match stored {
@@ -412,7 +436,7 @@ impl Writer {
             }
         }
         let mut outcomes =
-            batch::assign(batch, next, |_, _, _| Ok::<(), ()>(())).expect("nothing to fail");
+            batch::assign(batch, next, |_, _, _, _| Ok::<(), ()>(())).expect("nothing to fail");
         for (outcome, append) in outcomes.iter_mut().zip(batch) {
             if fenced.contains(&append.row) {
                 *outcome = Err(StoreError::Fenced);
@@ -433,6 +457,7 @@ struct Rows<'a> {
     payload: Vec<Cow<'a, str>>,
     created_at: Vec<&'a str>,
     turn_cost_usd: Vec<Option<f64>>,
+    words: Vec<Option<&'a str>>,
 }
 
 impl<'a> Rows<'a> {
@@ -447,10 +472,11 @@ impl<'a> Rows<'a> {
             payload: Vec::with_capacity(n),
             created_at: Vec::with_capacity(n),
             turn_cost_usd: Vec::with_capacity(n),
+            words: Vec::with_capacity(n),
         }
     }
 
-    fn push(&mut self, row: RowId, ord: i64, m: &'a NewMessage) {
+    fn push(&mut self, row: RowId, ord: i64, m: &'a NewMessage, words: Option<&'a str>) {
         self.id.push(row.0);
         self.ord.push(ord);
         self.message_type.push(m.message_type);
@@ -460,6 +486,7 @@ impl<'a> Rows<'a> {
         self.payload.push(pg_json(&m.payload));
         self.created_at.push(&m.created_at);
         self.turn_cost_usd.push(m.totals.map(|t| t.cost_usd));
+        self.words.push(words);
     }
 }
 
@@ -532,9 +559,9 @@ shared::edit_tx_impl!(Tx<'_>, {
     ) -> Result<()> {
         sqlx::query(
             "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
-                payload, created_at, turn_cost_usd)
+                payload, created_at, turn_cost_usd, words)
              select $1, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
-                turn_cost_usd
+                turn_cost_usd, words
              from messages where session_pk = $2 and seq <= $3 and seq <> all($4)",
         )
         .bind(fork)
@@ -546,6 +573,19 @@ shared::edit_tx_impl!(Tx<'_>, {
         Ok(())
     }
 });
+
+/// How long a search may read the words of the principal's newest conversations before it looks
+/// them up in the indexes instead.
+const SCAN_BUDGET: Duration = Duration::from_millis(15);
+
+/// Has the statements of the transaction on `conn` stop after `limit` each.
+async fn stop_after(conn: &mut PgConnection, limit: Duration) -> sqlx::Result<()> {
+    sqlx::query("select set_config('statement_timeout', $1, true)")
+        .bind(limit.as_millis().max(1).to_string())
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+}
 
 /// Takes the write lock of conversation `row` in `tx` (appends to it wait until the commit).
 async fn lock(conn: &mut PgConnection, row: RowId) -> Result<()> {
@@ -592,41 +632,63 @@ shared::store_impl!(PgStore, {
         })
     }
 
-    async fn list_sessions(
-        &self,
-        principal: &str,
-        query: &SessionQuery,
-    ) -> Result<(Vec<SessionRecord>, i64)> {
-        // `strpos(lower(..))` rather than LIKE: the filter is literal text, `%` and `_`
-        // included. Content matches are looked for in the text of user and assistant messages
-        // only (see `agentmux_content_texts` in the migration), never in JSON keys or ids.
-        let filter = "principal = $1 and not pending and ($2::text is null
-            or strpos(lower(coalesce(title, '')), lower($2)) > 0
-            or exists (select 1 from messages m,
-                         agentmux_content_texts(agentmux_try_jsonb(m.payload) #> '{message,content}', null) t (atom)
-                       where m.session_pk = session_info.id
-                         and m.message_type in ('user', 'assistant')
-                         and strpos(lower(t.atom), lower($2)) > 0))";
-        let text = query.text_contains.as_deref().map(text);
-        let total: i64 =
-            sqlx::query_scalar(&format!("select count(*) from session_info where {filter}"))
-                .bind(principal)
-                .bind(&text)
-                .fetch_one(&self.pool)
-                .await?;
-        let sql = format!(
-            "select {} from session_info where {filter}
-             order by last_active_at desc, id desc limit $3 offset $4",
-            shared::SESSION_COLUMNS
-        );
-        let rows = sqlx::query_as(&sql)
-            .bind(principal)
-            .bind(&text)
-            .bind(i64::from(query.limit))
-            .bind(i64::from(query.offset))
-            .fetch_all(&self.pool)
-            .await?;
-        Ok((rows, total))
+    /// A search runs in a transaction of its own whose `statement_timeout` is its deadline; its
+    /// read along the listing has a shorter one, its budget, and is undone to a savepoint when
+    /// it runs out.
+    async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
+        let words = match listing::search_words(query) {
+            Ok(words) => words,
+            Err(nothing) => return Ok(nothing),
+        };
+        let statements = listing::statements(Engine::Postgres, principal, query, words.as_ref());
+        let Some(lookup) = &statements.lookup else {
+            let mut conn = self.pool.acquire().await?;
+            let total = listing::fetch_count!(conn, statements.count.as_ref());
+            let rows = listing::fetch_rows!(conn, &statements.scan)?;
+            return Ok(listing::page(query, rows, total));
+        };
+        self.searches
+            .run(|deadline| async move {
+                let mut tx = self.pool.begin().await?;
+                let left = || deadline.saturating_duration_since(Instant::now());
+                // A plan this costly to run would be compiled first (JIT), which alone takes
+                // longer than most searches.
+                sqlx::query("select set_config('jit', 'off', true)")
+                    .execute(&mut *tx)
+                    .await?;
+                stop_after(&mut tx, left()).await?;
+                let total = listing::fetch_count!(tx, statements.count.as_ref());
+                let budgeted = SCAN_BUDGET < left();
+                sqlx::query("savepoint scan").execute(&mut *tx).await?;
+                stop_after(&mut tx, SCAN_BUDGET.min(left())).await?;
+                let rows = match listing::fetch_rows!(tx, &statements.scan) {
+                    Err(err) if budgeted && listing::stopped(&err) => {
+                        sqlx::query("rollback to savepoint scan")
+                            .execute(&mut *tx)
+                            .await?;
+                        stop_after(&mut tx, left()).await?;
+                        listing::fetch_rows!(tx, lookup)?
+                    }
+                    rows => rows?,
+                };
+                tx.commit().await?;
+                Ok(listing::page(query, rows, total))
+            })
+            .await
+    }
+
+    async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
+        let done = sqlx::query(
+            "update session_info set title = $1,
+                title_words = array_to_tsvector(string_to_array($2, ' '))
+             where id = $3",
+        )
+        .bind(text(title))
+        .bind(words::title_words(title))
+        .bind(row)
+        .execute(&self.pool)
+        .await?;
+        shared::found(done.rows_affected())
     }
 
     async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {

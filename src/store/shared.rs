@@ -155,15 +155,6 @@ macro_rules! store_impl {
                 Ok(uuids.into_iter().collect())
             }
 
-            async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
-                let done = sqlx::query("update session_info set title = $1 where id = $2")
-                    .bind(super::text(title))
-                    .bind(row)
-                    .execute(&self.pool)
-                    .await?;
-                super::shared::found(done.rows_affected())
-            }
-
             async fn delete_session(&self, row: RowId) -> Result<()> {
                 sqlx::query("delete from session_info where id = $1")
                     .bind(row)
@@ -376,9 +367,10 @@ macro_rules! edit_tx_impl {
                 let new = fork.new;
                 Ok(sqlx::query_scalar(
                     "insert into session_info (principal, agent_id, session_id, backend, cwd, model,
-                        permission_mode, launch_options, title, created_at, last_active_at, last_seq,
-                        next_launch, memory_from_seq, worktree)
-                     select $1, $2, $3, $4, $5, $6, $7, $8, title, $9, $9, $10, $11, $12, $14
+                        permission_mode, launch_options, title, title_words, created_at,
+                        last_active_at, last_seq, next_launch, memory_from_seq, worktree)
+                     select $1, $2, $3, $4, $5, $6, $7, $8, title, title_words, $9, $9, $10, $11,
+                        $12, $14
                      from session_info where id = $13
                      on conflict (principal, agent_id) do nothing
                      returning id",

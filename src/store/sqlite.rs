@@ -10,7 +10,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -19,12 +20,13 @@ use tokio::sync::mpsc;
 
 use super::batch::{self, WriteOp};
 use super::edits::{self, EditTx};
-use super::shared;
+use super::listing::{self, Engine, SearchLimits};
 use super::writer::{Readers, WriterSettings};
 use super::{
     NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
-    SessionQuery, SessionRecord, Store, StoreError,
+    SessionPage, SessionQuery, SessionRecord, Store, StoreError,
 };
+use super::{backfill, shared, words};
 use crate::metrics::Metrics;
 
 /// Settings of the SQLite store.
@@ -40,6 +42,10 @@ pub struct SqliteSettings {
     pub max_page_count: u64,
     /// Pages written to the WAL after which it is made to start over.
     pub wal_restart_pages: u64,
+    /// Longest a search may run, waiting for its turn included.
+    pub search_timeout: Duration,
+    /// Searches running at once, each on a connection of its own.
+    pub max_searches: usize,
 }
 
 impl Default for SqliteSettings {
@@ -50,6 +56,8 @@ impl Default for SqliteSettings {
             queue_depth: 4096,
             max_page_count: 0,
             wal_restart_pages: 64 * 256,
+            search_timeout: Duration::from_secs(2),
+            max_searches: 2,
         }
     }
 }
@@ -57,6 +65,10 @@ impl Default for SqliteSettings {
 /// The SQLite implementation of [`Store`].
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The connections searches run on, none of the pool's: a search stopped at its deadline
+    /// (by a progress handler) never holds a connection the other reads need.
+    search_pool: SqlitePool,
+    searches: SearchLimits,
     writer: mpsc::Sender<WriteOp>,
     /// Reads of stored messages (replays, history pages, exports).
     readers: Arc<Readers>,
@@ -105,15 +117,20 @@ impl SqliteStore {
         // its own connection.
         // A local file's connections don't go stale: they are kept open and not pinged before
         // each use (which costs a round trip to SQLite's thread per read).
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .test_before_acquire(false)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .acquire_timeout(Duration::from_secs(10))
+        let pool_of = |connections: usize| {
+            SqlitePoolOptions::new()
+                .max_connections(connections.max(1) as u32)
+                .test_before_acquire(false)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .acquire_timeout(Duration::from_secs(10))
+        };
+        let pool = pool_of(4).connect_with(options.clone()).await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        backfill::sqlite(&pool).await?;
+        let search_pool = pool_of(settings.max_searches)
             .connect_with(options.clone())
             .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         let (tx, rx) = mpsc::channel(settings.queue_depth);
         super::writer::start(
             WriterSettings {
@@ -128,6 +145,8 @@ impl SqliteStore {
         )?;
         Ok(SqliteStore {
             pool,
+            search_pool,
+            searches: SearchLimits::new(settings.search_timeout, settings.max_searches),
             writer: tx,
             readers: Arc::new(Readers::new(path.to_owned())),
         })
@@ -217,9 +236,9 @@ shared::edit_tx_impl!(Tx<'_>, {
     ) -> Result<()> {
         sqlx::query(
             "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
-                payload, created_at, turn_cost_usd)
+                payload, created_at, turn_cost_usd, words)
              select ?, seq, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
-                turn_cost_usd
+                turn_cost_usd, words
              from messages where session_pk = ? and seq <= ?
                and seq not in (select value from json_each(?))",
         )
@@ -232,6 +251,36 @@ shared::edit_tx_impl!(Tx<'_>, {
         Ok(())
     }
 });
+
+/// Virtual machine steps of a search between two looks at its deadline.
+const PROGRESS_STEPS: i32 = 1000;
+/// Virtual machine steps a search may spend reading the words of the principal's newest
+/// conversations (about 25,000 messages) before it looks them up in the index instead.
+const SCAN_STEPS: i32 = 50_000;
+
+/// Has `conn` stop its statements at `deadline`; with `budget`, also once they have run
+/// [`SCAN_STEPS`], which then sets it.
+async fn stop_at(
+    conn: &mut SqliteConnection,
+    deadline: Instant,
+    budget: Option<Arc<AtomicBool>>,
+) -> sqlx::Result<()> {
+    let mut left = SCAN_STEPS / PROGRESS_STEPS;
+    conn.lock_handle()
+        .await?
+        .set_progress_handler(PROGRESS_STEPS, move || {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            let Some(spent) = &budget else { return true };
+            left -= 1;
+            if left < 0 {
+                spent.store(true, Ordering::Relaxed);
+            }
+            left >= 0
+        });
+    Ok(())
+}
 
 /// Commits when `outcome` is a success, rolls back otherwise.
 async fn finish<T>(conn: &mut SqliteConnection, outcome: Result<T>) -> Result<T> {
@@ -268,43 +317,48 @@ shared::store_impl!(SqliteStore, {
         self.readers.messages_after(row, after_seq, size).await
     }
 
-    async fn list_sessions(
-        &self,
-        principal: &str,
-        query: &SessionQuery,
-    ) -> Result<(Vec<SessionRecord>, i64)> {
-        // `instr(lower(..))` rather than LIKE: the filter is literal text, `%` and `_` included.
-        // Content matches are looked for in the text of user and assistant messages only (the
-        // string values under `message.content`: a prompt, `text` blocks, tool results), never
-        // in JSON keys or ids.
-        let filter = "principal = ?1 and pending = 0 and (?2 is null
-            or instr(lower(coalesce(title, '')), lower(?2)) > 0
-            or exists (select 1 from messages m,
-                         json_tree(case when json_valid(m.payload) then m.payload else '{}' end,
-                                   '$.message.content') t
-                       where m.session_pk = session_info.id
-                         and m.message_type in ('user', 'assistant')
-                         and t.type = 'text' and (t.key is null or t.key in ('text', 'content'))
-                         and instr(lower(t.atom), lower(?2)) > 0))";
-        let total: i64 =
-            sqlx::query_scalar(&format!("select count(*) from session_info where {filter}"))
-                .bind(principal)
-                .bind(query.text_contains.as_deref())
-                .fetch_one(&self.pool)
+    /// A search runs on a connection of its own, stopped at its deadline by a progress handler,
+    /// which also ends its read along the listing once that has used its budget.
+    async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
+        let words = match listing::search_words(query) {
+            Ok(words) => words,
+            Err(nothing) => return Ok(nothing),
+        };
+        let statements = listing::statements(Engine::Sqlite, principal, query, words.as_ref());
+        let Some(lookup) = &statements.lookup else {
+            let mut conn = self.pool.acquire().await?;
+            let total = listing::fetch_count!(conn, statements.count.as_ref());
+            let rows = listing::fetch_rows!(conn, &statements.scan)?;
+            return Ok(listing::page(query, rows, total));
+        };
+        self.searches
+            .run(|deadline| async move {
+                let mut conn = self.search_pool.acquire().await?;
+                stop_at(&mut conn, deadline, None).await?;
+                let total = listing::fetch_count!(conn, statements.count.as_ref());
+                let spent = Arc::new(AtomicBool::new(false));
+                stop_at(&mut conn, deadline, Some(spent.clone())).await?;
+                let rows = match listing::fetch_rows!(conn, &statements.scan) {
+                    Err(err) if listing::stopped(&err) && spent.load(Ordering::Relaxed) => {
+                        stop_at(&mut conn, deadline, None).await?;
+                        listing::fetch_rows!(conn, lookup)?
+                    }
+                    rows => rows?,
+                };
+                Ok(listing::page(query, rows, total))
+            })
+            .await
+    }
+
+    async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
+        let done =
+            sqlx::query("update session_info set title = $1, title_words = $2 where id = $3")
+                .bind(super::text(title))
+                .bind(words::title_words(title))
+                .bind(row)
+                .execute(&self.pool)
                 .await?;
-        let sql = format!(
-            "select {} from session_info where {filter}
-             order by last_active_at desc, id desc limit ?3 offset ?4",
-            shared::SESSION_COLUMNS
-        );
-        let rows = sqlx::query_as(&sql)
-            .bind(principal)
-            .bind(query.text_contains.as_deref())
-            .bind(query.limit)
-            .bind(query.offset)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok((rows, total))
+        shared::found(done.rows_affected())
     }
 
     async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {

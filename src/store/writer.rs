@@ -31,6 +31,7 @@ use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Append, WriteOp};
+use super::words::title_words;
 use super::{Page, PageSize, Result, RowId, StoreError};
 use crate::metrics::Metrics;
 
@@ -338,14 +339,16 @@ impl Writer {
 }
 
 /// Assigns the seqs of one conversation and adds a batch's counts to its row (no row changes
-/// when the conversation is gone). The new `last_seq` is read after it by [`LAST_SEQ`]: a
-/// `returning` clause would cost each update a temporary table and a statement journal.
+/// when the conversation is gone); a title it gives the conversation comes with its words. The
+/// new `last_seq` is read after it by [`LAST_SEQ`]: a `returning` clause would cost each update
+/// a temporary table and a statement journal.
 const UPDATE_SESSION: &str = "update session_info set
         last_seq = last_seq + ?2,
         message_count = message_count + ?2,
         prompt_count = prompt_count + ?3,
         result_count = result_count + ?4,
         last_active_at = ?5, title = coalesce(title, ?6),
+        title_words = case when title is null then ?14 else title_words end,
         total_cost_usd = total_cost_usd + ?7,
         input_tokens = input_tokens + ?8,
         output_tokens = output_tokens + ?9,
@@ -360,10 +363,11 @@ const UPDATE_SESSION: &str = "update session_info set
 /// A conversation's highest seq.
 const LAST_SEQ: &str = "select last_seq from session_info where id = ?1";
 
+/// Stores a message with its words (which the search index's trigger indexes).
 const INSERT_MESSAGE: &str =
     "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt,
-        turn_anchor, payload, created_at, turn_cost_usd)
-     values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+        turn_anchor, payload, created_at, turn_cost_usd, words)
+     values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 /// Stores every request of `batch` in one transaction: one UPDATE per conversation assigns its
 /// seqs, one INSERT per row stores it, each statement prepared once per connection. A request
@@ -392,6 +396,7 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
                 d.running,
                 d.running_at,
                 d.schedule_id,
+                d.title.and_then(title_words),
             ])?;
             if updated == 1 {
                 let last: i64 = last_seq.query_row([d.row.0], |r| r.get(0))?;
@@ -400,7 +405,7 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
         }
     }
     let mut insert = conn.prepare_cached(INSERT_MESSAGE)?;
-    let outcomes = batch::assign(batch, next, |row, seq, m| {
+    let outcomes = batch::assign(batch, next, |row, seq, m, words| {
         insert
             .execute(params![
                 row.0,
@@ -412,6 +417,7 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
                 m.payload.as_str(),
                 m.created_at.as_str(),
                 m.totals.map(|t| t.cost_usd),
+                words,
             ])
             .map(drop)
     })?;

@@ -324,13 +324,16 @@ async fn terminal_client_works_in_a_project_with_a_token_and_answers_permissions
     );
 
     // The conversation works in the project, and it is alice's.
-    let list = get(&server, "/api/sessions", "tok-alice").await;
+    let list = get(&server, "/api/sessions?total=true", "tok-alice").await;
     assert_eq!(list["total"], 1, "{list}");
     assert_eq!(list["sessions"][0]["cwd"], app.to_string_lossy().as_ref());
     let agent_id = list["sessions"][0]["agent_id"].as_str().unwrap().to_owned();
     let one = get(&server, &format!("/api/sessions/{agent_id}"), "tok-alice").await;
     assert_eq!(one["cwd"], app.to_string_lossy().as_ref());
-    assert_eq!(get(&server, "/api/sessions", "tok-bob").await["total"], 0);
+    assert_eq!(
+        get(&server, "/api/sessions?total=true", "tok-bob").await["total"],
+        0
+    );
     let spawns = fx.spawns();
     assert_eq!(spawns.len(), 1, "{spawns:?}");
     assert_eq!(spawns[0]["cwd"], app.to_string_lossy().as_ref());
@@ -460,7 +463,10 @@ async fn chat_with_a_token_and_a_cwd_non_interactively() {
         assert_eq!(code, Some(0), "{out}");
         assert!(out.contains("error (invalid_options)"), "{out}");
     }
-    assert_eq!(get(&server, "/api/sessions", "tok-bob").await["total"], 0);
+    assert_eq!(
+        get(&server, "/api/sessions?total=true", "tok-bob").await["total"],
+        0
+    );
     assert!(fx.spawns().is_empty(), "no agent started");
 
     let (code, out, _) = chat_piped(
@@ -498,12 +504,12 @@ async fn chat_runs_new_sessions_on_the_agent_named() {
         assert_eq!(code, Some(0), "{refused}: {out}");
         assert!(out.contains("error (invalid_options)"), "{refused}: {out}");
     }
-    assert_eq!(rest.get("/api/sessions").await.1["total"], 0);
+    assert_eq!(rest.get("/api/sessions?total=true").await.1["total"], 0);
 
     let (code, out, _) = chat_piped(&["--url", &url, "--agent", "helper"], "hello helper\n").await;
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("Echo: hello helper (turn 1)"), "{out}");
-    let list = rest.get("/api/sessions").await.1;
+    let list = rest.get("/api/sessions?total=true").await.1;
     assert_eq!(
         (&list["total"], &list["sessions"][0]["backend"]),
         (&json!(1), &json!("helper"))

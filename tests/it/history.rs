@@ -374,7 +374,7 @@ async fn delete_of_a_live_session_mid_turn() {
             "after `deleted`: {got:?}"
         );
     }
-    let (_, list) = rest.get("/api/sessions").await;
+    let (_, list) = rest.get("/api/sessions?total=true").await;
     assert_eq!(list["total"], 2);
     // In the store: nothing of the deleted conversation, no orphan message, the other
     // conversation's four messages as they were.

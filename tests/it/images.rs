@@ -38,9 +38,9 @@ async fn images_reach_the_agent_and_are_stored_as_sent() {
 
     let (_, session) = rest.get("/api/sessions/img").await;
     assert_eq!(session["title"], "what is this?");
-    let (_, found) = rest.get("/api/sessions?q=WHAT%20IS").await;
+    let (_, found) = rest.get("/api/sessions?q=WHAT%20IS&total=true").await;
     assert_eq!(found["total"], 1);
-    let (_, found) = rest.get("/api/sessions?q=AAAAAAAAAAAAA").await;
+    let (_, found) = rest.get("/api/sessions?q=AAAAAAAAAAAAA&total=true").await;
     assert_eq!(found["total"], 0, "image bytes are not searched");
 
     // An export imported elsewhere counts the turn with an image as the user's.
@@ -125,6 +125,6 @@ async fn bad_images_are_refused_and_create_nothing() {
         );
         assert_eq!(rest.get(&format!("/api/sessions/{agent}")).await.0, 404);
     }
-    let (_, list) = rest.get("/api/sessions").await;
+    let (_, list) = rest.get("/api/sessions?total=true").await;
     assert_eq!(list["total"], 0, "nothing was created: {list}");
 }

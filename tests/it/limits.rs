@@ -161,7 +161,7 @@ async fn live_conversations_are_capped_per_principal_and_in_total() {
     let listed = crate::security::http(
         &server.addr,
         "GET",
-        "/api/sessions",
+        "/api/sessions?total=true",
         Some("tok-carol"),
         None,
     )

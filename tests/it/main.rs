@@ -33,6 +33,8 @@ mod refused;
 mod repos;
 mod rest;
 mod schedules;
+mod search;
+mod search_limits;
 mod security;
 mod shares;
 mod spans;

@@ -65,7 +65,7 @@ impl Layout {
 
 /// Conversations `token`'s principal has (`GET /api/sessions`).
 async fn listed_rows(server: &TestServer, token: &str) -> i64 {
-    let (status, list) = call(server, "GET", "/api/sessions", token, None).await;
+    let (status, list) = call(server, "GET", "/api/sessions?total=true", token, None).await;
     assert_eq!(status, 200, "{list}");
     list["total"].as_i64().unwrap()
 }
@@ -149,7 +149,14 @@ async fn refused_working_directories_create_nothing() {
             assert_eq!(body["code"], "invalid_options", "{options}");
         }
     }
-    let list = http(&server.addr, "GET", "/api/sessions", Some("tok-bob"), None).await;
+    let list = http(
+        &server.addr,
+        "GET",
+        "/api/sessions?total=true",
+        Some("tok-bob"),
+        None,
+    )
+    .await;
     assert_eq!(
         serde_json::from_str::<Value>(&list.body).unwrap()["total"],
         0

@@ -92,9 +92,10 @@ async fn rest_lists_reads_renames_and_answers_typed_errors() {
     let first = turn(&mut c, "r-one", "hello there").await;
     turn(&mut c, "r-two", "general kenobi").await;
 
-    let (status, list) = rest.get("/api/sessions").await;
+    let (status, list) = rest.get("/api/sessions?total=true").await;
     assert_eq!(status, 200);
     assert_eq!(list["total"], 2);
+    assert_eq!(list["next_before"], Value::Null);
     let sessions = list["sessions"].as_array().unwrap();
     assert_eq!(sessions[0]["agent_id"], "r-two");
     assert_eq!(sessions[1]["agent_id"], "r-one");
@@ -120,13 +121,25 @@ async fn rest_lists_reads_renames_and_answers_typed_errors() {
         assert!(one[field].is_string(), "{field} in {one}");
     }
 
-    let (_, filtered) = rest.get("/api/sessions?q=HELLO").await;
+    let (_, filtered) = rest.get("/api/sessions?q=HELLO&total=true").await;
     assert_eq!(filtered["total"], 1);
     assert_eq!(filtered["sessions"][0]["agent_id"], "r-one");
-    let (_, paged) = rest.get("/api/sessions?limit=1&offset=1").await;
+    let (_, paged) = rest.get("/api/sessions?limit=1&offset=1&total=true").await;
     assert_eq!(paged["total"], 2);
     assert_eq!(paged["sessions"].as_array().unwrap().len(), 1);
     assert_eq!(paged["sessions"][0]["agent_id"], "r-one");
+    // The next page from the cursor of the first; the count only when asked.
+    let (_, page1) = rest.get("/api/sessions?limit=1").await;
+    assert_eq!(
+        (&page1["sessions"][0]["agent_id"], &page1["total"]),
+        (&json!("r-two"), &Value::Null)
+    );
+    let before = page1["next_before"].as_str().unwrap();
+    let (_, next) = rest
+        .get(&format!("/api/sessions?limit=1&before={before}"))
+        .await;
+    assert_eq!(next["sessions"][0]["agent_id"], "r-one");
+    assert_eq!(next["next_before"], Value::Null);
 
     let (status, got) = rest.get("/api/sessions/r-one").await;
     assert_eq!(status, 200);
@@ -189,9 +202,10 @@ async fn rest_lists_reads_renames_and_answers_typed_errors() {
     assert_eq!(rest.delete("/api/sessions/nobody").await, 404);
 }
 
-/// `q` finds a conversation by the text of its messages (a word of the agent's reply), not by
-/// JSON keys, ids or wildcards; a hostile `q` (too long, SQL, LIKE wildcards) is refused or
-/// matches literally.
+/// `q` finds a conversation by the words of its messages (the agent's reply too) and of its
+/// title, each word of `q` as the start of a word, never JSON keys, ids or wildcards; a hostile
+/// `q` (too long, SQL, either engine's query syntax) is refused or taken literally, and so are
+/// bad paging values.
 #[tokio::test]
 async fn search_finds_message_text_and_takes_hostile_queries_literally() {
     let server = TestServer::start().await;
@@ -211,17 +225,30 @@ async fn search_finds_message_text_and_takes_hostile_queries_literally() {
             .map(|s| s["agent_id"].as_str().unwrap().to_owned())
             .collect()
     };
+    let search = |q: String| {
+        let rest = &rest;
+        async move {
+            let (status, found) = rest.get(&format!("/api/sessions?q={q}&total=true")).await;
+            assert_eq!(status, 200, "q={q}: {found}");
+            assert_eq!(
+                found["total"],
+                found["sessions"].as_array().unwrap().len(),
+                "q={q}"
+            );
+            found
+        }
+    };
     // The user's words, and the demo's reply, which only the assistant message holds.
-    let (_, found) = rest.get("/api/sessions?q=BRAVO").await;
-    assert_eq!(ids(&found), ["s-one"]);
-    assert_eq!(found["total"], 1);
-    let (_, found) = rest.get("/api/sessions?q=echo%3A%20charlie").await;
-    assert_eq!(ids(&found), ["s-two"]);
-    let (_, found) = rest.get("/api/sessions?q=echo").await;
-    assert_eq!(ids(&found), ["s-two", "s-one"]);
-    let (_, found) = rest.get("/api/sessions?q=renamed").await;
-    assert_eq!(ids(&found), ["s-one"]);
-    // Keys, roles, types and ids of the stored JSON are not text.
+    assert_eq!(ids(&search("BRAVO".into()).await), ["s-one"]);
+    assert_eq!(ids(&search("echo%3A%20charlie".into()).await), ["s-two"]);
+    assert_eq!(ids(&search("echo".into()).await), ["s-two", "s-one"]);
+    assert_eq!(ids(&search("ech%20tur".into()).await), ["s-two", "s-one"]);
+    assert_eq!(ids(&search("renamed".into()).await), ["s-one"]);
+    assert!(
+        ids(&search("lpha".into()).await).is_empty(),
+        "words start where they start"
+    );
+    // Keys, roles, types and ids of the stored JSON are not text; what is no word finds nothing.
     for q in [
         "role",
         "assistant",
@@ -231,36 +258,46 @@ async fn search_finds_message_text_and_takes_hostile_queries_literally() {
         "_",
         "%25",
         "%22",
+        "*",
+        "-",
+        "%28%29",
     ] {
-        let (status, found) = rest.get(&format!("/api/sessions?q={q}")).await;
-        assert_eq!(status, 200, "{q}");
-        assert_eq!(found["total"], 0, "q={q} found {found}");
+        assert!(ids(&search(q.into()).await).is_empty(), "q={q}");
     }
-    let (status, found) = rest.get("/api/sessions?q=%27)%20or%201%3D1%20--").await;
-    assert_eq!((status, found["total"].as_i64()), (200, Some(0)));
-    let (status, found) = rest.get("/api/sessions?q=%E2%9C%93%F0%9F%98%80").await;
-    assert_eq!((status, found["total"].as_i64()), (200, Some(0)));
+    // Either engine's query syntax is words or nothing: `"alpha" OR (bravo*) NEAR -x`.
+    assert!(ids(&search("%22alpha%22%20OR%20(bravo*)%20NEAR%20-x".into()).await).is_empty());
+    assert_eq!(
+        ids(&search("%22alpha%22%20(bravo*)%20-".into()).await),
+        ["s-one"]
+    );
+    assert!(ids(&search("%27)%20or%201%3D1%20--".into()).await).is_empty());
+    assert!(ids(&search("%E2%9C%93%F0%9F%98%80".into()).await).is_empty());
     // At most 200 characters (not bytes); an empty `q` lists everything.
     let (status, _) = rest
         .get(&format!("/api/sessions?q={}", "é".repeat(200)))
         .await;
     assert_eq!(status, 200);
-    let (status, err) = rest
-        .get(&format!("/api/sessions?q={}", "a".repeat(201)))
-        .await;
-    assert_eq!(
-        (status, err["code"].as_str()),
-        (400, Some("invalid_request"))
-    );
-    let (status, err) = rest
-        .get(&format!("/api/sessions?q={}", "%25".repeat(10_000)))
-        .await;
-    assert_eq!(
-        (status, err["code"].as_str()),
-        (400, Some("invalid_request"))
-    );
-    let (_, all) = rest.get("/api/sessions?q=").await;
+    let (_, all) = rest.get("/api/sessions?q=&total=true").await;
     assert_eq!(all["total"], 2);
+    for bad in [
+        format!("q={}", "a".repeat(201)),
+        format!("q={}", "%25".repeat(10_000)),
+        format!("q={}", "a%20".repeat(2_500)),
+        "before=not-a-cursor".into(),
+        "before=".into(),
+        format!("before={}", "A".repeat(10_000)),
+        "offset=1&before=x".into(),
+        "total=maybe".into(),
+        "limit=501".into(),
+        "offset=-1".into(),
+    ] {
+        let (status, err) = rest.get(&format!("/api/sessions?{bad}")).await;
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{bad}"
+        );
+    }
 }
 
 /// The OpenAPI document is served and covers the handlers and their types.

@@ -453,7 +453,14 @@ async fn jwt_subjects_and_token_principals_do_not_share_conversations() {
         ("tok-alice", "token-notes", "jwt-notes"),
         (jwt_alice.as_str(), "jwt-notes", "token-notes"),
     ] {
-        let list = http(&server.addr, "GET", "/api/sessions", Some(token), None).await;
+        let list = http(
+            &server.addr,
+            "GET",
+            "/api/sessions?total=true",
+            Some(token),
+            None,
+        )
+        .await;
         assert_eq!(list.status, 200);
         let list: Value = serde_json::from_str(&list.body).unwrap();
         assert_eq!(list["total"], 1, "{list}");

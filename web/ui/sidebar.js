@@ -118,6 +118,8 @@ export function scheduleSessionsRefresh() {
 async function runSearch() {
   const q = ui.search.value.trim();
   const serial = ++state.searchSerial;
+  state.searchAbort?.abort();
+  state.searchAbort = null;
   if (!q) {
     state.searchResults = null;
     renderSidebar();
@@ -131,8 +133,12 @@ async function runSearch() {
     renderSidebar();
     return;
   }
+  const abort = new AbortController();
+  state.searchAbort = abort;
   try {
-    const response = await api(`/api/sessions?limit=100&q=${encodeURIComponent(q.slice(0, 200))}`);
+    const response = await api(`/api/sessions?limit=100&q=${encodeURIComponent(q.slice(0, 200))}`, {
+      signal: abort.signal,
+    });
     if (!response.ok || serial !== state.searchSerial) return;
     /** @type {{sessions: ApiSession[]}} */
     const body = await response.json();
@@ -140,7 +146,7 @@ async function runSearch() {
     state.searchResults = body.sessions.map((s) => s.agent_id);
     renderSidebar();
   } catch {
-    // Offline: the list stays as it was.
+    // Offline, or a newer search cancelled this one: the list stays as it was.
   }
 }
 

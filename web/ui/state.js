@@ -150,6 +150,11 @@ export const state = {
   searchResults: null,
   /** Counts searches: an answer to an older one is dropped. */
   searchSerial: 0,
+  /**
+   * @type {AbortController | null} cancels the search request under way when another starts:
+   * the server runs only a few of a principal's searches at once
+   */
+  searchAbort: null,
   /** @type {ReturnType<typeof setTimeout> | undefined} the search waiting for typing to pause */
   searchTimer: undefined,
   /** @type {ReturnType<typeof setTimeout> | undefined} the refresh after a burst of turns */

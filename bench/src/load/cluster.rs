@@ -15,7 +15,7 @@ use super::run;
 use super::scenarios::{session_ids, spread};
 use super::{SETUP_TIMEOUT, tweaks};
 use crate::Common;
-use crate::engines::{Database, Nats, PgServer};
+use crate::engines::{Nats, PgServer, in_database};
 use crate::report::{Machine, Measurement, Percentiles, table_header, table_line, title};
 use crate::servers::Server;
 use crate::wire::connect;
@@ -127,20 +127,6 @@ pub async fn cluster(
         ratio,
         added_ms,
     })
-}
-
-/// Runs `f` on the URL of a new database `name`, then drops the database whatever `f` gave.
-async fn in_database<T>(
-    pg: &PgServer,
-    name: &str,
-    f: impl AsyncFnOnce(&str) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    let database = Database::create(pg, name).await?;
-    let outcome = f(&database.url).await;
-    let dropped = database.drop_now().await;
-    let value = outcome?;
-    dropped?;
-    Ok(value)
 }
 
 /// Starts node `name` on database `url` and `nats`, in data directory `data` (which the nodes

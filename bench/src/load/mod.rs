@@ -4,6 +4,7 @@
 mod cli;
 mod cluster;
 mod driver;
+mod history;
 mod idle;
 mod replay;
 mod run;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 pub use self::cli::cli;
 pub use self::cluster::{Load as ClusterLoad, cluster};
+pub use self::history::{HistoryLoad, history};
 pub use self::idle::idle;
 pub use self::replay::{replay, replay_load};
 pub use self::scenarios::{churn, fanout, many_sessions, sweep};

@@ -1,7 +1,7 @@
 //! Handlers of `/api/sessions`: every query is scoped to the caller's principal, and another
 //! principal's conversation is answered as unknown.
 //!
-//! One job at about 750 lines: the conversation resource's handlers and the bodies and
+//! One job at about 780 lines: the conversation resource's handlers and the bodies and
 //! summaries they read and write (its worktree's changes are `changes`).
 
 use axum::Json;
@@ -21,7 +21,8 @@ use crate::http::auth::Principal;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, AgentId, Frame, Role, SessionId};
 use crate::session::{
-    Acting, Activity, Command, ExportLine, Need, Outcome, SessionQuery, SessionRecord,
+    Acting, Activity, Command, Cursor, ExportLine, Need, Outcome, PageStart, SessionQuery,
+    SessionRecord,
 };
 
 /// Largest accepted import, in bytes.
@@ -160,8 +161,10 @@ impl SessionSummary {
 pub struct SessionList {
     /// Newest activity first.
     pub sessions: Vec<SessionSummary>,
-    /// How many conversations match in all.
-    pub total: i64,
+    /// How many conversations match in all, when asked with `total=true`; else null.
+    pub total: Option<i64>,
+    /// The `before` of the next page; null when this page is the last.
+    pub next_before: Option<String>,
 }
 
 /// Paging and filtering of the list.
@@ -170,11 +173,18 @@ pub struct SessionList {
 pub struct ListParams {
     /// Most conversations returned (1-500, default 50).
     limit: Option<u32>,
-    /// Conversations skipped (default 0).
+    /// The page after the one that gave this `next_before` (its cost does not grow with how
+    /// far the page is). Not with `offset`.
+    before: Option<String>,
+    /// Conversations skipped (default 0; the cost grows with it). Not with `before`.
     offset: Option<u32>,
-    /// Only conversations whose title or message text contains this (ASCII
-    /// case-insensitive; at most 200 characters).
+    /// Only conversations whose title, or one of whose messages, has for each word of this a
+    /// word starting with it (case-insensitive; anything but letters and digits only separates
+    /// words, and a `q` without any matches nothing; at most 200 characters).
     q: Option<String>,
+    /// Whether to count every conversation that matches (`total`; default false: the count
+    /// costs a look at each of them).
+    total: Option<bool>,
 }
 
 /// A range of stored messages.
@@ -400,14 +410,28 @@ pub async fn list(
             "`q` must be at most {MAX_QUERY_CHARS} characters"
         )));
     }
+    let start = match (params.before, params.offset) {
+        (Some(_), Some(_)) => return Err(ApiError::invalid("give `before` or `offset`, not both")),
+        (Some(token), None) => PageStart::Before(Cursor::from_token(&token).ok_or_else(|| {
+            ApiError::invalid("`before` must be the `next_before` of a page of this list")
+        })?),
+        (None, offset) => PageStart::Offset(offset.unwrap_or(0)),
+    };
     let query = SessionQuery {
         limit,
-        offset: params.offset.unwrap_or(0),
-        text_contains: params.q.filter(|q| !q.is_empty()),
+        start,
+        search: params.q.filter(|q| !q.is_empty()),
+        count: params.total.unwrap_or(false),
     };
-    let (records, total) = app.manager.list(&principal, &query).await?;
-    let owners = app.manager.owner_nodes(&records).await;
-    let sessions = records
+    let page = app.manager.list(&principal, &query).await?;
+    let next_before = page
+        .rows
+        .last()
+        .filter(|_| page.more)
+        .map(|last| Cursor::after(last).token());
+    let owners = app.manager.owner_nodes(&page.rows).await;
+    let sessions = page
+        .rows
         .into_iter()
         .zip(owners)
         .map(|(record, owner)| {
@@ -415,7 +439,11 @@ pub async fn list(
             SessionSummary::new(record, status, owner)
         })
         .collect();
-    Ok(Json(SessionList { sessions, total }))
+    Ok(Json(SessionList {
+        sessions,
+        total: page.total,
+        next_before,
+    }))
 }
 
 /// One conversation.
