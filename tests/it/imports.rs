@@ -86,7 +86,9 @@ async fn nothing_left(server: &mut TestServer, agent_id: &str) {
 /// while the import has stored only part of its rows, and the import then completes.
 #[tokio::test]
 async fn a_big_import_does_not_hold_another_principals_ack() {
-    let (server, _cfg) = server_with(TOKENS).await;
+    // Storing (and indexing) 300,000 rows while other tests run can take longer than the
+    // default 30 s the body may take to arrive.
+    let (server, _cfg) = server_with(&format!("{TOKENS}[socket]\nbody_timeout_secs = 180\n")).await;
     let lines = 300_000;
     let body = export_of(lines);
     let server_url = server.url("/api/sessions/import?agent_id=big");
