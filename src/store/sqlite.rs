@@ -4,7 +4,8 @@
 //! Every append goes through the writer ([`super::writer`]), which stores whatever requests
 //! are queued in one transaction and only then answers each caller, so a frame is never sent
 //! before it is committed and a busy server pays one commit for many frames. Reads and the
-//! rare small updates use a separate pool; WAL lets them run beside the writer.
+//! rare small updates use a separate pool, and searches connections of their own; WAL lets them
+//! run beside the writer.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
