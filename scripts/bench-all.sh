@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark scenario against the bare baseline and agentmux (release build), writes
-# the JSON reports to docs/bench/ and redraws the latency plot. About 15 minutes on 2 cores.
+# the JSON reports to docs/bench/ and redraws the latency plot. About 25 minutes on 2 cores.
 #
 #   scripts/bench-all.sh            # everything
 #   SECS=5 scripts/bench-all.sh     # shorter measurements
@@ -32,4 +32,6 @@ ensure_nats_server
 eval "$(scripts/pg.sh start)"
 trap 'scripts/pg.sh stop' EXIT
 bench cluster --secs "$SECS" --json "$OUT/cluster.json"
+# `history` (agentmux only) on SQLite, then on the same PostgreSQL server.
+bench history --json "$OUT/history.json"
 python3 scripts/plot_bench.py "$OUT/sweep.json" "$OUT/latency-vs-load.png"

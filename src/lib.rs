@@ -105,13 +105,14 @@ impl Server {
                 .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
         }
         let metrics = Metrics::default();
+        let (search_timeout, max_searches) = config.store.search_limits()?;
         let settings = SqliteSettings {
             synchronous_full: config.store.synchronous_full,
             max_batch: config.store.max_batch,
             max_page_count: config.store.max_page_count,
             wal_restart_pages: config.store.wal_restart_pages()?,
-            search_timeout: Duration::from_millis(config.store.search_timeout_ms),
-            max_searches: config.store.max_searches,
+            search_timeout,
+            max_searches,
             ..SqliteSettings::default()
         };
         let (store, schedules, pushes): (
@@ -130,8 +131,8 @@ impl Server {
                 node_id: node.clone(),
                 address: config.bind.to_string(),
                 lease: Duration::from_secs(config.cluster.lease_secs),
-                search_timeout: Duration::from_millis(config.store.search_timeout_ms),
-                max_searches: config.store.max_searches,
+                search_timeout,
+                max_searches,
                 ..PgSettings::default()
             };
             let pg = Arc::new(PgStore::open(&config.store.url, settings, metrics.clone()).await?);

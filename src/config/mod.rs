@@ -421,6 +421,23 @@ impl StoreConfig {
         }
         Ok(self.wal_restart_mib * 256)
     }
+
+    /// How long a search may run, and how many run at once.
+    ///
+    /// # Errors
+    /// When either is 0 (every search would be refused) or the time is over an hour.
+    pub fn search_limits(&self) -> anyhow::Result<(Duration, usize)> {
+        if !(1..=3_600_000).contains(&self.search_timeout_ms) {
+            anyhow::bail!("store.search_timeout_ms must be at least 1 ms and at most an hour");
+        }
+        if self.max_searches == 0 {
+            anyhow::bail!("store.max_searches must be at least 1");
+        }
+        Ok((
+            Duration::from_millis(self.search_timeout_ms),
+            self.max_searches,
+        ))
+    }
 }
 
 impl Default for Config {

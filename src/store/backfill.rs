@@ -1,12 +1,14 @@
 //! The search index of a store written before it had one, built at its first start after the
-//! upgrade on either engine: the words of every message and title filled in (the engine's
-//! index follows them), a chunk per transaction, with the progress logged.
+//! upgrade on either engine: the words of every message and title filled in, and indexed (by
+//! SQLite's FTS5 tables, by PostgreSQL's GIN indexes of the columns), a chunk per transaction,
+//! with the progress logged.
 
 use std::time::{Duration, Instant};
 
 use sqlx::{PgPool, SqlitePool};
 
 use super::words::{message_words, title_words};
+use super::writer::{INDEX_MESSAGE, INDEX_TITLE};
 
 /// Stored messages given their words per transaction.
 const CHUNK: i64 = 2000;
@@ -68,9 +70,17 @@ pub(super) async fn sqlite(pool: &SqlitePool) -> sqlx::Result<()> {
     let mut conn = pool.acquire().await?;
     sqlx::query("begin immediate").execute(&mut *conn).await?;
     for (id, title) in &titles {
+        let Some(words) = title_words(title) else {
+            continue;
+        };
         sqlx::query("update session_info set title_words = $1 where id = $2")
-            .bind(title_words(title))
+            .bind(&words)
             .bind(id)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(INDEX_TITLE)
+            .bind(id)
+            .bind(&words)
             .execute(&mut *conn)
             .await?;
     }
@@ -95,8 +105,13 @@ pub(super) async fn sqlite(pool: &SqlitePool) -> sqlx::Result<()> {
         for (id, message_type, payload) in &chunk {
             if let Some(words) = message_words(message_type, payload) {
                 sqlx::query("update messages set words = $1 where id = $2")
-                    .bind(words)
+                    .bind(&words)
                     .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query(INDEX_MESSAGE)
+                    .bind(id)
+                    .bind(&words)
                     .execute(&mut *conn)
                     .await?;
             }

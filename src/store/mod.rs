@@ -217,8 +217,7 @@ pub struct SessionQuery {
     /// Where the page starts.
     pub start: PageStart,
     /// Only conversations whose title, or one of whose messages, has a word starting with
-    /// each word of this (see [`words`] for what a word is); one without any word matches
-    /// nothing.
+    /// each word of this (what a word is: `words.rs`); one without any word matches nothing.
     pub search: Option<String>,
     /// Whether to count every conversation that matches (a cost that grows with them).
     pub count: bool,

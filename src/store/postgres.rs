@@ -200,6 +200,23 @@ impl PgStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// A transaction for a search's reads, each stopped after `limit`, and not compiled first:
+    /// a plan this costly to run would be compiled (JIT), which alone takes longer than most
+    /// searches.
+    async fn read_within(
+        &self,
+        limit: Duration,
+    ) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "select set_config('statement_timeout', $1, true), set_config('jit', 'off', true)",
+        )
+        .bind(limit.as_millis().max(1).to_string())
+        .execute(&mut *tx)
+        .await?;
+        Ok(tx)
+    }
 }
 
 /// Adds each conversation's counts to its row and takes its seqs (`base` is the last seq
@@ -578,15 +595,6 @@ shared::edit_tx_impl!(Tx<'_>, {
 /// them up in the indexes instead.
 const SCAN_BUDGET: Duration = Duration::from_millis(15);
 
-/// Has the statements of the transaction on `conn` stop after `limit` each.
-async fn stop_after(conn: &mut PgConnection, limit: Duration) -> sqlx::Result<()> {
-    sqlx::query("select set_config('statement_timeout', $1, true)")
-        .bind(limit.as_millis().max(1).to_string())
-        .execute(&mut *conn)
-        .await
-        .map(drop)
-}
-
 /// Takes the write lock of conversation `row` in `tx` (appends to it wait until the commit).
 async fn lock(conn: &mut PgConnection, row: RowId) -> Result<()> {
     sqlx::query("select 1 from session_info where id = $1 for update")
@@ -632,9 +640,10 @@ shared::store_impl!(PgStore, {
         })
     }
 
-    /// A search runs in a transaction of its own whose `statement_timeout` is its deadline; its
-    /// read along the listing has a shorter one, its budget, and is undone to a savepoint when
-    /// it runs out.
+    /// A search reads along the listing in a transaction of its own whose `statement_timeout`
+    /// is its budget; the count and, when the budget ran out, the lookup through the indexes in
+    /// another whose limit is the search's deadline. Nothing else runs under the budget: on a
+    /// busy machine even a `COMMIT` can wait longer than that for a core.
     async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
         let words = match listing::search_words(query) {
             Ok(words) => words,
@@ -649,29 +658,29 @@ shared::store_impl!(PgStore, {
         };
         self.searches
             .run(|deadline| async move {
-                let mut tx = self.pool.begin().await?;
                 let left = || deadline.saturating_duration_since(Instant::now());
-                // A plan this costly to run would be compiled first (JIT), which alone takes
-                // longer than most searches.
-                sqlx::query("select set_config('jit', 'off', true)")
-                    .execute(&mut *tx)
-                    .await?;
-                stop_after(&mut tx, left()).await?;
-                let total = listing::fetch_count!(tx, statements.count.as_ref());
                 let budgeted = SCAN_BUDGET < left();
-                sqlx::query("savepoint scan").execute(&mut *tx).await?;
-                stop_after(&mut tx, SCAN_BUDGET.min(left())).await?;
-                let rows = match listing::fetch_rows!(tx, &statements.scan) {
-                    Err(err) if budgeted && listing::stopped(&err) => {
-                        sqlx::query("rollback to savepoint scan")
-                            .execute(&mut *tx)
-                            .await?;
-                        stop_after(&mut tx, left()).await?;
-                        listing::fetch_rows!(tx, lookup)?
-                    }
-                    rows => rows?,
+                let mut tx = self.read_within(SCAN_BUDGET.min(left())).await?;
+                let scanned = match listing::fetch_rows!(tx, &statements.scan) {
+                    Ok(rows) => Some(rows),
+                    Err(err) if budgeted && listing::stopped(&err) => None,
+                    Err(err) => return Err(err),
                 };
-                tx.commit().await?;
+                // Only read: whether its end succeeds changes nothing.
+                let _ = tx.rollback().await;
+                let (rows, total) = match (scanned, statements.count.as_ref()) {
+                    (Some(rows), None) => (rows, None),
+                    (scanned, count) => {
+                        let mut tx = self.read_within(left()).await?;
+                        let total = listing::fetch_count!(tx, count);
+                        let rows = match scanned {
+                            Some(rows) => rows,
+                            None => listing::fetch_rows!(tx, lookup)?,
+                        };
+                        let _ = tx.rollback().await;
+                        (rows, total)
+                    }
+                };
                 Ok(listing::page(query, rows, total))
             })
             .await

@@ -4,7 +4,8 @@
 //! Every append goes through the writer ([`super::writer`]), which stores whatever requests
 //! are queued in one transaction and only then answers each caller, so a frame is never sent
 //! before it is committed and a busy server pays one commit for many frames. Reads and the
-//! rare small updates use a separate pool; WAL lets them run beside the writer.
+//! rare small updates use a separate pool, and searches connections of their own; WAL lets them
+//! run beside the writer.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -26,7 +27,7 @@ use super::{
     NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
     SessionPage, SessionQuery, SessionRecord, Store, StoreError,
 };
-use super::{backfill, shared, words};
+use super::{backfill, shared, words, writer};
 use crate::metrics::Metrics;
 
 /// Settings of the SQLite store.
@@ -248,6 +249,21 @@ shared::edit_tx_impl!(Tx<'_>, {
         .bind(serde_json::to_string(except).expect("serializes"))
         .execute(&mut *self.0)
         .await?;
+        sqlx::query(
+            "insert into message_words_index (rowid, words)
+             select id, words from messages where session_pk = $1 and words is not null",
+        )
+        .bind(fork)
+        .execute(&mut *self.0)
+        .await?;
+        // The fork's row took the source's title and its words.
+        sqlx::query(
+            "insert into title_words_index (rowid, title_words)
+             select id, title_words from session_info where id = $1 and title_words is not null",
+        )
+        .bind(fork)
+        .execute(&mut *self.0)
+        .await?;
         Ok(())
     }
 });
@@ -351,14 +367,33 @@ shared::store_impl!(SqliteStore, {
     }
 
     async fn rename_session(&self, row: RowId, title: &str) -> Result<()> {
-        let done =
-            sqlx::query("update session_info set title = $1, title_words = $2 where id = $3")
-                .bind(super::text(title))
-                .bind(words::title_words(title))
+        let words = words::title_words(title);
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("begin immediate").execute(&mut *conn).await?;
+        let outcome = async {
+            let done =
+                sqlx::query("update session_info set title = $1, title_words = $2 where id = $3")
+                    .bind(super::text(title))
+                    .bind(&words)
+                    .bind(row)
+                    .execute(&mut *conn)
+                    .await?;
+            shared::found(done.rows_affected())?;
+            sqlx::query("delete from title_words_index where rowid = $1")
                 .bind(row)
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await?;
-        shared::found(done.rows_affected())
+            if let Some(words) = &words {
+                sqlx::query(writer::INDEX_TITLE)
+                    .bind(row)
+                    .bind(words)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Ok(())
+        }
+        .await;
+        finish(&mut conn, outcome).await
     }
 
     async fn rewind(&self, row: RowId, to_seq: i64, status: RewoundStatus) -> Result<Rewound> {

@@ -10,9 +10,9 @@
 //! SQLite's FTS5 table splits them again only at the spaces between them, and PostgreSQL takes
 //! them as the lexemes of a `tsvector` as they are.
 
-use std::collections::BTreeSet;
+use std::borrow::Cow;
 
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::protocol::StoredPayload;
 
@@ -22,26 +22,80 @@ pub const MAX_WORD_CHARS: usize = 64;
 /// How much of a message's text is indexed, in bytes.
 pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 
-/// The words of `text`, in order, repeats included.
-fn split(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let cut = crate::protocol::truncate_chars(w, MAX_WORD_CHARS);
-            cut.to_lowercase()
-        })
+/// Words gathered from texts into one buffer, then made distinct, sorted and joined by single
+/// spaces, as both engines store them.
+#[derive(Default)]
+struct Words {
+    /// Each word lowercased, one after the other.
+    buf: String,
+    /// Where each word is in `buf`.
+    spans: Vec<(usize, usize)>,
+    /// Bytes of text still to take (see [`MAX_TEXT_BYTES`]).
+    budget: usize,
 }
 
-/// The distinct words of `texts`, sorted and joined by single spaces, as both engines store
-/// them; None when there is none.
-fn joined<'a>(texts: impl IntoIterator<Item = &'a str>) -> Option<String> {
-    let words: BTreeSet<String> = texts.into_iter().flat_map(split).collect();
-    (!words.is_empty()).then(|| words.into_iter().collect::<Vec<_>>().join(" "))
+impl Words {
+    fn new() -> Self {
+        Words {
+            budget: MAX_TEXT_BYTES,
+            ..Words::default()
+        }
+    }
+
+    /// Takes the words of `text`, or of as much of it as the budget leaves.
+    fn add(&mut self, text: &str) {
+        let mut end = text.len().min(self.budget);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        // A text cut short uses the whole budget.
+        self.budget = if end < text.len() {
+            0
+        } else {
+            self.budget - end
+        };
+        for word in text[..end]
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+        {
+            let start = self.buf.len();
+            let word = crate::protocol::truncate_chars(word, MAX_WORD_CHARS);
+            if word.is_ascii() {
+                self.buf
+                    .extend(word.bytes().map(|b| b.to_ascii_lowercase() as char));
+            } else {
+                self.buf.extend(word.chars().flat_map(char::to_lowercase));
+            }
+            self.spans.push((start, self.buf.len()));
+        }
+    }
+
+    /// The distinct words, in the order first found.
+    fn distinct(&self) -> Vec<String> {
+        let mut words: Vec<String> = Vec::new();
+        for &(a, b) in &self.spans {
+            let word = &self.buf[a..b];
+            if !words.iter().any(|w| w == word) {
+                words.push(word.to_owned());
+            }
+        }
+        words
+    }
+
+    /// The distinct words, sorted and joined; None when there is none.
+    fn joined(self) -> Option<String> {
+        let mut words: Vec<&str> = self.spans.iter().map(|&(a, b)| &self.buf[a..b]).collect();
+        words.sort_unstable();
+        words.dedup();
+        (!words.is_empty()).then(|| words.join(" "))
+    }
 }
 
 /// The stored words of a title.
 pub fn title_words(title: &str) -> Option<String> {
-    joined([title])
+    let mut words = Words::new();
+    words.add(title);
+    words.joined()
 }
 
 /// The stored words of a message: those of the text of a `user` or `assistant` message whose
@@ -54,42 +108,87 @@ pub fn message_words(message_type: &str, payload: &str) -> Option<String> {
         .ok()?
         .message?
         .content?;
-    let content: Value = serde_json::from_str(content.get()).ok()?;
-    let mut texts = Vec::new();
-    let mut budget = MAX_TEXT_BYTES;
-    collect(&content, None, &mut texts, &mut budget);
-    joined(texts)
+    let mut words = Words::new();
+    let mut reader = serde_json::Deserializer::from_str(content.get());
+    Text {
+        key: None,
+        words: &mut words,
+    }
+    .deserialize(&mut reader)
+    .ok()?;
+    words.joined()
 }
 
-/// Adds to `texts` the text under `node`, found under `key` (None at the top): the node itself
-/// when it is a string at the top or under a `text` or `content` key, and the same below it;
-/// never an array's strings, keys or other fields. Stops once `budget` bytes are taken.
-fn collect<'a>(node: &'a Value, key: Option<&str>, texts: &mut Vec<&'a str>, budget: &mut usize) {
-    if *budget == 0 {
-        return;
+/// The text under a node of a message's `content`, found under `key` (None at the top), read
+/// into `words` as it is parsed: the node itself when it is a string at the top or under a
+/// `text` or `content` key, and the same below it; never an array's strings, keys or other
+/// fields.
+struct Text<'w, 'k> {
+    key: Option<&'k str>,
+    words: &'w mut Words,
+}
+
+impl<'de> DeserializeSeed<'de> for Text<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
     }
-    match node {
-        Value::String(s) if matches!(key, None | Some("text" | "content")) => {
-            let mut end = s.len().min(*budget);
-            while !s.is_char_boundary(end) {
-                end -= 1;
-            }
-            let cut = &s[..end];
-            // A text cut short uses the whole budget.
-            *budget = if end < s.len() { 0 } else { *budget - end };
-            texts.push(cut);
+}
+
+impl<'de> Visitor<'de> for Text<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<(), E> {
+        if matches!(self.key, None | Some("text" | "content")) && self.words.budget > 0 {
+            self.words.add(text);
         }
-        Value::Object(fields) => {
-            for (k, v) in fields {
-                collect(v, Some(k), texts, budget);
-            }
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            map.next_value_seed(Text {
+                key: Some(&key),
+                words: &mut *self.words,
+            })?;
         }
-        Value::Array(items) => {
-            for v in items {
-                collect(v, Some("#"), texts, budget);
-            }
-        }
-        _ => {}
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        while items
+            .next_element_seed(Text {
+                key: Some("#"),
+                words: &mut *self.words,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
     }
 }
 
@@ -101,13 +200,9 @@ impl SearchWords {
     /// The words of the search text `q`; whatever else it holds (quotes, `*`, parentheses,
     /// operators of either engine's query language) only separates them.
     pub fn parse(q: &str) -> Self {
-        let mut words: Vec<String> = Vec::new();
-        for word in split(q) {
-            if !words.contains(&word) {
-                words.push(word);
-            }
-        }
-        SearchWords(words)
+        let mut words = Words::new();
+        words.add(q);
+        SearchWords(words.distinct())
     }
 
     /// Whether the search has no word (and so matches nothing).
@@ -143,7 +238,7 @@ impl SearchWords {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn words_of(kind: &str, payload: Value) -> Option<String> {
         message_words(kind, &payload.to_string())

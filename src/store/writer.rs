@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OpenFlags, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Append, WriteOp};
@@ -339,9 +339,9 @@ impl Writer {
 }
 
 /// Assigns the seqs of one conversation and adds a batch's counts to its row (no row changes
-/// when the conversation is gone); a title it gives the conversation comes with its words. The
-/// new `last_seq` is read after it by [`LAST_SEQ`]: a `returning` clause would cost each update
-/// a temporary table and a statement journal.
+/// when the conversation is gone); a title it gives the conversation comes with its words. Its
+/// `last_seq` and whether it has a title are read before it by [`BEFORE_UPDATE`]: a `returning`
+/// clause would cost each update a temporary table and a statement journal.
 const UPDATE_SESSION: &str = "update session_info set
         last_seq = last_seq + ?2,
         message_count = message_count + ?2,
@@ -360,29 +360,47 @@ const UPDATE_SESSION: &str = "update session_info set
         schedule_id = coalesce(schedule_id, ?13)
      where id = ?1";
 
-/// A conversation's highest seq.
-const LAST_SEQ: &str = "select last_seq from session_info where id = ?1";
+/// A conversation's highest seq, and whether it has no title yet.
+const BEFORE_UPDATE: &str = "select last_seq, title is null from session_info where id = ?1";
 
-/// Stores a message with its words (which the search index's trigger indexes).
+/// Stores a message with its words.
 const INSERT_MESSAGE: &str =
     "insert into messages (session_pk, seq, message_type, sdk_uuid, prompt,
         turn_anchor, payload, created_at, turn_cost_usd, words)
      values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
+/// Indexes the words of the message just stored (row id: its `id`). Not a trigger's work: a
+/// trigger's insert into an FTS5 table costs several times as much.
+pub(super) const INDEX_MESSAGE: &str =
+    "insert into message_words_index (rowid, words) values (?1, ?2)";
+
+/// Indexes the words of a conversation's new title (row id: the conversation's).
+pub(super) const INDEX_TITLE: &str =
+    "insert into title_words_index (rowid, title_words) values (?1, ?2)";
+
 /// Stores every request of `batch` in one transaction: one UPDATE per conversation assigns its
-/// seqs, one INSERT per row stores it, each statement prepared once per connection. A request
-/// whose conversation vanished fails alone; a database error fails them all (the caller rolls
-/// back).
+/// seqs, one INSERT per row stores it and one more indexes its words, each statement prepared
+/// once per connection. A request whose conversation vanished fails alone; a database error
+/// fails them all (the caller rolls back).
 fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Result<i64>>> {
     conn.execute_batch("begin immediate")?;
     let deltas = batch::deltas(batch);
     // Next seq to hand out, per conversation that still exists.
     let mut next: HashMap<RowId, i64> = HashMap::with_capacity(deltas.len());
     {
+        let mut before = conn.prepare_cached(BEFORE_UPDATE)?;
         let mut update = conn.prepare_cached(UPDATE_SESSION)?;
-        let mut last_seq = conn.prepare_cached(LAST_SEQ)?;
         for d in &deltas {
-            let updated = update.execute(params![
+            let Some((last, untitled)) = before
+                .query_row([d.row.0], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, bool>(1)?))
+                })
+                .optional()?
+            else {
+                continue;
+            };
+            let words = d.title.filter(|_| untitled).and_then(title_words);
+            update.execute(params![
                 d.row.0,
                 d.rows,
                 d.prompts,
@@ -396,32 +414,38 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
                 d.running,
                 d.running_at,
                 d.schedule_id,
-                d.title.and_then(title_words),
+                words,
             ])?;
-            if updated == 1 {
-                let last: i64 = last_seq.query_row([d.row.0], |r| r.get(0))?;
-                next.insert(d.row, last - d.rows + 1);
+            next.insert(d.row, last + 1);
+            if let Some(words) = words {
+                conn.prepare_cached(INDEX_TITLE)?
+                    .execute(params![d.row.0, words])?;
             }
         }
     }
     let mut insert = conn.prepare_cached(INSERT_MESSAGE)?;
+    let mut index = conn.prepare_cached(INDEX_MESSAGE)?;
     let outcomes = batch::assign(batch, next, |row, seq, m, words| {
-        insert
-            .execute(params![
-                row.0,
-                seq,
-                m.message_type,
-                m.sdk_uuid.as_deref(),
-                m.prompt,
-                m.turn_anchor.as_deref(),
-                m.payload.as_str(),
-                m.created_at.as_str(),
-                m.totals.map(|t| t.cost_usd),
-                words,
-            ])
-            .map(drop)
+        insert.execute(params![
+            row.0,
+            seq,
+            m.message_type,
+            m.sdk_uuid.as_deref(),
+            m.prompt,
+            m.turn_anchor.as_deref(),
+            m.payload.as_str(),
+            m.created_at.as_str(),
+            m.totals.map(|t| t.cost_usd),
+            words,
+        ])?;
+        match words {
+            Some(words) => index
+                .execute(params![conn.last_insert_rowid(), words])
+                .map(drop),
+            None => Ok(()),
+        }
     })?;
-    drop(insert);
+    drop((insert, index));
     conn.execute_batch("commit")?;
     Ok(outcomes)
 }

@@ -145,3 +145,24 @@ async fn a_principal_runs_at_most_its_searches_at_once() {
     let (status, _) = rest_as(&server, "tok-alice", "GET", "/api/sessions?q=question").await;
     assert_eq!(status, 200);
 }
+
+/// Search limits no search could run within are refused at start-up, saying which.
+#[tokio::test]
+async fn search_limits_no_search_could_meet_refuse_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for (setting, expected) in [
+        (
+            "search_timeout_ms = 0",
+            "search_timeout_ms must be at least 1 ms",
+        ),
+        ("search_timeout_ms = \"2h\"", "at most an hour"),
+        ("search_timeout_ms = -1", "search_timeout_ms"),
+        ("max_searches = 0", "max_searches must be at least 1"),
+    ] {
+        let config = dir.path().join("bad.toml");
+        std::fs::write(&config, format!("[store]\n{setting}\n")).unwrap();
+        let (listened, output) = serve_output(&["--config", config.to_str().unwrap()], &[]).await;
+        assert!(!listened, "{setting}: {output}");
+        assert!(output.contains(expected), "{setting}: {output}");
+    }
+}

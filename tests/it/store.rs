@@ -79,7 +79,7 @@ impl Fixture {
     }
 
     /// Opens (again) this test's store, as the scheduler sees it.
-    pub(crate) async fn open_schedules(&self) -> Box<dyn ScheduleStore> {
+    async fn open_schedules(&self) -> Box<dyn ScheduleStore> {
         match self.pg_url() {
             Some(_) => Box::new(self.open_pg(PgSettings::default()).await),
             None => Box::new(self.open_sqlite(SqliteSettings::default()).await),
@@ -111,7 +111,7 @@ impl Fixture {
     }
 
     /// Starts a server on this test's store.
-    pub(crate) async fn server(&self) -> crate::common::TestServer {
+    async fn server(&self) -> crate::common::TestServer {
         let url = self.pg_url().unwrap_or_default();
         crate::common::TestServer::start_in(
             self.dir.path(),
