@@ -143,7 +143,8 @@ pub enum AgentKind {
 pub struct AgentDef {
     /// What program it is.
     pub kind: AgentKind,
-    /// Program and arguments, no shell; the program is a path (PATH is not searched). For
+    /// Program and arguments, no shell; the program is a path, or a bare name looked for in
+    /// `PATH` once, at start. For
     /// `claude`: the CLI and extra arguments (default: `claude.bin`).
     #[serde(default)]
     pub command: Vec<String>,
@@ -248,7 +249,7 @@ pub const LOCAL_PRINCIPAL: &str = "local";
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClaudeConfig {
-    /// Path of the CLI binary; PATH is not searched.
+    /// Path of the CLI binary; a bare name is looked for in `PATH` once, at start.
     pub bin: Option<PathBuf>,
     /// Extra arguments appended to every CLI command line.
     pub extra_args: Vec<String>,

@@ -76,28 +76,67 @@ impl ClaudeSettings {
 }
 
 /// Checks that `bin` is an executable file, and returns it as an absolute path: the CLI is
-/// started in its workspace, where a relative path would name something else.
+/// started in its workspace, where a relative path would name something else. A bare name
+/// (`claude`, no `/`) is looked for in the server's `PATH`, once, here: the path found is
+/// logged and used from then on.
 ///
 /// # Errors
 /// A message naming the path and the setting when it is missing, not a file or not
-/// executable.
+/// executable, or for a bare name, when no directory of `PATH` has it.
 pub fn check_bin(bin: &Path) -> Result<PathBuf, String> {
+    let advice = "set --claude-bin (or AGENTMUX_CLAUDE_BIN, or claude.bin in the config file) \
+                  to the path of the executable, or to its name in PATH";
+    if is_bare_name(bin) {
+        return match find_in_path(bin) {
+            Some(found) => {
+                tracing::info!("`{}` is {} (found in PATH)", bin.display(), found.display());
+                Ok(found)
+            }
+            None => Err(format!(
+                "the Claude CLI `{}` is not in any directory of PATH: {advice}",
+                bin.display()
+            )),
+        };
+    }
+    if let Some(problem) = unrunnable(bin) {
+        return Err(format!(
+            "the Claude CLI `{}` {problem}: {advice}",
+            bin.display()
+        ));
+    }
+    std::path::absolute(bin).map_err(|e| format!("the Claude CLI `{}`: {e}", bin.display()))
+}
+
+/// Whether `bin` is a name alone (`claude`), which a shell would look for in `PATH`.
+fn is_bare_name(bin: &Path) -> bool {
+    let mut parts = bin.components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(_)), None)
+    ) && !bin.as_os_str().as_encoded_bytes().contains(&b'/')
+}
+
+/// The first executable file named `name` in the absolute directories of the server's `PATH`.
+/// Empty and relative entries (which a shell reads from the current directory) are skipped, so
+/// a file dropped where the server happens to start is never picked up.
+fn find_in_path(name: &Path) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(name))
+        .find(|candidate| unrunnable(candidate).is_none())
+}
+
+/// Why `path` can't be run (missing, unreadable, not a file, not executable); None when it can.
+fn unrunnable(path: &Path) -> Option<String> {
     use std::os::unix::fs::PermissionsExt as _;
-    let problem = match std::fs::metadata(bin) {
+    match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".to_owned()),
         Err(e) => Some(format!("cannot be read ({e})")),
         Ok(meta) if !meta.is_file() => Some("is not a file".to_owned()),
         Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Some("is not executable".to_owned()),
         Ok(_) => None,
-    };
-    if let Some(problem) = problem {
-        return Err(format!(
-            "the Claude CLI `{}` {problem}: set --claude-bin (or AGENTMUX_CLAUDE_BIN, or \
-             claude.bin in the config file) to the path of the executable; PATH is not searched",
-            bin.display()
-        ));
     }
-    std::path::absolute(bin).map_err(|e| format!("the Claude CLI `{}`: {e}", bin.display()))
 }
 
 /// The Claude Code CLI backend.
