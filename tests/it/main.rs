@@ -35,4 +35,5 @@ mod security;
 mod spans;
 mod store;
 mod warm;
+mod web;
 mod worktrees;
