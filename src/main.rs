@@ -20,7 +20,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     name = "agentmux",
-    version,
+    version = env!("AGENTMUX_VERSION"),
     about = "One WebSocket, many AI agent sessions"
 )]
 struct Cli {
@@ -271,6 +271,7 @@ fn exec_sibling(subcommand: &str, name: &str, args: Vec<OsString>) -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing::info!("agentmux {}", env!("AGENTMUX_VERSION"));
     let config = args.into_config()?;
     agentmux::raise_fd_limit();
     // Refuse an unauthenticated public bind before anything listens.

@@ -25,6 +25,7 @@ mod isolation;
 mod layers;
 mod limits;
 mod metrics;
+mod operate;
 mod permissions;
 mod projects;
 mod real_cli;
