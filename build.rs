@@ -21,6 +21,7 @@ fn main() {
             "AGENTMUX_TEST_OPENAPI_VALIDATOR",
             "no_test_openapi_validator",
         ),
+        ("AGENTMUX_TEST_SYSTEMD_ANALYZE", "no_test_systemd_analyze"),
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         println!("cargo:rerun-if-env-changed={var}");

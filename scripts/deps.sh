@@ -268,3 +268,17 @@ ensure_openapi_validator() {
   "$bin" --help >/dev/null 2>&1 || { missing "the installed openapi-spec-validator does not run"; return 1; }
   export AGENTMUX_TEST_OPENAPI_VALIDATOR="$bin"
 }
+
+# systemd-analyze, which checks the shipped service unit (deploy/agentmux.service): Debian's
+# `systemd` package. Exports AGENTMUX_TEST_SYSTEMD_ANALYZE (its path).
+ensure_systemd_analyze() {
+  local bin
+  bin="$(command -v systemd-analyze 2>/dev/null || true)"
+  if [ -z "$bin" ]; then
+    echo "== installing systemd (for systemd-analyze)"
+    apt_install systemd >/dev/null || true
+    bin="$(command -v systemd-analyze 2>/dev/null || true)"
+  fi
+  [ -n "$bin" ] || { missing "could not install systemd-analyze"; return 1; }
+  export AGENTMUX_TEST_SYSTEMD_ANALYZE="$bin"
+}

@@ -23,6 +23,7 @@ trap stop_test_postgres EXIT
 start_test_postgres || true
 ensure_nats_server || true
 ensure_openapi_validator || true
+ensure_systemd_analyze || true
 
 echo "== cargo fmt --check"
 cargo fmt --all --check

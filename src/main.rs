@@ -102,6 +102,20 @@ struct ServeArgs {
     /// AGENTMUX_PROJECT_ROOTS (colon-separated) and projects.roots of the config file
     #[arg(long = "project-root", value_name = "DIR")]
     project_roots: Vec<PathBuf>,
+    /// How the log (on stderr) is written: `text`, coloured only on a terminal, or `json`, one
+    /// object a line. `RUST_LOG` chooses what is logged [default: agentmux=info,warn]
+    #[arg(long, env = "AGENTMUX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How the server writes its log.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// Lines of text.
+    Text,
+    /// One JSON object a line: `timestamp`, `level`, `target`, `fields` (with `message`) and
+    /// the spans it happened in.
+    Json,
 }
 
 impl ServeArgs {
@@ -178,13 +192,7 @@ fn main() -> ExitCode {
         }
         Command::Cluster(ClusterCommand::Status(args)) => return cluster_status(args),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "agentmux=info,warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(args.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -198,6 +206,40 @@ fn main() -> ExitCode {
             tracing::error!("{err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `agentmux=info,warn`, also when `RUST_LOG`
+/// is not a filter, which is logged): as text, coloured only on a terminal (and never with
+/// `NO_COLOR` set), or as one JSON object a line. A line that can't be written (stderr closed:
+/// the journal restarted, a pipe's reader gone) is dropped; the logger's own complaint about it
+/// would go to that same stderr, and failing there would end the task that logged.
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    const DEFAULT: &str = "agentmux=info,warn";
+    let (filter, refused) = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => (filter, None),
+        Err(err) => (
+            DEFAULT.into(),
+            std::env::var_os("RUST_LOG").map(|_| err.to_string()),
+        ),
+    };
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
+    let logs = tracing_subscriber::registry().with(filter);
+    match format {
+        LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            logs.with(layer.with_ansi(colour)).init();
+        }
+        LogFormat::Json => logs.with(layer.json().with_span_list(true)).init(),
+    }
+    if let Some(err) = refused {
+        tracing::warn!("RUST_LOG is not a log filter ({err}): logging {DEFAULT}");
     }
 }
 
