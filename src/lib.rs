@@ -23,6 +23,9 @@
 //! - [`config`], [`limits`], [`metrics`], [`projects`], [`worktrees`]: settings, quotas,
 //!   counters, the project roots' path rules and conversations' git worktrees, used by every
 //!   layer above them.
+//!
+//! Beside the layers, [`operate`] holds what the `agentmux` command does for an operator
+//! besides serving (backup, restore), using any of them.
 
 #![warn(missing_docs)]
 
@@ -31,6 +34,7 @@ pub mod config;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod operate;
 pub mod projects;
 pub mod protocol;
 pub mod session;
@@ -97,6 +101,13 @@ impl Server {
                 .mode(0o700)
                 .create(&dir)
                 .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
+        }
+        let unfinished = session::backup::remove_unfinished(&config.data_dir);
+        if unfinished > 0 {
+            tracing::info!(
+                files = unfinished,
+                "removed backups left unfinished by the last run"
+            );
         }
         let metrics = Metrics::default();
         let settings = SqliteSettings {

@@ -42,6 +42,72 @@ enum Command {
     /// Look at the nodes that share a PostgreSQL store.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Copy the database into a new file, checked: made by the running server (on its
+    /// address, as one of its admins), or read from the file while no server runs.
+    Backup(BackupArgs),
+    /// Put a backup in place of the database of a stopped server (the one it replaces is kept
+    /// beside it).
+    Restore(RestoreArgs),
+}
+
+/// Where a server keeps its conversations and listens: the settings `backup` and `restore`
+/// read, as `serve` does.
+#[derive(Args)]
+struct Place {
+    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:7878]
+    #[arg(long, env = "AGENTMUX_BIND")]
+    bind: Option<SocketAddr>,
+    /// Directory for the database and the agents' workspaces [default: ./data]
+    #[arg(long, env = "AGENTMUX_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Where conversations are stored: a postgres:// URL, or empty for the SQLite file in the
+    /// data directory [default: empty]. Prefer AGENTMUX_STORE_URL or PGPASSWORD for a password
+    #[arg(long, env = "AGENTMUX_STORE_URL", hide_env_values = true)]
+    store_url: Option<String>,
+    /// TOML file of settings (see config/default.toml)
+    #[arg(long, env = "AGENTMUX_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+impl Place {
+    /// The settings of the file, then these flags (or their variables) over them.
+    fn into_config(self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(bind) = self.bind {
+            config.bind = bind;
+        }
+        if let Some(dir) = self.data_dir {
+            config.data_dir = dir;
+        }
+        if let Some(url) = self.store_url {
+            config.store.url = url;
+        }
+        Ok(config)
+    }
+}
+
+#[derive(Args)]
+struct BackupArgs {
+    /// The file to write; it must not exist
+    #[arg(long, value_name = "FILE")]
+    to: PathBuf,
+    /// An admin's API token or JWT, for a server with authentication on
+    #[arg(long, env = "AGENTMUX_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(flatten)]
+    place: Place,
+}
+
+#[derive(Args)]
+struct RestoreArgs {
+    /// The backup to restore
+    #[arg(long, value_name = "FILE")]
+    from: PathBuf,
+    #[command(flatten)]
+    place: Place,
 }
 
 #[derive(Subcommand)]
@@ -69,12 +135,8 @@ struct Forwarded {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:7878]
-    #[arg(long, env = "AGENTMUX_BIND")]
-    bind: Option<SocketAddr>,
-    /// Directory for the database and the agents' workspaces [default: ./data]
-    #[arg(long, env = "AGENTMUX_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    place: Place,
     /// The default agent: `claude`, `demo` or the name of an `[agents.NAME]` of the config
     /// file [default: claude when a Claude binary is set, else demo]
     #[arg(long, env = "AGENTMUX_BACKEND")]
@@ -85,19 +147,12 @@ struct ServeArgs {
     /// Pause after each word of the demo agent, in milliseconds [default: 20]
     #[arg(long, env = "AGENTMUX_DEMO_DELAY_MS")]
     demo_delay_ms: Option<u64>,
-    /// Where conversations are stored: a postgres:// URL, or empty for the SQLite file in the
-    /// data directory [default: empty]. Prefer AGENTMUX_STORE_URL or PGPASSWORD for a password
-    #[arg(long, env = "AGENTMUX_STORE_URL", hide_env_values = true)]
-    store_url: Option<String>,
     /// This node's name among the nodes sharing a PostgreSQL store [default: HOST:PORT]
     #[arg(long, env = "AGENTMUX_NODE_ID")]
     node_id: Option<String>,
     /// NATS server(s) the nodes of a cluster route through, nats://HOST:PORT [default: none]
     #[arg(long, env = "AGENTMUX_CLUSTER_NATS", hide_env_values = true)]
     cluster_nats: Option<String>,
-    /// TOML file of settings (see config/default.toml)
-    #[arg(long, env = "AGENTMUX_CONFIG")]
-    config: Option<PathBuf>,
     /// A directory conversations may work in (`options.cwd`); repeatable. Adds to
     /// AGENTMUX_PROJECT_ROOTS (colon-separated) and projects.roots of the config file
     #[arg(long = "project-root", value_name = "DIR")]
@@ -120,19 +175,7 @@ enum LogFormat {
 
 impl ServeArgs {
     fn into_config(self) -> anyhow::Result<Config> {
-        let mut config = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
-        };
-        if let Some(bind) = self.bind {
-            config.bind = bind;
-        }
-        if let Some(dir) = self.data_dir {
-            config.data_dir = dir;
-        }
-        if let Some(url) = self.store_url {
-            config.store.url = url;
-        }
+        let mut config = self.place.into_config()?;
         if let Some(node) = self.node_id {
             config.cluster.node_id = node;
         }
@@ -191,6 +234,14 @@ fn main() -> ExitCode {
             return exec_sibling("bench", "agentmux-bench", forwarded.args);
         }
         Command::Cluster(ClusterCommand::Status(args)) => return cluster_status(args),
+        Command::Backup(args) => return backup(args),
+        Command::Restore(args) => {
+            return report(
+                args.place
+                    .into_config()
+                    .and_then(|config| agentmux::operate::backup::restore(&config, &args.from)),
+            );
+        }
     };
     init_logging(args.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
@@ -240,6 +291,32 @@ fn init_logging(format: LogFormat) {
     }
     if let Some(err) = refused {
         tracing::warn!("RUST_LOG is not a log filter ({err}): logging {DEFAULT}");
+    }
+}
+
+/// `agentmux backup`, on a runtime of its own.
+fn backup(args: BackupArgs) -> ExitCode {
+    report(args.place.into_config().and_then(|config| {
+        let runtime = tokio::runtime::Runtime::new()?;
+        runtime.block_on(agentmux::operate::backup::backup(
+            &config,
+            &args.to,
+            args.token.as_deref(),
+        ))
+    }))
+}
+
+/// Prints what a command did, or why it failed (then exits with 1).
+fn report(outcome: anyhow::Result<String>) -> ExitCode {
+    match outcome {
+        Ok(said) => {
+            println!("{said}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

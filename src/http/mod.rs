@@ -28,6 +28,7 @@ use tower_http::trace::TraceLayer;
 use tracing::Span;
 
 pub mod auth;
+pub mod client;
 mod error;
 mod rest;
 pub mod serve;

@@ -18,6 +18,7 @@
 
 mod activity;
 mod actor;
+pub mod backup;
 mod checks;
 mod cli_sessions;
 mod cluster;
@@ -35,6 +36,7 @@ mod worktree;
 pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
 pub use crate::store::{SessionQuery, SessionRecord};
+pub use backup::Backup;
 pub use cli_sessions::{CliSession, Project};
 pub use cluster::Bus;
 pub use commands::{Command, Outcome};

@@ -147,10 +147,13 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(|e| fail("cannot connect to the store at", &e))?;
-        sqlx::migrate!("./migrations/postgres")
-            .run(&pool)
-            .await
-            .map_err(|e| fail("cannot migrate the store at", &e))?;
+        let schema = &super::schema::POSTGRES;
+        schema.run(&pool).await.map_err(|e| {
+            fail(
+                "cannot migrate the store at",
+                &super::schema::explain(&e, schema),
+            )
+        })?;
         let leases = Arc::new(Leases::new(
             settings.node_id,
             settings.address,

@@ -56,6 +56,8 @@ impl Default for SqliteSettings {
 
 /// The SQLite implementation of [`Store`].
 pub struct SqliteStore {
+    /// The database file.
+    path: std::path::PathBuf,
     pool: SqlitePool,
     writer: mpsc::Sender<WriteOp>,
     /// Reads of stored messages (replays, history pages, exports).
@@ -113,7 +115,13 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.clone())
             .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        super::schema::SQLITE.run(&pool).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot migrate the store at {}: {}",
+                path.display(),
+                super::schema::explain(&e, &super::schema::SQLITE)
+            )
+        })?;
         let (tx, rx) = mpsc::channel(settings.queue_depth);
         super::writer::start(
             WriterSettings {
@@ -127,6 +135,7 @@ impl SqliteStore {
             metrics,
         )?;
         Ok(SqliteStore {
+            path: path.to_owned(),
             pool,
             writer: tx,
             readers: Arc::new(Readers::new(path.to_owned())),
@@ -138,6 +147,9 @@ impl SqliteStore {
         &self.pool
     }
 }
+
+/// How long a backup waits for the write lock a checkpoint may hold for a moment.
+const BACKUP_WAIT: Duration = Duration::from_secs(10);
 
 /// A rewind's or a fork's transaction on SQLite (`begin immediate`: the database's write lock).
 struct Tx<'c>(&'c mut SqliteConnection);
@@ -327,6 +339,15 @@ shared::store_impl!(SqliteStore, {
         self.find_session(&new.principal, &new.agent_id)
             .await?
             .ok_or(StoreError::UnknownSession)
+    }
+
+    async fn backup(&self, to: &Path) -> Result<bool> {
+        let (db, to) = (self.path.clone(), to.to_owned());
+        tokio::task::spawn_blocking(move || super::backup::copy(&db, &to, BACKUP_WAIT))
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(true)
     }
 
     async fn close(&self) {

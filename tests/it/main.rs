@@ -4,6 +4,7 @@
 mod acp;
 mod acp_real;
 mod activity;
+mod backup;
 mod bench;
 mod bodies;
 mod claude;
