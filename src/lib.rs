@@ -20,9 +20,9 @@
 //!   commit.
 //! - [`protocol`]: the wire frames, their decoding with typed errors and their building; a
 //!   leaf that imports nothing else of the crate.
-//! - [`config`], [`limits`], [`metrics`], [`projects`], [`worktrees`]: settings, quotas,
-//!   counters, the project roots' path rules and conversations' git worktrees, used by every
-//!   layer above them.
+//! - [`config`], [`limits`], [`metrics`], [`programs`], [`projects`], [`worktrees`]:
+//!   settings, quotas, counters, finding the programs the settings name, the project roots'
+//!   path rules and conversations' git worktrees, used by every layer above them.
 //!
 //! Beside the layers, [`operate`] holds what the `agentmux` command does for an operator
 //! besides serving (backup, restore), using any of them.
@@ -35,6 +35,7 @@ pub mod http;
 pub mod limits;
 pub mod metrics;
 pub mod operate;
+pub mod programs;
 pub mod projects;
 pub mod protocol;
 pub mod session;
@@ -93,6 +94,8 @@ impl Server {
         )?);
         // An agent program that can't run would fail every turn: refuse to start instead.
         let agents = Arc::new(Agents::from_config(&config)?);
+        // A CLI that is not signed in would fail only at its first turn: say so now.
+        agents.log_self_checks();
         // Conversations and workspaces are the server's user's alone: directories it creates
         // are 0700 (the database file itself is made 0600 by the store).
         for dir in [config.data_dir.clone(), config.workspaces_dir()] {

@@ -48,6 +48,10 @@ enum Command {
     /// Put a backup in place of the database of a stopped server (the one it replaces is kept
     /// beside it).
     Restore(RestoreArgs),
+    /// Check what a server with these settings (the options of `serve`) needs: the settings,
+    /// the data dir, the store, the agents (is the Claude CLI signed in?), git, PostgreSQL and
+    /// NATS when set; and say what to fix. Exits with 1 when something must be fixed.
+    Doctor(Box<ServeArgs>),
 }
 
 /// Where a server keeps its conversations and listens: the settings `backup` and `restore`
@@ -235,6 +239,7 @@ fn main() -> ExitCode {
         }
         Command::Cluster(ClusterCommand::Status(args)) => return cluster_status(args),
         Command::Backup(args) => return backup(args),
+        Command::Doctor(args) => return doctor(*args),
         Command::Restore(args) => {
             return report(
                 args.place
@@ -304,6 +309,26 @@ fn backup(args: BackupArgs) -> ExitCode {
             args.token.as_deref(),
         ))
     }))
+}
+
+/// `agentmux doctor`: the report, and exit code 1 when something must be fixed.
+fn doctor(args: ServeArgs) -> ExitCode {
+    let config = match args.into_config() {
+        Ok(config) => config,
+        Err(err) => {
+            println!("FAIL  {:<14} {err:#}", "config");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(agentmux::operate::doctor::doctor(&config)),
+        Err(err) => return report(Err(err.into())),
+    };
+    print!("{}", report.render());
+    match report.failed() {
+        true => ExitCode::FAILURE,
+        false => ExitCode::SUCCESS,
+    }
 }
 
 /// Prints what a command did, or why it failed (then exits with 1).

@@ -158,7 +158,7 @@ fn refuse_postgres(config: &Config, tool: &str) -> anyhow::Result<()> {
 
 /// The address to reach a server bound to `bind` from this machine: a wildcard address
 /// (`0.0.0.0`, `::`) is reached on loopback.
-fn local_address(bind: SocketAddr) -> SocketAddr {
+pub(super) fn local_address(bind: SocketAddr) -> SocketAddr {
     match bind.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, bind.port()).into(),
         IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, bind.port()).into(),

@@ -26,6 +26,9 @@ pub enum CopyError {
     /// Reading the database or writing the copy failed.
     #[error("cannot copy the database {0}: {1}")]
     Failed(PathBuf, String),
+    /// The database fails its checks (damaged, not agentmux's, made by a newer agentmux).
+    #[error("{0}")]
+    Unusable(String),
 }
 
 /// What a checked copy holds.
@@ -62,11 +65,9 @@ pub fn copy(db: &Path, to: &Path, wait: Duration) -> Result<(), CopyError> {
     if !db.is_file() {
         return Err(CopyError::Missing(db.to_owned()));
     }
-    let failed = |e: rusqlite::Error| match e.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            CopyError::InUse(db.to_owned())
-        }
-        _ => CopyError::Failed(db.to_owned(), e.to_string()),
+    let failed = |e: rusqlite::Error| match is_busy(&e) {
+        true => CopyError::InUse(db.to_owned()),
+        false => CopyError::Failed(db.to_owned(), e.to_string()),
     };
     let conn = Connection::open_with_flags_and_vfs(
         db,
@@ -91,15 +92,56 @@ pub fn check(file: &Path) -> anyhow::Result<Summary> {
     inspect(file, file)
 }
 
+/// [`check`] of the database `db` itself, which no server may hold meanwhile. What it holds;
+/// its schema may be older than this build's (a server migrates it at start).
+///
+/// # Errors
+/// [`CopyError::Missing`], [`CopyError::InUse`] while a server holds it, or
+/// [`CopyError::Unusable`] with what [`check`] says.
+pub fn check_in_place(db: &Path) -> Result<Summary, CopyError> {
+    if !db.is_file() {
+        return Err(CopyError::Missing(db.to_owned()));
+    }
+    let failed = |e: anyhow::Error| CopyError::Unusable(format!("{e:#}"));
+    let conn = Connection::open_with_flags_and_vfs(
+        db,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        super::writer::VFS,
+    )
+    .map_err(|e| failed(e.into()))?;
+    conn.busy_timeout(Duration::ZERO)
+        .map_err(|e| failed(e.into()))?;
+    match conn.query_row("select count(*) from sqlite_schema", [], |r| {
+        r.get::<_, i64>(0)
+    }) {
+        Err(e) if is_busy(&e) => return Err(CopyError::InUse(db.to_owned())),
+        _ => {}
+    }
+    summarize(&conn, db, db).map_err(failed)
+}
+
 /// [`check`] of `file`, named `shown` in what it says (the file a person gave, of which
 /// `file` is a copy).
 fn inspect(file: &Path, shown: &Path) -> anyhow::Result<Summary> {
-    let shown = shown.display();
     let conn = Connection::open_with_flags(
         file,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(|e| anyhow::anyhow!("cannot open {shown}: {e}"))?;
+    .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", shown.display()))?;
+    summarize(&conn, file, shown)
+}
+
+/// Whether `e` says another connection holds the database.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// The checks of [`check`] on `conn`, a connection to `file`, named `shown`.
+fn summarize(conn: &Connection, file: &Path, shown: &Path) -> anyhow::Result<Summary> {
+    let shown = shown.display();
     let verdict: String = conn
         .query_row("pragma integrity_check", [], |r| r.get(0))
         .map_err(|e| anyhow::anyhow!("{shown} is not a SQLite database: {e}"))?;
@@ -198,18 +240,12 @@ fn settle(db: &Path) -> anyhow::Result<()> {
     )?;
     // A server holding the file answers at once (rusqlite would wait 5 s by default).
     conn.busy_timeout(Duration::ZERO)?;
-    let busy = |e: &rusqlite::Error| {
-        matches!(
-            e.sqlite_error_code(),
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-        )
-    };
     match conn.query_row("pragma wal_checkpoint(truncate)", [], |r| {
         r.get::<_, i64>(0)
     }) {
         Ok(0) => {}
         Ok(_) => return Err(in_use()),
-        Err(e) if busy(&e) => return Err(in_use()),
+        Err(e) if is_busy(&e) => return Err(in_use()),
         Err(e) => return Err(e.into()),
     }
     conn.close().map_err(|(_, e)| e)?;

@@ -15,6 +15,7 @@ mod cluster_trust;
 mod common;
 mod conformance;
 mod cross_site;
+mod doctor;
 mod fake_cli;
 mod faults;
 mod gateway;

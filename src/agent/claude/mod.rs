@@ -10,12 +10,14 @@
 //! transcript is gone) starts a fresh conversation instead. Processes run in their own
 //! process group with a parent-death signal, and are stopped politely first: close stdin,
 //! wait, SIGTERM, wait, SIGKILL. The CLI's own session files, which the user's CLI sessions
-//! are imported from, are read by `transcripts`.
+//! are imported from, are read by `transcripts`. Whether the CLI runs and is signed in is
+//! asked by `health`.
 //!
 //! [`AgentEvent`]: super::AgentEvent
 
 mod argv;
 mod control;
+mod health;
 mod spare;
 mod task;
 pub mod transcripts;
@@ -86,8 +88,8 @@ impl ClaudeSettings {
 pub fn check_bin(bin: &Path) -> Result<PathBuf, String> {
     let advice = "set --claude-bin (or AGENTMUX_CLAUDE_BIN, or claude.bin in the config file) \
                   to the path of the executable, or to its name in PATH";
-    if is_bare_name(bin) {
-        return match find_in_path(bin) {
+    if crate::programs::is_bare_name(bin) {
+        return match crate::programs::find_in_path(bin) {
             Some(found) => {
                 tracing::info!("`{}` is {} (found in PATH)", bin.display(), found.display());
                 Ok(found)
@@ -98,45 +100,13 @@ pub fn check_bin(bin: &Path) -> Result<PathBuf, String> {
             )),
         };
     }
-    if let Some(problem) = unrunnable(bin) {
+    if let Some(problem) = crate::programs::unrunnable(bin) {
         return Err(format!(
             "the Claude CLI `{}` {problem}: {advice}",
             bin.display()
         ));
     }
     std::path::absolute(bin).map_err(|e| format!("the Claude CLI `{}`: {e}", bin.display()))
-}
-
-/// Whether `bin` is a name alone (`claude`), which a shell would look for in `PATH`.
-fn is_bare_name(bin: &Path) -> bool {
-    let mut parts = bin.components();
-    matches!(
-        (parts.next(), parts.next()),
-        (Some(std::path::Component::Normal(_)), None)
-    ) && !bin.as_os_str().as_encoded_bytes().contains(&b'/')
-}
-
-/// The first executable file named `name` in the absolute directories of the server's `PATH`.
-/// Empty and relative entries (which a shell reads from the current directory) are skipped, so
-/// a file dropped where the server happens to start is never picked up.
-fn find_in_path(name: &Path) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .filter(|dir| dir.is_absolute())
-        .map(|dir| dir.join(name))
-        .find(|candidate| unrunnable(candidate).is_none())
-}
-
-/// Why `path` can't be run (missing, unreadable, not a file, not executable); None when it can.
-fn unrunnable(path: &Path) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt as _;
-    match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".to_owned()),
-        Err(e) => Some(format!("cannot be read ({e})")),
-        Ok(meta) if !meta.is_file() => Some("is not a file".to_owned()),
-        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Some("is not executable".to_owned()),
-        Ok(_) => None,
-    }
 }
 
 /// The Claude Code CLI backend.
@@ -177,6 +147,10 @@ impl Backend for ClaudeBackend {
         crate::protocol::valid_session_id(agent_session).then_some(())?;
         let home = self.settings.config.home()?;
         Some(transcripts::folder(&home, cwd).join(format!("{agent_session}.jsonl")))
+    }
+
+    async fn self_check(&self) -> Option<super::AgentCheck> {
+        Some(health::check(&self.settings).await)
     }
 
     fn supports(&self) -> super::Supports {
