@@ -22,6 +22,7 @@ fn main() {
             "no_test_openapi_validator",
         ),
         ("AGENTMUX_TEST_SYSTEMD_ANALYZE", "no_test_systemd_analyze"),
+        ("AGENTMUX_TEST_NGINX_BIN", "no_test_nginx"),
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         println!("cargo:rerun-if-env-changed={var}");

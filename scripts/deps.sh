@@ -282,3 +282,22 @@ ensure_systemd_analyze() {
   [ -n "$bin" ] || { missing "could not install systemd-analyze"; return 1; }
   export AGENTMUX_TEST_SYSTEMD_ANALYZE="$bin"
 }
+
+# nginx and openssl, for the test of the TLS recipe (deploy/agentmux.nginx.conf, run with a
+# self-signed certificate openssl makes): Debian's packages. The test runs nginx as the current
+# user in a directory of its own. Exports AGENTMUX_TEST_NGINX_BIN.
+ensure_nginx() {
+  local bin
+  bin="$(command -v nginx 2>/dev/null || true)"
+  if [ -z "$bin" ] && [ -x /usr/sbin/nginx ]; then bin=/usr/sbin/nginx; fi
+  if [ -z "$bin" ] || ! command -v openssl >/dev/null 2>&1; then
+    echo "== installing nginx"
+    apt_install nginx openssl >/dev/null || true
+    bin="$(command -v nginx 2>/dev/null || true)"
+    if [ -z "$bin" ] && [ -x /usr/sbin/nginx ]; then bin=/usr/sbin/nginx; fi
+  fi
+  [ -n "$bin" ] && command -v openssl >/dev/null 2>&1 ||
+    { missing "could not install nginx and openssl"; return 1; }
+  export AGENTMUX_TEST_NGINX_BIN="$bin"
+  echo "== $("$bin" -v 2>&1) for the TLS recipe's test"
+}

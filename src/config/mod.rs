@@ -219,6 +219,11 @@ pub struct ServerConfig {
     /// (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`). Without authentication only these
     /// and loopback names are served; with authentication, when set, only these and loopback.
     pub allowed_hosts: Vec<String>,
+    /// The addresses of reverse proxies in front of the server. A request that comes from one
+    /// of them names its client in `X-Forwarded-For` (its last entry, the one the proxy set);
+    /// from anyone else, that header is ignored and the peer is the client. The client is
+    /// what the log's request lines show; no decision depends on it.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 /// Settings that apply to every agent.

@@ -37,6 +37,7 @@ mod schedules;
 mod security;
 mod spans;
 mod store;
+mod tls_proxy;
 mod warm;
 mod web;
 mod worktrees;
