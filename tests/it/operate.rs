@@ -26,6 +26,10 @@ fn checkout_commit() -> Option<String> {
 /// `agentmux --version` names the package's version and the commit it was built from (the
 /// one named at build time by `AGENTMUX_COMMIT`, else the checkout's), or only the version
 /// when neither is known.
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "not about the store: run in the SQLite pass"
+)]
 #[test]
 fn the_version_names_the_commit_built_from() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
@@ -59,6 +63,10 @@ fn deployed(name: &str) -> PathBuf {
 #[cfg_attr(
     no_test_systemd_analyze,
     ignore = "needs systemd-analyze (AGENTMUX_TEST_SYSTEMD_ANALYZE), not configured here"
+)]
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "not about the store: run in the SQLite pass"
 )]
 fn the_shipped_unit_passes_systemd_analyze() {
     let analyze = std::env::var("AGENTMUX_TEST_SYSTEMD_ANALYZE")
@@ -193,6 +201,10 @@ async fn one_turn_then_stop(server: Logging) -> String {
 /// Written to a pipe (a journal, a file), the log has no colour codes: plain lines with the
 /// level and the message, the first naming the version; `RUST_LOG` chooses what is logged, and
 /// one that is not a filter is said so, with the filter used instead.
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "not about the store: run in the SQLite pass"
+)]
 #[tokio::test]
 async fn the_log_is_plain_text_when_not_on_a_terminal() {
     let server = serve_logging(&[], &[("RUST_LOG", "agentmux=debug,tower_http=debug")]).await;
@@ -218,6 +230,10 @@ async fn the_log_is_plain_text_when_not_on_a_terminal() {
 /// `--log-format json` (or `AGENTMUX_LOG_FORMAT=json`) writes one JSON object a line, each
 /// with its time, level, target and message, and a request's lines name the spans they ran
 /// in. Any other format is refused before anything starts, naming the ones there are.
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "not about the store: run in the SQLite pass"
+)]
 #[tokio::test]
 async fn the_log_can_be_json_one_object_a_line() {
     for (args, env) in [
@@ -277,6 +293,10 @@ async fn the_log_can_be_json_one_object_a_line() {
 
 /// A server whose log can't be written any more (the journal restarted, the pipe's reader
 /// went away) goes on serving, and still shuts down cleanly on SIGTERM.
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "not about the store: run in the SQLite pass"
+)]
 #[tokio::test]
 async fn a_server_whose_log_is_gone_still_serves_and_stops() {
     let Logging {

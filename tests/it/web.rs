@@ -18,6 +18,10 @@ fn source(name: &str) -> Vec<u8> {
 /// unpacked; one that accepts brotli gets brotli; one that accepts neither gets the file as it
 /// is. Every answer names its representation's `ETag` and varies on `Accept-Encoding`.
 #[tokio::test]
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "not about the store: run in the SQLite pass"
+)]
 async fn the_ui_files_are_sent_compressed_to_whoever_accepts_it() {
     let server = TestServer::start().await;
     let http = reqwest::Client::new();
@@ -78,6 +82,10 @@ async fn the_ui_files_are_sent_compressed_to_whoever_accepts_it() {
 /// A reload sends back the `ETag` it has and gets `304 Not Modified` with no body; a stale,
 /// foreign or malformed `If-None-Match` gets the whole file. Each file has its own `ETag`.
 #[tokio::test]
+#[cfg_attr(
+    test_store_postgres,
+    ignore = "not about the store: run in the SQLite pass"
+)]
 async fn a_reload_revalidates_the_ui_files_instead_of_fetching_them() {
     let server = TestServer::start().await;
     let http = reqwest::Client::new();
