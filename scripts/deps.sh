@@ -268,3 +268,36 @@ ensure_openapi_validator() {
   "$bin" --help >/dev/null 2>&1 || { missing "the installed openapi-spec-validator does not run"; return 1; }
   export AGENTMUX_TEST_OPENAPI_VALIDATOR="$bin"
 }
+
+# systemd-analyze, which checks the shipped service unit (deploy/agentmux.service): Debian's
+# `systemd` package. Exports AGENTMUX_TEST_SYSTEMD_ANALYZE (its path).
+ensure_systemd_analyze() {
+  local bin
+  bin="$(command -v systemd-analyze 2>/dev/null || true)"
+  if [ -z "$bin" ]; then
+    echo "== installing systemd (for systemd-analyze)"
+    apt_install systemd >/dev/null || true
+    bin="$(command -v systemd-analyze 2>/dev/null || true)"
+  fi
+  [ -n "$bin" ] || { missing "could not install systemd-analyze"; return 1; }
+  export AGENTMUX_TEST_SYSTEMD_ANALYZE="$bin"
+}
+
+# nginx and openssl, for the test of the TLS recipe (deploy/agentmux.nginx.conf, run with a
+# self-signed certificate openssl makes): Debian's packages. The test runs nginx as the current
+# user in a directory of its own. Exports AGENTMUX_TEST_NGINX_BIN.
+ensure_nginx() {
+  local bin
+  bin="$(command -v nginx 2>/dev/null || true)"
+  if [ -z "$bin" ] && [ -x /usr/sbin/nginx ]; then bin=/usr/sbin/nginx; fi
+  if [ -z "$bin" ] || ! command -v openssl >/dev/null 2>&1; then
+    echo "== installing nginx"
+    apt_install nginx openssl >/dev/null || true
+    bin="$(command -v nginx 2>/dev/null || true)"
+    if [ -z "$bin" ] && [ -x /usr/sbin/nginx ]; then bin=/usr/sbin/nginx; fi
+  fi
+  [ -n "$bin" ] && command -v openssl >/dev/null 2>&1 ||
+    { missing "could not install nginx and openssl"; return 1; }
+  export AGENTMUX_TEST_NGINX_BIN="$bin"
+  echo "== $("$bin" -v 2>&1) for the TLS recipe's test"
+}

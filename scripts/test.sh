@@ -23,6 +23,8 @@ trap stop_test_postgres EXIT
 start_test_postgres || true
 ensure_nats_server || true
 ensure_openapi_validator || true
+ensure_systemd_analyze || true
+ensure_nginx || true
 
 echo "== cargo fmt --check"
 cargo fmt --all --check

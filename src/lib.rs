@@ -22,9 +22,12 @@
 //!   leaf that imports nothing else of the crate.
 //! - [`push`]: Web Push to the browsers principals subscribed (VAPID key, subscriptions,
 //!   which conversation each page shows, the background sender), fed by the session layer.
-//! - [`config`], [`limits`], [`metrics`], [`projects`], [`worktrees`]: settings, quotas,
-//!   counters, the project roots' path rules and conversations' git worktrees, used by every
-//!   layer above them.
+//! - [`config`], [`limits`], [`metrics`], [`programs`], [`projects`], [`worktrees`]:
+//!   settings, quotas, counters, finding the programs the settings name, the project roots'
+//!   path rules and conversations' git worktrees, used by every layer above them.
+//!
+//! Beside the layers, [`operate`] holds what the `agentmux` command does for an operator
+//! besides serving (backup, restore), using any of them.
 
 #![warn(missing_docs)]
 
@@ -33,6 +36,8 @@ pub mod config;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod operate;
+pub mod programs;
 pub mod projects;
 pub mod protocol;
 pub mod push;
@@ -95,6 +100,8 @@ impl Server {
         )?);
         // An agent program that can't run would fail every turn: refuse to start instead.
         let agents = Arc::new(Agents::from_config(&config)?);
+        // A CLI that is not signed in would fail only at its first turn: say so now.
+        agents.log_self_checks();
         // Conversations and workspaces are the server's user's alone: directories it creates
         // are 0700 (the database file itself is made 0600 by the store).
         for dir in [config.data_dir.clone(), config.workspaces_dir()] {
@@ -103,6 +110,13 @@ impl Server {
                 .mode(0o700)
                 .create(&dir)
                 .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
+        }
+        let unfinished = session::backup::remove_unfinished(&config.data_dir);
+        if unfinished > 0 {
+            tracing::info!(
+                files = unfinished,
+                "removed backups left unfinished by the last run"
+            );
         }
         let metrics = Metrics::default();
         let (search_timeout, max_searches) = config.store.search_limits()?;

@@ -20,7 +20,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     name = "agentmux",
-    version,
+    version = env!("AGENTMUX_VERSION"),
     about = "One WebSocket, many AI agent sessions"
 )]
 struct Cli {
@@ -42,6 +42,76 @@ enum Command {
     /// Look at the nodes that share a PostgreSQL store.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Copy the database into a new file, checked: made by the running server (on its
+    /// address, as one of its admins), or read from the file while no server runs.
+    Backup(BackupArgs),
+    /// Put a backup in place of the database of a stopped server (the one it replaces is kept
+    /// beside it).
+    Restore(RestoreArgs),
+    /// Check what a server with these settings (the options of `serve`) needs: the settings,
+    /// the data dir, the store, the agents (is the Claude CLI signed in?), git, PostgreSQL and
+    /// NATS when set; and say what to fix. Exits with 1 when something must be fixed.
+    Doctor(Box<ServeArgs>),
+}
+
+/// Where a server keeps its conversations and listens: the settings `backup` and `restore`
+/// read, as `serve` does.
+#[derive(Args)]
+struct Place {
+    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:7878]
+    #[arg(long, env = "AGENTMUX_BIND")]
+    bind: Option<SocketAddr>,
+    /// Directory for the database and the agents' workspaces [default: ./data]
+    #[arg(long, env = "AGENTMUX_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Where conversations are stored: a postgres:// URL, or empty for the SQLite file in the
+    /// data directory [default: empty]. Prefer AGENTMUX_STORE_URL or PGPASSWORD for a password
+    #[arg(long, env = "AGENTMUX_STORE_URL", hide_env_values = true)]
+    store_url: Option<String>,
+    /// TOML file of settings (see config/default.toml)
+    #[arg(long, env = "AGENTMUX_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+impl Place {
+    /// The settings of the file, then these flags (or their variables) over them.
+    fn into_config(self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(bind) = self.bind {
+            config.bind = bind;
+        }
+        if let Some(dir) = self.data_dir {
+            config.data_dir = dir;
+        }
+        if let Some(url) = self.store_url {
+            config.store.url = url;
+        }
+        Ok(config)
+    }
+}
+
+#[derive(Args)]
+struct BackupArgs {
+    /// The file to write; it must not exist
+    #[arg(long, value_name = "FILE")]
+    to: PathBuf,
+    /// An admin's API token or JWT, for a server with authentication on
+    #[arg(long, env = "AGENTMUX_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(flatten)]
+    place: Place,
+}
+
+#[derive(Args)]
+struct RestoreArgs {
+    /// The backup to restore
+    #[arg(long, value_name = "FILE")]
+    from: PathBuf,
+    #[command(flatten)]
+    place: Place,
 }
 
 #[derive(Subcommand)]
@@ -69,12 +139,8 @@ struct Forwarded {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:7878]
-    #[arg(long, env = "AGENTMUX_BIND")]
-    bind: Option<SocketAddr>,
-    /// Directory for the database and the agents' workspaces [default: ./data]
-    #[arg(long, env = "AGENTMUX_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    place: Place,
     /// The default agent: `claude`, `demo` or the name of an `[agents.NAME]` of the config
     /// file [default: claude when a Claude binary is set, else demo]
     #[arg(long, env = "AGENTMUX_BACKEND")]
@@ -85,40 +151,35 @@ struct ServeArgs {
     /// Pause after each word of the demo agent, in milliseconds [default: 20]
     #[arg(long, env = "AGENTMUX_DEMO_DELAY_MS")]
     demo_delay_ms: Option<u64>,
-    /// Where conversations are stored: a postgres:// URL, or empty for the SQLite file in the
-    /// data directory [default: empty]. Prefer AGENTMUX_STORE_URL or PGPASSWORD for a password
-    #[arg(long, env = "AGENTMUX_STORE_URL", hide_env_values = true)]
-    store_url: Option<String>,
     /// This node's name among the nodes sharing a PostgreSQL store [default: HOST:PORT]
     #[arg(long, env = "AGENTMUX_NODE_ID")]
     node_id: Option<String>,
     /// NATS server(s) the nodes of a cluster route through, nats://HOST:PORT [default: none]
     #[arg(long, env = "AGENTMUX_CLUSTER_NATS", hide_env_values = true)]
     cluster_nats: Option<String>,
-    /// TOML file of settings (see config/default.toml)
-    #[arg(long, env = "AGENTMUX_CONFIG")]
-    config: Option<PathBuf>,
     /// A directory conversations may work in (`options.cwd`); repeatable. Adds to
     /// AGENTMUX_PROJECT_ROOTS (colon-separated) and projects.roots of the config file
     #[arg(long = "project-root", value_name = "DIR")]
     project_roots: Vec<PathBuf>,
+    /// How the log (on stderr) is written: `text`, coloured only on a terminal, or `json`, one
+    /// object a line. `RUST_LOG` chooses what is logged [default: agentmux=info,warn]
+    #[arg(long, env = "AGENTMUX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How the server writes its log.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// Lines of text.
+    Text,
+    /// One JSON object a line: `timestamp`, `level`, `target`, `fields` (with `message`) and
+    /// the spans it happened in.
+    Json,
 }
 
 impl ServeArgs {
     fn into_config(self) -> anyhow::Result<Config> {
-        let mut config = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
-        };
-        if let Some(bind) = self.bind {
-            config.bind = bind;
-        }
-        if let Some(dir) = self.data_dir {
-            config.data_dir = dir;
-        }
-        if let Some(url) = self.store_url {
-            config.store.url = url;
-        }
+        let mut config = self.place.into_config()?;
         if let Some(node) = self.node_id {
             config.cluster.node_id = node;
         }
@@ -177,14 +238,17 @@ fn main() -> ExitCode {
             return exec_sibling("bench", "agentmux-bench", forwarded.args);
         }
         Command::Cluster(ClusterCommand::Status(args)) => return cluster_status(args),
+        Command::Backup(args) => return backup(args),
+        Command::Doctor(args) => return doctor(*args),
+        Command::Restore(args) => {
+            return report(
+                args.place
+                    .into_config()
+                    .and_then(|config| agentmux::operate::backup::restore(&config, &args.from)),
+            );
+        }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "agentmux=info,warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(args.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -196,6 +260,86 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!("{err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `agentmux=info,warn`, also when `RUST_LOG`
+/// is not a filter, which is logged): as text, coloured only on a terminal (and never with
+/// `NO_COLOR` set), or as one JSON object a line. A line that can't be written (stderr closed:
+/// the journal restarted, a pipe's reader gone) is dropped; the logger's own complaint about it
+/// would go to that same stderr, and failing there would end the task that logged.
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    const DEFAULT: &str = "agentmux=info,warn";
+    let (filter, refused) = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => (filter, None),
+        Err(err) => (
+            DEFAULT.into(),
+            std::env::var_os("RUST_LOG").map(|_| err.to_string()),
+        ),
+    };
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
+    let logs = tracing_subscriber::registry().with(filter);
+    match format {
+        LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            logs.with(layer.with_ansi(colour)).init();
+        }
+        LogFormat::Json => logs.with(layer.json().with_span_list(true)).init(),
+    }
+    if let Some(err) = refused {
+        tracing::warn!("RUST_LOG is not a log filter ({err}): logging {DEFAULT}");
+    }
+}
+
+/// `agentmux backup`, on a runtime of its own.
+fn backup(args: BackupArgs) -> ExitCode {
+    report(args.place.into_config().and_then(|config| {
+        let runtime = tokio::runtime::Runtime::new()?;
+        runtime.block_on(agentmux::operate::backup::backup(
+            &config,
+            &args.to,
+            args.token.as_deref(),
+        ))
+    }))
+}
+
+/// `agentmux doctor`: the report, and exit code 1 when something must be fixed.
+fn doctor(args: ServeArgs) -> ExitCode {
+    let config = match args.into_config() {
+        Ok(config) => config,
+        Err(err) => {
+            println!("FAIL  {:<14} {err:#}", "config");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(agentmux::operate::doctor::doctor(&config)),
+        Err(err) => return report(Err(err.into())),
+    };
+    print!("{}", report.render());
+    match report.failed() {
+        true => ExitCode::FAILURE,
+        false => ExitCode::SUCCESS,
+    }
+}
+
+/// Prints what a command did, or why it failed (then exits with 1).
+fn report(outcome: anyhow::Result<String>) -> ExitCode {
+    match outcome {
+        Ok(said) => {
+            println!("{said}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err:#}");
             ExitCode::FAILURE
         }
     }
@@ -271,6 +415,7 @@ fn exec_sibling(subcommand: &str, name: &str, args: Vec<OsString>) -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing::info!("agentmux {}", env!("AGENTMUX_VERSION"));
     let config = args.into_config()?;
     agentmux::raise_fd_limit();
     // Refuse an unauthenticated public bind before anything listens.

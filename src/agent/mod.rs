@@ -6,6 +6,7 @@
 //! input side asks the agent to stop; the event channel closes once it has.
 
 pub mod acp;
+mod check;
 pub mod claude;
 pub mod demo;
 mod lines;
@@ -20,6 +21,8 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
+
+pub use check::{AgentCheck, Problem, SignIn};
 
 use crate::protocol::{
     AgentId, Content, LaunchOption, LaunchOptions, PermissionDecision, SessionId,
@@ -477,6 +480,11 @@ pub trait Backend: Send + Sync + 'static {
     /// An id for a new conversation whose agent is already warm, if the backend keeps one;
     /// the conversation must use it as its `session_id` (and its workspace directory name).
     fn take_prewarmed(&self) -> Option<SessionId> {
+        None
+    }
+
+    /// What its program says of itself (version, sign-in), for a backend that can ask.
+    async fn self_check(&self) -> Option<AgentCheck> {
         None
     }
 }

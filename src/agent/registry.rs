@@ -10,7 +10,7 @@ use super::acp::{AcpBackend, AcpSettings};
 use super::claude::{ClaudeBackend, ClaudeSettings, check_bin};
 use super::demo::DemoBackend;
 use super::pool::Pool;
-use super::{Backend, Supports};
+use super::{AgentCheck, Backend, Supports};
 use crate::config::{AgentDef, AgentKind, BackendKind, Config};
 
 pub use crate::protocol::{MAX_AGENT_NAME_CHARS, valid_agent_name};
@@ -198,6 +198,36 @@ impl Agents {
     /// The name of the default agent.
     pub fn default_name(&self) -> &str {
         &self.default
+    }
+
+    /// What each agent's program says of itself, by agent name, for those that can say
+    /// (the Claude CLI); asked of all at once.
+    pub async fn self_checks(&self) -> Vec<(String, AgentCheck)> {
+        let asked = self.entries.iter().map(|(name, entry)| async move {
+            let check = entry.backend.self_check().await?;
+            Some((name.clone(), check))
+        });
+        futures_util::future::join_all(asked)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Logs what each agent's program says of itself: a line each, a warning for what needs
+    /// fixing (with how). For the server's start: it waits for nothing.
+    pub fn log_self_checks(self: &Arc<Self>) {
+        let agents = self.clone();
+        tokio::spawn(async move {
+            for (name, check) in agents.self_checks().await {
+                match check.problem() {
+                    None => tracing::info!(agent = %name, "{}", check.summary()),
+                    Some(problem) => {
+                        tracing::warn!(agent = %name, fix = %problem.fix, "{}", problem.what);
+                    }
+                }
+            }
+        });
     }
 
     /// Every agent, by name.

@@ -147,7 +147,8 @@ pub enum AgentKind {
 pub struct AgentDef {
     /// What program it is.
     pub kind: AgentKind,
-    /// Program and arguments, no shell; the program is a path (PATH is not searched). For
+    /// Program and arguments, no shell; the program is a path, or a bare name looked for in
+    /// `PATH` once, at start. For
     /// `claude`: the CLI and extra arguments (default: `claude.bin`).
     #[serde(default)]
     pub command: Vec<String>,
@@ -222,6 +223,11 @@ pub struct ServerConfig {
     /// (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`). Without authentication only these
     /// and loopback names are served; with authentication, when set, only these and loopback.
     pub allowed_hosts: Vec<String>,
+    /// The addresses of reverse proxies in front of the server. A request that comes from one
+    /// of them names its client in `X-Forwarded-For` (its last entry, the one the proxy set);
+    /// from anyone else, that header is ignored and the peer is the client. The client is
+    /// what the log's request lines show; no decision depends on it.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 /// Settings that apply to every agent.
@@ -252,7 +258,7 @@ pub const LOCAL_PRINCIPAL: &str = "local";
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClaudeConfig {
-    /// Path of the CLI binary; PATH is not searched.
+    /// Path of the CLI binary; a bare name is looked for in `PATH` once, at start.
     pub bin: Option<PathBuf>,
     /// Extra arguments appended to every CLI command line.
     pub extra_args: Vec<String>,

@@ -611,6 +611,7 @@ mod tests {
                 &AuthConfig::default(),
                 &ServerConfig {
                     allowed_hosts: allowed.iter().map(|h| (*h).to_owned()).collect(),
+                    ..ServerConfig::default()
                 },
                 SocketAddr::from(([127, 0, 0, 1], 0)),
             )
@@ -663,6 +664,7 @@ mod tests {
             &config,
             &ServerConfig {
                 allowed_hosts: vec!["agents.example.com".into()],
+                ..ServerConfig::default()
             },
             SocketAddr::from(([0, 0, 0, 0], 0)),
         )

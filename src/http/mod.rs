@@ -11,13 +11,14 @@
 //! `X-Request-Id` it came with, if any; a WebSocket's `socket` span lives inside the span of
 //! its upgrade request.
 
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +29,7 @@ use tower_http::trace::TraceLayer;
 use tracing::Span;
 
 pub mod auth;
+pub mod client;
 mod error;
 mod rest;
 pub mod serve;
@@ -83,6 +85,7 @@ pub struct AppState {
 /// The application's routes.
 pub fn router(state: AppState) -> Router {
     let body_timeout = Duration::from_secs(state.config.socket.body_timeout_secs);
+    let trusted_proxies: Arc<[IpAddr]> = state.config.server.trusted_proxies.clone().into();
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
@@ -91,7 +94,10 @@ pub fn router(state: AppState) -> Router {
         .merge(rest::router(&state))
         .merge(web::router())
         .layer(middleware::from_fn_with_state(state.clone(), guard))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(move |request: &Request| request_span(request, &trusted_proxies)),
+        )
         .layer(middleware::map_request(
             move |request: Request| async move {
                 // A request without a body (most of them) needs no deadline.
@@ -104,9 +110,9 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The span a request runs in: method, route pattern and request id. Never the URI as sent
-/// (its query may hold a ticket), headers (credentials) or the body.
-fn request_span(request: &Request) -> Span {
+/// The span a request runs in: method, route pattern, client and request id. Never the URI
+/// as sent (its query may hold a ticket), headers (credentials) or the body.
+fn request_span(request: &Request, trusted_proxies: &[IpAddr]) -> Span {
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -115,12 +121,35 @@ fn request_span(request: &Request) -> Span {
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok());
+    let client = client(request, trusted_proxies).map(tracing::field::display);
     tracing::info_span!(
         "request",
         method = %request.method(),
         route,
+        client,
         request_id,
     )
+}
+
+/// Who sent `request`: the peer of its connection, unless that is one of `trusted_proxies`,
+/// which name the client in the last entry of `X-Forwarded-For` (the one they set; earlier
+/// ones came from the client and prove nothing). None for a request served without a
+/// connection (in-process tests).
+fn client(request: &Request, trusted_proxies: &[IpAddr]) -> Option<IpAddr> {
+    let ConnectInfo(peer) = request.extensions().get::<ConnectInfo<SocketAddr>>()?;
+    let peer = peer.ip();
+    if !trusted_proxies.contains(&peer) {
+        return Some(peer);
+    }
+    let forwarded = request
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .last()
+        .and_then(|last| last.trim().parse().ok());
+    Some(forwarded.unwrap_or(peer))
 }
 
 /// A request body that fails once `timeout` has passed since the request came, however

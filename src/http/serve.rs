@@ -7,11 +7,15 @@ use std::pin::pin;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tower::ServiceExt as _;
 
 /// Pause after a failed accept that is not about one connection (e.g. out of file
 /// descriptors), so the loop doesn't spin.
@@ -37,9 +41,9 @@ pub async fn serve(
     let (close_tx, close_rx) = watch::channel(());
     let mut shutdown = pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) if is_connection_error(&err) => continue,
                 Err(err) => {
                     tracing::warn!(error = %err, "accept failed");
@@ -54,8 +58,15 @@ pub async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "cannot set TCP_NODELAY");
         }
+        // Each request knows its connection's peer (see `client` in the request's span).
+        let app = app
+            .clone()
+            .map_request(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            });
         let conn = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()))
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
             .with_upgrades();
         let mut signal = signal_rx.clone();
         let close = close_rx.clone();

@@ -11,8 +11,9 @@ use std::time::Duration;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
+use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use utoipa::IntoParams;
@@ -50,7 +51,7 @@ pub async fn events(
     Path(id): Path<String>,
     params: Result<Query<EventsParams>, QueryRejection>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     let Query(params) = params?;
     let id = agent_id(id)?;
     let since = match last_event_id(&headers)? {
@@ -115,12 +116,17 @@ pub async fn events(
     });
     let stream = frames.map(|frame: Frame| {
         let event = Event::default().data(frame.text.as_str());
-        Ok(match frame.seq {
+        Ok::<_, Infallible>(match frame.seq {
             Some(seq) => event.id(seq.to_string()),
             None => event,
         })
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    // A proxy that buffers responses (nginx does by default) would hold events back until its
+    // buffer fills: this asks it not to, whatever its settings.
+    Ok((
+        [("x-accel-buffering", "no")],
+        Sse::new(stream).keep_alive(KeepAlive::default()),
+    ))
 }
 
 /// Feeds one event stream: replay after the cursor, then live frames, replaying again after

@@ -9,14 +9,22 @@
 //! Web Push notifications. The worker is served with the list of the shell's files and a
 //! version made from their contents in front, so a server with other files makes browsers
 //! install the worker again.
+//!
+//! Files are sent compressed (brotli or gzip, as the browser accepts) with an `ETag` made from
+//! their content: a reload revalidates each file and gets `304 Not Modified` until the binary
+//! changes, instead of fetching the files again.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::Path;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use sha2::{Digest as _, Sha256};
-use std::sync::LazyLock;
+use sha2::{Digest, Sha256};
+use tower_http::compression::CompressionLayer;
 
 /// The Content-Security-Policy of every UI response. `connect-src 'self'` covers the
 /// same-origin WebSocket; `img-src data:` shows the images of a conversation, which the page
@@ -77,62 +85,113 @@ const ASSETS: &[Asset] = &[
     asset!("icon-maskable.png", "image/png"),
 ];
 
-const INDEX: &[u8] = include_bytes!("../../web/index.html");
-const MANIFEST: &[u8] = include_bytes!("../../web/manifest.webmanifest");
+/// The page itself, at `/`.
+const INDEX: Asset = asset!("index.html", "text/html; charset=utf-8");
+/// The app's manifest, at `/manifest.webmanifest`.
+const MANIFEST: Asset = asset!("manifest.webmanifest", "application/manifest+json");
 const WORKER: &str = include_str!("../../web/sw.js");
 
+/// A file as served: its type, its bytes and their `ETag`.
+struct Served {
+    content_type: &'static str,
+    body: Bytes,
+    etag: HeaderValue,
+}
+
+impl Served {
+    /// `body` with a weak `ETag` (the bytes sent differ with the compression) made of the
+    /// first 128 bits of the SHA-256 of its content.
+    fn new(content_type: &'static str, body: Bytes) -> Served {
+        let etag = format!("W/\"{}\"", hex(&Sha256::digest(&body)[..16]));
+        Served {
+            content_type,
+            etag: HeaderValue::from_str(&etag).expect("hex is a valid header"),
+            body,
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every file the UI serves, by its path.
+static FILES: LazyLock<HashMap<String, Served>> = LazyLock::new(|| {
+    let mut files: HashMap<String, Served> = ASSETS
+        .iter()
+        .map(|a| (format!("/assets/{}", a.name), a))
+        .chain([
+            ("/".to_owned(), &INDEX),
+            ("/manifest.webmanifest".to_owned(), &MANIFEST),
+        ])
+        .map(|(path, a)| {
+            (
+                path,
+                Served::new(a.content_type, Bytes::from_static(a.body)),
+            )
+        })
+        .collect();
+    files.insert("/sw.js".to_owned(), Served::new(JS, served_worker().into()));
+    files
+});
+
 /// The service worker as served: the shell's files and their version, then `web/sw.js`.
-static SERVED_WORKER: LazyLock<String> = LazyLock::new(|| {
+fn served_worker() -> String {
     let mut shell = vec!["/".to_owned(), "/manifest.webmanifest".to_owned()];
     shell.extend(ASSETS.iter().map(|a| format!("/assets/{}", a.name)));
     let mut version = Sha256::new();
-    for body in [INDEX, MANIFEST, WORKER.as_bytes()]
+    for body in [INDEX.body, MANIFEST.body, WORKER.as_bytes()]
         .into_iter()
         .chain(ASSETS.iter().map(|a| a.body))
     {
         version.update(body);
     }
-    let version: String = version.finalize()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let version = hex(&version.finalize()[..8]);
     let shell = serde_json::to_string(&shell).expect("a list of strings is JSON");
     format!("self.AGENTMUX_SHELL = {shell};\nself.AGENTMUX_VERSION = \"{version}\";\n{WORKER}")
-});
+}
 
 /// Routes of the web UI.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
-        .route("/", get(index))
-        .route("/manifest.webmanifest", get(manifest))
-        .route("/sw.js", get(worker))
+        .route(
+            "/",
+            get(|request: HeaderMap| async move { respond(&request, "/") }),
+        )
+        .route(
+            "/manifest.webmanifest",
+            get(|request: HeaderMap| async move { respond(&request, "/manifest.webmanifest") }),
+        )
+        .route(
+            "/sw.js",
+            get(|request: HeaderMap| async move { respond(&request, "/sw.js") }),
+        )
         .route("/assets/{*name}", get(asset))
+        .layer(CompressionLayer::new())
 }
 
-async fn index() -> Response {
-    respond("text/html; charset=utf-8", INDEX)
+async fn asset(Path(name): Path<String>, request: HeaderMap) -> Response {
+    respond(&request, &format!("/assets/{name}"))
 }
 
-async fn manifest() -> Response {
-    respond("application/manifest+json", MANIFEST)
-}
-
-async fn worker() -> Response {
-    respond(JS, SERVED_WORKER.as_bytes())
-}
-
-async fn asset(Path(name): Path<String>) -> Response {
-    match ASSETS.iter().find(|a| a.name == name) {
-        Some(a) => respond(a.content_type, a.body),
-        None => (StatusCode::NOT_FOUND, "no such asset").into_response(),
-    }
-}
-
-fn respond(content_type: &'static str, body: &'static [u8]) -> Response {
-    let mut response = body.into_response();
+/// The file at `path`, `304 Not Modified` when the request's `If-None-Match` names its
+/// `ETag`, or 404.
+fn respond(request: &HeaderMap, path: &str) -> Response {
+    let Some(file) = FILES.get(path) else {
+        return (StatusCode::NOT_FOUND, "no such asset").into_response();
+    };
+    let mut response = if matches_etag(request, &file.etag) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        file.body.clone().into_response()
+    };
     let headers = response.headers_mut();
+    headers.insert(header::ETAG, file.etag.clone());
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(file.content_type),
+    );
     for (name, value) in [
-        (header::CONTENT_TYPE, content_type),
         (header::CONTENT_SECURITY_POLICY, CSP),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::REFERRER_POLICY, "no-referrer"),
@@ -142,4 +201,18 @@ fn respond(content_type: &'static str, body: &'static [u8]) -> Response {
         headers.insert(name, HeaderValue::from_static(value));
     }
     response
+}
+
+/// Whether `If-None-Match` names `etag` (or is `*`), compared weakly as RFC 9110 says for it.
+fn matches_etag(request: &HeaderMap, etag: &HeaderValue) -> bool {
+    let own = etag
+        .as_bytes()
+        .strip_prefix(b"W/")
+        .unwrap_or(etag.as_bytes());
+    request
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .any(|tag| tag == b"*" || tag.strip_prefix(b"W/").unwrap_or(tag) == own)
 }

@@ -18,6 +18,7 @@
 
 mod activity;
 mod actor;
+pub mod backup;
 mod checks;
 mod cli_sessions;
 mod cluster;
@@ -37,6 +38,7 @@ pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
 pub use crate::store::shares::ShareRow;
 pub use crate::store::{Cursor, PageStart, SessionPage, SessionQuery, SessionRecord};
+pub use backup::Backup;
 pub use cli_sessions::{CliSession, Project};
 pub use cluster::Bus;
 pub use commands::{Command, Outcome};

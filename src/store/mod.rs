@@ -8,6 +8,7 @@
 //! ([`listing`]).
 
 mod backfill;
+pub mod backup;
 mod batch;
 mod edits;
 mod leases;
@@ -16,6 +17,7 @@ pub use leases::{NodeStatus, cluster_status};
 pub mod postgres;
 pub mod push;
 pub mod schedules;
+mod schema;
 mod shared;
 pub mod shares;
 pub mod sqlite;
@@ -629,6 +631,16 @@ pub trait Store: shares::ShareStore + Send + Sync + 'static {
     /// Taken once; None for a store only one node uses.
     fn lost_leases(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<RowId>> {
         None
+    }
+
+    /// Writes a consistent copy of the whole database into `to` (an empty file, or none) while
+    /// the store goes on serving; false, writing nothing, for a store that is no file of the
+    /// server's (PostgreSQL, which `pg_dump` copies).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the copy fails.
+    async fn backup(&self, _to: &std::path::Path) -> Result<bool> {
+        Ok(false)
     }
 
     /// Finishes pending writes and closes the database.

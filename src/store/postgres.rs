@@ -130,6 +130,76 @@ pub struct PgStore {
     searches: SearchLimits,
 }
 
+/// What a PostgreSQL store holds, as `agentmux doctor` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgSummary {
+    /// The server's version (`server_version`).
+    pub server: String,
+    /// The schema version of agentmux's tables; None before the first node started on it.
+    pub schema: Option<i64>,
+    /// Conversations (imports left unfinished not counted).
+    pub conversations: u64,
+}
+
+/// Connects to the store at `url` and reads what it holds, changing nothing.
+///
+/// # Errors
+/// When the server can't be reached or refuses the login, or its schema is newer than this
+/// build's; the password of `url` never appears.
+pub async fn inspect(url: &str) -> anyhow::Result<PgSummary> {
+    use sqlx::Connection as _;
+    let shown = redact_url(url);
+    let fail = |err: &dyn std::fmt::Display| {
+        anyhow::anyhow!("the store at {shown}: {}", scrub(url, &err.to_string()))
+    };
+    let options = PgConnectOptions::from_str(url)
+        .map_err(|e| fail(&e))?
+        .application_name("agentmux doctor");
+    let mut conn = tokio::time::timeout(
+        Duration::from_secs(10),
+        PgConnection::connect_with(&options),
+    )
+    .await
+    .map_err(|_| fail(&"no answer within 10 s"))?
+    .map_err(|e| fail(&e))?;
+    let server: String = sqlx::query_scalar("show server_version")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| fail(&e))?;
+    let made: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| fail(&e))?;
+    let mut summary = PgSummary {
+        server,
+        schema: None,
+        conversations: 0,
+    };
+    if made {
+        let schema: i64 = sqlx::query_scalar(
+            "select coalesce(max(version), 0) from _sqlx_migrations where success",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| fail(&e))?;
+        if schema > super::schema::newest(&super::schema::POSTGRES) {
+            return Err(fail(&super::schema::newer(
+                schema,
+                &super::schema::POSTGRES,
+            )));
+        }
+        let conversations: i64 =
+            sqlx::query_scalar("select count(*) from session_info where not pending")
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|e| fail(&e))?;
+        summary.schema = Some(schema);
+        summary.conversations = conversations as u64;
+    }
+    let _ = conn.close().await;
+    Ok(summary)
+}
+
 impl PgStore {
     /// Connects to `url` (`postgres://…`), runs the migrations and starts the writer.
     ///
@@ -155,10 +225,13 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(|e| fail("cannot connect to the store at", &e))?;
-        sqlx::migrate!("./migrations/postgres")
-            .run(&pool)
-            .await
-            .map_err(|e| fail("cannot migrate the store at", &e))?;
+        let schema = &super::schema::POSTGRES;
+        schema.run(&pool).await.map_err(|e| {
+            fail(
+                "cannot migrate the store at",
+                &super::schema::explain(&e, schema),
+            )
+        })?;
         backfill::postgres(&pool)
             .await
             .map_err(|e| fail("cannot build the search index of the store at", &e))?;

@@ -65,6 +65,8 @@ impl Default for SqliteSettings {
 
 /// The SQLite implementation of [`Store`].
 pub struct SqliteStore {
+    /// The database file.
+    path: std::path::PathBuf,
     pool: SqlitePool,
     /// The connections searches run on, none of the pool's: a search stopped at its deadline
     /// (by a progress handler) never holds a connection the other reads need.
@@ -127,7 +129,13 @@ impl SqliteStore {
                 .acquire_timeout(Duration::from_secs(10))
         };
         let pool = pool_of(4).connect_with(options.clone()).await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        super::schema::SQLITE.run(&pool).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot migrate the store at {}: {}",
+                path.display(),
+                super::schema::explain(&e, &super::schema::SQLITE)
+            )
+        })?;
         backfill::sqlite(&pool).await?;
         let search_pool = pool_of(settings.max_searches)
             .connect_with(options.clone())
@@ -145,6 +153,7 @@ impl SqliteStore {
             metrics,
         )?;
         Ok(SqliteStore {
+            path: path.to_owned(),
             pool,
             search_pool,
             searches: SearchLimits::new(settings.search_timeout, settings.max_searches),
@@ -158,6 +167,9 @@ impl SqliteStore {
         &self.pool
     }
 }
+
+/// How long a backup waits for the write lock a checkpoint may hold for a moment.
+const BACKUP_WAIT: Duration = Duration::from_secs(10);
 
 /// A rewind's or a fork's transaction on SQLite (`begin immediate`: the database's write lock).
 struct Tx<'c>(&'c mut SqliteConnection);
@@ -416,6 +428,15 @@ shared::store_impl!(SqliteStore, {
         self.find_session(&new.principal, &new.agent_id)
             .await?
             .ok_or(StoreError::UnknownSession)
+    }
+
+    async fn backup(&self, to: &Path) -> Result<bool> {
+        let (db, to) = (self.path.clone(), to.to_owned());
+        tokio::task::spawn_blocking(move || super::backup::copy(&db, &to, BACKUP_WAIT))
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(true)
     }
 
     async fn close(&self) {

@@ -186,16 +186,7 @@ impl Git {
 
 /// The first `git` executable on `PATH`, looked up once when worktrees are set up.
 pub fn find_on_path() -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .filter(|dir| dir.starts_with('/'))
-        .map(|dir| Path::new(dir).join("git"))
-        .find(|path| {
-            std::fs::metadata(path)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    crate::programs::find_in_path(Path::new("git"))
 }
 
 /// `out`'s text when the command exited 0, else a `Git` error naming it.

@@ -12,7 +12,9 @@
 //!
 //! A flag the real CLI does not have ends the process as it does (`error: unknown option`,
 //! exit code 1), and so do `--resume-session-at` without `--resume` and a user line whose
-//! `message.role` is not `user`.
+//! `message.role` is not `user`. `fake-claude --version` and `fake-claude auth status --json`
+//! answer as the real CLI does (signed in with `ANTHROPIC_API_KEY`, `CLAUDE_CODE_OAUTH_TOKEN`
+//! or a `.credentials.json` in the config dir), without a line in the log.
 //!
 //! and reproduces what the real CLI does on stdin/stdout: NDJSON frames, one `system/init` per turn,
 //! `stream_event` partial messages, `assistant`/`user`/`result` frames, the control protocol
@@ -2094,6 +2096,44 @@ fn decision(answer: &Value, command: &str) -> Permission {
 // Main
 // ---------------------------------------------------------------------------------------------
 
+/// `--version` and `auth status [--json|--text]` as the real CLI answers them: the version
+/// line; whether it is signed in (an `ANTHROPIC_API_KEY`, a `CLAUDE_CODE_OAUTH_TOKEN`, or the
+/// credentials file `/login` leaves in the config dir), exiting with 1 when not. The exit code,
+/// for anything else None.
+fn answer_about_itself(args: &[String], config_dir: &Path) -> Option<i32> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        ["--version"] | ["-v"] => {
+            println!("{VERSION} (Claude Code)");
+            Some(0)
+        }
+        ["auth", "status", rest @ ..] if rest.iter().all(|a| ["--json", "--text"].contains(a)) => {
+            let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+            let (method, source) = if set("ANTHROPIC_API_KEY") {
+                ("api_key", Some("ANTHROPIC_API_KEY"))
+            } else if set("CLAUDE_CODE_OAUTH_TOKEN") {
+                ("oauth_token", Some("CLAUDE_CODE_OAUTH_TOKEN"))
+            } else if config_dir.join(".credentials.json").is_file() {
+                ("claude.ai", None)
+            } else {
+                ("none", None)
+            };
+            let mut status = json!({
+                "loggedIn": method != "none",
+                "authMethod": method,
+                "apiProvider": "firstParty",
+                "configDirectory": config_dir,
+            });
+            if let Some(source) = source {
+                status["apiKeySource"] = json!(source);
+            }
+            println!("{}", serde_json::to_string_pretty(&status).unwrap());
+            Some(if method == "none" { 1 } else { 0 })
+        }
+        _ => None,
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let argv: Vec<String> = std::env::args().collect();
@@ -2102,6 +2142,11 @@ async fn main() {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".claude"),
     };
+    // Questions about itself are answered at once and leave no trace in the log: the server
+    // asks them at start, and `agentmux doctor` whenever it runs.
+    if let Some(code) = answer_about_itself(&argv[1.min(argv.len())..], &config_dir) {
+        std::process::exit(code);
+    }
     let cfg = Config {
         projects: config_dir.join("projects"),
         pid: std::process::id(),

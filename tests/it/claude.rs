@@ -1143,6 +1143,85 @@ async fn a_relative_claude_bin_is_found_from_the_servers_directory() {
     let _ = child.wait().await;
 }
 
+/// `--claude-bin NAME` looks NAME up in the server's PATH once, at start, and logs the path it
+/// found; the CLI is then run from that path. A PATH without it refuses to start, naming it, even
+/// when the directory the server starts in has such a file (an empty PATH entry is skipped, not
+/// read as the current directory).
+#[tokio::test]
+async fn a_bare_claude_bin_is_looked_up_in_path_once_at_start() {
+    use tokio::io::AsyncBufReadExt as _;
+    let fx = Fixture::new("");
+    let fake = sibling("fake-claude");
+    let fake_dir = fake.parent().unwrap().to_str().unwrap().to_owned();
+    let elsewhere = tempfile::tempdir().unwrap();
+
+    let refused = serve_claude(
+        fake.parent().unwrap(),
+        &fx.data_dir(),
+        &["--claude-bin", "fake-claude"],
+        &[("PATH", &format!(":{}", elsewhere.path().display()))],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    for needle in [
+        "`fake-claude` is not in any directory of PATH",
+        "--claude-bin",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} missing from: {stderr}");
+    }
+
+    let path = format!("{}:{fake_dir}:/usr/bin:/bin", elsewhere.path().display());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--backend", "claude"])
+        .arg("--data-dir")
+        .arg(fx.data_dir())
+        .arg("--config")
+        .arg(&fx.config)
+        .args(["--claude-bin", "fake-claude"])
+        .current_dir(elsewhere.path())
+        .env_remove("AGENTMUX_BACKEND")
+        .env_remove("AGENTMUX_CLAUDE_BIN")
+        .env_remove("AGENTMUX_CONFIG")
+        .env("PATH", &path)
+        .env("RUST_LOG", "agentmux=info")
+        .env("FAKE_CLAUDE_LOG", &fx.log)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("the server starts")
+        .unwrap()
+        .expect("it prints its address");
+    let addr = line.strip_prefix("listening on http://").expect(&line);
+    // Logged before the address is printed.
+    let mut log = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let found = format!("`fake-claude` is {} (found in PATH)", fake.display());
+    loop {
+        let line = tokio::time::timeout(WAIT, log.next_line())
+            .await
+            .expect("the server logs the path it found")
+            .unwrap()
+            .expect("the log goes on until the path found");
+        if line.contains(&found) {
+            break;
+        }
+    }
+    let mut c = Client::connect(addr).await;
+    c.chat("named", "hello").await;
+    assert_eq!(
+        reply_text(&c.until_result("named").await),
+        "Echo: hello (history 1)"
+    );
+    assert_eq!(fx.spawns()[0]["argv"][0], fake.to_str().unwrap());
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+}
+
 /// Sends SIGKILL to a process the server started.
 fn kill9(pid: i64) {
     let status = std::process::Command::new("kill")

@@ -177,9 +177,14 @@ impl TestServer {
 
     /// Starts a server with extra `serve` arguments in a fresh data dir.
     pub async fn start_with(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[]).await
+    }
+
+    /// [`Self::start_with`] with extra environment variables.
+    pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let data_dir = tmp.path().to_path_buf();
-        let mut server = Self::start_in(&data_dir, args, &[]).await;
+        let mut server = Self::start_in(&data_dir, args, env).await;
         server._tmp = Some(tmp);
         server
     }

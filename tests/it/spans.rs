@@ -32,7 +32,7 @@ impl Write for Captured {
     }
 }
 
-/// A REST request's span names its method, route pattern and request id; a WebSocket's span
+/// A REST request's span names its method, route pattern, client and request id; a WebSocket's span
 /// sits in its upgrade request's; the conversation a socket starts has a span of its own, not
 /// inside the socket's; and neither the token sent in a query string nor the ticket is ever
 /// written, whatever the level.
@@ -73,12 +73,12 @@ async fn requests_and_sockets_run_in_spans_without_credentials() {
     let text = captured.text();
     assert!(
         text.contains(
-            r#"request{method=GET route="/api/sessions/{agent_id}/export" request_id="req-42"}"#
+            r#"request{method=GET route="/api/sessions/{agent_id}/export" client=127.0.0.1 request_id="req-42"}"#
         ),
         "{text}"
     );
     assert!(
-        text.contains(r#"request{method=GET route="/ws"}:socket{"#),
+        text.contains(r#"request{method=GET route="/ws" client=127.0.0.1}:socket{"#),
         "{text}"
     );
     let conversation = text
@@ -91,5 +91,57 @@ async fn requests_and_sockets_run_in_spans_without_credentials() {
     );
     for secret in ["tok-alice", ticket.as_str()] {
         assert!(!text.contains(secret), "{secret} written: {text}");
+    }
+}
+
+/// The client a request's span names is its connection's peer, whatever `X-Forwarded-For`
+/// says; only a peer listed in `server.trusted_proxies` names the client there, by the last
+/// entry (the one it set: earlier ones came from the client). An entry that is not an address
+/// leaves the peer.
+#[tokio::test]
+async fn the_client_is_the_peer_unless_a_trusted_proxy_names_it() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_span_events(FmtSpan::NEW)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let span_of = async |server: &InProcess, forwarded: Option<&str>, id: &str| {
+        let mut headers = vec![("Host", server.addr.as_str()), ("X-Request-Id", id)];
+        if let Some(forwarded) = forwarded {
+            headers.push(("X-Forwarded-For", forwarded));
+        }
+        let r = http_raw(&server.addr, "GET", "/healthz", &headers, "").await;
+        assert_eq!(r.status, 200);
+        let text = captured.text();
+        let needle = format!("request_id=\"{id}\"}}");
+        text.lines()
+            .find(|l| l.contains(&needle))
+            .unwrap_or_else(|| panic!("no span of {id}: {text}"))
+            .to_owned()
+    };
+
+    let direct = InProcess::start("").await;
+    let span = span_of(&direct, Some("203.0.113.9"), "forged").await;
+    assert!(span.contains("client=127.0.0.1 "), "{span}");
+    let elsewhere = InProcess::start("[server]\ntrusted_proxies = [\"10.0.0.1\"]\n").await;
+    let span = span_of(&elsewhere, Some("203.0.113.9"), "not-that-proxy").await;
+    assert!(span.contains("client=127.0.0.1 "), "{span}");
+
+    let proxied = InProcess::start("[server]\ntrusted_proxies = [\"127.0.0.1\"]\n").await;
+    for (forwarded, client, id) in [
+        (Some("203.0.113.9"), "203.0.113.9", "one"),
+        (Some("198.51.100.1, 203.0.113.9"), "203.0.113.9", "appended"),
+        (Some("2001:db8::7"), "2001:db8::7", "six"),
+        (Some("not-an-address"), "127.0.0.1", "garbage"),
+        (None, "127.0.0.1", "none"),
+    ] {
+        let span = span_of(&proxied, forwarded, id).await;
+        assert!(
+            span.contains(&format!("client={client} ")),
+            "{forwarded:?}: {span}"
+        );
     }
 }

@@ -10,12 +10,14 @@
 //! transcript is gone) starts a fresh conversation instead. Processes run in their own
 //! process group with a parent-death signal, and are stopped politely first: close stdin,
 //! wait, SIGTERM, wait, SIGKILL. The CLI's own session files, which the user's CLI sessions
-//! are imported from, are read by `transcripts`.
+//! are imported from, are read by `transcripts`. Whether the CLI runs and is signed in is
+//! asked by `health`.
 //!
 //! [`AgentEvent`]: super::AgentEvent
 
 mod argv;
 mod control;
+mod health;
 mod spare;
 mod task;
 pub mod transcripts;
@@ -76,24 +78,31 @@ impl ClaudeSettings {
 }
 
 /// Checks that `bin` is an executable file, and returns it as an absolute path: the CLI is
-/// started in its workspace, where a relative path would name something else.
+/// started in its workspace, where a relative path would name something else. A bare name
+/// (`claude`, no `/`) is looked for in the server's `PATH`, once, here: the path found is
+/// logged and used from then on.
 ///
 /// # Errors
 /// A message naming the path and the setting when it is missing, not a file or not
-/// executable.
+/// executable, or for a bare name, when no directory of `PATH` has it.
 pub fn check_bin(bin: &Path) -> Result<PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let problem = match std::fs::metadata(bin) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".to_owned()),
-        Err(e) => Some(format!("cannot be read ({e})")),
-        Ok(meta) if !meta.is_file() => Some("is not a file".to_owned()),
-        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Some("is not executable".to_owned()),
-        Ok(_) => None,
-    };
-    if let Some(problem) = problem {
+    let advice = "set --claude-bin (or AGENTMUX_CLAUDE_BIN, or claude.bin in the config file) \
+                  to the path of the executable, or to its name in PATH";
+    if crate::programs::is_bare_name(bin) {
+        return match crate::programs::find_in_path(bin) {
+            Some(found) => {
+                tracing::info!("`{}` is {} (found in PATH)", bin.display(), found.display());
+                Ok(found)
+            }
+            None => Err(format!(
+                "the Claude CLI `{}` is not in any directory of PATH: {advice}",
+                bin.display()
+            )),
+        };
+    }
+    if let Some(problem) = crate::programs::unrunnable(bin) {
         return Err(format!(
-            "the Claude CLI `{}` {problem}: set --claude-bin (or AGENTMUX_CLAUDE_BIN, or \
-             claude.bin in the config file) to the path of the executable; PATH is not searched",
+            "the Claude CLI `{}` {problem}: {advice}",
             bin.display()
         ));
     }
@@ -138,6 +147,10 @@ impl Backend for ClaudeBackend {
         crate::protocol::valid_session_id(agent_session).then_some(())?;
         let home = self.settings.config.home()?;
         Some(transcripts::folder(&home, cwd).join(format!("{agent_session}.jsonl")))
+    }
+
+    async fn self_check(&self) -> Option<super::AgentCheck> {
+        Some(health::check(&self.settings).await)
     }
 
     fn supports(&self) -> super::Supports {

@@ -6,6 +6,7 @@
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
 //! stable codes of the WebSocket protocol.
 
+mod admin;
 mod agents;
 mod changes;
 mod projects;
@@ -37,7 +38,7 @@ const BEARER: &str = "bearer";
 #[derive(OpenApi)]
 #[openapi(info(
     title = "agentmux",
-    description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; tickets for the WebSocket."
+    description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; tickets for the WebSocket; a backup of the database, for admins."
 ))]
 struct ApiDoc;
 
@@ -87,6 +88,7 @@ fn authenticated() -> OpenApiRouter<AppState> {
                 .routes(routes!(push::test))
                 .layer(DefaultBodyLimit::max(push::MAX_BODY_BYTES)),
         )
+        .routes(routes!(admin::backup))
 }
 
 /// The REST API as served: every route of [`authenticated`] behind the check of credentials

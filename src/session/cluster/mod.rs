@@ -185,7 +185,42 @@ fn node_subject(node: &str) -> String {
     format!("agentmux.node.{hex}")
 }
 
+/// The seal of node `node` with the secret of `cluster`.
+///
+/// # Errors
+/// Without a secret of at least [`seal::MIN_SECRET_BYTES`].
+fn seal_of(cluster: &ClusterConfig, node: String, metrics: Metrics) -> anyhow::Result<Seal> {
+    let Some(secret) = cluster.secret.as_deref().filter(|s| !s.is_empty()) else {
+        anyhow::bail!(
+            "a cluster (--cluster-nats) needs the secret its nodes share, to authenticate \
+             the messages between them: set AGENTMUX_CLUSTER_SECRET (or cluster.secret) to \
+             the same value of at least {} bytes on every node (`openssl rand -hex 32`)",
+            seal::MIN_SECRET_BYTES
+        );
+    };
+    Seal::new(secret, node, metrics)
+}
+
 impl Bus {
+    /// Whether a node with `cluster`'s settings could join: its secret is usable, and the NATS
+    /// servers take its login. Joins nothing (no subscription); says which server answered.
+    ///
+    /// # Errors
+    /// What [`Bus::connect`] would fail with.
+    pub async fn check(cluster: &ClusterConfig) -> anyhow::Result<String> {
+        seal_of(cluster, "doctor".into(), Metrics::default())?;
+        let client = connect::client(cluster, "doctor", FORWARD_TIMEOUT).await?;
+        client
+            .flush()
+            .await
+            .map_err(|e| anyhow::anyhow!("NATS did not answer: {e}"))?;
+        let info = client.server_info();
+        Ok(format!(
+            "NATS {} at {}:{} ({})",
+            info.version, info.host, info.port, info.server_name
+        ))
+    }
+
     /// Connects to the NATS server(s) of `cluster` as node `node`, sealing and checking every
     /// message with the cluster secret; a gap in the frames it relays is read from the store
     /// in pages of at most `page_bytes`. The connection is kept up (and re-established after an
@@ -200,15 +235,7 @@ impl Bus {
         metrics: Metrics,
         page_bytes: usize,
     ) -> anyhow::Result<Arc<Bus>> {
-        let Some(secret) = cluster.secret.as_deref().filter(|s| !s.is_empty()) else {
-            anyhow::bail!(
-                "a cluster (--cluster-nats) needs the secret its nodes share, to authenticate \
-                 the messages between them: set AGENTMUX_CLUSTER_SECRET (or cluster.secret) to \
-                 the same value of at least {} bytes on every node (`openssl rand -hex 32`)",
-                seal::MIN_SECRET_BYTES
-            );
-        };
-        let seal = Arc::new(Seal::new(secret, node.clone(), metrics.clone())?);
+        let seal = Arc::new(seal_of(cluster, node.clone(), metrics.clone())?);
         let client = connect::client(cluster, &node, FORWARD_TIMEOUT).await?;
         let (frames, mut queued) = mpsc::unbounded_channel::<(RowId, Frame)>();
         let (publisher, sealer) = (client.clone(), seal.clone());
