@@ -57,11 +57,15 @@ impl Event {
     }
 }
 
-/// What happened in a conversation, for its principal's subscriptions.
+/// What happened in a conversation, for the subscriptions of one principal who may act on it.
 #[derive(Debug)]
 struct News {
+    /// Whom to tell.
     principal: Principal,
+    /// The conversation as they know it: the owner's `agent_id`, or a sharee's alias.
     agent_id: AgentId,
+    /// Whose conversation it is and their `agent_id` for it, where its title is read.
+    owner: (Principal, AgentId),
     event: Event,
     /// The stored frame it is about (`permission_request` or `result`), as JSON.
     payload: String,
@@ -334,20 +338,33 @@ impl Push {
             .ok_or_else(|| PushError::new(ErrorCode::LimitExceeded, "too many pushes waiting"))
     }
 
-    /// Pushes news of `event` in conversation `agent_id` (about the stored frame `payload`) to
-    /// `principal`'s subscriptions in the background, unless push is off or a page of the
-    /// principal shows the conversation, or the principal had no subscription a moment ago. A
-    /// full queue drops it (counted).
-    pub fn notice(&self, principal: &Principal, agent_id: &AgentId, event: Event, payload: &str) {
+    /// Whether pushes are sent at all.
+    pub fn is_on(&self) -> bool {
+        self.on().is_ok()
+    }
+
+    /// Pushes news of `event` in the conversation `owner` names (about the stored frame
+    /// `payload`) to the subscriptions of `to`'s principal, under the `agent_id` they know it
+    /// by, in the background, unless push is off or a page of theirs shows the conversation,
+    /// or they had no subscription a moment ago. A full queue drops it (counted).
+    pub fn notice(
+        &self,
+        owner: (&Principal, &AgentId),
+        to: (&Principal, &AgentId),
+        event: Event,
+        payload: &str,
+    ) {
         let Ok((queue, _)) = self.on() else {
             return;
         };
+        let (principal, agent_id) = to;
         if !self.subscribers.maybe(principal) || self.presence.in_view(principal, agent_id) {
             return;
         }
         let news = News {
             principal: principal.clone(),
             agent_id: agent_id.clone(),
+            owner: (owner.0.clone(), owner.1.clone()),
             event,
             payload: payload.to_owned(),
         };

@@ -168,7 +168,7 @@ impl Sender {
     async fn payload(&self, news: News) -> Option<Value> {
         let title = match self
             .sessions
-            .find_session(&news.principal, &news.agent_id)
+            .find_session(&news.owner.0, &news.owner.1)
             .await
         {
             Ok(Some(record)) => record.title.filter(|t| !t.is_empty()),

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::claude::Fixture;
 use crate::common::*;
+use crate::repos::rest;
 use crate::rest::Rest;
 use crate::security::{TOKENS, connect_as};
 
@@ -577,4 +578,79 @@ async fn with_push_off_its_routes_say_so() {
         !server.data_dir.join(agentmux::push::KEY_FILE).exists(),
         "no key made"
     );
+}
+
+/// A conversation shared with an editor rings the editor's phone too, under the alias they
+/// know it by and with its title, and their Allow answers the owner's prompt. Once the share
+/// is only a viewer's, their phone stays quiet and a token they were sent before does nothing.
+#[tokio::test]
+async fn an_editor_of_a_shared_conversation_is_pushed_and_may_answer() {
+    let (_fx, server, alice, bob, key) = start().await;
+    let mut service = FakeService::start().await;
+    let (alices, bobs) = (Device::new("alice-phone"), Device::new("bob-phone"));
+    subscribe(&alice, &alices, &service).await;
+    subscribe(&bob, &bobs, &service).await;
+    let mut socket = connect_as(&server.addr, "tok-alice").await;
+    chat_ack(&mut socket, "fix", "the shared one").await;
+    socket.until_result("fix").await;
+    assert_eq!(alices.open(&service.next().await, &service, &key)["kind"], "turn");
+    let share = |role: &str| {
+        rest(
+            &server,
+            Some("tok-alice"),
+            "PUT",
+            "/api/sessions/fix/shares/bob",
+            Some(json!({"role": role})),
+        )
+    };
+    let (status, shared) = share("editor").await;
+    assert_eq!(status, 200, "{shared}");
+    let alias = shared["agent_id"].as_str().unwrap().to_owned();
+
+    chat_ack(&mut socket, "fix", "please run TOOL:touch_x").await;
+    let mut pushes: HashMap<String, Value> = HashMap::new();
+    for _ in 0..2 {
+        let push = service.next().await;
+        let device = if push.device == "bob-phone" { &bobs } else { &alices };
+        pushes.insert(push.device.clone(), device.open(&push, &service, &key));
+    }
+    let bobs_push = &pushes["bob-phone"];
+    assert_eq!(bobs_push["kind"], "permission");
+    assert_eq!(bobs_push["agent_id"], alias.as_str());
+    assert_eq!(bobs_push["title"], "the shared one");
+    assert_eq!(pushes["alice-phone"]["agent_id"], "fix");
+
+    let anyone = Rest::new(&server);
+    let allow = json!({"token": bobs_push["token"], "action": "allow"});
+    let (status, body) = anyone.post("/api/push/actions", allow).await;
+    assert_eq!(status, 204, "{body}");
+    let frames = socket.until_result("fix").await;
+    assert_eq!(reply_text(&frames), "Tool said: ran: touch_x");
+    let mut ended = HashMap::new();
+    for _ in 0..2 {
+        let push = service.next().await;
+        let device = if push.device == "bob-phone" { &bobs } else { &alices };
+        ended.insert(push.device.clone(), device.open(&push, &service, &key));
+    }
+    assert_eq!(ended["bob-phone"]["kind"], "turn");
+
+    // Downgraded to a viewer: the reply button of the notification he has does nothing, and
+    // the next prompt rings only Alice's phone.
+    assert_eq!(share("viewer").await.0, 200);
+    let reply = json!({"token": ended["bob-phone"]["token"], "action": "reply", "text": "go"});
+    let (status, body) = anyone.post("/api/push/actions", reply).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    chat_ack(&mut socket, "fix", "please run TOOL:touch_y").await;
+    let asked = alices.open(&service.next().await, &service, &key);
+    assert_eq!(asked["kind"], "permission");
+    let deny = json!({"token": asked["token"], "action": "deny"});
+    assert_eq!(anyone.post("/api/push/actions", deny).await.0, 204);
+    socket.until_result("fix").await;
+    assert_eq!(alices.open(&service.next().await, &service, &key)["kind"], "turn");
+    counted(&server, "sent", 7).await;
+    assert_eq!(service.pending(), Vec::<String>::new(), "nothing for a viewer");
 }

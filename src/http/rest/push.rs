@@ -14,7 +14,7 @@ use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol;
 use crate::push::{Subscription, SubscriptionBody};
-use crate::session::{Command, Outcome};
+use crate::session::{Command, Need, Outcome};
 
 /// Most bytes of a push request's body: a browser's subscription is well under 1 KiB, and a
 /// reply from a notification is a line or two.
@@ -172,9 +172,14 @@ pub async fn act(
             ));
         }
     };
+    // Checked now, not when the notification was sent: a share revoked or downgraded since
+    // leaves its token nothing to do.
+    let acting = (app.manager)
+        .acting(&action.principal, &action.agent_id, Need::Edit)
+        .await?;
     if let Outcome::Chat(pending) = app
         .manager
-        .run(&action.principal, &action.agent_id, command)
+        .run_as(&action.principal, &acting, command)
         .await?
     {
         pending.stored().await?;

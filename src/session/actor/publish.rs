@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 
 use super::Actor;
-use crate::protocol::{self, Activity, ErrorCode, Frame};
+use crate::protocol::{self, Activity, ErrorCode, Frame, Role};
 use crate::push::Event;
 use crate::session::SessionError;
 use crate::store::{NewMessage, StoreError};
@@ -57,14 +57,34 @@ impl Actor {
         };
         // The turns a shutdown ends are no news to anyone's phone.
         if !self.shared.closing.load(Ordering::Acquire) {
-            let conversation = &self.conversation;
-            (self.shared.push).notice(
-                &conversation.principal,
-                &conversation.agent_id,
-                event,
-                payload,
-            );
+            let owner = (&self.conversation.principal, &self.conversation.agent_id);
+            self.shared.push.notice(owner, owner, event, payload);
+            self.push_to_editors(event, payload);
         }
+    }
+
+    /// Pushes `event` to the principals the conversation is shared with as editors (who may
+    /// answer it), under their alias for it; the shares are read in the background.
+    fn push_to_editors(&self, event: Event, payload: &str) {
+        if !self.shared.push.is_on() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let conversation = self.conversation.clone();
+        let payload = payload.to_owned();
+        tokio::spawn(async move {
+            let shares = match shared.store.shares_of(conversation.row).await {
+                Ok(shares) => shares,
+                Err(err) => {
+                    tracing::warn!(error = %err, "push: could not read a conversation's shares");
+                    return;
+                }
+            };
+            let owner = (&conversation.principal, &conversation.agent_id);
+            for share in shares.iter().filter(|s| s.role == Role::Editor) {
+                (shared.push).notice(owner, (&share.principal, &share.alias), event, &payload);
+            }
+        });
     }
 
     pub(super) fn publish_status(&self, status: &str, detail: &str) {
