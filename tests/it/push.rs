@@ -593,7 +593,10 @@ async fn an_editor_of_a_shared_conversation_is_pushed_and_may_answer() {
     let mut socket = connect_as(&server.addr, "tok-alice").await;
     chat_ack(&mut socket, "fix", "the shared one").await;
     socket.until_result("fix").await;
-    assert_eq!(alices.open(&service.next().await, &service, &key)["kind"], "turn");
+    assert_eq!(
+        alices.open(&service.next().await, &service, &key)["kind"],
+        "turn"
+    );
     let share = |role: &str| {
         rest(
             &server,
@@ -611,7 +614,11 @@ async fn an_editor_of_a_shared_conversation_is_pushed_and_may_answer() {
     let mut pushes: HashMap<String, Value> = HashMap::new();
     for _ in 0..2 {
         let push = service.next().await;
-        let device = if push.device == "bob-phone" { &bobs } else { &alices };
+        let device = if push.device == "bob-phone" {
+            &bobs
+        } else {
+            &alices
+        };
         pushes.insert(push.device.clone(), device.open(&push, &service, &key));
     }
     let bobs_push = &pushes["bob-phone"];
@@ -629,7 +636,11 @@ async fn an_editor_of_a_shared_conversation_is_pushed_and_may_answer() {
     let mut ended = HashMap::new();
     for _ in 0..2 {
         let push = service.next().await;
-        let device = if push.device == "bob-phone" { &bobs } else { &alices };
+        let device = if push.device == "bob-phone" {
+            &bobs
+        } else {
+            &alices
+        };
         ended.insert(push.device.clone(), device.open(&push, &service, &key));
     }
     assert_eq!(ended["bob-phone"]["kind"], "turn");
@@ -650,7 +661,14 @@ async fn an_editor_of_a_shared_conversation_is_pushed_and_may_answer() {
     let deny = json!({"token": asked["token"], "action": "deny"});
     assert_eq!(anyone.post("/api/push/actions", deny).await.0, 204);
     socket.until_result("fix").await;
-    assert_eq!(alices.open(&service.next().await, &service, &key)["kind"], "turn");
+    assert_eq!(
+        alices.open(&service.next().await, &service, &key)["kind"],
+        "turn"
+    );
     counted(&server, "sent", 7).await;
-    assert_eq!(service.pending(), Vec::<String>::new(), "nothing for a viewer");
+    assert_eq!(
+        service.pending(),
+        Vec::<String>::new(),
+        "nothing for a viewer"
+    );
 }
