@@ -7,8 +7,8 @@
 //! forks and the rare small updates use the pool; the calls whose SQL SQLite shares are in
 //! [`super::shared`].
 //!
-//! One job at about 820 lines: the PostgreSQL side of every `Store` call, its writer and its
-//! leases' SQL; splitting it would scatter one engine's statements.
+//! The writer is in [`writer`]; connecting, with the password kept out of errors, and the
+//! doctor's look at a store are in [`connect`].
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::mpsc;
 
-use super::batch::{self, Append, WriteOp};
+use super::batch::{self, WriteOp};
 use super::edits::{self, EditTx};
 use super::leases::Leases;
 use super::listing::{self, Engine, SearchLimits};
@@ -32,6 +32,12 @@ use super::{
 use super::{backfill, shared, words};
 use crate::config::redact_url;
 use crate::metrics::Metrics;
+
+mod connect;
+mod writer;
+
+use connect::scrub;
+pub use connect::{PgSummary, inspect};
 
 /// Settings of the PostgreSQL store.
 #[derive(Debug, Clone)]
@@ -74,46 +80,6 @@ impl Default for PgSettings {
 
 /// `text` with every occurrence of the password of `url` (raw or percent-encoded) replaced by
 /// `***`: errors of the driver may quote what they were given.
-fn scrub(url: &str, text: &str) -> String {
-    let Some(password) = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split(['/', '?', '#']).next())
-        .and_then(|authority| authority.rsplit_once('@'))
-        .and_then(|(userinfo, _)| userinfo.split_once(':'))
-        .map(|(_, password)| password)
-        .filter(|p| !p.is_empty())
-    else {
-        return text.to_owned();
-    };
-    let mut out = text.replace(password, "***");
-    if let Ok(decoded) = percent_decode(password)
-        && !decoded.is_empty()
-    {
-        out = out.replace(&decoded, "***");
-    }
-    out
-}
-
-/// Decodes `%XX` escapes.
-fn percent_decode(s: &str) -> std::result::Result<String, ()> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or(())?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| ())?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| ())
-}
-
-/// A JSON text PostgreSQL accepts, with the same meaning: a NUL can only be inside a string
-/// there, where `\u0000` says the same.
 fn pg_json(s: &str) -> Cow<'_, str> {
     if s.contains('\0') {
         Cow::Owned(s.replace('\0', "\\u0000"))
@@ -128,76 +94,6 @@ pub struct PgStore {
     writer: mpsc::Sender<WriteOp>,
     leases: Arc<Leases>,
     searches: SearchLimits,
-}
-
-/// What a PostgreSQL store holds, as `agentmux doctor` reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PgSummary {
-    /// The server's version (`server_version`).
-    pub server: String,
-    /// The schema version of agentmux's tables; None before the first node started on it.
-    pub schema: Option<i64>,
-    /// Conversations (imports left unfinished not counted).
-    pub conversations: u64,
-}
-
-/// Connects to the store at `url` and reads what it holds, changing nothing.
-///
-/// # Errors
-/// When the server can't be reached or refuses the login, or its schema is newer than this
-/// build's; the password of `url` never appears.
-pub async fn inspect(url: &str) -> anyhow::Result<PgSummary> {
-    use sqlx::Connection as _;
-    let shown = redact_url(url);
-    let fail = |err: &dyn std::fmt::Display| {
-        anyhow::anyhow!("the store at {shown}: {}", scrub(url, &err.to_string()))
-    };
-    let options = PgConnectOptions::from_str(url)
-        .map_err(|e| fail(&e))?
-        .application_name("agentmux doctor");
-    let mut conn = tokio::time::timeout(
-        Duration::from_secs(10),
-        PgConnection::connect_with(&options),
-    )
-    .await
-    .map_err(|_| fail(&"no answer within 10 s"))?
-    .map_err(|e| fail(&e))?;
-    let server: String = sqlx::query_scalar("show server_version")
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| fail(&e))?;
-    let made: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| fail(&e))?;
-    let mut summary = PgSummary {
-        server,
-        schema: None,
-        conversations: 0,
-    };
-    if made {
-        let schema: i64 = sqlx::query_scalar(
-            "select coalesce(max(version), 0) from _sqlx_migrations where success",
-        )
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| fail(&e))?;
-        if schema > super::schema::newest(&super::schema::POSTGRES) {
-            return Err(fail(&super::schema::newer(
-                schema,
-                &super::schema::POSTGRES,
-            )));
-        }
-        let conversations: i64 =
-            sqlx::query_scalar("select count(*) from session_info where not pending")
-                .fetch_one(&mut conn)
-                .await
-                .map_err(|e| fail(&e))?;
-        summary.schema = Some(schema);
-        summary.conversations = conversations as u64;
-    }
-    let _ = conn.close().await;
-    Ok(summary)
 }
 
 impl PgStore {
@@ -246,16 +142,12 @@ impl PgStore {
             .await
             .map_err(|e| fail("cannot record this node in the store at", &e))?;
         let (tx, rx) = mpsc::channel(settings.queue_depth);
-        tokio::spawn(
-            Writer {
-                pool: pool.clone(),
-                max_batch: settings.max_batch.max(1),
-                metrics,
-                leases: leases.clone(),
-                rows_since_analyze: 0,
-                analyzing: None,
-            }
-            .run(rx),
+        writer::start(
+            pool.clone(),
+            settings.max_batch,
+            metrics,
+            leases.clone(),
+            rx,
         );
         tokio::spawn({
             let (leases, pool) = (leases.clone(), pool.clone());
@@ -298,288 +190,6 @@ impl PgStore {
 /// taken over, or this node holds none and another node does), gets no row in `u`, so its
 /// rows are not stored while the others of the batch go on. The words of the search index go
 /// with the rows and titles they index.
-const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
-        output_tokens, duration_ms, running, running_at, epoch, schedule_id, title_words) as (
-        select * from unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
-            $6::text[], $7::float8[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
-            $12::bigint[], $22::bigint[], $24::text[], $25::text[])
-    ),
-    u as (
-        update session_info s set
-            last_seq = s.last_seq + d.n,
-            message_count = s.message_count + d.n,
-            prompt_count = s.prompt_count + d.prompts,
-            result_count = s.result_count + d.results,
-            last_active_at = d.last_active,
-            title = coalesce(s.title, d.title),
-            title_words = case when s.title is null
-                then array_to_tsvector(string_to_array(d.title_words, ' '))
-                else s.title_words end,
-            total_cost_usd = s.total_cost_usd + d.cost,
-            input_tokens = s.input_tokens + d.input_tokens,
-            output_tokens = s.output_tokens + d.output_tokens,
-            duration_ms = s.duration_ms + d.duration_ms,
-            running_seq = case d.running
-                when 1 then s.last_seq + d.running_at
-                when 2 then d.running_at
-                else s.running_seq end,
-            schedule_id = coalesce(s.schedule_id, d.schedule_id)
-        from d where s.id = d.id
-            and (case when d.epoch is null then s.lease_node is null
-                 else s.lease_node = $23 and s.lease_epoch = d.epoch end)
-        returning s.id, s.last_seq - d.n as base
-    ),
-    ins as (
-        insert into messages (session_pk, seq, message_type, sdk_uuid, prompt, turn_anchor,
-            payload, created_at, turn_cost_usd, words)
-        select m.id, u.base + m.ord, m.message_type, m.sdk_uuid, m.prompt, m.turn_anchor,
-            m.payload, m.created_at, m.turn_cost_usd,
-            array_to_tsvector(string_to_array(m.words, ' '))
-        from unnest($13::bigint[], $14::bigint[], $15::text[], $16::text[], $17::bool[],
-            $18::text[], $19::text[], $20::text[], $21::float8[], $26::text[])
-            as m (id, ord, message_type, sdk_uuid, prompt, turn_anchor, payload, created_at,
-                turn_cost_usd, words)
-        join u on u.id = m.id
-    )
-    select id, base from u";
-
-/// How many times a batch whose transaction PostgreSQL broke off is tried.
-const COMMIT_ATTEMPTS: u32 = 5;
-
-/// Whether `err` is PostgreSQL breaking a transaction off to resolve a conflict (deadlock,
-/// serialization failure): nothing of it was stored, and trying again may succeed.
-fn is_transient(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(e) if matches!(e.code().as_deref(), Some("40P01" | "40001")))
-}
-
-/// The writer: one task storing each batch in one transaction.
-struct Writer {
-    pool: PgPool,
-    max_batch: usize,
-    metrics: Metrics,
-    /// The node's leases, which its appends are checked against.
-    leases: Arc<Leases>,
-    /// Rows stored since the tables' statistics were last refreshed.
-    rows_since_analyze: usize,
-    /// The refresh running now, if any.
-    analyzing: Option<tokio::task::JoinHandle<()>>,
-}
-
-/// Rows stored between two refreshes of the tables' statistics (`analyze`), besides the
-/// server's own autovacuum: a replay reads a conversation a page at a time along its primary
-/// key only while the planner knows how many rows the conversation has; with statistics from
-/// before a large import it sorts the rest of the conversation for every page instead.
-const ANALYZE_EVERY_ROWS: usize = 50_000;
-
-impl Writer {
-    async fn run(mut self, mut rx: mpsc::Receiver<WriteOp>) {
-        let mut batch: Vec<Append> = Vec::with_capacity(self.max_batch);
-        let mut closing = None;
-        while closing.is_none() {
-            let Some(op) = rx.recv().await else { break };
-            closing = batch::fill(op, &mut rx, &mut batch, self.max_batch);
-            self.metrics.store_queue(rx.len());
-            if !batch.is_empty() {
-                let started = Instant::now();
-                let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
-                let outcome = self.write(&batch).await.map_err(|e| e.to_string());
-                batch::answer(&mut batch, outcome);
-                self.metrics.record_commit(started.elapsed(), rows);
-                self.rows_since_analyze += rows;
-                if self.rows_since_analyze >= ANALYZE_EVERY_ROWS
-                    && self.analyzing.as_ref().is_none_or(|a| a.is_finished())
-                {
-                    self.rows_since_analyze = 0;
-                    let pool = self.pool.clone();
-                    self.analyzing = Some(tokio::spawn(async move {
-                        if let Err(err) = sqlx::query("analyze session_info, messages")
-                            .execute(&pool)
-                            .await
-                        {
-                            tracing::warn!(error = %err, "refreshing the store's statistics failed");
-                        }
-                    }));
-                }
-            }
-        }
-        if let Some(analyzing) = self.analyzing.take() {
-            let _ = analyzing.await;
-        }
-        if let Some(done) = closing {
-            let _ = done.send(());
-        }
-    }
-
-    /// Stores `batch` in one transaction; each request's outcome in order.
-    async fn write(&self, batch: &[Append]) -> sqlx::Result<Vec<Result<i64>>> {
-        let deltas = batch::deltas(batch);
-        let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
-        // Each row's position among its conversation's rows of this batch (from 1).
-        let ones = deltas.iter().map(|d| (d.row, 1)).collect();
-        let mut m = Rows::with_capacity(rows);
-        let _ = batch::assign(batch, ones, |row, ord, msg, words| {
-            m.push(row, ord, msg, words);
-            Ok::<(), ()>(())
-        });
-        let epochs: Vec<Option<i64>> = deltas.iter().map(|d| self.leases.epoch(d.row)).collect();
-        // A transaction PostgreSQL broke off (a deadlock or a serialization failure with
-        // another statement on these rows) stored nothing: it is tried again.
-        let mut attempt = 0;
-        let bases: Vec<(i64, i64)> = loop {
-            attempt += 1;
-            let mut tx = self.pool.begin().await?;
-            let stored: sqlx::Result<Vec<(i64, i64)>> = sqlx::query_as(APPEND)
-                .bind(deltas.iter().map(|d| d.row.0).collect::<Vec<_>>())
-                .bind(deltas.iter().map(|d| d.rows).collect::<Vec<_>>())
-                .bind(deltas.iter().map(|d| d.prompts).collect::<Vec<_>>())
-                .bind(deltas.iter().map(|d| d.results).collect::<Vec<_>>())
-                .bind(deltas.iter().map(|d| d.last_active).collect::<Vec<_>>())
-                .bind(deltas.iter().map(|d| d.title.map(text)).collect::<Vec<_>>())
-                .bind(deltas.iter().map(|d| d.totals.cost_usd).collect::<Vec<_>>())
-                .bind(
-                    deltas
-                        .iter()
-                        .map(|d| d.totals.input_tokens)
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    deltas
-                        .iter()
-                        .map(|d| d.totals.output_tokens)
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    deltas
-                        .iter()
-                        .map(|d| d.totals.duration_ms)
-                        .collect::<Vec<_>>(),
-                )
-                .bind(deltas.iter().map(|d| d.running).collect::<Vec<_>>())
-                .bind(deltas.iter().map(|d| d.running_at).collect::<Vec<_>>())
-                .bind(&m.id)
-                .bind(&m.ord)
-                .bind(&m.message_type)
-                .bind(&m.sdk_uuid)
-                .bind(&m.prompt)
-                .bind(&m.turn_anchor)
-                .bind(&m.payload)
-                .bind(&m.created_at)
-                .bind(&m.turn_cost_usd)
-                .bind(&epochs)
-                .bind(&self.leases.node)
-                .bind(
-                    deltas
-                        .iter()
-                        .map(|d| d.schedule_id.map(text))
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    deltas
-                        .iter()
-                        .map(|d| d.title.and_then(words::title_words))
-                        .collect::<Vec<_>>(),
-                )
-                .bind(&m.words)
-                .fetch_all(&mut *tx)
-                .await;
-            match stored {
-                Ok(bases) => {
-                    tx.commit().await?;
-                    break bases;
-                }
-                Err(err) if attempt < COMMIT_ATTEMPTS && is_transient(&err) => {
-                    tracing::warn!(error = %err, attempt, "store commit broken off; trying again");
-                }
-                Err(err) => return Err(err),
-            }
-        };
-        let next: HashMap<RowId, i64> = bases
-            .into_iter()
-            .map(|(id, base)| (RowId(id), base + 1))
-            .collect();
-        // Of the conversations held under a lease and refused, the ones that still exist were
-        // taken over by another node.
-        // The conversations refused that still exist are held by another node: taken over
-        // from this one (which may have noticed already), or never this one's.
-        let refused: Vec<(RowId, Option<i64>)> = deltas
-            .iter()
-            .zip(&epochs)
-            .map(|(d, e)| (d.row, *e))
-            .filter(|(row, _)| !next.contains_key(row))
-            .collect();
-        let mut fenced = Vec::new();
-        if !refused.is_empty() {
-            let ids: Vec<i64> = refused.iter().map(|(row, _)| row.0).collect();
-            let existing: Vec<RowId> =
-                sqlx::query_scalar("select id from session_info where id = any($1)")
-                    .bind(ids)
-                    .fetch_all(&self.pool)
-                    .await?;
-            for (row, epoch) in refused {
-                if existing.contains(&row) {
-                    if let Some(epoch) = epoch {
-                        self.leases.lose(row, epoch);
-                    }
-                    self.metrics.fence_rejection();
-                    fenced.push(row);
-                }
-            }
-        }
-        let mut outcomes =
-            batch::assign(batch, next, |_, _, _, _| Ok::<(), ()>(())).expect("nothing to fail");
-        for (outcome, append) in outcomes.iter_mut().zip(batch) {
-            if fenced.contains(&append.row) {
-                *outcome = Err(StoreError::Fenced);
-            }
-        }
-        Ok(outcomes)
-    }
-}
-
-/// The rows of a batch as the columns [`APPEND`] unnests.
-struct Rows<'a> {
-    id: Vec<i64>,
-    ord: Vec<i64>,
-    message_type: Vec<&'static str>,
-    sdk_uuid: Vec<Option<Cow<'a, str>>>,
-    prompt: Vec<bool>,
-    turn_anchor: Vec<Option<Cow<'a, str>>>,
-    payload: Vec<Cow<'a, str>>,
-    created_at: Vec<&'a str>,
-    turn_cost_usd: Vec<Option<f64>>,
-    words: Vec<Option<&'a str>>,
-}
-
-impl<'a> Rows<'a> {
-    fn with_capacity(n: usize) -> Self {
-        Rows {
-            id: Vec::with_capacity(n),
-            ord: Vec::with_capacity(n),
-            message_type: Vec::with_capacity(n),
-            sdk_uuid: Vec::with_capacity(n),
-            prompt: Vec::with_capacity(n),
-            turn_anchor: Vec::with_capacity(n),
-            payload: Vec::with_capacity(n),
-            created_at: Vec::with_capacity(n),
-            turn_cost_usd: Vec::with_capacity(n),
-            words: Vec::with_capacity(n),
-        }
-    }
-
-    fn push(&mut self, row: RowId, ord: i64, m: &'a NewMessage, words: Option<&'a str>) {
-        self.id.push(row.0);
-        self.ord.push(ord);
-        self.message_type.push(m.message_type);
-        self.sdk_uuid.push(m.sdk_uuid.as_deref().map(text));
-        self.prompt.push(m.prompt);
-        self.turn_anchor.push(m.turn_anchor.as_deref().map(text));
-        self.payload.push(pg_json(&m.payload));
-        self.created_at.push(&m.created_at);
-        self.turn_cost_usd.push(m.totals.map(|t| t.cost_usd));
-        self.words.push(words);
-    }
-}
-
 /// A rewind's or a fork's transaction on PostgreSQL, holding the conversation's row lock.
 struct Tx<'c>(&'c mut PgConnection);
 
