@@ -5,6 +5,7 @@
  * feed of every conversation), and shows a system notification when the user allowed them.
  */
 
+import { client } from './api.js';
 import { openSession } from './conversations.js';
 import { ui } from './dom.js';
 import { plainTitle } from './format.js';
@@ -62,6 +63,8 @@ export function clearAttention(agentId) {
  */
 export function onActivity(frame) {
   const agentId = frame.agent_id;
+  // A conversation opened here before it existed has been started elsewhere: follow it.
+  if (state.views.has(agentId)) client.follow(agentId);
   if (frame.activity === 'turn_started') state.running.add(agentId);
   if (frame.activity === 'turn_ended') state.running.delete(agentId);
   const news =

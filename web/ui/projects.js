@@ -37,7 +37,7 @@ export async function loadAgents() {
   try {
     const response = await api('/api/agents');
     if (!response.ok) return;
-    /** @type {{default: string, agents: {name: string, kind: string, modes?: string[], supports?: {known?: boolean}}[]}} */
+    /** @type {{default: string, agents: (import('./state.js').Agent & {supports?: {known?: boolean}})[]}} */
     const body = await response.json();
     // The built-in demo agent is offered only where it is the default: beside a real agent it
     // would turn every "New session" into a question nobody needs.
