@@ -4,6 +4,9 @@
 // permission cards that read well and keep their decision.
 
 import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, realpathSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { WAIT_MS, browserTests, currentAgent, messages, openUi, reply, send, transcript } from './helpers.mjs';
@@ -191,4 +194,108 @@ test('a permission card reads as the command, keeps its decision before the resu
   await third.getByText('Allowed', { exact: true }).waitFor();
   await messages(page, 'Turn summary').nth(2).waitFor();
   assert.deepEqual(problems, []);
+});
+
+test('a new session works in a folder deeper than a project, and a root is never picked for you', async () => {
+  const root = realpathSync(mkdtempSync(join(tmpdir(), 'agentmux-root-')));
+  mkdirSync(join(root, 'shop', 'services', 'api'), { recursive: true });
+  const s = await server({ config: `[[projects.roots]]\npath = ${JSON.stringify(root)}\n` });
+  const { page, problems } = await openUi(await context(), s.url);
+  await page.getByRole('button', { name: 'New session', exact: true }).click();
+  const dialog = page.getByRole('dialog', { name: 'New session' });
+  const project = dialog.getByRole('combobox', { name: 'Project' });
+  assert.notEqual(await project.inputValue(), root, 'the root itself is not preselected');
+  await project.selectOption(join(root, 'shop'));
+  await dialog.getByRole('textbox', { name: 'Folder inside it (optional)' }).fill('services/api');
+  await dialog.getByRole('button', { name: 'Start' }).click();
+  await send(page, 'where am I');
+  await reply(page, 'Echo: where am I (turn 1)');
+  const session = await (await fetch(`${s.url}/api/sessions/${await currentAgent(page)}`)).json();
+  assert.equal(session.cwd, join(root, 'shop', 'services', 'api'));
+  assert.deepEqual(problems, []);
+});
+
+test('a schedule picks a conversation by its title and the mode of its runs, and an export is imported from the page', async () => {
+  const s = await server();
+  const { page, problems } = await openUi(await context(), s.url);
+  await send(page, 'release notes');
+  await reply(page, 'Echo: release notes (turn 1)');
+  const agent = await currentAgent(page);
+  await page.getByRole('button', { name: 'Schedules', exact: true }).click();
+  const dialog = page.getByRole('dialog', { name: 'Schedules' });
+  await dialog.getByRole('textbox', { name: 'Name', exact: true }).fill('Nightly notes');
+  await dialog.getByRole('combobox', { name: 'Conversation' }).selectOption({ label: 'release notes' });
+  await dialog.getByRole('textbox', { name: 'Prompt', exact: true }).fill('summarize');
+  await dialog.getByRole('textbox', { name: 'Interval or cron expression' }).fill('3600');
+  await dialog.getByRole('combobox', { name: 'Permission mode' }).selectOption('plan');
+  await dialog.getByRole('button', { name: 'Create' }).click();
+  await dialog.getByRole('listitem').filter({ hasText: 'Nightly notes' }).waitFor();
+  const [made] = (await (await fetch(`${s.url}/api/schedules`)).json()).schedules;
+  assert.equal(made.agent_id, agent);
+  assert.deepEqual(made.options, { permission_mode: 'plan' });
+  await dialog.getByRole('button', { name: 'Close' }).click();
+
+  const exported = await (await fetch(`${s.url}/api/sessions/${agent}/export`)).text();
+  const chooser = page.waitForEvent('filechooser');
+  await page.getByRole('button', { name: 'Import', exact: true }).click();
+  await (await chooser).setFiles({ name: 'notes.jsonl', mimeType: 'application/x-ndjson', buffer: Buffer.from(exported) });
+  await until(async () => (await currentAgent(page)) !== agent, 'the import to open');
+  await reply(page, 'Echo: release notes (turn 1)');
+  assert.match(await currentAgent(page), /^import-/);
+  assert.equal(await page.getByRole('button', { name: /^release notes/ }).count(), 2);
+  assert.deepEqual(problems, []);
+});
+
+test('icons are drawn, not emoji; on a phone Enter makes a new line and the placeholder fits', async () => {
+  const s = await server();
+  const { page, problems } = await openUi(
+    await context({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true }),
+    s.url,
+  );
+  for (const name of ['Attach image', 'Show sessions']) {
+    const icon = page.getByRole('button', { name, exact: true });
+    assert.equal((await icon.textContent())?.trim(), '', name);
+    assert.equal(await icon.locator('svg').count(), 1, name);
+  }
+  const box = page.getByRole('textbox', { name: 'Message', exact: true });
+  assert.equal(await box.getAttribute('placeholder'), 'Message');
+  await box.fill('first line');
+  await box.press('Enter');
+  await box.pressSequentially('second line');
+  assert.equal(await box.inputValue(), 'first line\nsecond line');
+  assert.equal(await messages(page, 'You').count(), 0, 'nothing sent');
+  await page.getByRole('button', { name: 'Send', exact: true }).click();
+  await reply(page, 'second line (turn 1)');
+  assert.deepEqual(problems, []);
+});
+
+test('signing out forgets the token and what the page kept; notifications say when the page is not secure', async () => {
+  const token = 'tok-sign-out-0123456789abcdef';
+  const s = await server({ config: `[auth.tokens]\n"${token}" = "alice"\n` });
+  const ctx = await context();
+  const { page, problems } = await openUi(ctx, s.url, { connected: false });
+  const form = page.getByRole('form', { name: 'Sign in' });
+  await form.getByLabel('This server asks for an API token.').fill(token);
+  await form.getByRole('button', { name: 'Sign in' }).click();
+  await send(page, 'private words');
+  await reply(page, 'Echo: private words (turn 1)');
+  await page.getByRole('button', { name: 'Sign out', exact: true }).click();
+  await form.waitFor();
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('agentmux.token')), null);
+  assert.equal(await page.evaluate(() => localStorage.getItem('agentmux.sessions.v1')), null);
+  assert.equal(await page.getByRole('button', { name: /private words/ }).count(), 0);
+  assert.equal(await page.getByRole('button', { name: 'Sign out', exact: true }).isVisible(), false);
+  assert.deepEqual(
+    problems.filter((p) => !p.includes('status of 401 (Unauthorized)')),
+    [],
+  );
+
+  // The same page as a browser sees it over plain http from another machine.
+  const plain = await context();
+  await plain.addInitScript(() => Object.defineProperty(window, 'isSecureContext', { value: false }));
+  const open = await openUi(plain, (await server()).url);
+  const notify = open.page.getByRole('button', { name: 'Notifications need HTTPS', exact: true });
+  assert.equal(await notify.isDisabled(), true);
+  assert.match((await notify.getAttribute('title')) ?? '', /HTTPS/);
+  assert.deepEqual(open.problems, []);
 });

@@ -119,8 +119,17 @@ ui.composer.addEventListener('submit', (event) => {
   event.preventDefault();
   send();
 });
+/** A touch screen: its keyboard's Enter makes a new line, Send sends. */
+const touch = window.matchMedia('(pointer: coarse)');
+
+function renderPlaceholder() {
+  ui.input.placeholder = touch.matches ? 'Message' : 'Message (Enter sends, Shift+Enter for a new line, Esc stops)';
+}
+renderPlaceholder();
+touch.addEventListener('change', renderPlaceholder);
+
 ui.input.addEventListener('keydown', (event) => {
-  if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+  if (event.key === 'Enter' && !event.shiftKey && !event.isComposing && !touch.matches) {
     event.preventDefault();
     send();
   }

@@ -218,6 +218,29 @@ async function exportCurrent() {
 }
 
 /**
+ * Imports an export (a `.jsonl` file) as a new conversation, and opens it.
+ * @param {File} file
+ */
+async function importExport(file) {
+  const agentId = `import-${randomId()}`;
+  const response = await api(`/api/sessions/import?agent_id=${encodeURIComponent(agentId)}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-ndjson' },
+    body: file,
+  });
+  if (!response.ok) {
+    const why = await apiError(response);
+    if (state.current) notice(state.current, `Not imported: ${file.name}: ${why}`);
+    return;
+  }
+  /** @type {ApiSession} */
+  const body = await response.json();
+  state.sessions.set(agentId, fromApi(body));
+  saveLocalSessions();
+  openSession(agentId);
+}
+
+/**
  * Goes back to the end of a turn: later messages are dropped and the agent forgets them.
  * @param {string} agentId
  * @param {number | undefined} seq the turn's `result`
@@ -267,3 +290,9 @@ export async function forkFrom(agentId, seq) {
 ui.rename.addEventListener('click', renameCurrent);
 ui.deleteButton.addEventListener('click', deleteCurrent);
 ui.exportButton.addEventListener('click', exportCurrent);
+ui.importButton.addEventListener('click', () => ui.importFile.click());
+ui.importFile.addEventListener('change', () => {
+  const file = ui.importFile.files?.[0];
+  ui.importFile.value = '';
+  if (file) importExport(file);
+});

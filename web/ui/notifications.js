@@ -108,14 +108,17 @@ function notificationsOn() {
 }
 
 export function renderNotifyButton() {
-  const supported = typeof Notification !== 'undefined';
+  const supported = typeof Notification !== 'undefined' && window.isSecureContext;
   ui.notify.disabled = !supported || Notification.permission === 'denied';
   ui.notify.setAttribute('aria-pressed', String(supported && notificationsOn()));
-  ui.notify.title = !supported
-    ? 'This browser has no notifications'
-    : Notification.permission === 'denied'
-      ? 'Notifications are blocked for this site in the browser'
-      : 'Notify me when a turn finishes or a tool waits, while I look elsewhere';
+  ui.notify.textContent = window.isSecureContext ? 'Notifications' : 'Notifications need HTTPS';
+  ui.notify.title = !window.isSecureContext
+    ? 'Browsers notify only pages served over HTTPS (or from this computer): open agentmux at its https:// address'
+    : !supported
+      ? 'This browser has no notifications'
+      : Notification.permission === 'denied'
+        ? 'Notifications are blocked for this site in the browser'
+        : 'Notify me when a turn finishes or a tool waits, while I look elsewhere';
 }
 
 ui.notify.addEventListener('click', async () => {

@@ -26,19 +26,32 @@ const MODE_LABELS = /** @type {Record<string, string>} */ ({
  * @param {SessionInfo | undefined} info
  */
 export function renderPickers(info) {
-  const agent = agentOf(info);
+  offerChoices(ui.model, ui.permissionMode, agentOf(info), info?.model ?? '', info?.permission_mode ?? '');
+}
+
+/**
+ * Fills a model and a permission-mode picker with what `agent` offers (its own models, the
+ * modes this server allows) and shows `model` and `mode` in them.
+ * @param {HTMLSelectElement} modelSelect
+ * @param {HTMLSelectElement} modeSelect
+ * @param {import('./state.js').Agent | undefined} agent
+ * @param {string} model
+ * @param {string} mode
+ */
+export function offerChoices(modelSelect, modeSelect, agent, model, mode) {
   const models = (agent?.models ?? []).filter((m) => m.id !== 'default');
-  setOptions(ui.model, [
+  setOptions(modelSelect, [
     ['', 'Default model', ''],
     ...models.map((m) => /** @type {[string, string, string]} */ ([m.id, m.name ?? m.id, m.description ?? ''])),
   ]);
-  setOptions(ui.permissionMode, [
+  setOptions(modeSelect, [
     ['', 'Default permissions', ''],
-    ...(agent?.modes ?? []).map((m) => /** @type {[string, string, string]} */ ([m, MODE_LABELS[m] ?? m, ''])),
+    // An ACP agent's modes are its own, named by their ids.
+    ...(agent?.modes ?? []).map((m) => /** @type {[string, string, string]} */ ([m, (agent?.kind !== 'acp' && MODE_LABELS[m]) || m, ''])),
   ]);
   for (const [select, value] of /** @type {[HTMLSelectElement, string][]} */ ([
-    [ui.model, info?.model ?? ''],
-    [ui.permissionMode, info?.permission_mode ?? ''],
+    [modelSelect, model],
+    [modeSelect, mode],
   ])) {
     // What the conversation runs with shows even when no longer offered.
     if (value && ![...select.options].some((o) => o.value === value)) {
@@ -52,7 +65,7 @@ export function renderPickers(info) {
  * The agent a conversation runs, or would run (the one chosen for it, else the default).
  * @param {SessionInfo | undefined} info
  */
-function agentOf(info) {
+export function agentOf(info) {
   const name = info?.backend ?? (info ? state.newOptions.get(info.agent_id)?.agent : null);
   return state.agents.find((a) => a.name === name) ?? state.agents.find((a) => a.default) ?? state.agents[0];
 }

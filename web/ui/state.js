@@ -95,6 +95,8 @@
  * @property {string | null} cron
  * @property {number | null} every_secs
  * @property {'same' | 'new'} mode
+ * @property {{cwd?: string, model?: string, permission_mode?: string} | null} [options] what its
+ *   runs send with their chat
  * @property {boolean} enabled
  * @property {string | null} next_run_at
  * @property {{agent_id: string, outcome: string, at: string, detail?: string} | null} last_run
