@@ -70,6 +70,8 @@ export class ClientError extends Error {
  *   been delivered since: the conversation did not exist yet (it may by now).
  * @property {number} retries Re-subscribes tried since it was unknown.
  * @property {boolean} warm The next `subscribe` asks the server to start the agent (`warm`).
+ * @property {boolean} fresh Known not to exist yet: not subscribed to until it does (its first
+ *   `chat` from here is acknowledged, or {@link AgentmuxClient#follow} says so).
  * @property {ReturnType<typeof setTimeout> | undefined} retryTimer
  */
 
@@ -214,26 +216,42 @@ export class AgentmuxClient {
    * subscription have all been delivered (what follows is live). Returns a function that stops
    * following. With `warm`, the server is asked to start the conversation's agent in the
    * background, so that a message typed next skips its start-up (once, not on reconnects).
+   * With `fresh`, the conversation is known not to exist yet (a new one): nothing is asked of
+   * the server until it does. Its first `chat` from this client makes the server send its
+   * frames here; one started elsewhere is followed once {@link AgentmuxClient#follow} is called.
    * @param {string} agentId
    * @param {FrameListener} listener
-   * @param {{onReplayed?: () => void, warm?: boolean}} [options]
+   * @param {{onReplayed?: () => void, warm?: boolean, fresh?: boolean}} [options]
    * @returns {() => void}
    */
   open(agentId, listener, options = {}) {
     const conversation = this.conversation(agentId);
     conversation.listeners.add(listener);
     if (options.warm) conversation.warm = true;
+    if (options.fresh && conversation.lastSeq === 0) conversation.fresh = true;
     const replayed = options.onReplayed;
     if (replayed) conversation.onReplayed.add(replayed);
-    if (conversation.listeners.size === 1) this.subscribe(agentId, conversation);
+    if (conversation.listeners.size === 1 && !conversation.fresh) this.subscribe(agentId, conversation);
     return () => {
       conversation.listeners.delete(listener);
       if (replayed) conversation.onReplayed.delete(replayed);
       if (conversation.listeners.size === 0) {
         clearTimeout(conversation.retryTimer);
-        this.send({ type: 'unsubscribe', agent_id: agentId });
+        if (!conversation.fresh) this.send({ type: 'unsubscribe', agent_id: agentId });
       }
     };
+  }
+
+  /**
+   * Follows a conversation opened as `fresh` that exists now (started elsewhere: another tab,
+   * a schedule); nothing for any other.
+   * @param {string} agentId
+   */
+  follow(agentId) {
+    const conversation = this.conversations.get(agentId);
+    if (!conversation?.fresh) return;
+    conversation.fresh = false;
+    if (conversation.listeners.size > 0) this.subscribe(agentId, conversation);
   }
 
   /**
@@ -261,7 +279,17 @@ export class AgentmuxClient {
     // a chatting socket only from the chat's own message on).
     if (conversation.unknown && conversation.listeners.size > 0) this.subscribe(agentId, conversation);
     return new Promise((resolve, reject) => {
-      this.pending.set(clientMsgId, { resolve, reject });
+      this.pending.set(clientMsgId, {
+        // Acknowledged, it exists; cut off, it may: either way it is followed from now on.
+        resolve: (ack) => {
+          conversation.fresh = false;
+          resolve(ack);
+        },
+        reject: (err) => {
+          if (err.code === 'disconnected') conversation.fresh = false;
+          reject(err);
+        },
+      });
       this.send({
         type: 'chat',
         agent_id: agentId,
@@ -306,6 +334,7 @@ export class AgentmuxClient {
         unknown: false,
         retries: 0,
         warm: false,
+        fresh: false,
         retryTimer: undefined,
       };
       this.conversations.set(agentId, conversation);
@@ -385,7 +414,7 @@ export class AgentmuxClient {
     if (this.activityListeners.size > 0) this.send({ type: 'watch' });
     if (this.presenceFrame) this.send(this.presenceFrame);
     for (const [agentId, conversation] of this.conversations) {
-      if (conversation.listeners.size > 0) this.subscribe(agentId, conversation);
+      if (conversation.listeners.size > 0 && !conversation.fresh) this.subscribe(agentId, conversation);
     }
     const outbox = this.outbox.splice(0);
     for (const text of outbox) this.socket?.send(text);
@@ -479,6 +508,7 @@ export class AgentmuxClient {
     if ('seq' in frame && typeof frame.seq === 'number' && frame.message_type !== 'ack') {
       if (frame.seq <= conversation.lastSeq) return;
       conversation.lastSeq = frame.seq;
+      conversation.fresh = false;
       conversation.unknown = false;
       conversation.retries = 0;
       clearTimeout(conversation.retryTimer);

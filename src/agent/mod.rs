@@ -428,6 +428,19 @@ pub struct Supports {
     pub known: bool,
 }
 
+/// A model an agent offers, as it names and describes it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct AgentModel {
+    /// What `options.model` gives to pick it.
+    pub id: String,
+    /// Its name for people, when the agent gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What the agent says of it (what it is good at, its price), when it says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
 /// Something that can start agents.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -460,6 +473,13 @@ pub trait Backend: Send + Sync + 'static {
             .iter()
             .map(|m| (*m).to_owned())
             .collect()
+    }
+
+    /// The models `options.model` may name, as the agent lists them (the Claude CLI: its
+    /// `initialize` answer, asked once if no conversation has started it yet; an ACP agent:
+    /// its latest session's); empty when it does not say.
+    async fn models(&self) -> Vec<AgentModel> {
+        Vec::new()
     }
 
     /// Starts an agent for a conversation. It returns at once: a backend that needs time to

@@ -10,7 +10,7 @@ use super::acp::{AcpBackend, AcpSettings};
 use super::claude::{ClaudeBackend, ClaudeSettings, check_bin};
 use super::demo::DemoBackend;
 use super::pool::Pool;
-use super::{AgentCheck, Backend, Supports};
+use super::{AgentCheck, AgentModel, Backend, Supports};
 use crate::config::{AgentDef, AgentKind, BackendKind, Config};
 
 pub use crate::protocol::{MAX_AGENT_NAME_CHARS, valid_agent_name};
@@ -26,8 +26,13 @@ pub struct AgentInfo {
     pub default: bool,
     /// What it can do.
     pub supports: Supports,
-    /// The permission modes a chat may pick (empty while an ACP agent has not said yet).
+    /// The permission modes a chat may pick on this server (empty while an ACP agent has not
+    /// said yet): those that run tools without asking only where `agent.allow_bypass_permissions`
+    /// allows them.
     pub modes: Vec<String>,
+    /// The models a chat may pick (`options.model`), as the agent lists them; empty when it
+    /// does not say (then any name is passed on).
+    pub models: Vec<AgentModel>,
 }
 
 struct Entry {
@@ -39,6 +44,8 @@ struct Entry {
 pub struct Agents {
     default: String,
     entries: BTreeMap<String, Entry>,
+    /// Whether modes that run tools without asking may be picked.
+    allow_unattended: bool,
 }
 
 impl Agents {
@@ -49,6 +56,7 @@ impl Agents {
         Agents {
             default: name.to_owned(),
             entries,
+            allow_unattended: false,
         }
     }
 
@@ -117,7 +125,11 @@ impl Agents {
                 entries.keys().cloned().collect::<Vec<_>>().join(", ")
             );
         }
-        Ok(Agents { default, entries })
+        Ok(Agents {
+            default,
+            entries,
+            allow_unattended: config.agent.allow_bypass_permissions,
+        })
     }
 
     fn build(
@@ -230,17 +242,27 @@ impl Agents {
         });
     }
 
-    /// Every agent, by name.
-    pub fn list(&self) -> Vec<AgentInfo> {
-        self.entries
-            .iter()
-            .map(|(name, entry)| AgentInfo {
+    /// The names of the agents.
+    pub fn names(&self) -> Vec<String> {
+        self.entries.keys().cloned().collect()
+    }
+
+    /// Every agent, by name, with the modes this server lets a chat pick and the models it
+    /// offers (an agent that has not said yet is asked, all at once).
+    pub async fn list(&self) -> Vec<AgentInfo> {
+        let listed = self.entries.iter().map(|(name, entry)| async move {
+            let backend = &entry.backend;
+            let mut modes = backend.modes();
+            modes.retain(|m| self.allow_unattended || !backend.unattended_mode(m));
+            AgentInfo {
                 name: name.clone(),
                 kind: entry.kind,
                 default: *name == self.default,
-                supports: entry.backend.supports(),
-                modes: entry.backend.modes(),
-            })
-            .collect()
+                supports: backend.supports(),
+                modes,
+                models: backend.models().await,
+            }
+        });
+        futures_util::future::join_all(listed).await
     }
 }

@@ -66,6 +66,7 @@ const ASSETS: &[Asset] = &[
     asset!("ui/format.js", JS),
     asset!("ui/header.js", JS),
     asset!("ui/notifications.js", JS),
+    asset!("ui/permissions.js", JS),
     asset!("ui/projects.js", JS),
     asset!("ui/push.js", JS),
     asset!("ui/schedules.js", JS),

@@ -344,7 +344,7 @@ async fn agents(config: &Config, report: &mut Report) {
             return;
         }
     };
-    let names: Vec<String> = agents.list().into_iter().map(|a| a.name).collect();
+    let names: Vec<String> = agents.names();
     report.ok(
         "agents",
         format!("{} (default {})", names.join(", "), agents.default_name()),

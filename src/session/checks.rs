@@ -61,7 +61,7 @@ impl Manager {
             .clone()
             .unwrap_or_else(|| agents.default_name().to_owned());
         if agents.get(&name).is_none() {
-            let known: Vec<String> = agents.list().into_iter().map(|a| a.name).collect();
+            let known: Vec<String> = agents.names();
             return Err(SessionError::new(
                 ErrorCode::InvalidOptions,
                 format!(

@@ -396,7 +396,15 @@ impl Manager {
         {
             self.drop_worktree(session_id, worktree).await;
         }
-        forked
+        let mut forked = forked?;
+        // Titled as what it is, so that the two are told apart in any list.
+        if let Some(title) = forked.title.as_deref().map(fork_title) {
+            match store.rename_session(forked.row, &title).await {
+                Ok(()) => forked.title = Some(title),
+                Err(err) => tracing::warn!(error = %err, "titling a fork failed"),
+            }
+        }
+        Ok(forked)
     }
 
     /// Deletes a conversation: a running turn is abandoned and its agent stopped, every stored
@@ -491,4 +499,12 @@ impl Manager {
             }
         }
     }
+}
+
+/// A fork's title: its source's, marked ` (fork)`, within [`super::MAX_TITLE_CHARS`].
+fn fork_title(source: &str) -> String {
+    const MARK: &str = " (fork)";
+    let room = super::MAX_TITLE_CHARS - MARK.chars().count();
+    let base: String = source.chars().take(room).collect();
+    format!("{}{MARK}", base.trim_end())
 }

@@ -274,9 +274,9 @@ impl Manager {
     }
 
     /// The agents conversations can run, and the name of the default one.
-    pub fn agents(&self) -> (Vec<AgentInfo>, String) {
+    pub async fn agents(&self) -> (Vec<AgentInfo>, String) {
         let agents = &self.shared.agents;
-        (agents.list(), agents.default_name().to_owned())
+        (agents.list().await, agents.default_name().to_owned())
     }
 
     /// The node that runs each of `records` now (its lease holder), in order; None for one

@@ -989,7 +989,18 @@ impl Shared {
                     "agents": [],
                     "output_style": "default",
                     "available_output_styles": ["default"],
-                    "models": [],
+                    // As 2.1.330 lists them (fewer fields).
+                    "models": [
+                        {"value": "default", "resolvedModel": "claude-opus-5-5",
+                         "displayName": "Default (recommended)",
+                         "description": "Use the default model (currently Opus 5.5)"},
+                        {"value": "sonnet", "resolvedModel": "claude-sonnet-5-5",
+                         "displayName": "Sonnet",
+                         "description": "Sonnet 5.5 · Efficient for routine tasks"},
+                        {"value": "haiku", "resolvedModel": "claude-haiku-5-5",
+                         "displayName": "Haiku",
+                         "description": "Haiku 5.5 · Fastest for quick answers"},
+                    ],
                     "account": {
                         "apiKeySource": self.cfg.api_key_source,
                         "apiProvider": "firstParty",

@@ -233,6 +233,9 @@ async fn an_acp_conversation_streams_stores_and_remembers() {
     assert_eq!(fake["supports"]["known"], true);
     assert_eq!(fake["supports"]["resume"], true);
     assert_eq!(fake["supports"]["modes"], true);
+    // The models of its session's `model` option, by value and name.
+    assert_eq!(fake["models"][3]["id"], "sonnet", "{fake}");
+    assert!(fake["models"][3]["name"].is_string(), "{fake}");
     let db = server.stop_and_open_db().await;
     let (sdk,): (Option<String>,) =
         sqlx::query_as("SELECT sdk_session_id FROM session_info WHERE agent_id = 'a1'")
@@ -994,8 +997,8 @@ async fn an_agents_own_modes_are_picked_and_others_refused() {
     let (_, agents) = rest.get("/api/agents").await;
     assert_eq!(
         modes(&agents, "fake"),
-        ["default", "autoEdit", "yolo", "plan"],
-        "the modes the agent offered"
+        ["default", "autoEdit", "plan"],
+        "the modes the agent offered, but `yolo`: it runs tools unasked, which this server refuses"
     );
     setup.assert_called("mode autoEdit");
     turn_with(&mut c, "g1", "next", json!({"permission_mode": "plan"})).await;

@@ -291,6 +291,36 @@ async fn fork_is_isolated_both_ways() {
         .await;
     assert_eq!(status, 201);
     assert_eq!(whole["turn_count"], 3);
+    // Each titled as a fork of its source, and found by that word; the source keeps its title.
+    assert_eq!(whole["title"], "shared start (fork)");
+    let (_, branch) = rest.get("/api/sessions/branch").await;
+    assert_eq!(branch["title"], "shared start (fork)");
+    let (_, orig) = rest.get("/api/sessions/orig").await;
+    assert_eq!(orig["title"], "shared start");
+    let (_, found) = rest.get("/api/sessions?q=fork").await;
+    let found: Vec<&str> = found["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["agent_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(found.len(), 2, "{found:?}");
+    let long = "x".repeat(200);
+    let (status, _) = rest
+        .patch("/api/sessions/orig", json!({"title": long}))
+        .await;
+    assert_eq!(status, 200);
+    let (_, fork) = rest
+        .post(
+            "/api/sessions/orig/fork",
+            json!({"new_agent_id": "branch3"}),
+        )
+        .await;
+    let title = fork["title"].as_str().unwrap();
+    assert!(
+        title.ends_with("x (fork)") && title.chars().count() == 200,
+        "{title}"
+    );
     let w = turn(&mut c, "branch2", "later").await;
     assert_eq!(reply_text(&w), "Echo: later (turn 4)");
     let (status, err) = rest

@@ -4,6 +4,7 @@
 mod acp;
 mod acp_real;
 mod activity;
+mod agent_choices;
 mod backup;
 mod bench;
 mod bodies;

@@ -29,7 +29,6 @@ test('schedules are created, run, marked, paused, edited and deleted from the pa
 
   // A zero interval is refused by the server, and its typed error shown.
   await field('Name').fill('Heartbeat');
-  await field('Conversation').fill('ui-sched');
   await field('Prompt').fill('ping');
   await field('Interval or cron expression').fill('0');
   await dialog.getByRole('button', { name: 'Create' }).click();

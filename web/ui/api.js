@@ -6,7 +6,7 @@
 
 import { AgentmuxClient, defaultUrl } from '../client.js';
 import { ui } from './dom.js';
-import { TOKEN_KEY, state } from './state.js';
+import { CURRENT_KEY, DRAFT_PREFIX, SESSIONS_KEY, TOKEN_KEY, state } from './state.js';
 
 /** What the sign-in form says when the server refused the token it was sent. */
 const REFUSED = 'That token was not accepted.';
@@ -28,6 +28,7 @@ function authHeaders() {
  */
 function signIn(message = '') {
   sessionStorage.removeItem(TOKEN_KEY);
+  ui.signOut.hidden = true;
   ui.signInError.textContent = message;
   ui.signIn.hidden = false;
   ui.token.focus();
@@ -40,6 +41,7 @@ ui.signIn.addEventListener('submit', (event) => {
   const token = ui.token.value.trim();
   if (!token) return;
   sessionStorage.setItem(TOKEN_KEY, token);
+  ui.signOut.hidden = false;
   ui.token.value = '';
   ui.signIn.hidden = true;
   state.signedIn = null;
@@ -79,9 +81,9 @@ async function socketUrl() {
  * @returns {Promise<Response>}
  */
 export async function api(path, init = {}) {
-  const { json, ...rest } = init;
+  const { json, headers: extra, ...rest } = init;
   /** @type {Record<string, string>} */
-  const headers = { accept: 'application/json', ...authHeaders() };
+  const headers = { accept: 'application/json', ...authHeaders(), .../** @type {Record<string, string>} */ (extra ?? {}) };
   if (json !== undefined) headers['content-type'] = 'application/json';
   const token = sessionStorage.getItem(TOKEN_KEY);
   const response = await fetch(path, {
@@ -105,6 +107,21 @@ export async function apiError(response) {
     return `HTTP ${response.status}`;
   }
 }
+
+/**
+ * Signs out: this tab forgets its token, and this browser what it kept of the conversations
+ * (their list, the one open, drafts); the page starts again at the sign-in form.
+ */
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  for (const key of Object.keys(localStorage)) {
+    if (key === SESSIONS_KEY || key === CURRENT_KEY || key.startsWith(DRAFT_PREFIX)) localStorage.removeItem(key);
+  }
+  location.replace(location.pathname);
+}
+
+ui.signOut.hidden = !sessionStorage.getItem(TOKEN_KEY);
+ui.signOut.addEventListener('click', signOut);
 
 /** The socket every conversation of the page shares. */
 export const client = new AgentmuxClient({ url: socketUrl });

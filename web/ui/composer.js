@@ -67,8 +67,9 @@ export function send() {
   if (!text.trim() && state.attachments.length === 0) return;
   if (!state.current) startSession();
   const agentId = /** @type {string} */ (state.current);
-  const content = state.attachments.length
-    ? [...(text.trim() ? [{ type: /** @type {const} */ ('text'), text }] : []), ...state.attachments]
+  const images = state.attachments;
+  const content = images.length
+    ? [...(text.trim() ? [{ type: /** @type {const} */ ('text'), text }] : []), ...images]
     : text;
   state.attachments = [];
   renderAttachments();
@@ -89,6 +90,19 @@ export function send() {
   const hasOptions = Object.keys(options).length > 0;
   client.chat(agentId, content, hasOptions ? { options } : {}).catch((err) => {
     notice(agentId, `Not sent: ${err.message}`);
+    // Refused: nothing was stored, so what was typed comes back to be fixed and sent again
+    // (unless something else was typed meanwhile). Cut off, it may have been stored: the
+    // conversation's frames tell.
+    if (err.code === 'disconnected') return;
+    if (state.current === agentId && !ui.input.value && state.attachments.length === 0) {
+      ui.input.value = text;
+      state.attachments = images;
+      renderAttachments();
+      autosize();
+      saveDraft(agentId);
+    } else if (state.current !== agentId && !localStorage.getItem(DRAFT_PREFIX + agentId)) {
+      localStorage.setItem(DRAFT_PREFIX + agentId, text);
+    }
   });
 }
 
@@ -105,8 +119,17 @@ ui.composer.addEventListener('submit', (event) => {
   event.preventDefault();
   send();
 });
+/** A touch screen: its keyboard's Enter makes a new line, Send sends. */
+const touch = window.matchMedia('(pointer: coarse)');
+
+function renderPlaceholder() {
+  ui.input.placeholder = touch.matches ? 'Message' : 'Message (Enter sends, Shift+Enter for a new line, Esc stops)';
+}
+renderPlaceholder();
+touch.addEventListener('change', renderPlaceholder);
+
 ui.input.addEventListener('keydown', (event) => {
-  if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+  if (event.key === 'Enter' && !event.shiftKey && !event.isComposing && !touch.matches) {
     event.preventDefault();
     send();
   }

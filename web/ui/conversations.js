@@ -13,7 +13,7 @@ import { plainTitle } from './format.js';
 import { renderControls, renderHeader } from './header.js';
 import { clearAttention, renderTabTitle } from './notifications.js';
 import { sendPresence } from './push.js';
-import { closeSidebar, fromApi, renderSidebar, saveLocalSessions, sortedSessions } from './sidebar.js';
+import { closeSidebar, fromApi, refreshSessions, renderSidebar, saveLocalSessions, sortedSessions } from './sidebar.js';
 import { CURRENT_KEY, DRAFT_PREFIX, state } from './state.js';
 import { View, notice } from './view.js';
 
@@ -49,8 +49,11 @@ export function openSession(agentId) {
   }
   let view = state.views.get(agentId);
   if (!view) {
-    view = new View(agentId);
+    const info = state.sessions.get(agentId);
+    const known = info?.stored || !state.sessionsApi || client.lastSeq(agentId) > 0;
+    view = new View(agentId, !known);
     state.views.set(agentId, view);
+    if (!known && !state.newOptions.has(agentId) && !info?.fresh) confirm(agentId);
   }
   ui.messages.replaceChildren(view.root);
   view.scrollToEnd();
@@ -65,6 +68,44 @@ export function openSession(agentId) {
 }
 
 /**
+ * Asks the server whether a conversation this page has not seen listed exists (one named by
+ * the address, remembered from an earlier visit, or this browser's own list): it is followed
+ * when it does; when it does not, it is a new conversation, whatever this browser remembered of
+ * it (another server's, or one deleted meanwhile).
+ * @param {string} agentId
+ */
+async function confirm(agentId) {
+  await refreshSessions();
+  let exists = !!state.sessions.get(agentId)?.stored || !state.sessionsApi;
+  // Not among the newest: asked for by itself, unless the list was all of them.
+  if (!exists && !state.listedAll) {
+    try {
+      const response = await api(`/api/sessions/${encodeURIComponent(agentId)}`);
+      if (response.ok) {
+        const known = state.sessions.get(agentId);
+        if (known) Object.assign(known, fromApi(await response.json()));
+      }
+      exists = response.ok || response.status !== 404;
+    } catch {
+      // Offline: followed as before, the socket tells.
+      exists = true;
+    }
+  }
+  if (exists) {
+    client.follow(agentId);
+    return;
+  }
+  const info = state.sessions.get(agentId);
+  if (info) {
+    const now = new Date().toISOString();
+    state.sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now, fresh: true });
+    saveLocalSessions();
+  }
+  renderSidebar();
+  if (state.current === agentId) renderHeader();
+}
+
+/**
  * Starts a new conversation, in project directory `cwd` and run by agent `agent` when given,
  * in a worktree of its own or not when `worktree` says (sent as `options.cwd`,
  * `options.agent` and `options.worktree` with its first message).
@@ -74,9 +115,10 @@ export function openSession(agentId) {
  */
 export function startSession(cwd = null, agent = null, worktree = null) {
   const agentId = `web-${randomId()}`;
+  const now = new Date().toISOString();
+  state.sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now, fresh: true });
   if (cwd || agent) {
-    const now = new Date().toISOString();
-    state.sessions.set(agentId, { agent_id: agentId, title: '', created_at: now, last_active_at: now, cwd, backend: agent });
+    Object.assign(state.sessions.get(agentId) ?? {}, { cwd, backend: agent });
     state.newOptions.set(agentId, { cwd, agent, worktree });
   }
   openSession(agentId);
@@ -107,10 +149,18 @@ async function renameCurrent() {
 async function deleteCurrent() {
   const agentId = state.current;
   if (!agentId) return;
-  const title = plainTitle(state.sessions.get(agentId)?.title ?? '') || 'this session';
+  const info = state.sessions.get(agentId);
+  const title = plainTitle(info?.title ?? '') || 'New session';
+  // Titles repeat (a fork keeps its source's): its id, place, size and age tell which it is.
+  const facts = [
+    agentId,
+    info?.cwd && state.projects.some((p) => info.cwd?.startsWith(p.path)) ? `in ${info.cwd}` : '',
+    typeof info?.message_count === 'number' ? `${info.message_count} messages` : '',
+    info?.last_active_at ? `last active ${new Date(info.last_active_at).toLocaleString()}` : '',
+  ].filter(Boolean);
   const ok = await ask({
-    title: `Delete “${title}”?`,
-    text: 'The conversation and all its messages are removed for good.',
+    title: `Delete the conversation “${title}”?`,
+    text: `“${title}” (${facts.join(', ')}) is removed with all its messages${info?.worktree ? ' and its worktree' : ''}, for good. Other conversations, its forks among them, stay.`,
     ok: 'Delete',
     danger: true,
   });
@@ -168,6 +218,29 @@ async function exportCurrent() {
 }
 
 /**
+ * Imports an export (a `.jsonl` file) as a new conversation, and opens it.
+ * @param {File} file
+ */
+async function importExport(file) {
+  const agentId = `import-${randomId()}`;
+  const response = await api(`/api/sessions/import?agent_id=${encodeURIComponent(agentId)}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-ndjson' },
+    body: file,
+  });
+  if (!response.ok) {
+    const why = await apiError(response);
+    if (state.current) notice(state.current, `Not imported: ${file.name}: ${why}`);
+    return;
+  }
+  /** @type {ApiSession} */
+  const body = await response.json();
+  state.sessions.set(agentId, fromApi(body));
+  saveLocalSessions();
+  openSession(agentId);
+}
+
+/**
  * Goes back to the end of a turn: later messages are dropped and the agent forgets them.
  * @param {string} agentId
  * @param {number | undefined} seq the turn's `result`
@@ -217,3 +290,9 @@ export async function forkFrom(agentId, seq) {
 ui.rename.addEventListener('click', renameCurrent);
 ui.deleteButton.addEventListener('click', deleteCurrent);
 ui.exportButton.addEventListener('click', exportCurrent);
+ui.importButton.addEventListener('click', () => ui.importFile.click());
+ui.importFile.addEventListener('change', () => {
+  const file = ui.importFile.files?.[0];
+  ui.importFile.value = '';
+  if (file) importExport(file);
+});

@@ -5,6 +5,7 @@
  * feed of every conversation), and shows a system notification when the user allowed them.
  */
 
+import { client } from './api.js';
 import { openSession } from './conversations.js';
 import { ui } from './dom.js';
 import { plainTitle } from './format.js';
@@ -62,6 +63,8 @@ export function clearAttention(agentId) {
  */
 export function onActivity(frame) {
   const agentId = frame.agent_id;
+  // A conversation opened here before it existed has been started elsewhere: follow it.
+  if (state.views.has(agentId)) client.follow(agentId);
   if (frame.activity === 'turn_started') state.running.add(agentId);
   if (frame.activity === 'turn_ended') state.running.delete(agentId);
   const news =
@@ -105,14 +108,17 @@ function notificationsOn() {
 }
 
 export function renderNotifyButton() {
-  const supported = typeof Notification !== 'undefined';
+  const supported = typeof Notification !== 'undefined' && window.isSecureContext;
   ui.notify.disabled = !supported || Notification.permission === 'denied';
   ui.notify.setAttribute('aria-pressed', String(supported && notificationsOn()));
-  ui.notify.title = !supported
-    ? 'This browser has no notifications'
-    : Notification.permission === 'denied'
-      ? 'Notifications are blocked for this site in the browser'
-      : 'Notify me when a turn finishes or a tool waits, while I look elsewhere';
+  ui.notify.textContent = window.isSecureContext ? 'Notifications' : 'Notifications need HTTPS';
+  ui.notify.title = !window.isSecureContext
+    ? 'Browsers notify only pages served over HTTPS (or from this computer): open agentmux at its https:// address'
+    : !supported
+      ? 'This browser has no notifications'
+      : Notification.permission === 'denied'
+        ? 'Notifications are blocked for this site in the browser'
+        : 'Notify me when a turn finishes or a tool waits, while I look elsewhere';
 }
 
 ui.notify.addEventListener('click', async () => {

@@ -37,7 +37,7 @@ export async function loadAgents() {
   try {
     const response = await api('/api/agents');
     if (!response.ok) return;
-    /** @type {{default: string, agents: {name: string, kind: string, modes?: string[], supports?: {known?: boolean}}[]}} */
+    /** @type {{default: string, agents: (import('./state.js').Agent & {supports?: {known?: boolean}})[]}} */
     const body = await response.json();
     // The built-in demo agent is offered only where it is the default: beside a real agent it
     // would turn every "New session" into a question nobody needs.
@@ -82,7 +82,14 @@ function chooseProject() {
     }),
     new Option('No project (a workspace of its own)', ''),
   );
-  ui.project.value = last && state.projects.some((p) => p.path === last) ? last : state.projects[0]?.path ?? '';
+  // The project last used (a folder deeper in it too), else the most recently active one; a
+  // root itself only when chosen.
+  const within = last ? containing(last) : undefined;
+  const recent = state.projects
+    .filter((p) => !isRoot(p) && p.last_active_at)
+    .sort((a, b) => (b.last_active_at ?? '').localeCompare(a.last_active_at ?? ''))[0];
+  ui.project.value = within?.path ?? recent?.path ?? '';
+  ui.subdir.value = within && last ? last.slice(within.path.replace(/\/$/, '').length + 1) : '';
   ui.projectField.hidden = state.projects.length === 0;
   ui.agent.replaceChildren(...state.agents.map((a) => new Option(`${a.name} (${a.kind})`, a.name)));
   ui.agentField.hidden = state.agents.length <= 1;
@@ -94,6 +101,32 @@ function chooseProject() {
 /** The chosen project, if it is one of the server's. */
 function chosenProject() {
   return state.projects.find((p) => p.path === ui.project.value);
+}
+
+/**
+ * Whether a listed directory is a root itself (no other listed directory holds it).
+ * @param {Project} project
+ */
+function isRoot(project) {
+  return !state.projects.some((p) => p !== project && project.path.startsWith(`${p.path.replace(/\/$/, '')}/`));
+}
+
+/**
+ * The listed directory that is `dir` or holds it most closely.
+ * @param {string} dir
+ */
+function containing(dir) {
+  return state.projects
+    .filter((p) => dir === p.path || dir.startsWith(`${p.path.replace(/\/$/, '')}/`))
+    .sort((a, b) => b.path.length - a.path.length)[0];
+}
+
+/** The directory chosen to work in: the project, and the folder inside it when one is typed. */
+function chosenCwd() {
+  const project = ui.project.value;
+  const inside = ui.subdir.value.trim().replace(/^\/+|\/+$/g, '');
+  if (!project || !inside) return project;
+  return `${project.replace(/\/$/, '')}/${inside}`;
 }
 
 /**
@@ -109,11 +142,12 @@ function projectChosen() {
   ui.cliStatus.textContent = '';
   ui.projectCli.disabled = !ui.project.value;
   ui.projectCli.hidden = state.projects.length === 0;
+  ui.subdir.disabled = !ui.project.value;
 }
 
 /** Lists the chosen project's CLI sessions in the dialog, each with an Import (or Open) button. */
 async function showCliSessions() {
-  const cwd = ui.project.value;
+  const cwd = chosenCwd();
   if (!cwd) return;
   ui.cliSessions.hidden = false;
   ui.cliList.replaceChildren();
@@ -123,7 +157,7 @@ async function showCliSessions() {
     if (!response.ok) throw new Error(await apiError(response));
     /** @type {{sessions: CliSession[]}} */
     const body = await response.json();
-    if (ui.project.value !== cwd) return;
+    if (chosenCwd() !== cwd) return;
     const now = Date.now();
     ui.cliStatus.textContent = body.sessions.length
       ? `${body.sessions.length} Claude CLI session${body.sessions.length === 1 ? '' : 's'} in ${projectName(cwd)}`
@@ -181,12 +215,15 @@ async function importCliSession(cwd, cli, action) {
 }
 
 ui.newSession.addEventListener('click', newSession);
-ui.project.addEventListener('change', projectChosen);
+ui.project.addEventListener('change', () => {
+  ui.subdir.value = '';
+  projectChosen();
+});
 ui.projectCli.addEventListener('click', showCliSessions);
 ui.projectCancel.addEventListener('click', () => ui.projectDialog.close());
 ui.projectForm.addEventListener('submit', (event) => {
   event.preventDefault();
-  const cwd = ui.project.value || null;
+  const cwd = chosenCwd() || null;
   const agent = state.agents.length > 1 ? ui.agent.value || null : null;
   const worktree = chosenProject()?.git ? ui.worktree.checked : null;
   ui.projectDialog.close();

@@ -38,7 +38,7 @@ export function startWorker(open) {
 
 /** Whether this browser can do Web Push at all. */
 function supported() {
-  return 'serviceWorker' in navigator && 'PushManager' in window && typeof Notification !== 'undefined';
+  return window.isSecureContext && 'serviceWorker' in navigator && 'PushManager' in window && typeof Notification !== 'undefined';
 }
 
 /** The news ticked in the dialog. */
@@ -56,7 +56,8 @@ function render() {
   ui.pushToggle.textContent = on ? 'Turn off on this device' : 'Enable on this device';
   ui.pushToggle.disabled = !supported();
   ui.pushTest.disabled = !on;
-  if (!supported()) say('This browser has no Web Push. On an iPhone, add agentmux to the Home Screen and open it from there.');
+  if (!window.isSecureContext) say('Push needs this page over HTTPS (or from this computer): open agentmux at its https:// address.');
+  else if (!supported()) say('This browser has no Web Push. On an iPhone, add agentmux to the Home Screen and open it from there.');
 }
 
 /**

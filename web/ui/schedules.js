@@ -5,9 +5,12 @@
  * conversation, for its mark in the sidebar.
  */
 
-import { api, apiError } from './api.js';
+import { randomId } from '../client.js';
+import { api, apiError, client } from './api.js';
 import { ask } from './dialogs.js';
 import { button, el, ui } from './dom.js';
+import { plainTitle } from './format.js';
+import { agentOf, offerChoices } from './settings.js';
 import { renderSidebar, scheduleSessionsRefresh } from './sidebar.js';
 import { state } from './state.js';
 
@@ -69,6 +72,49 @@ function renderSchedules() {
   );
 }
 
+/**
+ * Offers the conversations a schedule can run in (a new one first, then the sidebar's), the
+ * projects a new one can work in, and the models and modes of the agent it would run.
+ * @param {string} agentId the conversation to show chosen; `''`: a new one
+ * @param {Schedule['options']} [options]
+ */
+function renderTargets(agentId, options) {
+  const listed = [...state.sessions.values()].filter((s) => s.stored || client.lastSeq(s.agent_id) > 0);
+  ui.scheduleAgent.replaceChildren(
+    new Option('A new conversation', ''),
+    ...listed.map((s) => new Option(plainTitle(s.title) || s.agent_id, s.agent_id)),
+  );
+  if (agentId && !listed.some((s) => s.agent_id === agentId)) ui.scheduleAgent.append(new Option(agentId, agentId));
+  ui.scheduleAgent.value = agentId;
+  ui.scheduleProject.replaceChildren(
+    new Option('No project (a workspace of its own)', ''),
+    ...state.projects.map((p) => new Option(`${p.name} \u2014 ${p.path}`, p.path)),
+  );
+  ui.scheduleProject.value = options?.cwd ?? '';
+  renderTargetChoices(options?.model ?? '', options?.permission_mode ?? '');
+}
+
+/**
+ * A project is for a new conversation only; the pickers offer the chosen conversation's agent's
+ * choices.
+ * @param {string} model
+ * @param {string} mode
+ */
+function renderTargetChoices(model, mode) {
+  renderProjectField();
+  const agent = agentOf(state.sessions.get(ui.scheduleAgent.value));
+  offerChoices(ui.scheduleModel, ui.schedulePermission, agent, model, mode);
+}
+
+/** Whether the runs start conversations of their own, which a project applies to. */
+function startsConversations() {
+  return !ui.scheduleAgent.value || ui.scheduleMode.value === 'new';
+}
+
+function renderProjectField() {
+  ui.scheduleProjectField.hidden = !startsConversations() || state.projects.length === 0;
+}
+
 function resetScheduleForm() {
   state.editing = null;
   ui.scheduleForm.reset();
@@ -76,6 +122,7 @@ function resetScheduleForm() {
   ui.scheduleFormTitle.textContent = 'New schedule';
   ui.scheduleSave.textContent = 'Create';
   ui.scheduleAgent.disabled = false;
+  renderTargets('');
 }
 
 /** @param {Schedule} sc */
@@ -85,23 +132,42 @@ function editSchedule(sc) {
   ui.scheduleFormTitle.textContent = `Edit “${sc.name}”`;
   ui.scheduleSave.textContent = 'Save';
   ui.scheduleName.value = sc.name;
-  ui.scheduleAgent.value = sc.agent_id;
+  ui.scheduleMode.value = sc.mode;
+  renderTargets(sc.agent_id, sc.options);
+  ui.scheduleAgent.disabled = true;
   ui.scheduleContent.value = sc.content;
   ui.scheduleKind.value = sc.cron ? 'cron' : 'every';
   ui.scheduleWhen.value = sc.cron ?? String(sc.every_secs);
-  ui.scheduleMode.value = sc.mode;
   ui.scheduleName.focus();
+}
+
+/**
+ * The id of a new conversation for schedule `name`: its name in a few letters, made unique.
+ * @param {string} name
+ */
+function newAgentId(name) {
+  const words = name.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 40);
+  return `${words || 'schedule'}-${randomId().slice(0, 8)}`;
 }
 
 async function saveSchedule() {
   const when = ui.scheduleWhen.value.trim();
+  const existing = ui.scheduleAgent.value;
+  /** @type {Record<string, string>} */
+  const options = {};
+  const kept = state.schedules.find((sc) => sc.id === state.editing)?.options?.cwd;
+  if (startsConversations() && ui.scheduleProject.value) options.cwd = ui.scheduleProject.value;
+  else if (!startsConversations() && kept) options.cwd = kept;
+  if (ui.scheduleModel.value) options.model = ui.scheduleModel.value;
+  if (ui.schedulePermission.value) options.permission_mode = ui.schedulePermission.value;
   /** @type {Record<string, unknown>} */
   const body = {
     name: ui.scheduleName.value,
-    agent_id: ui.scheduleAgent.value.trim(),
     content: ui.scheduleContent.value,
     mode: ui.scheduleMode.value,
+    options,
   };
+  if (!state.editing) body.agent_id = existing || newAgentId(ui.scheduleName.value);
   if (ui.scheduleKind.value === 'cron') body.cron = when;
   else body.every_secs = Number(when);
   const response = state.editing
@@ -156,6 +222,8 @@ ui.openSchedules.addEventListener('click', () => {
 });
 ui.schedulesClose.addEventListener('click', () => ui.schedules.close());
 ui.scheduleReset.addEventListener('click', resetScheduleForm);
+ui.scheduleAgent.addEventListener('change', () => renderTargetChoices('', ''));
+ui.scheduleMode.addEventListener('change', renderProjectField);
 ui.scheduleKind.addEventListener('change', () => {
   ui.scheduleWhen.placeholder = ui.scheduleKind.value === 'cron' ? '0 8 * * 1-5' : '3600';
 });

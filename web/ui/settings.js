@@ -9,16 +9,51 @@ import { THEME_KEY, state } from './state.js';
 
 /** @typedef {import('./state.js').SessionInfo} SessionInfo */
 
+/** The Claude CLI's permission modes, as the pickers name them (others by their id). */
+const MODE_LABELS = /** @type {Record<string, string>} */ ({
+  default: 'Ask before tools (default)',
+  acceptEdits: 'Accept edits',
+  plan: 'Plan only',
+  dontAsk: 'Only pre-allowed tools',
+  manual: 'Manual',
+  bypassPermissions: 'Bypass permissions',
+  auto: 'Auto',
+});
+
 /**
- * Shows the conversation's model and permission mode in the pickers.
+ * Shows the conversation's model and permission mode in the pickers, offering what its agent
+ * offers: its own models, and the modes this server allows.
  * @param {SessionInfo | undefined} info
  */
 export function renderPickers(info) {
-  renderModeOptions(info);
+  offerChoices(ui.model, ui.permissionMode, agentOf(info), info?.model ?? '', info?.permission_mode ?? '');
+}
+
+/**
+ * Fills a model and a permission-mode picker with what `agent` offers (its own models, the
+ * modes this server allows) and shows `model` and `mode` in them.
+ * @param {HTMLSelectElement} modelSelect
+ * @param {HTMLSelectElement} modeSelect
+ * @param {import('./state.js').Agent | undefined} agent
+ * @param {string} model
+ * @param {string} mode
+ */
+export function offerChoices(modelSelect, modeSelect, agent, model, mode) {
+  const models = (agent?.models ?? []).filter((m) => m.id !== 'default');
+  setOptions(modelSelect, [
+    ['', 'Default model', ''],
+    ...models.map((m) => /** @type {[string, string, string]} */ ([m.id, m.name ?? m.id, m.description ?? ''])),
+  ]);
+  setOptions(modeSelect, [
+    ['', 'Default permissions', ''],
+    // An ACP agent's modes are its own, named by their ids.
+    ...(agent?.modes ?? []).map((m) => /** @type {[string, string, string]} */ ([m, (agent?.kind !== 'acp' && MODE_LABELS[m]) || m, ''])),
+  ]);
   for (const [select, value] of /** @type {[HTMLSelectElement, string][]} */ ([
-    [ui.model, info?.model ?? ''],
-    [ui.permissionMode, info?.permission_mode ?? ''],
+    [modelSelect, model],
+    [modeSelect, mode],
   ])) {
+    // What the conversation runs with shows even when no longer offered.
     if (value && ![...select.options].some((o) => o.value === value)) {
       select.append(new Option(value, value));
     }
@@ -27,19 +62,29 @@ export function renderPickers(info) {
 }
 
 /**
- * Offers the permission modes of the conversation's agent: an ACP agent's own, once the server
- * knows them, else the Claude CLI's.
+ * The agent a conversation runs, or would run (the one chosen for it, else the default).
  * @param {SessionInfo | undefined} info
  */
-function renderModeOptions(info) {
-  state.cliModeOptions ??= [...ui.permissionMode.options].map((o) => [o.value, o.text]);
+export function agentOf(info) {
   const name = info?.backend ?? (info ? state.newOptions.get(info.agent_id)?.agent : null);
-  const agent = state.agents.find((a) => a.name === name);
-  const own = agent?.kind === 'acp' && agent.modes?.length ? agent.modes : null;
-  const options = own ? [['', 'Default permissions'], ...own.map((m) => [m, m])] : state.cliModeOptions;
-  const have = [...ui.permissionMode.options].map((o) => o.value).join('\n');
-  if (have === options.map(([value]) => value).join('\n')) return;
-  ui.permissionMode.replaceChildren(...options.map(([value, text]) => new Option(text, value)));
+  return state.agents.find((a) => a.name === name) ?? state.agents.find((a) => a.default) ?? state.agents[0];
+}
+
+/**
+ * Replaces a picker's options with `options` (value, label, description), when they differ.
+ * @param {HTMLSelectElement} select
+ * @param {[string, string, string][]} options
+ */
+function setOptions(select, options) {
+  const have = [...select.options].map((o) => `${o.value}\n${o.text}`).join('\n');
+  if (have === options.map(([value, text]) => `${value}\n${text}`).join('\n')) return;
+  select.replaceChildren(
+    ...options.map(([value, text, description]) => {
+      const option = new Option(text, value);
+      if (description) option.title = description;
+      return option;
+    }),
+  );
 }
 
 /** The settings pickers apply from the next turn: remembered for the conversation. */

@@ -62,7 +62,9 @@ export function fromApi(s) {
     total_cost_usd: s.total_cost_usd,
     input_tokens: s.input_tokens,
     output_tokens: s.output_tokens,
+    message_count: s.message_count,
     attention: known?.attention ?? '',
+    stored: true,
   };
 }
 
@@ -88,8 +90,9 @@ export async function refreshSessions() {
       return;
     }
     if (!response.ok) return;
-    /** @type {{sessions: ApiSession[], total: number}} */
+    /** @type {{sessions: ApiSession[], total: number, next_before?: string | null}} */
     const body = await response.json();
+    state.listedAll = !body.next_before;
     // The server's list is the truth (deleted conversations go); the open one stays.
     // So do new sessions that only have a draft so far.
     const keep = [...state.sessions.values()].filter(

@@ -26,8 +26,11 @@
  * @property {number} [total_cost_usd] The conversation's total, from the server.
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
+ * @property {number} [message_count] Its stored messages, from the server.
  * @property {'' | 'done' | 'permission'} [attention] Something happened there while it was
  *   not on screen: a turn finished, or a tool waits for approval.
+ * @property {boolean} [stored] The server listed it: it exists there.
+ * @property {boolean} [fresh] Started in this page, or found not to exist: new.
  */
 
 /**
@@ -46,6 +49,7 @@
  * @property {number} [total_cost_usd]
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
+ * @property {number} [message_count]
  */
 
 /**
@@ -75,8 +79,10 @@
  */
 
 /**
- * An agent a new conversation can run, as `GET /api/agents` lists it.
- * @typedef {{name: string, kind: string, modes?: string[]}} Agent
+ * An agent a new conversation can run, as `GET /api/agents` lists it: the permission modes
+ * this server lets a chat pick, and the models the agent lists.
+ * @typedef {{name: string, kind: string, default?: boolean, modes?: string[],
+ *   models?: {id: string, name?: string, description?: string}[]}} Agent
  */
 
 /**
@@ -89,6 +95,8 @@
  * @property {string | null} cron
  * @property {number | null} every_secs
  * @property {'same' | 'new'} mode
+ * @property {{cwd?: string, model?: string, permission_mode?: string} | null} [options] what its
+ *   runs send with their chat
  * @property {boolean} enabled
  * @property {string | null} next_run_at
  * @property {{agent_id: string, outcome: string, at: string, detail?: string} | null} last_run
@@ -146,6 +154,8 @@ export const state = {
   // ---- the sidebar
   /** Whether `GET /api/sessions` exists on this server (unknown until asked). */
   sessionsApi: true,
+  /** Whether the server's last list held all of this principal's conversations. */
+  listedAll: false,
   /** @type {string[] | null} agent_ids matching the search box, newest first; null: no search */
   searchResults: null,
   /** Counts searches: an answer to an older one is dropped. */
@@ -185,10 +195,6 @@ export const state = {
   changesFor: null,
   /** Counts loads of the panel: an answer to an older one is dropped. */
   changesSerial: 0,
-
-  // ---- settings
-  /** @type {string[][] | null} the permission modes the page offers for the Claude CLI (and the demo agent) */
-  cliModeOptions: null,
 
   // ---- the composer
   /** @type {ImageBlock[]} images waiting in the composer, sent with the next message */

@@ -16,6 +16,7 @@ import { button, el, ui } from './dom.js';
 import { resultSummary, size, toolSummary } from './format.js';
 import { renderControls, renderHeader } from './header.js';
 import { needsAttention, renderTabTitle } from './notifications.js';
+import { isAlwaysAllowed, permissionCard, settleCard } from './permissions.js';
 import { renderSidebar, scheduleSessionsRefresh, touchSession } from './sidebar.js';
 import { state } from './state.js';
 
@@ -51,8 +52,11 @@ const FOLD_LINES = 30;
 
 /** One conversation's pane, kept while the page lives so switching back is instant. */
 export class View {
-  /** @param {string} agentId */
-  constructor(agentId) {
+  /**
+   * @param {string} agentId
+   * @param {boolean} fresh the conversation does not exist yet: there is nothing to replay
+   */
+  constructor(agentId, fresh) {
     this.agentId = agentId;
     this.root = el('div', 'conversation');
     /** @type {HTMLElement | null} the reply being streamed */
@@ -66,13 +70,14 @@ export class View {
     /** @type {Map<string, HTMLElement>} permission request id → its card */
     this.permissions = new Map();
     /** Set once the stored history has been delivered: later frames are news. */
-    this.live = false;
+    this.live = fresh;
     /** @type {string} model of the running turn, from its `system` `init` */
     this.turnModel = '';
     // A person opened it: the agent starts meanwhile, so a message typed next skips start-up.
     this.close = client.open(agentId, (frame) => this.onFrame(frame), {
       onReplayed: () => (this.live = true),
-      warm: true,
+      warm: !fresh,
+      fresh,
     });
   }
 
@@ -113,6 +118,8 @@ export class View {
         this.onPermissionResolved(frame);
         break;
       case 'error':
+        // A refused chat is told by the composer, which sent it.
+        if (frame.client_msg_id) break;
         if (frame.code !== 'unknown_agent' || this.root.childElementCount > 0) {
           this.append(messageElement('notice error', 'Error', `Error (${frame.code}): ${frame.error}`));
         }
@@ -132,6 +139,11 @@ export class View {
    */
   onUser(frame, message) {
     const content = message.message?.content;
+    const local = localCommand(message);
+    if (local !== null) {
+      if (local) this.append(messageElement('notice local-command', 'System', local), frame);
+      return;
+    }
     const prompt = promptOf(message);
     if (prompt) {
       const msg = this.append(this.bubble('user', frame), frame);
@@ -191,6 +203,7 @@ export class View {
    */
   onToolUse(frame, block) {
     const tool = messageElement('tool', `${block.name} tool`);
+    tool.dataset.tool = block.name;
     const details = tool.appendChild(el('details'));
     const summary = details.appendChild(el('summary', undefined, toolSummary(block.name, block.input)));
     const edit = toolDiff(block.name, block.input);
@@ -220,6 +233,7 @@ export class View {
       this.append(tool);
     }
     const details = /** @type {HTMLDetailsElement} */ (tool.firstElementChild);
+    tool.dataset.done = 'true';
     if (block.is_error) tool.classList.add('error');
     const label = block.is_error ? 'Error' : 'Result';
     const lines = text.split('\n').length;
@@ -234,43 +248,40 @@ export class View {
   }
 
   /**
-   * Shows a tool the agent wants to use, with Allow and Deny.
+   * Shows a tool the agent wants to use and asks (see permissions.js): inside its tool call
+   * when that is on screen, so the decision stays next to the request, before the result.
    * @param {PermissionRequestFrame} frame
    */
   onPermissionRequest(frame) {
-    const card = messageElement('permission', 'Permission request');
-    card.append(el('div', 'permission-title', `Allow ${frame.tool_name}?`));
-    const edit = toolDiff(frame.tool_name, frame.input);
-    if (edit) card.append(el('div', 'permission-path', edit.path), renderDiff(edit.lines));
-    else card.append(el('pre', 'tool-input', JSON.stringify(frame.input, null, 2)));
-    const actions = card.appendChild(el('div', 'permission-actions'));
-    /** @param {import('../protocol').PermissionDecision} decision */
-    const answer = (decision) => {
-      for (const b of actions.querySelectorAll('button')) b.disabled = true;
-      client.respondToPermission(this.agentId, frame.request_id, decision);
-    };
-    actions.append(
-      button('Allow', 'allow', () => answer({ behavior: 'allow' })),
-      button('Deny', 'deny', () => answer({ behavior: 'deny', message: 'The user denied this tool use.' })),
-    );
+    const { card, allow } = permissionCard(this.agentId, frame, messageElement);
     this.permissions.set(frame.request_id, card);
-    this.append(card, frame);
-    if (this.live) needsAttention(this.agentId, 'permission', `${frame.tool_name} waits for your approval`);
+    const tool = this.waitingTool(frame.tool_name);
+    const details = tool?.querySelector('details');
+    if (details) {
+      details.open = true;
+      details.append(card);
+    } else {
+      this.append(card, frame);
+    }
+    if (!this.live) return;
+    if (isAlwaysAllowed(this.agentId, frame.tool_name)) allow();
+    else needsAttention(this.agentId, 'permission', `${frame.tool_name} waits for your approval`);
+  }
+
+  /**
+   * The latest call of `name` that has no result and no permission card yet.
+   * @param {string} name
+   */
+  waitingTool(name) {
+    const calls = [...this.tools.values()].reverse();
+    return calls.find((t) => t.dataset.tool === name && !t.dataset.done && !t.querySelector('.permission'));
   }
 
   /** @param {PermissionResolvedFrame} frame */
   onPermissionResolved(frame) {
     const card = this.permissions.get(frame.request_id);
     if (!card) return;
-    const labels = /** @type {Record<string, string>} */ ({
-      allowed: 'Allowed',
-      denied: 'Denied',
-      timed_out: 'Denied: nobody answered in time',
-      cancelled: 'Withdrawn by the agent',
-    });
-    card.querySelector('.permission-actions')?.remove();
-    card.classList.add(`permission-${frame.outcome}`);
-    card.append(el('div', 'permission-outcome', labels[frame.outcome] ?? frame.outcome));
+    settleCard(card, frame.outcome);
     const info = state.sessions.get(this.agentId);
     if (info?.attention === 'permission' && !this.root.querySelector('.permission-actions')) {
       info.attention = '';
@@ -454,6 +465,32 @@ function messageElement(kind, from, text) {
   const msg = el('article', `msg ${kind}`, text);
   msg.setAttribute('aria-label', from);
   return msg;
+}
+
+/** The Claude CLI's wrappers of what a slash command run in it printed. */
+const LOCAL_OUTPUT = /^\s*<local-command-(stdout|stderr)>([\s\S]*?)<\/local-command-\1>\s*$/;
+const LOCAL_COMMAND = /^\s*<command-name>([^<]*)<\/command-name>/;
+const LOCAL_ARGS = /<command-args>([^<]*)<\/command-args>/;
+
+/**
+ * What a `user` message the Claude CLI wrote about a slash command run in it says (`/model
+ * haiku`, `Set model to Haiku`), as a line for the eye; `''` for its caveat, shown as nothing;
+ * null for any other message. Only the agent's own messages (with a `uuid`) are read so.
+ * @param {ChatMessage} message
+ * @returns {string | null}
+ */
+function localCommand(message) {
+  if (message.uuid === undefined) return null;
+  const content = message.message?.content;
+  const only = Array.isArray(content) && content.length === 1 ? content[0] : null;
+  const text = typeof content === 'string' ? content : only?.type === 'text' ? only.text : null;
+  if (text === null) return null;
+  if (/^\s*<local-command-caveat>/.test(text)) return '';
+  const output = LOCAL_OUTPUT.exec(text);
+  if (output) return output[2].trim();
+  const command = LOCAL_COMMAND.exec(text);
+  if (command) return `${command[1].trim()} ${LOCAL_ARGS.exec(text)?.[1].trim() ?? ''}`.trim();
+  return null;
 }
 
 /**

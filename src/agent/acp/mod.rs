@@ -140,6 +140,15 @@ impl Backend for AcpBackend {
             .unwrap_or_default()
     }
 
+    async fn models(&self) -> Vec<crate::agent::AgentModel> {
+        let learnt = self.learnt.lock().expect("learnt lock");
+        learnt
+            .offered
+            .as_ref()
+            .map(|o| o.models.clone())
+            .unwrap_or_default()
+    }
+
     fn check_options(&self, model: Option<&str>, mode: Option<&str>) -> Result<(), String> {
         let learnt = self.learnt.lock().expect("learnt lock");
         let Some(offered) = &learnt.offered else {

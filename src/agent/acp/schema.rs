@@ -185,6 +185,8 @@ pub(super) struct Offered {
     pub(super) current_mode: Option<String>,
     /// Select config options: id and the values it allows.
     pub(super) options: Vec<(String, Vec<String>)>,
+    /// The values of the `model` config option, with their names and descriptions.
+    pub(super) models: Vec<crate::agent::AgentModel>,
 }
 
 impl Offered {
@@ -201,10 +203,11 @@ fn offered(
     modes: Option<acp::SessionModeState>,
     config: Option<Vec<acp::SessionConfigOption>>,
 ) -> Offered {
-    let (options, mode_option) = selects(config.unwrap_or_default());
+    let (options, mode_option, models) = selects(config.unwrap_or_default());
     let mut out = Offered {
         options,
         current_mode: mode_option,
+        models,
         ..Offered::default()
     };
     if let Some(modes) = modes {
@@ -218,11 +221,18 @@ fn offered(
     out
 }
 
-/// The select config options (id and the values each allows), and the current value of the
-/// `mode` option if there is one.
-fn selects(config: Vec<acp::SessionConfigOption>) -> (Vec<(String, Vec<String>)>, Option<String>) {
+/// The select config options (id and the values each allows), the current value of the
+/// `mode` option if there is one, and the values of the `model` option.
+fn selects(
+    config: Vec<acp::SessionConfigOption>,
+) -> (
+    Vec<(String, Vec<String>)>,
+    Option<String>,
+    Vec<crate::agent::AgentModel>,
+) {
     let mut options = Vec::new();
     let mut mode = None;
+    let mut models = Vec::new();
     for option in config {
         if let acp::SessionConfigKind::Select(select) = option.kind {
             let id = option.id.0.to_string();
@@ -236,13 +246,23 @@ fn selects(config: Vec<acp::SessionConfigOption>) -> (Vec<(String, Vec<String>)>
                 }
                 _ => Vec::new(),
             };
+            if id == "model" {
+                models = values
+                    .iter()
+                    .map(|v| crate::agent::AgentModel {
+                        id: v.value.0.to_string(),
+                        name: Some(v.name.clone()),
+                        description: v.description.clone(),
+                    })
+                    .collect();
+            }
             options.push((
                 id,
                 values.into_iter().map(|v| v.value.0.to_string()).collect(),
             ));
         }
     }
-    (options, mode)
+    (options, mode, models)
 }
 
 /// Reads a `session/new` result: the new session's id and what it offers.
@@ -334,6 +354,8 @@ pub(super) enum Update {
         options: Vec<(String, Vec<String>)>,
         /// The `mode` option's current value.
         mode: Option<String>,
+        /// The `model` option's values (as in [`Offered::models`]).
+        models: Vec<crate::agent::AgentModel>,
     },
     /// The session's cost so far, in US dollars (a usage update that carries one).
     CostUsd(f64),
@@ -429,8 +451,12 @@ pub(super) fn update(params: &Value) -> Option<(String, Update)> {
             Update::Mode(mode.current_mode_id.0.to_string())
         }
         acp::SessionUpdate::ConfigOptionUpdate(update) => {
-            let (options, mode) = selects(update.config_options);
-            Update::Options { options, mode }
+            let (options, mode, models) = selects(update.config_options);
+            Update::Options {
+                options,
+                mode,
+                models,
+            }
         }
         _ => Update::Other,
     };
@@ -631,6 +657,11 @@ mod tests {
                     ("model".into(), vec!["default".into()]),
                 ],
                 mode: Some("acceptEdits".into()),
+                models: vec![crate::agent::AgentModel {
+                    id: "default".into(),
+                    name: Some("Default".into()),
+                    description: None,
+                }],
             }
         );
         let (_, u) = update(&json!({"sessionId":"abc","update":{

@@ -142,11 +142,19 @@ impl AcpTask {
                 self.applied_mode = Some(mode);
                 self.agent_event(params).await;
             }
-            (Update::Options { options, mode }, _) => {
+            (
+                Update::Options {
+                    options,
+                    mode,
+                    models,
+                },
+                _,
+            ) => {
                 if mode.is_some() {
                     self.applied_mode = mode;
                 }
                 self.offered.options = options;
+                self.offered.models = models;
                 self.learnt.lock().expect("learnt lock").offered = Some(self.offered.clone());
                 self.agent_event(params).await;
             }

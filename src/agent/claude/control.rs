@@ -64,8 +64,9 @@ pub(super) fn unsupported_answer(request_id: &str, subtype: &str) -> Value {
         "error": format!("Unsupported control request subtype: {subtype}")}})
 }
 
-/// Sends `initialize` and waits for its answer: the CLI is then ready.
-pub(super) async fn initialize(proc: &mut Proc, timeout: Duration) -> Result<(), String> {
+/// Sends `initialize` and waits for its answer: the CLI is then ready. Returns what it
+/// answered (its models among other things).
+pub(super) async fn initialize(proc: &mut Proc, timeout: Duration) -> Result<Value, String> {
     proc.write(&request(INIT_ID, Request::Initialize))
         .await
         .map_err(|e| format!("cannot write to the CLI: {e}"))?;
@@ -74,12 +75,12 @@ pub(super) async fn initialize(proc: &mut Proc, timeout: Duration) -> Result<(),
             match proc.stdout.next().await {
                 Ok(Some(Line::Text(text))) => {
                     proc.spoke = true;
-                    let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                    let Ok(mut v) = serde_json::from_str::<Value>(&text) else {
                         continue;
                     };
                     if v["type"] == "control_response" && v["response"]["request_id"] == INIT_ID {
                         return if v["response"]["subtype"] == "success" {
-                            Ok(())
+                            Ok(v["response"]["response"].take())
                         } else {
                             Err(format!(
                                 "the CLI refused to initialize: {}",

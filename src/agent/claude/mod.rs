@@ -18,6 +18,7 @@
 mod argv;
 mod control;
 mod health;
+mod models;
 mod spare;
 mod task;
 pub mod transcripts;
@@ -30,6 +31,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use self::models::Models;
 use self::spare::Spare;
 use self::task::AgentTask;
 use super::pool::Pool;
@@ -114,6 +116,7 @@ pub struct ClaudeBackend {
     settings: Arc<ClaudeSettings>,
     pool: Arc<Pool>,
     spare: Arc<Spare>,
+    models: Arc<Models>,
 }
 
 impl ClaudeBackend {
@@ -125,11 +128,13 @@ impl ClaudeBackend {
             pool,
             spare: Arc::new(Spare::default()),
             settings,
+            models: Arc::default(),
         };
         if backend.settings.config.prewarm {
             tokio::spawn(spare::keep_spare(
                 backend.settings.clone(),
                 Arc::downgrade(&backend.spare),
+                backend.models.clone(),
             ));
         }
         backend
@@ -151,6 +156,10 @@ impl Backend for ClaudeBackend {
 
     async fn self_check(&self) -> Option<super::AgentCheck> {
         Some(health::check(&self.settings).await)
+    }
+
+    async fn models(&self) -> Vec<super::AgentModel> {
+        self.models.get(&self.settings).await
     }
 
     fn supports(&self) -> super::Supports {
@@ -200,6 +209,7 @@ impl Backend for ClaudeBackend {
         );
         let task = AgentTask::new(
             self.settings.clone(),
+            self.models.clone(),
             self.pool.clone(),
             spec,
             input_rx,

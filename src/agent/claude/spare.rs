@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::ClaudeSettings;
 use super::control;
+use super::models::Models;
 use crate::agent::Launch;
 use crate::agent::process::Proc;
 use crate::protocol::SessionId;
@@ -53,7 +54,11 @@ impl Spare {
 }
 
 /// Keeps one spare ready while the backend exists; a spare that dies is replaced at once.
-pub(super) async fn keep_spare(settings: Arc<ClaudeSettings>, spare: Weak<Spare>) {
+pub(super) async fn keep_spare(
+    settings: Arc<ClaudeSettings>,
+    spare: Weak<Spare>,
+    models: Arc<Models>,
+) {
     loop {
         let Some(slot) = spare.upgrade() else { return };
         let needs_one = {
@@ -67,7 +72,7 @@ pub(super) async fn keep_spare(settings: Arc<ClaudeSettings>, spare: Weak<Spare>
         if needs_one {
             let id = SessionId::new();
             let span = tracing::info_span!("claude_spare", session_id = %id);
-            match start_spare(&settings, &id).instrument(span).await {
+            match start_spare(&settings, &id, &models).instrument(span).await {
                 Some(proc) => *slot.ready.lock().expect("spare lock") = Some((id, proc)),
                 None => {
                     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -82,7 +87,7 @@ pub(super) async fn keep_spare(settings: Arc<ClaudeSettings>, spare: Weak<Spare>
 }
 
 /// Starts and initializes a spare under `id`, in its own workspace; None when it failed.
-async fn start_spare(settings: &ClaudeSettings, id: &str) -> Option<Proc> {
+async fn start_spare(settings: &ClaudeSettings, id: &str, models: &Models) -> Option<Proc> {
     let cwd = settings.workspaces.join(id);
     let args = settings.args(
         &Launch::New {
@@ -94,7 +99,10 @@ async fn start_spare(settings: &ClaudeSettings, id: &str) -> Option<Proc> {
     );
     match Proc::start(settings.proc_spec(&args, &cwd)) {
         Ok(mut proc) => match control::initialize(&mut proc, settings.init_timeout()).await {
-            Ok(()) => Some(proc),
+            Ok(answer) => {
+                models.learn(&answer);
+                Some(proc)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "the spare CLI did not start");
                 proc.stop(settings.stop_grace()).await;

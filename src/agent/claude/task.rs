@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::ClaudeSettings;
 use super::control::{self, Request};
+use super::models::Models;
 use crate::agent::lines::Line;
 use crate::agent::pool::{Lease, Pool, Waiter, wait_for_place};
 use crate::agent::process::Proc;
@@ -86,6 +87,8 @@ impl Waiter for AgentTask {
 /// The task behind one conversation's [`crate::agent::AgentConn`].
 pub(super) struct AgentTask {
     settings: Arc<ClaudeSettings>,
+    /// Where the models its CLI offers are kept.
+    models: Arc<Models>,
     pool: Arc<Pool>,
     spec: SpawnSpec,
     inputs: mpsc::Receiver<AgentInput>,
@@ -107,6 +110,7 @@ pub(super) struct AgentTask {
 impl AgentTask {
     pub(super) fn new(
         settings: Arc<ClaudeSettings>,
+        models: Arc<Models>,
         pool: Arc<Pool>,
         spec: SpawnSpec,
         inputs: mpsc::Receiver<AgentInput>,
@@ -114,6 +118,7 @@ impl AgentTask {
     ) -> Self {
         AgentTask {
             settings,
+            models,
             pool,
             spec,
             inputs,
@@ -292,7 +297,10 @@ impl AgentTask {
             }
         };
         match outcome {
-            Some(Ok(())) => Ok(Some(proc)),
+            Some(Ok(answer)) => {
+                self.models.learn(&answer);
+                Ok(Some(proc))
+            }
             Some(Err(detail)) => {
                 proc.stop(self.settings.stop_grace()).await;
                 Err(detail)

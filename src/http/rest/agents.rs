@@ -23,6 +23,6 @@ pub struct AgentList {
 #[utoipa::path(get, path = "/api/agents", operation_id = "list_agents",
     responses((status = 200, body = AgentList), (status = 401, body = ErrorBody)))]
 pub async fn list(State(app): State<AppState>, _principal: Principal) -> Json<AgentList> {
-    let (agents, default) = app.manager.agents();
+    let (agents, default) = app.manager.agents().await;
     Json(AgentList { agents, default })
 }
