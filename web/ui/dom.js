@@ -107,6 +107,7 @@ export const ui = {
   cliStatus: byId('cli-status'),
   cliList: byId('cli-list'),
   openSchedules: byId('open-schedules'),
+  openAccount: byId('open-account'),
   schedules: /** @type {HTMLDialogElement} */ (byId('schedules')),
   scheduleList: byId('schedule-list'),
   schedulesEmpty: byId('schedules-empty'),
