@@ -7,6 +7,7 @@ mod activity;
 mod backup;
 mod bench;
 mod bodies;
+mod budgets;
 mod claude;
 mod cli_chat;
 mod cli_review;
