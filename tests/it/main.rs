@@ -15,6 +15,7 @@ mod cluster;
 mod cluster_trust;
 mod common;
 mod conformance;
+mod credentials;
 mod cross_site;
 mod doctor;
 mod fake_cli;
