@@ -395,8 +395,12 @@ impl Actor {
     /// Closes a turn that could not run with a stored error result.
     async fn fail_turn(&mut self, turn: &Turn, reason: &'static str, detail: &str) {
         tracing::warn!(agent_id = %self.conversation.agent_id, seq = turn.user_seq, reason, detail, "turn failed");
+        let code = match reason {
+            "budget_exceeded" => ErrorCode::BudgetExceeded,
+            _ => ErrorCode::BackendUnavailable,
+        };
         self.publish_error(SessionError::new(
-            ErrorCode::BackendUnavailable,
+            code,
             format!("the agent could not run the turn: {detail}"),
         ));
         let result =
