@@ -33,6 +33,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod credentials;
 pub mod http;
 pub mod limits;
 pub mod metrics;
@@ -93,6 +94,8 @@ impl Server {
         // that names it, so refuse to start instead.
         config.projects.canonicalize()?;
         config.push.check()?;
+        config.check_spend()?;
+        let sealer = credentials::Sealer::from_config(&config.credentials)?.map(Arc::new);
         let auth = Arc::new(Authenticator::new(
             &config.auth,
             &config.server,
@@ -164,6 +167,9 @@ impl Server {
                 "removed imports left unfinished by the last run"
             );
         }
+        // Credentials that the configured key can't open would fail their principals' turns:
+        // refuse to start instead, saying which key they need.
+        credentials::check_stored(store.as_ref(), sealer.as_deref()).await?;
         let closed = store.close_unfinished_turns().await?;
         if closed > 0 {
             tracing::info!(
@@ -202,9 +208,12 @@ impl Server {
             agents,
             config.clone(),
             metrics.clone(),
-            bus,
-            worktrees,
-            push.clone(),
+            session::Services {
+                bus,
+                worktrees,
+                push: push.clone(),
+                sealer,
+            },
         );
         // Commands the other nodes of a cluster forward are answered from before this node's
         // address is announced, until its shutdown begins.

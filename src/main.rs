@@ -220,6 +220,7 @@ impl ServeArgs {
                 &mut config.auth.jwt_hs256_secret,
             ),
             ("AGENTMUX_CLUSTER_SECRET", &mut config.cluster.secret),
+            ("AGENTMUX_SECRET_KEY", &mut config.credentials.secret_key),
         ] {
             if let Ok(value) = std::env::var(var) {
                 *secret = Some(value);

@@ -53,12 +53,43 @@ struct Inner {
     relayed_frames: AtomicU64,
     cluster_refusals: DashMap<&'static str, AtomicU64>,
     pushes: DashMap<&'static str, AtomicU64>,
+    /// What turns cost, by agent and model.
+    spend: std::sync::Mutex<std::collections::BTreeMap<(String, String), Spent>>,
+}
+
+/// The most agent and model pairs counted apart; turns of others count as model `other`.
+const MAX_SPEND_SERIES: usize = 256;
+
+/// What the turns of one agent and model cost.
+#[derive(Default, Clone, Copy)]
+struct Spent {
+    cost_usd: f64,
+    input_tokens: u64,
+    output_tokens: u64,
+    cache_read_tokens: u64,
+    cache_creation_tokens: u64,
 }
 
 impl Metrics {
     /// A socket opened (`+1`) or closed (`-1`).
     pub fn sockets(&self, delta: i64) {
         self.inner.sockets.fetch_add(delta, Relaxed);
+    }
+
+    /// A turn of agent `agent` on `model` cost `usage` (no principal is named).
+    pub fn turn_usage(&self, agent: &str, model: &str, usage: &crate::store::usage::TurnUsage) {
+        let mut spend = self.inner.spend.lock().expect("spend lock");
+        let mut key = (label_value(agent), label_value(model));
+        if !spend.contains_key(&key) && spend.len() >= MAX_SPEND_SERIES {
+            key.1 = "other".into();
+        }
+        let s = spend.entry(key).or_default();
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        s.cost_usd += usage.cost_usd.max(0.0);
+        s.input_tokens += count(usage.input_tokens);
+        s.output_tokens += count(usage.output_tokens);
+        s.cache_read_tokens += count(usage.cache_read_tokens);
+        s.cache_creation_tokens += count(usage.cache_creation_tokens);
     }
 
     /// A live session started (`+1`) or was evicted (`-1`).
@@ -342,8 +373,56 @@ impl Metrics {
             "outcome",
             &i.scheduled_runs,
         );
+        self.render_spend(&mut out);
         out
     }
+
+    /// The cost and token counters, by agent and model.
+    fn render_spend(&self, out: &mut String) {
+        let spend = self.inner.spend.lock().expect("spend lock").clone();
+        let _ = writeln!(
+            out,
+            "# HELP agentmux_cost_usd_total What turns cost in US dollars, as their agents reported it, by agent and model.\n# TYPE agentmux_cost_usd_total counter"
+        );
+        for ((agent, model), s) in &spend {
+            let _ = writeln!(
+                out,
+                "agentmux_cost_usd_total{{agent=\"{agent}\",model=\"{model}\"}} {}",
+                s.cost_usd
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP agentmux_tokens_total Tokens of turns, by agent, model and kind (input, output, cache_read, cache_creation).\n# TYPE agentmux_tokens_total counter"
+        );
+        for ((agent, model), s) in &spend {
+            for (kind, n) in [
+                ("input", s.input_tokens),
+                ("output", s.output_tokens),
+                ("cache_read", s.cache_read_tokens),
+                ("cache_creation", s.cache_creation_tokens),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "agentmux_tokens_total{{agent=\"{agent}\",model=\"{model}\",kind=\"{kind}\"}} {n}"
+                );
+            }
+        }
+    }
+}
+
+/// A name as a label value: letters, digits and `._:/@-` only (others become `_`), at most 64.
+fn label_value(name: &str) -> String {
+    name.chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._:/@-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn bump(map: &DashMap<&'static str, AtomicU64>, key: &'static str, n: u64) {

@@ -7,6 +7,7 @@
  * ui/, and what changes while the page lives is in ui/state.js.
  */
 
+import './ui/account.js';
 import { client } from './ui/api.js';
 import { interrupt } from './ui/composer.js';
 import { openSession, startSession } from './ui/conversations.js';
@@ -32,7 +33,7 @@ function typing(target) {
 }
 
 document.addEventListener('keydown', (event) => {
-  if (ui.dialog.open || ui.shortcuts.open || ui.projectDialog.open || ui.changes.open || !ui.signIn.hidden) return;
+  if (ui.dialog.open || ui.shortcuts.open || document.querySelector('#account[open]') || ui.projectDialog.open || ui.changes.open || !ui.signIn.hidden) return;
   if (event.key === 'Escape') {
     interrupt();
     return;

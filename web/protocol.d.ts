@@ -1,7 +1,7 @@
 // Generated from src/protocol.rs by its unit tests; do not edit.
 // Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
 
-export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout";
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout" | "budget_exceeded" | "credentials_required";
 
 export type ChatOptions = { 
 /**
@@ -51,7 +51,13 @@ agent?: string,
  * its own branch): `true`, `false`, or where it starts and which branch it makes. Only on
  * a conversation's first chat (later chats may repeat it).
  */
-worktree?: WorktreeOption, };
+worktree?: WorktreeOption, 
+/**
+ * The conversation's own spending cap in US dollars (0 to [`super::MAX_CAP_USD`]); only
+ * its owner may set it. A turn that would start with the conversation's spending at or
+ * over it is refused with `budget_exceeded`.
+ */
+budget_usd?: number, };
 
 export type PermissionDecision = { "behavior": "allow", 
 /**

@@ -19,6 +19,9 @@ running, Ctrl-C quits.
   /rename <title>   rename the current session
   /import           pick one of the project's Claude CLI sessions and continue it here
   /import <n|id>    import that one directly
+  /usage [day|conversation|agent|model]
+                    what your turns cost in the last 30 days, and their tokens
+  /budget <usd>     set the current session's own spending cap
 In a session with a git worktree of its own (started with --worktree):
   /changes          what it changed: each file with its +/- counts, then the diff
   /commit <message> commit everything in the worktree on its branch
@@ -243,7 +246,13 @@ impl Screen {
                 let status = frame["status"].as_str().unwrap_or_default();
                 if matches!(
                     status,
-                    "interrupted" | "crashed" | "resume_failed" | "rewound" | "deleted" | "lagged"
+                    "interrupted"
+                        | "crashed"
+                        | "resume_failed"
+                        | "rewound"
+                        | "deleted"
+                        | "lagged"
+                        | "budget_exceeded"
                 ) {
                     self.end_line();
                     say(&format!(

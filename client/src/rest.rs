@@ -1,6 +1,7 @@
 //! The REST calls the client makes: listing conversations, renaming one, loading a
 //! conversation's stored frames, a project's CLI sessions (listed and imported), and a
-//! conversation's worktree changes (shown, committed, merged, discarded).
+//! conversation's worktree changes (shown, committed, merged, discarded), usage reports and a
+//! conversation's spending cap.
 
 use std::fmt;
 
@@ -291,6 +292,25 @@ impl Rest {
         self.change(agent_id, "discard", json!({"confirm": true}))
             .await
             .map(drop)
+    }
+
+    /// The caller's usage report of the last 30 days, grouped by `group_by`.
+    pub async fn usage(&self, group_by: &str) -> anyhow::Result<Value> {
+        let request = self
+            .request(reqwest::Method::GET, "/api/usage")
+            .query(&[("group_by", group_by)]);
+        Ok(self.call(request).await?.json().await?)
+    }
+
+    /// Sets the own spending cap of `agent_id`'s conversation.
+    pub async fn set_cap(&self, agent_id: &str, usd: f64) -> anyhow::Result<()> {
+        let path = format!("/api/sessions/{agent_id}/budget");
+        self.call(
+            self.request(reqwest::Method::PUT, &path)
+                .json(&json!({"budget_usd": usd})),
+        )
+        .await
+        .map(drop)
     }
 
     /// Sets the title of `agent_id`'s conversation.

@@ -20,6 +20,7 @@ use crate::render::{
 use crate::rest::{CliSession, Renamed, Rest, Summary, Worktree};
 use crate::resume::{self, Resume};
 use crate::review::{self, MergeArgs};
+use crate::spend;
 
 /// How often the client pings the server so an idle terminal keeps its socket.
 const KEEPALIVE: Duration = Duration::from_secs(30);
@@ -335,6 +336,8 @@ impl Client {
                 Renamed::Failed(why) => say(&format!("rename failed: {why}")),
             },
             "/changes" => review::show(&self.rest, &self.agent_id, self.colour).await,
+            "/usage" => spend::usage(&self.rest, arg).await,
+            "/budget" => spend::set_cap(&self.rest, &self.agent_id, arg).await,
             "/commit" if arg.is_empty() => say("usage: /commit <message>"),
             "/commit" => review::commit(&self.rest, &self.agent_id, arg).await,
             "/merge" => review::merge(&self.rest, &self.agent_id, &MergeArgs::parse(arg)).await,

@@ -62,6 +62,7 @@ impl Backend for DemoBackend {
             images: true,
             launch_options: LaunchOption::ALL.into(),
             known: true,
+            max_budget: false,
         }
     }
 

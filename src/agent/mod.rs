@@ -15,7 +15,7 @@ mod process;
 pub mod records;
 pub mod registry;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use async_trait::async_trait;
@@ -126,6 +126,31 @@ pub struct SpawnSpec {
     /// Whether someone follows the conversation now; an agent nobody follows is stopped first
     /// when places run out.
     pub watched: Watched,
+    /// The principal's own credentials for this agent: added to its environment, over the
+    /// configured variables of the same names. Never logged.
+    pub credentials: Credentials,
+    /// What the agent may spend before it stops by itself (an agent that [`Supports::max_budget`]
+    /// is told at start), when a cap applies.
+    pub max_budget_usd: Option<f64>,
+}
+
+/// A principal's own variables for an agent; its `Debug` shows the names only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Credentials(pub BTreeMap<String, String>);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+impl Credentials {
+    /// `env` with these variables added, each replacing one of the same name.
+    pub(crate) fn added_to(&self, mut env: Vec<(String, String)>) -> Vec<(String, String)> {
+        env.retain(|(name, _)| !self.0.contains_key(name));
+        env.extend(self.0.iter().map(|(n, v)| (n.clone(), v.clone())));
+        env
+    }
 }
 
 /// Tells whether a conversation has followers right now.
@@ -426,6 +451,9 @@ pub struct Supports {
     /// False while an ACP agent has not started yet: what it supports is learnt from its
     /// first `initialize`, and the other fields are guesses until then.
     pub known: bool,
+    /// Whether the agent stops a turn by itself once it has spent what it was allowed (the
+    /// Claude CLI's `--max-budget-usd`); other agents finish the turn that crosses a cap.
+    pub max_budget: bool,
 }
 
 /// A model an agent offers, as it names and describes it.

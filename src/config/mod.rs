@@ -24,12 +24,14 @@ mod cluster;
 pub(crate) mod durations;
 mod projects;
 mod push;
+mod spend;
 
 pub use auth::AuthConfig;
 pub use cluster::ClusterConfig;
 use durations::{millis, secs};
 pub use projects::{ProjectRoot, ProjectsConfig, WorktreesConfig};
 pub use push::PushConfig;
+pub use spend::{BudgetsConfig, CLAUDE_CREDENTIAL_ENV, CredentialsConfig, credential_name_problem};
 
 /// Which agent runs behind conversations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -82,6 +84,10 @@ pub struct Config {
     pub worktrees: WorktreesConfig,
     /// Web Push notifications.
     pub push: PushConfig,
+    /// Principals' own agent credentials, and the key that seals them.
+    pub credentials: CredentialsConfig,
+    /// Spending caps.
+    pub budgets: BudgetsConfig,
 }
 
 /// The demo agent's options (`[demo]`).
@@ -155,6 +161,10 @@ pub struct AgentDef {
     /// Variables added to the agent's allow-listed environment (API keys and the like).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The variables a principal may set as their own credentials for this agent (for
+    /// `kind = "claude"`, `claude.credential_env` when unset).
+    #[serde(default)]
+    pub credential_env: Option<Vec<String>>,
     /// For an ACP agent: the ids of its modes that run tools without asking anyone (default:
     /// `acp.unattended_modes`).
     #[serde(default)]
@@ -173,6 +183,7 @@ impl fmt::Debug for AgentDef {
             .field("kind", &self.kind)
             .field("command", &self.command)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("credential_env", &self.credential_env)
             .field("unattended_modes", &self.unattended_modes)
             .field("launch_options", &self.launch_options)
             .finish()
@@ -245,6 +256,9 @@ pub struct AgentConfig {
     /// all are busy new turns wait. When unset: `claude.max_live_processes`, else
     /// [`DEFAULT_MAX_LIVE_PROCESSES`].
     pub max_live_processes: Option<usize>,
+    /// Whether a principal's turns on an agent that takes credentials run only on that
+    /// principal's own (`credentials_required` otherwise).
+    pub require_own_credentials: bool,
 }
 
 /// The cap on live agent processes when neither `agent.max_live_processes` nor
@@ -291,6 +305,8 @@ pub struct ClaudeConfig {
     pub max_live_processes: Option<usize>,
     /// Keep one initialized spare CLI so a new conversation's first reply skips start-up.
     pub prewarm: bool,
+    /// The variables a principal may set as their own credentials for the CLI.
+    pub credential_env: Vec<String>,
 }
 
 impl Default for ClaudeConfig {
@@ -308,6 +324,10 @@ impl Default for ClaudeConfig {
             stop_grace_secs: 5,
             max_live_processes: None,
             prewarm: false,
+            credential_env: CLAUDE_CREDENTIAL_ENV
+                .iter()
+                .map(|n| (*n).to_owned())
+                .collect(),
         }
     }
 }
@@ -467,6 +487,8 @@ impl Default for Config {
             cluster: ClusterConfig::default(),
             worktrees: WorktreesConfig::default(),
             push: PushConfig::default(),
+            credentials: CredentialsConfig::default(),
+            budgets: BudgetsConfig::default(),
         }
     }
 }

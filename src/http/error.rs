@@ -65,7 +65,10 @@ impl ApiError {
             | ErrorCode::OwnedElsewhere
             | ErrorCode::SearchTimeout => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::ForbiddenOrigin | ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::ForbiddenOrigin | ErrorCode::Forbidden | ErrorCode::CredentialsRequired => {
+                StatusCode::FORBIDDEN
+            }
+            ErrorCode::BudgetExceeded => StatusCode::PAYMENT_REQUIRED,
             ErrorCode::ForbiddenHost => StatusCode::MISDIRECTED_REQUEST,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         }

@@ -57,6 +57,7 @@ macro_rules! asset {
 /// modules any client can use, the stylesheet and the icon.
 const ASSETS: &[Asset] = &[
     asset!("app.js", JS),
+    asset!("ui/account.js", JS),
     asset!("ui/api.js", JS),
     asset!("ui/changes.js", JS),
     asset!("ui/composer.js", JS),

@@ -352,9 +352,9 @@ impl Connection {
                 if let Err(err) = self.room_to_follow(&agent_id) {
                     return self.on_stored(agent_id, client_msg_id, Err(err)).await;
                 }
+                let need = Need::for_chat(&chat);
                 let command = Command::Chat { chat, marker: None };
-                self.command(agent_id, client_msg_id, command, Need::Edit)
-                    .await
+                self.command(agent_id, client_msg_id, command, need).await
             }
             ClientFrame::Interrupt { agent_id } => {
                 self.app.metrics.frame_in("interrupt");

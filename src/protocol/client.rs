@@ -90,7 +90,20 @@ pub struct ChatOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub worktree: Option<Box<WorktreeOption>>,
+    /// The conversation's own spending cap in US dollars (0 to [`super::MAX_CAP_USD`]); only
+    /// its owner may set it. A turn that would start with the conversation's spending at or
+    /// over it is refused with `budget_exceeded`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional, as = "Option<f64>"))]
+    pub budget_usd: Option<Box<Usd>>,
 }
+
+/// An amount of US dollars, checked to be a finite number (so that it compares whole).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, utoipa::ToSchema)]
+#[serde(transparent)]
+pub struct Usd(pub f64);
+
+impl Eq for Usd {}
 
 /// A chat's `options.worktree`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -811,6 +824,11 @@ fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
                 )));
             }
             ("worktree", value) => options.worktree = Some(Box::new(worktree_option(value)?)),
+            ("budget_usd", value) => {
+                let usd = value.as_f64().unwrap_or(f64::NAN);
+                super::check_cap("options.budget_usd", usd).map_err(invalid_option)?;
+                options.budget_usd = Some(Box::new(Usd(usd)));
+            }
             (other, _) => {
                 return Err(FrameError::new(
                     ErrorCode::InvalidOptions,

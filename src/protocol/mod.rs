@@ -46,6 +46,8 @@ pub const MAX_TOOL_PATTERNS: usize = 64;
 pub const MAX_TOOL_PATTERN_CHARS: usize = 256;
 /// Largest accepted `options.max_turns`.
 pub const MAX_TURNS_LIMIT: u32 = 1000;
+/// Highest spending cap anyone may set, in US dollars (more is taken for a mistake).
+pub const MAX_CAP_USD: f64 = 1_000_000.0;
 /// Most directories in `options.add_dirs`.
 pub const MAX_ADD_DIRS: usize = 16;
 /// Longest accepted `options.permission_mode`, in characters.
@@ -120,6 +122,25 @@ pub enum ErrorCode {
     /// A search of conversations ran longer than the server allows and was stopped (HTTP
     /// 503); more or longer words find less and take less time.
     SearchTimeout,
+    /// A turn would start over a spending cap (the principal's daily or monthly one, or the
+    /// conversation's own) and did not run (HTTP 402); the message says which and by how much.
+    BudgetExceeded,
+    /// The agent runs on each principal's own credentials here and the caller has set none for
+    /// it (HTTP 403); the message says which variables to set, and where.
+    CredentialsRequired,
+}
+
+/// Checks a spending cap someone sets: a number of US dollars from 0 to [`MAX_CAP_USD`].
+///
+/// # Errors
+/// Says what is wrong with `usd`, naming it `what`.
+pub fn check_cap(what: &str, usd: f64) -> Result<(), String> {
+    if !usd.is_finite() || !(0.0..=MAX_CAP_USD).contains(&usd) {
+        return Err(format!(
+            "`{what}` must be a number of US dollars from 0 to {MAX_CAP_USD}"
+        ));
+    }
+    Ok(())
 }
 
 impl ErrorCode {
@@ -153,6 +174,8 @@ impl ErrorCode {
             ErrorCode::Conflict => "conflict",
             ErrorCode::UnknownSubscription => "unknown_subscription",
             ErrorCode::SearchTimeout => "search_timeout",
+            ErrorCode::BudgetExceeded => "budget_exceeded",
+            ErrorCode::CredentialsRequired => "credentials_required",
         }
     }
 }
@@ -336,6 +359,9 @@ mod tests {
             r#"{"max_turns":1001}"#,
             r#"{"max_turns":"3"}"#,
             r#"{"max_turns":2.5}"#,
+            r#"{"budget_usd":-1}"#,
+            r#"{"budget_usd":"5"}"#,
+            r#"{"budget_usd":1e7}"#,
             r#"{"add_dirs":["rel"]}"#,
             r#"{"add_dirs":"/abs"}"#,
         ] {
@@ -502,6 +528,7 @@ mod tests {
                         base: Some("main".into()),
                         branch: None,
                     })),
+                    budget_usd: Some(Box::new(Usd(2.5))),
                 },
             }),
             ClientFrame::Chat(Chat {

@@ -31,6 +31,7 @@ mod routing;
 mod schedules;
 mod shares;
 mod slots;
+pub mod spend;
 mod start;
 mod worktree;
 
@@ -200,6 +201,8 @@ pub(crate) struct Shared {
     worktrees: Option<Arc<crate::worktrees::Worktrees>>,
     /// Web Push, told of what each principal's activity feed is.
     push: Arc<crate::push::Push>,
+    /// Seals and opens principals' own credentials; None without a secret key.
+    sealer: Option<Arc<crate::credentials::Sealer>>,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -211,6 +214,18 @@ pub struct Manager {
     route: routing::Route,
 }
 
+/// What a [`Manager`] works with besides its store, agents, settings and metrics.
+pub struct Services {
+    /// The other nodes, in cluster mode.
+    pub bus: Option<Arc<Bus>>,
+    /// Conversations' git worktrees; None without a git program.
+    pub worktrees: Option<Arc<crate::worktrees::Worktrees>>,
+    /// Web Push.
+    pub push: Arc<crate::push::Push>,
+    /// Seals and opens principals' own credentials; None without a secret key.
+    pub sealer: Option<Arc<crate::credentials::Sealer>>,
+}
+
 impl Manager {
     /// A manager over `store`, starting the agents of `agents`.
     pub fn new(
@@ -218,10 +233,14 @@ impl Manager {
         agents: Arc<Agents>,
         config: Arc<Config>,
         metrics: Metrics,
-        bus: Option<Arc<Bus>>,
-        worktrees: Option<Arc<crate::worktrees::Worktrees>>,
-        push: Arc<crate::push::Push>,
+        services: Services,
     ) -> Self {
+        let Services {
+            bus,
+            worktrees,
+            push,
+            sealer,
+        } = services;
         let lost = store.lost_leases();
         let manager = Manager {
             slots: Arc::new(DashMap::new()),
@@ -243,6 +262,7 @@ impl Manager {
                 bus,
                 worktrees,
                 push,
+                sealer,
             }),
             route: routing::Route::AnyNode,
         };

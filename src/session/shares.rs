@@ -23,6 +23,15 @@ pub enum Need {
 }
 
 impl Need {
+    /// What sending `chat` needs: to edit, or to own the conversation when it sets the
+    /// conversation's own spending cap.
+    pub fn for_chat(chat: &crate::protocol::Chat) -> Need {
+        match chat.options.budget_usd {
+            Some(_) => Need::Own,
+            None => Need::Edit,
+        }
+    }
+
     /// Whether a sharee in `role` may.
     fn allowed(self, role: Role) -> bool {
         match self {

@@ -134,6 +134,8 @@ impl Manager {
             None => {
                 let agent = self.pick_agent(chat)?;
                 self.check_chat_options(&agent, chat)?;
+                // Nothing is created for a first turn that could not start.
+                self.admit_new(principal, &agent).await?;
                 let backend = shared.agents.get(&agent).expect("checked by pick_agent");
                 let launch = LaunchOptions::default().updated(&chat.options);
                 // The pre-warmed agent runs in its own workspace with no launch options.

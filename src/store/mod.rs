@@ -10,6 +10,7 @@
 mod backfill;
 pub mod backup;
 mod batch;
+pub mod credentials;
 mod edits;
 mod leases;
 mod listing;
@@ -21,6 +22,7 @@ mod schema;
 mod shared;
 pub mod shares;
 pub mod sqlite;
+pub mod usage;
 mod words;
 mod writer;
 
@@ -468,7 +470,9 @@ pub struct Page {
 
 /// Persistence of conversations and their frames.
 #[async_trait]
-pub trait Store: shares::ShareStore + Send + Sync + 'static {
+pub trait Store:
+    shares::ShareStore + credentials::CredentialStore + usage::UsageStore + Send + Sync + 'static
+{
     /// Looks up a conversation by its key.
     async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>>;
 

@@ -31,7 +31,8 @@
 //!   starts after 1 s.
 //! * A request with `output_config.format.type == "json_schema"` gets `{"title":"Fake title"}`.
 //!
-//! `--log FILE` appends each `/v1/messages` request body as one JSON line.
+//! `--log FILE` appends each `/v1/messages` request body as one JSON line, with the request's
+//! `x-api-key` header added as `_x_api_key`.
 
 use std::convert::Infallible;
 use std::io::Write as _;
@@ -227,13 +228,26 @@ fn api_error(status: u16, message: String) -> Response {
         .into_response()
 }
 
-async fn messages(State(app): State<Arc<App>>, body: Bytes) -> Response {
+async fn messages(
+    State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let n = app.counter.fetch_add(1, Ordering::Relaxed) + 1;
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return api_error(400, format!("invalid JSON body: {e}")),
     };
-    app.log_body(&request);
+    // The key the request came with, logged beside the body (tests check whose key a
+    // principal's turns ran on).
+    let mut logged = request.clone();
+    if let (Some(object), Some(key)) = (
+        logged.as_object_mut(),
+        headers.get("x-api-key").and_then(|v| v.to_str().ok()),
+    ) {
+        object.insert("_x_api_key".into(), json!(key));
+    }
+    app.log_body(&logged);
     let model = request["model"]
         .as_str()
         .unwrap_or("claude-opus-5-5")

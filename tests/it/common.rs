@@ -204,6 +204,26 @@ impl TestServer {
         env: &[(&str, &str)],
         file_bytes: Option<u64>,
     ) -> Self {
+        Self::launch(data_dir, args, env, file_bytes, Stdio::inherit()).await
+    }
+
+    /// [`Self::start_in`] with the server's log (its stderr) written to `log`.
+    pub async fn start_in_logged(
+        data_dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: std::fs::File,
+    ) -> Self {
+        Self::launch(data_dir, args, env, None, log.into()).await
+    }
+
+    async fn launch(
+        data_dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        file_bytes: Option<u64>,
+        stderr: Stdio,
+    ) -> Self {
         let store_url = match on_postgres() {
             true => Some(create_database(&pg_url().unwrap(), &database_for(data_dir)).await),
             false => None,
@@ -222,7 +242,7 @@ impl TestServer {
             .env_remove("AGENTMUX_CLUSTER_SECRET")
             .env("RUST_LOG", "agentmux=warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .kill_on_drop(true);
         if let Some(url) = &store_url {
             cmd.env("AGENTMUX_STORE_URL", url);

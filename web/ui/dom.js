@@ -110,6 +110,7 @@ export const ui = {
   openSchedules: byId('open-schedules'),
   importButton: byId('import'),
   importFile: /** @type {HTMLInputElement} */ (byId('import-file')),
+  openAccount: byId('open-account'),
   schedules: /** @type {HTMLDialogElement} */ (byId('schedules')),
   scheduleList: byId('schedule-list'),
   schedulesEmpty: byId('schedules-empty'),

@@ -9,6 +9,7 @@
 import { diffStat, renderDiff, toolDiff } from '../diff.js';
 import { IMAGE_TYPES, imageUrl } from '../images.js';
 import { renderMarkdown } from '../markdown.js';
+import { budgetNotice } from './account.js';
 import { client } from './api.js';
 import { changesReported, filesRestored } from './changes.js';
 import { conversationDeleted, forkFrom, rewindTo } from './conversations.js';
@@ -348,7 +349,7 @@ export class View {
     }
   }
 
-  /** @param {import('../protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[], files_restored?: boolean, schedule_name?: string}} frame */
+  /** @param {import('../protocol').StatusFrame & {seq?: number, dropped_after_seq?: number, dropped_seqs?: number[], files_restored?: boolean, schedule_name?: string, cap?: string, limit_usd?: number, spent_usd?: number}} frame */
   onStatus(frame) {
     const { status, detail } = frame;
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
@@ -373,6 +374,7 @@ export class View {
       const name = typeof frame.schedule_name === 'string' ? frame.schedule_name : 'a schedule';
       this.append(messageElement('notice scheduled-run', 'Notice', `Scheduled run: ${name}`), frame);
     }
+    if (status === 'budget_exceeded') this.append(budgetNotice(this.agentId, frame), frame);
     if (status === 'crashed' || status === 'resume_failed' || status === 'warning') {
       this.append(messageElement('notice error', 'Error', `${status}: ${detail}`));
     }

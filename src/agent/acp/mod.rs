@@ -124,6 +124,7 @@ impl Backend for AcpBackend {
             images: learnt.caps.is_none_or(|c| c.image),
             launch_options: self.settings.launch_options.clone(),
             known: learnt.caps.is_some(),
+            max_budget: false,
         }
     }
 

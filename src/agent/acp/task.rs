@@ -196,7 +196,7 @@ impl AcpTask {
         let Some(lease) = wait_for_place(&mut self, &pool, background, &watched).await else {
             return;
         };
-        let env = self.settings.environment();
+        let env = self.spec.credentials.added_to(self.settings.environment());
         let started = Proc::start(ProcSpec {
             program: &self.settings.program,
             args: &self.settings.args,

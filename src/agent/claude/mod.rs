@@ -66,11 +66,12 @@ impl ClaudeSettings {
         &'a self,
         args: &'a [String],
         cwd: &'a Path,
+        credentials: &crate::agent::Credentials,
     ) -> crate::agent::process::ProcSpec<'a> {
         crate::agent::process::ProcSpec {
             program: &self.bin,
             args,
-            env: self.env(),
+            env: credentials.added_to(self.env()),
             cwd,
             create_cwd: cwd.starts_with(&self.workspaces),
             max_line_bytes: self.config.max_line_bytes,
@@ -173,6 +174,7 @@ impl Backend for ClaudeBackend {
             images: true,
             launch_options: LaunchOption::ALL.into(),
             known: true,
+            max_budget: true,
         }
     }
 
@@ -195,10 +197,14 @@ impl Backend for ClaudeBackend {
             Launch::New { session_id } => self.spare.claim(session_id),
             Launch::Resume { .. } | Launch::ResumeAt { .. } | Launch::Fork { .. } => None,
         };
-        // The spare started in its own workspace with no launch options: a conversation that
-        // wants otherwise gets a process of its own (dropping the spare kills it).
+        // The spare started in its own workspace with no launch options, on the configured
+        // credentials and no budget: a conversation that wants otherwise gets a process of its
+        // own (dropping the spare kills it).
         let warm = warm.filter(|_| {
-            spec.options.is_empty() && spec.cwd == self.settings.workspaces.join(&spec.session_id)
+            spec.options.is_empty()
+                && spec.credentials.0.is_empty()
+                && spec.max_budget_usd.is_none()
+                && spec.cwd == self.settings.workspaces.join(&spec.session_id)
         });
         let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
         let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);

@@ -97,7 +97,7 @@ async fn start_spare(settings: &ClaudeSettings, id: &str, models: &Models) -> Op
         None,
         &crate::protocol::LaunchOptions::default(),
     );
-    match Proc::start(settings.proc_spec(&args, &cwd)) {
+    match Proc::start(settings.proc_spec(&args, &cwd, &Default::default())) {
         Ok(mut proc) => match control::initialize(&mut proc, settings.init_timeout()).await {
             Ok(answer) => {
                 models.learn(&answer);

@@ -272,15 +272,22 @@ impl AgentTask {
 
     /// Starts and initializes a process, buffering inputs meanwhile.
     async fn start(&mut self) -> Result<Option<Proc>, String> {
-        let args = self.settings.args(
+        let mut args = self.settings.args(
             &self.spec.launch,
             self.spec.model.as_deref(),
             self.spec.permission_mode.as_deref(),
             &self.spec.options,
         );
+        if let Some(usd) = self.spec.max_budget_usd {
+            args.push(format!("--max-budget-usd={usd}"));
+        }
         self.applied = self.wanted_options();
-        let mut proc = Proc::start(self.settings.proc_spec(&args, &self.spec.cwd))
-            .map_err(|e| format!("cannot start the Claude CLI: {e}"))?;
+        let mut proc = Proc::start(self.settings.proc_spec(
+            &args,
+            &self.spec.cwd,
+            &self.spec.credentials,
+        ))
+        .map_err(|e| format!("cannot start the Claude CLI: {e}"))?;
         let timeout = self.settings.init_timeout();
         let outcome = {
             let init = control::initialize(&mut proc, timeout);

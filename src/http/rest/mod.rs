@@ -14,6 +14,7 @@ mod push;
 mod schedules;
 mod sessions;
 mod shares;
+mod spend;
 
 pub(super) use sessions::{agent_id, last_event_id};
 
@@ -38,7 +39,7 @@ const BEARER: &str = "bearer";
 #[derive(OpenApi)]
 #[openapi(info(
     title = "agentmux",
-    description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; tickets for the WebSocket; a backup of the database, for admins."
+    description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; tickets for the WebSocket; each principal's own agent credentials, spending caps and usage; a backup of the database, for admins."
 ))]
 struct ApiDoc;
 
@@ -89,6 +90,19 @@ fn authenticated() -> OpenApiRouter<AppState> {
                 .layer(DefaultBodyLimit::max(push::MAX_BODY_BYTES)),
         )
         .routes(routes!(admin::backup))
+        .routes(routes!(spend::list_credentials))
+        .routes(routes!(
+            spend::get_credentials,
+            spend::put_credentials,
+            spend::delete_credentials
+        ))
+        .routes(routes!(
+            spend::get_budget,
+            spend::put_budget,
+            spend::delete_budget
+        ))
+        .routes(routes!(spend::put_conversation_budget))
+        .routes(routes!(spend::usage))
 }
 
 /// The REST API as served: every route of [`authenticated`] behind the check of credentials

@@ -646,8 +646,9 @@ pub async fn chat(
     ]);
     let chat = protocol::decode_chat(id.clone(), &fields, app.config.decode_limits())?;
     let client_msg_id = chat.client_msg_id.clone();
+    let need = Need::for_chat(&chat);
     let command = Command::Chat { chat, marker: None };
-    let Outcome::Chat(pending) = run(&app, &principal, &id, Need::Edit, command).await? else {
+    let Outcome::Chat(pending) = run(&app, &principal, &id, need, command).await? else {
         unreachable!("a chat's outcome")
     };
     let accepted = pending.stored().await?;

@@ -10,6 +10,7 @@ mod output;
 mod permissions;
 mod process;
 mod publish;
+mod spend;
 mod turns;
 
 use std::collections::HashMap;
@@ -117,6 +118,8 @@ struct Actor {
     agent: Option<AgentConn>,
     /// Cumulative cost the current agent process reported; results carry running totals.
     process_cost: f64,
+    /// The credentials and allowance the current agent started on.
+    terms: Option<crate::session::spend::Terms>,
     idle_since: Instant,
     /// Set on shutdown: no further queued turn starts.
     stopping: bool,
@@ -164,6 +167,7 @@ pub(crate) fn spawn(init: ActorInit) {
         idle_after_batch: false,
         agent: None,
         process_cost: 0.0,
+        terms: None,
         idle_since: Instant::now(),
         stopping: false,
         scheduled_turn: false,

@@ -10,6 +10,7 @@ use super::publish::Out;
 use super::{Actor, NO_TURN};
 use crate::agent::{Launch, SpawnSpec};
 use crate::config::SessionConfig;
+use crate::session::spend::Terms;
 use crate::store::{NewMessage, NextLaunch};
 
 impl Actor {
@@ -39,7 +40,7 @@ impl Actor {
         }
     }
 
-    pub(super) async fn spawn_agent(&mut self, user_seq: i64) -> Result<(), String> {
+    pub(super) async fn spawn_agent(&mut self, user_seq: i64, terms: Terms) -> Result<(), String> {
         let shared = self.shared.clone();
         let launch = self.launch();
         // A fork after a rewind resumes the agent's own history too.
@@ -110,6 +111,8 @@ impl Actor {
                 let events = self.events.clone();
                 crate::agent::Watched::new(move || events.receiver_count() > 0)
             },
+            credentials: terms.credentials.clone(),
+            max_budget_usd: terms.max_budget_usd,
         };
         let backend = self.backend.as_ref().ok_or_else(|| {
             format!(
@@ -130,6 +133,7 @@ impl Actor {
         let conn = backend.spawn(spec).await.map_err(|e| e.to_string())?;
         shared.metrics.agent_spawned(resumed);
         self.process_cost = 0.0;
+        self.terms = Some(terms);
         self.agent = Some(conn);
         self.publish_status("active", "the agent is running");
         Ok(())
@@ -199,7 +203,17 @@ impl Actor {
     /// Starts the agent with no turn for it (a respawn or a warm-up); a failure to start
     /// counts as an unexpected exit.
     async fn start_idle_agent(&mut self) {
-        if let Err(detail) = self.spawn_agent(NO_TURN).await {
+        // No turn could start now (a cap is reached, credentials are missing): neither does
+        // an agent with nothing to do.
+        let terms = match self.launch_terms().await {
+            Ok(terms) => terms,
+            Err(refusal) => {
+                let err = crate::session::SessionError::from(refusal);
+                tracing::debug!(agent_id = %self.conversation.agent_id, reason = %err.message, "not starting the agent in the background");
+                return;
+            }
+        };
+        if let Err(detail) = self.spawn_agent(NO_TURN, terms).await {
             tracing::warn!(agent_id = %self.conversation.agent_id, detail, "cannot start the agent in the background");
             self.schedule_respawn(&detail);
         }

@@ -171,6 +171,11 @@ impl Actor {
                         if let Some(activity) = activity {
                             self.publish_activity(activity, *s, &m.payload);
                         }
+                        if m.message_type == "result"
+                            && let Some(totals) = m.totals
+                        {
+                            self.record_usage(&m.payload, totals, &m.created_at).await;
+                        }
                         self.publish(protocol::session_frame(
                             tag,
                             m.message_type,

@@ -14,6 +14,7 @@ use super::publish::Out;
 use crate::agent::AgentInput;
 use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame};
 use crate::session::SessionError;
+use crate::session::spend::{Refusal, Terms};
 use crate::session::{Conversation, Shared};
 use crate::store::{NewMessage, NextLaunch, RunningTurn, StoreError};
 
@@ -151,6 +152,13 @@ impl Actor {
             let _ = reply.send(Err(err));
             return;
         }
+        if let Err(err) = self
+            .admit(chat.options.budget_usd.as_deref().map(|u| u.0))
+            .await
+        {
+            let _ = reply.send(Err(err));
+            return;
+        }
         let busy = self.turns.is_busy();
         let payload = serde_json::json!({
             "type": "user",
@@ -244,8 +252,24 @@ impl Actor {
     pub(super) async fn start_next_turn(&mut self) {
         while let Some(turn) = self.turns.queue.pop_front() {
             self.apply_options(&turn.options).await;
+            // Checked again as it starts: a turn queued behind others may find a cap reached.
+            let terms = match self.launch_terms().await {
+                Ok(terms) => terms,
+                Err(Refusal::Over(over)) => {
+                    self.store_over_cap(&over).await;
+                    self.fail_turn(&turn, "budget_exceeded", &over.error().message)
+                        .await;
+                    continue;
+                }
+                Err(Refusal::Error(err)) => {
+                    self.fail_turn(&turn, "backend_unavailable", &err.message)
+                        .await;
+                    continue;
+                }
+            };
+            self.restart_if_outdated(&terms).await;
             if self.agent.is_none()
-                && let Err(detail) = self.spawn_agent(turn.user_seq).await
+                && let Err(detail) = self.spawn_agent(turn.user_seq, terms.clone()).await
             {
                 self.fail_turn(&turn, "backend_unavailable", &detail).await;
                 continue;
@@ -255,8 +279,8 @@ impl Actor {
             if !sent && self.agent.is_none() {
                 // The agent had stopped (a background start that gave up its place, or a
                 // crash not yet reported): start one for this turn.
-                sent =
-                    self.spawn_agent(turn.user_seq).await.is_ok() && self.send_prompt(&turn).await;
+                sent = self.spawn_agent(turn.user_seq, terms).await.is_ok()
+                    && self.send_prompt(&turn).await;
             }
             if !sent {
                 self.agent = None;
@@ -276,6 +300,22 @@ impl Actor {
             return;
         }
         self.idle_since = Instant::now();
+    }
+
+    /// Stops the live agent when it runs on other credentials or another allowance than the
+    /// turn must start on; the turn starts the next one (resuming).
+    async fn restart_if_outdated(&mut self, terms: &Terms) {
+        let outdated = self
+            .terms
+            .as_ref()
+            .is_some_and(|live| live.outdated_by(self.process_cost, terms));
+        if outdated && let Some(agent) = self.agent.take() {
+            self.publish_status(
+                "restarting",
+                "your credentials or what the turn may spend changed; restarting the agent with resume",
+            );
+            agent.stop().await;
+        }
     }
 
     /// Hands a turn's prompt to the live agent; false (and no agent) when it has stopped.
@@ -355,8 +395,12 @@ impl Actor {
     /// Closes a turn that could not run with a stored error result.
     async fn fail_turn(&mut self, turn: &Turn, reason: &'static str, detail: &str) {
         tracing::warn!(agent_id = %self.conversation.agent_id, seq = turn.user_seq, reason, detail, "turn failed");
+        let code = match reason {
+            "budget_exceeded" => ErrorCode::BudgetExceeded,
+            _ => ErrorCode::BackendUnavailable,
+        };
         self.publish_error(SessionError::new(
-            ErrorCode::BackendUnavailable,
+            code,
             format!("the agent could not run the turn: {detail}"),
         ));
         let result =

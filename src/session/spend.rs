@@ -1,0 +1,600 @@
+//! Whose keys a turn runs on and what it may spend: a principal's own credentials for an agent
+//! (set, listed by name, removed; opened only for that principal's agents), the caps a turn
+//! must start under (the principal's daily and monthly ones, the conversation's own), what is
+//! left of them for an agent that stops by itself, and the usage reports.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::errors::store_failure;
+use super::{Manager, Shared};
+use crate::agent::Credentials;
+use crate::protocol::{AgentId, ErrorCode, Principal, check_cap};
+use crate::session::SessionError;
+use crate::store::RowId;
+use crate::store::usage::{CapOverride, UsageQuery, UsageRow};
+
+/// Most variables one principal may set for one agent.
+pub const MAX_CREDENTIALS_PER_AGENT: usize = 16;
+
+/// One variable a principal set, as listed: its name and when, never its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct CredentialName {
+    /// The variable.
+    pub name: String,
+    /// When it was set (RFC 3339).
+    pub set_at: String,
+}
+
+/// A principal's credentials for one agent, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct AgentCredentials {
+    /// The agent.
+    pub agent: String,
+    /// The variables it takes as credentials.
+    pub accepts: Vec<String>,
+    /// Those set, by name.
+    pub set: Vec<CredentialName>,
+    /// Whether its turns run only on the principal's own credentials.
+    pub required: bool,
+}
+
+/// A cap a turn would start over.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct OverCap {
+    /// Which cap: `daily`, `monthly` or `conversation`.
+    pub cap: &'static str,
+    /// The cap, in US dollars.
+    pub limit_usd: f64,
+    /// What was spent against it, in US dollars.
+    pub spent_usd: f64,
+}
+
+impl OverCap {
+    /// The refusal a client gets.
+    pub fn error(&self) -> SessionError {
+        let whose = match self.cap {
+            "conversation" => "this conversation's spending cap",
+            "daily" => "your daily spending cap",
+            _ => "your monthly spending cap",
+        };
+        SessionError::new(
+            ErrorCode::BudgetExceeded,
+            format!(
+                "{whose} of ${} is reached (${:.4} spent); the turn did not run{}",
+                self.limit_usd,
+                self.spent_usd,
+                match self.cap {
+                    "conversation" => "; its owner can raise it",
+                    _ => "; an admin can raise it",
+                }
+            ),
+        )
+    }
+
+    /// The stored `status` that shows it in the conversation.
+    pub fn status_payload(&self) -> String {
+        serde_json::json!({
+            "status": "budget_exceeded",
+            "detail": self.error().message,
+            "cap": self.cap,
+            "limit_usd": self.limit_usd,
+            "spent_usd": self.spent_usd,
+        })
+        .to_string()
+    }
+}
+
+/// Why a turn may not start.
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// Over a cap.
+    Over(OverCap),
+    /// Anything else (no credentials where they are required, the store).
+    Error(SessionError),
+}
+
+impl From<SessionError> for Refusal {
+    fn from(err: SessionError) -> Self {
+        Refusal::Error(err)
+    }
+}
+
+impl From<Refusal> for SessionError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Over(over) => over.error(),
+            Refusal::Error(err) => err,
+        }
+    }
+}
+
+/// What an agent starts with besides its launch: the principal's credentials, and what it may
+/// spend when a cap applies and it can stop by itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Terms {
+    pub(super) credentials: Credentials,
+    pub(super) max_budget_usd: Option<f64>,
+}
+
+impl Terms {
+    /// Whether an agent started on `self`, which has spent `spent` since, must start again to
+    /// run on `now`: other credentials, or an allowance that moved by more than a cent (a cap
+    /// raised, a new day, spending in the principal's other conversations).
+    pub(super) fn outdated_by(&self, spent: f64, now: &Terms) -> bool {
+        let left = self.max_budget_usd.map(|b| b - spent);
+        self.credentials != now.credentials
+            || match (left, now.max_budget_usd) {
+                (None, None) => false,
+                (Some(a), Some(b)) => (a - b).abs() > 0.01,
+                _ => true,
+            }
+    }
+}
+
+/// A principal's caps and what they spent against them.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Budget {
+    /// Whose.
+    pub principal: String,
+    /// Their daily cap (UTC days), if any.
+    pub daily_usd: Option<f64>,
+    /// Their monthly cap (UTC calendar months), if any.
+    pub monthly_usd: Option<f64>,
+    /// Spent today.
+    pub daily_spent_usd: f64,
+    /// Spent this month.
+    pub monthly_spent_usd: f64,
+    /// Whether an admin set these caps (else they are the configured defaults).
+    pub overridden: bool,
+}
+
+/// The start of today and of this month (UTC), as stored times compare.
+fn day_and_month_start() -> (String, String) {
+    let now = chrono::Utc::now();
+    (
+        format!("{}T00:00:00.000Z", now.format("%Y-%m-%d")),
+        format!("{}-01T00:00:00.000Z", now.format("%Y-%m")),
+    )
+}
+
+impl Shared {
+    /// The caps of `principal` and what they spent against them.
+    pub(super) async fn budget(&self, principal: &str) -> Result<Budget, SessionError> {
+        let store = &self.store;
+        let set = store.cap_override(principal).await.map_err(store_failure)?;
+        let caps = set.unwrap_or(CapOverride {
+            daily_usd: self.config.budgets.daily_usd,
+            monthly_usd: self.config.budgets.monthly_usd,
+        });
+        let (day, month) = day_and_month_start();
+        let spent = |since| store.spent_since(principal, since);
+        Ok(Budget {
+            principal: principal.to_owned(),
+            daily_usd: caps.daily_usd,
+            monthly_usd: caps.monthly_usd,
+            daily_spent_usd: if caps.daily_usd.is_some() {
+                spent(&day).await.map_err(store_failure)?
+            } else {
+                0.0
+            },
+            monthly_spent_usd: if caps.monthly_usd.is_some() {
+                spent(&month).await.map_err(store_failure)?
+            } else {
+                0.0
+            },
+            overridden: set.is_some(),
+        })
+    }
+
+    /// What a turn of `principal` in conversation `row` (`session_id`; None for one not yet
+    /// created) may still spend: None when no cap applies.
+    ///
+    /// # Errors
+    /// [`Refusal::Over`] when a cap is reached.
+    pub(super) async fn allowance(
+        &self,
+        principal: &str,
+        conversation: Option<(RowId, &str)>,
+    ) -> Result<Option<f64>, Refusal> {
+        let budget = self.budget(principal).await?;
+        let mut caps = vec![
+            ("daily", budget.daily_usd, budget.daily_spent_usd),
+            ("monthly", budget.monthly_usd, budget.monthly_spent_usd),
+        ];
+        let cap = match conversation {
+            Some((row, _)) => self.store.session_cap(row).await.map_err(store_failure)?,
+            None => None,
+        };
+        if let (Some(cap), Some((_, session_id))) = (cap, conversation) {
+            let spent = self
+                .store
+                .spent_in_session(session_id)
+                .await
+                .map_err(store_failure)?;
+            caps.push(("conversation", Some(cap), spent));
+        }
+        let mut left: Option<f64> = None;
+        for (cap, limit, spent) in caps {
+            let Some(limit) = limit else { continue };
+            if spent >= limit {
+                return Err(Refusal::Over(OverCap {
+                    cap,
+                    limit_usd: limit,
+                    spent_usd: spent,
+                }));
+            }
+            left = Some(left.map_or(limit - spent, |l| l.min(limit - spent)));
+        }
+        Ok(left)
+    }
+
+    /// The credentials `principal`'s agent `agent` runs on (only the names it still takes).
+    ///
+    /// # Errors
+    /// `credentials_required` when the agent takes credentials, the server requires each
+    /// principal's own, and they set none; `backend_unavailable` when they can't be opened.
+    pub(super) async fn credentials_for(
+        &self,
+        principal: &str,
+        agent: &str,
+    ) -> Result<Credentials, SessionError> {
+        let names = self.config.credential_names(agent);
+        if names.is_empty() {
+            return Ok(Credentials::default());
+        }
+        let mut env = crate::credentials::env_of(
+            self.store.as_ref(),
+            self.sealer.as_deref(),
+            principal,
+            agent,
+        )
+        .await
+        .map_err(|e| SessionError::new(ErrorCode::BackendUnavailable, e))?;
+        env.retain(|name, _| names.contains(name));
+        if env.is_empty() && self.config.agent.require_own_credentials {
+            return Err(SessionError::new(
+                ErrorCode::CredentialsRequired,
+                format!(
+                    "the agent `{agent}` runs on each member's own credentials on this server, \
+                     and you have set none for it: set one of {} with PUT \
+                     /api/me/credentials/{agent} (or on the web UI's Settings page)",
+                    names.join(", ")
+                ),
+            ));
+        }
+        Ok(Credentials(env))
+    }
+}
+
+/// Checks the variables a principal sets for `agent` against what it takes.
+fn check_vars(
+    config: &crate::config::Config,
+    agent: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<(), SessionError> {
+    let invalid = |m: String| SessionError::new(ErrorCode::InvalidRequest, m);
+    let names = config.credential_names(agent);
+    if names.is_empty() {
+        return Err(invalid(format!(
+            "the agent `{}` takes no credentials",
+            crate::protocol::truncate_chars(agent, 64)
+        )));
+    }
+    if env.is_empty() || env.len() > MAX_CREDENTIALS_PER_AGENT {
+        return Err(invalid(format!(
+            "`env` must set 1 to {MAX_CREDENTIALS_PER_AGENT} variables"
+        )));
+    }
+    let max = config.credentials.max_value_bytes;
+    for (name, value) in env {
+        if !names.contains(name) {
+            let why = crate::config::credential_name_problem(name)
+                .unwrap_or_else(|| format!("`{name}` is not a credential of this agent"));
+            return Err(invalid(format!(
+                "{why}; the agent `{agent}` takes {}",
+                names.join(", ")
+            )));
+        }
+        // The value is never repeated back: it is a secret.
+        if value.is_empty() || value.len() > max || value.contains('\0') {
+            return Err(invalid(format!(
+                "the value of `{name}` must be 1 to {max} bytes without NUL"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Manager {
+    /// Before a conversation is created for a chat: whether its first turn could start
+    /// (the principal's caps, and their credentials where they are required).
+    ///
+    /// # Errors
+    /// `budget_exceeded` or `credentials_required`, or a failure to read the store.
+    pub(super) async fn admit_new(
+        &self,
+        principal: &Principal,
+        agent: &str,
+    ) -> Result<(), SessionError> {
+        self.shared.credentials_for(principal, agent).await?;
+        self.shared.allowance(principal, None).await?;
+        Ok(())
+    }
+
+    /// Whether `principal` may see or change `whose` budget: their own, or any as an admin.
+    fn may_see_budget(&self, principal: &Principal, whose: &str) -> Result<(), SessionError> {
+        if principal.as_str() == whose || self.shared.config.auth.is_admin(principal) {
+            return Ok(());
+        }
+        Err(SessionError::new(
+            ErrorCode::Forbidden,
+            "only an admin may see or set another principal's budget",
+        ))
+    }
+
+    /// The credentials of `principal` for every agent that takes some, by name only.
+    ///
+    /// # Errors
+    /// `store_unavailable`.
+    pub async fn credentials(
+        &self,
+        principal: &Principal,
+    ) -> Result<Vec<AgentCredentials>, SessionError> {
+        let stored = self
+            .shared
+            .store
+            .credentials_of(principal, None)
+            .await
+            .map_err(store_failure)?;
+        let config = &self.shared.config;
+        Ok(self
+            .shared
+            .agents
+            .list()
+            .into_iter()
+            .filter_map(|info| {
+                let accepts = config.credential_names(&info.name).to_vec();
+                (!accepts.is_empty()).then(|| AgentCredentials {
+                    set: stored
+                        .iter()
+                        .filter(|v| v.agent == info.name && accepts.contains(&v.name))
+                        .map(|v| CredentialName {
+                            name: v.name.clone(),
+                            set_at: v.set_at.clone(),
+                        })
+                        .collect(),
+                    required: config.agent.require_own_credentials,
+                    agent: info.name,
+                    accepts,
+                })
+            })
+            .collect())
+    }
+
+    /// Sets the credentials `env` of `principal` for `agent`, each replacing one of the same
+    /// name (the others stay); their live agents start again on them at their next turn.
+    ///
+    /// # Errors
+    /// `unknown_agent` for an agent that is not configured, `invalid_request` for a name the
+    /// agent does not take or a bad value (never shown), `unsupported` when no secret key is
+    /// configured, `store_unavailable`.
+    pub async fn set_credentials(
+        &self,
+        principal: &Principal,
+        agent: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Vec<CredentialName>, SessionError> {
+        self.known_agent(agent)?;
+        check_vars(&self.shared.config, agent, env)?;
+        let Some(sealer) = self.shared.sealer.as_deref() else {
+            return Err(SessionError::new(
+                ErrorCode::Unsupported,
+                "this server keeps no credentials: its operator has set no secret key \
+                 (AGENTMUX_SECRET_KEY or credentials.key_file)",
+            ));
+        };
+        let sealed: Vec<_> = env
+            .iter()
+            .map(|(name, value)| sealer.seal(principal, agent, name, value))
+            .collect();
+        self.shared
+            .store
+            .put_credentials(principal, agent, &sealed)
+            .await
+            .map_err(store_failure)?;
+        tracing::info!(%principal, agent, names = ?env.keys().collect::<Vec<_>>(), "credentials set");
+        Ok(sealed
+            .into_iter()
+            .map(|v| CredentialName {
+                name: v.name,
+                set_at: v.set_at,
+            })
+            .collect())
+    }
+
+    /// Removes every credential of `principal` for `agent`.
+    ///
+    /// # Errors
+    /// `unknown_agent` when the agent is not configured or they had none, `store_unavailable`.
+    pub async fn delete_credentials(
+        &self,
+        principal: &Principal,
+        agent: &str,
+    ) -> Result<(), SessionError> {
+        self.known_agent(agent)?;
+        let removed = self
+            .shared
+            .store
+            .delete_credentials(principal, agent)
+            .await
+            .map_err(store_failure)?;
+        if removed == 0 {
+            return Err(SessionError::new(
+                ErrorCode::UnknownAgent,
+                format!("you have no credentials for the agent `{agent}`"),
+            ));
+        }
+        tracing::info!(%principal, agent, "credentials removed");
+        Ok(())
+    }
+
+    fn known_agent(&self, agent: &str) -> Result<(), SessionError> {
+        if self.shared.agents.get(agent).is_none() {
+            return Err(SessionError::new(
+                ErrorCode::UnknownAgent,
+                format!(
+                    "no agent `{}` is configured",
+                    crate::protocol::truncate_chars(agent, 64)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The caps of `whose` and what they spent, for `principal` (themselves, or an admin).
+    ///
+    /// # Errors
+    /// `forbidden` for another principal's unless an admin, `store_unavailable`.
+    pub async fn budget(&self, principal: &Principal, whose: &str) -> Result<Budget, SessionError> {
+        self.may_see_budget(principal, whose)?;
+        self.shared.budget(whose).await
+    }
+
+    /// Sets (Some) or removes (None: back to the configured defaults) the caps of `whose`;
+    /// for admins only.
+    ///
+    /// # Errors
+    /// `forbidden` for anyone but an admin, `invalid_request` for a cap out of range,
+    /// `store_unavailable`.
+    pub async fn set_budget(
+        &self,
+        principal: &Principal,
+        whose: &str,
+        caps: Option<CapOverride>,
+    ) -> Result<Budget, SessionError> {
+        if !self.shared.config.auth.is_admin(principal) {
+            return Err(SessionError::new(
+                ErrorCode::Forbidden,
+                "only an admin ([auth] admins) may set budgets",
+            ));
+        }
+        if let Some(caps) = caps {
+            for (what, cap) in [
+                ("daily_usd", caps.daily_usd),
+                ("monthly_usd", caps.monthly_usd),
+            ] {
+                if let Some(cap) = cap {
+                    check_cap(what, cap)
+                        .map_err(|m| SessionError::new(ErrorCode::InvalidRequest, m))?;
+                }
+            }
+        }
+        self.shared
+            .store
+            .set_cap_override(whose, caps)
+            .await
+            .map_err(store_failure)?;
+        tracing::info!(%principal, whose, ?caps, "budget set");
+        self.shared.budget(whose).await
+    }
+
+    /// Sets the own cap of conversation `agent_id` of `owner` (asked by `principal`: the owner,
+    /// or an admin).
+    ///
+    /// # Errors
+    /// `forbidden` for anyone else, `unknown_agent`, `invalid_request` for a cap out of range,
+    /// `store_unavailable`.
+    pub async fn set_conversation_cap(
+        &self,
+        principal: &Principal,
+        owner: &Principal,
+        agent_id: &AgentId,
+        usd: f64,
+    ) -> Result<(), SessionError> {
+        self.may_see_budget(principal, owner)?;
+        check_cap("budget_usd", usd)
+            .map_err(|m| SessionError::new(ErrorCode::InvalidRequest, m))?;
+        let record = self
+            .shared
+            .store
+            .find_session(owner, agent_id)
+            .await
+            .map_err(store_failure)?
+            .ok_or_else(|| super::errors::unknown_agent(agent_id))?;
+        self.shared
+            .store
+            .set_session_cap(record.row, usd)
+            .await
+            .map_err(store_failure)
+    }
+
+    /// A usage report for `principal`: their own turns, or (an admin) anyone's.
+    ///
+    /// # Errors
+    /// `forbidden` for another principal's unless an admin, `store_unavailable`.
+    pub async fn usage(
+        &self,
+        principal: &Principal,
+        query: UsageQuery,
+    ) -> Result<Vec<UsageRow>, SessionError> {
+        match &query.principal {
+            Some(whose) => self.may_see_budget(principal, whose)?,
+            None if self.shared.config.auth.is_admin(principal) => {}
+            None => {
+                return Err(SessionError::new(
+                    ErrorCode::Forbidden,
+                    "only an admin may see everyone's usage",
+                ));
+            }
+        }
+        self.shared.store.usage(&query).await.map_err(store_failure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(key: &str, budget: Option<f64>) -> Terms {
+        Terms {
+            credentials: Credentials([("K".to_owned(), key.to_owned())].into()),
+            max_budget_usd: budget,
+        }
+    }
+
+    /// An agent starts again for other credentials, or for an allowance that moved by more
+    /// than a cent from what it has left; not for what it spent itself.
+    #[test]
+    fn an_agent_restarts_only_when_its_terms_changed() {
+        let live = terms("a", Some(1.0));
+        assert!(!live.outdated_by(0.25, &terms("a", Some(0.75))));
+        assert!(!live.outdated_by(0.25, &terms("a", Some(0.755))));
+        assert!(live.outdated_by(0.25, &terms("a", Some(2.0))), "raised");
+        assert!(
+            live.outdated_by(0.0, &terms("a", Some(0.5))),
+            "spent elsewhere"
+        );
+        assert!(live.outdated_by(0.0, &terms("b", Some(1.0))), "new key");
+        assert!(live.outdated_by(0.0, &terms("a", None)), "cap removed");
+        assert!(!terms("a", None).outdated_by(3.0, &terms("a", None)));
+    }
+
+    #[test]
+    fn a_refusal_says_which_cap_and_the_figures() {
+        let over = OverCap {
+            cap: "daily",
+            limit_usd: 0.5,
+            spent_usd: 0.5012,
+        };
+        let err = over.error();
+        assert_eq!(err.code, ErrorCode::BudgetExceeded);
+        assert!(err.message.contains("daily"), "{}", err.message);
+        assert!(err.message.contains("$0.5 "), "{}", err.message);
+        let status: serde_json::Value = serde_json::from_str(&over.status_payload()).unwrap();
+        assert_eq!(status["status"], "budget_exceeded");
+        assert_eq!(status["limit_usd"], 0.5);
+        assert_eq!(status["spent_usd"], 0.5012);
+    }
+}

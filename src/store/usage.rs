@@ -1,0 +1,275 @@
+//! Stored spending: the ledger of what each turn cost (its agent's own figures), the caps an
+//! admin set per principal and a conversation's own cap, and the sums budgets and usage reports
+//! are made of, summed by the engine itself. Their own tables, read and written through the pool
+//! on both engines with the same SQL.
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use super::postgres::PgStore;
+use super::sqlite::SqliteStore;
+use super::{Result, RowId};
+
+/// What one turn cost, as its agent reported it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnUsage {
+    /// Whose conversation it is.
+    pub principal: String,
+    /// Our id of the conversation.
+    pub session_id: String,
+    /// The owner's `agent_id` for it.
+    pub agent_id: String,
+    /// The agent (by name) that ran it.
+    pub agent: String,
+    /// The model that ran it (`default` when neither the agent nor the chat named one).
+    pub model: String,
+    /// When it ended (RFC 3339, UTC).
+    pub at: String,
+    /// Its cost in US dollars.
+    pub cost_usd: f64,
+    /// Input tokens.
+    pub input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_tokens: i64,
+    /// Input tokens written to the prompt cache.
+    pub cache_creation_tokens: i64,
+}
+
+/// What a usage report is grouped by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    /// The day (UTC) each turn ended.
+    Day,
+    /// The conversation (`session_id`).
+    Conversation,
+    /// The agent.
+    Agent,
+    /// The model.
+    Model,
+}
+
+impl GroupBy {
+    fn column(self) -> &'static str {
+        match self {
+            GroupBy::Day => "substr(at, 1, 10)",
+            GroupBy::Conversation => "session_id",
+            GroupBy::Agent => "agent",
+            GroupBy::Model => "model",
+        }
+    }
+}
+
+/// Which turns a usage report sums.
+#[derive(Debug, Clone)]
+pub struct UsageQuery {
+    /// Whose turns; None: everyone's.
+    pub principal: Option<String>,
+    /// From this time on (RFC 3339, inclusive).
+    pub from: String,
+    /// Before this time (RFC 3339, exclusive).
+    pub to: String,
+    /// How they are grouped.
+    pub group_by: GroupBy,
+}
+
+/// One group of a usage report.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct UsageRow {
+    /// The day (`YYYY-MM-DD`), `session_id`, agent or model.
+    pub key: String,
+    /// For a conversation: its `agent_id` (the owner's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// For a report of everyone's: whose turns these are when they are one principal's
+    /// (always for a conversation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// Cost in US dollars.
+    pub cost_usd: f64,
+    /// Input tokens.
+    pub input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_tokens: i64,
+    /// Input tokens written to the prompt cache.
+    pub cache_creation_tokens: i64,
+    /// Turns.
+    pub turns: i64,
+}
+
+/// The caps an admin set for a principal (None: the configured default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, sqlx::FromRow)]
+pub struct CapOverride {
+    /// Per day (UTC).
+    pub daily_usd: Option<f64>,
+    /// Per calendar month (UTC).
+    pub monthly_usd: Option<f64>,
+}
+
+/// Persistence of spending.
+#[async_trait]
+pub trait UsageStore: Send + Sync + 'static {
+    /// Records what a turn cost.
+    async fn record_usage(&self, usage: &TurnUsage) -> Result<()>;
+
+    /// What `principal` spent from `since` (RFC 3339) on.
+    async fn spent_since(&self, principal: &str, since: &str) -> Result<f64>;
+
+    /// What conversation `session_id` spent in all.
+    async fn spent_in_session(&self, session_id: &str) -> Result<f64>;
+
+    /// A usage report.
+    async fn usage(&self, query: &UsageQuery) -> Result<Vec<UsageRow>>;
+
+    /// The caps an admin set for `principal`, if any.
+    async fn cap_override(&self, principal: &str) -> Result<Option<CapOverride>>;
+
+    /// Sets (Some) or removes (None) the caps of `principal`.
+    async fn set_cap_override(&self, principal: &str, caps: Option<CapOverride>) -> Result<()>;
+
+    /// Conversation `row`'s own cap, if it has one.
+    async fn session_cap(&self, row: RowId) -> Result<Option<f64>>;
+
+    /// Sets conversation `row`'s own cap.
+    async fn set_session_cap(&self, row: RowId, usd: f64) -> Result<()>;
+}
+
+/// The sums of a report's groups.
+const SUMS: &str = "sum(cost_usd) as cost_usd, \
+     cast(sum(input_tokens) as bigint) as input_tokens, \
+     cast(sum(output_tokens) as bigint) as output_tokens, \
+     cast(sum(cache_read_tokens) as bigint) as cache_read_tokens, \
+     cast(sum(cache_creation_tokens) as bigint) as cache_creation_tokens, \
+     count(*) as turns";
+
+/// The same statements for either store.
+macro_rules! usage_store {
+    ($store:ty) => {
+        #[async_trait]
+        impl UsageStore for $store {
+            async fn record_usage(&self, u: &TurnUsage) -> Result<()> {
+                sqlx::query(
+                    "insert into turn_usage (principal, session_id, agent_id, agent, model, at, \
+                     cost_usd, input_tokens, output_tokens, cache_read_tokens, \
+                     cache_creation_tokens) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                )
+                .bind(&u.principal)
+                .bind(&u.session_id)
+                .bind(&u.agent_id)
+                .bind(&u.agent)
+                .bind(&u.model)
+                .bind(&u.at)
+                .bind(u.cost_usd)
+                .bind(u.input_tokens)
+                .bind(u.output_tokens)
+                .bind(u.cache_read_tokens)
+                .bind(u.cache_creation_tokens)
+                .execute(self.pool())
+                .await?;
+                Ok(())
+            }
+
+            async fn spent_since(&self, principal: &str, since: &str) -> Result<f64> {
+                let (spent,): (Option<f64>,) = sqlx::query_as(
+                    "select sum(cost_usd) from turn_usage where principal = $1 and at >= $2",
+                )
+                .bind(principal)
+                .bind(since)
+                .fetch_one(self.pool())
+                .await?;
+                Ok(spent.unwrap_or(0.0))
+            }
+
+            async fn spent_in_session(&self, session_id: &str) -> Result<f64> {
+                let (spent,): (Option<f64>,) =
+                    sqlx::query_as("select sum(cost_usd) from turn_usage where session_id = $1")
+                        .bind(session_id)
+                        .fetch_one(self.pool())
+                        .await?;
+                Ok(spent.unwrap_or(0.0))
+            }
+
+            async fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
+                let key = q.group_by.column();
+                let labels = match q.group_by {
+                    GroupBy::Conversation => "max(agent_id) as agent_id, max(principal) as principal",
+                    _ => "null as agent_id, \
+                          case when min(principal) = max(principal) then max(principal) end as principal",
+                };
+                Ok(sqlx::query_as(&format!(
+                    "select {key} as key, {labels}, {SUMS} from turn_usage \
+                     where at >= $1 and at < $2 and ($3 is null or principal = $3) \
+                     group by {key} order by {key}"
+                ))
+                .bind(&q.from)
+                .bind(&q.to)
+                .bind(q.principal.as_deref())
+                .fetch_all(self.pool())
+                .await?)
+            }
+
+            async fn cap_override(&self, principal: &str) -> Result<Option<CapOverride>> {
+                Ok(sqlx::query_as(
+                    "select daily_usd, monthly_usd from budgets where principal = $1",
+                )
+                .bind(principal)
+                .fetch_optional(self.pool())
+                .await?)
+            }
+
+            async fn set_cap_override(
+                &self,
+                principal: &str,
+                caps: Option<CapOverride>,
+            ) -> Result<()> {
+                match caps {
+                    Some(caps) => sqlx::query(
+                        "insert into budgets (principal, daily_usd, monthly_usd, updated_at) \
+                         values ($1, $2, $3, $4) on conflict (principal) do update set \
+                         daily_usd = excluded.daily_usd, monthly_usd = excluded.monthly_usd, \
+                         updated_at = excluded.updated_at",
+                    )
+                    .bind(principal)
+                    .bind(caps.daily_usd)
+                    .bind(caps.monthly_usd)
+                    .bind(crate::protocol::now_rfc3339())
+                    .execute(self.pool())
+                    .await?,
+                    None => sqlx::query("delete from budgets where principal = $1")
+                        .bind(principal)
+                        .execute(self.pool())
+                        .await?,
+                };
+                Ok(())
+            }
+
+            async fn session_cap(&self, row: RowId) -> Result<Option<f64>> {
+                let found: Option<(f64,)> =
+                    sqlx::query_as("select budget_usd from session_budgets where session_pk = $1")
+                        .bind(row)
+                        .fetch_optional(self.pool())
+                        .await?;
+                Ok(found.map(|(usd,)| usd))
+            }
+
+            async fn set_session_cap(&self, row: RowId, usd: f64) -> Result<()> {
+                sqlx::query(
+                    "insert into session_budgets (session_pk, budget_usd) values ($1, $2) \
+                     on conflict (session_pk) do update set budget_usd = excluded.budget_usd",
+                )
+                .bind(row)
+                .bind(usd)
+                .execute(self.pool())
+                .await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+usage_store!(SqliteStore);
+usage_store!(PgStore);
