@@ -51,7 +51,13 @@ agent?: string,
  * its own branch): `true`, `false`, or where it starts and which branch it makes. Only on
  * a conversation's first chat (later chats may repeat it).
  */
-worktree?: WorktreeOption, };
+worktree?: WorktreeOption, 
+/**
+ * Whether a turn the model API's rate limit ends continues by itself once the limit
+ * resets (a "continue" turn, after a `status` `waiting_for_limit`). Kept for the
+ * conversation's later turns; absent follows the server's `session.auto_continue`.
+ */
+auto_continue?: boolean, };
 
 export type PermissionDecision = { "behavior": "allow", 
 /**
@@ -320,6 +326,26 @@ at_seq?: number,
  * For `changes`: what the conversation's worktree now differs from its base by.
  */
 changes?: ChangeCounts, };
+
+export type LimitWait = { 
+/**
+ * When the "continue" turn is due (RFC 3339).
+ */
+continue_at: string, 
+/**
+ * When the limit resets, as the agent said (RFC 3339); null when it said nothing, and
+ * the wait is a back-off.
+ */
+resets_at: string | null, 
+/**
+ * Rate-limited turns in a row, this one included.
+ */
+try: number, 
+/**
+ * Rate-limited turns in a row after which the conversation no longer continues by
+ * itself.
+ */
+max_tries: number, };
 
 export type Activity = "turn_started" | "turn_ended" | "permission_request" | "permission_resolved";
 

@@ -90,6 +90,12 @@ pub struct ChatOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub worktree: Option<Box<WorktreeOption>>,
+    /// Whether a turn the model API's rate limit ends continues by itself once the limit
+    /// resets (a "continue" turn, after a `status` `waiting_for_limit`). Kept for the
+    /// conversation's later turns; absent follows the server's `session.auto_continue`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub auto_continue: Option<bool>,
 }
 
 /// A chat's `options.worktree`.
@@ -811,6 +817,12 @@ fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
                 )));
             }
             ("worktree", value) => options.worktree = Some(Box::new(worktree_option(value)?)),
+            ("auto_continue", Value::Bool(on)) => options.auto_continue = Some(*on),
+            ("auto_continue", _) => {
+                return Err(invalid_option(
+                    "`options.auto_continue` must be true or false".into(),
+                ));
+            }
             (other, _) => {
                 return Err(FrameError::new(
                     ErrorCode::InvalidOptions,
