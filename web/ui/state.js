@@ -28,6 +28,8 @@
  * @property {number} [output_tokens]
  * @property {'' | 'done' | 'permission'} [attention] Something happened there while it was
  *   not on screen: a turn finished, or a tool waits for approval.
+ * @property {string | null} [waiting_for_limit] While it waits for a rate limit to reset: when
+ *   it continues by itself (RFC 3339).
  */
 
 /**
@@ -46,6 +48,7 @@
  * @property {number} [total_cost_usd]
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
+ * @property {string | null} [waiting_for_limit]
  */
 
 /**
