@@ -1,7 +1,7 @@
 // Generated from src/protocol.rs by its unit tests; do not edit.
 // Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
 
-export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout" | "budget_exceeded" | "credentials_required";
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout";
 
 export type ChatOptions = { 
 /**
@@ -53,11 +53,11 @@ agent?: string,
  */
 worktree?: WorktreeOption, 
 /**
- * The conversation's own spending cap in US dollars (0 to [`super::MAX_CAP_USD`]); only
- * its owner may set it. A turn that would start with the conversation's spending at or
- * over it is refused with `budget_exceeded`.
+ * Whether a turn the model API's rate limit ends continues by itself once the limit
+ * resets (a "continue" turn, after a `status` `waiting_for_limit`). Kept for the
+ * conversation's later turns; absent follows the server's `session.auto_continue`.
  */
-budget_usd?: number, };
+auto_continue?: boolean, };
 
 export type PermissionDecision = { "behavior": "allow", 
 /**
@@ -326,6 +326,26 @@ at_seq?: number,
  * For `changes`: what the conversation's worktree now differs from its base by.
  */
 changes?: ChangeCounts, };
+
+export type LimitWait = { 
+/**
+ * When the "continue" turn is due (RFC 3339).
+ */
+continue_at: string, 
+/**
+ * When the limit resets, as the agent said (RFC 3339); null when it said nothing, and
+ * the wait is a back-off.
+ */
+resets_at: string | null, 
+/**
+ * Rate-limited turns in a row, this one included.
+ */
+try: number, 
+/**
+ * Rate-limited turns in a row after which the conversation no longer continues by
+ * itself.
+ */
+max_tries: number, };
 
 export type Activity = "turn_started" | "turn_ended" | "permission_request" | "permission_resolved";
 

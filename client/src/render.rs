@@ -65,7 +65,17 @@ pub enum Shown {
     PermissionResolved(String),
     /// The server acknowledged a chat of ours on the current conversation.
     Acked,
+    /// The conversation started (true) or stopped (false) waiting for a rate limit to reset.
+    Waiting(bool),
 }
+
+/// The statuses of a wait for a rate limit.
+const LIMIT_STATUSES: [&str; 4] = [
+    "waiting_for_limit",
+    "limit_continued",
+    "limit_wait_cancelled",
+    "limit_gave_up",
+];
 
 /// A tool permission request waiting for the user's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,6 +254,20 @@ impl Screen {
             }
             "status" => {
                 let status = frame["status"].as_str().unwrap_or_default();
+                if LIMIT_STATUSES.contains(&status) {
+                    self.end_line();
+                    let waiting = status == "waiting_for_limit";
+                    let hint = if waiting {
+                        " (Ctrl-C cancels the wait)"
+                    } else {
+                        ""
+                    };
+                    say(&format!(
+                        "[{status}: {}]{hint}",
+                        frame["detail"].as_str().unwrap_or_default()
+                    ));
+                    return Shown::Waiting(waiting);
+                }
                 if matches!(
                     status,
                     "interrupted"
@@ -340,7 +364,15 @@ fn history_line(frame: &Value) -> Option<String> {
         "status"
             if matches!(
                 frame["status"].as_str(),
-                Some("rewound" | "imported" | "synced")
+                Some(
+                    "rewound"
+                        | "imported"
+                        | "synced"
+                        | "waiting_for_limit"
+                        | "limit_continued"
+                        | "limit_wait_cancelled"
+                        | "limit_gave_up"
+                )
             ) =>
         {
             Some(format!(

@@ -73,6 +73,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         send_new_options: true,
         pending: 0,
         interrupting: false,
+        waiting: false,
         screen: Screen::default(),
         picking: None,
         asking: VecDeque::new(),
@@ -151,6 +152,8 @@ struct Client {
     pending: usize,
     /// Set after the first Ctrl-C of a running turn.
     interrupting: bool,
+    /// Whether the conversation waits for a rate limit to reset (Ctrl-C cancels the wait).
+    waiting: bool,
     screen: Screen,
     /// A list waiting for the user's pick.
     picking: Option<Picking>,
@@ -210,6 +213,10 @@ impl Client {
                     if self.pending > 0 && !self.interrupting {
                         self.interrupting = true;
                         say("\n^C interrupting the turn (Ctrl-C again to quit)");
+                        self.send(json!({"type": "interrupt", "agent_id": self.agent_id})).await?;
+                    } else if self.waiting {
+                        self.waiting = false;
+                        say("\n^C cancelling the wait for the rate limit (Ctrl-C again to quit)");
                         self.send(json!({"type": "interrupt", "agent_id": self.agent_id})).await?;
                     } else {
                         say("\nbye");
@@ -565,7 +572,12 @@ impl Client {
     async fn on_frame(&mut self, frame: &Value) -> anyhow::Result<()> {
         match self.screen.show(frame, &self.agent_id) {
             Shown::Nothing => {}
-            Shown::Acked => self.send_new_options = false,
+            Shown::Acked => {
+                // A turn of ours ends any wait for a rate limit.
+                self.send_new_options = false;
+                self.waiting = false;
+            }
+            Shown::Waiting(waiting) => self.waiting = waiting,
             Shown::ChatFailed => self.pending = self.pending.saturating_sub(1),
             Shown::TurnEnded => {
                 self.pending = self.pending.saturating_sub(1);

@@ -410,6 +410,26 @@ pub struct SessionConfig {
     /// replay, a `GET .../messages` page, an export), besides the pages' row counts; a frame
     /// larger than this is a page alone.
     pub page_bytes: usize,
+    /// Whether a turn a rate limit ended continues by itself once the limit resets, for the
+    /// conversations that don't say (their `options.auto_continue`).
+    pub auto_continue: bool,
+    /// Without a reset time, the first wait before continuing; each later try waits twice as
+    /// long.
+    #[serde(deserialize_with = "secs")]
+    pub auto_continue_backoff_secs: u64,
+    /// The longest wait without a reset time.
+    #[serde(deserialize_with = "secs")]
+    pub auto_continue_backoff_max_secs: u64,
+    /// Rate-limited turns in a row a conversation continues after; the next one only waits
+    /// to be continued by hand (0: none continues).
+    pub auto_continue_max_tries: u32,
+    /// Most time added at random to each wait, so that conversations limited together do not
+    /// all continue at once.
+    #[serde(deserialize_with = "millis")]
+    pub auto_continue_jitter_ms: u64,
+    /// A reset further ahead than this is not waited for.
+    #[serde(deserialize_with = "secs")]
+    pub auto_continue_max_wait_secs: u64,
 }
 
 /// Store settings.
@@ -526,6 +546,12 @@ impl Default for SessionConfig {
             max_respawns: 5,
             respawn_window_secs: 300,
             page_bytes: 1 << 20,
+            auto_continue: false,
+            auto_continue_backoff_secs: 60,
+            auto_continue_backoff_max_secs: 1920,
+            auto_continue_max_tries: 6,
+            auto_continue_jitter_ms: 5000,
+            auto_continue_max_wait_secs: 8 * 24 * 3600,
         }
     }
 }

@@ -96,6 +96,13 @@ pub struct ChatOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional, as = "Option<f64>"))]
     pub budget_usd: Option<Box<Usd>>,
+
+    /// Whether a turn the model API's rate limit ends continues by itself once the limit
+    /// resets (a "continue" turn, after a `status` `waiting_for_limit`). Kept for the
+    /// conversation's later turns; absent follows the server's `session.auto_continue`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub auto_continue: Option<bool>,
 }
 
 /// An amount of US dollars, checked to be a finite number (so that it compares whole).
@@ -828,6 +835,12 @@ fn chat_options(value: Option<&Value>) -> Result<ChatOptions, FrameError> {
                 let usd = value.as_f64().unwrap_or(f64::NAN);
                 super::check_cap("options.budget_usd", usd).map_err(invalid_option)?;
                 options.budget_usd = Some(Box::new(Usd(usd)));
+            }
+            ("auto_continue", Value::Bool(on)) => options.auto_continue = Some(*on),
+            ("auto_continue", _) => {
+                return Err(invalid_option(
+                    "`options.auto_continue` must be true or false".into(),
+                ));
             }
             (other, _) => {
                 return Err(FrameError::new(

@@ -364,9 +364,20 @@ mod tests {
             r#"{"budget_usd":1e7}"#,
             r#"{"add_dirs":["rel"]}"#,
             r#"{"add_dirs":"/abs"}"#,
+            r#"{"auto_continue":"true"}"#,
+            r#"{"auto_continue":1}"#,
+            r#"{"auto_continue":[true]}"#,
+            r#"{"auto_continue":{}}"#,
         ] {
             let err = chat(bad).expect_err(bad);
             assert_eq!(err.code, ErrorCode::InvalidOptions, "{bad}");
+        }
+        for (text, on) in [("true", Some(true)), ("false", Some(false)), ("null", None)] {
+            let ClientFrame::Chat(ok) = chat(&format!(r#"{{"auto_continue":{text}}}"#)).unwrap()
+            else {
+                panic!("a chat")
+            };
+            assert_eq!(ok.options.auto_continue, on, "{text}");
         }
         let too_many: Vec<String> = (0..65).map(|i| format!("\"T{i}\"")).collect();
         assert!(chat(&format!(r#"{{"allowed_tools":[{}]}}"#, too_many.join(","))).is_err());
@@ -529,6 +540,7 @@ mod tests {
                         branch: None,
                     })),
                     budget_usd: Some(Box::new(Usd(2.5))),
+                    auto_continue: Some(true),
                 },
             }),
             ClientFrame::Chat(Chat {

@@ -373,6 +373,25 @@ pub struct ChangeCounts {
     pub uncommitted: bool,
 }
 
+/// What a stored `status` `waiting_for_limit` carries besides `status` and `detail`: a rate
+/// limit ended the turn, and the conversation continues by itself at `continue_at` unless an
+/// interrupt cancels the wait.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct LimitWait {
+    /// When the "continue" turn is due (RFC 3339).
+    pub continue_at: String,
+    /// When the limit resets, as the agent said (RFC 3339); null when it said nothing, and
+    /// the wait is a back-off.
+    pub resets_at: Option<String>,
+    /// Rate-limited turns in a row, this one included.
+    #[serde(rename = "try")]
+    pub attempt: u32,
+    /// Rate-limited turns in a row after which the conversation no longer continues by
+    /// itself.
+    pub max_tries: u32,
+}
+
 /// What happened in a conversation, for the sockets that `watch` their principal's activity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]

@@ -6,8 +6,8 @@ use ts_rs::{Config, TS};
 use super::{
     AGENT_MESSAGE_TYPES, AckFrame, Activity, ActivityFrame, ChangeCounts, Chat, ChatOptions,
     ClientFrame, Content, ContentBlock, ControlFrame, ErrorCode, ErrorFrame, ImageSource,
-    LIVE_AGENT_MESSAGE_TYPES, PermissionDecision, PermissionRequest, PermissionResolved, PongFrame,
-    SessionHeader, StatusFrame,
+    LIVE_AGENT_MESSAGE_TYPES, LimitWait, PermissionDecision, PermissionRequest, PermissionResolved,
+    PongFrame, SessionHeader, StatusFrame,
 };
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web/protocol.d.ts");
@@ -31,6 +31,7 @@ fn render() -> String {
         PongFrame::decl(&cfg),
         ChangeCounts::decl(&cfg),
         StatusFrame::decl(&cfg),
+        LimitWait::decl(&cfg),
         Activity::decl(&cfg),
         ActivityFrame::decl(&cfg),
         ControlFrame::decl(&cfg),

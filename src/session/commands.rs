@@ -170,7 +170,8 @@ impl Manager {
         })
     }
 
-    /// Stops the running turn of a conversation, if any.
+    /// Stops the running turn of a conversation, if any; with none running, cancels its wait
+    /// for a rate limit, if it has one.
     ///
     /// # Errors
     /// `unknown_agent` when there is no such conversation.
@@ -186,29 +187,91 @@ impl Manager {
             .expect("set by existing_slot")
             .clone();
         let SlotState::Live(handle) = &*guard else {
-            drop(guard);
-            let mut was_running = false;
             if self.route == Route::AnyNode
                 && let Some(node) = self.owner_elsewhere(conversation.row, agent_id).await?
             {
+                drop(guard);
                 let command = Command::Interrupt;
-                was_running = match self.forward(&node, principal, agent_id, command).await? {
-                    cluster::Answer::Interrupt { was_running } => was_running,
-                    other => return Err(other.into_error()),
-                };
+                let (was_running, cancelled_wait) =
+                    match self.forward(&node, principal, agent_id, command).await? {
+                        cluster::Answer::Interrupt {
+                            was_running,
+                            cancelled_wait,
+                        } => (was_running, cancelled_wait),
+                        other => return Err(other.into_error()),
+                    };
+                return Ok(Interrupted {
+                    conversation,
+                    was_running,
+                    cancelled_wait,
+                });
             }
+            // Dormant: the held slot keeps a chat on this node from starting it meanwhile.
+            let cancelled_wait = self.cancel_dormant_wait(&slot, &conversation).await?;
+            drop(guard);
             return Ok(Interrupted {
                 conversation,
-                was_running,
+                was_running: false,
+                cancelled_wait,
             });
         };
         let (reply, rx) = oneshot::channel();
         send_input(handle, actor::Input::Interrupt { reply })?;
         drop(guard);
+        let (was_running, cancelled_wait) = rx.await.unwrap_or((false, false));
         Ok(Interrupted {
             conversation,
-            was_running: rx.await.unwrap_or(false),
+            was_running,
+            cancelled_wait,
         })
+    }
+
+    /// Cancels the wait for a rate limit of a conversation no node runs, storing (and
+    /// telling its followers) the status that says so; whether it waited.
+    async fn cancel_dormant_wait(
+        &self,
+        slot: &super::slots::Slot,
+        conversation: &super::Conversation,
+    ) -> Result<bool, SessionError> {
+        let store = &self.shared.store;
+        let agent_id = conversation.agent_id.as_str();
+        let cancelled = (store.cancel_limit_wait(conversation.row).await)
+            .map_err(|e| store_error(e, agent_id))?;
+        if !cancelled {
+            return Ok(false);
+        }
+        let status = actor::cancelled_status();
+        let stored = match store.take_lease(conversation.row).await {
+            Ok(()) => {
+                let stored = store.append(conversation.row, vec![status.clone()]).await;
+                store.release_lease(conversation.row).await;
+                stored
+            }
+            Err(err) => Err(err),
+        };
+        let frame = match stored {
+            Ok(seq) => protocol::session_frame(
+                conversation.tag(),
+                "status",
+                Some(seq),
+                &status.created_at,
+                &status.payload,
+                None,
+            ),
+            Err(err) => {
+                // Cancelled all the same: its followers are told, though history won't say.
+                tracing::warn!(agent_id, error = %err, "cannot store the end of a wait");
+                let v: serde_json::Value =
+                    serde_json::from_str(&status.payload).unwrap_or_default();
+                protocol::status_frame(
+                    conversation.tag(),
+                    "limit_wait_cancelled",
+                    v["detail"].as_str().unwrap_or_default(),
+                )
+            }
+        };
+        self.broadcast(slot, conversation, frame);
+        Ok(true)
     }
 
     /// Answers a pending tool permission request of a conversation.

@@ -39,6 +39,7 @@ pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
 pub use crate::store::shares::ShareRow;
 pub use crate::store::{Cursor, PageStart, SessionPage, SessionQuery, SessionRecord};
+pub use actor::rfc3339 as rfc3339_ms;
 pub use backup::Backup;
 pub use cli_sessions::{CliSession, Project};
 pub use cluster::Bus;
@@ -174,6 +175,8 @@ pub struct Interrupted {
     pub conversation: Arc<Conversation>,
     /// Whether a turn was running (and is now being stopped).
     pub was_running: bool,
+    /// Whether, with no turn running, the wait for a rate limit was cancelled.
+    pub cancelled_wait: bool,
 }
 
 pub(crate) struct Shared {
@@ -203,6 +206,10 @@ pub(crate) struct Shared {
     push: Arc<crate::push::Push>,
     /// Seals and opens principals' own credentials; None without a secret key.
     sealer: Option<Arc<crate::credentials::Sealer>>,
+
+    /// Woken when a conversation starts waiting for a rate limit: the timer of the
+    /// [`Scheduler`] then looks at when its "continue" turn is due.
+    limit_waits: tokio::sync::Notify,
 }
 
 /// The registry of conversations; cheap to clone.
@@ -263,6 +270,7 @@ impl Manager {
                 worktrees,
                 push,
                 sealer,
+                limit_waits: tokio::sync::Notify::new(),
             }),
             route: routing::Route::AnyNode,
         };

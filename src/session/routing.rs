@@ -168,6 +168,7 @@ impl Manager {
             }
             Ok(Outcome::Interrupted(i)) => Ok(cluster::Answer::Interrupt {
                 was_running: i.was_running,
+                cancelled_wait: i.cancelled_wait,
             }),
             Ok(Outcome::Answered) => Ok(cluster::Answer::Done),
             Ok(Outcome::Rewound(frame)) => Ok(cluster::Answer::Rewound {

@@ -23,6 +23,7 @@ mod shared;
 pub mod shares;
 pub mod sqlite;
 pub mod usage;
+pub mod waits;
 mod words;
 mod writer;
 
@@ -156,6 +157,17 @@ pub struct SessionRecord {
     /// JSON of the conversation's own git [`Worktree`]; NULL when it has none.
     #[serde(skip)]
     pub worktree: Option<String>,
+    /// Whether a turn a rate limit ended continues by itself; None follows the server's
+    /// default.
+    #[serde(skip)]
+    pub auto_continue: Option<bool>,
+    /// When the conversation's "continue" turn is due (milliseconds since the epoch), while
+    /// it waits for a rate limit to reset.
+    #[serde(skip)]
+    pub limit_wait_until_ms: Option<i64>,
+    /// Rate-limited turns in a row it waited out.
+    #[serde(skip)]
+    pub limit_tries: i64,
 }
 
 impl SessionRecord {
@@ -471,7 +483,13 @@ pub struct Page {
 /// Persistence of conversations and their frames.
 #[async_trait]
 pub trait Store:
-    shares::ShareStore + credentials::CredentialStore + usage::UsageStore + Send + Sync + 'static
+    shares::ShareStore
+    + credentials::CredentialStore
+    + usage::UsageStore
+    + waits::LimitWaitStore
+    + Send
+    + Sync
+    + 'static
 {
     /// Looks up a conversation by its key.
     async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>>;

@@ -6,7 +6,7 @@
 pub(super) const SESSION_COLUMNS: &str = "id, principal, agent_id, session_id, sdk_session_id, unified, backend, title, cwd, \
      model, permission_mode, created_at, last_active_at, message_count, last_seq, prompt_count, \
      result_count, total_cost_usd, input_tokens, output_tokens, duration_ms, next_launch, memory_from_seq, \
-     launch_options, worktree";
+     launch_options, worktree, auto_continue, limit_wait_until_ms, limit_tries";
 
 /// Rows an unfinished import loses per transaction while it is discarded.
 pub(super) const DISCARD_ROWS: i64 = 2000;

@@ -25,6 +25,12 @@
 //!   with `stop_reason: "tool_use"` (`+` in `<cmd>` stands for a space: `TOOL:touch+a.txt`);
 //! * the prompt contains `HTTPERR:<status>` → that HTTP status with an API error body
 //!   (`fake server: forced <status>`);
+//! * the prompt contains `RATELIMIT:<secs>` → 429 `rate_limit_error` with the headers the API
+//!   sends with it for an API key: `retry-after: <secs>` and the `anthropic-ratelimit-requests-*`
+//!   and `-tokens-*` limits, each `-reset` at now + `<secs>` (RFC 3339);
+//! * the prompt contains `USAGELIMIT:<secs>` → 429 with the headers of a subscription's usage
+//!   limit: `anthropic-ratelimit-unified-status: rejected`, `-reset` at now + `<secs>` (seconds
+//!   since the epoch) and `-representative-claim: five_hour`;
 //! * otherwise `Echo: <prompt> (history <N>)`, where N is the number of user messages holding real
 //!   text (not only tool results, system reminders or the interruption marker). With `SLOW` in the
 //!   prompt, the reply is padded to 50 words and each word waits 200 ms; with `LATE`, the reply
@@ -98,6 +104,12 @@ enum Reply {
     },
     Error {
         status: u16,
+    },
+    /// 429 with the reset `secs` ahead, told as the API does for an API key (`unified` false)
+    /// or for a subscription's usage limit.
+    RateLimited {
+        secs: u64,
+        unified: bool,
     },
 }
 
@@ -179,6 +191,18 @@ fn choose_reply(request: &Value) -> Reply {
     if let Some(status) = keyword(newest, "HTTPERR:").and_then(|s| s.parse().ok()) {
         return Reply::Error { status };
     }
+    if let Some(secs) = keyword(newest, "RATELIMIT:").and_then(|s| s.parse().ok()) {
+        return Reply::RateLimited {
+            secs,
+            unified: false,
+        };
+    }
+    if let Some(secs) = keyword(newest, "USAGELIMIT:").and_then(|s| s.parse().ok()) {
+        return Reply::RateLimited {
+            secs,
+            unified: true,
+        };
+    }
     if let Some(command) = keyword(newest, "TOOL:") {
         return Reply::Tool {
             command: command.replace('+', " "),
@@ -228,6 +252,47 @@ fn api_error(status: u16, message: String) -> Response {
         .into_response()
 }
 
+/// A 429 whose limit resets `secs` from now, with the headers the API sends with it.
+fn rate_limited(secs: u64, unified: bool) -> Response {
+    let mut response = api_error(
+        429,
+        "fake server: rate limited (this request would exceed your rate limit)".into(),
+    );
+    let reset = chrono::Utc::now() + chrono::Duration::seconds(secs as i64);
+    let headers: Vec<(&'static str, String)> = if unified {
+        vec![
+            ("anthropic-ratelimit-unified-status", "rejected".into()),
+            (
+                "anthropic-ratelimit-unified-reset",
+                reset.timestamp().to_string(),
+            ),
+            (
+                "anthropic-ratelimit-unified-representative-claim",
+                "five_hour".into(),
+            ),
+        ]
+    } else {
+        let at = reset.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        vec![
+            ("retry-after", secs.to_string()),
+            ("anthropic-ratelimit-requests-limit", "50".into()),
+            ("anthropic-ratelimit-requests-remaining", "0".into()),
+            ("anthropic-ratelimit-requests-reset", at.clone()),
+            ("anthropic-ratelimit-tokens-limit", "40000".into()),
+            ("anthropic-ratelimit-tokens-remaining", "0".into()),
+            ("anthropic-ratelimit-tokens-reset", at),
+        ]
+    };
+    for (name, value) in headers {
+        if let Ok(value) = header::HeaderValue::from_str(&value) {
+            response
+                .headers_mut()
+                .insert(header::HeaderName::from_static(name), value);
+        }
+    }
+    response
+}
+
 async fn messages(
     State(app): State<Arc<App>>,
     headers: axum::http::HeaderMap,
@@ -259,6 +324,7 @@ async fn messages(
         Reply::Error { status } => {
             return api_error(status, format!("fake server: forced {status}"));
         }
+        Reply::RateLimited { secs, unified } => return rate_limited(secs, unified),
         Reply::Text { text, slow, late } => {
             let deltas: Vec<Value> = text
                 .split_inclusive(' ')

@@ -32,6 +32,10 @@
 //! `CLAUDE_CODE_MAX_RETRIES` times (10 by default) with a `system/api_retry` frame each, then a
 //! synthetic assistant message (`"model":"<synthetic>"`) and a `success` result with
 //! `is_error: true`, `terminal_reason: "api_error"` and `api_error_status`.
+//! `USAGELIMIT:<secs>` is a subscription's usage limit that resets `<secs>` from now, as the real
+//! CLI signed in with a subscription reports one (not retried): a `rate_limit_event` with
+//! `"status": "rejected"` and `resetsAt`, then the same error messages for a 429, their text
+//! `You've hit your 5-hour limit · resets <time>`.
 //!
 //! A prompt containing `TOOL:<command>` (`+` stands for a space) first asks to run `<command>`
 //! with the `Bash` tool, then replies `Tool said: <tool result>`. As in the real CLI, read-only
@@ -1492,8 +1496,11 @@ impl Turn<'_> {
         let api_error = keyword(&newest, "HTTPERR:")
             .and_then(|s| s.parse::<u16>().ok())
             .filter(|_| self.conv.view.tool_output.is_none());
+        let usage_limit = keyword(&newest, "USAGELIMIT:").and_then(|s| s.parse::<i64>().ok());
         if let Some(status) = api_error {
             self.api_error(status).await;
+        } else if let Some(secs) = usage_limit {
+            self.usage_limit(secs);
         } else {
             self.reply(&newest, history).await;
         }
@@ -1595,6 +1602,32 @@ impl Turn<'_> {
             ),
             _ => format!("API Error: {status} {forced}"),
         };
+        self.error_reply(status, reason, text);
+    }
+
+    /// A turn a subscription's usage limit rejects, resetting `secs` from now.
+    fn usage_limit(&mut self, secs: i64) {
+        self.system("status", json!({"status": "requesting"}));
+        let resets = chrono::Utc::now() + chrono::Duration::seconds(secs);
+        self.emit(json!({
+            "type": "rate_limit_event",
+            "rate_limit_info": {
+                "status": "rejected",
+                "resetsAt": resets.timestamp(),
+                "rateLimitType": "five_hour",
+                "isUsingOverage": false,
+            },
+        }));
+        let text = format!(
+            "You've hit your 5-hour limit · resets {} (UTC)",
+            resets.format("%-I:%M%P")
+        );
+        self.error_reply(429, "rate_limit", text);
+    }
+
+    /// The synthetic assistant message and the error result of a turn whose model request
+    /// failed with HTTP `status`.
+    fn error_reply(&mut self, status: u16, reason: &str, text: String) {
         let error_type = match status {
             400 => "invalid_request_error",
             401 => "authentication_error",

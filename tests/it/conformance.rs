@@ -307,10 +307,13 @@ fn shape(frame: &Value, ids: &Ids) -> String {
                 ids.redact(&frame["errors"].to_string()),
             ));
             let text = frame["result"].as_str().unwrap_or_default();
-            // A tool's output differs (the fake never runs it); every other reply is the fake
+            // A tool's output differs (the fake never runs it), and so does the time a usage
+            // limit resets at (the two run at different times); every other reply is the fake
             // model API's, and must be the same.
             let text = if text.starts_with("Tool said:") {
                 "Tool said: …".to_owned()
+            } else if let Some((limit, _)) = text.split_once(" · resets ") {
+                format!("{limit} · resets …")
             } else {
                 without_image_paths(text)
             };
@@ -628,6 +631,19 @@ async fn run_scenarios(t: &Target) -> Vec<(&'static str, Transcript)> {
     cli.turn("HTTPERR:529").await;
     let (frames, code, _) = cli.finish().await;
     out.push(("API error retried", with_exit(shapes(&frames, &ids), code)));
+    // Signed in with a subscription, whose usage limit says when it resets.
+    let limited = new_id();
+    ids.name(&limited, "LIMITED");
+    let mut cli = t.spawn(
+        &[format!("--session-id={limited}")],
+        &[
+            ("ANTHROPIC_API_KEY", ""),
+            ("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake"),
+        ],
+    );
+    cli.turn("USAGELIMIT:3").await;
+    let (frames, code, _) = cli.finish().await;
+    out.push(("usage limit", with_exit(shapes(&frames, &ids), code)));
 
     // Tool rules: a command `--allowedTools` covers runs without asking, one a
     // `--disallowedTools` pattern covers is denied without asking.

@@ -28,6 +28,7 @@ mod imports;
 mod inproc;
 mod isolation;
 mod layers;
+mod limit_waits;
 mod limits;
 mod metrics;
 mod operate;

@@ -92,11 +92,18 @@ pub struct RealSetup {
 
 impl RealSetup {
     pub async fn new() -> Self {
+        Self::with_config("").await
+    }
+
+    /// A setup whose configuration adds `extra` (TOML) after the `[claude]` table.
+    pub async fn with_config(extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let api = FakeApi::start(dir.path()).await;
         let home = dir.path().join("claude-home");
-        let (_config_dir, config) =
-            config_file(&format!("[claude]\nconfig_dir = \"{}\"\n", home.display()));
+        let (_config_dir, config) = config_file(&format!(
+            "[claude]\nconfig_dir = \"{}\"\n{extra}",
+            home.display()
+        ));
         RealSetup {
             dir,
             api,
@@ -138,6 +145,30 @@ pub fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
 }
 
 pub async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) -> TestServer {
+    start_server_env(
+        data_dir,
+        cli,
+        api,
+        config,
+        &[("ANTHROPIC_API_KEY", "dummy")],
+    )
+    .await
+}
+
+/// [`start_server`] with the credentials, and any other variables, in `env`.
+pub async fn start_server_env(
+    data_dir: &Path,
+    cli: &Path,
+    api: &FakeApi,
+    config: &str,
+    env: &[(&str, &str)],
+) -> TestServer {
+    let mut vars = vec![
+        ("ANTHROPIC_BASE_URL", api.url.as_str()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("CLAUDE_CODE_MAX_RETRIES", "0"),
+    ];
+    vars.extend_from_slice(env);
     TestServer::start_in(
         data_dir,
         &[
@@ -148,12 +179,7 @@ pub async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &s
             "--config",
             config,
         ],
-        &[
-            ("ANTHROPIC_BASE_URL", api.url.as_str()),
-            ("ANTHROPIC_API_KEY", "dummy"),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-            ("CLAUDE_CODE_MAX_RETRIES", "0"),
-        ],
+        &vars,
     )
     .await
 }

@@ -65,6 +65,7 @@ export function fromApi(s) {
     message_count: s.message_count,
     attention: known?.attention ?? '',
     stored: true,
+    waiting_for_limit: s.waiting_for_limit ?? null,
   };
 }
 
@@ -257,6 +258,11 @@ function sessionEntry(info) {
     const mark = meta.appendChild(el('span', 'session-scheduled', 'scheduled'));
     mark.title = `Started by the schedule “${by.name}”`;
     entry.classList.add('scheduled');
+  }
+  if (info.waiting_for_limit) {
+    const at = new Date(info.waiting_for_limit);
+    const mark = meta.appendChild(el('span', 'session-waiting', 'rate limited'));
+    mark.title = `Waits for a rate limit; continues by itself at ${at.toLocaleString()}`;
   }
   if (info.attention) {
     entry.classList.add('attention', `attention-${info.attention}`);

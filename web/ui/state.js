@@ -31,6 +31,8 @@
  *   not on screen: a turn finished, or a tool waits for approval.
  * @property {boolean} [stored] The server listed it: it exists there.
  * @property {boolean} [fresh] Started in this page, or found not to exist: new.
+ * @property {string | null} [waiting_for_limit] While it waits for a rate limit to reset: when
+ *   it continues by itself (RFC 3339).
  */
 
 /**
@@ -50,6 +52,7 @@
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
  * @property {number} [message_count]
+ * @property {string | null} [waiting_for_limit]
  */
 
 /**

@@ -43,6 +43,12 @@ import { state } from './state.js';
  *   total_cost_usd?: number, duration_ms?: number, usage?: Usage}} ResultMessage
  */
 
+/** The statuses of a wait for a rate limit, and what each says. */
+const LIMIT_NOTICES = new Map([
+  ['limit_continued', 'The rate limit has reset: continuing'],
+  ['limit_wait_cancelled', 'No longer waiting for the rate limit: nothing continues by itself'],
+  ['limit_gave_up', 'Not continuing by itself'],
+]);
 /** States after which a conversation's agent is no longer in the server's memory. */
 const GONE = new Set(['evicted', 'crashed', 'moved']);
 /** Titles are the first 50 characters of the first message, as the server stores them. */
@@ -74,6 +80,8 @@ export class View {
     this.live = fresh;
     /** @type {string} model of the running turn, from its `system` `init` */
     this.turnModel = '';
+    /** @type {HTMLElement | null} the notice of the wait for a rate limit, while it waits */
+    this.waitNotice = null;
     // A person opened it: the agent starts meanwhile, so a message typed next skips start-up.
     this.close = client.open(agentId, (frame) => this.onFrame(frame), {
       onReplayed: () => (this.live = true),
@@ -147,6 +155,8 @@ export class View {
     }
     const prompt = promptOf(message);
     if (prompt) {
+      // A turn sent while the conversation waited for a rate limit ended the wait.
+      this.endWait();
       const msg = this.append(this.bubble('user', frame), frame);
       const bubble = /** @type {HTMLElement} */ (msg.firstElementChild);
       bubble.append(prompt.text);
@@ -375,10 +385,42 @@ export class View {
       this.append(messageElement('notice scheduled-run', 'Notice', `Scheduled run: ${name}`), frame);
     }
     if (status === 'budget_exceeded') this.append(budgetNotice(this.agentId, frame), frame);
+    if (status === 'waiting_for_limit' || LIMIT_NOTICES.has(status)) this.onLimit(frame);
     if (status === 'crashed' || status === 'resume_failed' || status === 'warning') {
       this.append(messageElement('notice error', 'Error', `${status}: ${detail}`));
     }
     if (status !== 'lagged') touchSession(this.agentId, { live: !GONE.has(status) });
+  }
+
+  /**
+   * A rate limit ended a turn: the conversation waits to continue by itself (its notice has a
+   * Cancel button, which interrupts: that cancels the wait), continues, was told not to, or
+   * stopped trying.
+   * @param {import('../protocol').StatusFrame & Partial<import('../protocol').LimitWait> & {seq?: number}} frame
+   */
+  onLimit(frame) {
+    this.endWait();
+    const waiting = frame.status === 'waiting_for_limit';
+    if (waiting) {
+      const at = typeof frame.continue_at === 'string' ? new Date(frame.continue_at).toLocaleTimeString() : 'later';
+      const notice = messageElement('notice limit-wait', 'Notice', `Rate limited: continuing by itself at ${at}`);
+      notice.title = frame.detail;
+      notice.append(button('Cancel', 'limit-cancel', () => client.interrupt(this.agentId)));
+      this.waitNotice = this.append(notice, frame);
+    } else {
+      const text = LIMIT_NOTICES.get(frame.status) ?? frame.status;
+      const full = frame.status === 'limit_gave_up' ? `${text}: ${frame.detail}` : text;
+      this.append(messageElement('notice limit-wait', 'Notice', full), frame);
+    }
+    touchSession(this.agentId, { waiting_for_limit: waiting ? (frame.continue_at ?? null) : null });
+  }
+
+  /** The wait for a rate limit is over: its notice loses its Cancel button. */
+  endWait() {
+    if (!this.waitNotice) return;
+    this.waitNotice.querySelector('.limit-cancel')?.remove();
+    this.waitNotice = null;
+    touchSession(this.agentId, { waiting_for_limit: null });
   }
 
   /**

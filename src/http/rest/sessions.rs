@@ -102,6 +102,12 @@ pub struct SessionSummary {
     pub output_tokens: i64,
     /// Total turn duration, in milliseconds.
     pub duration_ms: i64,
+    /// Whether a turn the model API's rate limit ends continues by itself, as the
+    /// conversation chose (`options.auto_continue`); null follows the server's default.
+    pub auto_continue: Option<bool>,
+    /// While the conversation waits for a rate limit to reset: when its "continue" turn is
+    /// due (RFC 3339). An interrupt cancels the wait.
+    pub waiting_for_limit: Option<String>,
 }
 
 /// A conversation's git worktree, as listed and fetched.
@@ -152,6 +158,8 @@ impl SessionSummary {
             input_tokens: record.input_tokens,
             output_tokens: record.output_tokens,
             duration_ms: record.duration_ms,
+            auto_continue: record.auto_continue,
+            waiting_for_limit: record.limit_wait_until_ms.map(crate::session::rfc3339_ms),
         }
     }
 }
@@ -690,6 +698,9 @@ pub struct InterruptOutcome {
     /// Whether a turn was running (and is now being stopped: its `result` follows on the
     /// event stream). False when there was nothing to stop.
     pub was_running: bool,
+    /// Whether, with no turn running, the conversation's wait for a rate limit was cancelled
+    /// (a stored `status` `limit_wait_cancelled` follows on the event stream).
+    pub cancelled_wait: bool,
 }
 
 /// Stops the conversation's running turn, as a WebSocket `interrupt` does.
@@ -710,6 +721,7 @@ pub async fn interrupt(
     };
     Ok(Json(InterruptOutcome {
         was_running: interrupted.was_running,
+        cancelled_wait: interrupted.cancelled_wait,
     }))
 }
 

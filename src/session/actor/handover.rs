@@ -143,7 +143,7 @@ impl Actor {
                     let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
                 }
                 Input::Interrupt { reply } => {
-                    let _ = reply.send(false);
+                    let _ = reply.send((false, false));
                 }
                 Input::Stop { reply } | Input::Abandon { reply } => {
                     let _ = reply.send(());

@@ -11,6 +11,7 @@ mod permissions;
 mod process;
 mod publish;
 mod spend;
+mod ratelimit;
 mod turns;
 
 use std::collections::HashMap;
@@ -30,6 +31,8 @@ use crate::protocol::{Chat, Frame, LaunchOptions, PermissionDecision};
 use crate::session::SessionError;
 use crate::store::{NewMessage, NextLaunch, SessionRecord};
 
+pub use ratelimit::rfc3339;
+pub(super) use ratelimit::{cancelled_status, continued_status};
 use turns::Turns;
 pub(super) use turns::rewind_store;
 
@@ -53,8 +56,11 @@ pub(crate) enum Input {
         marker: Option<Box<NewMessage>>,
         reply: oneshot::Sender<Result<(i64, usize), SessionError>>,
     },
-    /// Stop the running turn; the reply says whether one was running.
-    Interrupt { reply: oneshot::Sender<bool> },
+    /// Stop the running turn, or with none running cancel the wait for a rate limit; the
+    /// reply says whether a turn was running, and whether a wait was cancelled.
+    Interrupt {
+        reply: oneshot::Sender<(bool, bool)>,
+    },
     /// Answer a pending tool permission request.
     Permission {
         request_id: String,
@@ -133,6 +139,14 @@ struct Actor {
     respawns: process::Respawns,
     /// Set when the store refused a write because another node took the conversation over.
     taken_over: AtomicBool,
+    /// The conversation's own `auto_continue`; None follows the server's default.
+    auto_continue: Option<bool>,
+    /// Rate-limited turns in a row it has waited out (as stored).
+    limit_tries: i64,
+    /// The reset time a rate limit announced during the running turn.
+    announced_reset: Option<i64>,
+    /// Set when the running turn's result says a rate limit ended it.
+    limit_hit: Option<ratelimit::Limited>,
 }
 
 pub(crate) fn spawn(init: ActorInit) {
@@ -175,6 +189,10 @@ pub(crate) fn spawn(init: ActorInit) {
         live: Some(live),
         respawns: process::Respawns::default(),
         taken_over: AtomicBool::new(false),
+        auto_continue: record.auto_continue,
+        limit_tries: record.limit_tries,
+        announced_reset: None,
+        limit_hit: None,
     };
     let busy = actor.busy.clone();
     let span = tracing::info_span!(
@@ -213,7 +231,9 @@ impl Actor {
                         self.on_chat(*chat, marker, reply).await
                     }
                     Some(Input::Interrupt { reply }) => {
-                        let _ = reply.send(self.interrupt());
+                        let was_running = self.interrupt();
+                        let cancelled_wait = !was_running && self.cancel_wait().await;
+                        let _ = reply.send((was_running, cancelled_wait));
                     }
                     Some(Input::Permission { request_id, decision, reply }) => {
                         let _ = reply.send(self.answer_permission(request_id, decision).await);

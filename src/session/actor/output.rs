@@ -103,6 +103,8 @@ impl Actor {
             for request_id in std::mem::take(&mut self.pending_permissions).into_keys() {
                 outs.push(Out::Stored(resolved(&request_id, "cancelled")));
             }
+            let limited = self.limit_hit.take();
+            self.after_turn(limited, &mut outs).await;
         }
         let goes_idle = turn_ended && (self.turns.queue.is_empty() || self.stopping);
         self.idle_after_batch = goes_idle;
@@ -153,6 +155,12 @@ impl Actor {
                 }
                 return Some(Out::Live("agent_event", raw));
             }
+            "rate_limit_event" => {
+                if let Some(at) = super::ratelimit::announced_reset(&raw) {
+                    self.announced_reset = Some(at);
+                }
+                return Some(Out::Live("agent_event", raw));
+            }
             _ => return Some(Out::Live("agent_event", raw)),
         };
         if message_type == "system"
@@ -179,6 +187,8 @@ impl Actor {
             *turn_ended = self.turns.running.take().is_some();
             if *turn_ended {
                 stored.running = Some(self.turn_ends());
+                self.limit_hit =
+                    super::ratelimit::limited(&stored.payload, self.announced_reset.take());
             }
         }
         stored.sdk_uuid = uuid;

@@ -159,6 +159,8 @@ impl Actor {
             let _ = reply.send(Err(err));
             return;
         }
+        self.chat_ends_wait(marker.as_deref()).await;
+        self.set_auto_continue(chat.options.auto_continue).await;
         let busy = self.turns.is_busy();
         let payload = serde_json::json!({
             "type": "user",
@@ -294,6 +296,7 @@ impl Actor {
             }
             let user_seq = turn.user_seq;
             self.scheduled_turn = turn.scheduled;
+            self.announced_reset = None;
             self.turns.start(turn);
             self.publish_status("busy", "a turn is running");
             self.publish_activity(Activity::TurnStarted, user_seq, "");

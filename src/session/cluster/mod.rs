@@ -139,7 +139,11 @@ pub(super) enum Answer {
     /// A chat was stored and queued.
     Chat { seq: i64, queue_position: usize },
     /// An interrupt was handled.
-    Interrupt { was_running: bool },
+    Interrupt {
+        was_running: bool,
+        #[serde(default)]
+        cancelled_wait: bool,
+    },
     /// A permission answer was taken.
     Done,
     /// A rewind stored this status frame.

@@ -1,6 +1,7 @@
-//! Scheduled prompts: the [`Scheduler`], its state shared by the ticker, the runs, the limits and the REST API of its folder.
+//! Scheduled prompts and the one timer of the server: the [`Scheduler`], its state shared by the ticker, the runs, the limits, the REST API and the "continue" turns after a rate limit, in its folder.
 
 mod api;
+mod continues;
 mod limits;
 mod runs;
 mod ticks;

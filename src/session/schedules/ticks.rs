@@ -46,8 +46,9 @@ fn cron_tick(cron: &str, time_zone: chrono_tz::Tz, after_ms: i64) -> Result<i64,
 }
 
 impl Scheduler {
-    /// Runs due schedules until `stop` fires. Ticks missed while the server was down are due
-    /// at once, and run once.
+    /// Runs due schedules, and the "continue" turns of conversations whose wait for a rate
+    /// limit is over, until `stop` fires. Ticks missed while the server was down are due at
+    /// once, and run once; so are waits that ended meanwhile.
     pub fn spawn(&self, stop: CancellationToken) {
         let this = self.clone();
         tokio::spawn(async move {
@@ -65,7 +66,12 @@ impl Scheduler {
                         failed = true;
                     }
                 }
-                let earliest = this.inner.store.earliest_tick().await.ok().flatten();
+                failed |= !this.continue_due(now).await;
+                let tick = this.inner.store.earliest_tick().await.ok().flatten();
+                let earliest = match (tick, this.earliest_continue().await) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 let mut wait =
                     earliest.map_or(MAX_SLEEP_MS, |at| (at - now_ms()).clamp(0, MAX_SLEEP_MS));
                 if failed {
@@ -75,6 +81,7 @@ impl Scheduler {
                 tokio::select! {
                     () = stop.cancelled() => return,
                     () = this.inner.wake.notified() => {}
+                    () = this.inner.manager.shared.limit_waits.notified() => {}
                     () = tokio::time::sleep(Duration::from_millis(wait as u64)) => {}
                 }
             }

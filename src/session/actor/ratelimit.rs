@@ -1,0 +1,358 @@
+//! Turns a rate limit ends: reading the limit and its reset time from what the agent reported,
+//! the wait for the "continue" turn that follows (stored, so it outlives the server), and its
+//! end by an interrupt or by a turn someone else sends.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::Actor;
+use super::publish::Out;
+use crate::config::SessionConfig;
+use crate::protocol::LimitWait;
+use crate::store::NewMessage;
+
+/// The `status` of the marker stored just before a "continue" turn.
+pub(in crate::session) const CONTINUED: &str = "limit_continued";
+
+/// A turn the model API's rate limit ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Limited {
+    /// When the limit resets (milliseconds since the epoch), when the agent said.
+    pub(super) reset_ms: Option<i64>,
+}
+
+/// What follows a rate-limited turn.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Plan {
+    /// Continue at `until_ms`.
+    Wait { until_ms: i64 },
+    /// Don't continue by itself; the text says why.
+    GiveUp(String),
+}
+
+/// The reset time a `rate_limit_event` announces when it rejects a request: `resetsAt`, in
+/// seconds since the epoch.
+pub(super) fn announced_reset(raw: &str) -> Option<i64> {
+    let v: Value = serde_json::from_str(raw).ok()?;
+    let info = &v["rate_limit_info"];
+    if info["status"] != "rejected" {
+        return None;
+    }
+    let secs = info["resetsAt"].as_f64()?;
+    (secs.is_finite() && secs > 0.0 && secs < 1e11).then_some((secs * 1000.0) as i64)
+}
+
+/// Whether a `result` ends a turn the model API rate-limited (HTTP 429, or a `rate_limit`
+/// error), with the reset `announced` during the turn.
+pub(super) fn limited(raw: &str, announced: Option<i64>) -> Option<Limited> {
+    let v: Value = serde_json::from_str(raw).ok()?;
+    if v["is_error"] != true {
+        return None;
+    }
+    let by_limit = v["api_error_status"] == 429
+        || v["api_error_type"] == "rate_limit_error"
+        || v["error"] == "rate_limit";
+    by_limit.then_some(Limited {
+        reset_ms: announced,
+    })
+}
+
+/// When to continue after the `tries + 1`-th rate-limited turn in a row, at `now_ms`: at the
+/// reset time, else after the back-off (doubling with each try, capped), plus `jitter_ms`.
+pub(super) fn plan(
+    config: &SessionConfig,
+    limited: Limited,
+    tries: i64,
+    now_ms: i64,
+    jitter_ms: i64,
+) -> Plan {
+    let max_tries = i64::from(config.auto_continue_max_tries);
+    if tries >= max_tries {
+        return Plan::GiveUp(format!(
+            "rate limited {} turns in a row; not continuing by itself (session.auto_continue_max_tries = {max_tries})",
+            tries + 1
+        ));
+    }
+    let wait_ms = match limited.reset_ms {
+        Some(reset_ms) => {
+            let max_ms = (config.auto_continue_max_wait_secs as i64).saturating_mul(1000);
+            if reset_ms.saturating_sub(now_ms) > max_ms {
+                return Plan::GiveUp(format!(
+                    "the limit resets at {}, further ahead than session.auto_continue_max_wait_secs",
+                    rfc3339(reset_ms)
+                ));
+            }
+            reset_ms.saturating_sub(now_ms).max(0)
+        }
+        None => {
+            let first = (config.auto_continue_backoff_secs.max(1) as i64).saturating_mul(1000);
+            let cap = (config.auto_continue_backoff_max_secs as i64).saturating_mul(1000);
+            first
+                .saturating_mul(1i64 << tries.clamp(0, 30))
+                .min(cap.max(first))
+        }
+    };
+    Plan::Wait {
+        until_ms: now_ms.saturating_add(wait_ms).saturating_add(jitter_ms),
+    }
+}
+
+/// A time in milliseconds since the epoch as RFC 3339.
+pub fn rfc3339(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A random time from 0 to `max_ms`.
+fn jitter(max_ms: u64) -> i64 {
+    if max_ms == 0 {
+        return 0;
+    }
+    (uuid::Uuid::new_v4().as_u128() % u128::from(max_ms + 1)) as i64
+}
+
+/// The stored status saying that an interrupt cancelled the wait.
+pub(in crate::session) fn cancelled_status() -> NewMessage {
+    let payload = json!({
+        "status": "limit_wait_cancelled",
+        "detail": "the wait for the rate limit was cancelled; nothing continues by itself",
+    });
+    NewMessage::new("status", payload.to_string())
+}
+
+/// The marker stored just before a "continue" turn.
+pub(in crate::session) fn continued_status() -> NewMessage {
+    let payload = json!({
+        "status": CONTINUED,
+        "detail": "the rate limit has reset: continuing the conversation",
+    });
+    NewMessage::new("status", payload.to_string())
+}
+
+/// Whether a chat's marker is that of a "continue" turn.
+pub(super) fn is_continue(marker: &NewMessage) -> bool {
+    serde_json::from_str::<Value>(&marker.payload).is_ok_and(|v| v["status"] == CONTINUED)
+}
+
+impl Actor {
+    /// Whether a turn a rate limit ends continues by itself.
+    fn auto_continues(&self) -> bool {
+        self.auto_continue
+            .unwrap_or(self.shared.config.session.auto_continue)
+    }
+
+    /// Records a chat's `options.auto_continue` as the conversation's.
+    pub(super) async fn set_auto_continue(&mut self, on: Option<bool>) {
+        if on.is_none() || on == self.auto_continue {
+            return;
+        }
+        self.auto_continue = on;
+        if let Err(err) = (self.shared.store)
+            .set_auto_continue(self.conversation.row, on)
+            .await
+        {
+            self.store_failed(&err);
+        }
+    }
+
+    /// After the running turn's `result` (in `outs`): makes the conversation wait for the
+    /// rate limit that ended it and adds the stored status saying so, or starts its count of
+    /// rate-limited turns over when none did.
+    pub(super) async fn after_turn(&mut self, limited: Option<Limited>, outs: &mut Vec<Out>) {
+        let Some(limited) = limited else {
+            if self.limit_tries > 0 {
+                self.set_wait(None, 0).await;
+            }
+            return;
+        };
+        if !self.auto_continues() {
+            return;
+        }
+        let config = &self.shared.config.session;
+        let now = Utc::now().timestamp_millis();
+        let jitter = jitter(config.auto_continue_jitter_ms);
+        let tries = self.limit_tries;
+        let payload = match plan(config, limited, tries, now, jitter) {
+            Plan::Wait { until_ms } => {
+                let max_tries = config.auto_continue_max_tries;
+                self.set_wait(Some(until_ms), tries + 1).await;
+                self.shared.limit_waits.notify_one();
+                let reason = match limited.reset_ms {
+                    Some(_) => "the model API's rate limit ended the turn",
+                    None => {
+                        "the model API's rate limit ended the turn without saying when it resets"
+                    }
+                };
+                let mut payload = serde_json::to_value(LimitWait {
+                    continue_at: rfc3339(until_ms),
+                    resets_at: limited.reset_ms.map(rfc3339),
+                    attempt: u32::try_from(tries + 1).unwrap_or(u32::MAX),
+                    max_tries,
+                })
+                .expect("a wait serializes");
+                payload["status"] = "waiting_for_limit".into();
+                payload["detail"] = format!(
+                    "{reason}; continuing at {} (try {} of {max_tries}); an interrupt cancels",
+                    rfc3339(until_ms),
+                    tries + 1
+                )
+                .into();
+                payload
+            }
+            Plan::GiveUp(detail) => {
+                self.set_wait(None, 0).await;
+                json!({"status": "limit_gave_up", "detail": detail})
+            }
+        };
+        outs.push(Out::Stored(NewMessage::new("status", payload.to_string())));
+    }
+
+    /// A chat from anyone but the wait itself ends the wait: that turn goes on instead.
+    pub(super) async fn chat_ends_wait(&mut self, marker: Option<&NewMessage>) {
+        if self.limit_tries == 0 || marker.is_some_and(is_continue) {
+            return;
+        }
+        match (self.shared.store)
+            .cancel_limit_wait(self.conversation.row)
+            .await
+        {
+            Ok(_) => self.limit_tries = 0,
+            Err(err) => self.store_failed(&err),
+        }
+    }
+
+    /// An interrupt with no turn running cancels the wait, storing a status that says so;
+    /// whether there was one.
+    pub(super) async fn cancel_wait(&mut self) -> bool {
+        match (self.shared.store)
+            .cancel_limit_wait(self.conversation.row)
+            .await
+        {
+            Ok(true) => {
+                self.limit_tries = 0;
+                self.publish_batch(vec![Out::Stored(cancelled_status())])
+                    .await;
+                true
+            }
+            Ok(false) => false,
+            Err(err) => {
+                self.store_failed(&err);
+                false
+            }
+        }
+    }
+
+    async fn set_wait(&mut self, until_ms: Option<i64>, tries: i64) {
+        self.limit_tries = tries;
+        if let Err(err) = (self.shared.store)
+            .set_limit_wait(self.conversation.row, until_ms, tries)
+            .await
+        {
+            self.store_failed(&err);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> SessionConfig {
+        SessionConfig {
+            auto_continue_backoff_secs: 60,
+            auto_continue_backoff_max_secs: 600,
+            auto_continue_max_tries: 5,
+            auto_continue_max_wait_secs: 3600,
+            ..SessionConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_rejecting_rate_limit_event_announces_its_reset() {
+        let event = |status: &str, at: &str| {
+            format!(
+                r#"{{"type":"rate_limit_event","rate_limit_info":{{"status":"{status}","resetsAt":{at},"rateLimitType":"five_hour"}}}}"#
+            )
+        };
+        assert_eq!(
+            announced_reset(&event("rejected", "1800000000")),
+            Some(1_800_000_000_000)
+        );
+        assert_eq!(announced_reset(&event("allowed", "1800000000")), None);
+        assert_eq!(announced_reset(&event("rejected", "\"soon\"")), None);
+        assert_eq!(announced_reset(&event("rejected", "-5")), None);
+        assert_eq!(announced_reset(&event("rejected", "1e300")), None);
+        assert_eq!(announced_reset("not json"), None);
+    }
+
+    #[test]
+    fn only_a_result_of_a_rate_limit_is_limited() {
+        let at = Some(5);
+        assert_eq!(
+            limited(
+                r#"{"type":"result","is_error":true,"api_error_status":429}"#,
+                at
+            ),
+            Some(Limited { reset_ms: at })
+        );
+        assert_eq!(
+            limited(
+                r#"{"type":"result","is_error":true,"api_error_status":null,"error":"rate_limit"}"#,
+                None
+            ),
+            Some(Limited { reset_ms: None })
+        );
+        for other in [
+            r#"{"type":"result","is_error":false,"api_error_status":429}"#,
+            r#"{"type":"result","is_error":true,"api_error_status":500}"#,
+            r#"{"type":"result","is_error":true,"api_error_status":"429"}"#,
+            "[]",
+        ] {
+            assert_eq!(limited(other, at), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn the_wait_is_the_reset_or_a_doubling_capped_back_off() {
+        let c = config();
+        let now = 1_000_000;
+        let reset = Limited {
+            reset_ms: Some(now + 3000),
+        };
+        assert_eq!(
+            plan(&c, reset, 0, now, 250),
+            Plan::Wait {
+                until_ms: now + 3250
+            }
+        );
+        // A reset already past continues at once.
+        let past = Limited {
+            reset_ms: Some(now - 10),
+        };
+        assert_eq!(plan(&c, past, 0, now, 0), Plan::Wait { until_ms: now });
+        let none = Limited { reset_ms: None };
+        let waits: Vec<Plan> = (0..5).map(|tries| plan(&c, none, tries, now, 0)).collect();
+        let minutes = [1, 2, 4, 8, 10].map(|m| Plan::Wait {
+            until_ms: now + m * 60_000,
+        });
+        assert_eq!(waits, minutes);
+        assert!(matches!(plan(&c, none, 5, now, 0), Plan::GiveUp(_)));
+        assert!(matches!(plan(&c, reset, 5, now, 0), Plan::GiveUp(_)));
+        let far = Limited {
+            reset_ms: Some(now + 3_600_001),
+        };
+        assert!(matches!(plan(&c, far, 0, now, 0), Plan::GiveUp(_)));
+        let never = SessionConfig {
+            auto_continue_max_tries: 0,
+            ..config()
+        };
+        assert!(matches!(plan(&never, reset, 0, now, 0), Plan::GiveUp(_)));
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bound() {
+        assert_eq!(jitter(0), 0);
+        assert!((0..100).map(|_| jitter(10)).all(|j| (0..=10).contains(&j)));
+    }
+}

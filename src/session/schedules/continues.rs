@@ -1,0 +1,76 @@
+//! The "continue" turns of conversations that wait for a rate limit: claimed when due (by
+//! whichever node claims it first) and sent as a chat marked by a stored `limit_continued`
+//! status, on the scheduler's one timer.
+
+use super::super::actor::continued_status;
+use super::super::{Command, Outcome};
+use super::Scheduler;
+use crate::protocol::{Chat, ChatOptions, Content};
+use crate::store::waits::DueWait;
+
+/// What a "continue" turn says to the agent.
+const CONTINUE_PROMPT: &str = "continue";
+
+impl Scheduler {
+    /// Claims the waits that are over and sends each conversation its "continue" turn; false
+    /// when the store failed.
+    pub(super) async fn continue_due(&self, now_ms: i64) -> bool {
+        let store = &self.inner.manager.shared.store;
+        let due = match store.due_limit_waits(now_ms).await {
+            Ok(due) => due,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the waits for rate limits");
+                return false;
+            }
+        };
+        for wait in due {
+            match store.claim_limit_wait(wait.row, wait.until_ms).await {
+                Ok(true) => {
+                    let this = self.clone();
+                    tokio::spawn(async move { Box::pin(this.send_continue(wait)).await });
+                }
+                // Cancelled, or claimed by another node.
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot claim a wait for a rate limit");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// When the earliest wait for a rate limit ends.
+    pub(super) async fn earliest_continue(&self) -> Option<i64> {
+        let store = &self.inner.manager.shared.store;
+        store.earliest_limit_wait().await.ok().flatten()
+    }
+
+    /// Sends a conversation its "continue" turn, as its owner.
+    async fn send_continue(&self, wait: DueWait) {
+        let chat = Chat {
+            agent_id: wait.agent_id.clone(),
+            content: Content::Text(CONTINUE_PROMPT.into()),
+            client_msg_id: None,
+            options: ChatOptions::default(),
+        };
+        let command = Command::Chat {
+            chat,
+            marker: Some(Box::new(continued_status())),
+        };
+        let manager = &self.inner.manager;
+        let sent = match manager.run(&wait.principal, &wait.agent_id, command).await {
+            Ok(Outcome::Chat(pending)) => pending.stored().await.map(|_| ()),
+            Ok(_) => unreachable!("a chat's outcome"),
+            Err(err) => Err(err),
+        };
+        match sent {
+            Ok(()) => tracing::info!(agent_id = %wait.agent_id, "continued after a rate limit"),
+            Err(err) => tracing::warn!(
+                agent_id = %wait.agent_id,
+                error = %err.message,
+                "the turn continuing after a rate limit was refused"
+            ),
+        }
+    }
+}

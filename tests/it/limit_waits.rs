@@ -1,0 +1,377 @@
+//! Turns that wait out a rate limit, with the real Claude CLI against the fake model API
+//! answering 429 with a reset a few seconds ahead: the conversation waits, shows it, continues
+//! by itself once (after a restart too), and an interrupt cancels the wait.
+//!
+//! The CLI tells the reset time of a subscription's usage limit (a `rate_limit_event` that
+//! rejects, with `resetsAt`), so these CLIs sign in with a subscription's token; with an API key
+//! it tells none, and the wait backs off instead.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::real_cli::{FakeApi, RealSetup, real_cli, start_server_env, stop};
+use crate::security::connect_as;
+
+/// Short random additions to each wait, so that the tests take seconds.
+const CONFIG: &str = "[session]\nauto_continue_jitter_ms = 200\n";
+
+/// The prompt the fake model API answers with 429 and a reset `secs` ahead.
+fn limited(secs: u32) -> String {
+    format!("please USAGELIMIT:{secs}")
+}
+
+/// A subscription's token, as the CLI is given one (the fake model API takes any).
+const SUBSCRIPTION: (&str, &str) = ("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake");
+
+/// A server whose CLIs sign in with a subscription's token.
+async fn start_server(
+    data_dir: &std::path::Path,
+    cli: &std::path::Path,
+    api: &FakeApi,
+    config: &str,
+) -> TestServer {
+    start_server_env(data_dir, cli, api, config, &[SUBSCRIPTION]).await
+}
+
+async fn chat_with(c: &mut Client, agent_id: &str, content: &str, options: Value) -> Value {
+    c.send(json!({"type": "chat", "agent_id": agent_id, "content": content, "options": options}))
+        .await;
+    let frames = c
+        .recv_until(|v| v["message_type"] == "ack" || v["message_type"] == "error")
+        .await;
+    frames.last().unwrap().clone()
+}
+
+/// Frames of `agent_id` until its `status` `status`, inclusive.
+async fn until_status(c: &mut Client, agent_id: &str, status: &str) -> Vec<Value> {
+    c.recv_until(|f| {
+        f["message_type"] == "status" && f["agent_id"] == agent_id && f["status"] == status
+    })
+    .await
+}
+
+/// The conversation as `GET /api/sessions/{agent_id}` shows it.
+async fn summary(server: &TestServer, agent_id: &str) -> Value {
+    let response = reqwest::get(server.url(&format!("/api/sessions/{agent_id}")))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// The stored frames of a conversation.
+async fn history(server: &TestServer, agent_id: &str) -> Vec<Value> {
+    let body: Value = reqwest::get(server.url(&format!("/api/sessions/{agent_id}/messages")))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["messages"].as_array().unwrap().clone()
+}
+
+/// The `status`es and prompts of a conversation's history, in order.
+fn story(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .filter_map(|f| match f["message_type"].as_str()? {
+            "status" => Some(format!("status {}", f["status"].as_str()?)),
+            "user" => Some(format!(
+                "user {}",
+                f["message"]["message"]["content"].as_str()?
+            )),
+            "result" if f["message"]["is_error"] == true => Some("result error".into()),
+            "result" => Some("result ok".into()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits until `at` (RFC 3339) and a little more has passed: for checking that nothing
+/// happens, which no frame can say.
+async fn past(at: &str) {
+    let at = chrono::DateTime::parse_from_rfc3339(at).unwrap();
+    let left = (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(1500)).await;
+}
+
+/// The 429 ends the turn with the CLI's error result; the conversation stores
+/// `waiting_for_limit` with the time, shows it over REST, then continues by itself exactly
+/// once: the `limit_continued` mark and the `continue` turn are in its history.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
+#[tokio::test]
+async fn a_rate_limited_turn_waits_and_continues_by_itself_once() {
+    let Some(cli) = real_cli() else { return };
+    let setup = RealSetup::with_config(CONFIG).await;
+    let server = start_server(&setup.data_dir(), &cli, &setup.api, &setup.config).await;
+    let mut c = server.client().await;
+
+    let ack = chat_with(&mut c, "lim", &limited(3), json!({"auto_continue": true})).await;
+    assert_eq!(ack["message_type"], "ack", "{ack}");
+    let frames = c.until_result("lim").await;
+    let result = &frames.last().unwrap()["message"];
+    assert_eq!(result["is_error"], true, "{result}");
+    assert_eq!(result["api_error_status"], 429, "{result}");
+    let waiting = until_status(&mut c, "lim", "waiting_for_limit")
+        .await
+        .pop()
+        .unwrap();
+    assert!(waiting["seq"].is_i64(), "stored: {waiting}");
+    let continue_at = waiting["continue_at"].as_str().unwrap().to_owned();
+    assert!(waiting["resets_at"].is_string(), "{waiting}");
+    assert_eq!(waiting["try"], 1);
+    let shown = summary(&server, "lim").await;
+    assert_eq!(shown["waiting_for_limit"], continue_at.as_str(), "{shown}");
+    assert_eq!(shown["auto_continue"], true);
+
+    // By itself: the mark, the `continue` prompt and its reply.
+    until_status(&mut c, "lim", "limit_continued").await;
+    let turn = c.until_result("lim").await;
+    assert!(
+        turn.iter().any(
+            |f| f["message_type"] == "user" && f["message"]["message"]["content"] == "continue"
+        ),
+        "{turn:?}"
+    );
+    let reply = &turn.last().unwrap()["message"];
+    assert_eq!(reply["is_error"], false, "{reply}");
+    assert!(
+        reply_text(&turn).ends_with("continue (history 1)"),
+        "the model got the continue turn: {}",
+        reply_text(&turn)
+    );
+    assert_eq!(
+        summary(&server, "lim").await["waiting_for_limit"],
+        Value::Null
+    );
+    past(&continue_at).await;
+    assert_eq!(
+        story(&history(&server, "lim").await),
+        [
+            format!("user {}", limited(3)),
+            "result error".into(),
+            "status waiting_for_limit".into(),
+            "status limit_continued".into(),
+            "user continue".into(),
+            "result ok".into(),
+        ],
+        "one continue turn"
+    );
+    stop(server, &cli).await;
+}
+
+/// The wait is stored: a server stopped during it continues the conversation once it is up
+/// again, with nobody connected.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
+#[tokio::test]
+async fn a_wait_outlives_a_restart() {
+    let Some(cli) = real_cli() else { return };
+    let setup = RealSetup::with_config(&format!("{CONFIG}auto_continue = true\n")).await;
+    let data_dir = setup.data_dir();
+    let server = start_server(&data_dir, &cli, &setup.api, &setup.config).await;
+    let mut c = server.client().await;
+    // The server's default continues it.
+    chat_ack(&mut c, "restarted", &limited(4)).await;
+    let waiting = until_status(&mut c, "restarted", "waiting_for_limit")
+        .await
+        .pop()
+        .unwrap();
+    let seq = waiting["seq"].as_i64().unwrap();
+    drop(c);
+    stop(server, &cli).await;
+
+    let server = start_server(&data_dir, &cli, &setup.api, &setup.config).await;
+    let mut c = server.client().await;
+    c.send(json!({"type": "subscribe", "agent_id": "restarted", "since_seq": seq}))
+        .await;
+    until_status(&mut c, "restarted", "limit_continued").await;
+    let turn = c.until_result("restarted").await;
+    assert_eq!(turn.last().unwrap()["message"]["is_error"], false);
+    assert_eq!(
+        story(&history(&server, "restarted").await)[2..],
+        [
+            "status waiting_for_limit",
+            "status limit_continued",
+            "user continue",
+            "result ok"
+        ]
+    );
+    stop(server, &cli).await;
+}
+
+/// An interrupt cancels the wait, of a live conversation (over the socket) and of one no node
+/// runs after a restart (over REST): a stored `limit_wait_cancelled`, and nothing continues.
+/// Another principal can't cancel it.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
+#[tokio::test]
+async fn an_interrupt_cancels_the_wait() {
+    let Some(cli) = real_cli() else { return };
+    let setup = RealSetup::with_config(CONFIG).await;
+    let data_dir = setup.data_dir();
+    let tokens = [SUBSCRIPTION, ("AGENTMUX_TOKENS", "tok-a=alice,tok-b=bob")];
+    let server = start_server_env(&data_dir, &cli, &setup.api, &setup.config, &tokens).await;
+    let mut c = connect_as(&server.addr, "tok-a").await;
+    let on = json!({"auto_continue": true});
+
+    chat_with(&mut c, "live", &limited(3), on.clone()).await;
+    let live_at = until_status(&mut c, "live", "waiting_for_limit")
+        .await
+        .pop()
+        .unwrap()["continue_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.send(json!({"type": "interrupt", "agent_id": "live"}))
+        .await;
+    let cancelled = until_status(&mut c, "live", "limit_wait_cancelled").await;
+    assert!(cancelled.last().unwrap()["seq"].is_i64(), "stored");
+
+    chat_with(&mut c, "dormant", &limited(8), on).await;
+    let dormant_at = until_status(&mut c, "dormant", "waiting_for_limit")
+        .await
+        .pop()
+        .unwrap()["continue_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    drop(c);
+    stop(server, &cli).await;
+    let server = start_server_env(&data_dir, &cli, &setup.api, &setup.config, &tokens).await;
+    let http = reqwest::Client::new();
+    let interrupt = |token: &'static str| {
+        http.post(server.url("/api/sessions/dormant/interrupt"))
+            .bearer_auth(token)
+            .send()
+    };
+    // Bob knows no such conversation, and the wait stays.
+    assert_eq!(interrupt("tok-b").await.unwrap().status(), 404);
+    let listed: Value = http
+        .get(server.url("/api/sessions/dormant"))
+        .bearer_auth("tok-a")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["waiting_for_limit"], dormant_at.as_str());
+    assert_eq!(listed["live"], false, "{listed}");
+    let answer: Value = interrupt("tok-a").await.unwrap().json().await.unwrap();
+    assert_eq!(
+        answer,
+        json!({"was_running": false, "cancelled_wait": true})
+    );
+    let again: Value = interrupt("tok-a").await.unwrap().json().await.unwrap();
+    assert_eq!(again["cancelled_wait"], false, "nothing left to cancel");
+
+    past(&live_at).await;
+    past(&dormant_at).await;
+    for agent_id in ["live", "dormant"] {
+        let frames: Value = http
+            .get(server.url(&format!("/api/sessions/{agent_id}/messages")))
+            .bearer_auth("tok-a")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let frames = frames["messages"].as_array().unwrap();
+        assert_eq!(
+            story(frames)[1..],
+            [
+                "result error",
+                "status waiting_for_limit",
+                "status limit_wait_cancelled"
+            ],
+            "{agent_id}: nothing continued"
+        );
+    }
+    stop(server, &cli).await;
+}
+
+/// Without `auto_continue` (and the server's default off) a rate-limited turn just ends:
+/// nothing waits. A bad `auto_continue` is refused and creates nothing.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
+#[tokio::test]
+async fn without_auto_continue_nothing_waits() {
+    let Some(cli) = real_cli() else { return };
+    let setup = RealSetup::with_config(CONFIG).await;
+    let server = start_server(&setup.data_dir(), &cli, &setup.api, &setup.config).await;
+    let mut c = server.client().await;
+
+    for bad in [
+        json!("true"),
+        json!(1),
+        json!("-1"),
+        json!([true]),
+        json!({}),
+    ] {
+        let refused = chat_with(&mut c, "bad", "hi", json!({"auto_continue": bad})).await;
+        assert_eq!(refused["code"], "invalid_options", "{bad}: {refused}");
+    }
+    let missing = reqwest::get(server.url("/api/sessions/bad")).await.unwrap();
+    assert_eq!(missing.status(), 404, "nothing was created");
+
+    chat_ack(&mut c, "plain", &limited(1)).await;
+    let frames = c.until_result("plain").await;
+    assert_eq!(frames.last().unwrap()["message"]["api_error_status"], 429);
+    // Switched off explicitly on a server whose default is off too.
+    chat_with(&mut c, "off", &limited(1), json!({"auto_continue": false})).await;
+    c.until_result("off").await;
+    for agent_id in ["plain", "off"] {
+        let shown = summary(&server, agent_id).await;
+        assert_eq!(shown["waiting_for_limit"], Value::Null, "{shown}");
+        assert_eq!(
+            story(&history(&server, agent_id).await)[1..],
+            ["result error"],
+            "{agent_id}"
+        );
+    }
+    assert_eq!(summary(&server, "off").await["auto_continue"], false);
+    stop(server, &cli).await;
+}
+
+/// With an API key the CLI says no reset time: the wait is the back-off
+/// (`session.auto_continue_backoff_secs`), and then it continues all the same.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
+#[tokio::test]
+async fn without_a_reset_time_the_wait_backs_off() {
+    let Some(cli) = real_cli() else { return };
+    let setup = RealSetup::with_config(&format!(
+        "{CONFIG}auto_continue = true\nauto_continue_backoff_secs = 1\n"
+    ))
+    .await;
+    let key = [("ANTHROPIC_API_KEY", "dummy")];
+    let server = start_server_env(&setup.data_dir(), &cli, &setup.api, &setup.config, &key).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "backoff", "please RATELIMIT:1").await;
+    let waiting = until_status(&mut c, "backoff", "waiting_for_limit")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(waiting["resets_at"], Value::Null, "{waiting}");
+    until_status(&mut c, "backoff", "limit_continued").await;
+    let turn = c.until_result("backoff").await;
+    assert_eq!(turn.last().unwrap()["message"]["is_error"], false);
+    stop(server, &cli).await;
+}
