@@ -120,6 +120,10 @@ pub enum ErrorCode {
     /// A search of conversations ran longer than the server allows and was stopped (HTTP
     /// 503); more or longer words find less and take less time.
     SearchTimeout,
+    /// No share link has that token: never made, revoked, or its secret is wrong (HTTP 404).
+    UnknownLink,
+    /// The share link expired or was used as many times as it may be (HTTP 410).
+    LinkExpired,
 }
 
 impl ErrorCode {
@@ -153,6 +157,8 @@ impl ErrorCode {
             ErrorCode::Conflict => "conflict",
             ErrorCode::UnknownSubscription => "unknown_subscription",
             ErrorCode::SearchTimeout => "search_timeout",
+            ErrorCode::UnknownLink => "unknown_link",
+            ErrorCode::LinkExpired => "link_expired",
         }
     }
 }
@@ -257,6 +263,7 @@ mod tests {
                     model: Some("m1".into()),
                     ..ChatOptions::default()
                 },
+                sender: None,
             })
         );
         assert_eq!(
@@ -503,12 +510,14 @@ mod tests {
                         branch: None,
                     })),
                 },
+                sender: None,
             }),
             ClientFrame::Chat(Chat {
                 agent_id: "a".into(),
                 content: Content::Text("hi".into()),
                 client_msg_id: None,
                 options: ChatOptions::default(),
+                sender: None,
             }),
             ClientFrame::Interrupt {
                 agent_id: "a".into(),

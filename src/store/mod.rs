@@ -7,6 +7,7 @@
 //! rule ([`words`]) both engines share, as they share the statements of a listing
 //! ([`listing`]).
 
+pub mod audit;
 mod backfill;
 pub mod backup;
 mod batch;
@@ -14,6 +15,7 @@ mod edits;
 mod leases;
 mod listing;
 pub use leases::{NodeStatus, cluster_status};
+pub mod links;
 pub mod postgres;
 pub mod push;
 pub mod schedules;
@@ -468,7 +470,9 @@ pub struct Page {
 
 /// Persistence of conversations and their frames.
 #[async_trait]
-pub trait Store: shares::ShareStore + Send + Sync + 'static {
+pub trait Store:
+    shares::ShareStore + audit::AuditStore + links::LinkStore + Send + Sync + 'static
+{
     /// Looks up a conversation by its key.
     async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>>;
 

@@ -14,7 +14,7 @@ use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol;
 use crate::push::{Subscription, SubscriptionBody};
-use crate::session::{Command, Outcome};
+use crate::session::{Command, Need, Outcome};
 
 /// Most bytes of a push request's body: a browser's subscription is well under 1 KiB, and a
 /// reply from a notification is a line or two.
@@ -174,7 +174,7 @@ pub async fn act(
     };
     if let Outcome::Chat(pending) = app
         .manager
-        .run(&action.principal, &action.agent_id, command)
+        .act(&action.principal, &action.agent_id, Need::Edit, command)
         .await?
     {
         pending.stored().await?;

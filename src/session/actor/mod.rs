@@ -25,7 +25,7 @@ use super::slots::SlotState;
 use super::{Conversation, Shared};
 use crate::agent::{AgentConn, AgentEvent};
 use crate::limits::QuotaPermit;
-use crate::protocol::{Chat, Frame, LaunchOptions, PermissionDecision};
+use crate::protocol::{Chat, Frame, LaunchOptions, PermissionDecision, Principal};
 use crate::session::SessionError;
 use crate::store::{NewMessage, NextLaunch, SessionRecord};
 
@@ -52,12 +52,16 @@ pub(crate) enum Input {
         marker: Option<Box<NewMessage>>,
         reply: oneshot::Sender<Result<(i64, usize), SessionError>>,
     },
-    /// Stop the running turn; the reply says whether one was running.
-    Interrupt { reply: oneshot::Sender<bool> },
-    /// Answer a pending tool permission request.
+    /// Stop the running turn for `sender`; the reply says whether one was running.
+    Interrupt {
+        sender: Principal,
+        reply: oneshot::Sender<bool>,
+    },
+    /// Answer a pending tool permission request, as `sender`.
     Permission {
         request_id: String,
         decision: PermissionDecision,
+        sender: Principal,
         reply: oneshot::Sender<Result<(), SessionError>>,
     },
     /// End the running turn and stop (server shutdown).
@@ -66,6 +70,7 @@ pub(crate) enum Input {
     /// the stored `rewound` status frame.
     Rewind {
         to_seq: i64,
+        sender: Principal,
         reply: oneshot::Sender<Result<Frame, SessionError>>,
     },
     /// Stop the agent at once, whatever it is doing, and end (the conversation is deleted).
@@ -208,19 +213,19 @@ impl Actor {
                     Some(Input::Chat { chat, marker, reply }) => {
                         self.on_chat(*chat, marker, reply).await
                     }
-                    Some(Input::Interrupt { reply }) => {
-                        let _ = reply.send(self.interrupt());
+                    Some(Input::Interrupt { sender, reply }) => {
+                        let _ = reply.send(self.interrupt(&sender));
                     }
-                    Some(Input::Permission { request_id, decision, reply }) => {
-                        let _ = reply.send(self.answer_permission(request_id, decision).await);
+                    Some(Input::Permission { request_id, decision, sender, reply }) => {
+                        let _ = reply.send(self.answer_permission(request_id, decision, &sender).await);
                     }
                     Some(Input::Stop { reply }) => {
                         self.stop().await;
                         let _ = reply.send(());
                         return;
                     }
-                    Some(Input::Rewind { to_seq, reply }) => {
-                        let _ = reply.send(self.rewind(to_seq).await);
+                    Some(Input::Rewind { to_seq, sender, reply }) => {
+                        let _ = reply.send(self.rewind(to_seq, &sender).await);
                     }
                     Some(Input::Abandon { reply }) => {
                         self.abandon().await;
