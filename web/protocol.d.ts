@@ -1,7 +1,7 @@
 // Generated from src/protocol.rs by its unit tests; do not edit.
 // Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
 
-export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout";
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout" | "unknown_link" | "link_expired";
 
 export type ChatOptions = { 
 /**
@@ -325,7 +325,11 @@ at_seq?: number,
 /**
  * For `changes`: what the conversation's worktree now differs from its base by.
  */
-changes?: ChangeCounts, };
+changes?: ChangeCounts, 
+/**
+ * For `interrupted` (and the stored `rewound`): the principal who asked for it.
+ */
+sender?: string, };
 
 export type LimitWait = { 
 /**
@@ -379,7 +383,35 @@ tool_name?: string,
  */
 is_error?: boolean, };
 
-export type ControlFrame = { "message_type": "ack" } & AckFrame | { "message_type": "error" } & ErrorFrame | { "message_type": "pong" } & PongFrame | { "message_type": "status" } & StatusFrame | { "message_type": "activity" } & ActivityFrame;
+export type Viewing = "joined" | "left";
+
+export type ViewersFrame = { 
+/**
+ * The conversation.
+ */
+agent_id: string, 
+/**
+ * The server's conversation id.
+ */
+session_id: string, 
+/**
+ * RFC 3339.
+ */
+timestamp: string, 
+/**
+ * Who joined or left.
+ */
+viewer: string, 
+/**
+ * Which of the two.
+ */
+event: Viewing, 
+/**
+ * Everyone viewing it now, by name.
+ */
+viewers: Array<string>, };
+
+export type ControlFrame = { "message_type": "ack" } & AckFrame | { "message_type": "error" } & ErrorFrame | { "message_type": "pong" } & PongFrame | { "message_type": "status" } & StatusFrame | { "message_type": "activity" } & ActivityFrame | { "message_type": "viewers" } & ViewersFrame;
 
 export type PermissionRequest = { 
 /**
@@ -407,7 +439,11 @@ request_id: string,
 /**
  * `allowed`, `denied`, `timed_out` or `cancelled`.
  */
-outcome: string, };
+outcome: string, 
+/**
+ * For `allowed` and `denied`: the principal who answered.
+ */
+sender?: string, };
 
 /** Message types whose frame carries the agent's own message under `message`. */
 export type AgentMessageType = "user" | "system" | "assistant" | "result" | "stream_event" | "agent_event";

@@ -390,8 +390,12 @@ pub fn print_list(list: &[Summary]) {
         say("no sessions yet");
     }
     for (i, s) in list.iter().enumerate() {
+        let shared = match (&s.owner, &s.role) {
+            (Some(owner), Some(role)) => format!("  (shared by {owner}, you are {role})"),
+            _ => String::new(),
+        };
         say(&format!(
-            "{:>3}. {}  [{}]  {}, {} messages",
+            "{:>3}. {}  [{}]  {}, {} messages{shared}",
             i + 1,
             s.title.as_deref().unwrap_or("untitled"),
             s.agent_id,

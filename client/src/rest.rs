@@ -20,6 +20,12 @@ pub struct Summary {
     /// The git worktree it works in, when it has one of its own.
     #[serde(default)]
     pub worktree: Option<Worktree>,
+    /// Whose it is, when another principal shared it with us (`agent_id` is then our alias).
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// What we may do with it then: `viewer` or `editor`.
+    #[serde(default)]
+    pub role: Option<String>,
 }
 
 /// A conversation's own git worktree: its branch and the base it merges into.
@@ -141,6 +147,9 @@ struct ProjectList {
 #[derive(Deserialize)]
 struct SessionList {
     sessions: Vec<Summary>,
+    /// The conversations shared with us (on a first page; absent from older servers).
+    #[serde(default)]
+    shared: Vec<Summary>,
 }
 
 #[derive(Deserialize)]
@@ -228,14 +237,20 @@ impl Rest {
         Ok(response.json().await?)
     }
 
-    /// The `limit` conversations with the most recent activity.
+    /// The `limit` conversations with the most recent activity, then those other principals
+    /// shared with us.
     pub async fn list(&self, limit: usize) -> anyhow::Result<Vec<Summary>> {
         let request = self.request(
             reqwest::Method::GET,
             &format!("/api/sessions?limit={limit}"),
         );
         let response = self.call(request).await.context("cannot list sessions")?;
-        Ok(response.json::<SessionList>().await?.sessions)
+        let SessionList {
+            mut sessions,
+            shared,
+        } = response.json().await?;
+        sessions.extend(shared);
+        Ok(sessions)
     }
 
     /// `agent_id`'s conversation.

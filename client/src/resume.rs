@@ -71,6 +71,8 @@ mod tests {
             message_count: 0,
             last_active_at: String::new(),
             worktree: None,
+            owner: None,
+            role: None,
         }
     }
 

@@ -454,6 +454,8 @@ pub struct StoreConfig {
     /// Searches running at once on this node (each holds one database connection); the others
     /// wait for their turn, within `search_timeout_ms`.
     pub max_searches: usize,
+    /// Days an audit log entry is kept; 0 keeps every entry.
+    pub audit_retention_days: u32,
 }
 
 impl StoreConfig {
@@ -566,6 +568,7 @@ impl Default for StoreConfig {
             wal_restart_mib: 64,
             search_timeout_ms: 2000,
             max_searches: 2,
+            audit_retention_days: 365,
         }
     }
 }

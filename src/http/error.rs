@@ -56,7 +56,9 @@ impl ApiError {
             ErrorCode::UnknownAgent
             | ErrorCode::UnknownRequest
             | ErrorCode::UnknownSchedule
-            | ErrorCode::UnknownSubscription => StatusCode::NOT_FOUND,
+            | ErrorCode::UnknownSubscription
+            | ErrorCode::UnknownLink => StatusCode::NOT_FOUND,
+            ErrorCode::LinkExpired => StatusCode::GONE,
             ErrorCode::Busy | ErrorCode::AgentExists | ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::Unsupported => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::LimitExceeded | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,

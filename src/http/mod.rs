@@ -33,6 +33,7 @@ pub mod client;
 mod error;
 mod rest;
 pub mod serve;
+mod shared;
 mod sse;
 mod web;
 mod ws;

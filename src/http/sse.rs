@@ -90,7 +90,9 @@ pub async fn events(
         alias,
     };
     let shutdown = app.shutdown.clone();
+    let viewing = app.manager.view(&follower.cursor.conversation, &principal);
     tokio::spawn(async move {
+        let _viewing = viewing;
         let revoked = async move {
             match revoked {
                 Some(revoked) => revoked.await,

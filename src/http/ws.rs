@@ -34,7 +34,9 @@ use crate::protocol::{
 };
 use crate::session::events::{Batches, Lagged, Receiver};
 use crate::session::replay::Cursor;
-use crate::session::{ChatAccepted, Command, Need, Outcome, Revoked, SessionError};
+use crate::session::{ChatAccepted, Command, Need, Outcome, SessionError, Viewing};
+
+use super::shared::{self, Ended, Revocations, named};
 
 /// Most frames written before one flush.
 const WRITE_BATCH: usize = 256;
@@ -118,6 +120,8 @@ struct Followed {
     cursor: Cursor,
     /// Ends this conversation's stream in `Connection::subs`.
     stop: AbortHandle,
+    /// The principal views the conversation while the socket follows it.
+    _viewing: Viewing,
 }
 
 /// One followed conversation's live frames, a batch of what is ready at a time, tagged with its
@@ -146,16 +150,6 @@ async fn next_activity(feed: &mut Option<Receiver>) -> Option<Result<Frame, Lagg
     }
 }
 
-/// The next share of the principal's to end; never, while the socket follows none.
-async fn next_revocation(
-    feed: &mut Option<tokio::sync::broadcast::Receiver<Revoked>>,
-) -> Result<Revoked, tokio::sync::broadcast::error::RecvError> {
-    match feed {
-        Some(feed) => feed.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// A chat waiting for its user message to be stored: `(agent_id, client_msg_id, outcome)`.
 type PendingAck = Pin<
     Box<dyn Future<Output = (AgentId, Option<String>, Result<ChatAccepted, SessionError>)> + Send>,
@@ -180,7 +174,7 @@ struct Connection {
     activity: Option<Receiver>,
     /// The ends of shares of conversations shared with the principal, once the socket
     /// follows one.
-    revocations: Option<tokio::sync::broadcast::Receiver<Revoked>>,
+    revocations: Revocations,
     /// What this socket's page shows, once the client sent `presence`.
     presence: Option<crate::push::Seat>,
     /// Frames of the batch being written, by type, for the metrics.
@@ -205,7 +199,7 @@ impl Connection {
             acks: FuturesOrdered::new(),
             rate,
             activity: None,
-            revocations: None,
+            revocations: Revocations::default(),
             presence: None,
             sent: FramesOut::default(),
             _permit: permit,
@@ -263,7 +257,7 @@ impl Connection {
                     self.on_stored(agent_id, client_msg_id, outcome).await
                 }
                 Some(item) = self.subs.next() => self.forward(item).await,
-                revoked = next_revocation(&mut self.revocations) => self.on_revoked(revoked).await,
+                ended = self.revocations.next() => self.on_revoked(ended).await,
                 Some(item) = next_activity(&mut self.activity) => match item {
                     Ok(frame) => {
                         self.app.metrics.frame_out(frame.kind);
@@ -482,10 +476,7 @@ impl Connection {
         need: Need,
     ) -> SocketResult {
         let manager = self.app.manager.clone();
-        let ran = match manager.acting(&self.principal, &agent_id, need).await {
-            Ok(acting) => manager.run_as(&self.principal, &acting, command).await,
-            Err(err) => Err(err),
-        };
+        let ran = manager.act(&self.principal, &agent_id, need, command).await;
         let outcome = match ran {
             Ok(outcome) => outcome,
             Err(err) => return self.on_stored(agent_id, client_msg_id, Err(err)).await,
@@ -577,15 +568,20 @@ impl Connection {
     /// Follows a conversation's live frames from the cursor on, replacing any earlier stream.
     fn follow(&mut self, agent_id: AgentId, cursor: Cursor, events: Receiver) {
         // A shared conversation is followed only while its share lasts.
-        if agent_id.is_share_alias() && self.revocations.is_none() {
-            self.revocations = Some(self.app.manager.revocations(&self.principal));
-        }
+        self.revocations
+            .watch_for(&self.app, &self.principal, &agent_id);
         let (frames, stop) = futures_util::stream::abortable(events.batches(WRITE_BATCH));
         self.subs.push(Live {
             agent_id: agent_id.as_str().into(),
             frames,
         });
-        if let Some(old) = self.followed.insert(agent_id, Followed { cursor, stop }) {
+        let _viewing = self.app.manager.view(&cursor.conversation, &self.principal);
+        let followed = Followed {
+            cursor,
+            stop,
+            _viewing,
+        };
+        if let Some(old) = self.followed.insert(agent_id, followed) {
             old.stop.abort();
         }
     }
@@ -602,15 +598,10 @@ impl Connection {
         while let Some((agent_id, item)) = next.take() {
             match item {
                 Ok(frames) => {
-                    let shared = is_share_alias(&agent_id);
                     for frame in frames {
                         if self.is_new(&agent_id, &frame) {
                             self.sent.add(frame.kind);
-                            let frame = if shared {
-                                frame.retagged(&agent_id)
-                            } else {
-                                frame
-                            };
+                            let frame = named(&agent_id, frame);
                             self.socket.feed(text_message(frame)).await?;
                             written += 1;
                         }
@@ -640,42 +631,13 @@ impl Connection {
 
     /// Sends a frame of conversation `agent_id` as the client names it.
     async fn send_as(&mut self, agent_id: &str, frame: Frame) -> SocketResult {
-        if is_share_alias(agent_id) {
-            return self.send(frame.retagged(agent_id)).await;
-        }
-        self.send(frame).await
+        self.send(named(agent_id, frame)).await
     }
 
     /// A share of the principal's ended: the socket stops following it at once and says so.
-    async fn on_revoked(
-        &mut self,
-        revoked: Result<Revoked, tokio::sync::broadcast::error::RecvError>,
-    ) -> SocketResult {
-        use tokio::sync::broadcast::error::RecvError;
-        let aliases: Vec<AgentId> = match revoked {
-            Ok(Revoked { alias }) => vec![alias],
-            // Fell behind: every share it follows is checked again.
-            Err(RecvError::Lagged(_)) => self
-                .followed
-                .keys()
-                .filter(|a| a.is_share_alias())
-                .cloned()
-                .collect(),
-            Err(RecvError::Closed) => {
-                self.revocations = None;
-                return Ok(());
-            }
-        };
-        for alias in aliases {
-            let still = self
-                .app
-                .manager
-                .acting(&self.principal, &alias, Need::View)
-                .await
-                .is_ok();
-            if still {
-                continue;
-            }
+    async fn on_revoked(&mut self, ended: Ended) -> SocketResult {
+        let gone = shared::gone(&self.app, &self.principal, ended, self.followed.keys()).await;
+        for alias in gone {
             if let Some(followed) = self.followed.remove(&alias) {
                 followed.stop.abort();
                 self.send(protocol::access_revoked_frame(&alias)).await?;
@@ -699,7 +661,6 @@ impl Connection {
             return Ok(());
         };
         let mut last = cursor.last_seq;
-        let shared = is_share_alias(agent_id);
         let mut pages = std::pin::pin!(cursor.replay());
         while let Some(page) = pages.next().await {
             let frames = match page {
@@ -711,11 +672,7 @@ impl Connection {
                 for frame in frames.by_ref().take(REPLAY_CHUNK) {
                     last = frame.seq.unwrap_or(last);
                     self.sent.add(frame.kind);
-                    let frame = if shared {
-                        frame.retagged(agent_id)
-                    } else {
-                        frame
-                    };
+                    let frame = named(agent_id, frame);
                     self.socket.feed(text_message(frame)).await?;
                 }
                 self.app.metrics.frames_out(&mut self.sent);

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::{
     AgentId, Content, ErrorCode, FrameError, MAX_ADD_DIRS, MAX_AGENT_ID_CHARS,
     MAX_AGENT_NAME_CHARS, MAX_MODE_CHARS, MAX_MODEL_CHARS, MAX_PATH_BYTES, MAX_SYSTEM_PROMPT_BYTES,
-    MAX_TOOL_PATTERNS, MAX_TURNS_LIMIT, truncate_chars, valid_tool_pattern,
+    MAX_TOOL_PATTERNS, MAX_TURNS_LIMIT, Principal, truncate_chars, valid_tool_pattern,
 };
 
 /// The answer to a tool permission request; on the wire, `behavior` says which.
@@ -308,6 +308,11 @@ pub struct Chat {
     #[serde(skip_serializing_if = "ChatOptions::is_empty")]
     #[cfg_attr(test, ts(as = "Option<ChatOptions>", optional))]
     pub options: ChatOptions,
+    /// Who sent it: set by the server from the credentials it came with, never read from a
+    /// frame, and recorded in the stored `user` message.
+    #[serde(skip)]
+    #[cfg_attr(test, ts(skip))]
+    pub sender: Option<Principal>,
 }
 
 /// A decoded client frame; serializing it gives the JSON text [`decode`] accepts.
@@ -618,6 +623,7 @@ pub fn decode_chat(
         content,
         client_msg_id,
         options,
+        sender: None,
     })
 }
 

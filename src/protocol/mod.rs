@@ -128,6 +128,10 @@ pub enum ErrorCode {
     /// The agent runs on each principal's own credentials here and the caller has set none for
     /// it (HTTP 403); the message says which variables to set, and where.
     CredentialsRequired,
+    /// No share link has that token: never made, revoked, or its secret is wrong (HTTP 404).
+    UnknownLink,
+    /// The share link expired or was used as many times as it may be (HTTP 410).
+    LinkExpired,
 }
 
 /// Checks a spending cap someone sets: a number of US dollars from 0 to [`MAX_CAP_USD`].
@@ -176,6 +180,8 @@ impl ErrorCode {
             ErrorCode::SearchTimeout => "search_timeout",
             ErrorCode::BudgetExceeded => "budget_exceeded",
             ErrorCode::CredentialsRequired => "credentials_required",
+            ErrorCode::UnknownLink => "unknown_link",
+            ErrorCode::LinkExpired => "link_expired",
         }
     }
 }
@@ -280,6 +286,7 @@ mod tests {
                     model: Some("m1".into()),
                     ..ChatOptions::default()
                 },
+                sender: None,
             })
         );
         assert_eq!(
@@ -542,12 +549,14 @@ mod tests {
                     budget_usd: Some(Box::new(Usd(2.5))),
                     auto_continue: Some(true),
                 },
+                sender: None,
             }),
             ClientFrame::Chat(Chat {
                 agent_id: "a".into(),
                 content: Content::Text("hi".into()),
                 client_msg_id: None,
                 options: ChatOptions::default(),
+                sender: None,
             }),
             ClientFrame::Interrupt {
                 agent_id: "a".into(),

@@ -230,6 +230,7 @@ const SESSION_TYPES: &[&str] = &[
     "agent_event",
     "permission_request",
     "permission_resolved",
+    "viewers",
 ];
 
 fn static_type(message_type: &str) -> &'static str {
@@ -260,6 +261,8 @@ pub enum ControlFrame<'a> {
     Status(StatusFrame<'a>),
     /// Something happened in one of the principal's conversations (to sockets that `watch`).
     Activity(ActivityFrame<'a>),
+    /// Someone started or stopped viewing a conversation (to its followers).
+    Viewers(ViewersFrame<'a>),
 }
 
 impl ControlFrame<'_> {
@@ -270,6 +273,7 @@ impl ControlFrame<'_> {
             ControlFrame::Pong(_) => "pong",
             ControlFrame::Status(_) => "status",
             ControlFrame::Activity(_) => "activity",
+            ControlFrame::Viewers(_) => "viewers",
         };
         Frame::unstored(
             kind,
@@ -356,6 +360,10 @@ pub struct StatusFrame<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub changes: Option<ChangeCounts>,
+    /// For `interrupted` (and the stored `rewound`): the principal who asked for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub sender: Option<&'a str>,
 }
 
 /// How many files and lines a conversation's worktree changed against where its branch left
@@ -433,6 +441,49 @@ pub struct ActivityFrame<'a> {
     pub is_error: Option<bool>,
 }
 
+/// Whether a principal started or stopped viewing a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "snake_case")]
+pub enum Viewing {
+    /// Their first socket or event stream started following it.
+    Joined,
+    /// Their last one stopped.
+    Left,
+}
+
+/// Sent to a conversation's followers when a principal starts or stops viewing it: who, and
+/// everyone viewing it now. Principals only: nothing about their sockets.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct ViewersFrame<'a> {
+    /// The conversation.
+    pub agent_id: &'a str,
+    /// The server's conversation id.
+    pub session_id: &'a str,
+    /// RFC 3339.
+    pub timestamp: &'a str,
+    /// Who joined or left.
+    pub viewer: &'a str,
+    /// Which of the two.
+    pub event: Viewing,
+    /// Everyone viewing it now, by name.
+    pub viewers: &'a [&'a str],
+}
+
+/// A `viewers` frame about conversation `tag`.
+pub fn viewers_frame(tag: Tag<'_>, viewer: &str, event: Viewing, viewers: &[&str]) -> Frame {
+    ControlFrame::Viewers(ViewersFrame {
+        agent_id: tag.agent_id,
+        session_id: tag.session_id,
+        timestamp: &now_rfc3339(),
+        viewer,
+        event,
+        viewers,
+    })
+    .to_frame()
+}
+
 /// An `activity` frame about conversation `tag`.
 pub fn activity_frame(
     tag: Tag<'_>,
@@ -478,6 +529,10 @@ pub struct PermissionResolved<'a> {
     pub request_id: &'a str,
     /// `allowed`, `denied`, `timed_out` or `cancelled`.
     pub outcome: &'a str,
+    /// For `allowed` and `denied`: the principal who answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub sender: Option<&'a str>,
 }
 
 /// A `status` frame (not stored).
@@ -491,6 +546,23 @@ pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
         forked_from: None,
         at_seq: None,
         changes: None,
+        sender: None,
+    })
+    .to_frame()
+}
+
+/// A `status` frame (not stored) about what principal `sender` asked for.
+pub fn sent_status_frame(tag: Tag<'_>, status: &str, detail: &str, sender: &str) -> Frame {
+    ControlFrame::Status(StatusFrame {
+        agent_id: tag.agent_id,
+        session_id: Some(tag.session_id),
+        timestamp: &now_rfc3339(),
+        status,
+        detail,
+        forked_from: None,
+        at_seq: None,
+        changes: None,
+        sender: Some(sender),
     })
     .to_frame()
 }
@@ -507,6 +579,7 @@ pub fn access_revoked_frame(alias: &str) -> Frame {
         forked_from: None,
         at_seq: None,
         changes: None,
+        sender: None,
     })
     .to_frame()
 }
@@ -527,6 +600,7 @@ pub fn changes_frame(tag: Tag<'_>, changes: ChangeCounts) -> Frame {
         forked_from: None,
         at_seq: None,
         changes: Some(changes),
+        sender: None,
     })
     .to_frame()
 }
@@ -543,6 +617,7 @@ pub fn forked_frame(fork: Tag<'_>, last_seq: i64, forked_from: &str) -> Frame {
         forked_from: Some(forked_from),
         at_seq: Some(last_seq),
         changes: None,
+        sender: None,
     })
     .to_frame()
 }

@@ -7,7 +7,7 @@ use super::{
     AGENT_MESSAGE_TYPES, AckFrame, Activity, ActivityFrame, ChangeCounts, Chat, ChatOptions,
     ClientFrame, Content, ContentBlock, ControlFrame, ErrorCode, ErrorFrame, ImageSource,
     LIVE_AGENT_MESSAGE_TYPES, LimitWait, PermissionDecision, PermissionRequest, PermissionResolved,
-    PongFrame, SessionHeader, StatusFrame,
+    PongFrame, SessionHeader, StatusFrame, ViewersFrame, Viewing,
 };
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web/protocol.d.ts");
@@ -34,6 +34,8 @@ fn render() -> String {
         LimitWait::decl(&cfg),
         Activity::decl(&cfg),
         ActivityFrame::decl(&cfg),
+        Viewing::decl(&cfg),
+        ViewersFrame::decl(&cfg),
         ControlFrame::decl(&cfg),
         PermissionRequest::decl(&cfg),
         PermissionResolved::decl(&cfg),

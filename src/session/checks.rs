@@ -368,6 +368,7 @@ mod tests {
             content: Content::Text("hi".into()),
             client_msg_id: None,
             options,
+            sender: None,
         }
     }
 

@@ -19,6 +19,9 @@ use crate::store::{NewMessage, StoreError};
 /// the client frame it mirrors ([`Command::into_frame`]), which that node decodes as a
 /// socket's.
 #[derive(Debug, Clone)]
+// A command lives for one call and is moved a few times; boxing its chat would cost every chat
+// an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Store and run a user turn (the chat names its conversation).
     Chat {
@@ -118,6 +121,45 @@ impl Command {
     }
 }
 
+impl Command {
+    /// The audit log's name for it.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Command::Chat { .. } => "chat",
+            Command::Interrupt => "interrupt",
+            Command::AnswerPermission { .. } => "permission_response",
+            Command::Rewind { .. } => "rewind",
+            Command::Fork { .. } => "fork",
+        }
+    }
+
+    /// Its particulars for the audit log (never a message's content).
+    pub fn audit_detail(&self) -> serde_json::Value {
+        match self {
+            Command::Chat { chat, .. } => serde_json::json!({
+                "client_msg_id": chat.client_msg_id,
+                "options": !chat.options.is_empty(),
+            }),
+            Command::Interrupt => serde_json::json!({}),
+            Command::AnswerPermission {
+                request_id,
+                decision,
+            } => serde_json::json!({
+                "request_id": request_id,
+                "behavior": match decision {
+                    PermissionDecision::Allow { .. } => "allow",
+                    PermissionDecision::Deny { .. } => "deny",
+                },
+            }),
+            Command::Rewind { to_seq } => serde_json::json!({ "to_seq": to_seq }),
+            Command::Fork {
+                new_agent_id,
+                at_seq,
+            } => serde_json::json!({ "new_agent_id": new_agent_id, "at_seq": at_seq }),
+        }
+    }
+}
+
 /// What a [`Command`] did.
 pub enum Outcome {
     /// The chat was handed to its conversation; its user message is being stored.
@@ -142,23 +184,27 @@ impl Manager {
         &self,
         principal: &Principal,
         agent_id: &AgentId,
+        sender: &Principal,
         command: Command,
     ) -> Result<Outcome, SessionError> {
         Ok(match command {
-            Command::Chat { chat, marker } => {
+            Command::Chat { mut chat, marker } => {
+                chat.sender = Some(sender.clone());
                 Outcome::Chat(self.submit_marked(principal, chat, marker).await?)
             }
-            Command::Interrupt => Outcome::Interrupted(self.interrupt(principal, agent_id).await?),
+            Command::Interrupt => {
+                Outcome::Interrupted(self.interrupt(principal, agent_id, sender).await?)
+            }
             Command::AnswerPermission {
                 request_id,
                 decision,
             } => {
-                self.answer_permission(principal, agent_id, request_id, decision)
+                self.answer_permission(principal, agent_id, sender, request_id, decision)
                     .await?;
                 Outcome::Answered
             }
             Command::Rewind { to_seq } => {
-                Outcome::Rewound(self.rewind(principal, agent_id, to_seq).await?)
+                Outcome::Rewound(self.rewind(principal, agent_id, sender, to_seq).await?)
             }
             Command::Fork {
                 new_agent_id,
@@ -179,6 +225,7 @@ impl Manager {
         &self,
         principal: &Principal,
         agent_id: &AgentId,
+        sender: &Principal,
     ) -> Result<Interrupted, SessionError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
         let conversation = slot
@@ -193,7 +240,7 @@ impl Manager {
                 drop(guard);
                 let command = Command::Interrupt;
                 let (was_running, cancelled_wait) =
-                    match self.forward(&node, principal, agent_id, command).await? {
+                    match self.forward(&node, principal, agent_id, sender, command).await? {
                         cluster::Answer::Interrupt {
                             was_running,
                             cancelled_wait,
@@ -216,7 +263,8 @@ impl Manager {
             });
         };
         let (reply, rx) = oneshot::channel();
-        send_input(handle, actor::Input::Interrupt { reply })?;
+        let sender = sender.clone();
+        send_input(handle, actor::Input::Interrupt { sender, reply })?;
         drop(guard);
         let (was_running, cancelled_wait) = rx.await.unwrap_or((false, false));
         Ok(Interrupted {
@@ -282,6 +330,7 @@ impl Manager {
         &self,
         principal: &Principal,
         agent_id: &AgentId,
+        sender: &Principal,
         request_id: String,
         decision: crate::protocol::PermissionDecision,
     ) -> Result<(), SessionError> {
@@ -302,7 +351,8 @@ impl Manager {
                     request_id,
                     decision,
                 };
-                return match self.forward(&node, principal, agent_id, command).await? {
+                let forwarded = self.forward(&node, principal, agent_id, sender, command);
+                return match forwarded.await? {
                     cluster::Answer::Done => Ok(()),
                     other => Err(other.into_error()),
                 };
@@ -313,6 +363,7 @@ impl Manager {
         let command = actor::Input::Permission {
             request_id,
             decision,
+            sender: sender.clone(),
             reply,
         };
         send_input(handle, command)?;
@@ -332,6 +383,7 @@ impl Manager {
         &self,
         principal: &Principal,
         agent_id: &AgentId,
+        sender: &Principal,
         to_seq: i64,
     ) -> Result<Frame, SessionError> {
         let (slot, guard) = self.existing_slot(principal, agent_id).await?;
@@ -340,7 +392,15 @@ impl Manager {
         match &*guard {
             SlotState::Live(handle) if !handle.tx.is_closed() => {
                 let (reply, rx) = oneshot::channel();
-                send_input(handle, actor::Input::Rewind { to_seq, reply })?;
+                let sender = sender.clone();
+                send_input(
+                    handle,
+                    actor::Input::Rewind {
+                        to_seq,
+                        sender,
+                        reply,
+                    },
+                )?;
                 drop(guard);
                 rx.await.map_err(|_| stopped())?
             }
@@ -356,7 +416,8 @@ impl Manager {
                     {
                         drop(guard);
                         let command = Command::Rewind { to_seq };
-                        return match self.forward(&node, principal, agent_id, command).await? {
+                        let forwarded = self.forward(&node, principal, agent_id, sender, command);
+                        return match forwarded.await? {
                             cluster::Answer::Rewound {
                                 seq,
                                 message_type,
@@ -369,7 +430,7 @@ impl Manager {
                 }
                 // Busy meanwhile, as a live one is: see `Actor::rewind`.
                 slot.busy.store(true, std::sync::atomic::Ordering::Release);
-                let rewound = actor::rewind_store(&self.shared, conversation, to_seq).await;
+                let rewound = actor::rewind_store(&self.shared, conversation, to_seq, sender).await;
                 slot.busy.store(false, std::sync::atomic::Ordering::Release);
                 store.release_lease(conversation.row).await;
                 let (frame, _, _) = rewound?;

@@ -18,6 +18,7 @@
 
 mod activity;
 mod actor;
+mod audit;
 pub mod backup;
 mod checks;
 mod cli_sessions;
@@ -26,6 +27,7 @@ mod commands;
 mod errors;
 pub mod events;
 mod history;
+mod links;
 pub mod replay;
 mod routing;
 mod schedules;
@@ -33,6 +35,7 @@ mod shares;
 mod slots;
 pub mod spend;
 mod start;
+mod viewers;
 mod worktree;
 
 pub use crate::agent::Supports;
@@ -40,14 +43,17 @@ pub use crate::agent::registry::AgentInfo;
 pub use crate::store::shares::ShareRow;
 pub use crate::store::{Cursor, PageStart, SessionPage, SessionQuery, SessionRecord};
 pub use actor::rfc3339 as rfc3339_ms;
+pub use audit::Audit;
 pub use backup::Backup;
 pub use cli_sessions::{CliSession, Project};
 pub use cluster::Bus;
 pub use commands::{Command, Outcome};
 pub use errors::SessionError;
 pub use history::{ExportLine, MAX_TITLE_CHARS};
+pub use links::{MAX_LINK_SECS, MAX_LINK_USES, NewLink};
 pub use schedules::{LastRun, Schedule, ScheduleBody, Scheduler};
 pub use shares::{Acting, Need, Revoked};
+pub use viewers::Viewing;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -198,6 +204,10 @@ pub(crate) struct Shared {
     activity: activity::Feeds,
     /// The ends of shares, for the sharees' open streams.
     revocations: shares::Revocations,
+    /// Who views each conversation on this node.
+    viewers: viewers::Viewers,
+    /// When the audit log was last pruned.
+    audit_pruned: audit::Pruned,
     /// The other nodes, in cluster mode.
     bus: Option<Arc<Bus>>,
     /// Conversations' git worktrees; None without a git program.
@@ -266,6 +276,8 @@ impl Manager {
                 replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
                 activity: activity::Feeds::default(),
                 revocations: shares::Revocations::default(),
+                viewers: viewers::Viewers::default(),
+                audit_pruned: audit::Pruned::default(),
                 bus,
                 worktrees,
                 push,
@@ -280,7 +292,8 @@ impl Manager {
         manager
     }
 
-    /// Answers the commands other nodes send to this one (cluster mode) until `stop` fires.
+    /// Answers the commands other nodes send to this one, and hears of the shares they end
+    /// (cluster mode), until `stop` fires.
     ///
     /// # Errors
     /// When this node can't subscribe to them.
@@ -292,6 +305,9 @@ impl Manager {
             return Ok(());
         };
         let limits = self.shared.config.decode_limits();
+        bus.clone()
+            .follow_revocations(self.clone(), stop.clone())
+            .await?;
         bus.clone().serve(self.clone(), limits, stop).await
     }
 

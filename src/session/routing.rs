@@ -81,8 +81,9 @@ impl Manager {
             marker: marker.clone(),
         };
         loop {
+            let sender = chat.sender.as_ref().unwrap_or(principal);
             let forwarded = bus
-                .forward(&node, principal, &chat.agent_id, &command)
+                .forward(&node, principal, &chat.agent_id, sender, &command)
                 .await;
             if let Ok(answer) = forwarded {
                 self.shared.metrics.forwarded_command();
@@ -150,11 +151,12 @@ impl Manager {
         &self,
         principal: &Principal,
         agent_id: &AgentId,
+        sender: &Principal,
         command: Command,
     ) -> cluster::Answer {
         let answer = match self
             .this_node_only()
-            .run(principal, agent_id, command)
+            .run(principal, agent_id, sender, command)
             .await
         {
             Ok(Outcome::Chat(pending)) => {
@@ -237,11 +239,12 @@ impl Manager {
         node: &str,
         principal: &Principal,
         agent_id: &AgentId,
+        sender: &Principal,
         command: Command,
     ) -> Result<cluster::Answer, SessionError> {
         let bus = self.shared.bus.as_ref().expect("only in cluster mode");
         self.shared.metrics.forwarded_command();
-        bus.forward(node, principal, agent_id, &command)
+        bus.forward(node, principal, agent_id, sender, &command)
             .await
             .map_err(|cluster::NoOwner| {
                 store_error(StoreError::OwnedElsewhere(node.into()), agent_id)

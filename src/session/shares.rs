@@ -7,7 +7,7 @@ use dashmap::DashMap;
 use tokio::sync::broadcast;
 
 use super::errors::{store_error, store_failure, unknown_agent};
-use super::{Command, Manager, Outcome, SessionError};
+use super::{Audit, Command, Manager, Outcome, SessionError};
 use crate::protocol::{AgentId, ChatOptions, ErrorCode, Principal, Role};
 use crate::store::shares::ShareRow;
 
@@ -142,6 +142,21 @@ impl Manager {
         with: &Principal,
         role: Role,
     ) -> Result<ShareRow, SessionError> {
+        let entry = Audit::new(owner, "share")
+            .on(owner, agent_id)
+            .detail(serde_json::json!({ "with": with, "role": role }));
+        let shared = Box::pin(self.put_share(owner, agent_id, with, role)).await;
+        self.audited(entry, shared).await
+    }
+
+    /// [`Manager::share`], unrecorded: for what records it otherwise (a link opened).
+    pub(super) async fn put_share(
+        &self,
+        owner: &Principal,
+        agent_id: &AgentId,
+        with: &Principal,
+        role: Role,
+    ) -> Result<ShareRow, SessionError> {
         let record = self.get(owner, agent_id).await?;
         if with == owner {
             return Err(SessionError::new(
@@ -176,19 +191,38 @@ impl Manager {
         agent_id: &AgentId,
         with: &Principal,
     ) -> Result<bool, SessionError> {
-        let record = self.get(owner, agent_id).await?;
-        let shares = self.shares(owner, agent_id).await?;
-        let removed = self
-            .shared
-            .store
-            .delete_share(record.row, with)
-            .await
-            .map_err(|e| store_error(e, agent_id))?;
-        if let Some(share) = shares.into_iter().find(|s| &s.principal == with) {
-            self.shared.revocations.publish(with, share.alias);
-            tracing::info!(%owner, %agent_id, %with, "share revoked");
+        let entry = Audit::new(owner, "unshare")
+            .on(owner, agent_id)
+            .detail(serde_json::json!({ "with": with }));
+        let ended = async {
+            let record = self.get(owner, agent_id).await?;
+            let shares = self.shares(owner, agent_id).await?;
+            let removed = self
+                .shared
+                .store
+                .delete_share(record.row, with)
+                .await
+                .map_err(|e| store_error(e, agent_id))?;
+            if let Some(share) = shares.into_iter().find(|s| &s.principal == with) {
+                self.revoked(with, share.alias);
+                tracing::info!(%owner, %agent_id, %with, "share revoked");
+            }
+            Ok(removed)
+        };
+        self.audited(entry, ended.await).await
+    }
+
+    /// Tells `principal`'s open streams of `alias`, on every node, that its share ended.
+    pub(super) fn revoked(&self, principal: &Principal, alias: AgentId) {
+        if let Some(bus) = &self.shared.bus {
+            bus.revoked(principal, &alias);
         }
-        Ok(removed)
+        self.revoked_here(principal, alias);
+    }
+
+    /// Tells `principal`'s open streams of `alias` on this node that its share ended.
+    pub(super) fn revoked_here(&self, principal: &Principal, alias: AgentId) {
+        self.shared.revocations.publish(principal, alias);
     }
 
     /// Everyone `owner`'s conversation `agent_id` is shared with.
@@ -261,7 +295,42 @@ impl Manager {
         };
         // Boxed: a command's future (a new worktree's git among it) is large, and every edge
         // awaits this one inside its own.
-        Box::pin(self.run(&acting.principal, &acting.agent_id, command)).await
+        Box::pin(self.run(&acting.principal, &acting.agent_id, caller, command)).await
+    }
+
+    /// Runs `command` on the conversation `agent_id` names for `caller` (their own, or one
+    /// shared with them whose role allows `need`), and records it in the audit log: what
+    /// every edge calls for a client's command.
+    ///
+    /// # Errors
+    /// Those of [`Manager::acting`] and [`Manager::run_as`].
+    pub async fn act(
+        &self,
+        caller: &Principal,
+        agent_id: &AgentId,
+        need: Need,
+        command: Command,
+    ) -> Result<Outcome, SessionError> {
+        let entry = Audit::new(caller, command.action()).detail(command.audit_detail());
+        let acting = match self.acting(caller, agent_id, need).await {
+            Ok(acting) => acting,
+            Err(err) => {
+                let mut detail = command.audit_detail();
+                detail["agent_id"] = agent_id.as_str().into();
+                let mut entry = entry.detail(detail);
+                // Its owner learns of a sharee's refused attempt; nobody of a guessed alias.
+                if !agent_id.is_share_alias() {
+                    entry = entry.on(caller, agent_id);
+                } else if let Ok(Some(share)) = self.shared.store.find_share(caller, agent_id).await
+                {
+                    entry = entry.on(&share.owner, &share.agent_id);
+                }
+                return self.audited(entry, Err(err)).await;
+            }
+        };
+        let entry = entry.on(&acting.principal, &acting.agent_id);
+        let ran = Box::pin(self.run_as(caller, &acting, command)).await;
+        self.audited(entry, ran).await
     }
 
     /// The shares of `principal` that end from now on, for a stream following one.

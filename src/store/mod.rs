@@ -7,6 +7,7 @@
 //! rule ([`words`]) both engines share, as they share the statements of a listing
 //! ([`listing`]).
 
+pub mod audit;
 mod backfill;
 pub mod backup;
 mod batch;
@@ -15,6 +16,7 @@ mod edits;
 mod leases;
 mod listing;
 pub use leases::{NodeStatus, cluster_status};
+pub mod links;
 pub mod postgres;
 pub mod push;
 pub mod schedules;
@@ -487,6 +489,8 @@ pub trait Store:
     + credentials::CredentialStore
     + usage::UsageStore
     + waits::LimitWaitStore
+    + audit::AuditStore
+    + links::LinkStore
     + Send
     + Sync
     + 'static

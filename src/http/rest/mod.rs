@@ -6,9 +6,12 @@
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
 //! stable codes of the WebSocket protocol.
 
+mod acting;
 mod admin;
 mod agents;
+mod audit;
 mod changes;
+mod links;
 mod projects;
 mod push;
 mod schedules;
@@ -39,7 +42,7 @@ const BEARER: &str = "bearer";
 #[derive(OpenApi)]
 #[openapi(info(
     title = "agentmux",
-    description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; tickets for the WebSocket; each principal's own agent credentials, spending caps and usage; a backup of the database, for admins."
+    description = "Conversations with AI agents: history, rename, delete, export/import, rewind, fork, chat and events; projects and the CLI sessions in them; scheduled prompts; sharing conversations, share links and the audit log; tickets for the WebSocket; each principal's own agent credentials, spending caps and usage; a backup of the database, for admins."
 ))]
 struct ApiDoc;
 
@@ -69,6 +72,10 @@ fn authenticated() -> OpenApiRouter<AppState> {
         .routes(routes!(shares::put_share, shares::delete_share))
         .routes(routes!(shares::list_shares))
         .routes(routes!(shares::shared_with_me))
+        .routes(routes!(links::make, links::list))
+        .routes(routes!(links::revoke))
+        .routes(routes!(links::open))
+        .routes(routes!(audit::list))
         .routes(routes!(sse::events))
         .routes(routes!(projects::sync))
         .routes(routes!(projects::list))

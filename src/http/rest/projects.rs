@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::sessions::{SessionSummary, agent_id, summary};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
-use crate::session::{CliSession, Project};
+use crate::session::{Audit, CliSession, Project};
 
 /// The caller's projects.
 #[derive(Debug, Serialize, ToSchema)]
@@ -97,7 +97,7 @@ pub async fn import(
     body: Result<Json<ImportCliBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
     let Json(body) = body?;
-    let record = app
+    let imported = app
         .manager
         .import_cli_session(
             &principal,
@@ -105,7 +105,15 @@ pub async fn import(
             &body.cli_session_id,
             body.agent_id.as_deref(),
         )
-        .await?;
+        .await;
+    let mut entry = Audit::new(&principal, "import_cli_session").detail(serde_json::json!({
+        "cwd": body.cwd,
+        "cli_session_id": body.cli_session_id,
+    }));
+    if let Ok(record) = &imported {
+        entry = entry.on(&principal, &record.agent_id);
+    }
+    let record = app.manager.audited(entry, imported).await?;
     Ok((
         StatusCode::CREATED,
         Json(summary(&app, &principal, record).await),

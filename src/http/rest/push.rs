@@ -179,7 +179,7 @@ pub async fn act(
         .await?;
     if let Outcome::Chat(pending) = app
         .manager
-        .run_as(&action.principal, &acting, command)
+        .act(&action.principal, &action.agent_id, Need::Edit, command)
         .await?
     {
         pending.stored().await?;

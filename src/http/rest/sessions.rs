@@ -1,7 +1,7 @@
 //! Handlers of `/api/sessions`: every query is scoped to the caller's principal, and another
 //! principal's conversation is answered as unknown.
 //!
-//! One job at about 780 lines: the conversation resource's handlers and the bodies and
+//! One job at about 750 lines: the conversation resource's handlers and the bodies and
 //! summaries they read and write (its worktree's changes are `changes`).
 
 use axum::Json;
@@ -16,12 +16,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
+use super::acting::{acting_summary, shared_summaries};
 use crate::http::AppState;
 use crate::http::auth::Principal;
+use crate::http::shared::named;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, AgentId, Frame, Role, SessionId};
 use crate::session::{
-    Acting, Activity, Command, Cursor, ExportLine, Need, Outcome, PageStart, SessionQuery,
+    Activity, Audit, Command, Cursor, ExportLine, Need, Outcome, PageStart, SessionQuery,
     SessionRecord,
 };
 
@@ -173,6 +175,10 @@ pub struct SessionList {
     pub total: Option<i64>,
     /// The `before` of the next page; null when this page is the last.
     pub next_before: Option<String>,
+    /// The conversations other principals shared with the caller, each under the alias the
+    /// caller knows it by, with its `owner` and the caller's `role`: on the first page of a
+    /// list without `q`, empty on the others.
+    pub shared: Vec<SessionSummary>,
 }
 
 /// Paging and filtering of the list.
@@ -325,44 +331,6 @@ pub(crate) async fn summary(
     SessionSummary::new(record, status, owner.into_iter().next().flatten())
 }
 
-/// The summary of the conversation `acting` names, as its caller sees it: under the alias
-/// they know it by, with its owner and their role, when it is shared with them.
-pub(crate) async fn acting_summary(
-    app: &AppState,
-    acting: &Acting,
-) -> Result<SessionSummary, ApiError> {
-    let record = app.manager.get(&acting.principal, &acting.agent_id).await?;
-    let mut summary = summary(app, &acting.principal, record).await;
-    if let Some((alias, role)) = &acting.shared {
-        summary.agent_id = alias.clone();
-        summary.owner = Some(acting.principal.to_string());
-        summary.role = Some(*role);
-    }
-    Ok(summary)
-}
-
-/// Runs `command` on the conversation `id` names for `principal`: their own, or one shared
-/// with them whose role allows `need`.
-async fn run(
-    app: &AppState,
-    principal: &Principal,
-    id: &AgentId,
-    need: Need,
-    command: Command,
-) -> Result<Outcome, ApiError> {
-    let acting = app.manager.acting(principal, id, need).await?;
-    Ok(app.manager.run_as(principal, &acting, command).await?)
-}
-
-/// A frame of conversation `id` as the caller names it.
-pub(crate) fn as_named(id: &AgentId, frame: Frame) -> Frame {
-    if id.is_share_alias() {
-        frame.retagged(id)
-    } else {
-        frame
-    }
-}
-
 /// A REST body that carries the fields of a WebSocket frame, read as `T`: a JSON object, as a
 /// frame is (a struct alone would also take an array, field by field), whose last field of a
 /// name wins, as in a frame.
@@ -425,6 +393,7 @@ pub async fn list(
         })?),
         (None, offset) => PageStart::Offset(offset.unwrap_or(0)),
     };
+    let first_page = matches!(start, PageStart::Offset(0)) && params.q.is_none();
     let query = SessionQuery {
         limit,
         start,
@@ -447,10 +416,16 @@ pub async fn list(
             SessionSummary::new(record, status, owner)
         })
         .collect();
+    let shared = if first_page {
+        shared_summaries(&app, &principal).await?
+    } else {
+        Vec::new()
+    };
     Ok(Json(SessionList {
         sessions,
         total: page.total,
         next_before,
+        shared,
     }))
 }
 
@@ -496,7 +471,7 @@ pub async fn messages(
             limit,
         )
         .await?;
-    let frames: Vec<Frame> = frames.into_iter().map(|f| as_named(&id, f)).collect();
+    let frames: Vec<Frame> = frames.into_iter().map(|f| named(&id, f)).collect();
     // A stored row that is not JSON (written by something other than this server) is left
     // out, never allowed to fail the page.
     let messages = frames
@@ -526,8 +501,14 @@ pub async fn rename(
 ) -> Result<Json<SessionSummary>, ApiError> {
     let id = agent_id(id)?;
     let Json(body) = body?;
-    app.manager.acting(&principal, &id, Need::Own).await?;
-    let record = app.manager.rename(&principal, &id, &body.title).await?;
+    let renamed = async {
+        app.manager.acting(&principal, &id, Need::Own).await?;
+        app.manager.rename(&principal, &id, &body.title).await
+    };
+    let entry = Audit::new(&principal, "rename")
+        .on(&principal, &id)
+        .detail(serde_json::json!({ "title": body.title }));
+    let record = app.manager.audited(entry, renamed.await).await?;
     Ok(Json(summary(&app, &principal, record).await))
 }
 
@@ -552,8 +533,12 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
-    app.manager.acting(&principal, &id, Need::Own).await?;
-    Ok(match app.manager.delete(&principal, &id).await? {
+    let deleted = async {
+        app.manager.acting(&principal, &id, Need::Own).await?;
+        app.manager.delete(&principal, &id).await
+    };
+    let entry = Audit::new(&principal, "delete").on(&principal, &id);
+    Ok(match app.manager.audited(entry, deleted.await).await? {
         Some(kept_branch) => Json(DeletedWorktree { kept_branch }).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
@@ -571,10 +556,12 @@ pub async fn export(
 ) -> Result<Response, ApiError> {
     let id = agent_id(id)?;
     let acting = app.manager.acting(&principal, &id, Need::View).await?;
-    let lines = app
+    let exported = app
         .manager
         .export(&acting.principal, &acting.agent_id)
-        .await?;
+        .await;
+    let entry = Audit::new(&principal, "export").on(&acting.principal, &acting.agent_id);
+    let lines = app.manager.audited(entry, exported).await?;
     let body =
         Body::from_stream(lines.map(|line| line.map_err(|err| std::io::Error::other(err.message))));
     Ok((
@@ -619,10 +606,12 @@ pub async fn import(
     }
     // Read as it arrives: the body is never held whole.
     let lines = body.into_data_stream();
-    let record = app
+    let imported = app
         .manager
         .import(&principal, &id, lines, MAX_IMPORT_BYTES)
-        .await?;
+        .await;
+    let entry = Audit::new(&principal, "import").on(&principal, &id);
+    let record = app.manager.audited(entry, imported).await?;
     Ok((
         StatusCode::CREATED,
         Json(summary(&app, &principal, record).await),
@@ -656,7 +645,11 @@ pub async fn chat(
     let client_msg_id = chat.client_msg_id.clone();
     let need = Need::for_chat(&chat);
     let command = Command::Chat { chat, marker: None };
-    let Outcome::Chat(pending) = run(&app, &principal, &id, need, command).await? else {
+    let Outcome::Chat(pending) = app
+        .manager
+        .act(&principal, &id, need, command)
+        .await?
+    else {
         unreachable!("a chat's outcome")
     };
     let accepted = pending.stored().await?;
@@ -666,7 +659,7 @@ pub async fn chat(
         accepted.seq,
         accepted.queue_position,
     );
-    Ok(frame_response(StatusCode::ACCEPTED, as_named(&id, ack)))
+    Ok(frame_response(StatusCode::ACCEPTED, named(&id, ack)))
 }
 
 /// Keeps exactly the turns up to a turn's `result`, dropping every later message (and later
@@ -686,10 +679,14 @@ pub async fn rewind(
     let Json(FrameBody(RewindBody { to_seq })) = body?;
     let to_seq = protocol::decode_rewind(&frame_fields([("to_seq", to_seq)]))?;
     let command = Command::Rewind { to_seq };
-    let Outcome::Rewound(status) = run(&app, &principal, &id, Need::Edit, command).await? else {
+    let Outcome::Rewound(status) = app
+        .manager
+        .act(&principal, &id, Need::Edit, command)
+        .await?
+    else {
         unreachable!("a rewind's outcome")
     };
-    Ok(frame_response(StatusCode::OK, as_named(&id, status)))
+    Ok(frame_response(StatusCode::OK, named(&id, status)))
 }
 
 /// What `POST /api/sessions/{agent_id}/interrupt` answers.
@@ -715,7 +712,10 @@ pub async fn interrupt(
 ) -> Result<Json<InterruptOutcome>, ApiError> {
     let id = agent_id(id)?;
     let command = Command::Interrupt;
-    let Outcome::Interrupted(interrupted) = run(&app, &principal, &id, Need::Edit, command).await?
+    let Outcome::Interrupted(interrupted) = app
+        .manager
+        .act(&principal, &id, Need::Edit, command)
+        .await?
     else {
         unreachable!("an interrupt's outcome")
     };
@@ -781,7 +781,11 @@ pub async fn answer_permission(
         request_id,
         decision,
     };
-    let Outcome::Answered = run(&app, &principal, &id, Need::Edit, command).await? else {
+    let Outcome::Answered = app
+        .manager
+        .act(&principal, &id, Need::Edit, command)
+        .await?
+    else {
         unreachable!("a permission answer's outcome")
     };
     Ok(StatusCode::NO_CONTENT)
@@ -851,7 +855,11 @@ pub async fn fork(
         new_agent_id,
         at_seq,
     };
-    let Outcome::Forked(record) = run(&app, &principal, &id, Need::View, command).await? else {
+    let Outcome::Forked(record) = app
+        .manager
+        .act(&principal, &id, Need::View, command)
+        .await?
+    else {
         unreachable!("a fork's outcome")
     };
     Ok((

@@ -10,11 +10,12 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::sessions::{FrameBody, SessionSummary, acting_summary, agent_id};
+use super::acting::shared_summaries;
+use super::sessions::{FrameBody, SessionSummary, agent_id};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::Role;
-use crate::session::{Acting, Need, ShareRow};
+use crate::session::{Need, ShareRow};
 
 /// A share as its owner sees it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -67,8 +68,8 @@ fn principal_in(raw: String) -> Result<Principal, ApiError> {
     Principal::checked(&raw).ok_or_else(|| ApiError::invalid("no principal has that name"))
 }
 
-/// The owner's own conversation `raw` names, for managing its shares.
-async fn owned(
+/// The owner's own conversation `raw` names, for managing its shares and links.
+pub(super) async fn owned(
     app: &AppState,
     principal: &Principal,
     raw: String,
@@ -141,17 +142,7 @@ pub async fn shared_with_me(
     State(app): State<AppState>,
     principal: Principal,
 ) -> Result<Json<SharedList>, ApiError> {
-    let mut sessions = Vec::new();
-    for share in app.manager.shared_with(&principal).await? {
-        let acting = Acting {
-            principal: share.owner,
-            agent_id: share.agent_id,
-            shared: Some((share.alias, share.role)),
-        };
-        // One deleted meanwhile is left out.
-        if let Ok(summary) = acting_summary(&app, &acting).await {
-            sessions.push(summary);
-        }
-    }
-    Ok(Json(SharedList { sessions }))
+    Ok(Json(SharedList {
+        sessions: shared_summaries(&app, &principal).await?,
+    }))
 }

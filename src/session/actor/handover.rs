@@ -142,7 +142,7 @@ impl Actor {
                 Input::Rewind { reply, .. } => {
                     let _ = reply.send(Err(crate::session::errors::moved(agent_id)));
                 }
-                Input::Interrupt { reply } => {
+                Input::Interrupt { reply, .. } => {
                     let _ = reply.send((false, false));
                 }
                 Input::Stop { reply } | Input::Abandon { reply } => {
@@ -191,7 +191,7 @@ impl Actor {
         self.turns.queue.clear();
         let mut outs: Vec<Out> = std::mem::take(&mut self.pending_permissions)
             .into_keys()
-            .map(|request_id| Out::Stored(resolved(&request_id, "cancelled")))
+            .map(|request_id| Out::Stored(resolved(&request_id, "cancelled", None)))
             .collect();
         for _ in 0..open {
             outs.push(Out::Stored(NewMessage::error_result(

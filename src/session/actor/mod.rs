@@ -27,7 +27,7 @@ use super::slots::SlotState;
 use super::{Conversation, Shared};
 use crate::agent::{AgentConn, AgentEvent};
 use crate::limits::QuotaPermit;
-use crate::protocol::{Chat, Frame, LaunchOptions, PermissionDecision};
+use crate::protocol::{Chat, Frame, LaunchOptions, PermissionDecision, Principal};
 use crate::session::SessionError;
 use crate::store::{NewMessage, NextLaunch, SessionRecord};
 
@@ -56,15 +56,17 @@ pub(crate) enum Input {
         marker: Option<Box<NewMessage>>,
         reply: oneshot::Sender<Result<(i64, usize), SessionError>>,
     },
-    /// Stop the running turn, or with none running cancel the wait for a rate limit; the
-    /// reply says whether a turn was running, and whether a wait was cancelled.
+    /// Stop the running turn for `sender`, or with none running cancel the wait for a rate
+    /// limit; the reply says whether a turn was running, and whether a wait was cancelled.
     Interrupt {
+        sender: Principal,
         reply: oneshot::Sender<(bool, bool)>,
     },
-    /// Answer a pending tool permission request.
+    /// Answer a pending tool permission request, as `sender`.
     Permission {
         request_id: String,
         decision: PermissionDecision,
+        sender: Principal,
         reply: oneshot::Sender<Result<(), SessionError>>,
     },
     /// End the running turn and stop (server shutdown).
@@ -73,6 +75,7 @@ pub(crate) enum Input {
     /// the stored `rewound` status frame.
     Rewind {
         to_seq: i64,
+        sender: Principal,
         reply: oneshot::Sender<Result<Frame, SessionError>>,
     },
     /// Stop the agent at once, whatever it is doing, and end (the conversation is deleted).
@@ -230,21 +233,21 @@ impl Actor {
                     Some(Input::Chat { chat, marker, reply }) => {
                         self.on_chat(*chat, marker, reply).await
                     }
-                    Some(Input::Interrupt { reply }) => {
-                        let was_running = self.interrupt();
+                    Some(Input::Interrupt { sender, reply }) => {
+                        let was_running = self.interrupt(&sender);
                         let cancelled_wait = !was_running && self.cancel_wait().await;
                         let _ = reply.send((was_running, cancelled_wait));
                     }
-                    Some(Input::Permission { request_id, decision, reply }) => {
-                        let _ = reply.send(self.answer_permission(request_id, decision).await);
+                    Some(Input::Permission { request_id, decision, sender, reply }) => {
+                        let _ = reply.send(self.answer_permission(request_id, decision, &sender).await);
                     }
                     Some(Input::Stop { reply }) => {
                         self.stop().await;
                         let _ = reply.send(());
                         return;
                     }
-                    Some(Input::Rewind { to_seq, reply }) => {
-                        let _ = reply.send(self.rewind(to_seq).await);
+                    Some(Input::Rewind { to_seq, sender, reply }) => {
+                        let _ = reply.send(self.rewind(to_seq, &sender).await);
                     }
                     Some(Input::Abandon { reply }) => {
                         self.abandon().await;

@@ -52,7 +52,7 @@ impl Actor {
                 }
                 Some(AgentEvent::PermissionCancelled { request_id }) => {
                     if self.pending_permissions.remove(&request_id).is_some() {
-                        outs.push(Out::Stored(resolved(&request_id, "cancelled")));
+                        outs.push(Out::Stored(resolved(&request_id, "cancelled", None)));
                     }
                 }
                 Some(AgentEvent::Exited { detail }) => {
@@ -101,7 +101,7 @@ impl Actor {
         if turn_ended {
             // A turn's open questions end with it.
             for request_id in std::mem::take(&mut self.pending_permissions).into_keys() {
-                outs.push(Out::Stored(resolved(&request_id, "cancelled")));
+                outs.push(Out::Stored(resolved(&request_id, "cancelled", None)));
             }
             let limited = self.limit_hit.take();
             self.after_turn(limited, &mut outs).await;

@@ -5,7 +5,7 @@ use tokio::time::Instant;
 use super::Actor;
 use super::publish::Out;
 use crate::agent::AgentInput;
-use crate::protocol::{self, ErrorCode, PermissionDecision};
+use crate::protocol::{self, ErrorCode, PermissionDecision, Principal};
 use crate::session::SessionError;
 use crate::store::NewMessage;
 
@@ -14,6 +14,7 @@ impl Actor {
         &mut self,
         request_id: String,
         decision: PermissionDecision,
+        sender: &Principal,
     ) -> Result<(), SessionError> {
         if self.pending_permissions.remove(&request_id).is_none() {
             return Err(SessionError::new(
@@ -26,8 +27,8 @@ impl Actor {
             PermissionDecision::Deny { .. } => "denied",
         };
         self.send_decision(request_id.clone(), decision).await;
-        self.publish_batch(vec![Out::Stored(resolved(&request_id, outcome))])
-            .await;
+        let answered = resolved(&request_id, outcome, Some(sender));
+        self.publish_batch(vec![Out::Stored(answered)]).await;
         Ok(())
     }
 
@@ -61,17 +62,18 @@ impl Actor {
                 };
                 let _ = agent.input.send(input).await;
             }
-            outs.push(Out::Stored(resolved(&request_id, "timed_out")));
+            outs.push(Out::Stored(resolved(&request_id, "timed_out", None)));
         }
         self.publish_batch(outs).await;
     }
 }
 
-/// A stored `permission_resolved` frame.
-pub(super) fn resolved(request_id: &str, outcome: &str) -> NewMessage {
+/// A stored `permission_resolved` frame; `sender` answered it (none when nobody did).
+pub(super) fn resolved(request_id: &str, outcome: &str, sender: Option<&Principal>) -> NewMessage {
     let payload = protocol::PermissionResolved {
         request_id,
         outcome,
+        sender: sender.map(Principal::as_str),
     };
     NewMessage::new(
         "permission_resolved",

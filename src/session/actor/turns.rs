@@ -12,7 +12,7 @@ use super::Actor;
 use super::files::Files;
 use super::publish::Out;
 use crate::agent::AgentInput;
-use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame};
+use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame, Principal};
 use crate::session::SessionError;
 use crate::session::spend::{Refusal, Terms};
 use crate::session::{Conversation, Shared};
@@ -162,11 +162,14 @@ impl Actor {
         self.chat_ends_wait(marker.as_deref()).await;
         self.set_auto_continue(chat.options.auto_continue).await;
         let busy = self.turns.is_busy();
-        let payload = serde_json::json!({
+        let mut payload = serde_json::json!({
             "type": "user",
             "message": { "role": "user", "content": chat.content },
-        })
-        .to_string();
+        });
+        if let Some(sender) = &chat.sender {
+            payload["sender"] = sender.as_str().into();
+        }
+        let payload = payload.to_string();
         let mut message = NewMessage::new("user", payload.clone());
         message.prompt = true;
         // A turn that runs at once is recorded as running in the same write.
@@ -235,7 +238,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn interrupt(&mut self) -> bool {
+    pub(super) fn interrupt(&mut self, sender: &Principal) -> bool {
         let timeout = Duration::from_secs(self.shared.config.session.interrupt_timeout_secs);
         match self.turns.interrupt(timeout) {
             Interrupt::Idle => false,
@@ -244,7 +247,12 @@ impl Actor {
                 if let Some(agent) = &self.agent {
                     let _ = agent.input.try_send(AgentInput::Interrupt);
                 }
-                self.publish_status("interrupted", "the running turn is being stopped");
+                self.publish(protocol::sent_status_frame(
+                    self.conversation.tag(),
+                    "interrupted",
+                    "the running turn is being stopped",
+                    sender,
+                ));
                 true
             }
         }
@@ -444,7 +452,11 @@ impl Actor {
     /// Drops the stored messages after `to_seq` and makes the agent forget them: the live
     /// agent is stopped, and the next one starts as the store decided (a fork of the agent's
     /// session at the turn's anchor). Only while no turn is running or queued.
-    pub(super) async fn rewind(&mut self, to_seq: i64) -> Result<Frame, SessionError> {
+    pub(super) async fn rewind(
+        &mut self,
+        to_seq: i64,
+        sender: &Principal,
+    ) -> Result<Frame, SessionError> {
         if self.turns.is_busy() {
             return Err(SessionError::new(
                 ErrorCode::Busy,
@@ -454,7 +466,7 @@ impl Actor {
         // Busy meanwhile: no commit or merge of the worktree comes between its files going back
         // and the messages.
         self.busy.store(true, Ordering::Release);
-        let rewound = rewind_store(&self.shared, &self.conversation, to_seq).await;
+        let rewound = rewind_store(&self.shared, &self.conversation, to_seq, sender).await;
         self.busy.store(false, Ordering::Release);
         let (frame, seq, next_launch) = rewound?;
         self.last_seq = seq;
@@ -475,9 +487,12 @@ pub(in crate::session) async fn rewind_store(
     shared: &Shared,
     conversation: &Conversation,
     to_seq: i64,
+    sender: &Principal,
 ) -> Result<(Frame, i64, NextLaunch), SessionError> {
     let agent_id = conversation.agent_id.as_str();
+    let sender = sender.to_string();
     super::files::rewind_files(shared, conversation, to_seq, async |files: Files| {
+        let sender = sender.clone();
         let status = Box::new(move |dropped_seqs: &[i64]| {
             let dropped = match dropped_seqs {
                 [] => format!(
@@ -493,6 +508,7 @@ pub(in crate::session) async fn rewind_store(
                 "dropped_after_seq": to_seq,
                 "dropped_seqs": dropped_seqs,
                 "files_restored": files == Files::Restored,
+                "sender": sender,
             });
             NewMessage::new("status", payload.to_string())
         });

@@ -5,6 +5,7 @@
 //! the store. Which node a command goes to is decided by `routing`.
 
 mod connect;
+mod revocations;
 mod seal;
 
 use std::borrow::Cow;
@@ -52,6 +53,10 @@ pub struct Bus {
 #[derive(Serialize, Deserialize)]
 struct Forward {
     principal: Principal,
+    /// Who sent the command (the owner, or a principal it is shared with); the owner when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sender: Option<Principal>,
     frame: Box<RawValue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     marker: Option<Marker>,
@@ -59,7 +64,12 @@ struct Forward {
 
 impl Forward {
     /// `command` for conversation `agent_id` of `principal`, as it is sent.
-    fn new(principal: &Principal, agent_id: &AgentId, command: &Command) -> Self {
+    fn new(
+        principal: &Principal,
+        sender: &Principal,
+        agent_id: &AgentId,
+        command: &Command,
+    ) -> Self {
         let marker = match command {
             Command::Chat { marker, .. } => marker.as_deref().map(Marker::of),
             _ => None,
@@ -67,6 +77,7 @@ impl Forward {
         let frame = command.clone().into_frame(agent_id.clone());
         Forward {
             principal: principal.to_owned(),
+            sender: (sender != principal).then(|| sender.to_owned()),
             frame: serde_json::value::to_raw_value(&frame).expect("frames serialize"),
             marker,
         }
@@ -75,7 +86,9 @@ impl Forward {
     /// Whether what it names is what a node sends: a principal of an accepted length, and a
     /// marker whose payload is a JSON object.
     fn is_sound(&self) -> bool {
-        (1..=MAX_PRINCIPAL_BYTES).contains(&self.principal.len())
+        let sound = |p: &Principal| (1..=MAX_PRINCIPAL_BYTES).contains(&p.len());
+        sound(&self.principal)
+            && self.sender.as_ref().is_none_or(sound)
             && self.marker.as_ref().is_none_or(Marker::is_object)
     }
 
@@ -351,9 +364,10 @@ impl Bus {
         node: &str,
         principal: &Principal,
         agent_id: &AgentId,
+        sender: &Principal,
         command: &Command,
     ) -> Result<Answer, NoOwner> {
-        let request = Forward::new(principal, agent_id, command);
+        let request = Forward::new(principal, sender, agent_id, command);
         let payload = serde_json::to_vec(&request).expect("requests serialize");
         let subject = node_subject(node);
         let (headers, nonce) = self.seal.command(&subject, &payload);
@@ -544,7 +558,12 @@ fn relayed_frame(
 /// Runs a command another node forwarded, once it reads as a client's command frame.
 async fn answer(manager: &Manager, request: Forward, limits: DecodeLimits) -> Answer {
     match request.command(limits) {
-        Ok((agent_id, command)) => manager.answer(&request.principal, &agent_id, command).await,
+        Ok((agent_id, command)) => {
+            let sender = request.sender.as_ref().unwrap_or(&request.principal);
+            manager
+                .answer(&request.principal, &agent_id, sender, command)
+                .await
+        }
         Err(refused) => refused,
     }
 }
@@ -624,6 +643,7 @@ mod tests {
     fn a_forwarded_command_must_name_a_principal_and_carry_a_json_marker() {
         let forward = |principal: &str, payload: Option<&str>| Forward {
             principal: Principal::new(principal),
+            sender: None,
             frame: RawValue::from_string("null".into()).unwrap(),
             marker: payload.map(|p| Marker {
                 payload: p.into(),
@@ -638,6 +658,9 @@ mod tests {
         assert!(!forward("alice", Some("[1]")).is_sound());
         assert!(!forward("", None).is_sound());
         assert!(!forward(&"p".repeat(MAX_PRINCIPAL_BYTES + 1), None).is_sound());
+        let mut by_nobody = forward("alice", None);
+        by_nobody.sender = Some(Principal::new(""));
+        assert!(!by_nobody.is_sound());
     }
 
     /// A command goes over the bus as one message: serialized, sealed by the sending node,
@@ -656,6 +679,7 @@ mod tests {
                 model: Some("sonnet".into()),
                 ..ChatOptions::default()
             },
+            sender: None,
         };
         let mut marker = NewMessage::new("status", r#"{"status":"scheduled_run"}"#.into());
         marker.title = Some("nightly".into());
@@ -676,8 +700,9 @@ mod tests {
             Command::Rewind { to_seq: 4 },
         ];
         let subject = node_subject("b");
+        let (alice, bob) = (Principal::new("alice"), Principal::new("bob"));
         for command in commands {
-            let sent = Forward::new(&Principal::new("alice"), &agent_id, &command);
+            let sent = Forward::new(&alice, &bob, &agent_id, &command);
             let payload = serde_json::to_vec(&sent).unwrap();
             let (headers, _) = sender.command(&subject, &payload);
             let changed = String::from_utf8(payload.clone())
@@ -696,6 +721,7 @@ mod tests {
             let read: Forward = serde_json::from_slice(&payload).unwrap();
             assert!(read.is_sound());
             assert_eq!(read.principal, "alice");
+            assert_eq!(read.sender.as_ref().map(Principal::as_str), Some("bob"));
             let (to, back) = read.command(LIMITS).ok().unwrap();
             assert_eq!(to, agent_id);
             assert_eq!(asked(&agent_id, back), asked(&agent_id, command));
@@ -711,15 +737,14 @@ mod tests {
             new_agent_id: AgentId::parse("y").unwrap(),
             at_seq: None,
         };
+        let alice = Principal::new("alice");
         let ping = Forward {
-            principal: Principal::new("alice"),
+            principal: alice.clone(),
+            sender: None,
             frame: RawValue::from_string(r#"{"type":"ping"}"#.into()).unwrap(),
             marker: None,
         };
-        for forward in [
-            Forward::new(&Principal::new("alice"), &agent_id, &fork),
-            ping,
-        ] {
+        for forward in [Forward::new(&alice, &alice, &agent_id, &fork), ping] {
             let Err(Answer::Error { code, message }) = forward.command(LIMITS) else {
                 panic!("run");
             };

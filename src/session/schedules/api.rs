@@ -7,7 +7,7 @@ use super::super::errors::store_failure;
 use super::ticks::parse_cron;
 use super::{LastRun, Scheduler, invalid, now_ms, rfc3339_ms, unknown_schedule};
 use crate::protocol::{self, AgentId, ErrorCode, Principal};
-use crate::session::SessionError;
+use crate::session::{Audit, SessionError};
 use crate::store::schedules::ScheduleRow;
 
 /// Longest schedule name, in characters.
@@ -203,6 +203,36 @@ impl Scheduler {
         principal: &Principal,
         body: ScheduleBody,
     ) -> Result<Schedule, SessionError> {
+        let created = self.create_unrecorded(principal, body).await;
+        self.recorded(principal, "schedule_create", None, created)
+            .await
+    }
+
+    /// Records a change of `principal`'s schedule `id` (or of the one made) in the audit log.
+    async fn recorded(
+        &self,
+        principal: &Principal,
+        action: &'static str,
+        id: Option<&str>,
+        result: Result<Schedule, SessionError>,
+    ) -> Result<Schedule, SessionError> {
+        let mut entry = Audit::new(principal, action);
+        if let Ok(schedule) = &result {
+            entry = entry.detail(json!({ "schedule": schedule.id, "name": schedule.name }));
+            if let Ok(agent_id) = AgentId::parse(schedule.agent_id.clone()) {
+                entry = entry.on(principal, &agent_id);
+            }
+        } else if let Some(id) = id {
+            entry = entry.detail(json!({ "schedule": protocol::truncate_chars(id, 64) }));
+        }
+        self.inner.manager.audited(entry, result).await
+    }
+
+    async fn create_unrecorded(
+        &self,
+        principal: &Principal,
+        body: ScheduleBody,
+    ) -> Result<Schedule, SessionError> {
         let missing = |field: &str| invalid(format!("`{field}` is missing"));
         let now = protocol::now_rfc3339();
         let row = ScheduleRow {
@@ -306,6 +336,17 @@ impl Scheduler {
         id: &str,
         body: ScheduleBody,
     ) -> Result<Schedule, SessionError> {
+        let updated = self.update_unrecorded(principal, id, body).await;
+        self.recorded(principal, "schedule_update", Some(id), updated)
+            .await
+    }
+
+    async fn update_unrecorded(
+        &self,
+        principal: &Principal,
+        id: &str,
+        body: ScheduleBody,
+    ) -> Result<Schedule, SessionError> {
         let old = self.find(principal, id).await?;
         if body.cron.is_some() && body.every_secs.is_some() {
             return Err(invalid("give either `cron` or `every_secs`, not both"));
@@ -361,6 +402,13 @@ impl Scheduler {
     /// # Errors
     /// `unknown_schedule` or `store_unavailable`.
     pub async fn delete(&self, principal: &Principal, id: &str) -> Result<(), SessionError> {
+        let entry = Audit::new(principal, "schedule_delete")
+            .detail(json!({ "schedule": protocol::truncate_chars(id, 64) }));
+        let deleted = self.delete_unrecorded(principal, id).await;
+        self.inner.manager.audited(entry, deleted).await
+    }
+
+    async fn delete_unrecorded(&self, principal: &Principal, id: &str) -> Result<(), SessionError> {
         let found = self
             .inner
             .store

@@ -7,7 +7,7 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::super::{Activity, ChatAccepted, Command, Outcome};
+use super::super::{Activity, Audit, ChatAccepted, Command, Outcome};
 use super::{Running, Scheduler};
 use crate::protocol::{self, Principal};
 use crate::session::SessionError;
@@ -181,10 +181,19 @@ impl Scheduler {
             marker: Some(Box::new(marker)),
         };
         let manager = &self.inner.manager;
-        let Outcome::Chat(pending) = manager.run(&row.principal, &agent_id, command).await? else {
-            unreachable!("a chat's outcome")
+        let entry = Audit::new(&row.principal, "schedule_run")
+            .on(&row.principal, &agent_id)
+            .detail(json!({ "schedule": row.id, "trigger": trigger }));
+        let sent = async {
+            let Outcome::Chat(pending) = manager
+                .run(&row.principal, &agent_id, &row.principal, command)
+                .await?
+            else {
+                unreachable!("a chat's outcome")
+            };
+            pending.stored().await
         };
-        pending.stored().await
+        manager.audited(entry, sent.await).await
     }
 
     fn forget(&self, id: &str, generation: u64) {
