@@ -239,14 +239,16 @@ impl Manager {
             {
                 drop(guard);
                 let command = Command::Interrupt;
-                let (was_running, cancelled_wait) =
-                    match self.forward(&node, principal, agent_id, sender, command).await? {
-                        cluster::Answer::Interrupt {
-                            was_running,
-                            cancelled_wait,
-                        } => (was_running, cancelled_wait),
-                        other => return Err(other.into_error()),
-                    };
+                let (was_running, cancelled_wait) = match self
+                    .forward(&node, principal, agent_id, sender, command)
+                    .await?
+                {
+                    cluster::Answer::Interrupt {
+                        was_running,
+                        cancelled_wait,
+                    } => (was_running, cancelled_wait),
+                    other => return Err(other.into_error()),
+                };
                 return Ok(Interrupted {
                     conversation,
                     was_running,

@@ -353,6 +353,7 @@ impl Manager {
             .shared
             .agents
             .list()
+            .await
             .into_iter()
             .filter_map(|info| {
                 let accepts = config.credential_names(&info.name).to_vec();

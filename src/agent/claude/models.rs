@@ -68,7 +68,7 @@ impl Models {
         let cwd = settings.workspaces.join(&id);
         let launch = Launch::New { session_id: id };
         let args = settings.args(&launch, None, None, &LaunchOptions::default());
-        let mut proc = Proc::start(settings.proc_spec(&args, &cwd))
+        let mut proc = Proc::start(settings.proc_spec(&args, &cwd, &Default::default()))
             .map_err(|e| format!("cannot start the Claude CLI: {e}"))?;
         let answer = control::initialize(&mut proc, settings.init_timeout()).await;
         proc.stop(settings.stop_grace()).await;

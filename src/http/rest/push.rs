@@ -174,9 +174,6 @@ pub async fn act(
     };
     // Checked now, not when the notification was sent: a share revoked or downgraded since
     // leaves its token nothing to do.
-    let acting = (app.manager)
-        .acting(&action.principal, &action.agent_id, Need::Edit)
-        .await?;
     if let Outcome::Chat(pending) = app
         .manager
         .act(&action.principal, &action.agent_id, Need::Edit, command)

@@ -645,11 +645,7 @@ pub async fn chat(
     let client_msg_id = chat.client_msg_id.clone();
     let need = Need::for_chat(&chat);
     let command = Command::Chat { chat, marker: None };
-    let Outcome::Chat(pending) = app
-        .manager
-        .act(&principal, &id, need, command)
-        .await?
-    else {
+    let Outcome::Chat(pending) = app.manager.act(&principal, &id, need, command).await? else {
         unreachable!("a chat's outcome")
     };
     let accepted = pending.stored().await?;

@@ -10,8 +10,8 @@ mod output;
 mod permissions;
 mod process;
 mod publish;
-mod spend;
 mod ratelimit;
+mod spend;
 mod turns;
 
 use std::collections::HashMap;

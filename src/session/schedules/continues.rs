@@ -53,13 +53,17 @@ impl Scheduler {
             content: Content::Text(CONTINUE_PROMPT.into()),
             client_msg_id: None,
             options: ChatOptions::default(),
+            sender: None,
         };
         let command = Command::Chat {
             chat,
             marker: Some(Box::new(continued_status())),
         };
         let manager = &self.inner.manager;
-        let sent = match manager.run(&wait.principal, &wait.agent_id, command).await {
+        let sent = match manager
+            .run(&wait.principal, &wait.agent_id, &wait.principal, command)
+            .await
+        {
             Ok(Outcome::Chat(pending)) => pending.stored().await.map(|_| ()),
             Ok(_) => unreachable!("a chat's outcome"),
             Err(err) => Err(err),
