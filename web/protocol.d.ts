@@ -1,7 +1,7 @@
 // Generated from src/protocol.rs by its unit tests; do not edit.
 // Regenerate: UPDATE_PROTOCOL_TS=1 cargo test --lib protocol
 
-export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout" | "unknown_link" | "link_expired";
+export type ErrorCode = "bad_frame" | "unknown_type" | "invalid_agent_id" | "invalid_content" | "invalid_options" | "unknown_agent" | "backend_unavailable" | "limit_exceeded" | "rate_limited" | "store_unavailable" | "unauthorized" | "unknown_request" | "invalid_seq" | "busy" | "agent_exists" | "invalid_request" | "forbidden_origin" | "forbidden_host" | "unsupported_media_type" | "unsupported" | "invalid_schedule" | "unknown_schedule" | "owned_elsewhere" | "forbidden" | "conflict" | "unknown_subscription" | "search_timeout" | "budget_exceeded" | "credentials_required" | "unknown_link" | "link_expired";
 
 export type ChatOptions = { 
 /**
@@ -52,6 +52,12 @@ agent?: string,
  * a conversation's first chat (later chats may repeat it).
  */
 worktree?: WorktreeOption, 
+/**
+ * The conversation's own spending cap in US dollars (0 to [`super::MAX_CAP_USD`]); only
+ * its owner may set it. A turn that would start with the conversation's spending at or
+ * over it is refused with `budget_exceeded`.
+ */
+budget_usd?: number, 
 /**
  * Whether a turn the model API's rate limit ends continues by itself once the limit
  * resets (a "continue" turn, after a `status` `waiting_for_limit`). Kept for the
