@@ -211,7 +211,8 @@ async fn a_wait_outlives_a_restart() {
 
 /// An interrupt cancels the wait, of a live conversation (over the socket) and of one no node
 /// runs after a restart (over REST): a stored `limit_wait_cancelled`, and nothing continues.
-/// Another principal can't cancel it.
+/// Another principal can't cancel it. A rewind that drops the rate-limited turn's wait ends it
+/// too.
 #[cfg_attr(
     no_test_claude,
     ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
@@ -238,6 +239,21 @@ async fn an_interrupt_cancels_the_wait() {
         .await;
     let cancelled = until_status(&mut c, "live", "limit_wait_cancelled").await;
     assert!(cancelled.last().unwrap()["seq"].is_i64(), "stored");
+
+    // A rewind to the rate-limited turn's end drops the wait with the status that told it.
+    chat_with(&mut c, "rewound", &limited(3), on.clone()).await;
+    let frames = until_status(&mut c, "rewound", "waiting_for_limit").await;
+    let rewound_at = frames.last().unwrap()["continue_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let result = frames
+        .iter()
+        .find(|f| f["message_type"] == "result")
+        .unwrap();
+    c.send(json!({"type": "rewind", "agent_id": "rewound", "to_seq": result["seq"]}))
+        .await;
+    until_status(&mut c, "rewound", "rewound").await;
 
     chat_with(&mut c, "dormant", &limited(8), on).await;
     let dormant_at = until_status(&mut c, "dormant", "waiting_for_limit")
@@ -278,6 +294,7 @@ async fn an_interrupt_cancels_the_wait() {
     assert_eq!(again["cancelled_wait"], false, "nothing left to cancel");
 
     past(&live_at).await;
+    past(&rewound_at).await;
     past(&dormant_at).await;
     for agent_id in ["live", "dormant"] {
         let frames: Value = http
@@ -300,6 +317,20 @@ async fn an_interrupt_cancels_the_wait() {
             "{agent_id}: nothing continued"
         );
     }
+    let frames: Value = http
+        .get(server.url("/api/sessions/rewound/messages"))
+        .bearer_auth("tok-a")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        story(frames["messages"].as_array().unwrap())[1..],
+        ["result error", "status rewound"],
+        "nothing continued the rewound conversation"
+    );
     stop(server, &cli).await;
 }
 

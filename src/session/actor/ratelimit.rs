@@ -217,7 +217,9 @@ impl Actor {
             .cancel_limit_wait(self.conversation.row)
             .await
         {
-            Ok(_) => self.limit_tries = 0,
+            Ok(true) => self.limit_tries = 0,
+            // Its "continue" turn is on its way: the count goes on until a turn ends well.
+            Ok(false) => {}
             Err(err) => self.store_failed(&err),
         }
     }
