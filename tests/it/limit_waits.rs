@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::claude::Fixture;
+use crate::cli_chat::{Terminal, have_tmux};
 use crate::common::*;
 use crate::real_cli::{FakeApi, RealSetup, real_cli, start_server_env, stop};
 use crate::security::connect_as;
@@ -405,4 +407,32 @@ async fn without_a_reset_time_the_wait_backs_off() {
     let turn = c.until_result("backoff").await;
     assert_eq!(turn.last().unwrap()["message"]["is_error"], false);
     stop(server, &cli).await;
+}
+
+/// In a terminal, `agentmux chat` prints the wait with its time and that Ctrl-C cancels it;
+/// Ctrl-C then cancels it (the client stays), and the next one quits. The fake CLI stands in
+/// for the real one here: it reports a usage limit as the real one does (see `conformance`).
+#[tokio::test]
+async fn the_terminal_client_shows_the_wait_and_ctrl_c_cancels_it() {
+    if !have_tmux() {
+        return;
+    }
+    let fixture = Fixture::new("[session]\nauto_continue = true\n");
+    let server = fixture.start(&[]).await;
+    let term = Terminal::open_in(&format!("ws://{}/ws", server.addr), &[], None);
+    term.wait_for("New session:", 1).await;
+    term.type_line("please USAGELIMIT:600");
+    let screen = term.wait_for("(Ctrl-C cancels the wait)", 1).await;
+    assert!(
+        screen.contains("[waiting_for_limit: ") && screen.contains("; continuing at "),
+        "{screen}"
+    );
+    term.ctrl_c();
+    let screen = term.wait_for("[limit_wait_cancelled: ", 1).await;
+    assert!(
+        !screen.contains("[exited"),
+        "the first Ctrl-C only cancels: {screen}"
+    );
+    term.ctrl_c();
+    term.wait_for("[exited 0]", 1).await;
 }
