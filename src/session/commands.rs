@@ -240,6 +240,7 @@ impl Manager {
         if !cancelled {
             return Ok(false);
         }
+        self.shared.metrics.limit_wait("cancelled");
         let status = actor::cancelled_status();
         let stored = match store.take_lease(conversation.row).await {
             Ok(()) => {

@@ -153,6 +153,10 @@ async fn a_rate_limited_turn_waits_and_continues_by_itself_once() {
         summary(&server, "lim").await["waiting_for_limit"],
         Value::Null
     );
+    for (outcome, count) in [("waiting", 1), ("continued", 1), ("cancelled", 0)] {
+        let name = format!("agentmux_limit_waits_total{{outcome=\"{outcome}\"}}");
+        assert_eq!(metric(&server, &name).await, count, "{name}");
+    }
     past(&continue_at).await;
     assert_eq!(
         story(&history(&server, "lim").await),
@@ -294,6 +298,8 @@ async fn an_interrupt_cancels_the_wait() {
     );
     let again: Value = interrupt("tok-a").await.unwrap().json().await.unwrap();
     assert_eq!(again["cancelled_wait"], false, "nothing left to cancel");
+    let cancelled = metric(&server, "agentmux_limit_waits_total{outcome=\"cancelled\"}").await;
+    assert_eq!(cancelled, 1, "on this server");
 
     past(&live_at).await;
     past(&rewound_at).await;

@@ -177,6 +177,7 @@ impl Actor {
             Plan::Wait { until_ms } => {
                 let max_tries = config.auto_continue_max_tries;
                 self.set_wait(Some(until_ms), tries + 1).await;
+                self.shared.metrics.limit_wait("waiting");
                 self.shared.limit_waits.notify_one();
                 let reason = match limited.reset_ms {
                     Some(_) => "the model API's rate limit ended the turn",
@@ -202,6 +203,7 @@ impl Actor {
             }
             Plan::GiveUp(detail) => {
                 self.set_wait(None, 0).await;
+                self.shared.metrics.limit_wait("gave_up");
                 json!({"status": "limit_gave_up", "detail": detail})
             }
         };
@@ -233,6 +235,7 @@ impl Actor {
         {
             Ok(true) => {
                 self.limit_tries = 0;
+                self.shared.metrics.limit_wait("cancelled");
                 self.publish_batch(vec![Out::Stored(cancelled_status())])
                     .await;
                 true
