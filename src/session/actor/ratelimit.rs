@@ -112,12 +112,13 @@ fn jitter(max_ms: u64) -> i64 {
     (uuid::Uuid::new_v4().as_u128() % u128::from(max_ms + 1)) as i64
 }
 
+/// What the status saying that an interrupt cancelled the wait says.
+pub(in crate::session) const CANCELLED: &str =
+    "the wait for the rate limit was cancelled; nothing continues by itself";
+
 /// The stored status saying that an interrupt cancelled the wait.
 pub(in crate::session) fn cancelled_status() -> NewMessage {
-    let payload = json!({
-        "status": "limit_wait_cancelled",
-        "detail": "the wait for the rate limit was cancelled; nothing continues by itself",
-    });
+    let payload = json!({"status": "limit_wait_cancelled", "detail": CANCELLED});
     NewMessage::new("status", payload.to_string())
 }
 
