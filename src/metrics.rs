@@ -47,6 +47,7 @@ struct Inner {
     agent_crashes: AtomicU64,
     errors: DashMap<&'static str, AtomicU64>,
     scheduled_runs: DashMap<&'static str, AtomicU64>,
+    limit_waits: DashMap<&'static str, AtomicU64>,
     leases_held: AtomicI64,
     fence_rejections: AtomicU64,
     forwarded_commands: AtomicU64,
@@ -194,6 +195,12 @@ impl Metrics {
     /// `paused`, `refused`).
     pub fn scheduled_run(&self, outcome: &'static str) {
         bump(&self.inner.scheduled_runs, outcome, 1);
+    }
+
+    /// A wait for a rate limit began or ended as `outcome` (`waiting`, `gave_up`, `continued`,
+    /// `cancelled`, `refused`: its continue turn was refused).
+    pub fn limit_wait(&self, outcome: &'static str) {
+        bump(&self.inner.limit_waits, outcome, 1);
     }
 
     /// A Web Push ended as `outcome` (`sent`, `failed`, `gone`: its subscription was deleted,
@@ -374,6 +381,13 @@ impl Metrics {
             &i.scheduled_runs,
         );
         self.render_spend(&mut out);
+        labelled(
+            &mut out,
+            "agentmux_limit_waits_total",
+            "Waits for a rate limit, by outcome (waiting, gave_up, continued, cancelled, refused).",
+            "outcome",
+            &i.limit_waits,
+        );
         out
     }
 

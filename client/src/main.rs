@@ -2,7 +2,8 @@
 //! server, over its WebSocket, with the REST API for listing and renaming conversations.
 //!
 //! Replies stream as they arrive. Ctrl-C interrupts the running turn; a second Ctrl-C (or one
-//! with no turn running) quits. Commands: `/resume` (pick from a numbered list), `/resume <id>`
+//! with no turn running) quits, except that one while the conversation waits for a rate limit
+//! cancels the wait. Commands: `/resume` (pick from a numbered list), `/resume <id>`
 //! (an `agent_id`, a `session_id`, or a unique prefix of either), `/resume --last`, `/new`,
 //! `/list`, `/rename <title>`, `/import` (one of the project's Claude CLI sessions), `/usage`,
 //! `/budget <usd>`, `/help`,

@@ -10,7 +10,7 @@ use crate::rest::{CliSession, Summary};
 /// The help `/help` prints.
 pub const HELP: &str = "\
 Type a message to send it. Ctrl-C interrupts a running turn (again: quits); with no turn
-running, Ctrl-C quits.
+running, Ctrl-C quits, unless the conversation waits for a rate limit: then it cancels the wait.
   /resume           pick a recent session from a numbered list (Enter cancels)
   /resume <id>      resume by agent_id, session_id or a unique prefix of either
   /resume --last    resume the session with the most recent activity

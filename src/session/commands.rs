@@ -290,6 +290,7 @@ impl Manager {
         if !cancelled {
             return Ok(false);
         }
+        self.shared.metrics.limit_wait("cancelled");
         let status = actor::cancelled_status();
         let stored = match store.take_lease(conversation.row).await {
             Ok(()) => {
@@ -311,13 +312,7 @@ impl Manager {
             Err(err) => {
                 // Cancelled all the same: its followers are told, though history won't say.
                 tracing::warn!(agent_id, error = %err, "cannot store the end of a wait");
-                let v: serde_json::Value =
-                    serde_json::from_str(&status.payload).unwrap_or_default();
-                protocol::status_frame(
-                    conversation.tag(),
-                    "limit_wait_cancelled",
-                    v["detail"].as_str().unwrap_or_default(),
-                )
+                protocol::status_frame(conversation.tag(), "limit_wait_cancelled", actor::CANCELLED)
             }
         };
         self.broadcast(slot, conversation, frame);

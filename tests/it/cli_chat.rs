@@ -77,7 +77,7 @@ impl Terminal {
         self.tmux(&["send-keys", "-t", "chat", "Enter"]);
     }
 
-    fn ctrl_c(&self) {
+    pub(crate) fn ctrl_c(&self) {
         self.tmux(&["send-keys", "-t", "chat", "C-c"]);
     }
 

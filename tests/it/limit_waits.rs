@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::claude::Fixture;
+use crate::cli_chat::{Terminal, have_tmux};
 use crate::common::*;
 use crate::real_cli::{FakeApi, RealSetup, real_cli, start_server_env, stop};
 use crate::security::connect_as;
@@ -151,6 +153,10 @@ async fn a_rate_limited_turn_waits_and_continues_by_itself_once() {
         summary(&server, "lim").await["waiting_for_limit"],
         Value::Null
     );
+    for (outcome, count) in [("waiting", 1), ("continued", 1), ("cancelled", 0)] {
+        let name = format!("agentmux_limit_waits_total{{outcome=\"{outcome}\"}}");
+        assert_eq!(metric(&server, &name).await, count, "{name}");
+    }
     past(&continue_at).await;
     assert_eq!(
         story(&history(&server, "lim").await),
@@ -211,7 +217,8 @@ async fn a_wait_outlives_a_restart() {
 
 /// An interrupt cancels the wait, of a live conversation (over the socket) and of one no node
 /// runs after a restart (over REST): a stored `limit_wait_cancelled`, and nothing continues.
-/// Another principal can't cancel it.
+/// Another principal can't cancel it. A rewind that drops the rate-limited turn's wait ends it
+/// too.
 #[cfg_attr(
     no_test_claude,
     ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
@@ -238,6 +245,21 @@ async fn an_interrupt_cancels_the_wait() {
         .await;
     let cancelled = until_status(&mut c, "live", "limit_wait_cancelled").await;
     assert!(cancelled.last().unwrap()["seq"].is_i64(), "stored");
+
+    // A rewind to the rate-limited turn's end drops the wait with the status that told it.
+    chat_with(&mut c, "rewound", &limited(3), on.clone()).await;
+    let frames = until_status(&mut c, "rewound", "waiting_for_limit").await;
+    let rewound_at = frames.last().unwrap()["continue_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let result = frames
+        .iter()
+        .find(|f| f["message_type"] == "result")
+        .unwrap();
+    c.send(json!({"type": "rewind", "agent_id": "rewound", "to_seq": result["seq"]}))
+        .await;
+    until_status(&mut c, "rewound", "rewound").await;
 
     chat_with(&mut c, "dormant", &limited(8), on).await;
     let dormant_at = until_status(&mut c, "dormant", "waiting_for_limit")
@@ -276,8 +298,11 @@ async fn an_interrupt_cancels_the_wait() {
     );
     let again: Value = interrupt("tok-a").await.unwrap().json().await.unwrap();
     assert_eq!(again["cancelled_wait"], false, "nothing left to cancel");
+    let cancelled = metric(&server, "agentmux_limit_waits_total{outcome=\"cancelled\"}").await;
+    assert_eq!(cancelled, 1, "on this server");
 
     past(&live_at).await;
+    past(&rewound_at).await;
     past(&dormant_at).await;
     for agent_id in ["live", "dormant"] {
         let frames: Value = http
@@ -300,6 +325,20 @@ async fn an_interrupt_cancels_the_wait() {
             "{agent_id}: nothing continued"
         );
     }
+    let frames: Value = http
+        .get(server.url("/api/sessions/rewound/messages"))
+        .bearer_auth("tok-a")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        story(frames["messages"].as_array().unwrap())[1..],
+        ["result error", "status rewound"],
+        "nothing continued the rewound conversation"
+    );
     stop(server, &cli).await;
 }
 
@@ -374,4 +413,32 @@ async fn without_a_reset_time_the_wait_backs_off() {
     let turn = c.until_result("backoff").await;
     assert_eq!(turn.last().unwrap()["message"]["is_error"], false);
     stop(server, &cli).await;
+}
+
+/// In a terminal, `agentmux chat` prints the wait with its time and that Ctrl-C cancels it;
+/// Ctrl-C then cancels it (the client stays), and the next one quits. The fake CLI stands in
+/// for the real one here: it reports a usage limit as the real one does (see `conformance`).
+#[tokio::test]
+async fn the_terminal_client_shows_the_wait_and_ctrl_c_cancels_it() {
+    if !have_tmux() {
+        return;
+    }
+    let fixture = Fixture::new("[session]\nauto_continue = true\n");
+    let server = fixture.start(&[]).await;
+    let term = Terminal::open_in(&format!("ws://{}/ws", server.addr), &[], None);
+    term.wait_for("New session:", 1).await;
+    term.type_line("please USAGELIMIT:600");
+    let screen = term.wait_for("(Ctrl-C cancels the wait)", 1).await;
+    assert!(
+        screen.contains("[waiting_for_limit: ") && screen.contains("; continuing at "),
+        "{screen}"
+    );
+    term.ctrl_c();
+    let screen = term.wait_for("[limit_wait_cancelled: ", 1).await;
+    assert!(
+        !screen.contains("[exited"),
+        "the first Ctrl-C only cancels: {screen}"
+    );
+    term.ctrl_c();
+    term.wait_for("[exited 0]", 1).await;
 }

@@ -363,6 +363,8 @@ export class View {
   onStatus(frame) {
     const { status, detail } = frame;
     if (status === 'rewound' && typeof frame.dropped_after_seq === 'number') {
+      // A wait for a rate limit goes with the turns a rewind drops.
+      this.endWait();
       this.rewind(frame.dropped_after_seq, frame.dropped_seqs ?? []);
       const files = frame.files_restored ? ', its files too' : '';
       this.append(messageElement('notice', 'Notice', `Rewound to an earlier turn${files}`), frame);

@@ -32,7 +32,7 @@ use crate::session::SessionError;
 use crate::store::{NewMessage, NextLaunch, SessionRecord};
 
 pub use ratelimit::rfc3339;
-pub(super) use ratelimit::{cancelled_status, continued_status};
+pub(super) use ratelimit::{CANCELLED, cancelled_status, continued_status};
 use turns::Turns;
 pub(super) use turns::rewind_store;
 

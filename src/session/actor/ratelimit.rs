@@ -112,12 +112,13 @@ fn jitter(max_ms: u64) -> i64 {
     (uuid::Uuid::new_v4().as_u128() % u128::from(max_ms + 1)) as i64
 }
 
+/// What the status saying that an interrupt cancelled the wait says.
+pub(in crate::session) const CANCELLED: &str =
+    "the wait for the rate limit was cancelled; nothing continues by itself";
+
 /// The stored status saying that an interrupt cancelled the wait.
 pub(in crate::session) fn cancelled_status() -> NewMessage {
-    let payload = json!({
-        "status": "limit_wait_cancelled",
-        "detail": "the wait for the rate limit was cancelled; nothing continues by itself",
-    });
+    let payload = json!({"status": "limit_wait_cancelled", "detail": CANCELLED});
     NewMessage::new("status", payload.to_string())
 }
 
@@ -177,6 +178,7 @@ impl Actor {
             Plan::Wait { until_ms } => {
                 let max_tries = config.auto_continue_max_tries;
                 self.set_wait(Some(until_ms), tries + 1).await;
+                self.shared.metrics.limit_wait("waiting");
                 self.shared.limit_waits.notify_one();
                 let reason = match limited.reset_ms {
                     Some(_) => "the model API's rate limit ended the turn",
@@ -202,6 +204,7 @@ impl Actor {
             }
             Plan::GiveUp(detail) => {
                 self.set_wait(None, 0).await;
+                self.shared.metrics.limit_wait("gave_up");
                 json!({"status": "limit_gave_up", "detail": detail})
             }
         };
@@ -217,7 +220,9 @@ impl Actor {
             .cancel_limit_wait(self.conversation.row)
             .await
         {
-            Ok(_) => self.limit_tries = 0,
+            Ok(true) => self.limit_tries = 0,
+            // Its "continue" turn is on its way: the count goes on until a turn ends well.
+            Ok(false) => {}
             Err(err) => self.store_failed(&err),
         }
     }
@@ -231,6 +236,7 @@ impl Actor {
         {
             Ok(true) => {
                 self.limit_tries = 0;
+                self.shared.metrics.limit_wait("cancelled");
                 self.publish_batch(vec![Out::Stored(cancelled_status())])
                     .await;
                 true

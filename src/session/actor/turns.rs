@@ -470,6 +470,7 @@ impl Actor {
         self.busy.store(false, Ordering::Release);
         let (frame, seq, next_launch) = rewound?;
         self.last_seq = seq;
+        self.limit_tries = 0;
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
@@ -517,6 +518,10 @@ pub(in crate::session) async fn rewind_store(
             .rewind(conversation.row, to_seq, status)
             .await
             .map_err(|e| crate::session::errors::store_error(e, agent_id))?;
+        // A wait for a rate limit belongs to the turns it drops: nothing continues them.
+        if let Err(err) = shared.store.cancel_limit_wait(conversation.row).await {
+            tracing::warn!(agent_id, error = %err, "cannot cancel the wait of a rewound conversation");
+        }
         tracing::info!(agent_id, to_seq, dropped = rewound.dropped, dropped_prompts = ?rewound.dropped_prompts, launch = ?rewound.next_launch, ?files, "rewound");
         let frame = protocol::session_frame(
             conversation.tag(),

@@ -46,8 +46,15 @@ impl Scheduler {
         store.earliest_limit_wait().await.ok().flatten()
     }
 
-    /// Sends a conversation its "continue" turn, as its owner.
+    /// Sends a conversation its "continue" turn, as its owner, unless the owner can no longer
+    /// sign in.
     async fn send_continue(&self, wait: DueWait) {
+        let metrics = &self.inner.manager.shared.metrics;
+        if !self.principal_exists(&wait.principal) {
+            tracing::warn!(agent_id = %wait.agent_id, "not continuing after a rate limit: its principal can no longer sign in");
+            metrics.limit_wait("refused");
+            return;
+        }
         let chat = Chat {
             agent_id: wait.agent_id.clone(),
             content: Content::Text(CONTINUE_PROMPT.into()),
@@ -69,12 +76,18 @@ impl Scheduler {
             Err(err) => Err(err),
         };
         match sent {
-            Ok(()) => tracing::info!(agent_id = %wait.agent_id, "continued after a rate limit"),
-            Err(err) => tracing::warn!(
-                agent_id = %wait.agent_id,
-                error = %err.message,
-                "the turn continuing after a rate limit was refused"
-            ),
+            Ok(()) => {
+                tracing::info!(agent_id = %wait.agent_id, "continued after a rate limit");
+                metrics.limit_wait("continued");
+            }
+            Err(err) => {
+                tracing::warn!(
+                    agent_id = %wait.agent_id,
+                    error = %err.message,
+                    "the turn continuing after a rate limit was refused"
+                );
+                metrics.limit_wait("refused");
+            }
         }
     }
 }
