@@ -5,7 +5,6 @@
 use serde_json::Value;
 
 use crate::claude::Fixture;
-use crate::common::*;
 use crate::real_cli::{RealSetup, real_cli, start_server, stop};
 use crate::rest::Rest;
 
