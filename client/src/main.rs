@@ -4,7 +4,8 @@
 //! Replies stream as they arrive. Ctrl-C interrupts the running turn; a second Ctrl-C (or one
 //! with no turn running) quits. Commands: `/resume` (pick from a numbered list), `/resume <id>`
 //! (an `agent_id`, a `session_id`, or a unique prefix of either), `/resume --last`, `/new`,
-//! `/list`, `/rename <title>`, `/import` (one of the project's Claude CLI sessions), `/help`,
+//! `/list`, `/rename <title>`, `/import` (one of the project's Claude CLI sessions), `/model`
+//! (list the agent's models, or ask for one), `/help`,
 //! and for a conversation in a git worktree of its own `/changes`, `/commit`, `/merge` and
 //! `/discard`. New conversations work in the project of `--cwd` (default: the current
 //! directory when it is inside one of the server's project roots), in a worktree of their own

@@ -19,6 +19,8 @@ running, Ctrl-C quits.
   /rename <title>   rename the current session
   /import           pick one of the project's Claude CLI sessions and continue it here
   /import <n|id>    import that one directly
+  /model            list the models the agent offers
+  /model <name>     ask for that model from the next message on
 In a session with a git worktree of its own (started with --worktree):
   /changes          what it changed: each file with its +/- counts, then the diff
   /commit <message> commit everything in the worktree on its branch
