@@ -5,8 +5,8 @@
 //! with no turn running) quits, except that one while the conversation waits for a rate limit
 //! cancels the wait. Commands: `/resume` (pick from a numbered list), `/resume <id>`
 //! (an `agent_id`, a `session_id`, or a unique prefix of either), `/resume --last`, `/new`,
-//! `/list`, `/rename <title>`, `/import` (one of the project's Claude CLI sessions), `/usage`,
-//! `/budget <usd>`, `/help`,
+//! `/list`, `/rename <title>`, `/import` (one of the project's Claude CLI sessions), `/model`
+//! (list the agent's models, or ask for one), `/usage`, `/budget <usd>`, `/help`,
 //! and for a conversation in a git worktree of its own `/changes`, `/commit`, `/merge` and
 //! `/discard`. New conversations work in the project of `--cwd` (default: the current
 //! directory when it is inside one of the server's project roots), in a worktree of their own

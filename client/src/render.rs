@@ -22,6 +22,8 @@ running, Ctrl-C quits, unless the conversation waits for a rate limit: then it c
   /usage [day|conversation|agent|model]
                     what your turns cost in the last 30 days, and their tokens
   /budget <usd>     set the current session's own spending cap
+  /model            list the models the agent offers
+  /model <name>     ask for that model from the next message on
 In a session with a git worktree of its own (started with --worktree):
   /changes          what it changed: each file with its +/- counts, then the diff
   /commit <message> commit everything in the worktree on its branch

@@ -28,6 +28,26 @@ pub struct Summary {
     pub role: Option<String>,
 }
 
+/// `GET /api/agents`, the fields read.
+#[derive(Debug, Deserialize)]
+struct AgentList {
+    default: String,
+    agents: Vec<AgentEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AgentEntry {
+    name: String,
+    #[serde(default)]
+    models: Vec<ModelEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ModelEntry {
+    id: String,
+    name: Option<String>,
+}
+
 /// A conversation's own git worktree: its branch and the base it merges into.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Worktree {
@@ -202,6 +222,27 @@ impl Rest {
         } else {
             Err(Refused::read(response).await.into())
         }
+    }
+
+    /// The models agent `name` offers (the server's default agent without a name), as
+    /// `GET /api/agents` lists them: id and name.
+    pub async fn models(
+        &self,
+        name: Option<&str>,
+    ) -> anyhow::Result<Vec<(String, Option<String>)>> {
+        let list: AgentList = self
+            .call(self.request(reqwest::Method::GET, "/api/agents"))
+            .await
+            .context("cannot list the agents")?
+            .json()
+            .await?;
+        let wanted = name.unwrap_or(&list.default);
+        let agent = list
+            .agents
+            .into_iter()
+            .find(|a| a.name == wanted)
+            .with_context(|| format!("the server has no agent `{wanted}`"))?;
+        Ok(agent.models.into_iter().map(|m| (m.id, m.name)).collect())
     }
 
     /// The project directories the server offers this principal (its roots and the

@@ -70,6 +70,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         cwd,
         agent: options.agent,
         worktree: options.worktree,
+        model: None,
         send_new_options: true,
         pending: 0,
         interrupting: false,
@@ -144,6 +145,8 @@ struct Client {
     agent: Option<String>,
     /// Whether new conversations ask for a worktree of their own.
     worktree: bool,
+    /// The model chats ask for (`/model NAME`); the server keeps it for the conversation.
+    model: Option<String>,
     /// Whether chats carry `options.cwd`, `options.agent` and `options.worktree`: on a
     /// conversation this client started, until the server acknowledged one (they are fixed
     /// from then on).
@@ -330,6 +333,7 @@ impl Client {
                 ));
             }
             "/import" => self.import(arg).await?,
+            "/model" => self.pick_model(arg).await,
             "/list" => {
                 if let Some(list) = report(self.rest.list(LIST_LIMIT).await) {
                     print_list(&list);
@@ -361,10 +365,48 @@ impl Client {
                 if let Some(options) = self.new_options() {
                     chat["options"] = options;
                 }
+                if let Some(model) = &self.model {
+                    chat["options"]["model"] = json!(model);
+                }
                 self.send(chat).await?;
             }
         }
         Ok(true)
+    }
+
+    /// `/model`: lists the models the agent offers; `/model NAME`: asks for one from the next
+    /// message on (one the agent does not list is refused here).
+    async fn pick_model(&mut self, arg: &str) {
+        let Some(models) = report(self.rest.models(self.agent.as_deref()).await) else {
+            return;
+        };
+        if arg.is_empty() {
+            if models.is_empty() {
+                say("the agent lists no models: /model NAME passes NAME on as it is");
+            }
+            for (id, name) in &models {
+                let chosen = if self.model.as_deref() == Some(id) {
+                    "* "
+                } else {
+                    "  "
+                };
+                say(&format!(
+                    "{chosen}{id}{}",
+                    name.as_ref()
+                        .map(|n| format!("  ({n})"))
+                        .unwrap_or_default()
+                ));
+            }
+            return;
+        }
+        if !models.is_empty() && !models.iter().any(|(id, _)| id == arg) {
+            say(&format!(
+                "the agent has no model `{arg}`; /model lists them"
+            ));
+            return;
+        }
+        self.model = Some(arg.to_owned());
+        say(&format!("Model: {arg}, from the next message on"));
     }
 
     async fn resume(&mut self, how: Resume) -> anyhow::Result<()> {

@@ -74,6 +74,18 @@ impl Backend for DemoBackend {
         super::CLI_UNATTENDED_MODES.contains(&mode)
     }
 
+    /// Its two names: it answers the same under either, naming it in the turn's `result`.
+    async fn models(&self) -> Vec<super::AgentModel> {
+        [(DEFAULT_MODEL, "Demo"), ("demo-2", "Demo 2")]
+            .into_iter()
+            .map(|(id, name)| super::AgentModel {
+                id: id.to_owned(),
+                name: Some(name.to_owned()),
+                description: Some("Echoes the message, word by word".to_owned()),
+            })
+            .collect()
+    }
+
     async fn spawn(&self, spec: SpawnSpec) -> Result<AgentConn, SpawnError> {
         Ok(self.start(spec))
     }

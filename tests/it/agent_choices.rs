@@ -69,6 +69,23 @@ async fn the_cli_lists_its_models_and_the_server_its_allowed_modes() {
     assert!(modes.contains(&"bypassPermissions".to_owned()), "{modes:?}");
 }
 
+/// A CLI that does not answer `initialize` holds the list up no longer than the CLI's start-up
+/// timeout, once: the list is answered without its models, at once from then on.
+#[tokio::test]
+async fn a_cli_that_does_not_answer_is_asked_once() {
+    let fixture = Fixture::new("[claude]\ninit_timeout_secs = 1\n");
+    let server = fixture
+        .start(&[("FAKE_CLAUDE_INIT_DELAY_MS", "60000")])
+        .await;
+    let rest = Rest::new(&server);
+    for _ in 0..3 {
+        let (status, agents) = rest.get("/api/agents").await;
+        assert_eq!(status, 200, "{agents}");
+        assert_eq!(agent(&agents, "claude")["models"], serde_json::json!([]));
+    }
+    assert_eq!(fixture.spawns().len(), 1, "asked once");
+}
+
 /// The real CLI's own list, through the same route.
 #[cfg_attr(
     no_test_claude,

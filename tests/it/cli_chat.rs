@@ -506,6 +506,25 @@ async fn chat_runs_new_sessions_on_the_agent_named() {
     }
     assert_eq!(rest.get("/api/sessions?total=true").await.1["total"], 0);
 
+    // The agent's models are listed and one is picked for the next messages; one it does not
+    // list is refused before anything is sent.
+    let (code, out, _) = chat_piped(
+        &["--url", &url, "--agent", "helper"],
+        "/model\n/model nosuch\n/model demo-2\nwith a model\n",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("demo-2  (Demo 2)"), "{out}");
+    assert!(out.contains("the agent has no model `nosuch`"), "{out}");
+    assert!(out.contains("Echo: with a model (turn 1)"), "{out}");
+    let list = rest.get("/api/sessions").await.1;
+    assert_eq!(list["sessions"][0]["model"], "demo-2", "{list}");
+    rest.delete(&format!(
+        "/api/sessions/{}",
+        list["sessions"][0]["agent_id"].as_str().unwrap()
+    ))
+    .await;
+
     let (code, out, _) = chat_piped(&["--url", &url, "--agent", "helper"], "hello helper\n").await;
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("Echo: hello helper (turn 1)"), "{out}");

@@ -406,18 +406,19 @@ test('tool calls show collapsed with their results; permission requests are answ
   await send(page, 'please run TOOL:ls_it');
   const asked = messages(page, 'Permission request').first();
   await asked.getByText('Allow Bash?', { exact: true }).waitFor();
-  await asked.getByText(/"command": "ls_it"/).waitFor();
+  await asked.getByText('ls_it', { exact: true }).waitFor();
   await button(asked, 'Allow').click();
   await asked.getByText('Allowed', { exact: true }).waitFor();
   await messages(page, 'Turn summary').waitFor();
+  // A call that asked shows open, its decision then its output; it folds like any other.
   const tool = messages(page, 'Bash tool').first();
   const call = tool.getByText('Bash: ls_it', { exact: true });
   const output = tool.getByText('ran: ls_it', { exact: true });
-  await call.waitFor();
-  assert.equal(await output.isVisible(), false, 'the call shows collapsed');
-  await call.click();
   await output.waitFor();
   assert.equal(await tool.getByText(/"command": "ls_it"/).isVisible(), true);
+  await call.click();
+  assert.equal(await output.isVisible(), false, 'folded');
+  await call.click();
 
   await send(page, 'please run TOOL:rm_it');
   const second = messages(page, 'Permission request').nth(1);
@@ -425,7 +426,6 @@ test('tool calls show collapsed with their results; permission requests are answ
   await second.getByText('Denied', { exact: true }).waitFor();
   await messages(page, 'Turn summary').nth(1).waitFor();
   const denied = messages(page, 'Bash tool').nth(1);
-  await denied.getByText('Bash: rm_it', { exact: true }).click();
   await denied.getByText(/^The user denied this tool use\./).waitFor();
 
   // After a reload the answered requests come back from the store, without buttons.

@@ -110,7 +110,7 @@ test('rename shows in the sidebar and survives a reload; export downloads the tr
   await page.getByRole('dialog').getByRole('button', { name: 'Cancel' }).click();
   assert.equal(await page.locator(`.session[data-agent-id="${agent}"]`).count(), 1);
   await page.getByRole('button', { name: 'Delete' }).click();
-  await page.getByRole('dialog', { name: /Delete “Release plan”/ }).getByRole('button', { name: 'Delete' }).click();
+  await page.getByRole('dialog', { name: /Delete the conversation “Release plan”/ }).getByRole('button', { name: 'Delete' }).click();
   await page.locator(`.session[data-agent-id="${agent}"]`).waitFor({ state: 'detached' });
   assert.equal(await currentAgent(page), other);
   assert.equal((await rest(s.url, `/api/sessions/${agent}`)).status, 404);
@@ -203,17 +203,17 @@ test('the model and permission mode picked apply from the next turn', async () =
   const { page, problems } = await openUi(await context(), s.url);
   await turn(page, 'with the default', 1);
   assert.match(await page.locator('.msg.result .result-text').first().textContent(), / · demo$/);
-  await page.getByRole('combobox', { name: 'Model' }).selectOption('claude-sonnet-4-5');
+  await page.getByRole('combobox', { name: 'Model' }).selectOption('demo-2');
   await page.getByRole('combobox', { name: 'Permission mode' }).selectOption('acceptEdits');
   await turn(page, 'with another model', 2);
-  assert.match(await page.locator('.msg.result .result-text').nth(1).textContent(), / · claude-sonnet-4-5$/);
+  assert.match(await page.locator('.msg.result .result-text').nth(1).textContent(), / · demo-2$/);
   const { body } = await rest(s.url, `/api/sessions/${await currentAgent(page)}`);
-  assert.equal(body.model, 'claude-sonnet-4-5');
+  assert.equal(body.model, 'demo-2');
   assert.equal(body.permission_mode, 'acceptEdits');
   // After a reload the pickers show the conversation's settings.
   await page.reload();
   await page.locator('#conn[data-state="open"]').waitFor();
-  await until(async () => (await page.getByRole('combobox', { name: 'Model' }).inputValue()) === 'claude-sonnet-4-5', 'the model');
+  await until(async () => (await page.getByRole('combobox', { name: 'Model' }).inputValue()) === 'demo-2', 'the model');
   assert.equal(await page.getByRole('combobox', { name: 'Permission mode' }).inputValue(), 'acceptEdits');
   assert.deepEqual(problems, []);
 });
@@ -383,7 +383,7 @@ test('a permission request marks its conversation and stays answerable after a r
   await page.reload();
   await page.locator('#conn[data-state="open"]').waitFor();
   const card = page.locator('.msg.permission');
-  await card.getByRole('button', { name: 'Allow' }).click();
+  await card.getByRole('button', { name: 'Allow', exact: true }).click();
   await card.locator('.permission-outcome').filter({ hasText: 'Allowed' }).waitFor();
   await page.locator('.msg.result').waitFor();
 
@@ -397,7 +397,7 @@ test('a permission request marks its conversation and stays answerable after a r
   assert.equal(await marked.locator('.attention-dot').textContent(), 'approval');
   assert.equal(await page.title(), '(1) agentmux');
   await marked.click();
-  await page.getByRole('button', { name: 'Allow' }).click();
+  await page.getByRole('button', { name: 'Allow', exact: true }).click();
   await page.locator('.msg.result').nth(1).waitFor();
   assert.equal(await page.title(), 'agentmux');
   assert.deepEqual([...problems, ...other.problems], []);

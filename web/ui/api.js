@@ -29,7 +29,8 @@ function authHeaders() {
 function signIn(message = '') {
   sessionStorage.removeItem(TOKEN_KEY);
   ui.signOut.hidden = true;
-  ui.signInError.textContent = message;
+  // Another refused call says nothing new: the form keeps why it came up.
+  if (message || ui.signIn.hidden) ui.signInError.textContent = message;
   ui.signIn.hidden = false;
   ui.token.focus();
   state.signedIn ??= new Promise((resolve) => (state.resolveSignIn = resolve));

@@ -9,6 +9,7 @@
 import { renderDiff, toolDiff } from '../diff.js';
 import { client } from './api.js';
 import { button, el } from './dom.js';
+import { state } from './state.js';
 
 /** @typedef {import('../protocol').PermissionRequestFrame} PermissionRequestFrame */
 /** @typedef {import('../protocol').PermissionDecision} PermissionDecision */
@@ -16,16 +17,13 @@ import { button, el } from './dom.js';
 /** What a deny without a reason tells the agent. */
 const DENIED = 'The user denied this tool use.';
 
-/** @type {Map<string, Set<string>>} tools always allowed, by conversation */
-const alwaysAllowed = new Map();
-
 /**
  * Whether the user chose to always allow `tool` in conversation `agentId`.
  * @param {string} agentId
  * @param {string} tool
  */
 export function isAlwaysAllowed(agentId, tool) {
-  return alwaysAllowed.get(agentId)?.has(tool) ?? false;
+  return state.alwaysAllowed.get(agentId)?.has(tool) ?? false;
 }
 
 /**
@@ -77,9 +75,9 @@ export function permissionCard(agentId, frame, message) {
     client.respondToPermission(agentId, frame.request_id, decision);
   };
   const always = button('Always allow', 'allow-always', () => {
-    const tools = alwaysAllowed.get(agentId) ?? new Set();
+    const tools = state.alwaysAllowed.get(agentId) ?? new Set();
     tools.add(frame.tool_name);
-    alwaysAllowed.set(agentId, tools);
+    state.alwaysAllowed.set(agentId, tools);
     answer({ behavior: 'allow', always: true });
   });
   always.title = `Allow ${frame.tool_name} now and from now on in this conversation`;

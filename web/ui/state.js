@@ -199,6 +199,10 @@ export const state = {
   /** Counts loads of the panel: an answer to an older one is dropped. */
   changesSerial: 0,
 
+  // ---- permission requests
+  /** @type {Map<string, Set<string>>} the tools the user always allows, by conversation */
+  alwaysAllowed: new Map(),
+
   // ---- the composer
   /** @type {ImageBlock[]} images waiting in the composer, sent with the next message */
   attachments: [],

@@ -203,10 +203,14 @@ fn offered(
     modes: Option<acp::SessionModeState>,
     config: Option<Vec<acp::SessionConfigOption>>,
 ) -> Offered {
-    let (options, mode_option, models) = selects(config.unwrap_or_default());
+    let Selects {
+        options,
+        mode,
+        models,
+    } = selects(config.unwrap_or_default());
     let mut out = Offered {
         options,
-        current_mode: mode_option,
+        current_mode: mode,
         models,
         ..Offered::default()
     };
@@ -221,15 +225,18 @@ fn offered(
     out
 }
 
-/// The select config options (id and the values each allows), the current value of the
-/// `mode` option if there is one, and the values of the `model` option.
-fn selects(
-    config: Vec<acp::SessionConfigOption>,
-) -> (
-    Vec<(String, Vec<String>)>,
-    Option<String>,
-    Vec<crate::agent::AgentModel>,
-) {
+/// What a session's select config options say.
+struct Selects {
+    /// Id and allowed values of each.
+    options: Vec<(String, Vec<String>)>,
+    /// The current value of the `mode` option, if there is one.
+    mode: Option<String>,
+    /// The values of the `model` option.
+    models: Vec<crate::agent::AgentModel>,
+}
+
+/// Reads the select config options.
+fn selects(config: Vec<acp::SessionConfigOption>) -> Selects {
     let mut options = Vec::new();
     let mut mode = None;
     let mut models = Vec::new();
@@ -262,7 +269,11 @@ fn selects(
             ));
         }
     }
-    (options, mode, models)
+    Selects {
+        options,
+        mode,
+        models,
+    }
 }
 
 /// Reads a `session/new` result: the new session's id and what it offers.
@@ -451,7 +462,11 @@ pub(super) fn update(params: &Value) -> Option<(String, Update)> {
             Update::Mode(mode.current_mode_id.0.to_string())
         }
         acp::SessionUpdate::ConfigOptionUpdate(update) => {
-            let (options, mode, models) = selects(update.config_options);
+            let Selects {
+                options,
+                mode,
+                models,
+            } = selects(update.config_options);
             Update::Options {
                 options,
                 mode,

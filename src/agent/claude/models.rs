@@ -2,6 +2,7 @@
 //! asked of a CLI started for that alone when no conversation's has answered yet.
 
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -10,13 +11,17 @@ use crate::agent::process::Proc;
 use crate::agent::{AgentModel, Launch};
 use crate::protocol::{LaunchOptions, SessionId};
 
+/// How long after a CLI failed to say, none is asked again (a conversation's CLI may still say).
+const RETRY_AFTER: Duration = Duration::from_secs(300);
+
 /// What the CLI last said it offers.
 #[derive(Default)]
 pub(super) struct Models {
     /// The list, once a CLI has given one.
     known: Mutex<Option<Vec<AgentModel>>>,
     /// Held while a CLI is asked: callers meanwhile wait for its answer instead of asking too.
-    asking: tokio::sync::Mutex<()>,
+    /// It holds when asking last failed.
+    asking: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl Models {
@@ -52,12 +57,16 @@ impl Models {
         if let Some(models) = self.known() {
             return models;
         }
-        let _asking = self.asking.lock().await;
+        let mut failed = self.asking.lock().await;
         if let Some(models) = self.known() {
             return models;
         }
+        if failed.is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+            return Vec::new();
+        }
         if let Err(e) = self.ask(settings).await {
             tracing::warn!(error = %e, "the Claude CLI did not say which models it offers");
+            *failed = Some(Instant::now());
         }
         self.known().unwrap_or_default()
     }
