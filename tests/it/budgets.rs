@@ -451,3 +451,49 @@ async fn usage_sums_exactly_what_the_turns_reported() {
         "{metrics}"
     );
 }
+
+/// The terminal client: `/budget` caps the session, the next turn's refusal shows with its
+/// figures, and `/usage` prints the day's line and the total.
+#[tokio::test]
+async fn the_terminal_client_caps_a_session_and_shows_the_usage() {
+    use crate::cli_chat::{Terminal, have_tmux};
+    if !have_tmux() {
+        return;
+    }
+    let server = TestServer::start().await;
+    let term = Terminal::open_in(&format!("ws://{}/ws", server.addr), &[], None);
+    term.wait_for("New session", 1).await;
+    term.type_line("first");
+    term.wait_for("Echo: first (turn 1)", 1).await;
+    term.type_line("/budget lots");
+    term.wait_for("usage: /budget <US dollars>", 1).await;
+    term.type_line("/budget 0.0001");
+    term.wait_for("This session's cap is now $0.0001.", 1).await;
+    term.type_line("second");
+    term.wait_for(
+        "[budget_exceeded: this conversation's spending cap of $0.0001 is reached",
+        1,
+    )
+    .await;
+    term.type_line("/usage bogus");
+    term.wait_for("usage: /usage [day|conversation|agent|model]", 1)
+        .await;
+    term.type_line("/usage");
+    let screen = term.wait_for("total ", 1).await;
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let day = screen
+        .lines()
+        .find(|l| l.starts_with(&today))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(
+        day.contains("$0.0001") && day.trim_end().ends_with(" 1"),
+        "{day}"
+    );
+    term.type_line("/usage model");
+    let screen = term.wait_for("total ", 2).await;
+    assert!(
+        screen.lines().any(|l| l.starts_with("default ")),
+        "{screen}"
+    );
+    assert!(!screen.contains("Echo: second"), "{screen}");
+}
