@@ -58,7 +58,9 @@ impl Actor {
         }
     }
 
-    fn store_refused(&self, err: StoreError) -> SessionError {
+    /// A failed write of the conversation as the client's error; a write refused because
+    /// another node took the conversation over hands it over.
+    pub(super) fn store_refused(&self, err: StoreError) -> SessionError {
         if matches!(err, StoreError::Fenced) {
             self.taken_over.store(true, Ordering::Release);
         }

@@ -16,7 +16,7 @@ use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame};
 use crate::session::SessionError;
 use crate::session::spend::{Refusal, Terms};
 use crate::session::{Conversation, Shared};
-use crate::store::{NewMessage, NextLaunch, RunningTurn, StoreError};
+use crate::store::{NewMessage, NextLaunch, RunningTurn};
 
 pub(super) struct Turn {
     pub(super) user_seq: i64,
@@ -202,11 +202,7 @@ impl Actor {
                 self.last_seq
             }
             Err(err) => {
-                if matches!(err, StoreError::Fenced) {
-                    self.taken_over.store(true, Ordering::Release);
-                }
-                let err = crate::session::errors::store_error(err, &chat.agent_id);
-                let _ = reply.send(Err(err));
+                let _ = reply.send(Err(self.store_refused(err)));
                 return;
             }
         };
