@@ -1,5 +1,5 @@
-//! Each principal's own agent credentials, through the fake CLI (which writes the environment
-//! it got): a principal's variables reach that principal's agents only and restart them when
+//! Each principal's own agent credentials, through the fake CLI and the fake ACP agent (which
+//! write the environment they got): a principal's variables reach that principal's agents only and restart them when
 //! they change, are never shown (REST, frames, exports, logs, the database), bad names and
 //! values are refused, `require_own_credentials` refuses turns without them, and the server
 //! refuses to start without the key that opens them. With the real CLI and the fake model API:
