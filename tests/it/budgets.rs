@@ -497,3 +497,52 @@ async fn the_terminal_client_caps_a_session_and_shows_the_usage() {
     );
     assert!(!screen.contains("Echo: second"), "{screen}");
 }
+
+/// A turn queued behind one that reaches the cap is refused when its turn comes: the running
+/// turn finishes, the queued one's prompt stays with an error result and a `budget_exceeded`
+/// status, and the turn after the cap is raised runs.
+#[tokio::test]
+async fn a_queued_turn_finds_the_cap_reached_by_the_turn_before_it() {
+    let gates = Gates::new("[budgets]\ndaily_usd = 0.0001\n");
+    let server = gates.start().await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "q", "first").await;
+    let ack = chat_ack(&mut c, "q", "queued").await;
+    assert_eq!(ack["queue_position"], 1, "{ack}");
+    gates.open("q", 1);
+    c.until_result("q").await;
+    let frames = c.recv_until(|f| f["message_type"] == "result").await;
+    let refusal = frames
+        .iter()
+        .find(|f| f["message_type"] == "error")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert_eq!(refusal["code"], "budget_exceeded", "{refusal}");
+    let status = frames
+        .iter()
+        .find(|f| f["status"] == "budget_exceeded")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert_eq!(
+        (status["cap"].as_str(), status["spent_usd"].as_f64()),
+        (Some("daily"), Some(0.0001))
+    );
+    let result = frames.last().unwrap();
+    assert_eq!(result["message"]["is_error"], true, "{result}");
+    assert!(
+        !frames.iter().any(|f| f["message_type"] == "assistant"),
+        "{frames:?}"
+    );
+
+    let (status, _) = rest(
+        &server,
+        None,
+        "PUT",
+        "/api/budgets/local",
+        Some(json!({"daily_usd": 1})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    chat_ack(&mut c, "q", "after").await;
+    gates.open("q", 2);
+    let reply = reply_text(&c.until_result("q").await);
+    assert!(reply.starts_with("Echo: after"), "{reply}");
+}
