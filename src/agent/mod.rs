@@ -541,6 +541,26 @@ pub trait Backend: Send + Sync + 'static {
 mod tests {
     use super::*;
 
+    /// A principal's variables are added to the agent's environment, each over one of the same
+    /// name, and never shown by `Debug`.
+    #[test]
+    fn credentials_replace_variables_of_their_names_and_show_none() {
+        let credentials =
+            Credentials([("ANTHROPIC_API_KEY".to_owned(), "sk-own".to_owned())].into());
+        let env = credentials.added_to(vec![
+            ("PATH".into(), "/bin".into()),
+            ("ANTHROPIC_API_KEY".into(), "operator".into()),
+        ]);
+        assert_eq!(
+            env,
+            [
+                ("PATH".to_owned(), "/bin".to_owned()),
+                ("ANTHROPIC_API_KEY".to_owned(), "sk-own".to_owned())
+            ]
+        );
+        assert_eq!(format!("{credentials:?}"), r#"{"ANTHROPIC_API_KEY"}"#);
+    }
+
     /// `type`, `subtype`, `uuid` and `session_id` as read.
     type Fields = (String, Option<String>, Option<String>, Option<String>);
 

@@ -148,6 +148,8 @@ pub struct Budget {
     pub monthly_spent_usd: f64,
     /// Whether an admin set these caps (else they are the configured defaults).
     pub overridden: bool,
+    /// Whether the caller may set them (an admin).
+    pub can_set: bool,
 }
 
 /// The start of today and of this month (UTC), as stored times compare.
@@ -185,6 +187,7 @@ impl Shared {
                 0.0
             },
             overridden: set.is_some(),
+            can_set: false,
         })
     }
 
@@ -460,7 +463,14 @@ impl Manager {
     /// `forbidden` for another principal's unless an admin, `store_unavailable`.
     pub async fn budget(&self, principal: &Principal, whose: &str) -> Result<Budget, SessionError> {
         self.may_see_budget(principal, whose)?;
-        self.shared.budget(whose).await
+        self.budget_for(principal, whose).await
+    }
+
+    /// The budget of `whose` as `principal` sees it.
+    async fn budget_for(&self, principal: &Principal, whose: &str) -> Result<Budget, SessionError> {
+        let mut budget = self.shared.budget(whose).await?;
+        budget.can_set = self.shared.config.auth.is_admin(principal);
+        Ok(budget)
     }
 
     /// Sets (Some) or removes (None: back to the configured defaults) the caps of `whose`;
@@ -498,7 +508,7 @@ impl Manager {
             .await
             .map_err(store_failure)?;
         tracing::info!(%principal, whose, ?caps, "budget set");
-        self.shared.budget(whose).await
+        self.budget_for(principal, whose).await
     }
 
     /// Sets the own cap of conversation `agent_id` of `owner` (asked by `principal`: the owner,

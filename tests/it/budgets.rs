@@ -451,3 +451,98 @@ async fn usage_sums_exactly_what_the_turns_reported() {
         "{metrics}"
     );
 }
+
+/// The terminal client: `/budget` caps the session, the next turn's refusal shows with its
+/// figures, and `/usage` prints the day's line and the total.
+#[tokio::test]
+async fn the_terminal_client_caps_a_session_and_shows_the_usage() {
+    use crate::cli_chat::{Terminal, have_tmux};
+    if !have_tmux() {
+        return;
+    }
+    let server = TestServer::start().await;
+    let term = Terminal::open_in(&format!("ws://{}/ws", server.addr), &[], None);
+    term.wait_for("New session", 1).await;
+    term.type_line("first");
+    term.wait_for("Echo: first (turn 1)", 1).await;
+    term.type_line("/budget lots");
+    term.wait_for("usage: /budget <US dollars>", 1).await;
+    term.type_line("/budget 0.0001");
+    term.wait_for("This session's cap is now $0.0001.", 1).await;
+    term.type_line("second");
+    term.wait_for(
+        "[budget_exceeded: this conversation's spending cap of $0.0001 is reached",
+        1,
+    )
+    .await;
+    term.type_line("/usage bogus");
+    term.wait_for("usage: /usage [day|conversation|agent|model]", 1)
+        .await;
+    term.type_line("/usage");
+    let screen = term.wait_for("total ", 1).await;
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let day = screen
+        .lines()
+        .find(|l| l.starts_with(&today))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(
+        day.contains("$0.0001") && day.trim_end().ends_with(" 1"),
+        "{day}"
+    );
+    term.type_line("/usage model");
+    let screen = term.wait_for("total ", 2).await;
+    assert!(
+        screen.lines().any(|l| l.starts_with("default ")),
+        "{screen}"
+    );
+    assert!(!screen.contains("Echo: second"), "{screen}");
+}
+
+/// A turn queued behind one that reaches the cap is refused when its turn comes: the running
+/// turn finishes, the queued one's prompt stays with an error result and a `budget_exceeded`
+/// status, and the turn after the cap is raised runs.
+#[tokio::test]
+async fn a_queued_turn_finds_the_cap_reached_by_the_turn_before_it() {
+    let gates = Gates::new("[budgets]\ndaily_usd = 0.0001\n");
+    let server = gates.start().await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "q", "first").await;
+    let ack = chat_ack(&mut c, "q", "queued").await;
+    assert_eq!(ack["queue_position"], 1, "{ack}");
+    gates.open("q", 1);
+    c.until_result("q").await;
+    let frames = c.recv_until(|f| f["message_type"] == "result").await;
+    let refusal = frames
+        .iter()
+        .find(|f| f["message_type"] == "error")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert_eq!(refusal["code"], "budget_exceeded", "{refusal}");
+    let status = frames
+        .iter()
+        .find(|f| f["status"] == "budget_exceeded")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert_eq!(
+        (status["cap"].as_str(), status["spent_usd"].as_f64()),
+        (Some("daily"), Some(0.0001))
+    );
+    let result = frames.last().unwrap();
+    assert_eq!(result["message"]["is_error"], true, "{result}");
+    assert!(
+        !frames.iter().any(|f| f["message_type"] == "assistant"),
+        "{frames:?}"
+    );
+
+    let (status, _) = rest(
+        &server,
+        None,
+        "PUT",
+        "/api/budgets/local",
+        Some(json!({"daily_usd": 1})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    chat_ack(&mut c, "q", "after").await;
+    gates.open("q", 2);
+    let reply = reply_text(&c.until_result("q").await);
+    assert!(reply.starts_with("Echo: after"), "{reply}");
+}

@@ -1,5 +1,5 @@
-//! Each principal's own agent credentials, through the fake CLI (which writes the environment
-//! it got): a principal's variables reach that principal's agents only and restart them when
+//! Each principal's own agent credentials, through the fake CLI and the fake ACP agent (which
+//! write the environment they got): a principal's variables reach that principal's agents only and restart them when
 //! they change, are never shown (REST, frames, exports, logs, the database), bad names and
 //! values are refused, `require_own_credentials` refuses turns without them, and the server
 //! refuses to start without the key that opens them. With the real CLI and the fake model API:
@@ -576,4 +576,52 @@ async fn the_model_sees_each_principals_own_key_and_the_cli_what_is_left() {
         now.iter().any(|b| (b - (4.0 - spent)).abs() < 1e-9),
         "{now:?}, spent {spent}"
     );
+}
+
+/// The variable an Agent Client Protocol agent's own `env` sets.
+fn acp_key(setup: &crate::acp::AcpSetup) -> Option<String> {
+    let env = std::fs::read_to_string(setup.dir.path().join("agent-state/env.log")).unwrap();
+    env.lines()
+        .find_map(|l| l.strip_prefix("FAKE_KEY="))
+        .map(str::to_owned)
+}
+
+#[tokio::test]
+async fn an_acp_agent_gets_the_principals_own_variables_over_its_configured_ones() {
+    let setup = crate::acp::AcpSetup::with_agent_keys(
+        &[],
+        &config(""),
+        "credential_env = [\"FAKE_KEY\"]\n",
+    );
+    let server = TestServer::start_in(
+        &setup.data_dir(),
+        &["--config", &setup.config],
+        &[("AGENTMUX_SECRET_KEY", KEY)],
+    )
+    .await;
+    let (status, body) = rest(
+        &server,
+        Some("tok-alice"),
+        "PUT",
+        "/api/me/credentials/fake",
+        Some(json!({"env": {"FAKE_KEY": "alice-own"}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = rest(
+        &server,
+        Some("tok-alice"),
+        "PUT",
+        "/api/me/credentials/fake",
+        Some(json!({"env": {"ANTHROPIC_API_KEY": "not-its-name"}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    for (token, expected) in [("tok-alice", "alice-own"), ("tok-bob", "secret")] {
+        let mut c = connect_as(&server.addr, token).await;
+        c.send(json!({"type": "chat", "agent_id": "acp", "content": "hi", "options": {"agent": "fake"}}))
+            .await;
+        c.until_result("acp").await;
+        assert_eq!(acp_key(&setup).as_deref(), Some(expected), "{token}");
+    }
 }

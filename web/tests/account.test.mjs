@@ -1,6 +1,7 @@
 // Browser tests of the Settings dialog: a member sets their own agent credential by name (the
 // value is never shown again) and removes it; a turn refused over a conversation's cap shows the
-// figures, and its owner raises the cap there; the usage of the day shows as a bar of the chart.
+// figures, and its owner raises the cap there; the usage of the day shows as a bar of the chart;
+// an admin sets a member's daily cap there.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -69,8 +70,16 @@ test("a turn over the conversation's cap shows the figures, its owner raises it,
   const total = dialog.locator('.usage-table tbody tr').last();
   assert.equal((await total.locator('td').first().textContent()), 'total');
   assert.equal((await total.locator('td').last().textContent()), '2');
+  // The server's only principal is its admin: they cap a day at what was spent, and the
+  // next turn is refused.
+  await dialog.getByRole('textbox', { name: 'Daily cap (USD)' }).fill('0.0002');
+  await dialog.getByRole('button', { name: 'Set caps' }).click();
+  await dialog.getByText('today: $0.0002 of $0.0002').waitFor();
   const budget = await (await fetch(`${s.url}/api/budgets/me`)).json();
-  assert.equal(budget.daily_usd, null);
+  assert.equal(budget.daily_usd, 0.0002);
+  await dialog.getByRole('button', { name: 'Close' }).click();
+  await send(page, 'four');
+  await messages(page, 'Notice').filter({ hasText: 'your daily spending cap of $0.0002 is reached' }).waitFor();
   // The refused turn's error is shown as such; nothing else went wrong.
   assert.deepEqual(
     problems.filter((p) => !p.includes('budget_exceeded')),

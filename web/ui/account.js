@@ -14,7 +14,7 @@ import { button, el, ui } from './dom.js';
  * @typedef {{name: string, set_at: string}} CredentialName
  * @typedef {{agent: string, accepts: string[], set: CredentialName[], required: boolean}} AgentCredentials
  * @typedef {{principal: string, daily_usd: number | null, monthly_usd: number | null,
- *   daily_spent_usd: number, monthly_spent_usd: number, overridden: boolean}} Budget
+ *   daily_spent_usd: number, monthly_spent_usd: number, overridden: boolean, can_set: boolean}} Budget
  * @typedef {{key: string, agent_id?: string, cost_usd: number, input_tokens: number,
  *   output_tokens: number, cache_read_tokens: number, cache_creation_tokens: number, turns: number}} UsageRow
  */
@@ -127,8 +127,46 @@ async function loadBudget() {
   const line = (what, cap, spent) =>
     el('p', `budget-${what}`, cap === null ? `${what}: no cap` : `${what}: ${dollars(spent)} of ${dollars(cap)}`);
   budget.append(line('today', b.daily_usd, b.daily_spent_usd), line('this month', b.monthly_usd, b.monthly_spent_usd));
-  if (b.daily_usd !== null || b.monthly_usd !== null)
+  if (b.can_set) budget.append(capsForm(b));
+  else if (b.daily_usd !== null || b.monthly_usd !== null)
     budget.append(el('p', 'account-hint', 'An admin can raise these caps.'));
+}
+
+/**
+ * For an admin: a member's caps (empty: the configured default).
+ * @param {Budget} b the admin's own, whose figures fill the form
+ */
+function capsForm(b) {
+  const form = el('form', 'caps-form');
+  /** @param {string} label @param {string} value */
+  const field = (label, value) => {
+    const input = el('input', '');
+    input.setAttribute('aria-label', label);
+    input.placeholder = label;
+    input.value = value;
+    return input;
+  };
+  const who = field('Member', b.principal);
+  const daily = field('Daily cap (USD)', b.daily_usd === null ? '' : String(b.daily_usd));
+  const monthly = field('Monthly cap (USD)', b.monthly_usd === null ? '' : String(b.monthly_usd));
+  const save = el('button', '', 'Set caps');
+  save.type = 'submit';
+  const row = el('div', 'credential-row');
+  row.append(who, daily, monthly, save);
+  form.append(el('h4', '', 'Set a member’s caps (admin)'), row);
+  /** @param {HTMLInputElement} input */
+  const usd = (input) => (input.value.trim() === '' ? null : Number(input.value));
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const response = await api(`/api/budgets/${encodeURIComponent(who.value.trim())}`, {
+      method: 'PUT',
+      json: { daily_usd: usd(daily), monthly_usd: usd(monthly) },
+    });
+    if (!response.ok) return failed(await apiError(response));
+    status.textContent = `Caps set for ${who.value.trim()}.`;
+    await loadBudget();
+  });
+  return form;
 }
 
 /** @param {string} groupBy */

@@ -36,9 +36,9 @@ impl Actor {
     }
 
     /// Checks a chat before anything of it is stored: its own cap (set first, when it names
-    /// one), the caps and the credentials its turn needs. A refusal over a cap is stored as a
-    /// `budget_exceeded` status with the figures.
-    pub(super) async fn admit(&mut self, budget_usd: Option<f64>) -> Result<(), SessionError> {
+    /// one), the caps and the credentials its turn needs; what its agent would start on. A
+    /// refusal over a cap is stored as a `budget_exceeded` status with the figures.
+    pub(super) async fn admit(&mut self, budget_usd: Option<f64>) -> Result<Terms, SessionError> {
         if let Some(usd) = budget_usd
             && let Err(err) = self
                 .shared
@@ -49,7 +49,7 @@ impl Actor {
             return Err(self.store_refused(err));
         }
         match self.launch_terms().await {
-            Ok(_) => Ok(()),
+            Ok(terms) => Ok(terms),
             Err(Refusal::Over(over)) => {
                 self.store_over_cap(&over).await;
                 Err(over.error())
@@ -58,7 +58,9 @@ impl Actor {
         }
     }
 
-    fn store_refused(&self, err: StoreError) -> SessionError {
+    /// A failed write of the conversation as the client's error; a write refused because
+    /// another node took the conversation over hands it over.
+    pub(super) fn store_refused(&self, err: StoreError) -> SessionError {
         if matches!(err, StoreError::Fenced) {
             self.taken_over.store(true, Ordering::Release);
         }

@@ -16,7 +16,7 @@ use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Frame, Princ
 use crate::session::SessionError;
 use crate::session::spend::{Refusal, Terms};
 use crate::session::{Conversation, Shared};
-use crate::store::{NewMessage, NextLaunch, RunningTurn, StoreError};
+use crate::store::{NewMessage, NextLaunch, RunningTurn};
 
 pub(super) struct Turn {
     pub(super) user_seq: i64,
@@ -25,6 +25,9 @@ pub(super) struct Turn {
     pub(super) options: ChatOptions,
     /// Whether a schedule's run sent it.
     pub(super) scheduled: bool,
+    /// What its agent starts on, when it was checked just now (a turn that runs at once);
+    /// a queued turn is checked again when it starts.
+    pub(super) terms: Option<Terms>,
 }
 
 pub(super) struct Running {
@@ -152,13 +155,14 @@ impl Actor {
             let _ = reply.send(Err(err));
             return;
         }
-        if let Err(err) = self
-            .admit(chat.options.budget_usd.as_deref().map(|u| u.0))
-            .await
-        {
-            let _ = reply.send(Err(err));
-            return;
-        }
+        let budget_usd = chat.options.budget_usd.as_deref().map(|u| u.0);
+        let terms = match self.admit(budget_usd).await {
+            Ok(terms) => terms,
+            Err(err) => {
+                let _ = reply.send(Err(err));
+                return;
+            }
+        };
         self.chat_ends_wait(marker.as_deref()).await;
         self.set_auto_continue(chat.options.auto_continue).await;
         let busy = self.turns.is_busy();
@@ -207,11 +211,7 @@ impl Actor {
                 self.last_seq
             }
             Err(err) => {
-                if matches!(err, StoreError::Fenced) {
-                    self.taken_over.store(true, Ordering::Release);
-                }
-                let err = crate::session::errors::store_error(err, &chat.agent_id);
-                let _ = reply.send(Err(err));
+                let _ = reply.send(Err(self.store_refused(err)));
                 return;
             }
         };
@@ -220,6 +220,7 @@ impl Actor {
             content: chat.content,
             options: chat.options,
             scheduled: marker_frame.is_some(),
+            terms: (!busy).then_some(terms),
         });
         let _ = reply.send(Ok((seq, position)));
         self.publish(protocol::session_frame(
@@ -260,10 +261,15 @@ impl Actor {
 
     /// Starts queued turns until one is running (a turn whose agent can't start is closed).
     pub(super) async fn start_next_turn(&mut self) {
-        while let Some(turn) = self.turns.queue.pop_front() {
+        while let Some(mut turn) = self.turns.queue.pop_front() {
             self.apply_options(&turn.options).await;
-            // Checked again as it starts: a turn queued behind others may find a cap reached.
-            let terms = match self.launch_terms().await {
+            // A turn queued behind others is checked again as it starts: it may find a cap
+            // reached.
+            let checked = match turn.terms.take() {
+                Some(terms) => Ok(terms),
+                None => self.launch_terms().await,
+            };
+            let terms = match checked {
                 Ok(terms) => terms,
                 Err(Refusal::Over(over)) => {
                     self.store_over_cap(&over).await;
@@ -551,6 +557,7 @@ mod tests {
             content: Content::Text(format!("turn {user_seq}")),
             options: ChatOptions::default(),
             scheduled: false,
+            terms: None,
         }
     }
 
