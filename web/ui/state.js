@@ -28,6 +28,8 @@
  * @property {number} [output_tokens]
  * @property {'' | 'done' | 'permission'} [attention] Something happened there while it was
  *   not on screen: a turn finished, or a tool waits for approval.
+ * @property {string} [owner] Whose it is, when another principal shared it with you.
+ * @property {'viewer' | 'editor'} [role] What you may do with it, when it is shared with you.
  */
 
 /**
@@ -46,6 +48,8 @@
  * @property {number} [total_cost_usd]
  * @property {number} [input_tokens]
  * @property {number} [output_tokens]
+ * @property {string} [owner] Whose it is, when another principal shared it with you.
+ * @property {'viewer' | 'editor'} [role] What you may do with it, when it is shared with you.
  */
 
 /**
@@ -124,6 +128,8 @@ export const state = {
   resolveSignIn: () => {},
   /** Whether the socket was open before: a reconnect drops the replies it cut. */
   wasConnected: false,
+  /** @type {string | null} the principal this page is signed in as, once the server said */
+  me: null,
 
   // ---- conversations
   /** @type {Map<string, SessionInfo>} the sidebar's conversations by agent_id */

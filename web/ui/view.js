@@ -16,6 +16,7 @@ import { button, el, ui } from './dom.js';
 import { resultSummary, size, toolSummary } from './format.js';
 import { renderControls, renderHeader } from './header.js';
 import { needsAttention, renderTabTitle } from './notifications.js';
+import { isShared, limitActions, viewersChanged } from './sharing.js';
 import { renderSidebar, scheduleSessionsRefresh, touchSession } from './sidebar.js';
 import { state } from './state.js';
 
@@ -33,7 +34,7 @@ import { state } from './state.js';
  *   | {type: 'tool_result', tool_use_id: string, content: string | {type: string, text?: string}[], is_error?: boolean}
  *   | ImageBlock} ContentBlock
  * @typedef {{message?: {content?: string | ContentBlock[], model?: string}, aborted?: boolean,
- *   subtype?: string, model?: string, uuid?: string}} ChatMessage
+ *   subtype?: string, model?: string, uuid?: string, sender?: string}} ChatMessage
  * @typedef {{event?: {type?: string, delta?: {type?: string, text?: string}}}} StreamEvent
  * @typedef {{input_tokens?: number, output_tokens?: number, cache_read_input_tokens?: number,
  *   cache_creation_input_tokens?: number}} Usage
@@ -69,6 +70,9 @@ export class View {
     this.live = false;
     /** @type {string} model of the running turn, from its `system` `init` */
     this.turnModel = '';
+    /** @type {Set<string>} the principals who wrote in it */
+    this.senders = new Set();
+    if (isShared(agentId)) this.root.classList.add('shared');
     // A person opened it: the agent starts meanwhile, so a message typed next skips start-up.
     this.close = client.open(agentId, (frame) => this.onFrame(frame), {
       onReplayed: () => (this.live = true),
@@ -112,6 +116,10 @@ export class View {
       case 'permission_resolved':
         this.onPermissionResolved(frame);
         break;
+      case 'viewers':
+        viewersChanged(this.agentId, frame);
+        this.root.classList.toggle('shared', isShared(this.agentId));
+        break;
       case 'error':
         if (frame.code !== 'unknown_agent' || this.root.childElementCount > 0) {
           this.append(messageElement('notice error', 'Error', `Error (${frame.code}): ${frame.error}`));
@@ -135,7 +143,18 @@ export class View {
     const prompt = promptOf(message);
     if (prompt) {
       const msg = this.append(this.bubble('user', frame), frame);
-      const bubble = /** @type {HTMLElement} */ (msg.firstElementChild);
+      if (typeof message.sender === 'string') {
+        // Shown while several principals work on it (the `shared` class of the pane).
+        // For the eye: the message's name says who wrote it, when it was not you.
+        const name = el('div', 'sender', message.sender);
+        name.setAttribute('aria-hidden', 'true');
+        msg.prepend(name);
+        msg.dataset.sender = message.sender;
+        if (state.me !== null && message.sender !== state.me) msg.setAttribute('aria-label', message.sender);
+        this.senders.add(message.sender);
+        this.root.classList.toggle('shared', isShared(this.agentId) || this.senders.size > 1);
+      }
+      const bubble = /** @type {HTMLElement} */ (msg.lastElementChild);
       bubble.append(prompt.text);
       prompt.images.forEach((image, i) => bubble.append(imageElement(image, `Image ${i + 1} of the message`)));
       this.open.push(msg);
@@ -253,6 +272,7 @@ export class View {
       button('Allow', 'allow', () => answer({ behavior: 'allow' })),
       button('Deny', 'deny', () => answer({ behavior: 'deny', message: 'The user denied this tool use.' })),
     );
+    limitActions(this.agentId, card);
     this.permissions.set(frame.request_id, card);
     this.append(card, frame);
     if (this.live) needsAttention(this.agentId, 'permission', `${frame.tool_name} waits for your approval`);
@@ -270,7 +290,8 @@ export class View {
     });
     card.querySelector('.permission-actions')?.remove();
     card.classList.add(`permission-${frame.outcome}`);
-    card.append(el('div', 'permission-outcome', labels[frame.outcome] ?? frame.outcome));
+    const by = frame.sender && frame.sender !== state.me ? ` by ${frame.sender}` : '';
+    card.append(el('div', 'permission-outcome', `${labels[frame.outcome] ?? frame.outcome}${by}`));
     const info = state.sessions.get(this.agentId);
     if (info?.attention === 'permission' && !this.root.querySelector('.permission-actions')) {
       info.attention = '';
@@ -329,6 +350,7 @@ export class View {
       button('Rewind to here', 'turn-rewind', () => rewindTo(this.agentId, seq)),
       button('Fork from here', 'turn-fork', () => forkFrom(this.agentId, seq)),
     );
+    limitActions(this.agentId, actions);
     touchSession(this.agentId, { last_active_at: frame.timestamp });
     scheduleSessionsRefresh();
     if (this.live) {
@@ -355,6 +377,11 @@ export class View {
     }
     if (status === 'deleted') {
       conversationDeleted(this.agentId);
+      return;
+    }
+    if (status === 'access_revoked') {
+      this.append(messageElement('notice error', 'Notice', `This conversation is ${detail.replace(/^this conversation is /, '')}`));
+      scheduleSessionsRefresh();
       return;
     }
     if (status === 'changes' && frame.changes) changesReported(this.agentId, frame.changes);
@@ -429,7 +456,8 @@ export class View {
  */
 function setQueued(msg, queued) {
   msg.classList.toggle('queued', queued);
-  msg.setAttribute('aria-label', queued ? 'You, queued' : 'You');
+  const from = msg.dataset.sender && state.me !== null && msg.dataset.sender !== state.me ? msg.dataset.sender : 'You';
+  msg.setAttribute('aria-label', queued ? `${from}, queued` : from);
   msg.querySelector('.queued-tag')?.remove();
   // The name says it: the tag is for the eye.
   if (queued) msg.appendChild(el('span', 'queued-tag', 'queued')).setAttribute('aria-hidden', 'true');
