@@ -39,6 +39,8 @@ mod worktree;
 
 pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
+pub use crate::store::audit::{AuditQuery, AuditRow};
+pub use crate::store::links::LinkRow;
 pub use crate::store::shares::ShareRow;
 pub use crate::store::{Cursor, PageStart, SessionPage, SessionQuery, SessionRecord};
 pub use audit::Audit;

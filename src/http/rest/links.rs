@@ -15,8 +15,7 @@ use super::shares::owned;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::Role;
-use crate::session::Acting;
-use crate::store::links::LinkRow;
+use crate::session::{Acting, LinkRow};
 
 /// Longest token accepted, in bytes (a real one is 81).
 const MAX_TOKEN_BYTES: usize = 200;
