@@ -6,7 +6,6 @@
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
 //! stable codes of the WebSocket protocol.
 
-mod acting;
 mod admin;
 mod agents;
 mod audit;
@@ -17,6 +16,7 @@ mod push;
 mod schedules;
 mod sessions;
 mod shares;
+mod summaries;
 
 pub(super) use sessions::{agent_id, last_event_id};
 
