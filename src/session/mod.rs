@@ -203,7 +203,7 @@ pub(crate) struct Shared {
     /// The ends of shares, for the sharees' open streams.
     revocations: shares::Revocations,
     /// Who views each conversation on this node.
-    viewers: viewers::Viewers,
+    viewers: Arc<viewers::Viewers>,
     /// When the audit log was last pruned.
     audit_pruned: audit::Pruned,
     /// The other nodes, in cluster mode.
@@ -252,7 +252,7 @@ impl Manager {
                 replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
                 activity: activity::Feeds::default(),
                 revocations: shares::Revocations::default(),
-                viewers: viewers::Viewers::default(),
+                viewers: Arc::default(),
                 audit_pruned: audit::Pruned::default(),
                 bus,
                 worktrees,

@@ -216,6 +216,7 @@ async fn presence_and_revocations_cross_the_nodes_of_a_cluster() {
         (Some("plan"), Some("joined")),
         "{joined}"
     );
+    assert_eq!(joined["viewers"], json!(["alice", "bob"]), "{joined}");
 
     let (status, _) = rest(
         &a,
@@ -233,7 +234,11 @@ async fn presence_and_revocations_cross_the_nodes_of_a_cluster() {
         .unwrap();
     assert_eq!(revoked["agent_id"], alias.as_str());
     let left = alice.recv_until(viewers).await.pop().unwrap();
-    assert_eq!(left["event"], "left", "{left}");
+    assert_eq!(
+        (left["event"].as_str(), &left["viewers"]),
+        (Some("left"), &json!(["alice"])),
+        "{left}"
+    );
     alice.chat("plan", "second").await;
     alice.until_result("plan").await;
     let after = bob.before_pong().await;
