@@ -17,6 +17,7 @@ import { onActivity, renderNotifyButton } from './ui/notifications.js';
 import { newSession } from './ui/projects.js';
 import { sendPresence, startWorker } from './ui/push.js';
 import { loadSchedules } from './ui/schedules.js';
+import { openLink } from './ui/sharing.js';
 import { renderTheme } from './ui/settings.js';
 import { loadLocalSessions, refreshSessions, renderSidebar, sortedSessions, stepSession } from './ui/sidebar.js';
 import { CURRENT_KEY, state } from './ui/state.js';
@@ -33,7 +34,7 @@ function typing(target) {
 }
 
 document.addEventListener('keydown', (event) => {
-  if (ui.dialog.open || ui.shortcuts.open || document.querySelector('#account[open]') || ui.projectDialog.open || ui.changes.open || !ui.signIn.hidden) return;
+  if (ui.dialog.open || ui.shortcuts.open || document.querySelector('#account[open]') || ui.projectDialog.open || ui.changes.open || ui.shareDialog.open || !ui.signIn.hidden) return;
   if (event.key === 'Escape') {
     interrupt();
     return;
@@ -58,7 +59,17 @@ document.addEventListener('keydown', (event) => {
   }
 });
 
+/** The token of a share link the page was opened with (`#link=TOKEN`), if any. */
+function linkToken() {
+  return location.hash.startsWith('#link=') ? location.hash.slice('#link='.length) : null;
+}
+
 window.addEventListener('hashchange', () => {
+  const token = linkToken();
+  if (token) {
+    openLink(token, openSession);
+    return;
+  }
   const agentId = decodeURIComponent(location.hash.slice(1));
   if (agentId && agentId !== state.current) openSession(agentId);
 });
@@ -84,12 +95,14 @@ sendPresence();
 loadLocalSessions();
 renderConnection(client.state);
 client.connect();
+const token = linkToken();
 const initial =
-  decodeURIComponent(location.hash.slice(1)) ||
+  (token ? '' : decodeURIComponent(location.hash.slice(1))) ||
   localStorage.getItem(CURRENT_KEY) ||
   sortedSessions()[0]?.agent_id;
 if (initial) openSession(initial);
 else startSession();
+if (token) openLink(token, openSession);
 setInterval(() => {
   refreshSessions();
   loadSchedules();

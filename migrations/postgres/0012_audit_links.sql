@@ -26,7 +26,7 @@ create table share_links (
     role       text    not null check (role in ('viewer', 'editor')),
     created_at text    not null,
     expires_at text    not null,
-    max_uses   integer,
-    uses       integer not null default 0
+    max_uses   bigint,
+    uses       bigint  not null default 0
 );
 create index share_links_by_session on share_links (session_pk);

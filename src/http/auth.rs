@@ -68,6 +68,9 @@ pub struct Ticket {
     pub ticket: String,
     /// Seconds until it expires.
     pub expires_in: u64,
+    /// The principal it signs in as (the caller): how a client learns its own name, to tell
+    /// its messages from others' in a shared conversation.
+    pub principal: String,
 }
 
 /// Checks credentials and issues tickets; built once from the settings.
@@ -257,6 +260,7 @@ impl Authenticator {
         Ticket {
             ticket,
             expires_in: self.ticket_ttl.as_secs(),
+            principal: principal.to_string(),
         }
     }
 

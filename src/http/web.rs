@@ -72,6 +72,7 @@ const ASSETS: &[Asset] = &[
     asset!("ui/push.js", JS),
     asset!("ui/schedules.js", JS),
     asset!("ui/settings.js", JS),
+    asset!("ui/sharing.js", JS),
     asset!("ui/sidebar.js", JS),
     asset!("ui/state.js", JS),
     asset!("ui/view.js", JS),

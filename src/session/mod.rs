@@ -40,6 +40,8 @@ mod worktree;
 
 pub use crate::agent::Supports;
 pub use crate::agent::registry::AgentInfo;
+pub use crate::store::audit::{AuditQuery, AuditRow};
+pub use crate::store::links::LinkRow;
 pub use crate::store::shares::ShareRow;
 pub use crate::store::{Cursor, PageStart, SessionPage, SessionQuery, SessionRecord};
 pub use actor::rfc3339 as rfc3339_ms;
@@ -205,7 +207,7 @@ pub(crate) struct Shared {
     /// The ends of shares, for the sharees' open streams.
     revocations: shares::Revocations,
     /// Who views each conversation on this node.
-    viewers: viewers::Viewers,
+    viewers: Arc<viewers::Viewers>,
     /// When the audit log was last pruned.
     audit_pruned: audit::Pruned,
     /// The other nodes, in cluster mode.
@@ -276,7 +278,7 @@ impl Manager {
                 replay_readers: Arc::new(tokio::sync::Semaphore::new(replay::REPLAY_READERS)),
                 activity: activity::Feeds::default(),
                 revocations: shares::Revocations::default(),
-                viewers: viewers::Viewers::default(),
+                viewers: Arc::default(),
                 audit_pruned: audit::Pruned::default(),
                 bus,
                 worktrees,

@@ -201,6 +201,7 @@ impl Manager {
             conversation.clone(),
             slot.events.clone(),
             self.shared.store.clone(),
+            self.shared.viewers.clone(),
             slot.relay_stop.clone(),
         )
         .await;

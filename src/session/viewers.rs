@@ -1,21 +1,90 @@
 //! Who is viewing each conversation: a principal views one while a socket or event stream of
 //! theirs follows it, and its followers get a `viewers` frame when someone starts (their first
-//! stream) or stops (their last).
+//! stream) or stops (their last). In a cluster each node tells the others who views it through
+//! that node, and lists everyone it knows of to its own followers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+use serde::Deserialize;
+
 use super::{Conversation, Manager};
-use crate::protocol::{self, Principal, Viewing as Event};
+use crate::protocol::{self, Frame, Principal, Viewing as Event};
 use crate::store::RowId;
 
-/// The principals viewing each conversation on this node, with how many streams each.
+/// The principals viewing each conversation on this node, with how many streams each, and
+/// those viewing it through other nodes, as each node last said.
 #[derive(Default)]
-pub(super) struct Viewers {
+pub(crate) struct Viewers {
     by_row: Mutex<HashMap<RowId, BTreeMap<Principal, usize>>>,
+    elsewhere: Mutex<HashMap<RowId, HashMap<String, Vec<Principal>>>>,
+}
+
+/// What a `viewers` frame another node published says.
+#[derive(Deserialize)]
+struct Said {
+    viewer: Principal,
+    event: String,
+    viewers: Vec<Principal>,
 }
 
 impl Viewers {
+    /// Everyone viewing `row`: `here` (this node's) and those other nodes told of.
+    fn everyone(&self, row: RowId, here: &[Principal]) -> Vec<Principal> {
+        let elsewhere = self.elsewhere.lock().expect("viewers lock");
+        let mut all: BTreeSet<Principal> = here.iter().cloned().collect();
+        for names in elsewhere.get(&row).into_iter().flat_map(HashMap::values) {
+            all.extend(names.iter().cloned());
+        }
+        all.into_iter().collect()
+    }
+
+    /// A `viewers` frame node `node` published about `conversation` (its list: who views it
+    /// through that node), as this node's followers get it: with everyone this node knows of.
+    /// None when it is not one.
+    pub(crate) fn relayed(
+        &self,
+        conversation: &Conversation,
+        node: &str,
+        frame: &Frame,
+    ) -> Option<Frame> {
+        let said: Said = serde_json::from_str(frame.text.as_str()).ok()?;
+        let event = match said.event.as_str() {
+            "joined" => Event::Joined,
+            "left" => Event::Left,
+            _ => return None,
+        };
+        let row = conversation.row;
+        {
+            let mut elsewhere = self.elsewhere.lock().expect("viewers lock");
+            let nodes = elsewhere.entry(row).or_default();
+            if said.viewers.is_empty() {
+                nodes.remove(node);
+            } else {
+                nodes.insert(node.to_owned(), said.viewers);
+            }
+            if nodes.is_empty() {
+                elsewhere.remove(&row);
+            }
+        }
+        let here: Vec<Principal> = self
+            .by_row
+            .lock()
+            .expect("viewers lock")
+            .get(&row)
+            .map(|v| v.keys().cloned().collect())
+            .unwrap_or_default();
+        let all = self.everyone(row, &here);
+        let names: Vec<&str> = all.iter().map(Principal::as_str).collect();
+        let tag = conversation.tag();
+        Some(protocol::viewers_frame(
+            tag,
+            said.viewer.as_str(),
+            event,
+            &names,
+        ))
+    }
+
     /// Counts one more stream of `viewer` on `row`: whether it is their first, and who views it.
     fn join(&self, row: RowId, viewer: &Principal) -> (bool, Vec<Principal>) {
         let mut rows = self.by_row.lock().expect("viewers lock");
@@ -84,21 +153,28 @@ impl Manager {
         }
     }
 
-    /// Sends the followers of `conversation`, on every node, a `viewers` frame.
+    /// Sends the followers of `conversation` a `viewers` frame: on this node with everyone
+    /// viewing it, to the other nodes with those viewing it through this one (`here`).
     fn announce(
         &self,
         conversation: &Conversation,
         viewer: &Principal,
         event: Event,
-        now: &[Principal],
+        here: &[Principal],
     ) {
         let key = Self::key(&conversation.principal, &conversation.agent_id);
         let Some(slot) = self.slots.get(&key).map(|s| s.clone()) else {
             return;
         };
-        let names: Vec<&str> = now.iter().map(Principal::as_str).collect();
-        let frame = protocol::viewers_frame(conversation.tag(), viewer.as_str(), event, &names);
-        self.broadcast(&slot, conversation, frame);
+        let frame = |list: &[Principal]| {
+            let names: Vec<&str> = list.iter().map(Principal::as_str).collect();
+            protocol::viewers_frame(conversation.tag(), viewer.as_str(), event, &names)
+        };
+        if let Some(bus) = &self.shared.bus {
+            bus.publish(conversation.row, &frame(here));
+        }
+        let everyone = self.shared.viewers.everyone(conversation.row, here);
+        let _ = slot.events.send(frame(&everyone));
     }
 }
 

@@ -216,6 +216,7 @@ async fn presence_and_revocations_cross_the_nodes_of_a_cluster() {
         (Some("plan"), Some("joined")),
         "{joined}"
     );
+    assert_eq!(joined["viewers"], json!(["alice", "bob"]), "{joined}");
 
     let (status, _) = rest(
         &a,
@@ -233,7 +234,11 @@ async fn presence_and_revocations_cross_the_nodes_of_a_cluster() {
         .unwrap();
     assert_eq!(revoked["agent_id"], alias.as_str());
     let left = alice.recv_until(viewers).await.pop().unwrap();
-    assert_eq!(left["event"], "left", "{left}");
+    assert_eq!(
+        (left["event"].as_str(), &left["viewers"]),
+        (Some("left"), &json!(["alice"])),
+        "{left}"
+    );
     alice.chat("plan", "second").await;
     alice.until_result("plan").await;
     let after = bob.before_pong().await;
@@ -241,4 +246,37 @@ async fn presence_and_revocations_cross_the_nodes_of_a_cluster() {
         after.iter().all(|f| f["agent_id"] != alias.as_str()),
         "{after:?}"
     );
+}
+
+/// In a terminal, Bob's `/resume` lists Alice's conversation shared with him, with its owner
+/// and his role, and picking it resumes it under his alias with its history.
+#[tokio::test]
+async fn the_terminal_client_resumes_a_conversation_shared_with_you() {
+    use crate::cli_chat::{Terminal, have_tmux};
+    if !have_tmux() {
+        return;
+    }
+    let (server, _cfg) = server_with(TOKENS).await;
+    let mut alice = connect_as(&server.addr, "tok-alice").await;
+    alice.chat("plan", "the plan").await;
+    alice.until_result("plan").await;
+    let alias = share(&server, "alice", "plan", "bob", "viewer").await;
+
+    let url = format!("ws://{}/ws", server.addr);
+    let term = Terminal::open_in(&url, &["--token", "tok-bob"], None);
+    term.wait_for("New session:", 1).await;
+    term.type_line("/resume");
+    let screen = term.wait_for("Pick a number", 1).await;
+    let line = screen
+        .lines()
+        .find(|l| l.contains(&format!("1. the plan  [{alias}]")))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(
+        line.ends_with("4 messages  (shared by alice, you are viewer)"),
+        "{line}"
+    );
+    term.type_line("1");
+    term.wait_for(&format!("Resumed session: {alias} (4 messages loaded)"), 1)
+        .await;
+    term.wait_for("Echo: the plan (turn 1)", 1).await;
 }

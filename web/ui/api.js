@@ -65,12 +65,13 @@ async function socketUrl() {
       continue;
     }
     if (!response.ok) throw new Error(`no ticket: HTTP ${response.status}`);
+    /** @type {{ticket: string, principal?: string}} */
+    const { ticket, principal } = await response.json();
+    state.me = principal ?? null;
     if (!token) {
       state.authOff = true;
       return defaultUrl();
     }
-    /** @type {{ticket: string}} */
-    const { ticket } = await response.json();
     return `${defaultUrl()}?ticket=${encodeURIComponent(ticket)}`;
   }
 }

@@ -9,6 +9,7 @@ import { renderWorktree } from './changes.js';
 import { ui } from './dom.js';
 import { dollars, plainTitle } from './format.js';
 import { renderPickers } from './settings.js';
+import { OWNER_ONLY, allow, renderRole, roleOf } from './sharing.js';
 import { state } from './state.js';
 
 /** @typedef {import('../client.js').ConnectionState} ConnectionState */
@@ -18,7 +19,16 @@ export function renderHeader() {
   ui.title.textContent = plainTitle(info?.title ?? '') || 'New session';
   ui.title.title = info?.title ?? '';
   const exists = !!state.current && (client.lastSeq(state.current) > 0 || typeof info?.total_cost_usd === 'number');
-  for (const b of [ui.rename, ui.exportButton, ui.deleteButton]) b.disabled = !exists;
+  ui.exportButton.disabled = !exists;
+  renderRole();
+  const owned = roleOf(state.current) === 'owner' ? '' : OWNER_ONLY;
+  for (const b of [ui.rename, ui.deleteButton, ui.share]) {
+    if (owned) allow(b, owned);
+    else {
+      allow(b, '');
+      b.disabled = !exists;
+    }
+  }
   const spent = (info?.total_cost_usd ?? 0) > 0 || (info?.input_tokens ?? 0) + (info?.output_tokens ?? 0) > 0;
   if (info && typeof info.total_cost_usd === 'number' && spent) {
     ui.totals.textContent = `${dollars(info.total_cost_usd)} · ${info.input_tokens ?? 0} in / ${info.output_tokens ?? 0} out tokens`;

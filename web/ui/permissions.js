@@ -100,8 +100,9 @@ export function permissionCard(agentId, frame, message) {
  * Shows how a card's request ended, in place of its buttons.
  * @param {HTMLElement} card
  * @param {string} outcome `allowed`, `denied`, `timed_out` or `cancelled`
+ * @param {string | null} [by] who answered it, when not the page's own principal
  */
-export function settleCard(card, outcome) {
+export function settleCard(card, outcome, by = null) {
   const labels = /** @type {Record<string, string>} */ ({
     allowed: 'Allowed',
     denied: 'Denied',
@@ -110,6 +111,6 @@ export function settleCard(card, outcome) {
   });
   card.querySelector('.permission-actions')?.remove();
   card.classList.add(`permission-${outcome}`);
-  card.append(el('div', 'permission-outcome', labels[outcome] ?? outcome));
+  card.append(el('div', 'permission-outcome', `${labels[outcome] ?? outcome}${by ? ` by ${by}` : ''}`));
   if (outcome === 'denied' && card.dataset.reason) card.append(el('div', 'permission-why', `Reason: ${card.dataset.reason}`));
 }

@@ -30,13 +30,15 @@ export function loadLocalSessions() {
 }
 
 export function saveLocalSessions() {
-  const list = [...state.sessions.values()].map(({ agent_id, title, created_at, last_active_at, cwd, worktree }) => ({
+  const list = [...state.sessions.values()].map(({ agent_id, title, created_at, last_active_at, cwd, worktree, owner, role }) => ({
     agent_id,
     title,
     created_at,
     last_active_at,
     cwd,
     worktree,
+    owner,
+    role,
   }));
   localStorage.setItem(SESSIONS_KEY, JSON.stringify(list));
 }
@@ -66,6 +68,8 @@ export function fromApi(s) {
     attention: known?.attention ?? '',
     stored: true,
     waiting_for_limit: s.waiting_for_limit ?? null,
+    owner: s.owner,
+    role: s.role,
   };
 }
 
@@ -91,7 +95,7 @@ export async function refreshSessions() {
       return;
     }
     if (!response.ok) return;
-    /** @type {{sessions: ApiSession[], total: number, next_before?: string | null}} */
+    /** @type {{sessions: ApiSession[], total: number, next_before?: string | null, shared?: ApiSession[]}} */
     const body = await response.json();
     state.listedAll = !body.next_before;
     // The server's list is the truth (deleted conversations go); the open one stays.
@@ -99,7 +103,7 @@ export async function refreshSessions() {
     const keep = [...state.sessions.values()].filter(
       (s) => s.agent_id === state.current || (client.lastSeq(s.agent_id) === 0 && localStorage.getItem(DRAFT_PREFIX + s.agent_id)),
     );
-    const fresh = body.sessions.map(fromApi);
+    const fresh = [...body.sessions, ...(body.shared ?? [])].map(fromApi);
     state.sessions.clear();
     for (const info of fresh) state.sessions.set(info.agent_id, info);
     for (const info of keep) if (!state.sessions.has(info.agent_id)) state.sessions.set(info.agent_id, info);
@@ -168,7 +172,7 @@ function badge(info) {
  */
 function projectGroups() {
   if (state.searchResults || state.projects.length === 0) return null;
-  const all = sortedSessions();
+  const all = ownSessions();
   if (!all.some((s) => projectOf(s))) return null;
   /** @type {Map<string, SessionInfo[]>} */
   const groups = new Map();
@@ -203,10 +207,25 @@ export function projectName(cwd) {
 function displayOrder() {
   if (state.searchResults) return state.searchResults;
   const groups = projectGroups();
-  return (groups ? groups.flatMap((g) => g.sessions) : sortedSessions()).map((s) => s.agent_id);
+  const own = groups ? groups.flatMap((g) => g.sessions) : ownSessions();
+  return [...own, ...sortedSessions().filter((s) => s.owner)].map((s) => s.agent_id);
 }
 
 export function renderSidebar() {
+  renderOwn();
+  const shared = state.searchResults ? [] : sortedSessions().filter((s) => s.owner);
+  if (shared.length === 0) return;
+  const li = el('li', 'project-group shared-group');
+  const heading = li.appendChild(el('h2', 'project-name', 'Shared with me'));
+  heading.id = 'shared-group';
+  const list = li.appendChild(el('ul', 'project-sessions'));
+  list.setAttribute('aria-labelledby', heading.id);
+  list.append(...shared.map(sessionEntry));
+  ui.sessions.append(li);
+}
+
+/** The principal's own conversations in the sidebar (or the search's results). */
+function renderOwn() {
   const groups = projectGroups();
   if (groups) {
     ui.searchEmpty.hidden = true;
@@ -227,7 +246,7 @@ export function renderSidebar() {
   }
   const list = state.searchResults
     ? state.searchResults.map((id) => state.sessions.get(id)).filter((s) => s !== undefined)
-    : sortedSessions();
+    : ownSessions();
   ui.searchEmpty.hidden = !(state.searchResults && list.length === 0);
   ui.sessions.replaceChildren(...list.map(sessionEntry));
 }
@@ -251,6 +270,7 @@ function sessionEntry(info) {
   when.dateTime = info.last_active_at || info.created_at;
   when.title = new Date(when.dateTime).toLocaleString();
   meta.append(el('span', `badge badge-${status}`, status), when);
+  if (info.owner) meta.append(el('span', 'session-owner', `${info.owner} · ${info.role}`));
   const agent = [info.backend, info.model].filter(Boolean).join(' · ');
   if (agent) meta.append(el('span', 'session-agent', agent));
   const by = scheduleOf(info.agent_id);
@@ -286,6 +306,11 @@ export function touchSession(agentId, change) {
   saveLocalSessions();
   renderSidebar();
   if (agentId === state.current) renderHeader();
+}
+
+/** The principal's own conversations, newest activity first. */
+function ownSessions() {
+  return sortedSessions().filter((s) => !s.owner);
 }
 
 export function sortedSessions() {

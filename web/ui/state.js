@@ -33,6 +33,8 @@
  * @property {boolean} [fresh] Started in this page, or found not to exist: new.
  * @property {string | null} [waiting_for_limit] While it waits for a rate limit to reset: when
  *   it continues by itself (RFC 3339).
+ * @property {string} [owner] Whose it is, when another principal shared it with you.
+ * @property {'viewer' | 'editor'} [role] What you may do with it, when it is shared with you.
  */
 
 /**
@@ -53,6 +55,8 @@
  * @property {number} [output_tokens]
  * @property {number} [message_count]
  * @property {string | null} [waiting_for_limit]
+ * @property {string} [owner]
+ * @property {'viewer' | 'editor'} [role]
  */
 
 /**
@@ -135,6 +139,8 @@ export const state = {
   resolveSignIn: () => {},
   /** Whether the socket was open before: a reconnect drops the replies it cut. */
   wasConnected: false,
+  /** @type {string | null} the principal this page is signed in as, once the server said */
+  me: null,
 
   // ---- conversations
   /** @type {Map<string, SessionInfo>} the sidebar's conversations by agent_id */

@@ -18,6 +18,7 @@ import { resultSummary, size, toolSummary } from './format.js';
 import { renderControls, renderHeader } from './header.js';
 import { needsAttention, renderTabTitle } from './notifications.js';
 import { isAlwaysAllowed, permissionCard, settleCard } from './permissions.js';
+import { isShared, limitActions, viewersChanged } from './sharing.js';
 import { renderSidebar, scheduleSessionsRefresh, touchSession } from './sidebar.js';
 import { state } from './state.js';
 
@@ -35,7 +36,7 @@ import { state } from './state.js';
  *   | {type: 'tool_result', tool_use_id: string, content: string | {type: string, text?: string}[], is_error?: boolean}
  *   | ImageBlock} ContentBlock
  * @typedef {{message?: {content?: string | ContentBlock[], model?: string}, aborted?: boolean,
- *   subtype?: string, model?: string, uuid?: string}} ChatMessage
+ *   subtype?: string, model?: string, uuid?: string, sender?: string}} ChatMessage
  * @typedef {{event?: {type?: string, delta?: {type?: string, text?: string}}}} StreamEvent
  * @typedef {{input_tokens?: number, output_tokens?: number, cache_read_input_tokens?: number,
  *   cache_creation_input_tokens?: number}} Usage
@@ -82,6 +83,9 @@ export class View {
     this.turnModel = '';
     /** @type {HTMLElement | null} the notice of the wait for a rate limit, while it waits */
     this.waitNotice = null;
+    /** @type {Set<string>} the principals who wrote in it */
+    this.senders = new Set();
+    if (isShared(agentId)) this.root.classList.add('shared');
     // A person opened it: the agent starts meanwhile, so a message typed next skips start-up.
     this.close = client.open(agentId, (frame) => this.onFrame(frame), {
       onReplayed: () => (this.live = true),
@@ -126,6 +130,10 @@ export class View {
       case 'permission_resolved':
         this.onPermissionResolved(frame);
         break;
+      case 'viewers':
+        viewersChanged(this.agentId, frame);
+        this.root.classList.toggle('shared', isShared(this.agentId));
+        break;
       case 'error':
         // A refused chat is told by the composer, which sent it.
         if (frame.client_msg_id) break;
@@ -158,7 +166,18 @@ export class View {
       // A turn sent while the conversation waited for a rate limit ended the wait.
       this.endWait();
       const msg = this.append(this.bubble('user', frame), frame);
-      const bubble = /** @type {HTMLElement} */ (msg.firstElementChild);
+      if (typeof message.sender === 'string') {
+        // Shown while several principals work on it (the `shared` class of the pane).
+        // For the eye: the message's name says who wrote it, when it was not you.
+        const name = el('div', 'sender', message.sender);
+        name.setAttribute('aria-hidden', 'true');
+        msg.prepend(name);
+        msg.dataset.sender = message.sender;
+        if (state.me !== null && message.sender !== state.me) msg.setAttribute('aria-label', message.sender);
+        this.senders.add(message.sender);
+        this.root.classList.toggle('shared', isShared(this.agentId) || this.senders.size > 1);
+      }
+      const bubble = /** @type {HTMLElement} */ (msg.lastElementChild);
       bubble.append(prompt.text);
       prompt.images.forEach((image, i) => bubble.append(imageElement(image, `Image ${i + 1} of the message`)));
       this.open.push(msg);
@@ -265,6 +284,7 @@ export class View {
    */
   onPermissionRequest(frame) {
     const { card, allow } = permissionCard(this.agentId, frame, messageElement);
+    limitActions(this.agentId, card);
     this.permissions.set(frame.request_id, card);
     const tool = this.waitingTool(frame.tool_name);
     const details = tool?.querySelector('details');
@@ -292,7 +312,7 @@ export class View {
   onPermissionResolved(frame) {
     const card = this.permissions.get(frame.request_id);
     if (!card) return;
-    settleCard(card, frame.outcome);
+    settleCard(card, frame.outcome, frame.sender && frame.sender !== state.me ? frame.sender : null);
     const info = state.sessions.get(this.agentId);
     if (info?.attention === 'permission' && !this.root.querySelector('.permission-actions')) {
       info.attention = '';
@@ -351,6 +371,7 @@ export class View {
       button('Rewind to here', 'turn-rewind', () => rewindTo(this.agentId, seq)),
       button('Fork from here', 'turn-fork', () => forkFrom(this.agentId, seq)),
     );
+    limitActions(this.agentId, actions);
     touchSession(this.agentId, { last_active_at: frame.timestamp });
     scheduleSessionsRefresh();
     if (this.live) {
@@ -379,6 +400,11 @@ export class View {
     }
     if (status === 'deleted') {
       conversationDeleted(this.agentId);
+      return;
+    }
+    if (status === 'access_revoked') {
+      this.append(messageElement('notice error', 'Notice', `This conversation is ${detail.replace(/^this conversation is /, '')}`));
+      scheduleSessionsRefresh();
       return;
     }
     if (status === 'changes' && frame.changes) changesReported(this.agentId, frame.changes);
@@ -486,7 +512,8 @@ export class View {
  */
 function setQueued(msg, queued) {
   msg.classList.toggle('queued', queued);
-  msg.setAttribute('aria-label', queued ? 'You, queued' : 'You');
+  const from = msg.dataset.sender && state.me !== null && msg.dataset.sender !== state.me ? msg.dataset.sender : 'You';
+  msg.setAttribute('aria-label', queued ? `${from}, queued` : from);
   msg.querySelector('.queued-tag')?.remove();
   // The name says it: the tag is for the eye.
   if (queued) msg.appendChild(el('span', 'queued-tag', 'queued')).setAttribute('aria-hidden', 'true');

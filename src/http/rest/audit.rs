@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::AgentId;
-use crate::store::audit::{AuditQuery, AuditRow};
+use crate::session::{AuditQuery, AuditRow};
 
 /// Most entries one page holds.
 const MAX_LIMIT: u32 = 500;

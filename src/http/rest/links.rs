@@ -9,14 +9,14 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::acting::acting_summary;
-use super::sessions::{FrameBody, SessionSummary};
+use super::sessions::FrameBody;
 use super::shares::owned;
+use super::summaries::SessionSummary;
+use super::summaries::acting_summary;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::Role;
-use crate::session::Acting;
-use crate::store::links::LinkRow;
+use crate::session::{Acting, LinkRow};
 
 /// Longest token accepted, in bytes (a real one is 81).
 const MAX_TOKEN_BYTES: usize = 200;

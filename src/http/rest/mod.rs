@@ -6,7 +6,6 @@
 //! that principal's conversations. Errors are JSON `{"code": "...", "error": "..."}` with the
 //! stable codes of the WebSocket protocol.
 
-mod acting;
 mod admin;
 mod agents;
 mod audit;
@@ -18,6 +17,7 @@ mod schedules;
 mod sessions;
 mod shares;
 mod spend;
+mod summaries;
 
 pub(super) use sessions::{agent_id, last_event_id};
 

@@ -9,7 +9,8 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::sessions::{SessionSummary, agent_id, summary};
+use super::sessions::agent_id;
+use super::summaries::{SessionSummary, summary};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::session::{Audit, CliSession, Project};

@@ -10,8 +10,9 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::acting::shared_summaries;
-use super::sessions::{FrameBody, SessionSummary, agent_id};
+use super::sessions::{FrameBody, agent_id};
+use super::summaries::SessionSummary;
+use super::summaries::shared_summaries;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::Role;

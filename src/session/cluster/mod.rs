@@ -297,6 +297,7 @@ impl Bus {
         conversation: Arc<Conversation>,
         events: super::events::Sender,
         store: Arc<dyn Store>,
+        viewers: Arc<super::viewers::Viewers>,
         stop: CancellationToken,
     ) {
         let subject = frames_subject(conversation.row);
@@ -339,6 +340,18 @@ impl Bus {
                 ) else {
                     seal.refused(Kind::Frame, Refusal::Malformed, Some(&opened.from));
                     continue;
+                };
+                // Who views it through that node, merged with who does elsewhere.
+                let frame = if frame.kind == "viewers" {
+                    match viewers.relayed(&conversation, &opened.from, &frame) {
+                        Some(frame) => frame,
+                        None => {
+                            seal.refused(Kind::Frame, Refusal::Malformed, Some(&opened.from));
+                            continue;
+                        }
+                    }
+                } else {
+                    frame
                 };
                 if let (Some(seq), Some(prev)) = (frame.seq, last)
                     && seq > prev + 1
