@@ -136,19 +136,31 @@ pub struct SpawnSpec {
 
 /// A principal's own variables for an agent; its `Debug` shows the names only.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Credentials(pub BTreeMap<String, String>);
+pub struct Credentials {
+    /// The variables, by name.
+    pub vars: BTreeMap<String, String>,
+    /// Every name the agent takes as a credential: with any of the principal's own set, none
+    /// of these but a base URL comes from the server's environment (an operator's key never
+    /// rides along with a member's base URL, nor overrides a member's key).
+    pub names: Vec<String>,
+}
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.0.keys()).finish()
+        f.debug_set().entries(self.vars.keys()).finish()
     }
 }
 
 impl Credentials {
-    /// `env` with these variables added, each replacing one of the same name.
+    /// `env` with these variables in place of every credential variable it had, when there
+    /// are any; `env` unchanged when there are none.
     pub(crate) fn added_to(&self, mut env: Vec<(String, String)>) -> Vec<(String, String)> {
-        env.retain(|(name, _)| !self.0.contains_key(name));
-        env.extend(self.0.iter().map(|(n, v)| (n.clone(), v.clone())));
+        if self.vars.is_empty() {
+            return env;
+        }
+        let servers = |name: &String| !self.names.contains(name) || name.ends_with("_BASE_URL");
+        env.retain(|(name, _)| !self.vars.contains_key(name) && servers(name));
+        env.extend(self.vars.iter().map(|(n, v)| (n.clone(), v.clone())));
         env
     }
 }
@@ -541,24 +553,58 @@ pub trait Backend: Send + Sync + 'static {
 mod tests {
     use super::*;
 
-    /// A principal's variables are added to the agent's environment, each over one of the same
-    /// name, and never shown by `Debug`.
+    /// A principal's variables replace every credential variable of the server's environment
+    /// but its base URL: one who sets only a base URL does not send the operator's key there,
+    /// and one who sets a key uses the operator's base URL with it. Without any, the server's
+    /// stay; `Debug` shows names only.
     #[test]
-    fn credentials_replace_variables_of_their_names_and_show_none() {
-        let credentials =
-            Credentials([("ANTHROPIC_API_KEY".to_owned(), "sk-own".to_owned())].into());
-        let env = credentials.added_to(vec![
-            ("PATH".into(), "/bin".into()),
-            ("ANTHROPIC_API_KEY".into(), "operator".into()),
-        ]);
+    fn credentials_replace_the_servers_and_show_none() {
+        let names = vec![
+            "ANTHROPIC_API_KEY".to_owned(),
+            "ANTHROPIC_BASE_URL".to_owned(),
+        ];
+        let server = || {
+            vec![
+                ("PATH".to_owned(), "/bin".to_owned()),
+                ("ANTHROPIC_API_KEY".to_owned(), "operator".to_owned()),
+                (
+                    "ANTHROPIC_BASE_URL".to_owned(),
+                    "https://proxy.example".to_owned(),
+                ),
+            ]
+        };
+        let own = |name: &str, value: &str| Credentials {
+            vars: [(name.to_owned(), value.to_owned())].into(),
+            names: names.clone(),
+        };
+        let key = own("ANTHROPIC_API_KEY", "sk-own");
         assert_eq!(
-            env,
+            key.added_to(server()),
             [
                 ("PATH".to_owned(), "/bin".to_owned()),
+                (
+                    "ANTHROPIC_BASE_URL".to_owned(),
+                    "https://proxy.example".to_owned()
+                ),
                 ("ANTHROPIC_API_KEY".to_owned(), "sk-own".to_owned())
             ]
         );
-        assert_eq!(format!("{credentials:?}"), r#"{"ANTHROPIC_API_KEY"}"#);
+        assert_eq!(
+            own("ANTHROPIC_BASE_URL", "https://mine.example").added_to(server()),
+            [
+                ("PATH".to_owned(), "/bin".to_owned()),
+                (
+                    "ANTHROPIC_BASE_URL".to_owned(),
+                    "https://mine.example".to_owned()
+                )
+            ]
+        );
+        let none = Credentials {
+            vars: Default::default(),
+            names,
+        };
+        assert_eq!(none.added_to(server()), server());
+        assert_eq!(format!("{key:?}"), r#"{"ANTHROPIC_API_KEY"}"#);
     }
 
     /// `type`, `subtype`, `uuid` and `session_id` as read.

@@ -43,6 +43,7 @@ pub use crate::agent::registry::AgentInfo;
 pub use crate::store::audit::{AuditQuery, AuditRow};
 pub use crate::store::links::LinkRow;
 pub use crate::store::shares::ShareRow;
+pub use crate::store::usage::{CapOverride, GroupBy, UsageQuery, UsageRow};
 pub use crate::store::{Cursor, PageStart, SessionPage, SessionQuery, SessionRecord};
 pub use actor::rfc3339 as rfc3339_ms;
 pub use audit::Audit;

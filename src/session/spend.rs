@@ -267,7 +267,10 @@ impl Shared {
                 ),
             ));
         }
-        Ok(Credentials(env))
+        Ok(Credentials {
+            vars: env,
+            names: names.to_vec(),
+        })
     }
 }
 
@@ -570,7 +573,10 @@ mod tests {
 
     fn terms(key: &str, budget: Option<f64>) -> Terms {
         Terms {
-            credentials: Credentials([("K".to_owned(), key.to_owned())].into()),
+            credentials: Credentials {
+                vars: [("K".to_owned(), key.to_owned())].into(),
+                names: vec!["K".to_owned()],
+            },
             max_budget_usd: budget,
         }
     }

@@ -65,7 +65,7 @@ export function renderRole() {
  */
 export function limitActions(agentId, root) {
   if (roleOf(agentId) !== 'viewer') return;
-  for (const b of root.querySelectorAll('button.allow, button.deny, button.turn-rewind')) {
+  for (const b of root.querySelectorAll('button.allow, button.allow-always, button.deny, button.turn-rewind, input.permission-reason')) {
     allow(/** @type {HTMLButtonElement} */ (b), VIEWER_ONLY);
   }
 }

@@ -202,7 +202,7 @@ impl Backend for ClaudeBackend {
         // own (dropping the spare kills it).
         let warm = warm.filter(|_| {
             spec.options.is_empty()
-                && spec.credentials.0.is_empty()
+                && spec.credentials.vars.is_empty()
                 && spec.max_budget_usd.is_none()
                 && spec.cwd == self.settings.workspaces.join(&spec.session_id)
         });

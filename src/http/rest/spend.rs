@@ -16,7 +16,7 @@ use super::sessions::{FrameBody, agent_id};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::session::spend::{AgentCredentials, Budget, CredentialName};
-use crate::store::usage::{CapOverride, GroupBy, UsageQuery, UsageRow};
+use crate::session::{CapOverride, GroupBy, UsageQuery, UsageRow};
 
 /// The caller's credentials for every agent that takes some.
 #[derive(Debug, Serialize, ToSchema)]
@@ -196,6 +196,7 @@ pub struct ConversationCap {
 
 /// Whose conversation a cap is set on: an admin may name its owner.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct CapParams {
     /// The conversation's owner (admins only; default the caller).
@@ -231,6 +232,7 @@ pub async fn put_conversation_budget(
 
 /// Which turns a usage report sums.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct UsageParams {
     /// First day (`YYYY-MM-DD`, UTC), inclusive; default 30 days before `to`.
