@@ -1,7 +1,8 @@
 //! Who is viewing each conversation: a principal views one while a socket or event stream of
 //! theirs follows it, and its followers get a `viewers` frame when someone starts (their first
-//! stream) or stops (their last). In a cluster each node tells the others who views it through
-//! that node, and lists everyone it knows of to its own followers.
+//! stream) or stops (their last) while others view it too: nobody is told of themself alone.
+//! In a cluster each node tells the others who views it through that node, and lists everyone
+//! it knows of to its own followers.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -40,19 +41,19 @@ impl Viewers {
     }
 
     /// A `viewers` frame node `node` published about `conversation` (its list: who views it
-    /// through that node), as this node's followers get it: with everyone this node knows of.
-    /// None when it is not one.
+    /// through that node), as this node's followers get it: with everyone this node knows of,
+    /// when that tells anyone of someone else ([`worth_telling`]). `Err` when it is not one.
     pub(crate) fn relayed(
         &self,
         conversation: &Conversation,
         node: &str,
         frame: &Frame,
-    ) -> Option<Frame> {
-        let said: Said = serde_json::from_str(frame.text.as_str()).ok()?;
+    ) -> Result<Option<Frame>, ()> {
+        let said: Said = serde_json::from_str(frame.text.as_str()).map_err(|_| ())?;
         let event = match said.event.as_str() {
             "joined" => Event::Joined,
             "left" => Event::Left,
-            _ => return None,
+            _ => return Err(()),
         };
         let row = conversation.row;
         {
@@ -75,14 +76,17 @@ impl Viewers {
             .map(|v| v.keys().cloned().collect())
             .unwrap_or_default();
         let all = self.everyone(row, &here);
+        if !worth_telling(event, &all) {
+            return Ok(None);
+        }
         let names: Vec<&str> = all.iter().map(Principal::as_str).collect();
         let tag = conversation.tag();
-        Some(protocol::viewers_frame(
+        Ok(Some(protocol::viewers_frame(
             tag,
             said.viewer.as_str(),
             event,
             &names,
-        ))
+        )))
     }
 
     /// Counts one more stream of `viewer` on `row`: whether it is their first, and who views it.
@@ -116,6 +120,15 @@ impl Viewers {
             rows.remove(&row);
         }
         (last, now)
+    }
+}
+
+/// Whether followers are told of `event` when `now` view the conversation: a join while
+/// someone else views it too, a leave that leaves someone.
+fn worth_telling(event: Event, now: &[Principal]) -> bool {
+    match event {
+        Event::Joined => now.len() > 1,
+        Event::Left => !now.is_empty(),
     }
 }
 
@@ -174,7 +187,9 @@ impl Manager {
             bus.publish(conversation.row, &frame(here));
         }
         let everyone = self.shared.viewers.everyone(conversation.row, here);
-        let _ = slot.events.send(frame(&everyone));
+        if worth_telling(event, &everyone) {
+            let _ = slot.events.send(frame(&everyone));
+        }
     }
 }
 

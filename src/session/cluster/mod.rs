@@ -344,8 +344,9 @@ impl Bus {
                 // Who views it through that node, merged with who does elsewhere.
                 let frame = if frame.kind == "viewers" {
                     match viewers.relayed(&conversation, &opened.from, &frame) {
-                        Some(frame) => frame,
-                        None => {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => continue,
+                        Err(()) => {
                             seal.refused(Kind::Frame, Refusal::Malformed, Some(&opened.from));
                             continue;
                         }
