@@ -415,10 +415,14 @@ impl Relayed {
             .filter_map(|f| f["seq"].as_i64())
             .max()
             .unwrap();
+        // Node A's frames only: B's own (who views `x` through it) are not B's to refuse.
         let mut captured = Vec::new();
         while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), sniffer.next()).await
         {
-            captured.push(msg);
+            let from = msg.headers.as_ref().and_then(|h| h.get("Agentmux-From"));
+            if from.map(|v| v.as_str()) == Some("node-a") {
+                captured.push(msg);
+            }
         }
         assert!(
             captured.iter().any(|m| m
