@@ -7,7 +7,7 @@
 import { imageBlock } from '../images.js';
 import { client } from './api.js';
 import { startSession } from './conversations.js';
-import { button, el, ui } from './dom.js';
+import { button, el, messagePlaceholder, touch, ui } from './dom.js';
 import { DRAFT_PREFIX, state } from './state.js';
 import { imageElement, notice } from './view.js';
 
@@ -119,11 +119,8 @@ ui.composer.addEventListener('submit', (event) => {
   event.preventDefault();
   send();
 });
-/** A touch screen: its keyboard's Enter makes a new line, Send sends. */
-const touch = window.matchMedia('(pointer: coarse)');
-
 function renderPlaceholder() {
-  ui.input.placeholder = touch.matches ? 'Message' : 'Message (Enter sends, Shift+Enter for a new line, Esc stops)';
+  ui.input.placeholder = messagePlaceholder();
 }
 renderPlaceholder();
 touch.addEventListener('change', renderPlaceholder);

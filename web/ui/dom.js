@@ -153,3 +153,11 @@ export const ui = {
   token: /** @type {HTMLInputElement} */ (byId('token')),
   signInError: byId('sign-in-error'),
 };
+
+/** A touch screen: its keyboard's Enter makes a new line, Send sends. */
+export const touch = window.matchMedia('(pointer: coarse)');
+
+/** The message box's own placeholder: short on a touch screen, whose Enter makes a new line. */
+export function messagePlaceholder() {
+  return touch.matches ? 'Message' : 'Message (Enter sends, Shift+Enter for a new line, Esc stops)';
+}

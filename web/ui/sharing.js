@@ -7,7 +7,7 @@
  */
 
 import { api, apiError } from './api.js';
-import { button, el, ui } from './dom.js';
+import { button, el, messagePlaceholder, ui } from './dom.js';
 import { state } from './state.js';
 
 /** Why a control is off in a conversation shared with you as a viewer. */
@@ -28,8 +28,6 @@ export function roleOf(agentId) {
 
 /** The titles controls have when nothing limits them. */
 const ownTitles = new Map();
-/** The message box's own placeholder. */
-const PLACEHOLDER = ui.input.placeholder;
 
 /**
  * Turns a control on or off, its title saying why it is off.
@@ -50,7 +48,7 @@ export function renderRole() {
   const viewer = role === 'viewer' ? VIEWER_ONLY : '';
   const ownerOnly = role === 'owner' ? '' : OWNER_ONLY;
   for (const c of [ui.input, ui.send, ui.stop, ui.attach]) allow(c, viewer);
-  ui.input.placeholder = viewer ? 'You can read this conversation: only its owner or an editor can write in it' : PLACEHOLDER;
+  ui.input.placeholder = viewer ? 'You can read this conversation: only its owner or an editor can write in it' : messagePlaceholder();
   for (const c of [ui.model, ui.permissionMode, ui.share]) allow(c, ownerOnly);
   const info = state.current ? state.sessions.get(state.current) : undefined;
   ui.sharedBy.hidden = role === 'owner';
