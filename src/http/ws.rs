@@ -34,7 +34,7 @@ use crate::protocol::{
 };
 use crate::session::events::{Batches, Lagged, Receiver};
 use crate::session::replay::Cursor;
-use crate::session::{ChatAccepted, Command, Need, Outcome, SessionError, Viewing};
+use crate::session::{ChatAccepted, Need, SessionError, Viewing};
 
 use super::shared::{self, Ended, Revocations, named};
 
@@ -346,14 +346,30 @@ impl Connection {
                 if let Err(err) = self.room_to_follow(&agent_id) {
                     return self.on_stored(agent_id, client_msg_id, Err(err)).await;
                 }
-                let need = Need::for_chat(&chat);
-                let command = Command::Chat { chat, marker: None };
-                self.command(agent_id, client_msg_id, command, need).await
+                match manager.chat(&self.principal, chat).await {
+                    Ok(pending) => {
+                        self.acks.push_back(Box::pin(async move {
+                            (agent_id, client_msg_id, pending.stored().await)
+                        }));
+                        Ok(())
+                    }
+                    Err(err) => self.on_stored(agent_id, client_msg_id, Err(err)).await,
+                }
             }
             ClientFrame::Interrupt { agent_id } => {
                 self.app.metrics.frame_in("interrupt");
-                self.command(agent_id, None, Command::Interrupt, Need::Edit)
-                    .await
+                match manager.interrupt_turn(&self.principal, &agent_id).await {
+                    Ok(outcome) if !outcome.was_running => {
+                        let idle = protocol::status_frame(
+                            outcome.conversation.tag(),
+                            "idle",
+                            "no turn is running",
+                        );
+                        self.send_as(&agent_id, idle).await
+                    }
+                    Ok(_) => Ok(()),
+                    Err(err) => self.send_error(&err.into_frame(&agent_id, None)).await,
+                }
             }
             ClientFrame::Ping { ts } => {
                 self.app.metrics.frame_in("ping");
@@ -411,11 +427,12 @@ impl Connection {
                 decision,
             } => {
                 self.app.metrics.frame_in("permission_response");
-                let command = Command::AnswerPermission {
-                    request_id,
-                    decision,
-                };
-                self.command(agent_id, None, command, Need::Edit).await
+                let answered =
+                    manager.answer_prompt(&self.principal, &agent_id, request_id, decision);
+                match answered.await {
+                    Ok(()) => Ok(()),
+                    Err(err) => self.send_error(&err.into_frame(&agent_id, None)).await,
+                }
             }
             ClientFrame::Unsubscribe { agent_id } => {
                 self.app.metrics.frame_in("unsubscribe");
@@ -447,8 +464,12 @@ impl Connection {
             }
             ClientFrame::Rewind { agent_id, to_seq } => {
                 self.app.metrics.frame_in("rewind");
-                self.command(agent_id, None, Command::Rewind { to_seq }, Need::Edit)
-                    .await
+                match manager.rewind_to(&self.principal, &agent_id, to_seq).await {
+                    // A follower gets the stored status through its subscription.
+                    Ok(_) if self.followed.contains_key(&agent_id) => Ok(()),
+                    Ok(status) => self.send_as(&agent_id, status).await,
+                    Err(err) => self.send_error(&err.into_frame(&agent_id, None)).await,
+                }
             }
             ClientFrame::Fork {
                 agent_id,
@@ -456,60 +477,18 @@ impl Connection {
                 at_seq,
             } => {
                 self.app.metrics.frame_in("fork");
-                let command = Command::Fork {
-                    new_agent_id,
-                    at_seq,
-                };
-                self.command(agent_id, None, command, Need::View).await
-            }
-        }
-    }
-
-    /// Runs a command for conversation `agent_id` (the client's name for it: its own, or the
-    /// alias of one shared with it, where its role must allow `need`) and answers what it did
-    /// (or its error).
-    async fn command(
-        &mut self,
-        agent_id: AgentId,
-        client_msg_id: Option<String>,
-        command: Command,
-        need: Need,
-    ) -> SocketResult {
-        let manager = self.app.manager.clone();
-        let ran = manager.act(&self.principal, &agent_id, need, command).await;
-        let outcome = match ran {
-            Ok(outcome) => outcome,
-            Err(err) => return self.on_stored(agent_id, client_msg_id, Err(err)).await,
-        };
-        match outcome {
-            Outcome::Chat(pending) => {
-                self.acks.push_back(Box::pin(async move {
-                    (agent_id, client_msg_id, pending.stored().await)
-                }));
-                Ok(())
-            }
-            Outcome::Interrupted(outcome) if !outcome.was_running => {
-                let idle = protocol::status_frame(
-                    outcome.conversation.tag(),
-                    "idle",
-                    "no turn is running",
-                );
-                self.send_as(&agent_id, idle).await
-            }
-            Outcome::Interrupted(_) | Outcome::Answered => Ok(()),
-            // A follower gets the stored status through its subscription.
-            Outcome::Rewound(_) if self.followed.contains_key(&agent_id) => Ok(()),
-            Outcome::Rewound(status) => self.send_as(&agent_id, status).await,
-            Outcome::Forked(fork) => {
-                self.send(protocol::forked_frame(
-                    Tag {
-                        agent_id: &fork.agent_id,
-                        session_id: &fork.session_id,
-                    },
-                    fork.last_seq,
-                    &agent_id,
-                ))
-                .await
+                let forked = manager.fork(&self.principal, &agent_id, new_agent_id, at_seq);
+                match forked.await {
+                    Ok(fork) => {
+                        let tag = Tag {
+                            agent_id: &fork.agent_id,
+                            session_id: &fork.session_id,
+                        };
+                        self.send(protocol::forked_frame(tag, fork.last_seq, &agent_id))
+                            .await
+                    }
+                    Err(err) => self.send_error(&err.into_frame(&agent_id, None)).await,
+                }
             }
         }
     }

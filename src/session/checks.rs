@@ -24,7 +24,7 @@ impl Manager {
         )
     }
 
-    /// Checks a chat's options as running its [`Command::Chat`](super::Command::Chat) would
+    /// Checks a chat's options as sending it ([`Manager::chat`]) would
     /// before creating or starting anything, against the conversation's agent, or for a new
     /// conversation (always when `new`) the agent it would get.
     ///

@@ -1,227 +1,24 @@
-//! The [`Command`] every edge builds and [`Manager::run`] that runs it, with the commands on an
-//! existing conversation (interrupt, permission answer, rewind, fork) and its deletion; a chat
-//! is handed on to `start`.
+//! The commands on an existing conversation (interrupt, permission answer, rewind, fork) as its
+//! owner's side runs them, for whoever sends them, and its deletion; a chat is handed on to
+//! `start`. What an edge calls is in `asks`.
 
 use tokio::sync::oneshot;
 
 use super::errors::{stopped, store_error};
 use super::routing::Route;
 use super::slots::{SlotState, send_input};
-use super::{Interrupted, Manager, PendingChat, SessionRecord, actor, cluster};
-use crate::protocol::{
-    self, AgentId, Chat, ClientFrame, ErrorCode, Frame, PermissionDecision, Principal, SessionId,
-};
+use super::{Command, Interrupted, Manager, SessionRecord, actor, cluster};
+use crate::protocol::{self, AgentId, ErrorCode, Frame, Principal, SessionId};
 use crate::session::SessionError;
-use crate::store::{NewMessage, StoreError};
-
-/// What a client can ask of one conversation, built by each edge from its own typed input and
-/// run by [`Manager::run`]. In cluster mode it goes to the node that runs the conversation as
-/// the client frame it mirrors ([`Command::into_frame`]), which that node decodes as a
-/// socket's.
-#[derive(Debug, Clone)]
-// A command lives for one call and is moved a few times; boxing its chat would cost every chat
-// an allocation for nothing.
-#[allow(clippy::large_enum_variant)]
-pub enum Command {
-    /// Store and run a user turn (the chat names its conversation).
-    Chat {
-        /// The turn.
-        chat: Chat,
-        /// A status stored just before the user message, in the same write: the
-        /// `scheduled_run` mark of a schedule's run. None from a client.
-        marker: Option<Box<NewMessage>>,
-    },
-    /// Stop the running turn.
-    Interrupt,
-    /// Answer a pending tool permission request.
-    AnswerPermission {
-        /// The request answered.
-        request_id: String,
-        /// Allow or deny.
-        decision: PermissionDecision,
-    },
-    /// Drop the stored messages after a `result`'s `seq`.
-    Rewind {
-        /// The `seq` of the `result` to go back to.
-        to_seq: i64,
-    },
-    /// Start a new conversation from this one's history.
-    Fork {
-        /// The new conversation's routing key.
-        new_agent_id: AgentId,
-        /// The `seq` of the `result` to fork at; the latest when absent.
-        at_seq: Option<i64>,
-    },
-}
-
-impl Command {
-    /// The client frame that asks this of conversation `agent_id`.
-    pub fn into_frame(self, agent_id: AgentId) -> ClientFrame {
-        match self {
-            Command::Chat { chat, .. } => ClientFrame::Chat(chat),
-            Command::Interrupt => ClientFrame::Interrupt { agent_id },
-            Command::AnswerPermission {
-                request_id,
-                decision,
-            } => ClientFrame::PermissionResponse {
-                agent_id,
-                request_id,
-                decision,
-            },
-            Command::Rewind { to_seq } => ClientFrame::Rewind { agent_id, to_seq },
-            Command::Fork {
-                new_agent_id,
-                at_seq,
-            } => ClientFrame::Fork {
-                agent_id,
-                new_agent_id,
-                at_seq,
-            },
-        }
-    }
-
-    /// The command a client frame asks of its conversation (unmarked), and that conversation;
-    /// none for a frame about the socket itself (ping, subscriptions, the activity feed).
-    pub fn from_frame(frame: ClientFrame) -> Option<(AgentId, Command)> {
-        Some(match frame {
-            ClientFrame::Chat(chat) => {
-                (chat.agent_id.clone(), Command::Chat { chat, marker: None })
-            }
-            ClientFrame::Interrupt { agent_id } => (agent_id, Command::Interrupt),
-            ClientFrame::PermissionResponse {
-                agent_id,
-                request_id,
-                decision,
-            } => (
-                agent_id,
-                Command::AnswerPermission {
-                    request_id,
-                    decision,
-                },
-            ),
-            ClientFrame::Rewind { agent_id, to_seq } => (agent_id, Command::Rewind { to_seq }),
-            ClientFrame::Fork {
-                agent_id,
-                new_agent_id,
-                at_seq,
-            } => (
-                agent_id,
-                Command::Fork {
-                    new_agent_id,
-                    at_seq,
-                },
-            ),
-            ClientFrame::Ping { .. }
-            | ClientFrame::Subscribe { .. }
-            | ClientFrame::Unsubscribe { .. }
-            | ClientFrame::Watch
-            | ClientFrame::Unwatch
-            | ClientFrame::Presence { .. } => return None,
-        })
-    }
-}
-
-impl Command {
-    /// The audit log's name for it.
-    pub fn action(&self) -> &'static str {
-        match self {
-            Command::Chat { .. } => "chat",
-            Command::Interrupt => "interrupt",
-            Command::AnswerPermission { .. } => "permission_response",
-            Command::Rewind { .. } => "rewind",
-            Command::Fork { .. } => "fork",
-        }
-    }
-
-    /// Its particulars for the audit log (never a message's content).
-    pub fn audit_detail(&self) -> serde_json::Value {
-        match self {
-            Command::Chat { chat, .. } => serde_json::json!({
-                "client_msg_id": chat.client_msg_id,
-                "options": !chat.options.is_empty(),
-            }),
-            Command::Interrupt => serde_json::json!({}),
-            Command::AnswerPermission {
-                request_id,
-                decision,
-            } => serde_json::json!({
-                "request_id": request_id,
-                "behavior": match decision {
-                    PermissionDecision::Allow { .. } => "allow",
-                    PermissionDecision::Deny { .. } => "deny",
-                },
-            }),
-            Command::Rewind { to_seq } => serde_json::json!({ "to_seq": to_seq }),
-            Command::Fork {
-                new_agent_id,
-                at_seq,
-            } => serde_json::json!({ "new_agent_id": new_agent_id, "at_seq": at_seq }),
-        }
-    }
-}
-
-/// What a [`Command`] did.
-pub enum Outcome {
-    /// The chat was handed to its conversation; its user message is being stored.
-    Chat(PendingChat),
-    /// The interrupt was handled.
-    Interrupted(Interrupted),
-    /// The permission answer was taken.
-    Answered,
-    /// The rewind stored this `rewound` status.
-    Rewound(Frame),
-    /// The fork created this conversation.
-    Forked(Box<SessionRecord>),
-}
+use crate::store::StoreError;
 
 impl Manager {
-    /// Runs `command` for conversation `agent_id` of `principal` (a chat names its own): what
-    /// every edge calls.
-    ///
-    /// # Errors
-    /// Those of the command's own method.
-    pub async fn run(
-        &self,
-        principal: &Principal,
-        agent_id: &AgentId,
-        sender: &Principal,
-        command: Command,
-    ) -> Result<Outcome, SessionError> {
-        Ok(match command {
-            Command::Chat { mut chat, marker } => {
-                chat.sender = Some(sender.clone());
-                Outcome::Chat(self.submit_marked(principal, chat, marker).await?)
-            }
-            Command::Interrupt => {
-                Outcome::Interrupted(self.interrupt(principal, agent_id, sender).await?)
-            }
-            Command::AnswerPermission {
-                request_id,
-                decision,
-            } => {
-                self.answer_permission(principal, agent_id, sender, request_id, decision)
-                    .await?;
-                Outcome::Answered
-            }
-            Command::Rewind { to_seq } => {
-                Outcome::Rewound(self.rewind(principal, agent_id, sender, to_seq).await?)
-            }
-            Command::Fork {
-                new_agent_id,
-                at_seq,
-            } => Outcome::Forked(Box::new(
-                self.fork_into(principal, agent_id, principal, &new_agent_id, at_seq)
-                    .await?,
-            )),
-        })
-    }
-
     /// Stops the running turn of a conversation, if any; with none running, cancels its wait
     /// for a rate limit, if it has one.
     ///
     /// # Errors
     /// `unknown_agent` when there is no such conversation.
-    async fn interrupt(
+    pub(super) async fn interrupt(
         &self,
         principal: &Principal,
         agent_id: &AgentId,
@@ -323,7 +120,7 @@ impl Manager {
     ///
     /// # Errors
     /// `unknown_agent`, or `unknown_request` when no such request is pending.
-    async fn answer_permission(
+    pub(super) async fn answer_permission(
         &self,
         principal: &Principal,
         agent_id: &AgentId,
@@ -376,7 +173,7 @@ impl Manager {
     /// # Errors
     /// `unknown_agent`, `invalid_seq` (not a `result`'s seq), `busy` (a turn is running or
     /// queued) or `store_unavailable`.
-    async fn rewind(
+    pub(super) async fn rewind(
         &self,
         principal: &Principal,
         agent_id: &AgentId,

@@ -11,13 +11,14 @@
 //! worked on): work refused by a limit leaves none behind.
 //!
 //! The [`Manager`] is spread over files by job: `slots` (the slot map), `start` (starting and
-//! resuming actors), `checks` (option and access checks), `commands` (the one entry for what a
-//! client asks, and the commands on an existing conversation), `routing` (between nodes),
-//! `history` (stored conversations), and `errors`. The `actor` runs one live conversation, and
-//! `cluster` is the bus between nodes.
+//! resuming actors), `checks` (option and access checks), `asks` (the one entry for what a
+//! client asks, a typed method per command), `commands` (the commands on an existing
+//! conversation), `routing` (between nodes), `history` (stored conversations), and `errors`.
+//! The `actor` runs one live conversation, and `cluster` is the bus between nodes.
 
 mod activity;
 mod actor;
+mod asks;
 mod audit;
 pub mod backup;
 mod checks;
@@ -50,7 +51,6 @@ pub use audit::Audit;
 pub use backup::Backup;
 pub use cli_sessions::{CliSession, Project};
 pub use cluster::Bus;
-pub use commands::{Command, Outcome};
 pub use errors::SessionError;
 pub use history::{ExportLine, MAX_TITLE_CHARS};
 pub use links::{MAX_LINK_SECS, MAX_LINK_USES, NewLink};
@@ -70,6 +70,7 @@ use crate::limits::Quota;
 use crate::metrics::Metrics;
 use crate::protocol::{AgentId, ErrorCode, Principal, SessionId, Tag};
 use crate::store::{RowId, Store};
+use routing::Command;
 use slots::{Key, Slot};
 
 /// The identity of a conversation that frames are tagged with.

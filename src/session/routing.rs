@@ -1,6 +1,6 @@
 //! Routing between nodes (cluster mode): a command for a conversation another node runs goes to
-//! that node, a chat whose node is gone waits to take the conversation over, and other nodes'
-//! frames are relayed to this node's followers.
+//! that node as a [`Command`], a chat whose node is gone waits to take the conversation over,
+//! and other nodes' frames are relayed to this node's followers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,8 +9,10 @@ use tokio::sync::oneshot;
 
 use super::errors::store_error;
 use super::slots::Slot;
-use super::{Command, Conversation, Manager, Outcome, PendingChat, SessionRecord, cluster};
-use crate::protocol::{AgentId, Chat, ErrorCode, Frame, Principal};
+use super::{Conversation, Manager, PendingChat, SessionRecord, cluster};
+use crate::protocol::{
+    AgentId, Chat, ClientFrame, ErrorCode, Frame, PermissionDecision, Principal,
+};
 use crate::session::SessionError;
 use crate::store::{NewMessage, RowId, StoreError};
 
@@ -25,6 +27,89 @@ const TAKEOVER_POLL: Duration = Duration::from_millis(200);
 pub(super) enum Route {
     AnyNode,
     ThisNode,
+}
+
+/// A command for a conversation another node runs, as it is forwarded there: what a client
+/// can ask of a conversation that its owner's node must run (a fork runs from the store, on
+/// the node that got it). It goes as the client frame it mirrors ([`Command::into_frame`]),
+/// which that node decodes as a socket's; only the session layer makes one, so only a
+/// schedule's run or a "continue" turn carries a marker.
+#[derive(Debug, Clone)]
+// A command lives for one call and is moved a few times; boxing its chat would cost every chat
+// an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Command {
+    /// Store and run a user turn (the chat names its conversation).
+    Chat {
+        /// The turn.
+        chat: Chat,
+        /// A status stored just before the user message, in the same write: the
+        /// `scheduled_run` mark of a schedule's run, or the mark of a "continue" turn.
+        marker: Option<Box<NewMessage>>,
+    },
+    /// Stop the running turn.
+    Interrupt,
+    /// Answer a pending tool permission request.
+    AnswerPermission {
+        /// The request answered.
+        request_id: String,
+        /// Allow or deny.
+        decision: PermissionDecision,
+    },
+    /// Drop the stored messages after a `result`'s `seq`.
+    Rewind {
+        /// The `seq` of the `result` to go back to.
+        to_seq: i64,
+    },
+}
+
+impl Command {
+    /// The client frame that asks this of conversation `agent_id`.
+    pub(super) fn into_frame(self, agent_id: AgentId) -> ClientFrame {
+        match self {
+            Command::Chat { chat, .. } => ClientFrame::Chat(chat),
+            Command::Interrupt => ClientFrame::Interrupt { agent_id },
+            Command::AnswerPermission {
+                request_id,
+                decision,
+            } => ClientFrame::PermissionResponse {
+                agent_id,
+                request_id,
+                decision,
+            },
+            Command::Rewind { to_seq } => ClientFrame::Rewind { agent_id, to_seq },
+        }
+    }
+
+    /// The command a client frame asks of its conversation (unmarked), and that conversation;
+    /// none for a frame that is not forwarded (a fork, or one about the socket itself).
+    pub(super) fn from_frame(frame: ClientFrame) -> Option<(AgentId, Command)> {
+        Some(match frame {
+            ClientFrame::Chat(chat) => {
+                (chat.agent_id.clone(), Command::Chat { chat, marker: None })
+            }
+            ClientFrame::Interrupt { agent_id } => (agent_id, Command::Interrupt),
+            ClientFrame::PermissionResponse {
+                agent_id,
+                request_id,
+                decision,
+            } => (
+                agent_id,
+                Command::AnswerPermission {
+                    request_id,
+                    decision,
+                },
+            ),
+            ClientFrame::Rewind { agent_id, to_seq } => (agent_id, Command::Rewind { to_seq }),
+            ClientFrame::Fork { .. }
+            | ClientFrame::Ping { .. }
+            | ClientFrame::Subscribe { .. }
+            | ClientFrame::Unsubscribe { .. }
+            | ClientFrame::Watch
+            | ClientFrame::Unwatch
+            | ClientFrame::Presence { .. } => return None,
+        })
+    }
 }
 
 impl Manager {
@@ -145,8 +230,7 @@ impl Manager {
         }
     }
 
-    /// Runs a command another node forwarded, on this node only, and says how it went. A fork
-    /// never gets here: it is refused as it arrives.
+    /// Runs a command another node forwarded, on this node only, and says how it went.
     pub(super) async fn answer(
         &self,
         principal: &Principal,
@@ -154,36 +238,40 @@ impl Manager {
         sender: &Principal,
         command: Command,
     ) -> cluster::Answer {
-        let answer = match self
-            .this_node_only()
-            .run(principal, agent_id, sender, command)
-            .await
-        {
-            Ok(Outcome::Chat(pending)) => {
-                pending
-                    .stored()
-                    .await
-                    .map(|accepted| cluster::Answer::Chat {
-                        seq: accepted.seq,
-                        queue_position: accepted.queue_position,
-                    })
+        let here = self.this_node_only();
+        let answer = match command {
+            Command::Chat { mut chat, marker } => {
+                chat.sender = Some(sender.clone());
+                match here.submit_marked(principal, chat, marker).await {
+                    Ok(pending) => pending
+                        .stored()
+                        .await
+                        .map(|accepted| cluster::Answer::Chat {
+                            seq: accepted.seq,
+                            queue_position: accepted.queue_position,
+                        }),
+                    Err(err) => Err(err),
+                }
             }
-            Ok(Outcome::Interrupted(i)) => Ok(cluster::Answer::Interrupt {
-                was_running: i.was_running,
-                cancelled_wait: i.cancelled_wait,
+            Command::Interrupt => (here.interrupt(principal, agent_id, sender).await).map(|i| {
+                cluster::Answer::Interrupt {
+                    was_running: i.was_running,
+                    cancelled_wait: i.cancelled_wait,
+                }
             }),
-            Ok(Outcome::Answered) => Ok(cluster::Answer::Done),
-            Ok(Outcome::Rewound(frame)) => Ok(cluster::Answer::Rewound {
-                seq: frame.seq,
-                message_type: frame.kind.to_owned(),
-                text: frame.text.as_str().to_owned(),
-            }),
-            // Refused as it arrives (`Forward::command`); never run for another node.
-            Ok(Outcome::Forked(_)) => Err(SessionError::new(
-                ErrorCode::BadFrame,
-                "a fork is not forwarded between nodes",
-            )),
-            Err(err) => Err(err),
+            Command::AnswerPermission {
+                request_id,
+                decision,
+            } => here
+                .answer_permission(principal, agent_id, sender, request_id, decision)
+                .await
+                .map(|()| cluster::Answer::Done),
+            Command::Rewind { to_seq } => (here.rewind(principal, agent_id, sender, to_seq).await)
+                .map(|frame| cluster::Answer::Rewound {
+                    seq: frame.seq,
+                    message_type: frame.kind.to_owned(),
+                    text: frame.text.as_str().to_owned(),
+                }),
         };
         answer.unwrap_or_else(cluster::Answer::from_error)
     }

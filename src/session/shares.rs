@@ -1,14 +1,14 @@
 //! Conversations shared with other principals: granting, changing and revoking a role, and
 //! the one check every edge makes before acting on a conversation by the `agent_id` it was
 //! given — its own, or the alias of one shared with it — which names the conversation to act
-//! on and refuses what the caller's role does not allow.
+//! on and refuses what the caller's role does not allow (the commands make it in `asks`).
 
 use dashmap::DashMap;
 use tokio::sync::broadcast;
 
 use super::errors::{store_error, store_failure, unknown_agent};
-use super::{Audit, Command, Manager, Outcome, SessionError};
-use crate::protocol::{AgentId, ChatOptions, ErrorCode, Principal, Role};
+use super::{Audit, Manager, SessionError};
+use crate::protocol::{AgentId, ErrorCode, Principal, Role};
 use crate::store::shares::ShareRow;
 
 /// What an edge is about to do with a conversation, from the least to the most.
@@ -25,7 +25,7 @@ pub enum Need {
 impl Need {
     /// What sending `chat` needs: to edit, or to own the conversation when it sets the
     /// conversation's own spending cap.
-    pub fn for_chat(chat: &crate::protocol::Chat) -> Need {
+    pub(super) fn for_chat(chat: &crate::protocol::Chat) -> Need {
         match chat.options.budget_usd {
             Some(_) => Need::Own,
             None => Need::Edit,
@@ -252,85 +252,6 @@ impl Manager {
             .shared_with(principal)
             .await
             .map_err(store_failure)
-    }
-
-    /// Runs `command` as `acting` says, for `caller`: on the conversation `acting` names; a
-    /// chat a sharee sends carries no options (only the owner changes them), and a fork of a
-    /// conversation shared with the caller is the caller's own.
-    ///
-    /// # Errors
-    /// `forbidden` for a sharee's chat with options; those of [`Manager::run`].
-    pub async fn run_as(
-        &self,
-        caller: &Principal,
-        acting: &Acting,
-        command: Command,
-    ) -> Result<Outcome, SessionError> {
-        let command = match command {
-            Command::Chat { mut chat, marker } => {
-                if acting.shared.is_some() && chat.options != ChatOptions::default() {
-                    return Err(SessionError::new(
-                        ErrorCode::Forbidden,
-                        "only the owner changes a shared conversation's options",
-                    ));
-                }
-                chat.agent_id = acting.agent_id.clone();
-                Command::Chat { chat, marker }
-            }
-            Command::Fork {
-                new_agent_id,
-                at_seq,
-            } if acting.shared.is_some() => {
-                let fork = Box::pin(self.fork_into(
-                    &acting.principal,
-                    &acting.agent_id,
-                    caller,
-                    &new_agent_id,
-                    at_seq,
-                ))
-                .await?;
-                return Ok(Outcome::Forked(Box::new(fork)));
-            }
-            other => other,
-        };
-        // Boxed: a command's future (a new worktree's git among it) is large, and every edge
-        // awaits this one inside its own.
-        Box::pin(self.run(&acting.principal, &acting.agent_id, caller, command)).await
-    }
-
-    /// Runs `command` on the conversation `agent_id` names for `caller` (their own, or one
-    /// shared with them whose role allows `need`), and records it in the audit log: what
-    /// every edge calls for a client's command.
-    ///
-    /// # Errors
-    /// Those of [`Manager::acting`] and [`Manager::run_as`].
-    pub async fn act(
-        &self,
-        caller: &Principal,
-        agent_id: &AgentId,
-        need: Need,
-        command: Command,
-    ) -> Result<Outcome, SessionError> {
-        let entry = Audit::new(caller, command.action()).detail(command.audit_detail());
-        let acting = match self.acting(caller, agent_id, need).await {
-            Ok(acting) => acting,
-            Err(err) => {
-                let mut detail = command.audit_detail();
-                detail["agent_id"] = agent_id.as_str().into();
-                let mut entry = entry.detail(detail);
-                // Its owner learns of a sharee's refused attempt; nobody of a guessed alias.
-                if !agent_id.is_share_alias() {
-                    entry = entry.on(caller, agent_id);
-                } else if let Ok(Some(share)) = self.shared.store.find_share(caller, agent_id).await
-                {
-                    entry = entry.on(&share.owner, &share.agent_id);
-                }
-                return self.audited(entry, Err(err)).await;
-            }
-        };
-        let entry = entry.on(&acting.principal, &acting.agent_id);
-        let ran = Box::pin(self.run_as(caller, &acting, command)).await;
-        self.audited(entry, ran).await
     }
 
     /// The shares of `principal` that end from now on, for a stream following one.

@@ -102,6 +102,23 @@ impl Manager {
         })
     }
 
+    /// Sends a turn the server sends for `principal` itself (a schedule's run, a turn that
+    /// continues after a rate limit), with `marker`, the status that says why, stored just
+    /// before its user message; returns once it is stored. Only the session layer marks a turn.
+    ///
+    /// # Errors
+    /// Those of [`Manager::submit_marked`] and [`PendingChat::stored`].
+    pub(super) async fn submit_own(
+        &self,
+        principal: &Principal,
+        mut chat: Chat,
+        marker: NewMessage,
+    ) -> Result<super::ChatAccepted, SessionError> {
+        chat.sender = Some(principal.clone());
+        let pending = self.submit_marked(principal, chat, Some(Box::new(marker)));
+        pending.await?.stored().await
+    }
+
     /// Starts the actor of a conversation, creating the conversation if it is new.
     async fn start(
         &self,

@@ -14,7 +14,6 @@ use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol;
 use crate::push::{Subscription, SubscriptionBody};
-use crate::session::{Command, Need, Outcome};
 
 /// Most bytes of a push request's body: a browser's subscription is well under 1 KiB, and a
 /// reply from a notification is a line or two.
@@ -143,7 +142,10 @@ pub async fn act(
         (_, None) => None,
     };
     let action = app.push.take_action(&body.token).await?;
-    let command = match (body.action, action.request_id, text) {
+    // Checked now, not when the notification was sent: a share revoked or downgraded since
+    // leaves its token nothing to do.
+    let (principal, agent_id) = (&action.principal, &action.agent_id);
+    match (body.action, action.request_id, text) {
         (ActionKind::Allow | ActionKind::Deny, Some(request_id), None) => {
             let mut fields = Map::from_iter([("request_id".to_owned(), json!(request_id))]);
             match body.action {
@@ -154,16 +156,16 @@ pub async fn act(
                 }
             };
             let (request_id, decision) = protocol::decode_permission_response(&fields)?;
-            Command::AnswerPermission {
-                request_id,
-                decision,
-            }
+            let answered = app
+                .manager
+                .answer_prompt(principal, agent_id, request_id, decision);
+            answered.await?;
         }
         (ActionKind::Reply, None, Some(text)) => {
             let fields = Map::from_iter([("content".to_owned(), Value::String(text))]);
             let limits = app.config.decode_limits();
-            let chat = protocol::decode_chat(action.agent_id.clone(), &fields, limits)?;
-            Command::Chat { chat, marker: None }
+            let chat = protocol::decode_chat(agent_id.clone(), &fields, limits)?;
+            app.manager.chat(principal, chat).await?.stored().await?;
         }
         _ => {
             return Err(ApiError::new(
@@ -171,15 +173,6 @@ pub async fn act(
                 "this action token is not valid for that action",
             ));
         }
-    };
-    // Checked now, not when the notification was sent: a share revoked or downgraded since
-    // leaves its token nothing to do.
-    if let Outcome::Chat(pending) = app
-        .manager
-        .act(&action.principal, &action.agent_id, Need::Edit, command)
-        .await?
-    {
-        pending.stored().await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -22,7 +22,7 @@ use crate::http::auth::Principal;
 use crate::http::shared::named;
 use crate::http::{ApiError, ErrorBody};
 use crate::protocol::{self, AgentId, Frame};
-use crate::session::{Audit, Command, Cursor, ExportLine, Need, Outcome, PageStart, SessionQuery};
+use crate::session::{Audit, Cursor, ExportLine, Need, PageStart, SessionQuery};
 
 /// Largest accepted import, in bytes.
 pub const MAX_IMPORT_BYTES: usize = 64 << 20; // 64 MiB
@@ -500,12 +500,7 @@ pub async fn chat(
     ]);
     let chat = protocol::decode_chat(id.clone(), &fields, app.config.decode_limits())?;
     let client_msg_id = chat.client_msg_id.clone();
-    let need = Need::for_chat(&chat);
-    let command = Command::Chat { chat, marker: None };
-    let Outcome::Chat(pending) = app.manager.act(&principal, &id, need, command).await? else {
-        unreachable!("a chat's outcome")
-    };
-    let accepted = pending.stored().await?;
+    let accepted = app.manager.chat(&principal, chat).await?.stored().await?;
     let ack = protocol::ack_frame(
         accepted.conversation.tag(),
         client_msg_id.as_deref(),
@@ -531,14 +526,7 @@ pub async fn rewind(
     let id = agent_id(id)?;
     let Json(FrameBody(RewindBody { to_seq })) = body?;
     let to_seq = protocol::decode_rewind(&frame_fields([("to_seq", to_seq)]))?;
-    let command = Command::Rewind { to_seq };
-    let Outcome::Rewound(status) = app
-        .manager
-        .act(&principal, &id, Need::Edit, command)
-        .await?
-    else {
-        unreachable!("a rewind's outcome")
-    };
+    let status = app.manager.rewind_to(&principal, &id, to_seq).await?;
     Ok(frame_response(StatusCode::OK, named(&id, status)))
 }
 
@@ -564,14 +552,7 @@ pub async fn interrupt(
     Path(id): Path<String>,
 ) -> Result<Json<InterruptOutcome>, ApiError> {
     let id = agent_id(id)?;
-    let command = Command::Interrupt;
-    let Outcome::Interrupted(interrupted) = app
-        .manager
-        .act(&principal, &id, Need::Edit, command)
-        .await?
-    else {
-        unreachable!("an interrupt's outcome")
-    };
+    let interrupted = app.manager.interrupt_turn(&principal, &id).await?;
     Ok(Json(InterruptOutcome {
         was_running: interrupted.was_running,
         cancelled_wait: interrupted.cancelled_wait,
@@ -630,17 +611,9 @@ pub async fn answer_permission(
         ("always", always),
         ("message", message),
     ]))?;
-    let command = Command::AnswerPermission {
-        request_id,
-        decision,
-    };
-    let Outcome::Answered = app
-        .manager
-        .act(&principal, &id, Need::Edit, command)
-        .await?
-    else {
-        unreachable!("a permission answer's outcome")
-    };
+    app.manager
+        .answer_prompt(&principal, &id, request_id, decision)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -704,20 +677,13 @@ pub async fn fork(
     })) = body?;
     let fields = frame_fields([("new_agent_id", new_agent_id), ("at_seq", at_seq)]);
     let (new_agent_id, at_seq) = protocol::decode_fork(&id, &fields)?;
-    let command = Command::Fork {
-        new_agent_id,
-        at_seq,
-    };
-    let Outcome::Forked(record) = app
+    let record = app
         .manager
-        .act(&principal, &id, Need::View, command)
-        .await?
-    else {
-        unreachable!("a fork's outcome")
-    };
+        .fork(&principal, &id, new_agent_id, at_seq)
+        .await?;
     Ok((
         StatusCode::CREATED,
-        Json(summary(&app, &principal, *record).await),
+        Json(summary(&app, &principal, record).await),
     ))
 }
 

@@ -99,7 +99,7 @@ impl Forward {
         let frame = protocol::decode(self.frame.get(), limits)
             .map_err(|err| Answer::from_error(err.into()))?;
         match Command::from_frame(frame) {
-            Some((_, Command::Fork { .. })) | None => Err(Answer::Error {
+            None => Err(Answer::Error {
                 code: ErrorCode::BadFrame,
                 message: "only chat, interrupt, permission_response and rewind are forwarded"
                     .into(),
@@ -198,8 +198,7 @@ fn frames_subject(row: RowId) -> String {
 
 /// The subject of a node's commands: its name in hex, as a name may hold `.`.
 fn node_subject(node: &str) -> String {
-    let hex: String = node.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("agentmux.node.{hex}")
+    format!("agentmux.node.{}", hex::encode(node))
 }
 
 /// The seal of node `node` with the secret of `cluster`.
@@ -284,6 +283,50 @@ impl Bus {
         }))
     }
 
+    /// The messages other nodes publish on `subject` sealed as frames (covering the routing
+    /// headers `routing`), opened and taken in order per sending node (a replayed one is
+    /// refused), each with the node that sent it, until `stop`; returns once the subscription
+    /// is in place.
+    ///
+    /// # Errors
+    /// When the subscription can't be made.
+    async fn frames_on(
+        &self,
+        subject: String,
+        routing: &'static [&'static str],
+        stop: CancellationToken,
+    ) -> anyhow::Result<impl futures_util::Stream<Item = (async_nats::Message, String)> + use<>>
+    {
+        let order = self.seal.frame_order(&subject);
+        let sub = self.client.subscribe(subject.clone()).await?;
+        // The server has the subscription once it answers a flush.
+        self.client.flush().await?;
+        let state = (sub, order, self.seal.clone(), subject, stop);
+        Ok(futures_util::stream::unfold(
+            state,
+            move |state| async move {
+                let (mut sub, mut order, seal, subject, stop) = state;
+                loop {
+                    let msg = tokio::select! {
+                        msg = sub.next() => msg,
+                        () = stop.cancelled() => None,
+                    }?;
+                    let headers = msg.headers.as_ref();
+                    let Ok(opened) =
+                        seal.open(Kind::Frame, &subject, headers, routing, &msg.payload)
+                    else {
+                        continue;
+                    };
+                    if !seal.admit(&mut order, &opened.nonce) {
+                        seal.refused(Kind::Frame, Refusal::Replayed, Some(&opened.from));
+                        continue;
+                    }
+                    return Some(((msg, opened.from), (sub, order, seal, subject, stop)));
+                }
+            },
+        ))
+    }
+
     /// Publishes a frame of conversation `row` (committed, if stored) to the other nodes.
     pub(super) fn publish(&self, row: RowId, frame: &Frame) {
         let _ = self.frames.send((row, frame.clone()));
@@ -301,36 +344,20 @@ impl Bus {
         stop: CancellationToken,
     ) {
         let subject = frames_subject(conversation.row);
-        let mut order = self.seal.frame_order(&subject);
-        let mut sub = match self.client.subscribe(subject.clone()).await {
-            Ok(sub) => sub,
+        let frames = match self.frames_on(subject, &[TYPE, SEQ], stop).await {
+            Ok(frames) => frames,
             Err(err) => {
                 tracing::warn!(error = %err, "following a conversation on the other nodes failed");
                 return;
             }
         };
-        // The server has the subscription once it answers a flush.
-        let _ = self.client.flush().await;
         let (metrics, seal, page_bytes) =
             (self.metrics.clone(), self.seal.clone(), self.page_bytes);
         tokio::spawn(async move {
+            let mut frames = std::pin::pin!(frames);
             let mut last: Option<i64> = None;
-            loop {
-                let msg = tokio::select! {
-                    msg = sub.next() => msg,
-                    () = stop.cancelled() => break,
-                };
-                let Some(msg) = msg else { break };
+            while let Some((msg, from)) = frames.next().await {
                 let headers = msg.headers.as_ref();
-                let Ok(opened) =
-                    seal.open(Kind::Frame, &subject, headers, &[TYPE, SEQ], &msg.payload)
-                else {
-                    continue;
-                };
-                if !seal.admit(&mut order, &opened.nonce) {
-                    seal.refused(Kind::Frame, Refusal::Replayed, Some(&opened.from));
-                    continue;
-                }
                 let header = |name| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
                 let Some(frame) = relayed_frame(
                     &conversation,
@@ -338,16 +365,16 @@ impl Bus {
                     header(TYPE).unwrap_or_default(),
                     &msg.payload,
                 ) else {
-                    seal.refused(Kind::Frame, Refusal::Malformed, Some(&opened.from));
+                    seal.refused(Kind::Frame, Refusal::Malformed, Some(&from));
                     continue;
                 };
                 // Who views it through that node, merged with who does elsewhere.
                 let frame = if frame.kind == "viewers" {
-                    match viewers.relayed(&conversation, &opened.from, &frame) {
+                    match viewers.relayed(&conversation, &from, &frame) {
                         Ok(Some(frame)) => frame,
                         Ok(None) => continue,
                         Err(()) => {
-                            seal.refused(Kind::Frame, Refusal::Malformed, Some(&opened.from));
+                            seal.refused(Kind::Frame, Refusal::Malformed, Some(&from));
                             continue;
                         }
                     }

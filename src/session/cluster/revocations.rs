@@ -53,28 +53,10 @@ impl Bus {
         manager: Manager,
         stop: CancellationToken,
     ) -> anyhow::Result<()> {
-        let mut sub = self.client.subscribe(SUBJECT).await?;
-        self.client.flush().await?;
-        let mut order = self.seal.frame_order(SUBJECT);
+        let frames = self.frames_on(SUBJECT.into(), &[], stop).await?;
         tokio::spawn(async move {
-            loop {
-                let msg = tokio::select! {
-                    msg = sub.next() => msg,
-                    () = stop.cancelled() => break,
-                };
-                let Some(msg) = msg else { break };
-                let headers = msg.headers.as_ref();
-                let Ok(opened) = self
-                    .seal
-                    .open(Kind::Frame, SUBJECT, headers, &[], &msg.payload)
-                else {
-                    continue;
-                };
-                if !self.seal.admit(&mut order, &opened.nonce) {
-                    self.seal
-                        .refused(Kind::Frame, Refusal::Replayed, Some(&opened.from));
-                    continue;
-                }
+            let mut frames = std::pin::pin!(frames);
+            while let Some((msg, from)) = frames.next().await {
                 let ended = serde_json::from_slice::<Ended>(&msg.payload)
                     .ok()
                     .and_then(|e| {
@@ -87,7 +69,7 @@ impl Bus {
                     Some((principal, alias)) => manager.revoked_here(&principal, alias),
                     _ => self
                         .seal
-                        .refused(Kind::Frame, Refusal::Malformed, Some(&opened.from)),
+                        .refused(Kind::Frame, Refusal::Malformed, Some(&from)),
                 }
             }
         });

@@ -163,18 +163,20 @@ fn a_forwarded_command_comes_back_as_sent_and_a_changed_one_is_refused() {
 #[test]
 fn a_fork_or_a_frame_that_is_no_command_is_not_run_when_forwarded() {
     let agent_id = AgentId::parse("x").unwrap();
-    let fork = Command::Fork {
+    let fork = ClientFrame::Fork {
+        agent_id: agent_id.clone(),
         new_agent_id: AgentId::parse("y").unwrap(),
         at_seq: None,
     };
     let alice = Principal::new("alice");
-    let ping = Forward {
+    let forward = |frame: String| Forward {
         principal: alice.clone(),
         sender: None,
-        frame: RawValue::from_string(r#"{"type":"ping"}"#.into()).unwrap(),
+        frame: RawValue::from_string(frame).unwrap(),
         marker: None,
     };
-    for forward in [Forward::new(&alice, &alice, &agent_id, &fork), ping] {
+    let fork = serde_json::to_string(&fork).unwrap();
+    for forward in [forward(fork), forward(r#"{"type":"ping"}"#.into())] {
         let Err(Answer::Error { code, message }) = forward.command(LIMITS) else {
             panic!("run");
         };

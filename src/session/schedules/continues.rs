@@ -3,7 +3,6 @@
 //! status, on the scheduler's one timer.
 
 use super::super::actor::continued_status;
-use super::super::{Command, Outcome};
 use super::Scheduler;
 use crate::protocol::{Chat, ChatOptions, Content};
 use crate::store::waits::DueWait;
@@ -62,19 +61,11 @@ impl Scheduler {
             options: ChatOptions::default(),
             sender: None,
         };
-        let command = Command::Chat {
-            chat,
-            marker: Some(Box::new(continued_status())),
-        };
         let manager = &self.inner.manager;
-        let sent = match manager
-            .run(&wait.principal, &wait.agent_id, &wait.principal, command)
+        let sent = manager
+            .submit_own(&wait.principal, chat, continued_status())
             .await
-        {
-            Ok(Outcome::Chat(pending)) => pending.stored().await.map(|_| ()),
-            Ok(_) => unreachable!("a chat's outcome"),
-            Err(err) => Err(err),
-        };
+            .map(|_| ());
         match sent {
             Ok(()) => {
                 tracing::info!(agent_id = %wait.agent_id, "continued after a rate limit");

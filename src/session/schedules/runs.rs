@@ -7,7 +7,7 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::super::{Activity, Audit, ChatAccepted, Command, Outcome};
+use super::super::{Activity, Audit, ChatAccepted};
 use super::{Running, Scheduler};
 use crate::protocol::{self, Principal};
 use crate::session::SessionError;
@@ -176,23 +176,11 @@ impl Scheduler {
         // Counted against the hourly limit: the conversation is this run's own.
         marker.schedule_id = (row.mode == "new").then(|| row.id.clone());
         let agent_id = chat.agent_id.clone();
-        let command = Command::Chat {
-            chat,
-            marker: Some(Box::new(marker)),
-        };
         let manager = &self.inner.manager;
         let entry = Audit::new(&row.principal, "schedule_run")
             .on(&row.principal, &agent_id)
             .detail(json!({ "schedule": row.id, "trigger": trigger }));
-        let sent = async {
-            let Outcome::Chat(pending) = manager
-                .run(&row.principal, &agent_id, &row.principal, command)
-                .await?
-            else {
-                unreachable!("a chat's outcome")
-            };
-            pending.stored().await
-        };
+        let sent = manager.submit_own(&row.principal, chat, marker);
         manager.audited(entry, sent.await).await
     }
 
