@@ -112,11 +112,7 @@ impl Actor {
     /// more, and drop the queue.
     pub(super) async fn abandon(&mut self) {
         self.inputs.close();
-        self.shared
-            .metrics
-            .queued_turns(-(self.turns.queue.len() as i64));
-        self.turns.queue.clear();
-        self.turns.running = None;
+        self.drop_turns();
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
@@ -154,11 +150,7 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        self.shared
-            .metrics
-            .queued_turns(-(self.turns.queue.len() as i64));
-        self.turns.queue.clear();
-        self.turns.running = None;
+        self.drop_turns();
         self.pending_permissions.clear();
         self.respawns.at = None;
         self.live = None;
@@ -170,13 +162,21 @@ impl Actor {
         );
     }
 
+    /// Drops every turn, the queued ones leaving the metric: how many there were, the running
+    /// one included.
+    fn drop_turns(&mut self) -> usize {
+        let (running, queued) = self.turns.clear();
+        self.shared.metrics.queued_turns(-(queued as i64));
+        usize::from(running) + queued
+    }
+
     /// Server shutdown: the running turn and every queued one end now with a stored result
     /// whose `terminal_reason` is `server_shutdown` (pending permission requests `cancelled`),
     /// published before any socket is closed; then the agent is stopped. The next start
     /// resumes from the agent's own record.
     pub(super) async fn stop(&mut self) {
         self.stopping = true;
-        let open = usize::from(self.turns.running.take().is_some()) + self.turns.queue.len();
+        let open = self.drop_turns();
         if open > 0
             && let Some(agent) = &self.agent
         {
@@ -185,10 +185,6 @@ impl Actor {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
-        self.shared
-            .metrics
-            .queued_turns(-(self.turns.queue.len() as i64));
-        self.turns.queue.clear();
         let mut outs: Vec<Out> = std::mem::take(&mut self.pending_permissions)
             .into_keys()
             .map(|request_id| Out::Stored(resolved(&request_id, "cancelled", None)))

@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use super::permissions::resolved;
 use super::publish::Out;
+use super::turns::Released;
 use super::{Actor, EVENT_BATCH};
 use crate::agent::{AgentEvent, AgentMessage};
 use crate::protocol;
@@ -64,10 +65,9 @@ impl Actor {
                     // An agent goes only while idle with no prompt read: the prompt of a turn
                     // sent meanwhile never reached it, and goes to the next agent instead.
                     self.agent = None;
-                    match self.turns.running.take() {
+                    match self.turns.release() {
                         // Interrupted meanwhile: it ends as if the agent had read both.
-                        Some(running) if running.interrupt_deadline.is_some() => {
-                            self.turns.running = Some(running);
+                        Released::Interrupted => {
                             outs.push(Out::Stored(NewMessage::error_result(
                                 &self.conversation.session_id,
                                 "aborted_streaming",
@@ -75,12 +75,11 @@ impl Actor {
                             )));
                             turn_ended = true;
                         }
-                        Some(running) => {
+                        Released::Requeued => {
                             tracing::debug!(agent_id = %self.conversation.agent_id, detail, "the agent went before reading the turn; starting another");
-                            self.turns.queue.push_front(running.turn);
                             redeliver = true;
                         }
-                        None => {}
+                        Released::Nothing => {}
                     }
                     break;
                 }
@@ -106,7 +105,7 @@ impl Actor {
             let limited = self.limit_hit.take();
             self.after_turn(limited, &mut outs).await;
         }
-        let goes_idle = turn_ended && (self.turns.queue.is_empty() || self.stopping);
+        let goes_idle = turn_ended && (self.turns.queued() == 0 || self.stopping);
         self.idle_after_batch = goes_idle;
         self.publish_batch(outs).await;
         if turn_ended && crashed.is_none() {
@@ -114,7 +113,7 @@ impl Actor {
             self.respawns.healthy();
         }
         if turn_ended {
-            self.turns.running = None;
+            self.turns.finish();
             self.report_changes().await;
             self.mirror_transcript().await;
             if goes_idle {
@@ -170,21 +169,16 @@ impl Actor {
             self.record_agent_session(id).await;
         }
         let mut stored = NewMessage::new(message_type, raw);
-        if let Some(running) = self.turns.running.as_mut()
-            && message_type == "assistant"
-        {
-            running.last_assistant_uuid = uuid.clone();
+        if message_type == "assistant" {
+            self.turns.saw_assistant(uuid.clone());
         }
         if message_type == "result" {
             stored.totals = Some(self.result_totals(&stored.payload));
-            stored.turn_anchor = self
-                .turns
-                .running
-                .as_mut()
-                .and_then(|r| r.last_assistant_uuid.take());
             // The turn is over from here on: a release or an exit reported in the same batch
             // finds nothing running.
-            *turn_ended = self.turns.running.take().is_some();
+            let finished = self.turns.finish();
+            *turn_ended = finished.is_some();
+            stored.turn_anchor = finished.and_then(|r| r.last_assistant_uuid);
             if *turn_ended {
                 stored.running = Some(self.turn_ends());
                 self.limit_hit =

@@ -178,7 +178,7 @@ impl Actor {
         }
         if self.stopping
             || self.agent.is_some()
-            || self.turns.running.is_some()
+            || self.turns.is_running()
             || self.backend.is_none()
         {
             return;
@@ -192,7 +192,7 @@ impl Actor {
         self.respawns.at = None;
         if self.stopping
             || self.agent.is_some()
-            || self.turns.running.is_some()
+            || self.turns.is_running()
             || self.backend.is_none()
         {
             return;
@@ -221,7 +221,7 @@ impl Actor {
 
     pub(super) fn on_exit(&mut self, detail: &str, outs: &mut Vec<Out>, turn_ended: &mut bool) {
         self.agent = None;
-        if self.turns.running.is_some() {
+        if self.turns.is_running() {
             tracing::warn!(agent_id = %self.conversation.agent_id, detail, "agent died mid-turn");
             self.shared.metrics.agent_crashed();
             outs.push(Out::Status(

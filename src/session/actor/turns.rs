@@ -32,22 +32,25 @@ pub(super) struct Turn {
 
 pub(super) struct Running {
     /// Set once an interrupt was sent: the agent is killed if the turn has not ended by then.
-    pub(super) interrupt_deadline: Option<Instant>,
+    interrupt_deadline: Option<Instant>,
     /// uuid of the latest assistant message of this turn (the rewind anchor).
     pub(super) last_assistant_uuid: Option<String>,
     /// The turn, to hand to a new agent if the one it was sent to went away without reading
-    /// it (see [`AgentEvent::Released`]).
-    pub(super) turn: Turn,
+    /// it (see [`Turns::release`]).
+    turn: Turn,
 }
 
 /// A conversation's turns: the one running, if any, and those queued behind it in the order
 /// their user messages were stored. What a client is told of them is decided here: a new
 /// turn's place in the queue, whether there is room for it, which turn runs next, and whether
-/// an interrupt found a turn to stop.
+/// an interrupt found a turn to stop. A turn is queued ([`Turns::push`]), taken from the head
+/// of the queue ([`Turns::take_next`]) and started ([`Turns::start`]) unless it can't run, and
+/// runs until it finishes ([`Turns::finish`]), its agent goes without reading it
+/// ([`Turns::release`]), or every turn is dropped ([`Turns::clear`]).
 #[derive(Default)]
 pub(super) struct Turns {
-    pub(super) queue: VecDeque<Turn>,
-    pub(super) running: Option<Running>,
+    queue: VecDeque<Turn>,
+    running: Option<Running>,
 }
 
 /// What an interrupt found.
@@ -61,10 +64,32 @@ pub(super) enum Interrupt {
     AlreadyAsked,
 }
 
+/// What became of the running turn when its agent went without reading its prompt.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Released {
+    /// No turn was running.
+    Nothing,
+    /// It was asked to stop meanwhile: it is still running, to end as if the agent had read
+    /// both.
+    Interrupted,
+    /// It is back at the head of the queue, for the next agent.
+    Requeued,
+}
+
 impl Turns {
     /// Whether a turn is running or queued.
     pub(super) fn is_busy(&self) -> bool {
         self.running.is_some() || !self.queue.is_empty()
+    }
+
+    /// Whether a turn is running.
+    pub(super) fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// How many turns wait behind the running one.
+    pub(super) fn queued(&self) -> usize {
+        self.queue.len()
     }
 
     /// Whether another turn may be queued, when at most `max_queued` may wait; a turn that
@@ -91,6 +116,12 @@ impl Turns {
         position
     }
 
+    /// Takes the turn at the head of the queue to start it: it is then started
+    /// ([`Turns::start`]), or closed when it can't run.
+    pub(super) fn take_next(&mut self) -> Option<Turn> {
+        self.queue.pop_front()
+    }
+
     /// Marks `turn` (taken from the head of the queue) as the running one.
     pub(super) fn start(&mut self, turn: Turn) {
         self.running = Some(Running {
@@ -98,6 +129,47 @@ impl Turns {
             last_assistant_uuid: None,
             turn,
         });
+    }
+
+    /// Records the running turn's latest assistant message: what a rewind to its end keeps.
+    pub(super) fn saw_assistant(&mut self, uuid: Option<String>) {
+        if let Some(running) = self.running.as_mut() {
+            running.last_assistant_uuid = uuid;
+        }
+    }
+
+    /// The running turn ended (its result is stored, or it was given up): what it was, if a
+    /// turn was running.
+    pub(super) fn finish(&mut self) -> Option<Running> {
+        self.running.take()
+    }
+
+    /// The agent went before reading the running turn's prompt: unless the turn was asked to
+    /// stop, it goes back to the head of the queue, for the next agent.
+    pub(super) fn release(&mut self) -> Released {
+        match self.running.take() {
+            None => Released::Nothing,
+            Some(running) if running.interrupt_deadline.is_some() => {
+                self.running = Some(running);
+                Released::Interrupted
+            }
+            Some(running) => {
+                self.queue.push_front(running.turn);
+                Released::Requeued
+            }
+        }
+    }
+
+    /// Drops every turn: whether one was running, and how many were queued.
+    pub(super) fn clear(&mut self) -> (bool, usize) {
+        let queued = self.queue.len();
+        self.queue.clear();
+        (self.running.take().is_some(), queued)
+    }
+
+    /// The user `seq` of the running turn, if any.
+    pub(super) fn running_seq(&self) -> Option<i64> {
+        self.running.as_ref().map(|r| r.turn.user_seq)
     }
 
     /// The user `seq` of the turn that runs next, if one is queued.
@@ -231,7 +303,7 @@ impl Actor {
             &payload,
             None,
         ));
-        if self.turns.running.is_none() {
+        if !self.turns.is_running() {
             self.start_next_turn().await;
         } else {
             self.shared.metrics.queued_turns(1);
@@ -261,7 +333,7 @@ impl Actor {
 
     /// Starts queued turns until one is running (a turn whose agent can't start is closed).
     pub(super) async fn start_next_turn(&mut self) {
-        while let Some(mut turn) = self.turns.queue.pop_front() {
+        while let Some(mut turn) = self.turns.take_next() {
             self.apply_options(&turn.options).await;
             // A turn queued behind others is checked again as it starts: it may find a cap
             // reached.
@@ -436,7 +508,7 @@ impl Actor {
     /// The interrupt deadline passed without the turn ending: kill the agent and close the
     /// turn. The conversation resumes from the agent's own record on the next turn.
     pub(super) async fn kill_stuck_turn(&mut self) {
-        let seq = self.turns.running.as_ref().map(|r| r.turn.user_seq);
+        let seq = self.turns.running_seq();
         tracing::warn!(agent_id = %self.conversation.agent_id, ?seq, "interrupt not honoured in time; stopping the agent");
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
@@ -447,10 +519,10 @@ impl Actor {
             self.turn_ends(),
         );
         self.publish_batch(vec![Out::Stored(result)]).await;
-        self.turns.running = None;
+        self.turns.finish();
         self.report_changes().await;
         self.start_next_turn().await;
-        if self.turns.running.is_none() {
+        if !self.turns.is_running() {
             self.publish_status("idle", "no turn is running");
         }
     }
@@ -548,7 +620,7 @@ mod tests {
 
     use tokio::time::{Instant, advance};
 
-    use super::{Interrupt, Turn, Turns};
+    use super::{Interrupt, Released, Turn, Turns};
     use crate::protocol::{ChatOptions, Content, ErrorCode};
 
     fn turn(user_seq: i64) -> Turn {
@@ -563,7 +635,7 @@ mod tests {
 
     /// Starts the turn at the head of the queue, as the actor does once its agent has it.
     fn start_next(turns: &mut Turns) -> i64 {
-        let next = turns.queue.pop_front().expect("a queued turn");
+        let next = turns.take_next().expect("a queued turn");
         let seq = next.user_seq;
         turns.start(next);
         seq
@@ -572,36 +644,58 @@ mod tests {
     /// A turn sent while none runs runs at once (place 0); the ones sent meanwhile are told how
     /// many turns are ahead of them, and run one at a time in the order they were sent, each
     /// turn's result naming the one that runs next.
-    #[tokio::test(start_paused = true)]
-    async fn turns_run_one_at_a_time_in_the_order_they_were_sent() {
+    #[test]
+    fn turns_run_one_at_a_time_in_the_order_they_were_sent() {
         let mut turns = Turns::default();
         assert!(!turns.is_busy());
         assert_eq!(turns.push(turn(1)), 0);
+        assert!(!turns.is_running(), "queued until started");
         assert_eq!(start_next(&mut turns), 1);
         assert_eq!(turns.push(turn(3)), 1);
         assert_eq!(turns.push(turn(5)), 2);
         assert_eq!(turns.push(turn(7)), 3);
+        assert_eq!(turns.queued(), 3);
         let mut ran = vec![1];
         while turns.is_busy() {
             let next = turns.next_seq();
-            turns.running = None;
+            assert!(turns.finish().is_some());
             match next {
                 Some(seq) => {
                     assert_eq!(start_next(&mut turns), seq);
+                    assert_eq!(turns.running_seq(), Some(seq));
                     ran.push(seq);
                 }
-                None => assert!(turns.queue.is_empty()),
+                None => assert_eq!(turns.queued(), 0),
             }
         }
         assert_eq!(ran, [1, 3, 5, 7]);
+        assert!(turns.finish().is_none(), "nothing runs");
         // Idle again: the next turn runs at once.
         assert_eq!(turns.push(turn(9)), 0);
     }
 
+    /// A finished turn hands over the latest assistant message it saw (what a rewind to its
+    /// end keeps); the next turn starts with none.
+    #[test]
+    fn a_finished_turn_keeps_its_last_assistant_message() {
+        let mut turns = Turns::default();
+        turns.saw_assistant(Some("ignored".into()));
+        turns.push(turn(1));
+        turns.push(turn(2));
+        start_next(&mut turns);
+        turns.saw_assistant(Some("a1".into()));
+        turns.saw_assistant(Some("a2".into()));
+        let finished = turns.finish().expect("running");
+        assert_eq!(finished.last_assistant_uuid.as_deref(), Some("a2"));
+        start_next(&mut turns);
+        let finished = turns.finish().expect("running");
+        assert_eq!(finished.last_assistant_uuid, None);
+    }
+
     /// Behind a running turn at most `max_queued` wait; one more is refused with
     /// `limit_exceeded`, saying how many wait. A turn that would run at once is never refused.
-    #[tokio::test(start_paused = true)]
-    async fn a_full_queue_refuses_the_next_turn() {
+    #[test]
+    fn a_full_queue_refuses_the_next_turn() {
         let mut turns = Turns::default();
         assert_eq!(turns.room(0), Ok(()));
         turns.push(turn(1));
@@ -636,13 +730,58 @@ mod tests {
         assert_eq!(turns.interrupt_deadline(), Some(asked_at + timeout));
         // The queued turns were not touched: the next still runs after the interrupted one.
         assert_eq!(turns.next_seq(), Some(2));
-        assert_eq!(turns.queue.len(), 2);
-        turns.running = None;
+        assert_eq!(turns.queued(), 2);
+        assert_eq!(
+            turns.finish().map(|r| r.interrupt_deadline),
+            Some(Some(asked_at + timeout))
+        );
         assert_eq!(start_next(&mut turns), 2);
         assert_eq!(turns.interrupt_deadline(), None);
         advance(Duration::from_secs(5)).await;
         assert_eq!(turns.interrupt(timeout), Interrupt::Asked);
         assert_eq!(turns.interrupt_deadline(), Some(Instant::now() + timeout));
         assert_eq!(turns.next_seq(), Some(3));
+    }
+
+    /// A turn whose agent went before reading it goes back to the head of the queue and runs
+    /// next, ahead of those sent after it; one that was asked to stop meanwhile stays running
+    /// (to end as interrupted) with its deadline; with nothing running nothing changes.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_its_agent_never_read_runs_again_unless_it_was_interrupted() {
+        let timeout = Duration::from_secs(30);
+        let mut turns = Turns::default();
+        assert_eq!(turns.release(), Released::Nothing);
+        turns.push(turn(1));
+        start_next(&mut turns);
+        turns.push(turn(2));
+        assert_eq!(turns.release(), Released::Requeued);
+        assert!(!turns.is_running());
+        assert_eq!(turns.next_seq(), Some(1));
+        assert_eq!(turns.push(turn(3)), 2, "both turns are ahead of it");
+        assert_eq!(start_next(&mut turns), 1);
+        turns.interrupt(timeout);
+        let deadline = turns.interrupt_deadline();
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(turns.release(), Released::Interrupted);
+        assert_eq!(turns.running_seq(), Some(1));
+        assert_eq!(turns.interrupt_deadline(), deadline);
+        assert_eq!(turns.queued(), 2);
+    }
+
+    /// Dropping the turns (shutdown, deletion, a take-over) says what there was and leaves
+    /// nothing running or queued.
+    #[test]
+    fn clearing_drops_the_running_and_the_queued_turns() {
+        let mut turns = Turns::default();
+        assert_eq!(turns.clear(), (false, 0));
+        turns.push(turn(1));
+        assert_eq!(turns.clear(), (false, 1));
+        turns.push(turn(2));
+        start_next(&mut turns);
+        turns.push(turn(3));
+        turns.push(turn(4));
+        assert_eq!(turns.clear(), (true, 2));
+        assert!(!turns.is_busy());
+        assert_eq!(turns.push(turn(5)), 0);
     }
 }
