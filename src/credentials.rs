@@ -35,7 +35,7 @@ fn key_id(key: &[u8]) -> String {
         .chain_update(b"agentmux credentials key\0")
         .chain_update(key)
         .finalize();
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..8])
 }
 
 /// What a sealed value is bound to.
@@ -218,7 +218,7 @@ pub async fn check_stored(store: &dyn Store, sealer: Option<&Sealer>) -> anyhow:
 pub async fn env_of(
     store: &dyn Store,
     sealer: Option<&Sealer>,
-    principal: &str,
+    principal: &crate::protocol::Principal,
     agent: &str,
 ) -> Result<BTreeMap<String, String>, String> {
     let Some(sealer) = sealer else {

@@ -325,11 +325,14 @@ impl Manager {
         principal: &Principal,
         cwd: &str,
         cli_session_id: &str,
-        agent_id: Option<&str>,
+        agent_id: Option<AgentId>,
     ) -> Result<SessionRecord, SessionError> {
         let session_id = SessionId::parse(cli_session_id)
             .map_err(|_| invalid("`cli_session_id` must be a UUID"))?;
-        let agent_id = &AgentId::parse(agent_id.unwrap_or(cli_session_id))?;
+        let agent_id = &match agent_id {
+            Some(agent_id) => agent_id,
+            None => AgentId::parse(cli_session_id)?,
+        };
         let cwd = self.project_dir(principal, cwd).await?;
         let home = self.cli_home()?;
         let _transfer = self.acquire_transfer(principal)?;

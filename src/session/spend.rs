@@ -163,7 +163,7 @@ fn day_and_month_start() -> (String, String) {
 
 impl Shared {
     /// The caps of `principal` and what they spent against them.
-    pub(super) async fn budget(&self, principal: &str) -> Result<Budget, SessionError> {
+    pub(super) async fn budget(&self, principal: &Principal) -> Result<Budget, SessionError> {
         let store = &self.store;
         let set = store.cap_override(principal).await.map_err(store_failure)?;
         let caps = set.unwrap_or(CapOverride {
@@ -173,7 +173,7 @@ impl Shared {
         let (day, month) = day_and_month_start();
         let spent = |since| store.spent_since(principal, since);
         Ok(Budget {
-            principal: principal.to_owned(),
+            principal: principal.to_string(),
             daily_usd: caps.daily_usd,
             monthly_usd: caps.monthly_usd,
             daily_spent_usd: if caps.daily_usd.is_some() {
@@ -198,7 +198,7 @@ impl Shared {
     /// [`Refusal::Over`] when a cap is reached.
     pub(super) async fn allowance(
         &self,
-        principal: &str,
+        principal: &Principal,
         conversation: Option<(RowId, &str)>,
     ) -> Result<Option<f64>, Refusal> {
         let budget = self.budget(principal).await?;
@@ -240,7 +240,7 @@ impl Shared {
     /// principal's own, and they set none; `backend_unavailable` when they can't be opened.
     pub(super) async fn credentials_for(
         &self,
-        principal: &str,
+        principal: &Principal,
         agent: &str,
     ) -> Result<Credentials, SessionError> {
         let names = self.config.credential_names(agent);
@@ -330,8 +330,8 @@ impl Manager {
     }
 
     /// Whether `principal` may see or change `whose` budget: their own, or any as an admin.
-    fn may_see_budget(&self, principal: &Principal, whose: &str) -> Result<(), SessionError> {
-        if principal.as_str() == whose || self.shared.config.auth.is_admin(principal) {
+    fn may_see_budget(&self, principal: &Principal, whose: &Principal) -> Result<(), SessionError> {
+        if principal == whose || self.shared.config.auth.is_admin(principal) {
             return Ok(());
         }
         Err(SessionError::new(
@@ -464,13 +464,21 @@ impl Manager {
     ///
     /// # Errors
     /// `forbidden` for another principal's unless an admin, `store_unavailable`.
-    pub async fn budget(&self, principal: &Principal, whose: &str) -> Result<Budget, SessionError> {
+    pub async fn budget(
+        &self,
+        principal: &Principal,
+        whose: &Principal,
+    ) -> Result<Budget, SessionError> {
         self.may_see_budget(principal, whose)?;
         self.budget_for(principal, whose).await
     }
 
     /// The budget of `whose` as `principal` sees it.
-    async fn budget_for(&self, principal: &Principal, whose: &str) -> Result<Budget, SessionError> {
+    async fn budget_for(
+        &self,
+        principal: &Principal,
+        whose: &Principal,
+    ) -> Result<Budget, SessionError> {
         let mut budget = self.shared.budget(whose).await?;
         budget.can_set = self.shared.config.auth.is_admin(principal);
         Ok(budget)
@@ -485,7 +493,7 @@ impl Manager {
     pub async fn set_budget(
         &self,
         principal: &Principal,
-        whose: &str,
+        whose: &Principal,
         caps: Option<CapOverride>,
     ) -> Result<Budget, SessionError> {
         if !self.shared.config.auth.is_admin(principal) {
@@ -510,7 +518,7 @@ impl Manager {
             .set_cap_override(whose, caps)
             .await
             .map_err(store_failure)?;
-        tracing::info!(%principal, whose, ?caps, "budget set");
+        tracing::info!(%principal, %whose, ?caps, "budget set");
         self.budget_for(principal, whose).await
     }
 

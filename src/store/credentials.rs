@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use super::Result;
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
+use crate::protocol::Principal;
 
 /// One stored variable, sealed.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -32,14 +33,22 @@ pub struct SealedVar {
 pub trait CredentialStore: Send + Sync + 'static {
     /// Sets `vars` of `principal` for `agent`, each replacing one of the same name, in one
     /// transaction.
-    async fn put_credentials(&self, principal: &str, agent: &str, vars: &[SealedVar])
-    -> Result<()>;
+    async fn put_credentials(
+        &self,
+        principal: &Principal,
+        agent: &str,
+        vars: &[SealedVar],
+    ) -> Result<()>;
 
     /// Removes every variable `principal` has for `agent`; how many there were.
-    async fn delete_credentials(&self, principal: &str, agent: &str) -> Result<u64>;
+    async fn delete_credentials(&self, principal: &Principal, agent: &str) -> Result<u64>;
 
     /// The variables `principal` has, for `agent` or (None) every agent, by agent and name.
-    async fn credentials_of(&self, principal: &str, agent: Option<&str>) -> Result<Vec<SealedVar>>;
+    async fn credentials_of(
+        &self,
+        principal: &Principal,
+        agent: Option<&str>,
+    ) -> Result<Vec<SealedVar>>;
 
     /// Every stored variable (to check and re-seal them at start).
     async fn all_credentials(&self) -> Result<Vec<SealedVar>>;
@@ -57,7 +66,7 @@ macro_rules! credential_store {
         impl CredentialStore for $store {
             async fn put_credentials(
                 &self,
-                principal: &str,
+                principal: &Principal,
                 agent: &str,
                 vars: &[SealedVar],
             ) -> Result<()> {
@@ -69,7 +78,7 @@ macro_rules! credential_store {
                          key_id = excluded.key_id, nonce = excluded.nonce, \
                          sealed = excluded.sealed, set_at = excluded.set_at"
                     ))
-                    .bind(principal)
+                    .bind(principal.as_str())
                     .bind(agent)
                     .bind(&var.name)
                     .bind(&var.key_id)
@@ -83,10 +92,10 @@ macro_rules! credential_store {
                 Ok(())
             }
 
-            async fn delete_credentials(&self, principal: &str, agent: &str) -> Result<u64> {
+            async fn delete_credentials(&self, principal: &Principal, agent: &str) -> Result<u64> {
                 let done =
                     sqlx::query("delete from credentials where principal = $1 and agent = $2")
-                        .bind(principal)
+                        .bind(principal.as_str())
                         .bind(agent)
                         .execute(self.pool())
                         .await?;
@@ -95,14 +104,14 @@ macro_rules! credential_store {
 
             async fn credentials_of(
                 &self,
-                principal: &str,
+                principal: &Principal,
                 agent: Option<&str>,
             ) -> Result<Vec<SealedVar>> {
                 Ok(sqlx::query_as(&format!(
                     "select {COLUMNS} from credentials where principal = $1 \
                      and ($2 is null or agent = $2) order by agent, name"
                 ))
-                .bind(principal)
+                .bind(principal.as_str())
                 .bind(agent)
                 .fetch_all(self.pool())
                 .await?)

@@ -547,7 +547,7 @@ pub trait Store:
 
     /// For each working directory of `principal`'s conversations: how many there are, and
     /// the latest activity of any of them (RFC 3339).
-    async fn project_activity(&self, principal: &str) -> Result<Vec<(String, i64, String)>>;
+    async fn project_activity(&self, principal: &Principal) -> Result<Vec<(String, i64, String)>>;
 
     /// The conversation with this `session_id`, whoever's it is and even while it is being
     /// imported.

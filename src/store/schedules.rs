@@ -53,20 +53,20 @@ pub trait ScheduleStore: Send + Sync + 'static {
     async fn find_schedule(&self, principal: &str, id: &str) -> Result<Option<ScheduleRow>>;
 
     /// A principal's schedules, oldest first.
-    async fn list_schedules(&self, principal: &str) -> Result<Vec<ScheduleRow>>;
+    async fn list_schedules(&self, principal: &Principal) -> Result<Vec<ScheduleRow>>;
 
     /// Every principal's schedules, oldest first (for the server's admins).
     async fn all_schedules(&self) -> Result<Vec<ScheduleRow>>;
 
     /// How many schedules a principal has.
-    async fn count_schedules(&self, principal: &str) -> Result<i64>;
+    async fn count_schedules(&self, principal: &Principal) -> Result<i64>;
 
     /// Replaces the definition of a schedule (everything but its id, owner, creation and last
     /// run); false when there is no such schedule of `principal`.
     async fn update_schedule(&self, row: &ScheduleRow) -> Result<bool>;
 
     /// Deletes a principal's schedule; false when there was none.
-    async fn delete_schedule(&self, principal: &str, id: &str) -> Result<bool>;
+    async fn delete_schedule(&self, principal: &Principal, id: &str) -> Result<bool>;
 
     /// Enabled schedules whose next tick is at or before `now_ms`, of every principal.
     async fn due_schedules(&self, now_ms: i64) -> Result<Vec<ScheduleRow>>;
@@ -88,7 +88,11 @@ pub trait ScheduleStore: Send + Sync + 'static {
 
     /// How many of `principal`'s conversations a schedule's `mode: "new"` run started (those
     /// with a `schedule_id`) at or after `since` (RFC 3339, as stored).
-    async fn scheduled_conversations_since(&self, principal: &str, since: &str) -> Result<i64>;
+    async fn scheduled_conversations_since(
+        &self,
+        principal: &Principal,
+        since: &str,
+    ) -> Result<i64>;
 }
 
 const COLUMNS: &str = "id, principal, name, agent_id, content, cron, every_secs, mode, options, \
@@ -134,11 +138,11 @@ impl ScheduleStore for $store {
         .await?)
     }
 
-    async fn list_schedules(&self, principal: &str) -> Result<Vec<ScheduleRow>> {
+    async fn list_schedules(&self, principal: &Principal) -> Result<Vec<ScheduleRow>> {
         Ok(sqlx::query_as(&format!(
             "select {COLUMNS} from schedules where principal = $1 order by created_at, id"
         ))
-        .bind(principal)
+        .bind(principal.as_str())
         .fetch_all(self.pool())
         .await?)
     }
@@ -151,10 +155,10 @@ impl ScheduleStore for $store {
         .await?)
     }
 
-    async fn count_schedules(&self, principal: &str) -> Result<i64> {
+    async fn count_schedules(&self, principal: &Principal) -> Result<i64> {
         Ok(
             sqlx::query_scalar("select count(*) from schedules where principal = $1")
-                .bind(principal)
+                .bind(principal.as_str())
                 .fetch_one(self.pool())
                 .await?,
         )
@@ -183,9 +187,9 @@ impl ScheduleStore for $store {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn delete_schedule(&self, principal: &str, id: &str) -> Result<bool> {
+    async fn delete_schedule(&self, principal: &Principal, id: &str) -> Result<bool> {
         let done = sqlx::query("delete from schedules where principal = $1 and id = $2")
-            .bind(principal)
+            .bind(principal.as_str())
             .bind(id)
             .execute(self.pool())
             .await?;
@@ -244,12 +248,12 @@ impl ScheduleStore for $store {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn scheduled_conversations_since(&self, principal: &str, since: &str) -> Result<i64> {
+    async fn scheduled_conversations_since(&self, principal: &Principal, since: &str) -> Result<i64> {
         Ok(sqlx::query_scalar(
             "select count(*) from session_info \
              where principal = $1 and created_at >= $2 and schedule_id is not null",
         )
-        .bind(principal)
+        .bind(principal.as_str())
         .bind(since)
         .fetch_one(self.pool())
         .await?)

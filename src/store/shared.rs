@@ -124,12 +124,12 @@ macro_rules! store_impl {
                 .await?)
             }
 
-            async fn project_activity(&self, principal: &str) -> Result<Vec<(String, i64, String)>> {
+            async fn project_activity(&self, principal: &crate::protocol::Principal) -> Result<Vec<(String, i64, String)>> {
                 Ok(sqlx::query_as(
                     "select cwd, count(*), max(last_active_at) from session_info
                      where principal = $1 and not pending group by cwd",
                 )
-                .bind(principal)
+                .bind(principal.as_str())
                 .fetch_all(&self.pool)
                 .await?)
             }

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::{Result, RowId};
+use crate::protocol::Principal;
 
 /// What one turn cost, as its agent reported it.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,7 +67,7 @@ impl GroupBy {
 #[derive(Debug, Clone)]
 pub struct UsageQuery {
     /// Whose turns; None: everyone's.
-    pub principal: Option<String>,
+    pub principal: Option<Principal>,
     /// From this time on (RFC 3339, inclusive).
     pub from: String,
     /// Before this time (RFC 3339, exclusive).
@@ -117,7 +118,7 @@ pub trait UsageStore: Send + Sync + 'static {
     async fn record_usage(&self, usage: &TurnUsage) -> Result<()>;
 
     /// What `principal` spent from `since` (RFC 3339) on.
-    async fn spent_since(&self, principal: &str, since: &str) -> Result<f64>;
+    async fn spent_since(&self, principal: &Principal, since: &str) -> Result<f64>;
 
     /// What conversation `session_id` spent in all.
     async fn spent_in_session(&self, session_id: &str) -> Result<f64>;
@@ -126,10 +127,14 @@ pub trait UsageStore: Send + Sync + 'static {
     async fn usage(&self, query: &UsageQuery) -> Result<Vec<UsageRow>>;
 
     /// The caps an admin set for `principal`, if any.
-    async fn cap_override(&self, principal: &str) -> Result<Option<CapOverride>>;
+    async fn cap_override(&self, principal: &Principal) -> Result<Option<CapOverride>>;
 
     /// Sets (Some) or removes (None) the caps of `principal`.
-    async fn set_cap_override(&self, principal: &str, caps: Option<CapOverride>) -> Result<()>;
+    async fn set_cap_override(
+        &self,
+        principal: &Principal,
+        caps: Option<CapOverride>,
+    ) -> Result<()>;
 
     /// Conversation `row`'s own cap, if it has one.
     async fn session_cap(&self, row: RowId) -> Result<Option<f64>>;
@@ -173,11 +178,11 @@ macro_rules! usage_store {
                 Ok(())
             }
 
-            async fn spent_since(&self, principal: &str, since: &str) -> Result<f64> {
+            async fn spent_since(&self, principal: &Principal, since: &str) -> Result<f64> {
                 let (spent,): (Option<f64>,) = sqlx::query_as(
                     "select sum(cost_usd) from turn_usage where principal = $1 and at >= $2",
                 )
-                .bind(principal)
+                .bind(principal.as_str())
                 .bind(since)
                 .fetch_one(self.pool())
                 .await?;
@@ -212,18 +217,18 @@ macro_rules! usage_store {
                 .await?)
             }
 
-            async fn cap_override(&self, principal: &str) -> Result<Option<CapOverride>> {
+            async fn cap_override(&self, principal: &Principal) -> Result<Option<CapOverride>> {
                 Ok(sqlx::query_as(
                     "select daily_usd, monthly_usd from budgets where principal = $1",
                 )
-                .bind(principal)
+                .bind(principal.as_str())
                 .fetch_optional(self.pool())
                 .await?)
             }
 
             async fn set_cap_override(
                 &self,
-                principal: &str,
+                principal: &Principal,
                 caps: Option<CapOverride>,
             ) -> Result<()> {
                 match caps {
@@ -233,14 +238,14 @@ macro_rules! usage_store {
                          daily_usd = excluded.daily_usd, monthly_usd = excluded.monthly_usd, \
                          updated_at = excluded.updated_at",
                     )
-                    .bind(principal)
+                    .bind(principal.as_str())
                     .bind(caps.daily_usd)
                     .bind(caps.monthly_usd)
                     .bind(crate::protocol::now_rfc3339())
                     .execute(self.pool())
                     .await?,
                     None => sqlx::query("delete from budgets where principal = $1")
-                        .bind(principal)
+                        .bind(principal.as_str())
                         .execute(self.pool())
                         .await?,
                 };

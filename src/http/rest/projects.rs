@@ -13,6 +13,7 @@ use super::sessions::agent_id;
 use super::summaries::{SessionSummary, summary};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
+use crate::protocol::AgentId;
 use crate::session::{Audit, CliSession, Project};
 
 /// The caller's projects.
@@ -98,15 +99,17 @@ pub async fn import(
     body: Result<Json<ImportCliBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
     let Json(body) = body?;
-    let imported = app
-        .manager
-        .import_cli_session(
-            &principal,
-            &body.cwd,
-            &body.cli_session_id,
-            body.agent_id.as_deref(),
-        )
-        .await;
+    let agent_id = body.agent_id.clone().map(AgentId::parse).transpose();
+    let imported = match agent_id {
+        Ok(agent_id) => {
+            let (cwd, id) = (&body.cwd, &body.cli_session_id);
+            let manager = &app.manager;
+            manager
+                .import_cli_session(&principal, cwd, id, agent_id)
+                .await
+        }
+        Err(err) => Err(err.into()),
+    };
     let mut entry = Audit::new(&principal, "import_cli_session").detail(serde_json::json!({
         "cwd": body.cwd,
         "cli_session_id": body.cli_session_id,
