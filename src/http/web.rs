@@ -105,17 +105,13 @@ impl Served {
     /// `body` with a weak `ETag` (the bytes sent differ with the compression) made of the
     /// first 128 bits of the SHA-256 of its content.
     fn new(content_type: &'static str, body: Bytes) -> Served {
-        let etag = format!("W/\"{}\"", hex(&Sha256::digest(&body)[..16]));
+        let etag = format!("W/\"{}\"", hex::encode(&Sha256::digest(&body)[..16]));
         Served {
             content_type,
             etag: HeaderValue::from_str(&etag).expect("hex is a valid header"),
             body,
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Every file the UI serves, by its path.
@@ -149,7 +145,7 @@ fn served_worker() -> String {
     {
         version.update(body);
     }
-    let version = hex(&version.finalize()[..8]);
+    let version = hex::encode(&version.finalize()[..8]);
     let shell = serde_json::to_string(&shell).expect("a list of strings is JSON");
     format!("self.AGENTMUX_SHELL = {shell};\nself.AGENTMUX_VERSION = \"{version}\";\n{WORKER}")
 }

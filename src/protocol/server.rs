@@ -535,34 +535,42 @@ pub struct PermissionResolved<'a> {
     pub sender: Option<&'a str>,
 }
 
-/// A `status` frame (not stored).
-pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
-    ControlFrame::Status(StatusFrame {
-        agent_id: tag.agent_id,
-        session_id: Some(tag.session_id),
-        timestamp: &now_rfc3339(),
+/// A `status` frame of conversation `agent_id` (`session_id`: none for one the recipient no
+/// longer has) stamped `timestamp`, that says only `status` and `detail`: what every `status`
+/// builder starts from.
+fn plain_status<'a>(
+    agent_id: &'a str,
+    session_id: Option<&'a str>,
+    timestamp: &'a str,
+    status: &'a str,
+    detail: &'a str,
+) -> StatusFrame<'a> {
+    StatusFrame {
+        agent_id,
+        session_id,
+        timestamp,
         status,
         detail,
         forked_from: None,
         at_seq: None,
         changes: None,
         sender: None,
-    })
-    .to_frame()
+    }
+}
+
+/// A `status` frame (not stored).
+pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
+    let now = now_rfc3339();
+    let frame = plain_status(tag.agent_id, Some(tag.session_id), &now, status, detail);
+    ControlFrame::Status(frame).to_frame()
 }
 
 /// A `status` frame (not stored) about what principal `sender` asked for.
 pub fn sent_status_frame(tag: Tag<'_>, status: &str, detail: &str, sender: &str) -> Frame {
+    let now = now_rfc3339();
     ControlFrame::Status(StatusFrame {
-        agent_id: tag.agent_id,
-        session_id: Some(tag.session_id),
-        timestamp: &now_rfc3339(),
-        status,
-        detail,
-        forked_from: None,
-        at_seq: None,
-        changes: None,
         sender: Some(sender),
+        ..plain_status(tag.agent_id, Some(tag.session_id), &now, status, detail)
     })
     .to_frame()
 }
@@ -570,37 +578,24 @@ pub fn sent_status_frame(tag: Tag<'_>, status: &str, detail: &str, sender: &str)
 /// The `status` `access_revoked` a principal gets for a conversation shared with them once the
 /// share ended: nothing more of it follows.
 pub fn access_revoked_frame(alias: &str) -> Frame {
-    ControlFrame::Status(StatusFrame {
-        agent_id: alias,
-        session_id: None,
-        timestamp: &now_rfc3339(),
-        status: "access_revoked",
-        detail: "this conversation is no longer shared with you",
-        forked_from: None,
-        at_seq: None,
-        changes: None,
-        sender: None,
-    })
-    .to_frame()
+    let now = now_rfc3339();
+    let detail = "this conversation is no longer shared with you";
+    let frame = plain_status(alias, None, &now, "access_revoked", detail);
+    ControlFrame::Status(frame).to_frame()
 }
 
 /// The `status` `changes` (not stored) after a turn changed files in the conversation's
 /// worktree: what it now differs from its base by.
 pub fn changes_frame(tag: Tag<'_>, changes: ChangeCounts) -> Frame {
     let plural = if changes.files == 1 { "" } else { "s" };
+    let detail = format!(
+        "{} file{plural} changed (+{} \u{2212}{})",
+        changes.files, changes.additions, changes.deletions
+    );
+    let now = now_rfc3339();
     ControlFrame::Status(StatusFrame {
-        agent_id: tag.agent_id,
-        session_id: Some(tag.session_id),
-        timestamp: &now_rfc3339(),
-        status: "changes",
-        detail: &format!(
-            "{} file{plural} changed (+{} \u{2212}{})",
-            changes.files, changes.additions, changes.deletions
-        ),
-        forked_from: None,
-        at_seq: None,
         changes: Some(changes),
-        sender: None,
+        ..plain_status(tag.agent_id, Some(tag.session_id), &now, "changes", &detail)
     })
     .to_frame()
 }
@@ -608,16 +603,18 @@ pub fn changes_frame(tag: Tag<'_>, changes: ChangeCounts) -> Frame {
 /// The `status` `forked` answering a `fork`: tagged with the new conversation, it names the
 /// original and the `seq` the copied history ends at (the fork's own `last_seq`).
 pub fn forked_frame(fork: Tag<'_>, last_seq: i64, forked_from: &str) -> Frame {
+    let detail = format!("forked from `{forked_from}` at seq {last_seq}");
+    let now = now_rfc3339();
     ControlFrame::Status(StatusFrame {
-        agent_id: fork.agent_id,
-        session_id: Some(fork.session_id),
-        timestamp: &now_rfc3339(),
-        status: "forked",
-        detail: &format!("forked from `{forked_from}` at seq {last_seq}"),
         forked_from: Some(forked_from),
         at_seq: Some(last_seq),
-        changes: None,
-        sender: None,
+        ..plain_status(
+            fork.agent_id,
+            Some(fork.session_id),
+            &now,
+            "forked",
+            &detail,
+        )
     })
     .to_frame()
 }

@@ -418,10 +418,7 @@ fn shown(row: SubscriptionRow) -> Subscription {
 
 /// What the store keeps of a token: its SHA-256, hex.
 fn token_hash(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(token.as_bytes()))
 }
 
 fn now_ms() -> i64 {

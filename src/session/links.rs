@@ -30,10 +30,7 @@ pub struct NewLink {
 
 /// The hash a link's secret is stored as.
 fn hash(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
 /// Whether `s` is `n` lowercase hex digits.

@@ -285,4 +285,30 @@ macro_rules! fetch_count {
     }};
 }
 
-pub(super) use {bind_args, fetch_count, fetch_rows};
+/// The start of either engine's `list_sessions` for `query` of `principal`: evaluates to a
+/// search's statements (along the listing, through the index, and the count when asked), and
+/// returns from the calling function the page itself when there is no search (read on a
+/// connection of `pool`), or the empty page of a search that matches nothing.
+macro_rules! searched {
+    ($engine:expr, $pool:expr, $principal:expr, $query:expr) => {{
+        let words = match super::listing::search_words($query) {
+            Ok(words) => words,
+            Err(nothing) => return Ok(nothing),
+        };
+        match super::listing::statements($engine, $principal, $query, words.as_ref()) {
+            super::listing::Statements {
+                scan,
+                lookup: Some(lookup),
+                count,
+            } => (scan, lookup, count),
+            super::listing::Statements { scan, count, .. } => {
+                let mut conn = $pool.acquire().await?;
+                let total = super::listing::fetch_count!(conn, count.as_ref());
+                let rows = super::listing::fetch_rows!(conn, &scan)?;
+                return Ok(super::listing::page($query, rows, total));
+            }
+        }
+    }};
+}
+
+pub(super) use {bind_args, fetch_count, fetch_rows, searched};

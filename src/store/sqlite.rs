@@ -348,28 +348,18 @@ shared::store_impl!(SqliteStore, {
     /// A search runs on a connection of its own, stopped at its deadline by a progress handler,
     /// which also ends its read along the listing once that has used its budget.
     async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
-        let words = match listing::search_words(query) {
-            Ok(words) => words,
-            Err(nothing) => return Ok(nothing),
-        };
-        let statements = listing::statements(Engine::Sqlite, principal, query, words.as_ref());
-        let Some(lookup) = &statements.lookup else {
-            let mut conn = self.pool.acquire().await?;
-            let total = listing::fetch_count!(conn, statements.count.as_ref());
-            let rows = listing::fetch_rows!(conn, &statements.scan)?;
-            return Ok(listing::page(query, rows, total));
-        };
+        let (scan, lookup, count) = listing::searched!(Engine::Sqlite, self.pool, principal, query);
         self.searches
             .run(|deadline| async move {
                 let mut conn = self.search_pool.acquire().await?;
                 stop_at(&mut conn, deadline, None).await?;
-                let total = listing::fetch_count!(conn, statements.count.as_ref());
+                let total = listing::fetch_count!(conn, count.as_ref());
                 let spent = Arc::new(AtomicBool::new(false));
                 stop_at(&mut conn, deadline, Some(spent.clone())).await?;
-                let rows = match listing::fetch_rows!(conn, &statements.scan) {
+                let rows = match listing::fetch_rows!(conn, &scan) {
                     Err(err) if listing::stopped(&err) && spent.load(Ordering::Relaxed) => {
                         stop_at(&mut conn, deadline, None).await?;
-                        listing::fetch_rows!(conn, lookup)?
+                        listing::fetch_rows!(conn, &lookup)?
                     }
                     rows => rows?,
                 };

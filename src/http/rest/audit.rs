@@ -8,6 +8,7 @@ use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::principal_named;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::AgentId;
@@ -121,12 +122,7 @@ pub async fn list(
         ));
     }
     let name = |field: &str, raw: Option<String>| {
-        raw.map(|raw| {
-            Principal::checked(&raw)
-                .map(|p| p.to_string())
-                .ok_or_else(|| ApiError::invalid(format!("`{field}` is not a principal's name")))
-        })
-        .transpose()
+        (raw.map(|raw| principal_named(&raw, field).map(|p| p.to_string()))).transpose()
     };
     let action = params.action.filter(|a| !a.is_empty());
     if action.as_ref().is_some_and(|a| {

@@ -38,6 +38,12 @@ use super::{AppState, auth, sse};
 /// The name of the security scheme of the routes that need credentials.
 const BEARER: &str = "bearer";
 
+/// The principal a path segment or query parameter, `field`, names.
+fn principal_named(raw: &str, field: &str) -> Result<auth::Principal, super::ApiError> {
+    auth::Principal::checked(raw)
+        .ok_or_else(|| super::ApiError::invalid(format!("`{field}` is not a principal's name")))
+}
+
 /// What the document says besides its routes and the types they use.
 #[derive(OpenApi)]
 #[openapi(info(

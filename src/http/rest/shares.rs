@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::principal_named;
 use super::sessions::{FrameBody, agent_id};
 use super::summaries::SessionSummary;
 use super::summaries::shared_summaries;
@@ -64,11 +65,6 @@ pub struct SharedList {
     pub sessions: Vec<SessionSummary>,
 }
 
-/// The principal a path names.
-fn principal_in(raw: String) -> Result<Principal, ApiError> {
-    Principal::checked(&raw).ok_or_else(|| ApiError::invalid("no principal has that name"))
-}
-
 /// The owner's own conversation `raw` names, for managing its shares and links.
 pub(super) async fn owned(
     app: &AppState,
@@ -96,7 +92,7 @@ pub async fn put_share(
     body: Result<Json<FrameBody<ShareBody>>, JsonRejection>,
 ) -> Result<Json<Share>, ApiError> {
     let id = owned(&app, &principal, id).await?;
-    let with = principal_in(with)?;
+    let with = principal_named(&with, "principal")?;
     let Json(FrameBody(body)) = body?;
     let share = app.manager.share(&principal, &id, &with, body.role).await?;
     Ok(Json(share.into()))
@@ -114,7 +110,7 @@ pub async fn delete_share(
     Path((id, with)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let id = owned(&app, &principal, id).await?;
-    let with = principal_in(with)?;
+    let with = principal_named(&with, "principal")?;
     app.manager.unshare(&principal, &id, &with).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::principal_named;
 use super::sessions::{FrameBody, agent_id};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
@@ -128,7 +129,7 @@ fn principal_in(raw: &str, caller: &Principal) -> Result<Principal, ApiError> {
     if raw == "me" {
         return Ok(caller.clone());
     }
-    Principal::checked(raw).ok_or_else(|| ApiError::invalid("no principal has that name"))
+    principal_named(raw, "principal")
 }
 
 /// A principal's caps and what they spent today and this month (their own, or anyone's for
@@ -314,8 +315,8 @@ pub async fn usage(
     }
     let whose = match params.principal.as_deref() {
         Some("*") => None,
-        Some(raw) => Some(principal_in(raw, &principal)?.to_string()),
-        None => Some(principal.to_string()),
+        Some(raw) => Some(principal_in(raw, &principal)?),
+        None => Some(principal.clone()),
     };
     let group_by = params.group_by.unwrap_or(GroupBy::Day);
     let end = to + chrono::Days::new(1);

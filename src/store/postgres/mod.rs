@@ -328,37 +328,28 @@ shared::store_impl!(PgStore, {
     /// another whose limit is the search's deadline. Nothing else runs under the budget: on a
     /// busy machine even a `COMMIT` can wait longer than that for a core.
     async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
-        let words = match listing::search_words(query) {
-            Ok(words) => words,
-            Err(nothing) => return Ok(nothing),
-        };
-        let statements = listing::statements(Engine::Postgres, principal, query, words.as_ref());
-        let Some(lookup) = &statements.lookup else {
-            let mut conn = self.pool.acquire().await?;
-            let total = listing::fetch_count!(conn, statements.count.as_ref());
-            let rows = listing::fetch_rows!(conn, &statements.scan)?;
-            return Ok(listing::page(query, rows, total));
-        };
+        let (scan, lookup, count) =
+            listing::searched!(Engine::Postgres, self.pool, principal, query);
         self.searches
             .run(|deadline| async move {
                 let left = || deadline.saturating_duration_since(Instant::now());
                 let budgeted = SCAN_BUDGET < left();
                 let mut tx = self.read_within(SCAN_BUDGET.min(left())).await?;
-                let scanned = match listing::fetch_rows!(tx, &statements.scan) {
+                let scanned = match listing::fetch_rows!(tx, &scan) {
                     Ok(rows) => Some(rows),
                     Err(err) if budgeted && listing::stopped(&err) => None,
                     Err(err) => return Err(err),
                 };
                 // Only read: whether its end succeeds changes nothing.
                 let _ = tx.rollback().await;
-                let (rows, total) = match (scanned, statements.count.as_ref()) {
+                let (rows, total) = match (scanned, count.as_ref()) {
                     (Some(rows), None) => (rows, None),
                     (scanned, count) => {
                         let mut tx = self.read_within(left()).await?;
                         let total = listing::fetch_count!(tx, count);
                         let rows = match scanned {
                             Some(rows) => rows,
-                            None => listing::fetch_rows!(tx, lookup)?,
+                            None => listing::fetch_rows!(tx, &lookup)?,
                         };
                         let _ = tx.rollback().await;
                         (rows, total)
