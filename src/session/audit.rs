@@ -84,7 +84,7 @@ impl Manager {
             detail: entry.detail.to_string(),
             outcome: outcome.to_owned(),
         };
-        if let Err(err) = self.shared.store.append_audit(&row).await {
+        if let Err(err) = self.shared.store.append_audit(row).await {
             tracing::error!(action = entry.action, error = %err, "an audit entry could not be stored");
         }
         self.prune_audit_log();

@@ -1,10 +1,12 @@
 //! The stored audit log: entries appended, read back newest first by filters and a cursor,
-//! and those older than the retention dropped — never changed otherwise. Its own table, written
-//! through the pool on both engines with the same SQL.
+//! and those older than the retention dropped — never changed otherwise. Its own table: entries
+//! are written by the store's writer with the next batch of messages ([`super::batch`]), read
+//! and pruned through the pool on both engines with the same SQL.
 
 use async_trait::async_trait;
 
 use super::Result;
+use super::batch::{self, Record};
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 
@@ -53,8 +55,9 @@ pub struct AuditQuery {
 /// Persistence of the audit log.
 #[async_trait]
 pub trait AuditStore: Send + Sync + 'static {
-    /// Appends `entry` (its `id` is assigned; the one given is ignored).
-    async fn append_audit(&self, entry: &AuditRow) -> Result<()>;
+    /// Queues `entry` for the writer (its `id` is assigned; the one given is ignored): stored
+    /// with the next batch, and in every read that starts after this returns.
+    async fn append_audit(&self, entry: AuditRow) -> Result<()>;
 
     /// The entries `query` selects, newest first.
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>>;
@@ -68,25 +71,13 @@ macro_rules! audit_store {
     ($store:ty) => {
         #[async_trait]
         impl AuditStore for $store {
-            async fn append_audit(&self, entry: &AuditRow) -> Result<()> {
-                sqlx::query(
-                    "insert into audit_log \
-                     (at, principal, action, owner, agent_id, detail, outcome) \
-                     values ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(&entry.at)
-                .bind(&entry.principal)
-                .bind(&entry.action)
-                .bind(&entry.owner)
-                .bind(&entry.agent_id)
-                .bind(&entry.detail)
-                .bind(&entry.outcome)
-                .execute(self.pool())
-                .await?;
-                Ok(())
+            async fn append_audit(&self, entry: AuditRow) -> Result<()> {
+                batch::record(self.writer(), Record::Audit(entry)).await
             }
 
             async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>> {
+                // Every entry queued before the read is in it.
+                batch::flush(self.writer()).await?;
                 // Every filter is bound; one left out compares its column with itself.
                 let rows = sqlx::query_as(
                     "select id, at, principal, action, owner, agent_id, detail, outcome \

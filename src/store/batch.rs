@@ -3,12 +3,16 @@
 //!
 //! Each engine's writer takes every request that is queued (up to a batch limit), stores them
 //! all in one transaction and only then answers each caller, so a frame is never sent before
-//! it is committed and a busy server pays one commit for many frames.
+//! it is committed and a busy server pays one commit for many frames. The audit log's entries
+//! and what turns cost are written by the same writer, in the transaction of the next batch:
+//! on SQLite a second writer would take the database's write lock from it on every turn.
 
 use std::collections::HashMap;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::audit::AuditRow;
+use super::usage::TurnUsage;
 use super::{NewMessage, Result, RowId, RunningTurn, StoreError, Totals};
 
 /// An append request: rows of one conversation, answered with the `seq` of the first.
@@ -21,10 +25,74 @@ pub(super) struct Append {
     pub reply: oneshot::Sender<Result<i64>>,
 }
 
+/// A row the writer stores beside the messages, in the order it was queued, without an
+/// answer: committed with the next batch, so before anything appended after it.
+pub(super) enum Record {
+    /// An entry of the audit log.
+    Audit(AuditRow),
+    /// What a turn cost.
+    Usage(TurnUsage),
+}
+
 /// What a writer is asked.
 pub(super) enum WriteOp {
     Append(Append),
+    Record(Record),
+    /// Answered once everything queued before it is committed (or failed).
+    Flush(oneshot::Sender<()>),
     Close(oneshot::Sender<()>),
+}
+
+/// What one transaction of a writer stores: the requests taken from its queue at once.
+#[derive(Default)]
+pub(super) struct Batch {
+    pub appends: Vec<Append>,
+    pub records: Vec<Record>,
+    pub flushes: Vec<oneshot::Sender<()>>,
+}
+
+impl Batch {
+    /// Whether nothing was taken.
+    pub fn is_empty(&self) -> bool {
+        self.appends.is_empty() && self.records.is_empty() && self.flushes.is_empty()
+    }
+
+    /// Message rows among the appends.
+    pub fn rows(&self) -> usize {
+        self.appends.iter().map(|a| a.messages.len()).sum()
+    }
+
+    /// The audit entries and the turns' costs, in order.
+    pub fn audit_and_usage(&self) -> (Vec<&AuditRow>, Vec<&TurnUsage>) {
+        let mut audit = Vec::new();
+        let mut usage = Vec::new();
+        for record in &self.records {
+            match record {
+                Record::Audit(row) => audit.push(row),
+                Record::Usage(row) => usage.push(row),
+            }
+        }
+        (audit, usage)
+    }
+}
+
+/// Queues `record` for the writer behind `writer` (waiting only while its queue is full).
+pub(super) async fn record(writer: &mpsc::Sender<WriteOp>, record: Record) -> Result<()> {
+    writer
+        .send(WriteOp::Record(record))
+        .await
+        .map_err(|_| StoreError::Unavailable("store is closed".into()))
+}
+
+/// Waits until everything queued for the writer behind `writer` before now is committed.
+pub(super) async fn flush(writer: &mpsc::Sender<WriteOp>) -> Result<()> {
+    let (done, rx) = oneshot::channel();
+    writer
+        .send(WriteOp::Flush(done))
+        .await
+        .map_err(|_| StoreError::Unavailable("store is closed".into()))?;
+    rx.await
+        .map_err(|_| StoreError::Unavailable("store writer stopped".into()))
 }
 
 /// Queues `messages` of `row` for the writer behind `writer` and waits for its commit.
@@ -64,42 +132,47 @@ pub(super) async fn close(writer: &mpsc::Sender<WriteOp>) {
 pub(super) fn fill(
     first: WriteOp,
     rx: &mut mpsc::Receiver<WriteOp>,
-    batch: &mut Vec<Append>,
+    batch: &mut Batch,
     max_batch: usize,
 ) -> Option<oneshot::Sender<()>> {
     let mut next = Some(first);
+    let mut taken = 0;
     while let Some(op) = next.take() {
         match op {
-            WriteOp::Append(a) => batch.push(a),
+            WriteOp::Append(a) => batch.appends.push(a),
+            WriteOp::Record(r) => batch.records.push(r),
+            WriteOp::Flush(done) => batch.flushes.push(done),
             WriteOp::Close(done) => return Some(done),
         }
-        if batch.len() < max_batch {
+        taken += 1;
+        if taken < max_batch {
             next = rx.try_recv().ok();
         }
     }
     None
 }
 
-/// Answers every request of `batch` with its outcome (in order), or all with `err`.
-pub(super) fn answer(
-    batch: &mut Vec<Append>,
-    outcome: std::result::Result<Vec<Result<i64>>, String>,
-) {
+/// Answers every request of `batch` with its outcome (in order), or all with `err`, and
+/// empties it.
+pub(super) fn answer(batch: &mut Batch, outcome: std::result::Result<Vec<Result<i64>>, String>) {
     match outcome {
         Ok(seqs) => {
-            for (append, seq) in batch.drain(..).zip(seqs) {
+            for (append, seq) in batch.appends.drain(..).zip(seqs) {
                 let _ = append.reply.send(seq);
             }
         }
         Err(err) => {
-            tracing::error!(error = %err, "store commit failed");
-            for append in batch.drain(..) {
+            tracing::error!(error = %err, records = batch.records.len(), "store commit failed");
+            for append in batch.appends.drain(..) {
                 let _ = append.reply.send(Err(StoreError::Unavailable(err.clone())));
             }
         }
     }
+    batch.records.clear();
+    for done in batch.flushes.drain(..) {
+        let _ = done.send(());
+    }
 }
-
 /// What one batch adds to one conversation's row.
 pub(super) struct Delta<'a> {
     pub row: RowId,

@@ -166,6 +166,11 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+
+    /// The queue in front of the writer, for the rows other modules store through it.
+    pub(in crate::store) fn writer(&self) -> &mpsc::Sender<WriteOp> {
+        &self.writer
+    }
 }
 
 /// How long a backup waits for the write lock a checkpoint may hold for a moment.

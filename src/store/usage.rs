@@ -1,11 +1,13 @@
 //! Stored spending: the ledger of what each turn cost (its agent's own figures), the caps an
 //! admin set per principal and a conversation's own cap, and the sums budgets and usage reports
 //! are made of, summed by the engine itself. Their own tables, read and written through the pool
-//! on both engines with the same SQL.
+//! on both engines with the same SQL, but for the ledger's rows: the store's writer stores
+//! those with the next batch of messages ([`super::batch`]).
 
 use async_trait::async_trait;
 use serde::Serialize;
 
+use super::batch::{self, Record};
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::{Result, RowId};
@@ -114,8 +116,9 @@ pub struct CapOverride {
 /// Persistence of spending.
 #[async_trait]
 pub trait UsageStore: Send + Sync + 'static {
-    /// Records what a turn cost.
-    async fn record_usage(&self, usage: &TurnUsage) -> Result<()>;
+    /// Queues what a turn cost for the writer: stored with the next batch, so no later than
+    /// anything appended after this returns.
+    async fn record_usage(&self, usage: TurnUsage) -> Result<()>;
 
     /// What `principal` spent from `since` (RFC 3339) on.
     async fn spent_since(&self, principal: &Principal, since: &str) -> Result<f64>;
@@ -156,26 +159,8 @@ macro_rules! usage_store {
     ($store:ty) => {
         #[async_trait]
         impl UsageStore for $store {
-            async fn record_usage(&self, u: &TurnUsage) -> Result<()> {
-                sqlx::query(
-                    "insert into turn_usage (principal, session_id, agent_id, agent, model, at, \
-                     cost_usd, input_tokens, output_tokens, cache_read_tokens, \
-                     cache_creation_tokens) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                )
-                .bind(&u.principal)
-                .bind(&u.session_id)
-                .bind(&u.agent_id)
-                .bind(&u.agent)
-                .bind(&u.model)
-                .bind(&u.at)
-                .bind(u.cost_usd)
-                .bind(u.input_tokens)
-                .bind(u.output_tokens)
-                .bind(u.cache_read_tokens)
-                .bind(u.cache_creation_tokens)
-                .execute(self.pool())
-                .await?;
-                Ok(())
+            async fn record_usage(&self, u: TurnUsage) -> Result<()> {
+                batch::record(self.writer(), Record::Usage(u)).await
             }
 
             async fn spent_since(&self, principal: &Principal, since: &str) -> Result<f64> {

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::mpsc;
 
-use super::batch::{self, Append, WriteOp};
+use super::batch::{self, Batch, WriteOp};
 use super::words::title_words;
 use super::{Page, PageSize, Result, RowId, StoreError};
 use crate::metrics::Metrics;
@@ -253,7 +253,7 @@ struct Writer {
 
 impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<WriteOp>) {
-        let mut batch: Vec<Append> = Vec::with_capacity(self.max_batch);
+        let mut batch = Batch::default();
         let mut closing = None;
         while closing.is_none() {
             let Some(op) = rx.blocking_recv() else { break };
@@ -261,7 +261,7 @@ impl Writer {
             self.metrics.store_queue(rx.len());
             if !batch.is_empty() {
                 let started = Instant::now();
-                let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
+                let rows = batch.rows();
                 self.commit(&mut batch);
                 self.metrics.record_commit(started.elapsed(), rows);
                 self.pace_checkpoints();
@@ -329,7 +329,7 @@ impl Writer {
     }
 
     /// Stores every request of `batch` in one transaction, then answers each.
-    fn commit(&mut self, batch: &mut Vec<Append>) {
+    fn commit(&mut self, batch: &mut Batch) {
         let outcome = write_batch(&self.conn, batch).map_err(|err| {
             let _ = self.conn.execute_batch("rollback");
             err.to_string()
@@ -378,11 +378,24 @@ pub(super) const INDEX_MESSAGE: &str =
 pub(super) const INDEX_TITLE: &str =
     "insert into title_words_index (rowid, title_words) values (?1, ?2)";
 
+/// Stores an entry of the audit log.
+const INSERT_AUDIT: &str = "insert into audit_log
+        (at, principal, action, owner, agent_id, detail, outcome)
+     values (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// Stores what a turn cost.
+const INSERT_USAGE: &str = "insert into turn_usage (principal, session_id, agent_id, agent,
+        model, at, cost_usd, input_tokens, output_tokens, cache_read_tokens,
+        cache_creation_tokens)
+     values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
 /// Stores every request of `batch` in one transaction: one UPDATE per conversation assigns its
-/// seqs, one INSERT per row stores it and one more indexes its words, each statement prepared
-/// once per connection. A request whose conversation vanished fails alone; a database error
-/// fails them all (the caller rolls back).
-fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Result<i64>>> {
+/// seqs, one INSERT per row stores it and one more indexes its words, then the audit entries
+/// and turns' costs, each statement prepared once per connection. A request whose
+/// conversation vanished fails alone; a database error fails them all (the caller rolls
+/// back).
+fn write_batch(conn: &Connection, whole: &Batch) -> rusqlite::Result<Vec<Result<i64>>> {
+    let batch = &whole.appends;
     conn.execute_batch("begin immediate")?;
     let deltas = batch::deltas(batch);
     // Next seq to hand out, per conversation that still exists.
@@ -446,6 +459,33 @@ fn write_batch(conn: &Connection, batch: &[Append]) -> rusqlite::Result<Vec<Resu
         }
     })?;
     drop((insert, index));
+    let (audit, usage) = whole.audit_and_usage();
+    for a in audit {
+        conn.prepare_cached(INSERT_AUDIT)?.execute(params![
+            a.at,
+            a.principal,
+            a.action,
+            a.owner,
+            a.agent_id,
+            a.detail,
+            a.outcome
+        ])?;
+    }
+    for u in usage {
+        conn.prepare_cached(INSERT_USAGE)?.execute(params![
+            u.principal,
+            u.session_id,
+            u.agent_id,
+            u.agent,
+            u.model,
+            u.at,
+            u.cost_usd,
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_creation_tokens
+        ])?;
+    }
     conn.execute_batch("commit")?;
     Ok(outcomes)
 }

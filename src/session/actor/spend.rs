@@ -117,8 +117,9 @@ impl Actor {
         self.shared
             .metrics
             .turn_usage(&record.agent, &record.model, &record);
-        if let Err(err) = self.shared.store.record_usage(&record).await {
-            tracing::error!(agent_id = %c.agent_id, error = %err, cost_usd = record.cost_usd, "could not record what a turn cost");
+        let cost_usd = record.cost_usd;
+        if let Err(err) = self.shared.store.record_usage(record).await {
+            tracing::error!(agent_id = %c.agent_id, error = %err, cost_usd, "could not record what a turn cost");
         }
     }
 }

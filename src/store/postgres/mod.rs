@@ -166,6 +166,11 @@ impl PgStore {
         &self.pool
     }
 
+    /// The queue in front of the writer, for the rows other modules store through it.
+    pub(in crate::store) fn writer(&self) -> &mpsc::Sender<WriteOp> {
+        &self.writer
+    }
+
     /// A transaction for a search's reads, each stopped after `limit`, and not compiled first:
     /// a plan this costly to run would be compiled (JIT), which alone takes longer than most
     /// searches.

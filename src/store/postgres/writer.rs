@@ -11,8 +11,10 @@ use tokio::sync::mpsc;
 
 use super::pg_json;
 use crate::metrics::Metrics;
-use crate::store::batch::{self, Append, WriteOp};
+use crate::store::audit::AuditRow;
+use crate::store::batch::{self, Batch, WriteOp};
 use crate::store::leases::Leases;
+use crate::store::usage::TurnUsage;
 use crate::store::{NewMessage, Result, RowId, StoreError, text, words};
 
 const APPEND: &str = "with d (id, n, prompts, results, last_active, title, cost, input_tokens,
@@ -110,7 +112,7 @@ const ANALYZE_EVERY_ROWS: usize = 50_000;
 
 impl Writer {
     async fn run(mut self, mut rx: mpsc::Receiver<WriteOp>) {
-        let mut batch: Vec<Append> = Vec::with_capacity(self.max_batch);
+        let mut batch = Batch::default();
         let mut closing = None;
         while closing.is_none() {
             let Some(op) = rx.recv().await else { break };
@@ -118,7 +120,7 @@ impl Writer {
             self.metrics.store_queue(rx.len());
             if !batch.is_empty() {
                 let started = Instant::now();
-                let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
+                let rows = batch.rows();
                 let outcome = self.write(&batch).await.map_err(|e| e.to_string());
                 batch::answer(&mut batch, outcome);
                 self.metrics.record_commit(started.elapsed(), rows);
@@ -148,7 +150,9 @@ impl Writer {
     }
 
     /// Stores `batch` in one transaction; each request's outcome in order.
-    async fn write(&self, batch: &[Append]) -> sqlx::Result<Vec<Result<i64>>> {
+    async fn write(&self, whole: &Batch) -> sqlx::Result<Vec<Result<i64>>> {
+        let batch = &whole.appends[..];
+        let (audit, usage) = whole.audit_and_usage();
         let deltas = batch::deltas(batch);
         let rows: usize = batch.iter().map(|a| a.messages.len()).sum();
         // Each row's position among its conversation's rows of this batch (from 1).
@@ -219,6 +223,10 @@ impl Writer {
                 .bind(&m.words)
                 .fetch_all(&mut *tx)
                 .await;
+            let stored = match stored {
+                Ok(bases) => store_records(&mut tx, &audit, &usage).await.map(|()| bases),
+                Err(err) => Err(err),
+            };
             match stored {
                 Ok(bases) => {
                     tx.commit().await?;
@@ -271,6 +279,55 @@ impl Writer {
         }
         Ok(outcomes)
     }
+}
+
+/// Stores a batch's audit entries and turns' costs in its transaction, one statement each.
+async fn store_records(
+    tx: &mut sqlx::PgConnection,
+    audit: &[&AuditRow],
+    usage: &[&TurnUsage],
+) -> sqlx::Result<()> {
+    if !audit.is_empty() {
+        let col = |f: fn(&AuditRow) -> Option<&str>| audit.iter().map(|a| f(a)).collect::<Vec<_>>();
+        sqlx::query(
+            "insert into audit_log (at, principal, action, owner, agent_id, detail, outcome) \
+             select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+             $6::text[], $7::text[])",
+        )
+        .bind(col(|a| Some(&a.at)))
+        .bind(col(|a| Some(&a.principal)))
+        .bind(col(|a| Some(&a.action)))
+        .bind(col(|a| a.owner.as_deref()))
+        .bind(col(|a| a.agent_id.as_deref()))
+        .bind(col(|a| Some(&a.detail)))
+        .bind(col(|a| Some(&a.outcome)))
+        .execute(&mut *tx)
+        .await?;
+    }
+    if !usage.is_empty() {
+        let text = |f: fn(&TurnUsage) -> &str| usage.iter().map(|u| f(u)).collect::<Vec<_>>();
+        let int = |f: fn(&TurnUsage) -> i64| usage.iter().map(|u| f(u)).collect::<Vec<_>>();
+        sqlx::query(
+            "insert into turn_usage (principal, session_id, agent_id, agent, model, at, \
+             cost_usd, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens) \
+             select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+             $6::text[], $7::float8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[])",
+        )
+        .bind(text(|u| &u.principal))
+        .bind(text(|u| &u.session_id))
+        .bind(text(|u| &u.agent_id))
+        .bind(text(|u| &u.agent))
+        .bind(text(|u| &u.model))
+        .bind(text(|u| &u.at))
+        .bind(usage.iter().map(|u| u.cost_usd).collect::<Vec<_>>())
+        .bind(int(|u| u.input_tokens))
+        .bind(int(|u| u.output_tokens))
+        .bind(int(|u| u.cache_read_tokens))
+        .bind(int(|u| u.cache_creation_tokens))
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// The rows of a batch as the columns [`APPEND`] unnests.
