@@ -92,6 +92,13 @@ fn story(frames: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// Checks that `agent_id` waits no more and that its history after the first prompt is `after`.
+async fn ended(server: &TestServer, agent_id: &str, after: &[&str]) {
+    let shown = summary(server, agent_id).await;
+    assert_eq!(shown["waiting_for_limit"], Value::Null, "{shown}");
+    assert_eq!(story(&history(server, agent_id).await)[1..], *after);
+}
+
 /// Waits until `at` (RFC 3339) and a little more has passed: for checking that nothing
 /// happens, which no frame can say.
 async fn past(at: &str) {
@@ -361,19 +368,17 @@ max_live_per_principal = 1
         gave_up["detail"].as_str().unwrap().contains("refused"),
         "{gave_up}"
     );
-    assert_eq!(
-        summary(&server, "capped").await["waiting_for_limit"],
-        Value::Null
-    );
-    assert_eq!(
-        story(&history(&server, "capped").await)[1..],
-        [
+    ended(
+        &server,
+        "capped",
+        &[
             "result error",
             "status waiting_for_limit",
             "status budget_exceeded",
-            "status limit_gave_up"
-        ]
-    );
+            "status limit_gave_up",
+        ],
+    )
+    .await;
     let (_, audit) = rest(
         &server,
         None,
@@ -412,18 +417,16 @@ max_live_per_principal = 1
     chat_ack(&mut c, "other", "hello").await;
     c.until_result("other").await;
     until_status(&mut c, "crowded", "limit_gave_up").await;
-    assert_eq!(
-        summary(&server, "crowded").await["waiting_for_limit"],
-        Value::Null
-    );
-    assert_eq!(
-        story(&history(&server, "crowded").await)[1..],
-        [
+    ended(
+        &server,
+        "crowded",
+        &[
             "result error",
             "status waiting_for_limit",
-            "status limit_gave_up"
-        ]
-    );
+            "status limit_gave_up",
+        ],
+    )
+    .await;
     stop(server, &cli).await;
 }
 
