@@ -19,12 +19,18 @@ use crate::store::audit::{AuditQuery, AuditRow};
 /// comes first.
 const PRUNE_EVERY_MS: i64 = 3_600_000;
 
+/// Longest text in an entry's particulars, in characters: a longer one is cut.
+const MAX_DETAIL_CHARS: usize = 200;
+/// Most bytes an entry's particulars take: larger ones are stored as `{"truncated": true}`.
+const MAX_DETAIL_BYTES: usize = 2048;
+
 /// One action to record: who did what, to which conversation, with which particulars.
 #[derive(Debug, Clone)]
 pub struct Audit {
     principal: Principal,
     action: &'static str,
-    conversation: Option<(Principal, AgentId)>,
+    owner: Option<Principal>,
+    agent_id: Option<AgentId>,
     detail: Value,
 }
 
@@ -34,7 +40,8 @@ impl Audit {
         Audit {
             principal: principal.clone(),
             action,
-            conversation: None,
+            owner: None,
+            agent_id: None,
             detail: Value::Object(serde_json::Map::new()),
         }
     }
@@ -42,7 +49,16 @@ impl Audit {
     /// To `owner`'s conversation (or schedule) `agent_id`: its owner sees the entry.
     #[must_use]
     pub fn on(mut self, owner: &Principal, agent_id: &AgentId) -> Self {
-        self.conversation = Some((owner.clone(), agent_id.clone()));
+        self.owner = Some(owner.clone());
+        self.agent_id = Some(agent_id.clone());
+        self
+    }
+
+    /// To something of `owner`'s that is no conversation (their credentials): they see the
+    /// entry.
+    #[must_use]
+    pub fn of(mut self, owner: &Principal) -> Self {
+        self.owner = Some(owner.clone());
         self
     }
 
@@ -51,6 +67,28 @@ impl Audit {
     pub fn detail(mut self, detail: Value) -> Self {
         self.detail = detail;
         self
+    }
+}
+
+/// `detail` as stored: each text in it cut to [`MAX_DETAIL_CHARS`], the whole to
+/// [`MAX_DETAIL_BYTES`].
+fn bounded(mut detail: Value) -> String {
+    fn cut(value: &mut Value) {
+        match value {
+            Value::String(text) if text.chars().count() > MAX_DETAIL_CHARS => {
+                *text = format!("{}…", protocol::truncate_chars(text, MAX_DETAIL_CHARS));
+            }
+            Value::Array(items) => items.iter_mut().for_each(cut),
+            Value::Object(fields) => fields.values_mut().for_each(cut),
+            _ => {}
+        }
+    }
+    cut(&mut detail);
+    let text = detail.to_string();
+    if text.len() <= MAX_DETAIL_BYTES {
+        text
+    } else {
+        serde_json::json!({ "truncated": true }).to_string()
     }
 }
 
@@ -70,18 +108,14 @@ impl Manager {
             Ok(_) => "ok",
             Err(err) => err.code.as_str(),
         };
-        let (owner, agent_id) = entry
-            .conversation
-            .map(|(o, a)| (o.to_string(), a.to_string()))
-            .unzip();
         let row = AuditRow {
             id: 0,
             at: protocol::now_rfc3339(),
             principal: entry.principal.to_string(),
             action: entry.action.to_owned(),
-            owner,
-            agent_id,
-            detail: entry.detail.to_string(),
+            owner: entry.owner.map(|o| o.to_string()),
+            agent_id: entry.agent_id.map(|a| a.to_string()),
+            detail: bounded(entry.detail),
             outcome: outcome.to_owned(),
         };
         if let Err(err) = self.shared.store.append_audit(row).await {
@@ -147,5 +181,26 @@ impl Manager {
             query.owner = Some(principal.to_string());
         }
         self.shared.store.audit(&query).await.map_err(store_failure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::{MAX_DETAIL_BYTES, MAX_DETAIL_CHARS, bounded};
+
+    #[test]
+    fn particulars_are_stored_bounded() {
+        let long = "é".repeat(10_000);
+        let stored: Value = serde_json::from_str(&bounded(json!({ "title": long }))).unwrap();
+        let title = stored["title"].as_str().unwrap();
+        assert_eq!(title.chars().count(), MAX_DETAIL_CHARS + 1);
+        assert!(title.ends_with('…'));
+        let many = json!({ "names": vec!["x".repeat(100); 100] });
+        assert_eq!(bounded(many), r#"{"truncated":true}"#);
+        let small = json!({ "to_seq": 3, "with": "bob" });
+        assert_eq!(bounded(small.clone()), small.to_string());
+        assert!(bounded(small).len() <= MAX_DETAIL_BYTES);
     }
 }

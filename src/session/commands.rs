@@ -80,18 +80,68 @@ impl Manager {
         slot: &super::slots::Slot,
         conversation: &super::Conversation,
     ) -> Result<bool, SessionError> {
+        let cancelled = (actor::cancel_stored_wait(&self.shared, conversation.row).await)
+            .map_err(|e| store_error(e, &conversation.agent_id))?;
+        if cancelled {
+            let (status, detail) = (actor::WAIT_CANCELLED, actor::CANCELLED);
+            self.store_dormant_status(slot, conversation, status, detail)
+                .await;
+        }
+        Ok(cancelled)
+    }
+
+    /// Ends for good the wait for a rate limit of conversation `agent_id` of `principal`,
+    /// whose "continue" turn was refused with `reason` before any actor saw it, storing (and
+    /// telling its followers) a `limit_gave_up` status. A live actor, here or on another node,
+    /// refused the turn itself and said so.
+    pub(super) async fn give_up_dormant_wait(
+        &self,
+        principal: &Principal,
+        agent_id: &AgentId,
+        reason: &str,
+    ) {
+        let Ok((slot, guard)) = self.existing_slot(principal, agent_id).await else {
+            return;
+        };
+        let conversation = slot
+            .conversation
+            .get()
+            .expect("set by existing_slot")
+            .clone();
+        let elsewhere = self.route == Route::AnyNode
+            && !matches!(
+                self.owner_elsewhere(conversation.row, agent_id).await,
+                Ok(None)
+            );
+        if matches!(&*guard, SlotState::Live(_)) || elsewhere {
+            return;
+        }
+        let store = &self.shared.store;
+        if let Err(err) = store.set_limit_wait(conversation.row, None, 0).await {
+            tracing::warn!(%agent_id, error = %err, "cannot end the wait of a refused continue turn");
+        }
+        self.shared.metrics.limit_wait("gave_up");
+        let detail = actor::refused_detail(reason);
+        self.store_dormant_status(&slot, &conversation, actor::GAVE_UP, &detail)
+            .await;
+        drop(guard);
+    }
+
+    /// Stores the `status` (with `detail`) ending the wait of a conversation no node runs,
+    /// under its lease, and tells its followers (who are told even when the store fails).
+    async fn store_dormant_status(
+        &self,
+        slot: &super::slots::Slot,
+        conversation: &super::Conversation,
+        status: &str,
+        detail: &str,
+    ) {
         let store = &self.shared.store;
         let agent_id = conversation.agent_id.as_str();
-        let cancelled = (store.cancel_limit_wait(conversation.row).await)
-            .map_err(|e| store_error(e, agent_id))?;
-        if !cancelled {
-            return Ok(false);
-        }
-        self.shared.metrics.limit_wait("cancelled");
-        let status = actor::cancelled_status();
+        let message = actor::wait_status(status, detail);
         let stored = match store.take_lease(conversation.row).await {
             Ok(()) => {
-                let stored = store.append(conversation.row, vec![status.clone()]).await;
+                let stored = store.append(conversation.row, vec![message.clone()]).await;
                 store.release_lease(conversation.row).await;
                 stored
             }
@@ -102,18 +152,17 @@ impl Manager {
                 conversation.tag(),
                 "status",
                 Some(seq),
-                &status.created_at,
-                &status.payload,
+                &message.created_at,
+                &message.payload,
                 None,
             ),
             Err(err) => {
-                // Cancelled all the same: its followers are told, though history won't say.
+                // Ended all the same: its followers are told, though history won't say.
                 tracing::warn!(agent_id, error = %err, "cannot store the end of a wait");
-                protocol::status_frame(conversation.tag(), "limit_wait_cancelled", actor::CANCELLED)
+                protocol::status_frame(conversation.tag(), status, detail)
             }
         };
         self.broadcast(slot, conversation, frame);
-        Ok(true)
     }
 
     /// Answers a pending tool permission request of a conversation.

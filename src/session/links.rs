@@ -188,28 +188,23 @@ impl Manager {
                     "this link is to your own conversation",
                 ));
             }
+            self.share_target(&link.owner, &link.agent_id, principal)
+                .await?;
             let now = protocol::now_rfc3339();
-            let used = self
+            let share = self
                 .shared
                 .store
-                .use_link(&link.id, &now)
+                .redeem_link(&link.id, &now, principal)
                 .await
-                .map_err(store_failure)?;
-            if !used {
-                return Err(SessionError::new(
-                    ErrorCode::LinkExpired,
-                    "this share link has expired or was used as many times as it may be",
-                ));
-            }
-            let shares = self
-                .shared
-                .store
-                .shares_of(link.row)
-                .await
-                .map_err(store_failure)?;
-            let had = shares.into_iter().find(|s| &s.principal == principal);
-            let role = had.map_or(link.role, |s| s.role.max(link.role));
-            Box::pin(self.put_share(&link.owner, &link.agent_id, principal, role)).await
+                .map_err(store_failure)?
+                .ok_or_else(|| {
+                    SessionError::new(
+                        ErrorCode::LinkExpired,
+                        "this share link has expired or was used as many times as it may be",
+                    )
+                })?;
+            tracing::info!(owner = %link.owner, agent_id = %link.agent_id, with = %principal, role = share.role.as_str(), "shared by a link");
+            Ok(share)
         };
         self.audited(entry, opened.await).await
     }

@@ -312,6 +312,7 @@ impl Manager {
         bus.clone()
             .follow_revocations(self.clone(), stop.clone())
             .await?;
+        tokio::spawn(self.clone().expire_gone_viewers(stop.clone()));
         bus.clone().serve(self.clone(), limits, stop).await
     }
 

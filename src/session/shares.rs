@@ -7,7 +7,7 @@ use dashmap::DashMap;
 use tokio::sync::broadcast;
 
 use super::errors::{store_error, store_failure, unknown_agent};
-use super::{Audit, Manager, SessionError};
+use super::{Audit, Manager, SessionError, SessionRecord};
 use crate::protocol::{AgentId, ErrorCode, Principal, Role};
 use crate::store::shares::ShareRow;
 
@@ -145,18 +145,27 @@ impl Manager {
         let entry = Audit::new(owner, "share")
             .on(owner, agent_id)
             .detail(serde_json::json!({ "with": with, "role": role }));
-        let shared = Box::pin(self.put_share(owner, agent_id, with, role)).await;
-        self.audited(entry, shared).await
+        let shared = async {
+            let record = self.share_target(owner, agent_id, with).await?;
+            let share = self
+                .shared
+                .store
+                .put_share(record.row, with, role)
+                .await
+                .map_err(|e| store_error(e, agent_id))?;
+            tracing::info!(%owner, %agent_id, %with, role = role.as_str(), "shared");
+            Ok(share)
+        };
+        self.audited(entry, shared.await).await
     }
 
-    /// [`Manager::share`], unrecorded: for what records it otherwise (a link opened).
-    pub(super) async fn put_share(
+    /// `owner`'s conversation `agent_id`, checked to be one they may share with `with`.
+    pub(super) async fn share_target(
         &self,
         owner: &Principal,
         agent_id: &AgentId,
         with: &Principal,
-        role: Role,
-    ) -> Result<ShareRow, SessionError> {
+    ) -> Result<SessionRecord, SessionError> {
         let record = self.get(owner, agent_id).await?;
         if with == owner {
             return Err(SessionError::new(
@@ -170,14 +179,7 @@ impl Manager {
                 format!("no principal `{with}` can sign in to this server"),
             ));
         }
-        let share = self
-            .shared
-            .store
-            .put_share(record.row, with, role)
-            .await
-            .map_err(|e| store_error(e, agent_id))?;
-        tracing::info!(%owner, %agent_id, %with, role = role.as_str(), "shared");
-        Ok(share)
+        Ok(record)
     }
 
     /// Ends the share of `owner`'s conversation `agent_id` with `with`: their open streams of
@@ -242,14 +244,19 @@ impl Manager {
             .map_err(|e| store_error(e, agent_id))
     }
 
-    /// The conversations shared with `principal`.
+    /// The first `limit` conversations shared with `principal`, oldest share first, each with
+    /// its record.
     ///
     /// # Errors
     /// `store_unavailable`.
-    pub async fn shared_with(&self, principal: &Principal) -> Result<Vec<ShareRow>, SessionError> {
+    pub async fn shared_with(
+        &self,
+        principal: &Principal,
+        limit: u32,
+    ) -> Result<Vec<(ShareRow, SessionRecord)>, SessionError> {
         self.shared
             .store
-            .shared_with(principal)
+            .shared_with(principal, limit)
             .await
             .map_err(store_failure)
     }

@@ -2,12 +2,14 @@
 //! theirs follows it, and its followers get a `viewers` frame when someone starts (their first
 //! stream) or stops (their last) while others view it too: nobody is told of themself alone.
 //! In a cluster each node tells the others who views it through that node, and lists everyone
-//! it knows of to its own followers.
+//! it knows of to its own followers; those viewing through a node that is gone (not seen within
+//! its lease) stop viewing, and are seen leaving.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 
 use super::{Conversation, Manager};
 use crate::protocol::{self, Frame, Principal, Viewing as Event};
@@ -89,6 +91,48 @@ impl Viewers {
         )))
     }
 
+    /// Forgets who views each conversation through a node not among `live`: for each
+    /// conversation that changes, who stopped viewing it (no longer viewing through any node)
+    /// and who views it still.
+    fn forget_nodes_but(
+        &self,
+        live: &HashSet<String>,
+    ) -> Vec<(RowId, Vec<Principal>, Vec<Principal>)> {
+        let mut gone: Vec<(RowId, Vec<Principal>)> = Vec::new();
+        {
+            let mut elsewhere = self.elsewhere.lock().expect("viewers lock");
+            for (row, nodes) in elsewhere.iter_mut() {
+                let mut left = Vec::new();
+                nodes.retain(|node, names| {
+                    let keep = live.contains(node);
+                    if !keep {
+                        left.append(names);
+                    }
+                    keep
+                });
+                if !left.is_empty() {
+                    gone.push((*row, left));
+                }
+            }
+            elsewhere.retain(|_, nodes| !nodes.is_empty());
+        }
+        let by_row = self.by_row.lock().expect("viewers lock");
+        gone.into_iter()
+            .map(|(row, left)| {
+                let here: Vec<Principal> = by_row
+                    .get(&row)
+                    .map(|v| v.keys().cloned().collect())
+                    .unwrap_or_default();
+                let now = self.everyone(row, &here);
+                let mut left: Vec<Principal> =
+                    left.into_iter().filter(|p| !now.contains(p)).collect();
+                left.sort();
+                left.dedup();
+                (row, left, now)
+            })
+            .collect()
+    }
+
     /// Counts one more stream of `viewer` on `row`: whether it is their first, and who views it.
     fn join(&self, row: RowId, viewer: &Principal) -> (bool, Vec<Principal>) {
         let mut rows = self.by_row.lock().expect("viewers lock");
@@ -166,6 +210,48 @@ impl Manager {
         }
     }
 
+    /// In a cluster, every third of a lease until `stop` fires: those viewing conversations
+    /// through a node that is gone stop viewing them, and this node's followers see them leave.
+    pub(super) async fn expire_gone_viewers(self, stop: CancellationToken) {
+        let every = std::time::Duration::from_secs(self.shared.config.cluster.lease_secs.max(1))
+            .div_f64(3.0);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = stop.cancelled() => return,
+            }
+            let live = match self.shared.store.live_nodes().await {
+                Ok(Some(live)) => live,
+                Ok(None) => return,
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading which nodes are up failed");
+                    continue;
+                }
+            };
+            for (row, left, now) in self.shared.viewers.forget_nodes_but(&live) {
+                let Some(slot) = self
+                    .slots
+                    .iter()
+                    .find(|s| s.conversation.get().is_some_and(|c| c.row == row))
+                    .map(|s| s.clone())
+                else {
+                    continue;
+                };
+                let conversation = slot.conversation.get().expect("found by it");
+                let names: Vec<&str> = now.iter().map(Principal::as_str).collect();
+                for viewer in left.iter().filter(|_| worth_telling(Event::Left, &now)) {
+                    let frame = protocol::viewers_frame(
+                        conversation.tag(),
+                        viewer.as_str(),
+                        Event::Left,
+                        &names,
+                    );
+                    let _ = slot.events.send(frame);
+                }
+            }
+        }
+    }
+
     /// Sends the followers of `conversation` a `viewers` frame: on this node with everyone
     /// viewing it, to the other nodes with those viewing it through this one (`here`).
     fn announce(
@@ -195,6 +281,8 @@ impl Manager {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::{Principal, RowId, Viewers};
 
     #[test]
@@ -212,5 +300,29 @@ mod tests {
         assert_eq!(viewers.leave(row, &alice), (true, vec![]));
         assert_eq!(viewers.leave(row, &alice), (false, vec![]));
         assert!(viewers.by_row.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn those_viewing_through_a_gone_node_leave() {
+        let viewers = Viewers::default();
+        let (row, alice, bob, carol) = (
+            RowId(1),
+            Principal::new("alice"),
+            Principal::new("bob"),
+            Principal::new("carol"),
+        );
+        viewers.join(row, &alice);
+        {
+            let mut elsewhere = viewers.elsewhere.lock().unwrap();
+            let nodes = elsewhere.entry(row).or_default();
+            nodes.insert("b".into(), vec![bob.clone(), carol.clone()]);
+            nodes.insert("c".into(), vec![carol.clone()]);
+        }
+        let live: HashSet<String> = ["a".to_owned(), "c".to_owned()].into();
+        assert_eq!(
+            viewers.forget_nodes_but(&live),
+            vec![(row, vec![bob], vec![alice, carol])]
+        );
+        assert!(viewers.forget_nodes_but(&live).is_empty());
     }
 }

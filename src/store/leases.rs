@@ -7,6 +7,7 @@
 //! (see `postgres::APPEND`) stores rows only under the epoch this node took, so a node that
 //! was paused or cut off past its lease, and taken over meanwhile, can't write any more.
 
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -265,6 +266,17 @@ impl Leases {
                 tracing::warn!(error = %err, "renewing the node's leases failed; retrying");
             }
         }
+    }
+
+    /// The nodes seen within their lease length: those not stopped, stalled or killed.
+    pub async fn live_nodes(&self, pool: &PgPool) -> Result<HashSet<String>> {
+        let nodes: Vec<String> = sqlx::query_scalar(
+            "select node_id from nodes
+             where last_seen > now() - make_interval(secs => lease_secs)",
+        )
+        .fetch_all(pool)
+        .await?;
+        Ok(nodes.into_iter().collect())
     }
 
     fn snapshot(&self) -> (Vec<i64>, Vec<i64>) {

@@ -1,11 +1,13 @@
 //! Stored share links: a conversation's links, each kept as an id and the hash of its secret
 //! (never the secret), with its role, expiry and uses; using one counts a use in the same
-//! statement that checks it is still good. Their own table, through the pool on both engines
-//! with the same SQL; a link goes with its conversation (the foreign key cascades).
+//! statement that checks it is still good, and writes the share it gives in the same
+//! transaction. Their own table, through the pool on both engines with the same SQL; a link
+//! goes with its conversation (the foreign key cascades).
 
 use async_trait::async_trait;
 
 use super::postgres::PgStore;
+use super::shares::ShareRow;
 use super::sqlite::SqliteStore;
 use super::{Result, RowId};
 use crate::protocol::{AgentId, Principal, Role};
@@ -77,9 +79,16 @@ pub trait LinkStore: Send + Sync + 'static {
     /// The link with public id `id`, whatever its state.
     async fn find_link(&self, id: &str) -> Result<Option<LinkRow>>;
 
-    /// Counts a use of link `id`, if it is still good at `now` (not expired, uses left);
-    /// whether it was.
-    async fn use_link(&self, id: &str, now: &str) -> Result<bool>;
+    /// Counts a use of link `id`, if it is still good at `now` (not expired, uses left), and
+    /// shares its conversation with `principal` in its role (a share they have keeps the
+    /// greater of the two roles), all in one transaction; the share, or none when the link
+    /// was no longer good (then nothing changed).
+    async fn redeem_link(
+        &self,
+        id: &str,
+        now: &str,
+        principal: &Principal,
+    ) -> Result<Option<ShareRow>>;
 
     /// Conversation `row`'s links, oldest first.
     async fn links_of(&self, row: RowId) -> Result<Vec<LinkRow>>;
@@ -124,16 +133,51 @@ macro_rules! link_store {
                 Ok(found.and_then(Stored::link))
             }
 
-            async fn use_link(&self, id: &str, now: &str) -> Result<bool> {
-                let done = sqlx::query(
+            async fn redeem_link(
+                &self,
+                id: &str,
+                now: &str,
+                principal: &Principal,
+            ) -> Result<Option<ShareRow>> {
+                let mut tx = self.pool().begin().await?;
+                let used: Option<(RowId, String)> = sqlx::query_as(
                     "update share_links set uses = uses + 1 where id = $1 and expires_at > $2 \
-                     and (max_uses is null or uses < max_uses)",
+                     and (max_uses is null or uses < max_uses) returning session_pk, role",
                 )
                 .bind(id)
                 .bind(now)
-                .execute(self.pool())
+                .fetch_optional(&mut *tx)
                 .await?;
-                Ok(done.rows_affected() == 1)
+                let Some((row, role)) = used else {
+                    return Ok(None);
+                };
+                // The greater role: an editor's share stays one.
+                sqlx::query(
+                    "insert into shares (session_pk, principal, alias, role, created_at) \
+                     values ($1, $2, $3, $4, $5) on conflict (session_pk, principal) do update \
+                     set role = case when excluded.role = 'editor' then excluded.role \
+                     else shares.role end",
+                )
+                .bind(row)
+                .bind(principal.as_str())
+                .bind(super::shares::new_alias())
+                .bind(&role)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                let share: Option<super::shares::Stored> = sqlx::query_as(&format!(
+                    "{} where s.session_pk = $1 and s.principal = $2",
+                    super::shares::SELECT
+                ))
+                .bind(row)
+                .bind(principal.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+                let share = share
+                    .and_then(super::shares::Stored::share)
+                    .ok_or(super::StoreError::UnknownSession)?;
+                tx.commit().await?;
+                Ok(Some(share))
             }
 
             async fn links_of(&self, row: RowId) -> Result<Vec<LinkRow>> {

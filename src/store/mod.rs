@@ -659,6 +659,12 @@ pub trait Store:
         None
     }
 
+    /// The nodes sharing the store that are up (seen within their lease length); None for a
+    /// store only one node uses.
+    async fn live_nodes(&self) -> Result<Option<std::collections::HashSet<String>>> {
+        Ok(None)
+    }
+
     /// Writes a consistent copy of the whole database into `to` (an empty file, or none) while
     /// the store goes on serving; false, writing nothing, for a store that is no file of the
     /// server's (PostgreSQL, which `pg_dump` copies).

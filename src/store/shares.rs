@@ -1,12 +1,13 @@
 //! Stored shares: which principals a conversation is shared with, in which role, and the
-//! `agent_id` each of them knows it by. Their own table, read and written through the pool on
-//! both engines with the same SQL; a share goes with its conversation (the foreign key cascades).
+//! `agent_id` each of them knows it by; the conversations shared with a principal are read with
+//! their rows in one query. Their own table, read and written through the pool on both engines
+//! with the same SQL; a share goes with its conversation (the foreign key cascades).
 
 use async_trait::async_trait;
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
-use super::{Result, RowId};
+use super::{Result, RowId, SessionRecord};
 use crate::protocol::{AgentId, Principal, Role, SHARE_ALIAS_CHARS};
 
 /// A conversation shared with a principal.
@@ -30,7 +31,7 @@ pub struct ShareRow {
 
 /// How a share row reads back from SQL.
 #[derive(sqlx::FromRow)]
-struct Stored {
+pub(super) struct Stored {
     session_pk: RowId,
     owner: String,
     agent_id: String,
@@ -42,7 +43,7 @@ struct Stored {
 
 impl Stored {
     /// The row as a share; a row changed behind the server's back reads as none.
-    fn share(self) -> Option<ShareRow> {
+    pub(super) fn share(self) -> Option<ShareRow> {
         Some(ShareRow {
             row: self.session_pk,
             owner: self.owner.into(),
@@ -57,9 +58,38 @@ impl Stored {
     }
 }
 
+/// A conversation shared with a principal, with its row as stored.
+#[derive(sqlx::FromRow)]
+struct StoredShared {
+    #[sqlx(flatten)]
+    record: SessionRecord,
+    alias: String,
+    share_role: String,
+    shared_at: String,
+}
+
+impl StoredShared {
+    /// The share of it with `principal`, and its row; a row changed behind the server's back
+    /// reads as none.
+    fn shared(self, principal: &Principal) -> Option<(ShareRow, SessionRecord)> {
+        let share = ShareRow {
+            row: self.record.row,
+            owner: self.record.principal.clone(),
+            agent_id: self.record.agent_id.clone(),
+            principal: principal.clone(),
+            alias: AgentId::parse(self.alias)
+                .ok()
+                .filter(AgentId::is_share_alias)?,
+            role: Role::parse(&self.share_role)?,
+            created_at: self.shared_at,
+        };
+        Some((share, self.record))
+    }
+}
+
 /// A new alias: `~` and random lowercase letters and digits (a name, not a secret: every use
 /// is checked against whom it was shared with).
-fn new_alias() -> String {
+pub(super) fn new_alias() -> String {
     const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let random = uuid::Uuid::new_v4();
     let mut alias = String::with_capacity(SHARE_ALIAS_CHARS + 1);
@@ -86,12 +116,16 @@ pub trait ShareStore: Send + Sync + 'static {
     /// The conversation `principal` knows as `alias`, if it is shared with them.
     async fn find_share(&self, principal: &Principal, alias: &AgentId) -> Result<Option<ShareRow>>;
 
-    /// The conversations shared with `principal`, by when.
-    async fn shared_with(&self, principal: &Principal) -> Result<Vec<ShareRow>>;
+    /// The first `limit` conversations shared with `principal`, by when, each with its row.
+    async fn shared_with(
+        &self,
+        principal: &Principal,
+        limit: u32,
+    ) -> Result<Vec<(ShareRow, SessionRecord)>>;
 }
 
 /// A share's columns with its conversation's owner and `agent_id`.
-const SELECT: &str = "select s.session_pk, i.principal as owner, i.agent_id, s.principal, \
+pub(super) const SELECT: &str = "select s.session_pk, i.principal as owner, i.agent_id, s.principal, \
      s.alias, s.role, s.created_at from shares s join session_info i on i.id = s.session_pk";
 
 /// The same statements for either store.
@@ -163,14 +197,26 @@ macro_rules! share_store {
                 Ok(found.and_then(Stored::share))
             }
 
-            async fn shared_with(&self, principal: &Principal) -> Result<Vec<ShareRow>> {
-                let rows: Vec<Stored> = sqlx::query_as(&format!(
-                    "{SELECT} where s.principal = $1 order by s.created_at, s.alias"
+            async fn shared_with(
+                &self,
+                principal: &Principal,
+                limit: u32,
+            ) -> Result<Vec<(ShareRow, SessionRecord)>> {
+                let rows: Vec<StoredShared> = sqlx::query_as(&format!(
+                    "select i.*, s.alias, s.role as share_role, s.created_at as shared_at \
+                     from shares s join (select {} from session_info where not pending) i \
+                     on i.id = s.session_pk where s.principal = $1 \
+                     order by s.created_at, s.alias limit $2",
+                    super::shared::SESSION_COLUMNS
                 ))
                 .bind(principal.as_str())
+                .bind(i64::from(limit))
                 .fetch_all(self.pool())
                 .await?;
-                Ok(rows.into_iter().filter_map(Stored::share).collect())
+                Ok(rows
+                    .into_iter()
+                    .filter_map(|r| r.shared(principal))
+                    .collect())
             }
         }
     };

@@ -178,3 +178,49 @@ async fn each_action_is_appended_in_order_and_each_reader_sees_what_is_theirs() 
     let (_, again) = audit(&server, "tok-carol", "").await;
     assert_eq!(again["entries"], all["entries"]);
 }
+
+/// A conversation's cap set (by its owner, or refused to someone else) is recorded; the
+/// particulars of an entry stay bounded: a rename refused for its overlong title keeps only
+/// the title's start.
+#[tokio::test]
+async fn caps_are_recorded_and_particulars_stay_bounded() {
+    let (server, _cfg) = server_with(&config()).await;
+    let mut alice = connect_as(&server.addr, "tok-alice").await;
+    alice.chat("plan", "first").await;
+    alice.until_result("plan").await;
+    for (token, query, want) in [("tok-alice", "", 200), ("tok-bob", "?principal=alice", 403)] {
+        let (status, answer) = rest(
+            &server,
+            Some(token),
+            "PUT",
+            &format!("/api/sessions/plan/budget{query}"),
+            Some(json!({"budget_usd": 2.5})),
+        )
+        .await;
+        assert_eq!(status, want, "{token}: {answer}");
+    }
+    let long = "t".repeat(5000);
+    let (status, _) = rest(
+        &server,
+        Some("tok-alice"),
+        "PATCH",
+        "/api/sessions/plan",
+        Some(json!({ "title": long })),
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    let (_, page) = audit(&server, "tok-alice", "").await;
+    assert_eq!(
+        actions(&page)[1..],
+        [
+            entry("alice", "conversation_budget", "ok"),
+            entry("bob", "conversation_budget", "forbidden"),
+            entry("alice", "rename", "invalid_request"),
+        ],
+        "{page}"
+    );
+    assert_eq!(page["entries"][2]["detail"], json!({"budget_usd": 2.5}));
+    let title = page["entries"][0]["detail"]["title"].as_str().unwrap();
+    assert_eq!(title, format!("{}…", &long[..200]));
+}

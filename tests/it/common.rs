@@ -371,6 +371,39 @@ pub async fn open_db(data_dir: &Path) -> sqlx::AnyPool {
         .unwrap()
 }
 
+/// `GET path` as `token`'s principal: the status, and the JSON answer (null when none).
+pub async fn get_as(server: &TestServer, token: &str, path: &str) -> (u16, Value) {
+    crate::repos::rest(server, Some(token), "GET", path, None).await
+}
+
+/// `DELETE path` as `token`'s principal: the status, and the JSON answer (null when none).
+pub async fn delete_as(server: &TestServer, token: &str, path: &str) -> (u16, Value) {
+    crate::repos::rest(server, Some(token), "DELETE", path, None).await
+}
+
+/// Makes the database behind `pool` refuse each new row of `table` for which `condition` (SQL
+/// on `new`) holds, or (`refuse` false) no longer: a failing write the server can't tell from
+/// a real one, on either engine.
+pub async fn refuse_rows(pool: &sqlx::AnyPool, table: &str, condition: &str, refuse: bool) {
+    let postgres = pool.acquire().await.unwrap().backend_name() == "PostgreSQL";
+    let name = format!("refuse_{table}");
+    let sql = match (postgres, refuse) {
+        (false, true) => format!(
+            "create trigger {name} before insert on {table} when {condition} \
+             begin select raise(abort, 'refused'); end"
+        ),
+        (false, false) => format!("drop trigger {name}"),
+        (true, true) => format!(
+            "create function {name}() returns trigger language plpgsql as \
+             $$ begin if {condition} then raise exception 'refused'; end if; return new; end $$; \
+             create trigger {name} before insert on {table} \
+             for each row execute function {name}()"
+        ),
+        (true, false) => format!("drop trigger {name} on {table}; drop function {name}()"),
+    };
+    sqlx::raw_sql(&sql).execute(pool).await.unwrap();
+}
+
 fn unsafe_kill(pid: i32, sig: i32) {
     std::process::Command::new("kill")
         .arg(format!("-{sig}"))

@@ -258,6 +258,9 @@ async fn bad_names_and_values_are_refused_and_change_nothing() {
         json!({"env": {"ANTHROPIC_API_KEY": value}, "more": 1}),
         json!([value]),
     ];
+    // Refused changes are recorded: all but the bodies refused before the handler runs (no
+    // JSON object of names), and the one for the demo agent below.
+    let bodies_refused = bodies.len() - 3 + 1;
     for body in bodies {
         let (status, answer) = rest(
             &server,
@@ -305,6 +308,53 @@ async fn bad_names_and_values_are_refused_and_change_nothing() {
     )
     .await;
     assert_eq!(listed["set"], json!([]), "nothing was set: {listed}");
+
+    // Each change is in the audit log, Alice's to read, with the names and never a value.
+    let (status, _) = put_key(&server, "tok-alice", value).await;
+    assert_eq!(status, 200);
+    for want in [204, 404] {
+        let (status, _) = rest(
+            &server,
+            Some("tok-alice"),
+            "DELETE",
+            "/api/me/credentials/claude",
+            None,
+        )
+        .await;
+        assert_eq!(status, want);
+    }
+    let (status, page) = rest(&server, Some("tok-alice"), "GET", "/api/audit", None).await;
+    assert_eq!(status, 200, "{page}");
+    let entries = page["entries"].as_array().unwrap();
+    let seen: Vec<(&str, &str)> = entries
+        .iter()
+        .take(3)
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("credentials_delete", "unknown_agent"),
+            ("credentials_delete", "ok"),
+            ("credentials_set", "ok"),
+        ],
+        "{page}"
+    );
+    assert_eq!(
+        entries[2]["detail"],
+        json!({"agent": "claude", "names": ["ANTHROPIC_API_KEY"]})
+    );
+    let refused = entries
+        .iter()
+        .filter(|e| e["outcome"] == "invalid_request")
+        .count();
+    assert_eq!(refused, bodies_refused, "each refused change too: {page}");
+    assert!(!page.to_string().contains(value), "{page}");
 
     // Without a secret key the server keeps none at all.
     let bare = Fixture::new(&config(""));

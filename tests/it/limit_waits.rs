@@ -14,6 +14,7 @@ use crate::claude::Fixture;
 use crate::cli_chat::{Terminal, have_tmux};
 use crate::common::*;
 use crate::real_cli::{FakeApi, RealSetup, real_cli, start_server_env, stop};
+use crate::repos::rest;
 use crate::security::connect_as;
 
 /// Short random additions to each wait, so that the tests take seconds.
@@ -89,6 +90,13 @@ fn story(frames: &[Value]) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// Checks that `agent_id` waits no more and that its history after the first prompt is `after`.
+async fn ended(server: &TestServer, agent_id: &str, after: &[&str]) {
+    let shown = summary(server, agent_id).await;
+    assert_eq!(shown["waiting_for_limit"], Value::Null, "{shown}");
+    assert_eq!(story(&history(server, agent_id).await)[1..], *after);
 }
 
 /// Waits until `at` (RFC 3339) and a little more has passed: for checking that nothing
@@ -280,15 +288,7 @@ async fn an_interrupt_cancels_the_wait() {
     };
     // Bob knows no such conversation, and the wait stays.
     assert_eq!(interrupt("tok-b").await.unwrap().status(), 404);
-    let listed: Value = http
-        .get(server.url("/api/sessions/dormant"))
-        .bearer_auth("tok-a")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, listed) = get_as(&server, "tok-a", "/api/sessions/dormant").await;
     assert_eq!(listed["waiting_for_limit"], dormant_at.as_str());
     assert_eq!(listed["live"], false, "{listed}");
     let answer: Value = interrupt("tok-a").await.unwrap().json().await.unwrap();
@@ -305,15 +305,8 @@ async fn an_interrupt_cancels_the_wait() {
     past(&rewound_at).await;
     past(&dormant_at).await;
     for agent_id in ["live", "dormant"] {
-        let frames: Value = http
-            .get(server.url(&format!("/api/sessions/{agent_id}/messages")))
-            .bearer_auth("tok-a")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let path = format!("/api/sessions/{agent_id}/messages");
+        let (_, frames) = get_as(&server, "tok-a", &path).await;
         let frames = frames["messages"].as_array().unwrap();
         assert_eq!(
             story(frames)[1..],
@@ -325,19 +318,160 @@ async fn an_interrupt_cancels_the_wait() {
             "{agent_id}: nothing continued"
         );
     }
-    let frames: Value = http
-        .get(server.url("/api/sessions/rewound/messages"))
-        .bearer_auth("tok-a")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, frames) = get_as(&server, "tok-a", "/api/sessions/rewound/messages").await;
     assert_eq!(
         story(frames["messages"].as_array().unwrap())[1..],
         ["result error", "status rewound"],
         "nothing continued the rewound conversation"
+    );
+    stop(server, &cli).await;
+}
+
+/// A "continue" turn that is refused ends the wait for good: refused by the live conversation
+/// (over its spending cap set meanwhile), or before any starts it (the owner's live
+/// conversations are at their limit after a restart); a stored `limit_gave_up` says why, the
+/// summary no longer shows a wait, nothing continues, and the audit log has the refused turn.
+#[cfg_attr(
+    no_test_claude,
+    ignore = "needs the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN), not configured here"
+)]
+#[tokio::test]
+async fn a_refused_continue_turn_gives_the_wait_up() {
+    let Some(cli) = real_cli() else { return };
+    let setup = RealSetup::with_config(&format!(
+        "{CONFIG}auto_continue = true
+max_live_per_principal = 1
+"
+    ))
+    .await;
+    let data_dir = setup.data_dir();
+    let server = start_server(&data_dir, &cli, &setup.api, &setup.config).await;
+    let mut c = server.client().await;
+
+    chat_ack(&mut c, "capped", &limited(3)).await;
+    until_status(&mut c, "capped", "waiting_for_limit").await;
+    let (status, answer) = rest(
+        &server,
+        None,
+        "PUT",
+        "/api/sessions/capped/budget",
+        Some(json!({"budget_usd": 0})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let gave_up = until_status(&mut c, "capped", "limit_gave_up")
+        .await
+        .pop()
+        .unwrap();
+    assert!(gave_up["seq"].is_i64(), "stored: {gave_up}");
+    assert!(
+        gave_up["detail"].as_str().unwrap().contains("refused"),
+        "{gave_up}"
+    );
+    ended(
+        &server,
+        "capped",
+        &[
+            "result error",
+            "status waiting_for_limit",
+            "status budget_exceeded",
+            "status limit_gave_up",
+        ],
+    )
+    .await;
+    let (_, audit) = rest(
+        &server,
+        None,
+        "GET",
+        "/api/audit?action=limit_continue",
+        None,
+    )
+    .await;
+    let entries = audit["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{audit}");
+    assert_eq!(
+        (
+            entries[0]["agent_id"].as_str(),
+            entries[0]["outcome"].as_str()
+        ),
+        (Some("capped"), Some("budget_exceeded")),
+        "{audit}"
+    );
+
+    // Dormant after a restart, and refused before it starts: another is live meanwhile.
+    drop(c);
+    stop(server, &cli).await;
+    let server = start_server(&data_dir, &cli, &setup.api, &setup.config).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "crowded", &limited(15)).await;
+    let waiting = until_status(&mut c, "crowded", "waiting_for_limit")
+        .await
+        .pop()
+        .unwrap();
+    drop(c);
+    stop(server, &cli).await;
+    let server = start_server(&data_dir, &cli, &setup.api, &setup.config).await;
+    let mut c = server.client().await;
+    c.send(json!({"type": "subscribe", "agent_id": "crowded", "since_seq": waiting["seq"]}))
+        .await;
+    chat_ack(&mut c, "other", "hello").await;
+    c.until_result("other").await;
+    until_status(&mut c, "crowded", "limit_gave_up").await;
+    ended(
+        &server,
+        "crowded",
+        &[
+            "result error",
+            "status waiting_for_limit",
+            "status limit_gave_up",
+        ],
+    )
+    .await;
+    stop(server, &cli).await;
+}
+
+/// A chat that is refused (here the store fails to write it) leaves the wait as it was: only
+/// a chat that is stored takes the wait's place.
+#[cfg_attr(
+    any(no_test_claude, not(test_store_postgres)),
+    ignore = "PostgreSQL pass only (a running server's SQLite file takes no trigger from \
+              outside), with the Claude CLI (AGENTMUX_TEST_CLAUDE_BIN)"
+)]
+#[tokio::test]
+async fn a_refused_chat_leaves_the_wait() {
+    let Some(cli) = real_cli() else { return };
+    let setup = RealSetup::with_config(&format!(
+        "{CONFIG}auto_continue = true
+"
+    ))
+    .await;
+    let server = start_server(&setup.data_dir(), &cli, &setup.api, &setup.config).await;
+    let mut c = server.client().await;
+    chat_ack(&mut c, "kept", &limited(30)).await;
+    let continue_at = until_status(&mut c, "kept", "waiting_for_limit")
+        .await
+        .pop()
+        .unwrap()["continue_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let db = server.db().await;
+    refuse_rows(&db, "messages", "new.message_type = 'user'", true).await;
+    let refused = chat_ack(&mut c, "kept", "meanwhile").await;
+    assert_eq!(refused["code"], "store_unavailable", "{refused}");
+    refuse_rows(&db, "messages", "", false).await;
+    assert_eq!(
+        summary(&server, "kept").await["waiting_for_limit"],
+        continue_at.as_str(),
+        "the wait is as it was"
+    );
+    // A stored chat ends it.
+    chat_ack(&mut c, "kept", "now").await;
+    c.until_result("kept").await;
+    assert_eq!(
+        summary(&server, "kept").await["waiting_for_limit"],
+        Value::Null
     );
     stop(server, &cli).await;
 }

@@ -37,6 +37,24 @@ async fn open(server: &TestServer, token: &str, link: &str) -> (u16, Value) {
     .await
 }
 
+/// Alice's links to `plan`, as she lists them.
+async fn links(server: &TestServer) -> Value {
+    let (status, list) = get_as(server, "tok-alice", "/api/sessions/plan/links").await;
+    assert_eq!(status, 200, "{list}");
+    list
+}
+
+/// How many times Alice's link `id` was used, as she lists it.
+async fn uses(server: &TestServer, id: &str) -> i64 {
+    let list = links(server).await;
+    let link = list["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["id"] == id);
+    link.and_then(|l| l["uses"].as_i64()).expect("listed")
+}
+
 #[tokio::test]
 async fn a_link_gives_its_share_until_it_is_used_up_expired_or_revoked() {
     let (server, _cfg) = server_with(&config()).await;
@@ -65,12 +83,10 @@ async fn a_link_gives_its_share_until_it_is_used_up_expired_or_revoked() {
         (Some("alice"), Some("viewer"))
     );
     let alias = opened["agent_id"].as_str().unwrap();
-    let (status, _) = rest(
+    let (status, _) = get_as(
         &server,
-        Some("tok-bob"),
-        "GET",
+        "tok-bob",
         &format!("/api/sessions/{alias}/messages"),
-        None,
     )
     .await;
     assert_eq!(status, 200);
@@ -81,14 +97,7 @@ async fn a_link_gives_its_share_until_it_is_used_up_expired_or_revoked() {
         (410, Some("link_expired")),
         "{err}"
     );
-    let (_, list) = rest(
-        &server,
-        Some("tok-alice"),
-        "GET",
-        "/api/sessions/plan/links",
-        None,
-    )
-    .await;
+    let list = links(&server).await;
     let listed = &list["links"][0];
     assert_eq!(
         (listed["id"].as_str(), listed["uses"].as_i64()),
@@ -98,7 +107,7 @@ async fn a_link_gives_its_share_until_it_is_used_up_expired_or_revoked() {
         !list.to_string().contains(token.split_once('.').unwrap().1),
         "{list}"
     );
-    let (_, shares) = rest(&server, Some("tok-carol"), "GET", "/api/shares", None).await;
+    let (_, shares) = get_as(&server, "tok-carol", "/api/shares").await;
     assert_eq!(shares["sessions"], json!([]));
 
     // A link with no use limit works for several; an editor link raises a viewer to editor.
@@ -143,27 +152,19 @@ async fn a_link_gives_its_share_until_it_is_used_up_expired_or_revoked() {
     }
     let (status, _) = open(&server, "tok-carol", &"a".repeat(5000)).await;
     assert_eq!(status, 400);
+    assert_eq!(uses(&server, id).await, 1, "only Bob's opening counted");
     // Revoked: it opens nothing more (the shares it gave stay).
     let many_id = id.to_owned();
-    let (status, _) = rest(
+    let (status, _) = delete_as(
         &server,
-        Some("tok-alice"),
-        "DELETE",
+        "tok-alice",
         &format!("/api/sessions/plan/links/{many_id}"),
-        None,
     )
     .await;
     assert_eq!(status, 204);
     let (status, err) = open(&server, "tok-carol", &many).await;
     assert_eq!((status, err["code"].as_str()), (404, Some("unknown_link")));
-    let (status, _) = rest(
-        &server,
-        Some("tok-bob"),
-        "GET",
-        &format!("/api/sessions/{alias}"),
-        None,
-    )
-    .await;
+    let (status, _) = get_as(&server, "tok-bob", &format!("/api/sessions/{alias}")).await;
     assert_eq!(status, 200);
 
     // Expired: a link of one second, opened after it.
@@ -222,13 +223,5 @@ async fn only_the_owner_makes_links_and_bad_bodies_are_refused() {
             "{bad}: {err}"
         );
     }
-    let (_, list) = rest(
-        &server,
-        Some("tok-alice"),
-        "GET",
-        "/api/sessions/plan/links",
-        None,
-    )
-    .await;
-    assert_eq!(list["links"], json!([]), "nothing was made");
+    assert_eq!(links(&server).await["links"], json!([]), "nothing was made");
 }

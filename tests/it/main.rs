@@ -48,6 +48,7 @@ mod security;
 mod shares;
 mod spans;
 mod store;
+mod store_shares;
 mod teams;
 mod tls_proxy;
 mod warm;

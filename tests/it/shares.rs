@@ -43,7 +43,7 @@ async fn a_viewer_follows_reads_and_forks_but_changes_nothing() {
     assert!(alias.starts_with('~') && alias.len() == 17, "{alias}");
 
     // Bob sees it among the conversations shared with him, under his alias, with its owner.
-    let (status, list) = rest(&server, Some("tok-bob"), "GET", "/api/shares", None).await;
+    let (status, list) = get_as(&server, "tok-bob", "/api/shares").await;
     assert_eq!(status, 200, "{list}");
     let listed = &list["sessions"][0];
     assert_eq!(
@@ -76,12 +76,10 @@ async fn a_viewer_follows_reads_and_forks_but_changes_nothing() {
         live.iter().all(|f| f["agent_id"] == alias.as_str()),
         "{live:?}"
     );
-    let (status, page) = rest(
+    let (status, page) = get_as(
         &server,
-        Some("tok-bob"),
-        "GET",
+        "tok-bob",
         &format!("/api/sessions/{alias}/messages"),
-        None,
     )
     .await;
     assert_eq!(status, 200, "{page}");
@@ -102,14 +100,7 @@ async fn a_viewer_follows_reads_and_forks_but_changes_nothing() {
     assert!(export.text().await.unwrap().contains("second"));
 
     // Everything else is the owner's, or an editor's: forbidden, and nothing is stored.
-    let (_, before) = rest(
-        &server,
-        Some("tok-alice"),
-        "GET",
-        "/api/sessions/plan",
-        None,
-    )
-    .await;
+    let (_, before) = get_as(&server, "tok-alice", "/api/sessions/plan").await;
     for frame in [
         json!({"type": "chat", "agent_id": alias, "content": "mine now"}),
         json!({"type": "interrupt", "agent_id": alias}),
@@ -152,14 +143,7 @@ async fn a_viewer_follows_reads_and_forks_but_changes_nothing() {
             "{method} {path}: {err}"
         );
     }
-    let (_, after) = rest(
-        &server,
-        Some("tok-alice"),
-        "GET",
-        "/api/sessions/plan",
-        None,
-    )
-    .await;
+    let (_, after) = get_as(&server, "tok-alice", "/api/sessions/plan").await;
     assert_eq!(
         (&before["last_seq"], &before["title"]),
         (&after["last_seq"], &after["title"]),
@@ -178,14 +162,7 @@ async fn a_viewer_follows_reads_and_forks_but_changes_nothing() {
     assert_eq!(status, 201, "{fork}");
     bob.chat("my-plan", "forked").await;
     assert!(reply_text(&bob.until_result("my-plan").await).starts_with("Echo: forked"));
-    let (status, _) = rest(
-        &server,
-        Some("tok-alice"),
-        "GET",
-        "/api/sessions/my-plan",
-        None,
-    )
-    .await;
+    let (status, _) = get_as(&server, "tok-alice", "/api/sessions/my-plan").await;
     assert_eq!(status, 404, "the fork is not Alice's");
 }
 
@@ -210,14 +187,7 @@ async fn an_editor_chats_and_a_revoked_share_ends_the_stream_at_once() {
         "{frames:?}"
     );
     // Alice sees Bob's turn in her conversation.
-    let (_, page) = rest(
-        &server,
-        Some("tok-alice"),
-        "GET",
-        "/api/sessions/plan/messages",
-        None,
-    )
-    .await;
+    let (_, page) = get_as(&server, "tok-alice", "/api/sessions/plan/messages").await;
     assert!(page.to_string().contains("from bob"), "{page}");
     // Options stay the owner's.
     bob.send(
@@ -236,14 +206,7 @@ async fn an_editor_chats_and_a_revoked_share_ends_the_stream_at_once() {
         .unwrap();
     assert_eq!(sse.status(), 200);
     sse_until(&mut sse, |v| v["message_type"] == "result").await;
-    let (status, _) = rest(
-        &server,
-        Some("tok-alice"),
-        "DELETE",
-        "/api/sessions/plan/shares/bob",
-        None,
-    )
-    .await;
+    let (status, _) = delete_as(&server, "tok-alice", "/api/sessions/plan/shares/bob").await;
     assert_eq!(status, 204);
     let revoked = bob
         .recv_until(|v| v["message_type"] == "status" && v["status"] == "access_revoked")
@@ -264,14 +227,7 @@ async fn an_editor_chats_and_a_revoked_share_ends_the_stream_at_once() {
         .await;
     let err = bob.recv_until(|v| v["message_type"] == "error").await;
     assert_eq!(err.last().unwrap()["code"], "unknown_agent");
-    let (status, _) = rest(
-        &server,
-        Some("tok-bob"),
-        "GET",
-        &format!("/api/sessions/{alias}"),
-        None,
-    )
-    .await;
+    let (status, _) = get_as(&server, "tok-bob", &format!("/api/sessions/{alias}")).await;
     assert_eq!(status, 404);
 }
 
@@ -281,14 +237,7 @@ async fn shares_are_the_owners_alone_and_hostile_ones_are_refused() {
     let alias = shared(&server, "viewer").await;
     // Carol knows nothing of it: Bob's alias, Alice's id, a made-up alias are all unknown.
     for id in [alias.as_str(), "plan", "~aaaaaaaaaaaaaaaa"] {
-        let (status, err) = rest(
-            &server,
-            Some("tok-carol"),
-            "GET",
-            &format!("/api/sessions/{id}"),
-            None,
-        )
-        .await;
+        let (status, err) = get_as(&server, "tok-carol", &format!("/api/sessions/{id}")).await;
         assert_eq!(
             (status, err["code"].as_str()),
             (404, Some("unknown_agent")),
@@ -363,35 +312,14 @@ async fn shares_are_the_owners_alone_and_hostile_ones_are_refused() {
         (again["agent_id"].as_str(), again["role"].as_str()),
         (Some(alias.as_str()), Some("editor"))
     );
-    let (status, list) = rest(
-        &server,
-        Some("tok-alice"),
-        "GET",
-        "/api/sessions/plan/shares",
-        None,
-    )
-    .await;
+    let (status, list) = get_as(&server, "tok-alice", "/api/sessions/plan/shares").await;
     assert_eq!(status, 200);
     assert_eq!(list["shares"].as_array().unwrap().len(), 1, "{list}");
     // Deleting the conversation takes its shares along.
-    let (status, _) = rest(
-        &server,
-        Some("tok-alice"),
-        "DELETE",
-        "/api/sessions/plan",
-        None,
-    )
-    .await;
+    let (status, _) = delete_as(&server, "tok-alice", "/api/sessions/plan").await;
     assert_eq!(status, 204);
-    let (_, list) = rest(&server, Some("tok-bob"), "GET", "/api/shares", None).await;
+    let (_, list) = get_as(&server, "tok-bob", "/api/shares").await;
     assert_eq!(list["sessions"], json!([]), "{list}");
-    let (status, _) = rest(
-        &server,
-        Some("tok-bob"),
-        "GET",
-        &format!("/api/sessions/{alias}"),
-        None,
-    )
-    .await;
+    let (status, _) = get_as(&server, "tok-bob", &format!("/api/sessions/{alias}")).await;
     assert_eq!(status, 404);
 }

@@ -195,28 +195,8 @@ async fn presence_and_revocations_cross_the_nodes_of_a_cluster() {
     };
     cluster.nats = Some(nats);
     cluster.gates.open_all("plan", 1..=2);
-    let a = cluster.node("node-a").await;
-    let b = cluster.node("node-b").await;
-    let mut alice = connect_as(&a.addr, "tok-alice").await;
-    alice.chat("plan", "first").await;
-    let last = *seqs(&alice.until_result("plan").await).last().unwrap();
-    alice
-        .send(json!({"type": "subscribe", "agent_id": "plan", "since_seq": last}))
-        .await;
-    let alias = share(&a, "alice", "plan", "bob", "viewer").await;
-
+    let (a, _b, mut alice, mut bob, alias) = viewing_through_two_nodes(&cluster).await;
     let viewers = |f: &Value| f["message_type"] == "viewers" && f["viewer"] == "bob";
-    let mut bob = connect_as(&b.addr, "tok-bob").await;
-    bob.send(json!({"type": "subscribe", "agent_id": alias}))
-        .await;
-    bob.until_result(&alias).await;
-    let joined = alice.recv_until(viewers).await.pop().unwrap();
-    assert_eq!(
-        (joined["agent_id"].as_str(), joined["event"].as_str()),
-        (Some("plan"), Some("joined")),
-        "{joined}"
-    );
-    assert_eq!(joined["viewers"], json!(["alice", "bob"]), "{joined}");
 
     let (status, _) = rest(
         &a,
@@ -245,6 +225,68 @@ async fn presence_and_revocations_cross_the_nodes_of_a_cluster() {
     assert!(
         after.iter().all(|f| f["agent_id"] != alias.as_str()),
         "{after:?}"
+    );
+}
+
+/// Node A, where Alice follows her `plan` after a turn, and node B, where Bob follows it as a
+/// viewer under his alias: checked that Alice sees him join. The nodes, their sockets, the alias.
+async fn viewing_through_two_nodes(
+    cluster: &crate::cluster::Cluster,
+) -> (TestServer, TestServer, Client, Client, String) {
+    let a = cluster.node("node-a").await;
+    let b = cluster.node("node-b").await;
+    let mut alice = connect_as(&a.addr, "tok-alice").await;
+    alice.chat("plan", "first").await;
+    let last = *seqs(&alice.until_result("plan").await).last().unwrap();
+    alice
+        .send(json!({"type": "subscribe", "agent_id": "plan", "since_seq": last}))
+        .await;
+    let alias = share(&a, "alice", "plan", "bob", "viewer").await;
+    let mut bob = connect_as(&b.addr, "tok-bob").await;
+    bob.send(json!({"type": "subscribe", "agent_id": alias}))
+        .await;
+    bob.until_result(&alias).await;
+    let joined = alice
+        .recv_until(|f| f["message_type"] == "viewers" && f["viewer"] == "bob")
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(
+        (joined["agent_id"].as_str(), joined["event"].as_str()),
+        (Some("plan"), Some("joined")),
+        "{joined}"
+    );
+    assert_eq!(joined["viewers"], json!(["alice", "bob"]), "{joined}");
+    (a, b, alice, bob, alias)
+}
+
+/// Bob views Alice's conversation through node B, and node B is killed: once its lease is
+/// over, Alice (on node A) sees him leave, as though he had closed it.
+#[cfg_attr(
+    any(no_test_pg, no_test_nats),
+    ignore = "needs PostgreSQL (AGENTMUX_TEST_PG_URL) and nats-server (AGENTMUX_TEST_NATS_BIN), not configured here"
+)]
+#[tokio::test]
+async fn viewers_through_a_node_that_is_gone_are_seen_leaving() {
+    use crate::cluster::{Cluster, Nats};
+    let Some(nats) = Nats::start().await else {
+        return;
+    };
+    // Short leases: node B is gone two seconds after it stops renewing.
+    let Some(mut cluster) = Cluster::configured(2, &format!("\n{TOKENS}")).await else {
+        return;
+    };
+    cluster.nats = Some(nats);
+    cluster.gates.open_all("plan", 1..=1);
+    let (_a, mut b, mut alice, _bob, _) = viewing_through_two_nodes(&cluster).await;
+    let viewers = |f: &Value| f["message_type"] == "viewers" && f["viewer"] == "bob";
+
+    b.kill9().await;
+    let left = alice.recv_until(viewers).await.pop().unwrap();
+    assert_eq!(
+        (left["event"].as_str(), &left["viewers"]),
+        (Some("left"), &json!(["alice"])),
+        "{left}"
     );
 }
 

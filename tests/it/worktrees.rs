@@ -397,15 +397,7 @@ async fn hostile_worktree_options_and_other_principals_are_refused() {
     c.send(json!({"type": "chat", "agent_id": "up", "content": "hi", "options": {"cwd": sub}}))
         .await;
     assert!(reply_text(&c.until_result("up").await).starts_with("Echo: hi"));
-    let summary: Value = reqwest::Client::new()
-        .get(server.url("/api/sessions/up"))
-        .bearer_auth("tok-alice")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, summary) = get_as(&server, "tok-alice", "/api/sessions/up").await;
     assert_eq!(
         (summary["cwd"].as_str(), &summary["worktree"]),
         (Some(sub.as_str()), &Value::Null)

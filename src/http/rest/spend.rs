@@ -10,6 +10,7 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use super::principal_named;
@@ -17,7 +18,7 @@ use super::sessions::{FrameBody, agent_id};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::session::spend::{AgentCredentials, Budget, CredentialName};
-use crate::session::{CapOverride, GroupBy, UsageQuery, UsageRow};
+use crate::session::{Audit, CapOverride, GroupBy, UsageQuery, UsageRow};
 
 /// The caller's credentials for every agent that takes some.
 #[derive(Debug, Serialize, ToSchema)]
@@ -94,10 +95,12 @@ pub async fn put_credentials(
     body: Result<Json<FrameBody<CredentialsBody>>, JsonRejection>,
 ) -> Result<Json<CredentialsSet>, ApiError> {
     let Json(FrameBody(body)) = body?;
-    let set = app
-        .manager
-        .set_credentials(&principal, &agent, &body.env)
-        .await?;
+    // The names set, never their values.
+    let entry = Audit::new(&principal, "credentials_set")
+        .of(&principal)
+        .detail(json!({ "agent": agent, "names": body.env.keys().collect::<Vec<_>>() }));
+    let set = app.manager.set_credentials(&principal, &agent, &body.env);
+    let set = app.manager.audited(entry, set.await).await?;
     Ok(Json(CredentialsSet { agent, set }))
 }
 
@@ -110,7 +113,11 @@ pub async fn delete_credentials(
     principal: Principal,
     Path(agent): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    app.manager.delete_credentials(&principal, &agent).await?;
+    let entry = Audit::new(&principal, "credentials_delete")
+        .of(&principal)
+        .detail(json!({ "agent": agent }));
+    let deleted = app.manager.delete_credentials(&principal, &agent).await;
+    app.manager.audited(entry, deleted).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -225,9 +232,13 @@ pub async fn put_conversation_budget(
         None => principal.clone(),
     };
     let Json(FrameBody(body)) = body?;
-    app.manager
+    let entry = Audit::new(&principal, "conversation_budget")
+        .on(&owner, &id)
+        .detail(json!({ "budget_usd": body.budget_usd }));
+    let set = (app.manager)
         .set_conversation_cap(&principal, &owner, &id, body.budget_usd)
-        .await?;
+        .await;
+    app.manager.audited(entry, set).await?;
     Ok(Json(body))
 }
 

@@ -167,23 +167,33 @@ pub(crate) async fn acting_summary(
     Ok(summary)
 }
 
-/// The conversations other principals shared with `principal`, oldest share first, each under
-/// its alias with its owner and their role.
+/// Most conversations shared with a principal that a listing shows.
+pub(crate) const MAX_SHARED: u32 = 500;
+
+/// The conversations other principals shared with `principal`, oldest share first (the first
+/// [`MAX_SHARED`]), each under its alias with its owner and their role: read in one query.
 pub(crate) async fn shared_summaries(
     app: &AppState,
     principal: &Principal,
 ) -> Result<Vec<SessionSummary>, ApiError> {
-    let mut sessions = Vec::new();
-    for share in app.manager.shared_with(principal).await? {
-        let acting = Acting {
-            principal: share.owner,
-            agent_id: share.agent_id,
-            shared: Some((share.alias, share.role)),
-        };
-        // One deleted meanwhile is left out.
-        if let Ok(summary) = acting_summary(app, &acting).await {
-            sessions.push(summary);
-        }
-    }
-    Ok(sessions)
+    let (shares, records): (Vec<_>, Vec<_>) = app
+        .manager
+        .shared_with(principal, MAX_SHARED)
+        .await?
+        .into_iter()
+        .unzip();
+    let owners = app.manager.owner_nodes(&records).await;
+    Ok(shares
+        .into_iter()
+        .zip(records)
+        .zip(owners)
+        .map(|((share, record), node)| {
+            let status = app.manager.activity(&share.owner, &share.agent_id);
+            let mut summary = SessionSummary::new(record, status, node);
+            summary.agent_id = share.alias;
+            summary.owner = Some(share.owner.to_string());
+            summary.role = Some(share.role);
+            summary
+        })
+        .collect())
 }

@@ -32,7 +32,10 @@ use crate::session::SessionError;
 use crate::store::{NewMessage, NextLaunch, SessionRecord};
 
 pub use ratelimit::rfc3339;
-pub(super) use ratelimit::{CANCELLED, cancelled_status, continued_status};
+pub(super) use ratelimit::{
+    CANCELLED, GAVE_UP, WAIT_CANCELLED, cancel_stored_wait, continued_status, refused_detail,
+    wait_status,
+};
 use turns::Turns;
 pub(super) use turns::rewind_store;
 
@@ -231,7 +234,7 @@ impl Actor {
             tokio::select! {
                 input = self.inputs.recv() => match input {
                     Some(Input::Chat { chat, marker, reply }) => {
-                        self.on_chat(*chat, marker, reply).await
+                        self.on_chat_or_continue(*chat, marker, reply).await
                     }
                     Some(Input::Interrupt { sender, reply }) => {
                         let was_running = self.interrupt(&sender);

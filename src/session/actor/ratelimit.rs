@@ -1,18 +1,27 @@
 //! Turns a rate limit ends: reading the limit and its reset time from what the agent reported,
 //! the wait for the "continue" turn that follows (stored, so it outlives the server), and its
-//! end by an interrupt or by a turn someone else sends.
+//! end by an interrupt, by a turn someone else sends, or by its "continue" turn refused.
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
-use super::Actor;
 use super::publish::Out;
+use super::{Actor, Shared};
 use crate::config::SessionConfig;
-use crate::protocol::LimitWait;
-use crate::store::NewMessage;
+use crate::protocol::{Chat, LimitWait};
+use crate::session::SessionError;
+use crate::store::{NewMessage, RowId, StoreError};
 
 /// The `status` of the marker stored just before a "continue" turn.
 pub(in crate::session) const CONTINUED: &str = "limit_continued";
+
+/// The `status` saying that nothing continues by itself any more: too many tries, a reset too
+/// far ahead, or the "continue" turn refused.
+pub(in crate::session) const GAVE_UP: &str = "limit_gave_up";
+
+/// The `status` saying that an interrupt cancelled the wait.
+pub(in crate::session) const WAIT_CANCELLED: &str = "limit_wait_cancelled";
 
 /// A turn the model API's rate limit ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,10 +125,31 @@ fn jitter(max_ms: u64) -> i64 {
 pub(in crate::session) const CANCELLED: &str =
     "the wait for the rate limit was cancelled; nothing continues by itself";
 
-/// The stored status saying that an interrupt cancelled the wait.
-pub(in crate::session) fn cancelled_status() -> NewMessage {
-    let payload = json!({"status": "limit_wait_cancelled", "detail": CANCELLED});
+/// The stored status `status` (one that ends the wait) with `detail`.
+pub(in crate::session) fn wait_status(status: &str, detail: &str) -> NewMessage {
+    let payload = json!({"status": status, "detail": detail});
     NewMessage::new("status", payload.to_string())
+}
+
+/// What the status of a wait whose "continue" turn was refused says, with the refusal.
+pub(in crate::session) fn refused_detail(reason: &str) -> String {
+    format!(
+        "the turn continuing after the rate limit was refused ({}); nothing continues by itself",
+        crate::protocol::truncate_chars(reason, 300)
+    )
+}
+
+/// Cancels the stored wait of conversation `row` and starts its count of tries over, counting
+/// it among the cancelled ones; whether it waited.
+pub(in crate::session) async fn cancel_stored_wait(
+    shared: &Shared,
+    row: RowId,
+) -> Result<bool, StoreError> {
+    let cancelled = shared.store.cancel_limit_wait(row).await?;
+    if cancelled {
+        shared.metrics.limit_wait("cancelled");
+    }
+    Ok(cancelled)
 }
 
 /// The marker stored just before a "continue" turn.
@@ -132,8 +162,13 @@ pub(in crate::session) fn continued_status() -> NewMessage {
 }
 
 /// Whether a chat's marker is that of a "continue" turn.
-pub(super) fn is_continue(marker: &NewMessage) -> bool {
-    serde_json::from_str::<Value>(&marker.payload).is_ok_and(|v| v["status"] == CONTINUED)
+fn is_continue(marker: &NewMessage) -> bool {
+    continues(&marker.payload)
+}
+
+/// Whether the payload of a chat's marker is that of a "continue" turn.
+fn continues(payload: &str) -> bool {
+    serde_json::from_str::<Value>(payload).is_ok_and(|v| v["status"] == CONTINUED)
 }
 
 impl Actor {
@@ -205,15 +240,42 @@ impl Actor {
             Plan::GiveUp(detail) => {
                 self.set_wait(None, 0).await;
                 self.shared.metrics.limit_wait("gave_up");
-                json!({"status": "limit_gave_up", "detail": detail})
+                outs.push(Out::Stored(wait_status(GAVE_UP, &detail)));
+                return;
             }
         };
         outs.push(Out::Stored(NewMessage::new("status", payload.to_string())));
     }
 
-    /// A chat from anyone but the wait itself ends the wait: that turn goes on instead.
-    pub(super) async fn chat_ends_wait(&mut self, marker: Option<&NewMessage>) {
-        if self.limit_tries == 0 || marker.is_some_and(is_continue) {
+    /// A chat; when it is a "continue" turn and refused (over a cap, credentials gone, the
+    /// store failing), the wait ends for good with a stored `limit_gave_up` status saying why.
+    pub(super) async fn on_chat_or_continue(
+        &mut self,
+        chat: Chat,
+        marker: Option<Box<NewMessage>>,
+        reply: oneshot::Sender<Result<(i64, usize), SessionError>>,
+    ) {
+        if !marker.as_deref().is_some_and(is_continue) {
+            return self.on_chat(chat, marker, reply).await;
+        }
+        let (answer, answered) = oneshot::channel();
+        self.on_chat(chat, marker, answer).await;
+        let answer = answered
+            .await
+            .unwrap_or_else(|_| Err(crate::session::errors::stopped()));
+        if let Err(err) = &answer {
+            self.set_wait(None, 0).await;
+            self.shared.metrics.limit_wait("gave_up");
+            let status = wait_status(GAVE_UP, &refused_detail(&err.message));
+            self.publish_batch(vec![Out::Stored(status)]).await;
+        }
+        let _ = reply.send(answer);
+    }
+
+    /// A chat stored (with the payload of its marker, if any) from anyone but the wait itself
+    /// ends the wait: that turn goes on instead.
+    pub(super) async fn chat_ends_wait(&mut self, marker: Option<&str>) {
+        if self.limit_tries == 0 || marker.is_some_and(continues) {
             return;
         }
         match (self.shared.store)
@@ -230,15 +292,11 @@ impl Actor {
     /// An interrupt with no turn running cancels the wait, storing a status that says so;
     /// whether there was one.
     pub(super) async fn cancel_wait(&mut self) -> bool {
-        match (self.shared.store)
-            .cancel_limit_wait(self.conversation.row)
-            .await
-        {
+        match cancel_stored_wait(&self.shared, self.conversation.row).await {
             Ok(true) => {
                 self.limit_tries = 0;
-                self.shared.metrics.limit_wait("cancelled");
-                self.publish_batch(vec![Out::Stored(cancelled_status())])
-                    .await;
+                let status = wait_status(WAIT_CANCELLED, CANCELLED);
+                self.publish_batch(vec![Out::Stored(status)]).await;
                 true
             }
             Ok(false) => false,

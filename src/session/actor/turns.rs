@@ -235,7 +235,6 @@ impl Actor {
                 return;
             }
         };
-        self.chat_ends_wait(marker.as_deref()).await;
         self.set_auto_continue(chat.options.auto_continue).await;
         let busy = self.turns.is_busy();
         let mut payload = serde_json::json!({
@@ -269,6 +268,9 @@ impl Actor {
             .await
         {
             Ok(first) => {
+                // Only a chat that is stored ends the wait: a refused one leaves it be.
+                self.chat_ends_wait(marker_frame.as_ref().map(|(_, p)| p.as_str()))
+                    .await;
                 if let Some((at, payload)) = &marker_frame {
                     self.publish(protocol::session_frame(
                         self.conversation.tag(),

@@ -2,9 +2,12 @@
 //! whichever node claims it first) and sent as a chat marked by a stored `limit_continued`
 //! status, on the scheduler's one timer.
 
+use serde_json::json;
+
 use super::super::actor::continued_status;
+use super::super::{Audit, SessionError};
 use super::Scheduler;
-use crate::protocol::{Chat, ChatOptions, Content};
+use crate::protocol::{Chat, ChatOptions, Content, ErrorCode};
 use crate::store::waits::DueWait;
 
 /// What a "continue" turn says to the agent.
@@ -46,27 +49,32 @@ impl Scheduler {
     }
 
     /// Sends a conversation its "continue" turn, as its owner, unless the owner can no longer
-    /// sign in.
+    /// sign in; recorded in the audit log. A refused turn ends the wait for good.
     async fn send_continue(&self, wait: DueWait) {
-        let metrics = &self.inner.manager.shared.metrics;
-        if !self.principal_exists(&wait.principal) {
-            tracing::warn!(agent_id = %wait.agent_id, "not continuing after a rate limit: its principal can no longer sign in");
-            metrics.limit_wait("refused");
-            return;
-        }
-        let chat = Chat {
-            agent_id: wait.agent_id.clone(),
-            content: Content::Text(CONTINUE_PROMPT.into()),
-            client_msg_id: None,
-            options: ChatOptions::default(),
-            sender: None,
-        };
         let manager = &self.inner.manager;
-        let sent = manager
-            .submit_own(&wait.principal, chat, continued_status())
-            .await
-            .map(|_| ());
-        match sent {
+        let metrics = &manager.shared.metrics;
+        let entry = Audit::new(&wait.principal, "limit_continue")
+            .on(&wait.principal, &wait.agent_id)
+            .detail(json!({ "by": "server" }));
+        let sent = if self.principal_exists(&wait.principal) {
+            let chat = Chat {
+                agent_id: wait.agent_id.clone(),
+                content: Content::Text(CONTINUE_PROMPT.into()),
+                client_msg_id: None,
+                options: ChatOptions::default(),
+                sender: None,
+            };
+            manager
+                .submit_own(&wait.principal, chat, continued_status())
+                .await
+                .map(|_| ())
+        } else {
+            Err(SessionError::new(
+                ErrorCode::Unauthorized,
+                "its principal can no longer sign in",
+            ))
+        };
+        match manager.audited(entry, sent).await {
             Ok(()) => {
                 tracing::info!(agent_id = %wait.agent_id, "continued after a rate limit");
                 metrics.limit_wait("continued");
@@ -78,6 +86,9 @@ impl Scheduler {
                     "the turn continuing after a rate limit was refused"
                 );
                 metrics.limit_wait("refused");
+                manager
+                    .give_up_dormant_wait(&wait.principal, &wait.agent_id, &err.message)
+                    .await;
             }
         }
     }

@@ -10,13 +10,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use dashmap::DashMap;
 use tokio::sync::Notify;
 
 pub use self::api::{Schedule, ScheduleBody};
 pub use self::runs::LastRun;
-use super::Manager;
+use super::{Manager, rfc3339_ms};
 use crate::config::SchedulesConfig;
 use crate::protocol::{self, ErrorCode, Principal};
 use crate::session::SessionError;
@@ -70,12 +70,6 @@ fn unknown_schedule(id: &str) -> SessionError {
 
 fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
-}
-
-fn rfc3339_ms(ms: i64) -> String {
-    DateTime::<Utc>::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 impl Scheduler {

@@ -11,7 +11,7 @@
 //! doctor's look at a store are in [`connect`].
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -492,6 +492,10 @@ shared::store_impl!(PgStore, {
 
     fn lost_leases(&self) -> Option<mpsc::UnboundedReceiver<RowId>> {
         self.leases.lost()
+    }
+
+    async fn live_nodes(&self) -> Result<Option<HashSet<String>>> {
+        self.leases.live_nodes(&self.pool).await.map(Some)
     }
 
     async fn close(&self) {
