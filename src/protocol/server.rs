@@ -360,10 +360,29 @@ pub struct StatusFrame<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub changes: Option<ChangeCounts>,
+    /// For `creating`, `resuming` and `active` of a conversation in a git worktree of its
+    /// own: where its agent runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub worktree: Option<WorktreeInfo<'a>>,
     /// For `interrupted` (and the stored `rewound`): the principal who asked for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub sender: Option<&'a str>,
+}
+
+/// The git worktree a conversation's agent runs in, as its `creating`, `resuming` and
+/// `active` statuses say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct WorktreeInfo<'a> {
+    /// The conversation's own branch.
+    pub branch: &'a str,
+    /// The branch (or commit) it started from and merges into.
+    pub base: &'a str,
+    /// The directory the agent runs in: the same place in the worktree as the conversation's
+    /// directory was in the repository.
+    pub path: &'a str,
 }
 
 /// How many files and lines a conversation's worktree changed against where its branch left
@@ -546,6 +565,30 @@ pub fn status_frame(tag: Tag<'_>, status: &str, detail: &str) -> Frame {
         forked_from: None,
         at_seq: None,
         changes: None,
+        worktree: None,
+        sender: None,
+    })
+    .to_frame()
+}
+
+/// The `status` of an agent starting or running (`creating`, `resuming`, `active`) in a
+/// conversation with a worktree of its own, naming it.
+pub fn worktree_status_frame(
+    tag: Tag<'_>,
+    status: &str,
+    detail: &str,
+    worktree: WorktreeInfo<'_>,
+) -> Frame {
+    ControlFrame::Status(StatusFrame {
+        agent_id: tag.agent_id,
+        session_id: Some(tag.session_id),
+        timestamp: &now_rfc3339(),
+        status,
+        detail,
+        forked_from: None,
+        at_seq: None,
+        changes: None,
+        worktree: Some(worktree),
         sender: None,
     })
     .to_frame()
@@ -562,6 +605,7 @@ pub fn sent_status_frame(tag: Tag<'_>, status: &str, detail: &str, sender: &str)
         forked_from: None,
         at_seq: None,
         changes: None,
+        worktree: None,
         sender: Some(sender),
     })
     .to_frame()
@@ -579,6 +623,7 @@ pub fn access_revoked_frame(alias: &str) -> Frame {
         forked_from: None,
         at_seq: None,
         changes: None,
+        worktree: None,
         sender: None,
     })
     .to_frame()
@@ -600,6 +645,7 @@ pub fn changes_frame(tag: Tag<'_>, changes: ChangeCounts) -> Frame {
         forked_from: None,
         at_seq: None,
         changes: Some(changes),
+        worktree: None,
         sender: None,
     })
     .to_frame()
@@ -617,6 +663,7 @@ pub fn forked_frame(fork: Tag<'_>, last_seq: i64, forked_from: &str) -> Frame {
         forked_from: Some(forked_from),
         at_seq: Some(last_seq),
         changes: None,
+        worktree: None,
         sender: None,
     })
     .to_frame()
