@@ -54,3 +54,4 @@ mod warm;
 mod web;
 mod worktrees;
 mod worktrees_cli;
+mod worktrees_land;
