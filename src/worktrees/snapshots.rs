@@ -297,7 +297,7 @@ impl Worktrees {
             .git
             .ok(dir, &["rev-parse", "--git-path", "index"])
             .await?;
-        let copied = tokio::fs::copy(dir.join(own), index).await.is_ok();
+        let copied = copy_index(&dir.join(own), index).await;
         // The copy read against HEAD keeps what it knows of unchanged files; an index that
         // can't be (none, or one with unresolved conflicts) is started afresh.
         if !copied || run(&["read-tree", "-m", "HEAD"]).await.is_err() {
@@ -330,5 +330,21 @@ impl Worktrees {
         }
         run(&["add", "-A", "--", "."]).await?;
         run(&["write-tree"]).await.map(Some)
+    }
+}
+
+/// Copies a worktree's index to `to` with its modification time: git tells a file changed in
+/// the instant the index was written from one it recorded by that time, which a copy dated
+/// now would hide. False when it could not.
+async fn copy_index(from: &Path, to: &Path) -> bool {
+    let Ok(modified) = tokio::fs::metadata(from).await.and_then(|m| m.modified()) else {
+        return false;
+    };
+    if tokio::fs::copy(from, to).await.is_err() {
+        return false;
+    }
+    match tokio::fs::OpenOptions::new().write(true).open(to).await {
+        Ok(file) => file.into_std().await.set_modified(modified).is_ok(),
+        Err(_) => false,
     }
 }
