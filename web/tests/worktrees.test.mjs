@@ -327,6 +327,8 @@ test('a rewind to a turn whose files were too many to record says they stay as t
   writeFileSync(join(summary.cwd, 'big.txt'), 'x'.repeat(2000));
   await turnWrites(page, s, agentId, 2, () => send(page, 'and a new file'), () => writeFileSync(join(summary.cwd, 'new.txt'), 'new\n'));
   await messages(page, 'Error').filter({ hasText: 'over worktrees.max_checkpoint_bytes' }).waitFor();
+  // The page knows the conversation has a worktree once it shows its branch.
+  await page.locator('#branch', { hasText: `agentmux/${agentId}` }).waitFor();
 
   await page.getByRole('button', { name: 'Rewind to here' }).first().click();
   await answer(page, 'Rewind to here?', 'Rewind');
