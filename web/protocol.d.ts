@@ -65,6 +65,16 @@ budget_usd?: number,
  */
 auto_continue?: boolean, };
 
+export type WorktreeOption = boolean | { 
+/**
+ * A branch or commit of the repository.
+ */
+base?: string, 
+/**
+ * The new branch.
+ */
+branch?: string, };
+
 export type PermissionDecision = { "behavior": "allow", 
 /**
  * The edited tool input, when the user changed it.
@@ -299,6 +309,21 @@ deletions: number,
  */
 uncommitted: boolean, };
 
+export type WorktreeInfo = { 
+/**
+ * The conversation's own branch.
+ */
+branch: string, 
+/**
+ * The branch (or commit) it started from and merges into.
+ */
+base: string, 
+/**
+ * The directory the agent runs in: the same place in the worktree as the conversation's
+ * directory was in the repository.
+ */
+path: string, };
+
 export type StatusFrame = { 
 /**
  * The conversation.
@@ -332,6 +357,11 @@ at_seq?: number,
  * For `changes`: what the conversation's worktree now differs from its base by.
  */
 changes?: ChangeCounts, 
+/**
+ * For `creating`, `resuming` and `active` of a conversation in a git worktree of its
+ * own: where its agent runs.
+ */
+worktree?: WorktreeInfo, 
 /**
  * For `interrupted` (and the stored `rewound`): the principal who asked for it.
  */

@@ -15,6 +15,9 @@ pub struct WorktreesConfig {
     pub run_hooks: bool,
     /// Most bytes of a diff `GET /api/sessions/{agent_id}/changes` returns (`truncated` beyond).
     pub max_diff_bytes: usize,
+    /// Most bytes of changed and new files a turn's checkpoint records: a worktree holding
+    /// more skips it (with a warning), and a rewind to that turn leaves its files as they are.
+    pub max_checkpoint_bytes: u64,
 }
 
 impl Default for WorktreesConfig {
@@ -23,6 +26,7 @@ impl Default for WorktreesConfig {
             git: None,
             run_hooks: false,
             max_diff_bytes: 1 << 20,
+            max_checkpoint_bytes: 256 << 20,
         }
     }
 }

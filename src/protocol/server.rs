@@ -360,10 +360,29 @@ pub struct StatusFrame<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub changes: Option<ChangeCounts>,
+    /// For `creating`, `resuming` and `active` of a conversation in a git worktree of its
+    /// own: where its agent runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(optional))]
+    pub worktree: Option<WorktreeInfo<'a>>,
     /// For `interrupted` (and the stored `rewound`): the principal who asked for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(test, ts(optional))]
     pub sender: Option<&'a str>,
+}
+
+/// The git worktree a conversation's agent runs in, as its `creating`, `resuming` and
+/// `active` statuses say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct WorktreeInfo<'a> {
+    /// The conversation's own branch.
+    pub branch: &'a str,
+    /// The branch (or commit) it started from and merges into.
+    pub base: &'a str,
+    /// The directory the agent runs in: the same place in the worktree as the conversation's
+    /// directory was in the repository.
+    pub path: &'a str,
 }
 
 /// How many files and lines a conversation's worktree changed against where its branch left
@@ -554,8 +573,25 @@ fn plain_status<'a>(
         forked_from: None,
         at_seq: None,
         changes: None,
+        worktree: None,
         sender: None,
     }
+}
+
+/// The `status` of an agent starting or running (`creating`, `resuming`, `active`) in a
+/// conversation with a worktree of its own, naming it.
+pub fn worktree_status_frame(
+    tag: Tag<'_>,
+    status: &str,
+    detail: &str,
+    worktree: WorktreeInfo<'_>,
+) -> Frame {
+    let now = now_rfc3339();
+    ControlFrame::Status(StatusFrame {
+        worktree: Some(worktree),
+        ..plain_status(tag.agent_id, Some(tag.session_id), &now, status, detail)
+    })
+    .to_frame()
 }
 
 /// A `status` frame (not stored).

@@ -7,7 +7,7 @@ use super::{
     AGENT_MESSAGE_TYPES, AckFrame, Activity, ActivityFrame, ChangeCounts, Chat, ChatOptions,
     ClientFrame, Content, ContentBlock, ControlFrame, ErrorCode, ErrorFrame, ImageSource,
     LIVE_AGENT_MESSAGE_TYPES, LimitWait, PermissionDecision, PermissionRequest, PermissionResolved,
-    PongFrame, SessionHeader, StatusFrame, ViewersFrame, Viewing,
+    PongFrame, SessionHeader, StatusFrame, ViewersFrame, Viewing, WorktreeInfo, WorktreeOption,
 };
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web/protocol.d.ts");
@@ -19,6 +19,7 @@ fn render() -> String {
     let decls = [
         ErrorCode::decl(&cfg),
         ChatOptions::decl(&cfg),
+        WorktreeOption::decl(&cfg),
         PermissionDecision::decl(&cfg),
         ImageSource::decl(&cfg),
         ContentBlock::decl(&cfg),
@@ -30,6 +31,7 @@ fn render() -> String {
         ErrorFrame::decl(&cfg),
         PongFrame::decl(&cfg),
         ChangeCounts::decl(&cfg),
+        WorktreeInfo::decl(&cfg),
         StatusFrame::decl(&cfg),
         LimitWait::decl(&cfg),
         Activity::decl(&cfg),

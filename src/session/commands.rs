@@ -271,10 +271,7 @@ impl Manager {
                     }
                     Err(err) => return Err(store_error(err, agent_id)),
                 }
-                // Busy meanwhile, as a live one is: see `Actor::rewind`.
-                slot.busy.store(true, std::sync::atomic::Ordering::Release);
                 let rewound = actor::rewind_store(&self.shared, conversation, to_seq, sender).await;
-                slot.busy.store(false, std::sync::atomic::Ordering::Release);
                 store.release_lease(conversation.row).await;
                 let (frame, _, _) = rewound?;
                 self.broadcast(&slot, conversation, frame.clone());

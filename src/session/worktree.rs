@@ -14,11 +14,13 @@ use crate::worktrees::{Changes, Merged, Request, Strategy, Worktree, WorktreeErr
 fn worktree_error(err: WorktreeError) -> SessionError {
     let code = match &err {
         WorktreeError::NotARepository(_) | WorktreeError::Invalid(_) => ErrorCode::InvalidRequest,
-        WorktreeError::Conflict(_) | WorktreeError::Uncommitted { .. } => ErrorCode::Conflict,
+        WorktreeError::Conflict(_)
+        | WorktreeError::Uncommitted { .. }
+        | WorktreeError::Untracked { .. } => ErrorCode::Conflict,
         WorktreeError::Git(_) => ErrorCode::BackendUnavailable,
     };
     let mut error = SessionError::new(code, err.to_string());
-    if let WorktreeError::Conflict(paths) = err {
+    if let WorktreeError::Conflict(paths) | WorktreeError::Untracked { paths, .. } = err {
         error.paths = paths;
     }
     error
@@ -192,21 +194,30 @@ impl Manager {
         F: Future<Output = Result<T, WorktreeError>> + Send + 'static,
     {
         let (worktrees, worktree) = self.worktree_of(principal, agent_id).await?;
-        // Not under an agent that may be writing files now (a turn starting meanwhile is not
-        // held back: this guards the review flow, not a race with a second client).
-        if self.activity(principal, agent_id) == super::Activity::Busy {
-            return Err(SessionError::new(
+        // Not under an agent that may be writing files now, nor a rewind: a turn starts holding
+        // the worktree until it counts as busy, and one that comes meanwhile waits.
+        let busy = || {
+            SessionError::new(
                 ErrorCode::Busy,
                 format!(
-                    "a turn of conversation `{agent_id}` is running or queued; wait for it to \
-                     end or interrupt it"
+                    "a turn of conversation `{agent_id}` is running, starting or queued, or it \
+                     is being rewound; wait for it to end or interrupt it"
                 ),
-            ));
+            )
+        };
+        let hold = worktrees.try_hold(&worktree).ok_or_else(busy)?;
+        if self.activity(principal, agent_id) == super::Activity::Busy {
+            return Err(busy());
         }
-        tokio::spawn(change(worktrees, worktree))
-            .await
-            .map_err(|e| SessionError::new(ErrorCode::BackendUnavailable, e.to_string()))?
-            .map_err(worktree_error)
+        let changing = change(worktrees, worktree);
+        tokio::spawn(async move {
+            let changed = changing.await;
+            drop(hold);
+            changed
+        })
+        .await
+        .map_err(|e| SessionError::new(ErrorCode::BackendUnavailable, e.to_string()))?
+        .map_err(worktree_error)
     }
 
     /// What the conversation changed in its worktree.

@@ -5,13 +5,15 @@ use super::*;
 
 impl Worktrees {
     /// Removes the worktree of conversation `key` and its checkpoints; its branch too when
-    /// the base has everything on it. Returns whether the branch was kept.
+    /// the base has everything on it (merged, or squash-merged: merging it would change no
+    /// file). Returns whether the branch was kept.
     ///
     /// # Errors
     /// `Git` when git fails.
     pub async fn remove(&self, worktree: &Worktree, key: &str) -> Result<bool> {
         valid_key(key)?;
         let _lock = self.lock(&worktree.repo).await;
+        self.holds.remove(&worktree.path);
         let repo = &worktree.repo;
         let path = worktree.path.to_string_lossy();
         if tokio::fs::symlink_metadata(&worktree.path).await.is_ok() {
@@ -28,13 +30,10 @@ impl Worktrees {
             return Ok(false);
         };
         let landed = match self.commit_of(repo, &worktree.base_ref()).await? {
-            Some(base) if worktree.base_is_branch => {
-                self.git
-                    .run(repo, &["merge-base", "--is-ancestor", &tip, &base])
-                    .await?
-                    .code
-                    == Some(0)
-            }
+            Some(base) if worktree.base_is_branch => matches!(
+                self.landing(repo, &base, &tip).await?,
+                land::Landing::Nothing
+            ),
             _ => false,
         };
         if landed {

@@ -110,7 +110,8 @@ impl Git {
         // Owns stdout, so that a cut stops reading and closes the pipe: git, writing on, ends.
         let read_out = async move {
             let mut out = Vec::new();
-            let mut buf = [0u8; 16 * 1024];
+            // On the heap: every git command's future would carry it, and they nest.
+            let mut buf = vec![0u8; 16 * 1024];
             let mut truncated = false;
             loop {
                 match stdout.read(&mut buf).await {

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// What merging a branch into its base would land.
+pub(super) enum Landing {
+    /// Nothing: the base has all of it already.
+    Nothing,
+    /// This tree.
+    Tree(String),
+    /// Nothing: these paths conflict.
+    Conflict(Vec<String>),
+}
+
 impl Worktrees {
     /// Commits everything in the worktree on its branch; None when there was nothing to commit.
     ///
@@ -34,7 +44,8 @@ impl Worktrees {
     ///
     /// # Errors
     /// `Invalid` when the base is a commit; `Uncommitted` when the worktree, or a checkout of
-    /// the base branch, has uncommitted changes; `Conflict` with the conflicting paths. In
+    /// the base branch, has uncommitted changes; `Untracked` when files of that checkout git
+    /// doesn't track are where the merge adds files; `Conflict` with the conflicting paths. In
     /// each case no reference or file has changed.
     pub async fn merge(
         &self,
@@ -65,52 +76,19 @@ impl Worktrees {
             )));
         };
         let head = self.git.ok(dir, &["rev-parse", "HEAD"]).await?;
-        let merged = self
-            .git
-            .run(dir, &["merge-base", "--is-ancestor", &head, &base])
-            .await?;
-        if merged.code == Some(0) {
-            return Ok(Merged {
-                commit: base,
-                changed: false,
-            });
-        }
-        let out = self
-            .git
-            .run(
-                dir,
-                &[
-                    "merge-tree",
-                    "--write-tree",
-                    "--no-messages",
-                    "--name-only",
-                    "-z",
-                    &base,
-                    &head,
-                ],
-            )
-            .await?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let mut fields = text.split('\0').filter(|f| !f.is_empty());
-        let tree = fields.next().unwrap_or_default().to_owned();
-        match out.code {
-            Some(0) => {}
-            Some(1) => {
-                let mut paths: Vec<String> = fields.map(str::to_owned).collect();
-                paths.sort();
-                paths.dedup();
-                return Err(WorktreeError::Conflict(paths));
+        let tree = match Box::pin(self.landing(dir, &base, &head)).await? {
+            Landing::Nothing => {
+                return Ok(Merged {
+                    commit: base,
+                    changed: false,
+                });
             }
-            _ => return Err(git::failure(&["merge-tree"], &out)),
-        }
+            Landing::Conflict(paths) => return Err(WorktreeError::Conflict(paths)),
+            Landing::Tree(tree) => tree,
+        };
         let checkout = self.checkout_of(dir, &base_ref).await?;
-        if let Some(tree) = &checkout
-            && self.has_changes(tree).await?
-        {
-            return Err(WorktreeError::Uncommitted {
-                what: "the base branch's checkout",
-                tree: tree.clone(),
-            });
+        if let Some(checkout) = &checkout {
+            Box::pin(self.would_be_overwritten(checkout, &base, &tree)).await?;
         }
         let default_message = match strategy {
             Strategy::Merge => format!("Merge branch '{}'", worktree.branch),
@@ -133,10 +111,14 @@ impl Worktrees {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let commit = self.git.ok(dir, &args).await?;
         match checkout {
-            // The checkout is clean: a fast-forward updates its branch, index and files.
-            Some(tree) => {
+            // Nothing in the checkout is in the way: a fast-forward updates its branch, index
+            // and files.
+            Some(checkout) => {
                 self.git
-                    .ok(&tree, &["merge", "-q", "--ff-only", "--no-verify", &commit])
+                    .ok(
+                        &checkout,
+                        &["merge", "-q", "--ff-only", "--no-verify", &commit],
+                    )
                     .await?;
             }
             None => {
@@ -171,6 +153,125 @@ impl Worktrees {
             .ok(&worktree.path, &["clean", "-f", "-d", "-q"])
             .await?;
         Ok(())
+    }
+
+    /// What merging `head` into `base` (commits) would land: nothing when `base` has all of
+    /// it already (`head` is an ancestor, or merging it changes no file, as after a squash
+    /// merge), the tree of the merge, or the paths that conflict.
+    pub(super) async fn landing(&self, dir: &Path, base: &str, head: &str) -> Result<Landing> {
+        let ancestor = self
+            .git
+            .run(dir, &["merge-base", "--is-ancestor", head, base])
+            .await?;
+        if ancestor.code == Some(0) {
+            return Ok(Landing::Nothing);
+        }
+        let out = self
+            .git
+            .run(
+                dir,
+                &[
+                    "merge-tree",
+                    "--write-tree",
+                    "--no-messages",
+                    "--name-only",
+                    "-z",
+                    base,
+                    head,
+                ],
+            )
+            .await?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut fields = text.split('\0').filter(|f| !f.is_empty());
+        let tree = fields.next().unwrap_or_default().to_owned();
+        match out.code {
+            Some(0) => {}
+            Some(1) => {
+                let mut paths: Vec<String> = fields.map(str::to_owned).collect();
+                paths.sort();
+                paths.dedup();
+                return Ok(Landing::Conflict(paths));
+            }
+            _ => return Err(git::failure(&["merge-tree"], &out)),
+        }
+        let base_tree = self
+            .git
+            .ok(dir, &["rev-parse", &format!("{base}^{{tree}}")])
+            .await?;
+        Ok(if tree == base_tree {
+            Landing::Nothing
+        } else {
+            Landing::Tree(tree)
+        })
+    }
+
+    /// Refuses a merge that would touch work in `checkout`, the base branch's working tree at
+    /// commit `base`, before it moves to `tree`: changes to files git tracks, or files it
+    /// doesn't track (ignored ones included) where the merge adds a file. Untracked files
+    /// elsewhere are no obstacle.
+    async fn would_be_overwritten(&self, checkout: &Path, base: &str, tree: &str) -> Result<()> {
+        let tracked = self
+            .git
+            .ok(checkout, &["status", "--porcelain", "--untracked-files=no"])
+            .await?;
+        if !tracked.is_empty() {
+            return Err(WorktreeError::Uncommitted {
+                what: "the base branch's checkout",
+                tree: checkout.to_path_buf(),
+            });
+        }
+        let added = self
+            .git
+            .ok(
+                checkout,
+                &[
+                    "diff",
+                    "--no-renames",
+                    "--name-only",
+                    "--diff-filter=A",
+                    "-z",
+                    base,
+                    tree,
+                ],
+            )
+            .await?;
+        // An added file, or a folder on its way that is something else, in the checkout.
+        let mut in_the_way = std::collections::BTreeSet::new();
+        for path in added.split('\0').filter(|p| !p.is_empty()) {
+            let mut at = Some(Path::new(path));
+            while let Some(here) = at.filter(|p| !p.as_os_str().is_empty()) {
+                if let Ok(meta) = tokio::fs::symlink_metadata(checkout.join(here)).await
+                    && (here == Path::new(path) || !meta.is_dir())
+                {
+                    in_the_way.insert(here.to_string_lossy().into_owned());
+                }
+                at = here.parent();
+            }
+        }
+        if in_the_way.is_empty() {
+            return Ok(());
+        }
+        // Those git tracks at the base are the merge's to change.
+        let mut args = vec![
+            "--literal-pathspecs",
+            "ls-tree",
+            "-z",
+            "--name-only",
+            base,
+            "--",
+        ];
+        args.extend(in_the_way.iter().map(String::as_str));
+        let tracked = self.git.ok(checkout, &args).await?;
+        for path in tracked.split('\0') {
+            in_the_way.remove(path);
+        }
+        if in_the_way.is_empty() {
+            return Ok(());
+        }
+        Err(WorktreeError::Untracked {
+            tree: checkout.to_path_buf(),
+            paths: in_the_way.into_iter().collect(),
+        })
     }
 
     /// The working tree that has `branch` (a full reference) checked out, if any.

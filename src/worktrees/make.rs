@@ -1,5 +1,5 @@
-//! Making a conversation's worktree: from a base on a new branch (checked by [`super::refs`]),
-//! with the repository's `.worktreeinclude` files, or as a fork of another's current files.
+//! Making a conversation's worktree: from a base on a new branch (checked by [`super::refs`])
+//! or as a fork of another's current files, with the repository's `.worktreeinclude` files.
 
 use super::*;
 
@@ -37,7 +37,8 @@ impl Worktrees {
     }
 
     /// A worktree named `key` for `agent_id` whose branch starts from `source`'s current state,
-    /// uncommitted changes included, with the same base.
+    /// uncommitted changes included, with the same base, and the repository's
+    /// `.worktreeinclude` files copied in as into a new one.
     ///
     /// # Errors
     /// As [`Self::create`].
@@ -56,6 +57,7 @@ impl Worktrees {
             ..source.clone()
         };
         self.add(&worktree, &state).await?;
+        self.copy_included(&worktree).await;
         Ok(worktree)
     }
 

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub use changes::{ChangedFile, Changes};
 pub use git::{Git, MIN_VERSION, find_on_path};
+pub use snapshots::Rewind;
 
 /// Most files a `.worktreeinclude` copies into a new worktree.
 const MAX_INCLUDED_FILES: usize = 1000;
@@ -36,6 +37,8 @@ const MAX_INCLUDED_FILES: usize = 1000;
 const MAX_INCLUDED_BYTES: u64 = 64 << 20;
 /// The private references under which turn checkpoints are kept (never on a branch).
 const CHECKPOINTS: &str = "refs/agentmux/checkpoints";
+/// How the marker of a skipped checkpoint ends (`…/<n>-skipped`).
+const SKIPPED: &str = "-skipped";
 /// Most checkpoints kept per conversation: a rewind further back restores messages only.
 pub const MAX_CHECKPOINTS: usize = 200;
 
@@ -58,6 +61,19 @@ pub enum WorktreeError {
         what: &'static str,
         /// Where it is.
         tree: PathBuf,
+    },
+    /// Files of the base branch's checkout that git does not track are where the merge adds
+    /// files; nothing was changed.
+    #[error(
+        "`{}` has files git does not track where the merge adds files: {}; nothing was changed",
+        .tree.display(),
+        .paths.join(", ")
+    )]
+    Untracked {
+        /// The base branch's checkout.
+        tree: PathBuf,
+        /// The files in the way.
+        paths: Vec<String>,
     },
     /// Git failed or could not be run.
     #[error("{0}")]
@@ -95,7 +111,11 @@ pub struct Worktree {
 impl Worktree {
     /// The directory the agent runs in: the same place in the worktree as in the repository.
     pub fn cwd(&self) -> PathBuf {
-        self.path.join(&self.subdir)
+        // Not `join("")`, which would end it with a `/`.
+        match self.subdir.as_os_str().is_empty() {
+            true => self.path.clone(),
+            false => self.path.join(&self.subdir),
+        }
     }
 
     fn base_ref(&self) -> String {
@@ -152,9 +172,11 @@ fn checkpoints_of(key: &str) -> Result<String> {
     Ok(format!("{CHECKPOINTS}/{key}/"))
 }
 
-/// The private reference of checkpoint `n` of conversation `key`.
-fn checkpoint_ref(key: &str, n: i64) -> Result<String> {
-    Ok(format!("{}{n}", checkpoints_of(key)?))
+/// The private reference of checkpoint `n` of conversation `key`, or of the marker saying it
+/// was `skipped` (the worktree's changed files were over the cap).
+fn checkpoint_ref(key: &str, n: i64, skipped: bool) -> Result<String> {
+    let suffix = if skipped { SKIPPED } else { "" };
+    Ok(format!("{}{n}{suffix}", checkpoints_of(key)?))
 }
 
 /// The private reference to what conversation `key`'s worktree held before its last rewind.
@@ -162,21 +184,32 @@ fn before_rewind_ref(key: &str) -> Result<String> {
     Ok(format!("{}before-rewind", checkpoints_of(key)?))
 }
 
-/// The server's worktrees: where they live, the git that runs them, one lock per repository.
+/// The server's worktrees: where they live, the git that runs them, one lock per repository
+/// and one hold per worktree.
 #[derive(Debug)]
 pub struct Worktrees {
     git: Git,
     dir: PathBuf,
     locks: DashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>,
+    holds: DashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>,
+    /// Most bytes of changed and new files a checkpoint records; a larger one is skipped.
+    max_checkpoint_bytes: u64,
 }
 
+/// Held by whoever acts on a worktree's files for longer than one git operation: a turn as it
+/// starts (until it counts as running), a rewind, a commit, merge or discard.
+pub type Hold = tokio::sync::OwnedMutexGuard<()>;
+
 impl Worktrees {
-    /// Worktrees under `dir` (created 0700 when the first is made), run by `git`.
-    pub fn new(git: Git, dir: PathBuf) -> Self {
+    /// Worktrees under `dir` (created 0700 when the first is made), run by `git`, whose
+    /// checkpoints record at most `max_checkpoint_bytes` of changed and new files.
+    pub fn new(git: Git, dir: PathBuf, max_checkpoint_bytes: u64) -> Self {
         Worktrees {
             git,
             dir,
             locks: DashMap::new(),
+            holds: DashMap::new(),
+            max_checkpoint_bytes,
         }
     }
 
@@ -211,6 +244,7 @@ impl Worktrees {
         let worktrees = Worktrees::new(
             Git::new(program, config.worktrees.run_hooks),
             std::fs::canonicalize(&dir)?,
+            config.worktrees.max_checkpoint_bytes,
         );
         match worktrees.check_git().await {
             Ok(_) => Ok(Some(worktrees)),
@@ -264,6 +298,20 @@ impl Worktrees {
     async fn lock(&self, top: &Path) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = self.locks.entry(top.to_path_buf()).or_default().clone();
         lock.lock_owned().await
+    }
+
+    /// Waits for `worktree`'s hold (see [`Hold`]).
+    pub async fn hold(&self, worktree: &Worktree) -> Hold {
+        self.hold_of(worktree).lock_owned().await
+    }
+
+    /// `worktree`'s hold, or None while another has it.
+    pub fn try_hold(&self, worktree: &Worktree) -> Option<Hold> {
+        self.hold_of(worktree).try_lock_owned().ok()
+    }
+
+    fn hold_of(&self, worktree: &Worktree) -> Arc<tokio::sync::Mutex<()>> {
+        self.holds.entry(worktree.path.clone()).or_default().clone()
     }
 
     /// Refuses an operation on a worktree whose HEAD is not on its own branch (its agent

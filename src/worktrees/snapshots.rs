@@ -5,25 +5,53 @@
 use super::*;
 use crate::protocol::ChangeCounts;
 
+/// What a rewind did with a worktree's files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rewind {
+    /// They are back; what the worktree held before is this commit, for
+    /// [`Worktrees::undo_rewind`].
+    Restored(String),
+    /// They stay as they are: the turn has no checkpoint.
+    NoCheckpoint,
+    /// They stay as they are: the turn's checkpoint was skipped, the worktree's changed files
+    /// being over the cap.
+    OverCap,
+}
+
 impl Worktrees {
     /// Records the worktree's files as they are now as checkpoint `n` of conversation `key`
     /// (checkpoints are numbered in the order they are taken, and only the latest
     /// [`MAX_CHECKPOINTS`] are kept); returns their tree, which [`Self::changed_since`]
-    /// compares with.
+    /// compares with. None when its changed and new files come to more than the cap: a marker
+    /// then says the checkpoint was skipped, and a rewind to it says so.
     ///
     /// # Errors
     /// `Git` when git fails.
-    pub async fn checkpoint(&self, worktree: &Worktree, key: &str, n: i64) -> Result<String> {
-        let name = checkpoint_ref(key, n)?;
+    pub async fn checkpoint(
+        &self,
+        worktree: &Worktree,
+        key: &str,
+        n: i64,
+    ) -> Result<Option<String>> {
+        checkpoints_of(key)?;
         let _lock = self.lock(&worktree.repo).await;
-        let (state, tree) = self.snapshot_commit(worktree, "checkpoint").await?;
+        let taken = self
+            .snapshot_within(worktree, "checkpoint", Some(self.max_checkpoint_bytes))
+            .await?;
+        let (name, target, tree) = match taken {
+            Some((state, tree)) => (checkpoint_ref(key, n, false)?, state, Some(tree)),
+            None => {
+                let head = self.git.ok(&worktree.path, &["rev-parse", "HEAD"]).await?;
+                (checkpoint_ref(key, n, true)?, head, None)
+            }
+        };
         self.git
-            .ok(&worktree.path, &["update-ref", &name, &state])
+            .ok(&worktree.path, &["update-ref", &name, &target])
             .await?;
         let mut kept = self.checkpoints(&worktree.repo, key).await?;
         if kept.len() > MAX_CHECKPOINTS {
             kept.sort();
-            for (_, old) in &kept[..kept.len() - MAX_CHECKPOINTS] {
+            for (_, old, _) in &kept[..kept.len() - MAX_CHECKPOINTS] {
                 self.git
                     .ok(&worktree.repo, &["update-ref", "-d", old])
                     .await?;
@@ -35,9 +63,9 @@ impl Worktrees {
     /// Puts the worktree's files (and its branch) back as they were when the first turn after
     /// `seq` started: its checkpoint is the first numbered `seq` or later, and it must come
     /// before `until` (where that turn ended), else the turn has none (taken before
-    /// checkpoints, in a fork's source, or its checkpoint failed) and nothing is touched. What
-    /// the worktree held before is kept under [`before_rewind_ref`] until the next rewind,
-    /// and returned for [`Self::undo_rewind`]. None when nothing was touched.
+    /// checkpoints, in a fork's source, or its checkpoint failed) and nothing is touched, as
+    /// when its checkpoint was skipped. What the worktree held before is kept under
+    /// [`before_rewind_ref`] until the next rewind.
     ///
     /// # Errors
     /// `Invalid` when the worktree is on another branch; `Git` when git fails (the files are
@@ -48,16 +76,20 @@ impl Worktrees {
         key: &str,
         seq: i64,
         until: Option<i64>,
-    ) -> Result<Option<String>> {
+    ) -> Result<Rewind> {
         let _lock = self.lock(&worktree.repo).await;
         self.on_own_branch(worktree).await?;
         let found = self.checkpoints(&worktree.repo, key).await?;
-        let first = found.into_iter().filter(|(at, _)| *at >= seq).min();
-        let Some((_, name)) = first.filter(|(at, _)| until.is_none_or(|end| *at < end)) else {
-            return Ok(None);
+        let first = found.into_iter().filter(|(at, ..)| *at >= seq).min();
+        let Some((_, name, skipped)) = first.filter(|(at, ..)| until.is_none_or(|end| *at < end))
+        else {
+            return Ok(Rewind::NoCheckpoint);
         };
+        if skipped {
+            return Ok(Rewind::OverCap);
+        }
         let Some(state) = self.commit_of(&worktree.repo, &name).await? else {
-            return Ok(None);
+            return Ok(Rewind::NoCheckpoint);
         };
         let (before, _) = self.snapshot_commit(worktree, "before rewind").await?;
         if let Err(err) = self.restore(worktree, &state).await {
@@ -74,7 +106,7 @@ impl Worktrees {
                 &["update-ref", &before_rewind_ref(key)?, &before],
             )
             .await?;
-        Ok(Some(before))
+        Ok(Rewind::Restored(before))
     }
 
     /// After a [`Self::rewind`] whose conversation could not be rewound: the files (and the
@@ -100,7 +132,7 @@ impl Worktrees {
         n: i64,
     ) -> Result<()> {
         let _lock = self.lock(&worktree.repo).await;
-        for (at, name) in self.checkpoints(&worktree.repo, key).await? {
+        for (at, name, _) in self.checkpoints(&worktree.repo, key).await? {
             if at >= n {
                 self.git
                     .ok(&worktree.repo, &["update-ref", "-d", &name])
@@ -110,14 +142,26 @@ impl Worktrees {
         Ok(())
     }
 
-    /// The numbered checkpoints of conversation `key`: their numbers and reference names.
-    pub(super) async fn checkpoints(&self, repo: &Path, key: &str) -> Result<Vec<(i64, String)>> {
+    /// The numbered checkpoints of conversation `key`: their numbers, reference names and
+    /// whether each is the marker of a skipped one.
+    pub(super) async fn checkpoints(
+        &self,
+        repo: &Path,
+        key: &str,
+    ) -> Result<Vec<(i64, String, bool)>> {
         let prefix = checkpoints_of(key)?;
         Ok(self
             .private_refs(repo, key)
             .await?
             .into_iter()
-            .filter_map(|name| Some((name.strip_prefix(&prefix)?.parse().ok()?, name)))
+            .filter_map(|name| {
+                let rest = name.strip_prefix(&prefix)?;
+                let (number, skipped) = match rest.strip_suffix(SKIPPED) {
+                    Some(number) => (number, true),
+                    None => (rest, false),
+                };
+                Some((number.parse().ok()?, name, skipped))
+            })
             .collect())
     }
 
@@ -185,7 +229,21 @@ impl Worktrees {
         worktree: &Worktree,
         what: &str,
     ) -> Result<(String, String)> {
-        let tree = self.snapshot_tree(worktree).await?;
+        let taken = self.snapshot_within(worktree, what, None).await?;
+        Ok(taken.expect("no cap"))
+    }
+
+    /// [`Self::snapshot_commit`], or None when the files changed and new since HEAD come to
+    /// more than `cap` bytes.
+    async fn snapshot_within(
+        &self,
+        worktree: &Worktree,
+        what: &str,
+        cap: Option<u64>,
+    ) -> Result<Option<(String, String)>> {
+        let Some(tree) = self.tree_within(worktree, cap).await? else {
+            return Ok(None);
+        };
         let mut args = self.identity(&worktree.path).await?;
         args.extend(
             [
@@ -200,30 +258,93 @@ impl Worktrees {
         );
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let commit = self.git.ok(&worktree.path, &args).await?;
-        Ok((commit, tree))
+        Ok(Some((commit, tree)))
     }
 
-    /// The tree of the worktree's files as they are now, written through an index of its own.
+    /// The tree of the worktree's files as they are now.
     pub(super) async fn snapshot_tree(&self, worktree: &Worktree) -> Result<String> {
+        let tree = self.tree_within(worktree, None).await?;
+        Ok(tree.expect("no cap"))
+    }
+
+    /// The tree of the worktree's files as they are now, or None when the files changed and
+    /// new since HEAD come to more than `cap` bytes. Written through an index of its own that
+    /// starts, as `git stash` does, from what the worktree's index knows of its files (read
+    /// against HEAD), so that only files that changed since are read again.
+    async fn tree_within(&self, worktree: &Worktree, cap: Option<u64>) -> Result<Option<String>> {
         let index = self.dir.join(format!(".index-{}", uuid::Uuid::new_v4()));
-        let env = [("GIT_INDEX_FILE", index.as_path())];
-        let run = async {
-            for args in [&["read-tree", "HEAD"][..], &["add", "-A", "--", "."]] {
-                let out = self
-                    .git
-                    .run_capped(&worktree.path, args, &env, 1 << 20)
-                    .await?;
-                git::expect_ok(args, out)?;
-            }
-            let args = ["write-tree"];
-            let out = self
-                .git
-                .run_capped(&worktree.path, &args, &env, 1 << 20)
-                .await?;
-            git::expect_ok(&args, out)
-        };
-        let tree = run.await;
+        // Boxed: its git commands make a large future, which every snapshot would carry.
+        let tree = Box::pin(self.write_tree(worktree, &index, cap)).await;
         let _ = tokio::fs::remove_file(&index).await;
+        let _ = tokio::fs::remove_file(index.with_extension("lock")).await;
         tree
+    }
+
+    /// [`Self::tree_within`] through the index file `index`.
+    async fn write_tree(
+        &self,
+        worktree: &Worktree,
+        index: &Path,
+        cap: Option<u64>,
+    ) -> Result<Option<String>> {
+        let dir = &worktree.path;
+        let env = [("GIT_INDEX_FILE", index)];
+        let run = async |args: &[&str]| {
+            let out = self.git.run_capped(dir, args, &env, 16 << 20).await?;
+            git::expect_ok(args, out)
+        };
+        let own = self
+            .git
+            .ok(dir, &["rev-parse", "--git-path", "index"])
+            .await?;
+        let copied = copy_index(&dir.join(own), index).await;
+        // The copy read against HEAD keeps what it knows of unchanged files; an index that
+        // can't be (none, or one with unresolved conflicts) is started afresh.
+        if !copied || run(&["read-tree", "-m", "HEAD"]).await.is_err() {
+            let _ = tokio::fs::remove_file(index).await;
+            run(&["read-tree", "HEAD"]).await?;
+            // Every file is read to know which changed: slow, but what follows is right. It
+            // exits 1 when some did.
+            let _ = run(&["update-index", "-q", "--refresh"]).await;
+        }
+        if let Some(cap) = cap {
+            let listed = run(&[
+                "ls-files",
+                "-z",
+                "--modified",
+                "--others",
+                "--exclude-standard",
+            ])
+            .await?;
+            let mut bytes = 0u64;
+            for path in listed.split('\0').filter(|p| !p.is_empty()) {
+                if let Ok(meta) = tokio::fs::symlink_metadata(dir.join(path)).await
+                    && meta.is_file()
+                {
+                    bytes += meta.len();
+                    if bytes > cap {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        run(&["add", "-A", "--", "."]).await?;
+        run(&["write-tree"]).await.map(Some)
+    }
+}
+
+/// Copies a worktree's index to `to` with its modification time: git tells a file changed in
+/// the instant the index was written from one it recorded by that time, which a copy dated
+/// now would hide. False when it could not.
+async fn copy_index(from: &Path, to: &Path) -> bool {
+    let Ok(modified) = tokio::fs::metadata(from).await.and_then(|m| m.modified()) else {
+        return false;
+    };
+    if tokio::fs::copy(from, to).await.is_err() {
+        return false;
+    }
+    match tokio::fs::OpenOptions::new().write(true).open(to).await {
+        Ok(file) => file.into_std().await.set_modified(modified).is_ok(),
+        Err(_) => false,
     }
 }

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::protocol::ChangeCounts;
 
+/// The fixture's cap on what a checkpoint records.
+const CHECKPOINT_CAP: u64 = 1 << 20;
+
 /// A repository with one commit on `main` (`a.txt`, `sub/b.txt`), and the worktrees' folder.
 struct Fixture {
     _tmp: tempfile::TempDir,
@@ -44,7 +47,7 @@ impl Fixture {
         sh(&repo, &["commit", "-q", "-m", "first"]);
         let git = Git::new(find_on_path().unwrap(), false);
         Fixture {
-            worktrees: Worktrees::new(git, base.join("data/worktrees")),
+            worktrees: Worktrees::new(git, base.join("data/worktrees"), CHECKPOINT_CAP),
             repo,
             _tmp: tmp,
         }
@@ -243,11 +246,31 @@ async fn a_squash_is_one_commit_and_a_dirty_checkout_of_the_base_is_never_touche
     assert_eq!(read(fx.repo.join("a.txt")), "my own work\n");
 
     sh(&fx.repo, &["checkout", "-q", "--", "a.txt"]);
+    // Files git doesn't track, ignored ones too, stop it only where it adds files.
+    std::fs::write(fx.repo.join(".gitignore"), "*.log\nf0.txt\n").unwrap();
+    std::fs::write(fx.repo.join("f1.txt"), "mine\n").unwrap();
+    std::fs::write(fx.repo.join("f0.txt"), "mine too\n").unwrap();
+    match fx.worktrees.merge(&wt, Strategy::Squash, None).await {
+        Err(WorktreeError::Untracked { tree, paths }) => {
+            assert_eq!(
+                (tree, paths),
+                (fx.repo.clone(), vec!["f0.txt".into(), "f1.txt".into()])
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fx.main_head(), before);
+    assert_eq!(read(fx.repo.join("f1.txt")), "mine\n");
+    std::fs::remove_file(fx.repo.join("f1.txt")).unwrap();
+    std::fs::rename(fx.repo.join("f0.txt"), fx.repo.join("notes.log")).unwrap();
+    std::fs::write(fx.repo.join("notes.txt"), "mine\n").unwrap();
     let merged = fx
         .worktrees
         .merge(&wt, Strategy::Squash, Some("both steps"))
         .await
         .unwrap();
+    assert_eq!(read(fx.repo.join("notes.txt")), "mine\n");
+    assert_eq!(read(fx.repo.join("notes.log")), "mine too\n");
     assert_eq!(
         sh(&fx.repo, &["log", "-1", "--format=%s%n%P", "main"]),
         format!("both steps\n{before}")
@@ -291,7 +314,12 @@ async fn restoring_a_checkpoint_puts_the_files_back() {
     let fx = Fixture::new();
     let wt = fx.worktree("r1").await;
     std::fs::write(wt.path.join("kept.txt"), "from turn 1\n").unwrap();
-    let at_turn_2 = fx.worktrees.checkpoint(&wt, "r1", 2).await.unwrap();
+    let at_turn_2 = fx
+        .worktrees
+        .checkpoint(&wt, "r1", 2)
+        .await
+        .unwrap()
+        .expect("under the cap");
     assert_eq!(
         fx.worktrees.changed_since(&wt, &at_turn_2).await.unwrap(),
         None,
@@ -324,14 +352,14 @@ async fn restore_and_forward(fx: &Fixture, wt: &Worktree) {
     // The first checkpoint from 3 is 9: not the turn's that ended before 9.
     assert_eq!(
         fx.worktrees.rewind(wt, "r1", 3, Some(9)).await.unwrap(),
-        None
+        Rewind::NoCheckpoint
     );
     assert_eq!(
         read(wt.path.join("kept.txt")),
         "changed too\n",
         "nothing touched"
     );
-    let before = fx.worktrees.rewind(wt, "r1", 1, Some(5)).await.unwrap();
+    let rewound = fx.worktrees.rewind(wt, "r1", 1, Some(5)).await.unwrap();
     assert!(!wt.path.join("created.txt").exists());
     assert_eq!(read(wt.path.join("a.txt")), "one\ntwo\nthree\n");
     assert_eq!(read(wt.path.join("sub/b.txt")), "b\n");
@@ -351,7 +379,7 @@ async fn restore_and_forward(fx: &Fixture, wt: &Worktree) {
         &fx.repo,
         &["rev-parse", "refs/agentmux/checkpoints/r1/before-rewind"],
     );
-    assert_eq!(Some(kept.as_str()), before.as_deref());
+    assert_eq!(rewound, Rewind::Restored(kept.clone()));
     assert_eq!(
         sh(&fx.repo, &["log", "-1", "--format=%s", &format!("{kept}^")]),
         "turn 2"
@@ -370,13 +398,13 @@ async fn restore_and_forward(fx: &Fixture, wt: &Worktree) {
         Box::pin(fx.worktrees.rewind(wt, "r1", 3, None))
             .await
             .unwrap(),
-        None
+        Rewind::NoCheckpoint
     );
     assert_eq!(
         Box::pin(fx.worktrees.rewind(wt, "other", 0, None))
             .await
             .unwrap(),
-        None
+        Rewind::NoCheckpoint
     );
     // Checkpoints are not on any branch; removal takes every private reference along.
     assert!(!sh(&fx.repo, &["branch", "-a"]).contains("checkpoint"));
@@ -393,7 +421,53 @@ async fn only_the_latest_checkpoints_are_kept() {
     }
     let kept = fx.worktrees.checkpoints(&fx.repo, "many").await.unwrap();
     assert_eq!(kept.len(), MAX_CHECKPOINTS);
-    assert_eq!(kept.iter().map(|(n, _)| *n).min(), Some(3));
+    assert_eq!(kept.iter().map(|(n, ..)| *n).min(), Some(3));
+}
+
+#[tokio::test]
+async fn a_checkpoint_over_the_cap_is_skipped_and_a_rewind_to_it_says_so() {
+    let fx = Fixture::new();
+    let wt = fx.worktree("cap").await;
+    // Staged, then changed again: the checkpoint holds the files, not the index.
+    std::fs::write(wt.path.join("a.txt"), "staged\n").unwrap();
+    sh(&wt.path, &["add", "a.txt"]);
+    std::fs::write(wt.path.join("a.txt"), "changed after\n").unwrap();
+    assert!(
+        fx.worktrees
+            .checkpoint(&wt, "cap", 1)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // What the files changed and new come to counts, committed files don't.
+    std::fs::write(wt.path.join("big.bin"), vec![7u8; CHECKPOINT_CAP as usize]).unwrap();
+    assert_eq!(fx.worktrees.checkpoint(&wt, "cap", 5).await.unwrap(), None);
+    std::fs::write(wt.path.join("later.txt"), "turn 5\n").unwrap();
+    assert_eq!(
+        fx.worktrees.rewind(&wt, "cap", 4, None).await.unwrap(),
+        Rewind::OverCap
+    );
+    assert!(wt.path.join("later.txt").exists(), "nothing touched");
+    // The first is whole: its files come back.
+    assert!(matches!(
+        fx.worktrees.rewind(&wt, "cap", 1, Some(5)).await.unwrap(),
+        Rewind::Restored(_)
+    ));
+    assert_eq!(read(wt.path.join("a.txt")), "changed after\n");
+    assert!(!wt.path.join("big.bin").exists() && !wt.path.join("later.txt").exists());
+    // Committed, the big file no longer counts.
+    std::fs::write(wt.path.join("big.bin"), vec![7u8; CHECKPOINT_CAP as usize]).unwrap();
+    fx.worktrees.commit(&wt, "big").await.unwrap();
+    assert!(
+        fx.worktrees
+            .checkpoint(&wt, "cap", 9)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Markers go with the conversation, as checkpoints do.
+    fx.worktrees.remove(&wt, "cap").await.unwrap();
+    assert_eq!(sh(&fx.repo, &["for-each-ref", "refs/agentmux"]), "");
 }
 
 #[tokio::test]
@@ -411,15 +485,32 @@ async fn a_fork_starts_from_the_sources_files_uncommitted_ones_included() {
         ("agentmux/fork", "main")
     );
     assert_eq!(read(fork.path.join("wip.txt")), "not committed\n");
+    assert!(
+        !fork.path.join(".env").exists(),
+        "no `.worktreeinclude` yet"
+    );
     // The source keeps its uncommitted file, uncommitted.
     assert_eq!(sh(&source.path, &["status", "--porcelain"]), "?? wip.txt");
+
+    // The repository's `.worktreeinclude` files are copied into a fork as into a new one.
+    std::fs::write(fx.repo.join(".gitignore"), ".env\n").unwrap();
+    std::fs::write(fx.repo.join(".worktreeinclude"), ".env\n").unwrap();
+    std::fs::write(fx.repo.join(".env"), "KEY=1\n").unwrap();
+    let again = fx
+        .worktrees
+        .fork(&source, "fork2", "fork2", None)
+        .await
+        .unwrap();
+    assert_eq!(read(again.path.join(".env")), "KEY=1\n");
+    assert_eq!(read(again.path.join("wip.txt")), "not committed\n");
 }
 
 #[tokio::test]
 async fn removal_keeps_an_unmerged_branch_and_drops_a_merged_one() {
     let fx = Fixture::new();
     let (merged, open) = (fx.worktree("gone").await, fx.worktree("open").await);
-    for wt in [&merged, &open] {
+    let squashed = fx.worktree("squashed").await;
+    for wt in [&merged, &open, &squashed] {
         std::fs::write(
             wt.path.join(format!("{}.txt", wt.branch.replace('/', "-"))),
             "x\n",
@@ -436,11 +527,28 @@ async fn removal_keeps_an_unmerged_branch_and_drops_a_merged_one() {
         !fx.worktrees.remove(&merged, "gone").await.unwrap(),
         "a merged branch goes"
     );
+    // A squash is never an ancestor of the base, but the base has all of it: merging it
+    // again changes nothing, and its branch goes too.
+    let squash = fx
+        .worktrees
+        .merge(&squashed, Strategy::Squash, None)
+        .await
+        .unwrap();
+    let again = fx
+        .worktrees
+        .merge(&squashed, Strategy::Merge, None)
+        .await
+        .unwrap();
+    assert_eq!((again.changed, again.commit), (false, squash.commit));
+    assert!(
+        !fx.worktrees.remove(&squashed, "squashed").await.unwrap(),
+        "a squash-merged branch goes"
+    );
     assert!(
         fx.worktrees.remove(&open, "open").await.unwrap(),
         "an unmerged branch stays"
     );
-    assert!(!merged.path.exists() && !open.path.exists());
+    assert!(!merged.path.exists() && !open.path.exists() && !squashed.path.exists());
     let branches = sh(&fx.repo, &["branch", "--format=%(refname:short)"]);
     assert_eq!(branches, "agentmux/open\nmain");
     assert_eq!(
@@ -575,6 +683,7 @@ async fn repository_hooks_do_not_run_unless_allowed() {
     let allowing = Worktrees::new(
         Git::new(find_on_path().unwrap(), true),
         fx.worktrees.dir.clone(),
+        CHECKPOINT_CAP,
     );
     let repo = allowing.repo_of(&fx.repo).await.unwrap();
     allowing
@@ -591,6 +700,7 @@ async fn the_git_here_is_new_enough() {
     let missing = Worktrees::new(
         Git::new(PathBuf::from("/nonexistent/git"), false),
         fx.worktrees.dir.clone(),
+        CHECKPOINT_CAP,
     );
     assert!(matches!(
         missing.check_git().await,

@@ -55,3 +55,4 @@ mod warm;
 mod web;
 mod worktrees;
 mod worktrees_cli;
+mod worktrees_land;

@@ -3,7 +3,8 @@
 // offers the worktree, the header shows the branch, and the Changes panel lists and diffs what
 // changed, commits it, merges it into its base (seen with git), discards it after asking, and
 // names the files of a merge conflict; the count follows each turn without polling; a rewind
-// says what happens to the files and, in a worktree, puts them back.
+// says what happens to the files and, in a worktree, puts them back, or says they stay when
+// there were too many to record.
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -315,5 +316,25 @@ test('a rewind in a worktree puts its files back, and the count with them', asyn
   await changesButton(page, '1 file changed (+1 −1), not committed yet');
   assert.equal(existsSync(join(summary.cwd, 'new.txt')), false);
   assert.equal(readFileSync(join(summary.cwd, 'a.txt'), 'utf8'), 'one\nTWO\n');
+  assert.deepEqual(problems, []);
+});
+
+test('a rewind to a turn whose files were too many to record says they stay as they are', async () => {
+  const { repo, config } = project('capped');
+  const s = await server({ config: `${config}[worktrees]\nmax_checkpoint_bytes = 1000\n`, gates: true });
+  const { page, problems } = await openUi(await context(), s.url);
+  const { agentId, summary } = await agentWrites(page, s, repo, { 'a.txt': 'one\nTWO\n' });
+  writeFileSync(join(summary.cwd, 'big.txt'), 'x'.repeat(2000));
+  await turnWrites(page, s, agentId, 2, () => send(page, 'and a new file'), () => writeFileSync(join(summary.cwd, 'new.txt'), 'new\n'));
+  await messages(page, 'Error').filter({ hasText: 'over worktrees.max_checkpoint_bytes' }).waitFor();
+  // The page knows the conversation has a worktree once it shows its branch.
+  await page.locator('#branch', { hasText: `agentmux/${agentId}` }).waitFor();
+
+  await page.getByRole('button', { name: 'Rewind to here' }).first().click();
+  await answer(page, 'Rewind to here?', 'Rewind');
+  const notice = messages(page, 'Notice').filter({ hasText: 'Rewound to an earlier turn; its files stay as they are' });
+  await notice.waitFor();
+  assert.match((await notice.getAttribute('title')) ?? '', /over worktrees\.max_checkpoint_bytes/);
+  assert.equal(readFileSync(join(summary.cwd, 'new.txt'), 'utf8'), 'new\n');
   assert.deepEqual(problems, []);
 });

@@ -387,8 +387,13 @@ export class View {
       // A wait for a rate limit goes with the turns a rewind drops.
       this.endWait();
       this.rewind(frame.dropped_after_seq, frame.dropped_seqs ?? []);
-      const files = frame.files_restored ? ', its files too' : '';
-      this.append(messageElement('notice', 'Notice', `Rewound to an earlier turn${files}`), frame);
+      // In a worktree whose files could not go back (no record of that turn), the notice says
+      // so, and why on hover.
+      const worktree = state.sessions.get(this.agentId)?.worktree;
+      const files = frame.files_restored ? ', its files too' : worktree ? '; its files stay as they are' : '';
+      const notice = messageElement('notice', 'Notice', `Rewound to an earlier turn${files}`);
+      if (worktree && !frame.files_restored) notice.title = detail;
+      this.append(notice, frame);
       if (frame.files_restored && this.live) filesRestored(this.agentId);
       scheduleSessionsRefresh();
     }

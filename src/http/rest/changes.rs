@@ -69,7 +69,8 @@ pub struct Committed {
     params(("agent_id" = String, Path, description = "The conversation")),
     request_body = CommitBody,
     responses((status = 200, body = Committed), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "`busy`: a turn or a rewind is on", body = ErrorBody)))]
 pub async fn commit(
     State(app): State<AppState>,
     principal: Principal,
@@ -98,8 +99,10 @@ pub struct MergeBody {
 }
 
 /// Merges what is committed on the conversation's branch into its base branch. Nothing
-/// changes on a conflict (409 naming the paths), when the worktree has uncommitted changes, or
-/// when the base branch is checked out somewhere with uncommitted changes (409 naming it).
+/// changes on a conflict (409 naming the paths), when the worktree has uncommitted changes,
+/// when the base branch is checked out somewhere with uncommitted changes (409 naming it) or
+/// with files git doesn't track where the merge adds files (409 naming them), or while a turn
+/// or a rewind is on (409 `busy`).
 #[utoipa::path(post, path = "/api/sessions/{agent_id}/changes/merge", operation_id = "merge_changes",
     params(("agent_id" = String, Path, description = "The conversation")),
     request_body = MergeBody,
@@ -135,7 +138,8 @@ pub struct DiscardBody {
 #[utoipa::path(post, path = "/api/sessions/{agent_id}/changes/discard", operation_id = "discard_changes",
     params(("agent_id" = String, Path, description = "The conversation")),
     request_body = DiscardBody,
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "`busy`: a turn or a rewind is on", body = ErrorBody)))]
 pub async fn discard(
     State(app): State<AppState>,
     principal: Principal,

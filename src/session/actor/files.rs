@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use super::Actor;
 use crate::protocol::{self, SessionId};
 use crate::session::{Conversation, SessionError, Shared};
-use crate::worktrees::{Worktree, WorktreeError, Worktrees};
+use crate::worktrees::{Hold, Rewind, Worktree, WorktreeError, Worktrees};
 
 /// What a rewind did with the files of a conversation's worktree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +21,9 @@ pub(in crate::session) enum Files {
     /// The first dropped turn has no checkpoint (none was dropped, it ran before the
     /// conversation's checkpoints began, or its checkpoint failed): they stay as they are.
     Unchanged,
+    /// The first dropped turn's checkpoint was skipped, the worktree's changed files being
+    /// over `worktrees.max_checkpoint_bytes`: they stay as they are.
+    OverCap,
 }
 
 impl Files {
@@ -34,6 +37,10 @@ impl Files {
             }
             Files::Unchanged => {
                 "the worktree's files were not put back: there is no record of them at that point"
+            }
+            Files::OverCap => {
+                "the worktree's files were not put back: at that point its changed files were \
+                 over worktrees.max_checkpoint_bytes, so they were not recorded"
             }
         }
     }
@@ -53,9 +60,17 @@ async fn joined<T>(task: JoinHandle<Result<T, WorktreeError>>) -> Result<T, Work
 }
 
 impl Actor {
+    /// Waits for the hold of the conversation's worktree, if it has one (see [`Hold`]).
+    pub(super) async fn hold_worktree(&self) -> Option<Hold> {
+        let (worktrees, worktree) = worktree_of(&self.shared, &self.conversation)?;
+        Some(worktrees.hold(&worktree).await)
+    }
+
     /// Records the worktree's files before a turn runs, numbered by the last stored `seq`: a
     /// rewind to any `seq` from there on until the next checkpoint puts them back. Kept for
-    /// telling after the turn whether it changed files. A checkpoint that fails only warns.
+    /// telling after the turn whether it changed files. A checkpoint that fails, or that is
+    /// skipped because the worktree's changed files are over `worktrees.max_checkpoint_bytes`,
+    /// only warns.
     pub(super) async fn checkpoint_files(&mut self) {
         let Some((worktrees, worktree)) = worktree_of(&self.shared, &self.conversation) else {
             return;
@@ -67,7 +82,17 @@ impl Actor {
         }))
         .await;
         match made {
-            Ok(tree) => self.files_at_turn_start = Some(tree),
+            Ok(Some(tree)) => self.files_at_turn_start = Some(tree),
+            Ok(None) => {
+                self.files_at_turn_start = None;
+                self.publish_status(
+                    "warning",
+                    &format!(
+                        "the worktree's changed files are over worktrees.max_checkpoint_bytes ({} bytes), so they were not recorded before this turn: a rewind to it can't put them back",
+                        self.shared.config.worktrees.max_checkpoint_bytes
+                    ),
+                );
+            }
             Err(err) => {
                 tracing::warn!(agent_id = %self.conversation.agent_id, error = %err, "could not checkpoint the worktree");
                 self.files_at_turn_start = None;
@@ -109,8 +134,8 @@ impl Actor {
 
 /// Puts the files of `conversation`'s worktree back as they were when the first turn after
 /// `to_seq` started, then runs `rewind` (the store's); when that fails, the files go forward
-/// again to how they were. Whoever calls it makes sure no turn runs, and marks the
-/// conversation busy meanwhile (so no commit or merge of the worktree comes between).
+/// again to how they were. Whoever calls it makes sure no turn runs; the worktree is held
+/// meanwhile (a commit, merge or discard running answers `busy`, and none comes between).
 pub(in crate::session) async fn rewind_files<T>(
     shared: &Shared,
     conversation: &Conversation,
@@ -120,6 +145,12 @@ pub(in crate::session) async fn rewind_files<T>(
     let Some((worktrees, worktree)) = worktree_of(shared, conversation) else {
         return rewind(Files::NoWorktree).await;
     };
+    let _hold = worktrees.try_hold(&worktree).ok_or_else(|| {
+        SessionError::new(
+            protocol::ErrorCode::Busy,
+            "the conversation's worktree is being committed, merged or discarded; rewind once that ended",
+        )
+    })?;
     let until = shared
         .store
         .next_result_after(conversation.row, to_seq)
@@ -127,7 +158,7 @@ pub(in crate::session) async fn rewind_files<T>(
         .map_err(|e| crate::session::errors::store_error(e, &conversation.agent_id))?;
     let key: SessionId = conversation.session_id.clone();
     let (w, t, k) = (worktrees.clone(), worktree.clone(), key.to_string());
-    let before = joined(tokio::spawn(async move {
+    let rewound = joined(tokio::spawn(async move {
         w.rewind(&t, &k, to_seq, until).await
     }))
     .await
@@ -141,8 +172,10 @@ pub(in crate::session) async fn rewind_files<T>(
             format!("the worktree's files could not be put back, so nothing was rewound: {err}"),
         )
     })?;
-    let Some(before) = before else {
-        return rewind(Files::Unchanged).await;
+    let before = match rewound {
+        Rewind::Restored(before) => before,
+        Rewind::NoCheckpoint => return rewind(Files::Unchanged).await,
+        Rewind::OverCap => return rewind(Files::OverCap).await,
     };
     match rewind(Files::Restored).await {
         Ok(done) => {

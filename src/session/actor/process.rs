@@ -45,7 +45,7 @@ impl Actor {
         let launch = self.launch();
         // A fork after a rewind resumes the agent's own history too.
         let resumed = !matches!(launch, Launch::New { .. });
-        self.publish_status(
+        self.publish_agent_status(
             if resumed { "resuming" } else { "creating" },
             if resumed {
                 "resuming the agent"
@@ -135,7 +135,7 @@ impl Actor {
         self.process_cost = 0.0;
         self.terms = Some(terms);
         self.agent = Some(conn);
-        self.publish_status("active", "the agent is running");
+        self.publish_agent_status("active", "the agent is running");
         Ok(())
     }
 

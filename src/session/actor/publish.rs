@@ -100,6 +100,31 @@ impl Actor {
         ));
     }
 
+    /// A status of the agent starting or running (`creating`, `resuming`, `active`): in a
+    /// worktree, it names the worktree, its branch and its base, in `detail` too.
+    pub(super) fn publish_agent_status(&self, status: &str, detail: &str) {
+        let Some(worktree) = &self.conversation.worktree else {
+            self.publish_status(status, detail);
+            return;
+        };
+        let path = self.cwd.to_string_lossy();
+        let info = protocol::WorktreeInfo {
+            branch: &worktree.branch,
+            base: &worktree.base,
+            path: &path,
+        };
+        let detail = format!(
+            "{detail} in its worktree {path} on branch `{}` (from `{}`)",
+            info.branch, info.base
+        );
+        self.publish(protocol::worktree_status_frame(
+            self.conversation.tag(),
+            status,
+            &detail,
+            info,
+        ));
+    }
+
     pub(super) fn store_failed(&self, err: &StoreError) {
         if matches!(err, StoreError::Fenced) {
             self.taken_over.store(true, Ordering::Release);

@@ -2,7 +2,6 @@
 //! a stuck turn or a rewind ends them.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -334,7 +333,13 @@ impl Actor {
     }
 
     /// Starts queued turns until one is running (a turn whose agent can't start is closed).
+    /// The conversation's worktree is held meanwhile: a commit, merge or discard that runs
+    /// makes the turn wait, and one asked for before the turn counts as busy is refused.
     pub(super) async fn start_next_turn(&mut self) {
+        let _hold = match self.turns.queued() {
+            0 => None,
+            _ => self.hold_worktree().await,
+        };
         while let Some(mut turn) = self.turns.take_next() {
             self.apply_options(&turn.options).await;
             // A turn queued behind others is checked again as it starts: it may find a cap
@@ -543,12 +548,8 @@ impl Actor {
                 "a turn is running or queued; interrupt it or wait for it to end, then rewind",
             ));
         }
-        // Busy meanwhile: no commit or merge of the worktree comes between its files going back
-        // and the messages.
-        self.busy.store(true, Ordering::Release);
-        let rewound = rewind_store(&self.shared, &self.conversation, to_seq, sender).await;
-        self.busy.store(false, Ordering::Release);
-        let (frame, seq, next_launch) = rewound?;
+        let (frame, seq, next_launch) =
+            rewind_store(&self.shared, &self.conversation, to_seq, sender).await?;
         self.last_seq = seq;
         self.limit_tries = 0;
         if let Some(agent) = self.agent.take() {
