@@ -14,6 +14,7 @@ use super::errors::store_failure;
 use super::{Manager, SessionError};
 use crate::protocol::{self, AgentId, ErrorCode, Principal};
 use crate::store::audit::{AuditQuery, AuditRow};
+use crate::store::text;
 
 /// How often entries past the retention are dropped, at most: hourly, by whichever append
 /// comes first.
@@ -111,10 +112,12 @@ impl Manager {
         let row = AuditRow {
             id: 0,
             at: protocol::now_rfc3339(),
-            principal: entry.principal.to_string(),
+            // Names as both engines store text: a NUL a client put in one is shown, not
+            // refused with the rows it is committed with.
+            principal: text(&entry.principal).into_owned(),
             action: entry.action.to_owned(),
-            owner: entry.owner.map(|o| o.to_string()),
-            agent_id: entry.agent_id.map(|a| a.to_string()),
+            owner: entry.owner.map(|o| text(&o).into_owned()),
+            agent_id: entry.agent_id.map(|a| text(&a).into_owned()),
             detail: bounded(entry.detail),
             outcome: outcome.to_owned(),
         };

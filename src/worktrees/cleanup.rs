@@ -12,6 +12,8 @@ impl Worktrees {
     /// `Git` when git fails.
     pub async fn remove(&self, worktree: &Worktree, key: &str) -> Result<bool> {
         valid_key(key)?;
+        // A commit, merge or discard that holds it runs to its end first.
+        let _hold = self.hold(worktree).await;
         let _lock = self.lock(&worktree.repo).await;
         self.holds.remove(&worktree.path);
         let repo = &worktree.repo;

@@ -38,17 +38,28 @@ impl Worktrees {
         let taken = self
             .snapshot_within(worktree, "checkpoint", Some(self.max_checkpoint_bytes))
             .await?;
-        let (name, target, tree) = match taken {
-            Some((state, tree)) => (checkpoint_ref(key, n, false)?, state, Some(tree)),
+        let skipped = taken.is_none();
+        let (target, tree) = match taken {
+            Some((state, tree)) => (state, Some(tree)),
             None => {
                 let head = self.git.ok(&worktree.path, &["rev-parse", "HEAD"]).await?;
-                (checkpoint_ref(key, n, true)?, head, None)
+                (head, None)
             }
         };
+        let name = checkpoint_ref(key, n, skipped)?;
         self.git
             .ok(&worktree.path, &["update-ref", &name, &target])
             .await?;
         let mut kept = self.checkpoints(&worktree.repo, key).await?;
+        // A turn taken again (requeued) checkpoints under the same number: the other form of
+        // it, from before, would otherwise be found first by a rewind.
+        let other = checkpoint_ref(key, n, !skipped)?;
+        if let Some(i) = kept.iter().position(|(_, r, _)| *r == other) {
+            self.git
+                .ok(&worktree.repo, &["update-ref", "-d", &other])
+                .await?;
+            kept.remove(i);
+        }
         if kept.len() > MAX_CHECKPOINTS {
             kept.sort();
             for (_, old, _) in &kept[..kept.len() - MAX_CHECKPOINTS] {

@@ -188,7 +188,13 @@ async fn caps_are_recorded_and_particulars_stay_bounded() {
     let mut alice = connect_as(&server.addr, "tok-alice").await;
     alice.chat("plan", "first").await;
     alice.until_result("plan").await;
-    for (token, query, want) in [("tok-alice", "", 200), ("tok-bob", "?principal=alice", 403)] {
+    // A name with a NUL (which PostgreSQL's text refuses) is recorded all the same, without
+    // failing the batch of rows it is stored with.
+    for (token, query, want) in [
+        ("tok-alice", "", 200),
+        ("tok-bob", "?principal=alice", 403),
+        ("tok-bob", "?principal=al%00ice", 403),
+    ] {
         let (status, answer) = rest(
             &server,
             Some(token),
@@ -221,6 +227,16 @@ async fn caps_are_recorded_and_particulars_stay_bounded() {
         "{page}"
     );
     assert_eq!(page["entries"][2]["detail"], json!({"budget_usd": 2.5}));
+    let (_, bobs) = audit(&server, "tok-carol", "?principal=bob").await;
+    let owners: Vec<&str> = bobs["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["owner"].as_str())
+        .collect();
+    assert_eq!(owners, ["al\u{FFFD}ice", "alice"], "{bobs}");
+    alice.chat("plan", "second").await;
+    alice.until_result("plan").await;
     let title = page["entries"][0]["detail"]["title"].as_str().unwrap();
     assert_eq!(title, format!("{}…", &long[..200]));
 }

@@ -106,12 +106,23 @@ struct Cli {
 }
 
 impl Cli {
+    /// Writes `frame` as a line. A CLI that refused its arguments may have exited before
+    /// reading it (its exit code and stderr are what that scenario records): a closed pipe
+    /// is not a failure.
     async fn send(&mut self, frame: Value) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         let mut line = frame.to_string();
         line.push('\n');
-        stdin.write_all(line.as_bytes()).await.unwrap();
-        stdin.flush().await.unwrap();
+        let written = match stdin.write_all(line.as_bytes()).await {
+            Ok(()) => stdin.flush().await,
+            Err(err) => Err(err),
+        };
+        match written {
+            Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+                panic!("writing to the CLI: {err}")
+            }
+            _ => {}
+        }
     }
 
     async fn prompt(&mut self, text: &str) {

@@ -288,7 +288,10 @@ async fn store_records(
     usage: &[&TurnUsage],
 ) -> sqlx::Result<()> {
     if !audit.is_empty() {
-        let col = |f: fn(&AuditRow) -> Option<&str>| audit.iter().map(|a| f(a)).collect::<Vec<_>>();
+        // NUL, which PostgreSQL's text refuses (and with it the whole batch), goes as in titles.
+        let col = |f: fn(&AuditRow) -> Option<&str>| {
+            audit.iter().map(|a| f(a).map(text)).collect::<Vec<_>>()
+        };
         sqlx::query(
             "insert into audit_log (at, principal, action, owner, agent_id, detail, outcome) \
              select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
@@ -305,7 +308,8 @@ async fn store_records(
         .await?;
     }
     if !usage.is_empty() {
-        let text = |f: fn(&TurnUsage) -> &str| usage.iter().map(|u| f(u)).collect::<Vec<_>>();
+        let texts =
+            |f: fn(&TurnUsage) -> &str| usage.iter().map(|u| text(f(u))).collect::<Vec<_>>();
         let int = |f: fn(&TurnUsage) -> i64| usage.iter().map(|u| f(u)).collect::<Vec<_>>();
         sqlx::query(
             "insert into turn_usage (principal, session_id, agent_id, agent, model, at, \
@@ -313,12 +317,12 @@ async fn store_records(
              select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
              $6::text[], $7::float8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[])",
         )
-        .bind(text(|u| &u.principal))
-        .bind(text(|u| &u.session_id))
-        .bind(text(|u| &u.agent_id))
-        .bind(text(|u| &u.agent))
-        .bind(text(|u| &u.model))
-        .bind(text(|u| &u.at))
+        .bind(texts(|u| &u.principal))
+        .bind(texts(|u| &u.session_id))
+        .bind(texts(|u| &u.agent_id))
+        .bind(texts(|u| &u.agent))
+        .bind(texts(|u| &u.model))
+        .bind(texts(|u| &u.at))
         .bind(usage.iter().map(|u| u.cost_usd).collect::<Vec<_>>())
         .bind(int(|u| u.input_tokens))
         .bind(int(|u| u.output_tokens))
