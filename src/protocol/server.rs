@@ -1,5 +1,8 @@
 //! Server frames: each serialized once into a [`Frame`] that every subscriber shares, and the
 //! builders of every frame the server sends.
+//!
+//! One job at about 700 lines: the frames' wire types and their builders belong together (a
+//! builder fills every field of its type); the protocol's tests are in `tests.rs`.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};

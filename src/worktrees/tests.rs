@@ -1,5 +1,8 @@
 //! Worktrees against the real git program: isolation of parallel worktrees, changes, merge,
 //! squash, conflicts, discard, checkpoints, fork, removal, pruning and hostile input.
+//!
+//! One job at about 770 lines: every test shares the same repository fixture and git helpers
+//! at the top, and each case is a scenario read from start to end.
 
 use std::path::{Path, PathBuf};
 
