@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::cluster::{Cluster, LONG_LEASE_SECS, Nats, SECRET};
-use crate::common::{Client, TestServer, chat_ack, eventually, metric, reply_text, serve_output};
+use crate::common::{
+    Client, TestServer, WAIT, chat_ack, eventually, metric, reply_text, serve_output,
+};
 
 /// A secret of the right length that is not the cluster's.
 const OTHER_SECRET: &str = "a secret of another cluster, 32 bytes or more";
@@ -126,12 +128,23 @@ async fn refused(server: &TestServer, reason: &str) -> u64 {
     .await
 }
 
-/// Waits until `server` has refused at least `n` messages for `reason`.
+/// Waits until `server` has refused at least `n` messages for `reason`; on timing out, says
+/// how many it refused for each reason.
 async fn until_refused(server: &TestServer, reason: &str, n: u64) {
-    eventually(&format!("{n} refused as {reason}"), || async {
-        (refused(server, reason).await >= n).then_some(())
-    })
-    .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while refused(server, reason).await < n {
+        if tokio::time::Instant::now() >= deadline {
+            let mut counts = Vec::new();
+            for other in ["unsealed", "forged", "stale", "replayed", "malformed"] {
+                counts.push(format!("{other}: {}", refused(server, other).await));
+            }
+            panic!(
+                "timed out: {n} refused as {reason}; refused {}",
+                counts.join(", ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The user prompts stored for `agent_id`, in order.
