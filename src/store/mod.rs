@@ -496,7 +496,11 @@ pub trait Store:
     + 'static
 {
     /// Looks up a conversation by its key.
-    async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>>;
+    async fn find_session(
+        &self,
+        principal: &Principal,
+        agent_id: &AgentId,
+    ) -> Result<Option<SessionRecord>>;
 
     /// Creates a conversation, or returns the existing one with the same key.
     async fn create_session(&self, new: NewSession) -> Result<SessionRecord>;
@@ -528,7 +532,11 @@ pub trait Store:
     ///
     /// # Errors
     /// [`StoreError::SearchTimeout`] when a search runs longer than the store allows.
-    async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage>;
+    async fn list_sessions(
+        &self,
+        principal: &Principal,
+        query: &SessionQuery,
+    ) -> Result<SessionPage>;
 
     /// Sets the title of a conversation.
     async fn rename_session(&self, row: RowId, title: &str) -> Result<()>;

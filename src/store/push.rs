@@ -53,13 +53,13 @@ pub trait PushStore: Send + Sync + 'static {
     async fn save_subscription(&self, row: &SubscriptionRow) -> Result<String>;
 
     /// A principal's subscriptions, oldest first.
-    async fn list_subscriptions(&self, principal: &str) -> Result<Vec<SubscriptionRow>>;
+    async fn list_subscriptions(&self, principal: &Principal) -> Result<Vec<SubscriptionRow>>;
 
     /// Whether `principal` has one with `endpoint` already (saving it again adds none).
-    async fn has_endpoint(&self, principal: &str, endpoint: &str) -> Result<bool>;
+    async fn has_endpoint(&self, principal: &Principal, endpoint: &str) -> Result<bool>;
 
     /// Deletes a principal's subscription; false when there was none.
-    async fn delete_subscription(&self, principal: &str, id: &str) -> Result<bool>;
+    async fn delete_subscription(&self, principal: &Principal, id: &str) -> Result<bool>;
 
     /// Deletes a subscription its push service says is gone.
     async fn forget_subscription(&self, id: &str) -> Result<()>;
@@ -97,29 +97,29 @@ impl PushStore for $store {
         .await?)
     }
 
-    async fn list_subscriptions(&self, principal: &str) -> Result<Vec<SubscriptionRow>> {
+    async fn list_subscriptions(&self, principal: &Principal) -> Result<Vec<SubscriptionRow>> {
         Ok(sqlx::query_as(&format!(
             "select {COLUMNS} from push_subscriptions where principal = $1 order by created_at, id"
         ))
-        .bind(principal)
+        .bind(principal.as_str())
         .fetch_all(self.pool())
         .await?)
     }
 
-    async fn has_endpoint(&self, principal: &str, endpoint: &str) -> Result<bool> {
+    async fn has_endpoint(&self, principal: &Principal, endpoint: &str) -> Result<bool> {
         let found: Option<String> = sqlx::query_scalar(
             "select id from push_subscriptions where principal = $1 and endpoint = $2",
         )
-        .bind(principal)
+        .bind(principal.as_str())
         .bind(endpoint)
         .fetch_optional(self.pool())
         .await?;
         Ok(found.is_some())
     }
 
-    async fn delete_subscription(&self, principal: &str, id: &str) -> Result<bool> {
+    async fn delete_subscription(&self, principal: &Principal, id: &str) -> Result<bool> {
         let done = sqlx::query("delete from push_subscriptions where principal = $1 and id = $2")
-            .bind(principal)
+            .bind(principal.as_str())
             .bind(id)
             .execute(self.pool())
             .await?;

@@ -50,7 +50,7 @@ pub trait ScheduleStore: Send + Sync + 'static {
     async fn insert_schedule(&self, row: &ScheduleRow) -> Result<()>;
 
     /// A principal's schedule by id.
-    async fn find_schedule(&self, principal: &str, id: &str) -> Result<Option<ScheduleRow>>;
+    async fn find_schedule(&self, principal: &Principal, id: &str) -> Result<Option<ScheduleRow>>;
 
     /// A principal's schedules, oldest first.
     async fn list_schedules(&self, principal: &Principal) -> Result<Vec<ScheduleRow>>;
@@ -128,11 +128,11 @@ impl ScheduleStore for $store {
         Ok(())
     }
 
-    async fn find_schedule(&self, principal: &str, id: &str) -> Result<Option<ScheduleRow>> {
+    async fn find_schedule(&self, principal: &Principal, id: &str) -> Result<Option<ScheduleRow>> {
         Ok(sqlx::query_as(&format!(
             "select {COLUMNS} from schedules where principal = $1 and id = $2"
         ))
-        .bind(principal)
+        .bind(principal.as_str())
         .bind(id)
         .fetch_optional(self.pool())
         .await?)

@@ -60,14 +60,18 @@ macro_rules! store_impl {
         impl Store for $store {
             $($own)*
 
-            async fn find_session(&self, principal: &str, agent_id: &str) -> Result<Option<SessionRecord>> {
+            async fn find_session(
+                &self,
+                principal: &crate::protocol::Principal,
+                agent_id: &crate::protocol::AgentId,
+            ) -> Result<Option<SessionRecord>> {
                 let sql = format!(
                     "select {} from session_info where principal = $1 and agent_id = $2 and not pending",
                     super::shared::SESSION_COLUMNS
                 );
                 Ok(sqlx::query_as(&sql)
-                    .bind(principal)
-                    .bind(agent_id)
+                    .bind(principal.as_str())
+                    .bind(agent_id.as_str())
                     .fetch_optional(&self.pool)
                     .await?)
             }

@@ -29,6 +29,7 @@ use super::{
 };
 use super::{backfill, shared, words, writer};
 use crate::metrics::Metrics;
+use crate::protocol::Principal;
 
 /// Settings of the SQLite store.
 #[derive(Debug, Clone)]
@@ -352,7 +353,11 @@ shared::store_impl!(SqliteStore, {
 
     /// A search runs on a connection of its own, stopped at its deadline by a progress handler,
     /// which also ends its read along the listing once that has used its budget.
-    async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
+    async fn list_sessions(
+        &self,
+        principal: &Principal,
+        query: &SessionQuery,
+    ) -> Result<SessionPage> {
         let (scan, lookup, count) = listing::searched!(Engine::Sqlite, self.pool, principal, query);
         self.searches
             .run(|deadline| async move {

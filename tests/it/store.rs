@@ -10,7 +10,9 @@ use agentmux::store::postgres::{PgSettings, PgStore};
 use agentmux::store::push::{ActionRow, PushStore, SubscriptionRow};
 use agentmux::store::schedules::{ScheduleRow, ScheduleStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
-use agentmux::store::{NewMessage, NewSession, PageSize, RowId, RunningTurn, Store, StoreError};
+use agentmux::store::{
+    NewMessage, NewSession, PageSize, PageStart, RowId, RunningTurn, SessionQuery, Store, StoreError,
+};
 
 use crate::common::{create_database, drop_database, pg_url, serve_output};
 
@@ -171,6 +173,11 @@ on_both_engines!(
     push_subscriptions_are_per_principal_and_tokens_are_taken_once,
 );
 
+/// A test's literal `agent_id`.
+pub(crate) fn agent(id: &str) -> AgentId {
+    AgentId::parse(id).unwrap()
+}
+
 pub(crate) fn new_session(principal: &str, agent_id: &str) -> NewSession {
     NewSession {
         principal: principal.into(),
@@ -209,7 +216,7 @@ async fn sdk_session_id_is_null_until_captured(fx: Fixture) {
         .record_agent_session(s.row, &s.session_id, true)
         .await
         .unwrap();
-    let s2 = store.find_session("local", "a").await.unwrap().unwrap();
+    let s2 = store.find_session(&"local".into(), &agent("a")).await.unwrap().unwrap();
     assert_eq!(s2.sdk_session_id.as_deref(), Some(s.session_id.as_str()));
     assert!(s2.unified);
     // Another id reported: recorded as not unified; resume must use it.
@@ -217,7 +224,7 @@ async fn sdk_session_id_is_null_until_captured(fx: Fixture) {
         .record_agent_session(s.row, "other-id", false)
         .await
         .unwrap();
-    let s3 = store.find_session("local", "a").await.unwrap().unwrap();
+    let s3 = store.find_session(&"local".into(), &agent("a")).await.unwrap().unwrap();
     assert_eq!(s3.sdk_session_id.as_deref(), Some("other-id"));
     assert!(!s3.unified);
     assert_eq!(s3.session_id, s.session_id, "our id never changes");
@@ -241,7 +248,7 @@ async fn keys_are_per_principal_and_unique(fx: Fixture) {
         .await
         .unwrap();
     assert_ne!(a.session_id, b.session_id);
-    assert!(store.find_session("carol", "same").await.unwrap().is_none());
+    assert!(store.find_session(&"carol".into(), &agent("same")).await.unwrap().is_none());
     store.close().await;
 }
 
@@ -507,7 +514,7 @@ async fn only_the_running_turn_is_closed_once(fx: Fixture) {
     assert!(rows[3].payload.contains("server_restart"));
     assert_eq!(types(imported.row).await.0.len(), 500);
     assert_eq!(types(done.row).await.0.len(), 4);
-    let s = store.find_session("local", "u").await.unwrap().unwrap();
+    let s = store.find_session(&"local".into(), &agent("u")).await.unwrap().unwrap();
     assert_eq!(s.title.as_deref(), Some("first prompt"));
     assert_eq!((s.prompt_count, s.result_count, s.last_seq), (2, 1, 3));
     store.close().await;
@@ -669,7 +676,7 @@ async fn nul_characters_are_stored_and_fail_no_one(fx: Fixture) {
     assert_eq!(stored.payload, sent);
     assert_eq!(stored.sdk_uuid.as_deref().map(|u| &u[..4]), Some("uuid"));
     let title = store
-        .find_session("local", "nul")
+        .find_session(&"local".into(), &agent("nul"))
         .await
         .unwrap()
         .unwrap()
@@ -768,13 +775,13 @@ async fn forks_and_imports_keep_their_rules(fx: Fixture) {
         )
         .await
         .unwrap();
-    assert!(store.find_session("local", "imp").await.unwrap().is_none());
+    assert!(store.find_session(&"local".into(), &agent("imp")).await.unwrap().is_none());
     assert!(matches!(
         store.create_session(new_session("local", "imp")).await,
         Err(agentmux::store::StoreError::Importing)
     ));
     store.finish_import(import.row, false).await.unwrap();
-    let done = store.find_session("local", "imp").await.unwrap().unwrap();
+    let done = store.find_session(&"local".into(), &agent("imp")).await.unwrap().unwrap();
     assert_eq!((done.message_count, done.memory_from_seq), (10, 10));
 
     let dropped = store
@@ -1023,13 +1030,22 @@ async fn ids_changed_behind_the_servers_back_are_refused(fx: Fixture) {
     ] {
         sqlx::query(sql).execute(&db).await.unwrap();
     }
-    for (agent_id, column) in [("session", "session_id"), ("-rf /", "agent_id")] {
-        match store.find_session("local", agent_id).await {
-            Err(StoreError::Unavailable(why)) => assert!(why.contains(column), "{why}"),
-            other => panic!("{agent_id}: {other:?}"),
-        }
+    match store.find_session(&"local".into(), &agent("session")).await {
+        Err(StoreError::Unavailable(why)) => assert!(why.contains("session_id"), "{why}"),
+        other => panic!("session: {other:?}"),
     }
-    let fine = store.find_session("local", "bystander").await.unwrap();
+    // No client can name `-rf /`: the listing is where it would be handed on.
+    let listing = SessionQuery {
+        limit: 50,
+        start: PageStart::Offset(0),
+        search: None,
+        count: false,
+    };
+    match store.list_sessions(&"local".into(), &listing).await {
+        Err(StoreError::Unavailable(why)) => assert!(why.contains("agent_id"), "{why}"),
+        other => panic!("-rf /: {other:?}"),
+    }
+    let fine = store.find_session(&"local".into(), &agent("bystander")).await.unwrap();
     assert_eq!(fine.unwrap().agent_id.as_str(), "bystander");
     store.close().await;
 }
@@ -1168,7 +1184,7 @@ async fn a_pause_keeps_a_change_made_since_the_schedule_was_read(fx: Fixture) {
     let paused = r#"{"outcome":"paused"}"#;
     let at = "2026-01-01T00:00:02.000Z";
     assert!(store.pause_schedule(&read.id, at, paused).await.unwrap());
-    let now = store.find_schedule("local", "s-1").await.unwrap().unwrap();
+    let now = store.find_schedule(&"local".into(), "s-1").await.unwrap().unwrap();
     assert_eq!(now.content, "the new prompt");
     assert!(!now.enabled);
     assert_eq!(now.last_run.as_deref(), Some(paused));
@@ -1274,7 +1290,7 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
         pool.close().await;
     }
     let store = fx.open().await;
-    let a = store.find_session("local", "a").await.unwrap().unwrap();
+    let a = store.find_session(&"local".into(), &agent("a")).await.unwrap().unwrap();
     let payloads = |rows: Vec<agentmux::store::StoredMessage>| {
         rows.iter()
             .map(|r| (r.seq, r.payload.clone()))
@@ -1295,7 +1311,7 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
         ]
     );
     assert_eq!(store.append(a.row, vec![prompt("next")]).await.unwrap(), 4);
-    let b = store.find_session("local", "b").await.unwrap().unwrap();
+    let b = store.find_session(&"local".into(), &agent("b")).await.unwrap().unwrap();
     assert_eq!(
         payloads(
             store
@@ -1426,7 +1442,7 @@ async fn push_subscriptions_are_per_principal_and_tokens_are_taken_once(fx: Fixt
             .unwrap(),
         "b1"
     );
-    let alices = store.list_subscriptions("alice").await.unwrap();
+    let alices = store.list_subscriptions(&"alice".into()).await.unwrap();
     assert_eq!(
         alices,
         [SubscriptionRow {
@@ -1436,14 +1452,14 @@ async fn push_subscriptions_are_per_principal_and_tokens_are_taken_once(fx: Fixt
     );
     assert!(
         store
-            .has_endpoint("alice", "https://push.example/abc")
+            .has_endpoint(&"alice".into(), "https://push.example/abc")
             .await
             .unwrap()
     );
-    assert!(!store.delete_subscription("bob", "a1").await.unwrap());
-    assert!(store.delete_subscription("alice", "a1").await.unwrap());
+    assert!(!store.delete_subscription(&"bob".into(), "a1").await.unwrap());
+    assert!(store.delete_subscription(&"alice".into(), "a1").await.unwrap());
     store.forget_subscription("b1").await.unwrap();
-    assert!(store.list_subscriptions("bob").await.unwrap().is_empty());
+    assert!(store.list_subscriptions(&"bob".into()).await.unwrap().is_empty());
 
     let action = |hash: &str, expires_ms: i64| ActionRow {
         token_hash: hash.into(),

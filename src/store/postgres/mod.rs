@@ -32,6 +32,7 @@ use super::{
 use super::{backfill, shared, words};
 use crate::config::redact_url;
 use crate::metrics::Metrics;
+use crate::protocol::Principal;
 
 mod connect;
 mod writer;
@@ -332,7 +333,11 @@ shared::store_impl!(PgStore, {
     /// is its budget; the count and, when the budget ran out, the lookup through the indexes in
     /// another whose limit is the search's deadline. Nothing else runs under the budget: on a
     /// busy machine even a `COMMIT` can wait longer than that for a core.
-    async fn list_sessions(&self, principal: &str, query: &SessionQuery) -> Result<SessionPage> {
+    async fn list_sessions(
+        &self,
+        principal: &Principal,
+        query: &SessionQuery,
+    ) -> Result<SessionPage> {
         let (scan, lookup, count) =
             listing::searched!(Engine::Postgres, self.pool, principal, query);
         self.searches
