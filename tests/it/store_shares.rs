@@ -124,12 +124,21 @@ async fn conversations_shared_with_a_principal_come_with_their_rows(fx: Fixture)
             .unwrap();
         rows.push(record.row);
     }
-    let pending = store
+    // Neither another principal's share nor a conversation whose import is not finished.
+    let others = store
         .create_session(new_session("carol", "other"))
         .await
         .unwrap();
     store
-        .put_share(pending.row, &Principal::new("dave"), Role::Editor)
+        .put_share(others.row, &Principal::new("dave"), Role::Editor)
+        .await
+        .unwrap();
+    let pending = store
+        .begin_import(new_session("carol", "importing"))
+        .await
+        .unwrap();
+    store
+        .put_share(pending.row, &bob, Role::Editor)
         .await
         .unwrap();
 
