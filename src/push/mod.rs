@@ -15,7 +15,8 @@ pub use keys::KEY_FILE;
 pub use presence::{Presence, Seat};
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
@@ -143,15 +144,22 @@ pub struct Action {
 /// subscription made through another node of a cluster is seen after at most this long).
 const KNOWN_FOR: Duration = Duration::from_secs(60);
 
-/// Whether each principal had subscriptions when last looked: news for a principal that had
-/// none a moment ago is not queued, so conversations of principals without push cost nothing.
+/// Whether each principal, and anyone at all, had subscriptions when last looked: news for a
+/// principal that had none a moment ago is not queued, and while nobody has one the shares of
+/// a conversation are not read to find its editors, so conversations cost nothing for push
+/// until somebody uses it.
 #[derive(Default)]
-struct Subscribers(DashMap<Principal, (bool, Instant)>);
+struct Subscribers {
+    principals: DashMap<Principal, (bool, Instant)>,
+    anyone: Mutex<Option<(bool, Instant)>>,
+    /// Whether the store is being asked whether anyone has one.
+    looking: AtomicBool,
+}
 
 impl Subscribers {
     /// False only when the principal had no subscription a moment ago.
     fn maybe(&self, principal: &Principal) -> bool {
-        match self.0.get(principal) {
+        match self.principals.get(principal) {
             Some(seen) if seen.1.elapsed() < KNOWN_FOR => seen.0,
             _ => true,
         }
@@ -159,15 +167,37 @@ impl Subscribers {
 
     /// What the store said at `at`; a later word (a subscription made meanwhile) stands.
     fn record(&self, principal: &Principal, any: bool, at: Instant) {
-        let mut seen = self.0.entry(principal.clone()).or_insert((any, at));
+        let mut seen = self
+            .principals
+            .entry(principal.clone())
+            .or_insert((any, at));
         if seen.1 <= at {
             *seen = (any, at);
+        }
+        if any {
+            self.record_anyone(true, at);
         }
     }
 
     /// Looks again next time.
     fn forget(&self, principal: &Principal) {
-        self.0.remove(principal);
+        self.principals.remove(principal);
+    }
+
+    /// Whether anyone had a subscription a moment ago; None when that is to be looked up.
+    fn anyone(&self) -> Option<bool> {
+        match *self.anyone.lock().expect("subscribers lock") {
+            Some((any, at)) if at.elapsed() < KNOWN_FOR => Some(any),
+            _ => None,
+        }
+    }
+
+    /// Whether the store had any subscription at `at`; a later word stands.
+    fn record_anyone(&self, any: bool, at: Instant) {
+        let mut anyone = self.anyone.lock().expect("subscribers lock");
+        if anyone.is_none_or(|(_, seen)| seen <= at) {
+            *anyone = Some((any, at));
+        }
     }
 }
 
@@ -338,9 +368,31 @@ impl Push {
             .ok_or_else(|| PushError::new(ErrorCode::LimitExceeded, "too many pushes waiting"))
     }
 
-    /// Whether pushes are sent at all.
-    pub fn is_on(&self) -> bool {
-        self.on().is_ok()
+    /// False with push off, or when no principal had a subscription a moment ago (one made
+    /// through another node of a cluster is seen after at most [`KNOWN_FOR`]): news for
+    /// anyone but a conversation's owner then needs no read of who else may hear of it. Until
+    /// the store has said, and while it is asked again, it is true.
+    pub fn anyone_subscribed(&self) -> bool {
+        if self.sender.is_none() {
+            return false;
+        }
+        if let Some(any) = self.subscribers.anyone() {
+            return any;
+        }
+        if !self.subscribers.looking.swap(true, Ordering::AcqRel) {
+            let (store, subscribers) = (self.store.clone(), self.subscribers.clone());
+            tokio::spawn(async move {
+                let looked = Instant::now();
+                match store.any_subscription().await {
+                    Ok(any) => subscribers.record_anyone(any, looked),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "push: could not read whether anyone subscribed")
+                    }
+                }
+                subscribers.looking.store(false, Ordering::Release);
+            });
+        }
+        true
     }
 
     /// Pushes news of `event` in the conversation `owner` names (about the stored frame
@@ -447,5 +499,21 @@ mod tests {
         subscribers.record(&alice, false, Instant::now());
         subscribers.forget(&alice);
         assert!(subscribers.maybe(&alice), "forgotten: look again");
+    }
+
+    /// Whether anyone subscribed is looked up when unknown; a subscription seen since a lookup
+    /// that found none stands.
+    #[test]
+    fn whether_anyone_subscribed_is_what_was_seen_last() {
+        let subscribers = Subscribers::default();
+        assert_eq!(subscribers.anyone(), None, "never looked: look");
+        let looked = Instant::now();
+        subscribers.record_anyone(false, looked);
+        assert_eq!(subscribers.anyone(), Some(false));
+        subscribers.record(&Principal::from("alice"), false, Instant::now());
+        assert_eq!(subscribers.anyone(), Some(false), "alice has none either");
+        subscribers.record(&Principal::from("bob"), true, Instant::now());
+        subscribers.record_anyone(false, looked);
+        assert_eq!(subscribers.anyone(), Some(true));
     }
 }

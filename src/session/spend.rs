@@ -164,8 +164,19 @@ fn day_and_month_start() -> (String, String) {
 impl Shared {
     /// The caps of `principal` and what they spent against them.
     pub(super) async fn budget(&self, principal: &Principal) -> Result<Budget, SessionError> {
+        let caps = self.store.caps(principal, None).await;
+        self.budget_under(principal, caps.map_err(store_failure)?.set)
+            .await
+    }
+
+    /// The caps of `principal`, `set` by an admin or else the configured ones, and what they
+    /// spent against them.
+    async fn budget_under(
+        &self,
+        principal: &Principal,
+        set: Option<CapOverride>,
+    ) -> Result<Budget, SessionError> {
         let store = &self.store;
-        let set = store.cap_override(principal).await.map_err(store_failure)?;
         let caps = set.unwrap_or(CapOverride {
             daily_usd: self.config.budgets.daily_usd,
             monthly_usd: self.config.budgets.monthly_usd,
@@ -201,16 +212,16 @@ impl Shared {
         principal: &Principal,
         conversation: Option<(RowId, &str)>,
     ) -> Result<Option<f64>, Refusal> {
-        let budget = self.budget(principal).await?;
+        let stored = (self.store)
+            .caps(principal, conversation.map(|(row, _)| row))
+            .await
+            .map_err(store_failure)?;
+        let budget = self.budget_under(principal, stored.set).await?;
         let mut caps = vec![
             ("daily", budget.daily_usd, budget.daily_spent_usd),
             ("monthly", budget.monthly_usd, budget.monthly_spent_usd),
         ];
-        let cap = match conversation {
-            Some((row, _)) => self.store.session_cap(row).await.map_err(store_failure)?,
-            None => None,
-        };
-        if let (Some(cap), Some((_, session_id))) = (cap, conversation) {
+        if let (Some(cap), Some((_, session_id))) = (stored.conversation, conversation) {
             let spent = self
                 .store
                 .spent_in_session(session_id)

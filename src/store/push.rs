@@ -55,6 +55,9 @@ pub trait PushStore: Send + Sync + 'static {
     /// A principal's subscriptions, oldest first.
     async fn list_subscriptions(&self, principal: &Principal) -> Result<Vec<SubscriptionRow>>;
 
+    /// Whether anyone has a subscription.
+    async fn any_subscription(&self) -> Result<bool>;
+
     /// Whether `principal` has one with `endpoint` already (saving it again adds none).
     async fn has_endpoint(&self, principal: &Principal, endpoint: &str) -> Result<bool>;
 
@@ -104,6 +107,12 @@ impl PushStore for $store {
         .bind(principal.as_str())
         .fetch_all(self.pool())
         .await?)
+    }
+
+    async fn any_subscription(&self) -> Result<bool> {
+        Ok(sqlx::query_scalar("select exists (select 1 from push_subscriptions)")
+            .fetch_one(self.pool())
+            .await?)
     }
 
     async fn has_endpoint(&self, principal: &Principal, endpoint: &str) -> Result<bool> {

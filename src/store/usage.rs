@@ -113,6 +113,15 @@ pub struct CapOverride {
     pub monthly_usd: Option<f64>,
 }
 
+/// The caps a turn starts under, as stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Caps {
+    /// The principal's, when an admin set them.
+    pub set: Option<CapOverride>,
+    /// The conversation's own.
+    pub conversation: Option<f64>,
+}
+
 /// Persistence of spending.
 #[async_trait]
 pub trait UsageStore: Send + Sync + 'static {
@@ -129,8 +138,9 @@ pub trait UsageStore: Send + Sync + 'static {
     /// A usage report.
     async fn usage(&self, query: &UsageQuery) -> Result<Vec<UsageRow>>;
 
-    /// The caps an admin set for `principal`, if any.
-    async fn cap_override(&self, principal: &Principal) -> Result<Option<CapOverride>>;
+    /// The caps a turn of `principal` (in conversation `row`, when given) starts under, in one
+    /// read: the ones an admin set for the principal, and the conversation's own.
+    async fn caps(&self, principal: &Principal, row: Option<RowId>) -> Result<Caps>;
 
     /// Sets (Some) or removes (None) the caps of `principal`.
     async fn set_cap_override(
@@ -138,9 +148,6 @@ pub trait UsageStore: Send + Sync + 'static {
         principal: &Principal,
         caps: Option<CapOverride>,
     ) -> Result<()>;
-
-    /// Conversation `row`'s own cap, if it has one.
-    async fn session_cap(&self, row: RowId) -> Result<Option<f64>>;
 
     /// Sets conversation `row`'s own cap.
     async fn set_session_cap(&self, row: RowId, usd: f64) -> Result<()>;
@@ -202,13 +209,29 @@ macro_rules! usage_store {
                 .await?)
             }
 
-            async fn cap_override(&self, principal: &Principal) -> Result<Option<CapOverride>> {
-                Ok(sqlx::query_as(
-                    "select daily_usd, monthly_usd from budgets where principal = $1",
+            async fn caps(&self, principal: &Principal, row: Option<RowId>) -> Result<Caps> {
+                let (set, daily_usd, monthly_usd, conversation): (
+                    bool,
+                    Option<f64>,
+                    Option<f64>,
+                    Option<f64>,
+                ) = sqlx::query_as(
+                    "select b.principal is not null, b.daily_usd, b.monthly_usd, s.budget_usd \
+                     from (select 1 as one) k \
+                     left join budgets b on b.principal = $1 \
+                     left join session_budgets s on s.session_pk = $2",
                 )
                 .bind(principal.as_str())
-                .fetch_optional(self.pool())
-                .await?)
+                .bind(row)
+                .fetch_one(self.pool())
+                .await?;
+                Ok(Caps {
+                    set: set.then_some(CapOverride {
+                        daily_usd,
+                        monthly_usd,
+                    }),
+                    conversation,
+                })
             }
 
             async fn set_cap_override(
@@ -235,15 +258,6 @@ macro_rules! usage_store {
                         .await?,
                 };
                 Ok(())
-            }
-
-            async fn session_cap(&self, row: RowId) -> Result<Option<f64>> {
-                let found: Option<(f64,)> =
-                    sqlx::query_as("select budget_usd from session_budgets where session_pk = $1")
-                        .bind(row)
-                        .fetch_optional(self.pool())
-                        .await?;
-                Ok(found.map(|(usd,)| usd))
             }
 
             async fn set_session_cap(&self, row: RowId, usd: f64) -> Result<()> {

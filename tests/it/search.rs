@@ -37,7 +37,10 @@ async fn page(store: &Arc<dyn Store>, principal: &str, q: &str) -> SessionPage {
         search: Some(q.into()),
         count: true,
     };
-    store.list_sessions(&principal.into(), &query).await.unwrap()
+    store
+        .list_sessions(&principal.into(), &query)
+        .await
+        .unwrap()
 }
 
 /// The `agent_id`s of `principal`'s conversations that `q` finds, sorted; checked against the
@@ -217,7 +220,11 @@ async fn rewinds_forks_deletes_and_imports_keep_the_index_exact(fx: Fixture) {
         .await
         .unwrap();
     assert_eq!(found(&store, "renamed").await, ["copy2", "edit"]);
-    let copy = store.find_session(&"local".into(), &agent("copy")).await.unwrap().unwrap();
+    let copy = store
+        .find_session(&"local".into(), &agent("copy"))
+        .await
+        .unwrap()
+        .unwrap();
     store
         .append(copy.row, vec![prompt("echo fresh")])
         .await
@@ -347,7 +354,10 @@ async fn pages_go_on_from_a_cursor(fx: Fixture) {
         let mut paged = Vec::new();
         let mut start = PageStart::Offset(0);
         loop {
-            let page = store.list_sessions(&"local".into(), &query(start)).await.unwrap();
+            let page = store
+                .list_sessions(&"local".into(), &query(start))
+                .await
+                .unwrap();
             assert_eq!(page.total, None, "not counted unless asked");
             assert!(page.rows.len() <= 2);
             paged.extend(page.rows.iter().map(|r| r.agent_id.to_string()));
@@ -360,7 +370,14 @@ async fn pages_go_on_from_a_cursor(fx: Fixture) {
         assert_eq!(paged, order, "search {search:?}");
         assert_eq!(&order[..2], ["c6", "c5"]);
     }
-    let token = Cursor::after(&store.find_session(&"local".into(), &agent("c1")).await.unwrap().unwrap()).token();
+    let token = Cursor::after(
+        &store
+            .find_session(&"local".into(), &agent("c1"))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .token();
     assert!(Cursor::from_token(&token).is_some());
     for bad in ["", "!!", "bm90IGEgY3Vyc29y", &"A".repeat(10_000)] {
         assert!(Cursor::from_token(bad).is_none(), "{bad}");
@@ -456,7 +473,11 @@ async fn a_search_that_runs_too_long_is_stopped(fx: Fixture) {
     if let Some(mut conn) = held {
         sqlx::query("rollback").execute(&mut conn).await.unwrap();
         assert_eq!(
-            store.list_sessions(&"local".into(), &search).await.unwrap().total,
+            store
+                .list_sessions(&"local".into(), &search)
+                .await
+                .unwrap()
+                .total,
             Some(0)
         );
     }
@@ -473,7 +494,13 @@ async fn a_search_that_runs_too_long_is_stopped(fx: Fixture) {
             .len(),
         4
     );
-    assert!(store.find_session(&"local".into(), &agent("s0")).await.unwrap().is_some());
+    assert!(
+        store
+            .find_session(&"local".into(), &agent("s0"))
+            .await
+            .unwrap()
+            .is_some()
+    );
     store.close().await;
 }
 
@@ -562,7 +589,11 @@ async fn an_older_store_is_indexed_when_opened(fx: Fixture) {
     assert_eq!(found(&store, "kilo").await, ["old-a", "old-b"]);
     assert_eq!(found(&store, "lima reply").await, ["old-a", "old-b"]);
     assert_eq!(found(&store, "mike").await, ["old-a"]);
-    let b = store.find_session(&"local".into(), &agent("old-b")).await.unwrap().unwrap();
+    let b = store
+        .find_session(&"local".into(), &agent("old-b"))
+        .await
+        .unwrap()
+        .unwrap();
     store.append(b.row, vec![prompt("november")]).await.unwrap();
     assert_eq!(found(&store, "november").await, ["old-b"]);
     store.close().await;

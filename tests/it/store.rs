@@ -11,7 +11,8 @@ use agentmux::store::push::{ActionRow, PushStore, SubscriptionRow};
 use agentmux::store::schedules::{ScheduleRow, ScheduleStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
 use agentmux::store::{
-    NewMessage, NewSession, PageSize, PageStart, RowId, RunningTurn, SessionQuery, Store, StoreError,
+    NewMessage, NewSession, PageSize, PageStart, RowId, RunningTurn, SessionQuery, Store,
+    StoreError,
 };
 
 use crate::common::{create_database, drop_database, pg_url, serve_output};
@@ -216,7 +217,11 @@ async fn sdk_session_id_is_null_until_captured(fx: Fixture) {
         .record_agent_session(s.row, &s.session_id, true)
         .await
         .unwrap();
-    let s2 = store.find_session(&"local".into(), &agent("a")).await.unwrap().unwrap();
+    let s2 = store
+        .find_session(&"local".into(), &agent("a"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(s2.sdk_session_id.as_deref(), Some(s.session_id.as_str()));
     assert!(s2.unified);
     // Another id reported: recorded as not unified; resume must use it.
@@ -224,7 +229,11 @@ async fn sdk_session_id_is_null_until_captured(fx: Fixture) {
         .record_agent_session(s.row, "other-id", false)
         .await
         .unwrap();
-    let s3 = store.find_session(&"local".into(), &agent("a")).await.unwrap().unwrap();
+    let s3 = store
+        .find_session(&"local".into(), &agent("a"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(s3.sdk_session_id.as_deref(), Some("other-id"));
     assert!(!s3.unified);
     assert_eq!(s3.session_id, s.session_id, "our id never changes");
@@ -248,7 +257,13 @@ async fn keys_are_per_principal_and_unique(fx: Fixture) {
         .await
         .unwrap();
     assert_ne!(a.session_id, b.session_id);
-    assert!(store.find_session(&"carol".into(), &agent("same")).await.unwrap().is_none());
+    assert!(
+        store
+            .find_session(&"carol".into(), &agent("same"))
+            .await
+            .unwrap()
+            .is_none()
+    );
     store.close().await;
 }
 
@@ -514,7 +529,11 @@ async fn only_the_running_turn_is_closed_once(fx: Fixture) {
     assert!(rows[3].payload.contains("server_restart"));
     assert_eq!(types(imported.row).await.0.len(), 500);
     assert_eq!(types(done.row).await.0.len(), 4);
-    let s = store.find_session(&"local".into(), &agent("u")).await.unwrap().unwrap();
+    let s = store
+        .find_session(&"local".into(), &agent("u"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(s.title.as_deref(), Some("first prompt"));
     assert_eq!((s.prompt_count, s.result_count, s.last_seq), (2, 1, 3));
     store.close().await;
@@ -775,13 +794,23 @@ async fn forks_and_imports_keep_their_rules(fx: Fixture) {
         )
         .await
         .unwrap();
-    assert!(store.find_session(&"local".into(), &agent("imp")).await.unwrap().is_none());
+    assert!(
+        store
+            .find_session(&"local".into(), &agent("imp"))
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(matches!(
         store.create_session(new_session("local", "imp")).await,
         Err(agentmux::store::StoreError::Importing)
     ));
     store.finish_import(import.row, false).await.unwrap();
-    let done = store.find_session(&"local".into(), &agent("imp")).await.unwrap().unwrap();
+    let done = store
+        .find_session(&"local".into(), &agent("imp"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((done.message_count, done.memory_from_seq), (10, 10));
 
     let dropped = store
@@ -1045,7 +1074,10 @@ async fn ids_changed_behind_the_servers_back_are_refused(fx: Fixture) {
         Err(StoreError::Unavailable(why)) => assert!(why.contains("agent_id"), "{why}"),
         other => panic!("-rf /: {other:?}"),
     }
-    let fine = store.find_session(&"local".into(), &agent("bystander")).await.unwrap();
+    let fine = store
+        .find_session(&"local".into(), &agent("bystander"))
+        .await
+        .unwrap();
     assert_eq!(fine.unwrap().agent_id.as_str(), "bystander");
     store.close().await;
 }
@@ -1184,7 +1216,11 @@ async fn a_pause_keeps_a_change_made_since_the_schedule_was_read(fx: Fixture) {
     let paused = r#"{"outcome":"paused"}"#;
     let at = "2026-01-01T00:00:02.000Z";
     assert!(store.pause_schedule(&read.id, at, paused).await.unwrap());
-    let now = store.find_schedule(&"local".into(), "s-1").await.unwrap().unwrap();
+    let now = store
+        .find_schedule(&"local".into(), "s-1")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(now.content, "the new prompt");
     assert!(!now.enabled);
     assert_eq!(now.last_run.as_deref(), Some(paused));
@@ -1290,7 +1326,11 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
         pool.close().await;
     }
     let store = fx.open().await;
-    let a = store.find_session(&"local".into(), &agent("a")).await.unwrap().unwrap();
+    let a = store
+        .find_session(&"local".into(), &agent("a"))
+        .await
+        .unwrap()
+        .unwrap();
     let payloads = |rows: Vec<agentmux::store::StoredMessage>| {
         rows.iter()
             .map(|r| (r.seq, r.payload.clone()))
@@ -1311,7 +1351,11 @@ async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
         ]
     );
     assert_eq!(store.append(a.row, vec![prompt("next")]).await.unwrap(), 4);
-    let b = store.find_session(&"local".into(), &agent("b")).await.unwrap().unwrap();
+    let b = store
+        .find_session(&"local".into(), &agent("b"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         payloads(
             store
@@ -1456,10 +1500,26 @@ async fn push_subscriptions_are_per_principal_and_tokens_are_taken_once(fx: Fixt
             .await
             .unwrap()
     );
-    assert!(!store.delete_subscription(&"bob".into(), "a1").await.unwrap());
-    assert!(store.delete_subscription(&"alice".into(), "a1").await.unwrap());
+    assert!(
+        !store
+            .delete_subscription(&"bob".into(), "a1")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .delete_subscription(&"alice".into(), "a1")
+            .await
+            .unwrap()
+    );
     store.forget_subscription("b1").await.unwrap();
-    assert!(store.list_subscriptions(&"bob".into()).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_subscriptions(&"bob".into())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let action = |hash: &str, expires_ms: i64| ActionRow {
         token_hash: hash.into(),

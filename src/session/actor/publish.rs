@@ -64,9 +64,10 @@ impl Actor {
     }
 
     /// Pushes `event` to the principals the conversation is shared with as editors (who may
-    /// answer it), under their alias for it; the shares are read in the background.
+    /// answer it), under their alias for it; the shares are read in the background, and only
+    /// while somebody has a push subscription.
     fn push_to_editors(&self, event: Event, payload: &str) {
-        if !self.shared.push.is_on() {
+        if !self.shared.push.anyone_subscribed() {
             return;
         }
         let shared = self.shared.clone();
