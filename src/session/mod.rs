@@ -214,6 +214,9 @@ pub(crate) struct Shared {
     audit_pruned: audit::Pruned,
     /// The other nodes, in cluster mode.
     bus: Option<Arc<Bus>>,
+    /// The spending caps turns start under, as last read or set; None on PostgreSQL, where
+    /// another node may set them.
+    known_caps: Option<spend::KnownCaps>,
     /// Conversations' git worktrees; None without a git program.
     worktrees: Option<Arc<crate::worktrees::Worktrees>>,
     /// Web Push, told of what each principal's activity feed is.
@@ -272,6 +275,8 @@ impl Manager {
                 ),
                 transfers: Quota::new(config.session.max_transfers_per_principal, 0),
                 searches: Quota::new(config.session.max_searches_per_principal, 0),
+                // Only SQLite's server is sure to be the one that sets the caps it reads.
+                known_caps: config.store.url.is_empty().then(spend::KnownCaps::default),
                 store,
                 agents,
                 config,

@@ -147,6 +147,11 @@ impl Manager {
         {
             self.shared.metrics.slots(-1);
         }
+        if let (Some(known), Some(conversation)) =
+            (&self.shared.known_caps, slot.conversation.get())
+        {
+            known.forget(&conversation.session_id);
+        }
     }
 
     /// Drops the slot of `key` if it has neither an actor nor a subscriber (after refused or

@@ -5,15 +5,16 @@
 
 use std::collections::BTreeMap;
 
+use dashmap::DashMap;
 use serde::Serialize;
 
 use super::errors::store_failure;
 use super::{Manager, Shared};
 use crate::agent::Credentials;
-use crate::protocol::{AgentId, ErrorCode, Principal, check_cap};
+use crate::protocol::{AgentId, ErrorCode, Principal, SessionId, check_cap};
 use crate::session::SessionError;
-use crate::store::RowId;
-use crate::store::usage::{CapOverride, UsageQuery, UsageRow};
+use crate::store::usage::{CapOverride, Caps, UsageQuery, UsageRow};
+use crate::store::{RowId, StoreError};
 
 /// Most variables one principal may set for one agent.
 pub const MAX_CREDENTIALS_PER_AGENT: usize = 16;
@@ -161,12 +162,97 @@ fn day_and_month_start() -> (String, String) {
     )
 }
 
+/// The spending caps turns start under, kept by a server that is the only one to set them
+/// (its SQLite database is its alone): read from the store the first time they are needed, then changed as
+/// this server sets them. A conversation's is known by its `session_id`, which no other
+/// conversation ever has, while it has a slot.
+#[derive(Default)]
+pub(super) struct KnownCaps {
+    principals: DashMap<Principal, Option<CapOverride>>,
+    conversations: DashMap<SessionId, Option<f64>>,
+}
+
+impl KnownCaps {
+    /// The caps of `principal` (and of `conversation`, when given), if all are known.
+    fn get(&self, principal: &Principal, conversation: Option<&SessionId>) -> Option<Caps> {
+        let set = *self.principals.get(principal)?;
+        let conversation = match conversation {
+            Some(id) => *self.conversations.get(id)?,
+            None => None,
+        };
+        Some(Caps { set, conversation })
+    }
+
+    /// What the store said; a cap set meanwhile stands.
+    fn read(&self, principal: &Principal, conversation: Option<&SessionId>, caps: Caps) {
+        self.principals.entry(principal.clone()).or_insert(caps.set);
+        if let Some(id) = conversation {
+            (self.conversations.entry(id.clone())).or_insert(caps.conversation);
+        }
+    }
+
+    /// Forgets conversation `session_id`'s (its slot is gone).
+    pub(super) fn forget(&self, session_id: &SessionId) {
+        self.conversations.remove(session_id);
+    }
+}
+
 impl Shared {
     /// The caps of `principal` and what they spent against them.
     pub(super) async fn budget(&self, principal: &Principal) -> Result<Budget, SessionError> {
-        let caps = self.store.caps(principal, None).await;
-        self.budget_under(principal, caps.map_err(store_failure)?.set)
+        let caps = self.caps(principal, None).await?;
+        self.budget_under(principal, caps.set).await
+    }
+
+    /// The caps a turn of `principal` (in conversation `row`, `session_id`, when given)
+    /// starts under: as known, else as stored.
+    async fn caps(
+        &self,
+        principal: &Principal,
+        conversation: Option<(RowId, &SessionId)>,
+    ) -> Result<Caps, SessionError> {
+        let known = self.known_caps.as_ref();
+        let id = conversation.map(|(_, id)| id);
+        if let Some(caps) = known.and_then(|k| k.get(principal, id)) {
+            return Ok(caps);
+        }
+        let row = conversation.map(|(row, _)| row);
+        let caps = self
+            .store
+            .caps(principal, row)
             .await
+            .map_err(store_failure)?;
+        if let Some(known) = known {
+            known.read(principal, id, caps);
+        }
+        Ok(caps)
+    }
+
+    /// Sets (Some) or removes (None) the caps an admin gives `principal`.
+    async fn set_caps(
+        &self,
+        principal: &Principal,
+        caps: Option<CapOverride>,
+    ) -> Result<(), SessionError> {
+        (self.store.set_cap_override(principal, caps).await).map_err(store_failure)?;
+        if let Some(known) = &self.known_caps {
+            known.principals.insert(principal.clone(), caps);
+        }
+        Ok(())
+    }
+
+    /// Sets the own cap of conversation `row` (`session_id`).
+    pub(super) async fn set_own_cap(
+        &self,
+        row: RowId,
+        session_id: &SessionId,
+        usd: f64,
+    ) -> Result<(), StoreError> {
+        self.store.set_session_cap(row, usd).await?;
+        if let Some(known) = &self.known_caps {
+            known.conversations.insert(session_id.clone(), Some(usd));
+        }
+        Ok(())
     }
 
     /// The caps of `principal`, `set` by an admin or else the configured ones, and what they
@@ -210,12 +296,9 @@ impl Shared {
     pub(super) async fn allowance(
         &self,
         principal: &Principal,
-        conversation: Option<(RowId, &str)>,
+        conversation: Option<(RowId, &SessionId)>,
     ) -> Result<Option<f64>, Refusal> {
-        let stored = (self.store)
-            .caps(principal, conversation.map(|(row, _)| row))
-            .await
-            .map_err(store_failure)?;
+        let stored = self.caps(principal, conversation).await?;
         let budget = self.budget_under(principal, stored.set).await?;
         let mut caps = vec![
             ("daily", budget.daily_usd, budget.daily_spent_usd),
@@ -524,11 +607,7 @@ impl Manager {
                 }
             }
         }
-        self.shared
-            .store
-            .set_cap_override(whose, caps)
-            .await
-            .map_err(store_failure)?;
+        self.shared.set_caps(whose, caps).await?;
         tracing::info!(%principal, %whose, ?caps, "budget set");
         self.budget_for(principal, whose).await
     }
@@ -557,8 +636,7 @@ impl Manager {
             .map_err(store_failure)?
             .ok_or_else(|| super::errors::unknown_agent(agent_id))?;
         self.shared
-            .store
-            .set_session_cap(record.row, usd)
+            .set_own_cap(record.row, &record.session_id, usd)
             .await
             .map_err(store_failure)
     }

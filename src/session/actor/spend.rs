@@ -39,12 +39,9 @@ impl Actor {
     /// one), the caps and the credentials its turn needs; what its agent would start on. A
     /// refusal over a cap is stored as a `budget_exceeded` status with the figures.
     pub(super) async fn admit(&mut self, budget_usd: Option<f64>) -> Result<Terms, SessionError> {
+        let c = &self.conversation;
         if let Some(usd) = budget_usd
-            && let Err(err) = self
-                .shared
-                .store
-                .set_session_cap(self.conversation.row, usd)
-                .await
+            && let Err(err) = (self.shared).set_own_cap(c.row, &c.session_id, usd).await
         {
             return Err(self.store_refused(err));
         }
