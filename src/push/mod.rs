@@ -383,12 +383,12 @@ impl Push {
             let (store, subscribers) = (self.store.clone(), self.subscribers.clone());
             tokio::spawn(async move {
                 let looked = Instant::now();
-                match store.any_subscription().await {
-                    Ok(any) => subscribers.record_anyone(any, looked),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "push: could not read whether anyone subscribed")
-                    }
-                }
+                let any = store.any_subscription().await.unwrap_or_else(|err| {
+                    tracing::warn!(error = %err, "push: could not read whether anyone subscribed");
+                    // Taken as yes for a while: the shares are read, and it is asked again later.
+                    true
+                });
+                subscribers.record_anyone(any, looked);
                 subscribers.looking.store(false, Ordering::Release);
             });
         }

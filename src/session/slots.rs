@@ -6,13 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{Mutex, OwnedMutexGuard, mpsc, oneshot};
 
-use super::{Conversation, Manager, actor, events};
+use super::{Conversation, Manager, Shared, actor, events};
 use crate::protocol::{AgentId, ErrorCode, Principal};
 use crate::session::SessionError;
 use crate::store::RowId;
 
 use super::Activity;
-use crate::metrics::Metrics;
 use dashmap::DashMap;
 use std::time::Duration;
 
@@ -85,7 +84,7 @@ impl Manager {
     /// Drops dormant, unwatched slots from memory now and then, until `stop` fires.
     pub fn spawn_sweeper(&self, stop: tokio_util::sync::CancellationToken) {
         let slots = Arc::downgrade(&self.slots);
-        let metrics = self.shared.metrics.clone();
+        let shared = Arc::downgrade(&self.shared);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SWEEP_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -94,8 +93,10 @@ impl Manager {
                     _ = stop.cancelled() => return,
                     _ = tick.tick() => {}
                 }
-                let Some(slots) = slots.upgrade() else { return };
-                sweep(&slots, &metrics);
+                let (Some(slots), Some(shared)) = (slots.upgrade(), shared.upgrade()) else {
+                    return;
+                };
+                sweep(&slots, &shared);
             }
         });
     }
@@ -145,12 +146,7 @@ impl Manager {
             .remove_if(key, |_, s| Arc::ptr_eq(s, slot))
             .is_some()
         {
-            self.shared.metrics.slots(-1);
-        }
-        if let (Some(known), Some(conversation)) =
-            (&self.shared.known_caps, slot.conversation.get())
-        {
-            known.forget(&conversation.session_id);
+            gone(&self.shared, slot);
         }
     }
 
@@ -242,8 +238,16 @@ pub(super) fn is_dormant(state: &SlotState) -> bool {
     }
 }
 
+/// What goes with a slot dropped from the map: its count, and what is known of its caps.
+fn gone(shared: &Shared, slot: &Slot) {
+    shared.metrics.slots(-1);
+    if let (Some(known), Some(conversation)) = (&shared.known_caps, slot.conversation.get()) {
+        known.forget(&conversation.session_id);
+    }
+}
+
 /// Drops slots that have no live actor and no subscriber.
-fn sweep(slots: &DashMap<Key, Arc<Slot>>, metrics: &Metrics) {
+fn sweep(slots: &DashMap<Key, Arc<Slot>>, shared: &Shared) {
     let mut idle = Vec::new();
     for entry in slots.iter() {
         let slot = entry.value();
@@ -260,7 +264,7 @@ fn sweep(slots: &DashMap<Key, Arc<Slot>>, metrics: &Metrics) {
             .remove_if(&key, |_, s| Arc::ptr_eq(s, &slot))
             .is_some()
         {
-            metrics.slots(-1);
+            gone(shared, &slot);
         }
     }
 }

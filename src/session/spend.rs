@@ -1,9 +1,11 @@
 //! Whose keys a turn runs on and what it may spend: a principal's own credentials for an agent
 //! (set, listed by name, removed; opened only for that principal's agents), the caps a turn
 //! must start under (the principal's daily and monthly ones, the conversation's own), what is
-//! left of them for an agent that stops by itself, and the usage reports.
+//! left of them for an agent that stops by itself (on SQLite, the caps are kept in memory once
+//! read), and the usage reports.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use serde::Serialize;
@@ -163,32 +165,64 @@ fn day_and_month_start() -> (String, String) {
 }
 
 /// The spending caps turns start under, kept by a server that is the only one to set them
-/// (its SQLite database is its alone): read from the store the first time they are needed, then changed as
-/// this server sets them. A conversation's is known by its `session_id`, which no other
-/// conversation ever has, while it has a slot.
+/// (its SQLite database is its alone): read from the store the first time a turn needs them,
+/// and read again after this server set them. A conversation's is known by its `session_id`
+/// until its slot goes.
 #[derive(Default)]
 pub(super) struct KnownCaps {
     principals: DashMap<Principal, Option<CapOverride>>,
     conversations: DashMap<SessionId, Option<f64>>,
+    /// Counts the sets begun: a read that saw one begin keeps nothing.
+    sets: AtomicU64,
+    /// Held across a set's write and what it forgets, so that sets run one at a time.
+    setting: tokio::sync::Mutex<()>,
 }
 
 impl KnownCaps {
     /// The caps of `principal` (and of `conversation`, when given), if all are known.
     fn get(&self, principal: &Principal, conversation: Option<&SessionId>) -> Option<Caps> {
-        let set = *self.principals.get(principal)?;
+        let principal = *self.principals.get(principal)?;
         let conversation = match conversation {
             Some(id) => *self.conversations.get(id)?,
             None => None,
         };
-        Some(Caps { set, conversation })
+        Some(Caps {
+            principal,
+            conversation,
+        })
     }
 
-    /// What the store said; a cap set meanwhile stands.
-    fn read(&self, principal: &Principal, conversation: Option<&SessionId>, caps: Caps) {
-        self.principals.entry(principal.clone()).or_insert(caps.set);
+    /// Keeps what the store said, read after `sets` sets had begun, unless another began since.
+    fn read(&self, sets: u64, principal: &Principal, conversation: Option<&SessionId>, caps: Caps) {
+        if self.sets.load(Ordering::Acquire) != sets {
+            return;
+        }
+        self.principals
+            .entry(principal.clone())
+            .or_insert(caps.principal);
         if let Some(id) = conversation {
             (self.conversations.entry(id.clone())).or_insert(caps.conversation);
         }
+    }
+
+    /// Runs `write`, a set of the caps of `principal` or of `conversation`, and forgets them
+    /// once it is done, whether it worked or not: the next turn reads them again.
+    async fn set<T>(
+        &self,
+        principal: Option<&Principal>,
+        conversation: Option<&SessionId>,
+        write: impl Future<Output = T>,
+    ) -> T {
+        let _one_at_a_time = self.setting.lock().await;
+        self.sets.fetch_add(1, Ordering::AcqRel);
+        let written = write.await;
+        if let Some(principal) = principal {
+            self.principals.remove(principal);
+        }
+        if let Some(id) = conversation {
+            self.conversations.remove(id);
+        }
+        written
     }
 
     /// Forgets conversation `session_id`'s (its slot is gone).
@@ -201,7 +235,7 @@ impl Shared {
     /// The caps of `principal` and what they spent against them.
     pub(super) async fn budget(&self, principal: &Principal) -> Result<Budget, SessionError> {
         let caps = self.caps(principal, None).await?;
-        self.budget_under(principal, caps.set).await
+        self.budget_under(principal, caps.principal).await
     }
 
     /// The caps a turn of `principal` (in conversation `row`, `session_id`, when given)
@@ -216,14 +250,15 @@ impl Shared {
         if let Some(caps) = known.and_then(|k| k.get(principal, id)) {
             return Ok(caps);
         }
+        let sets = known.map(|k| k.sets.load(Ordering::Acquire));
         let row = conversation.map(|(row, _)| row);
         let caps = self
             .store
             .caps(principal, row)
             .await
             .map_err(store_failure)?;
-        if let Some(known) = known {
-            known.read(principal, id, caps);
+        if let (Some(known), Some(sets)) = (known, sets) {
+            known.read(sets, principal, id, caps);
         }
         Ok(caps)
     }
@@ -234,11 +269,12 @@ impl Shared {
         principal: &Principal,
         caps: Option<CapOverride>,
     ) -> Result<(), SessionError> {
-        (self.store.set_cap_override(principal, caps).await).map_err(store_failure)?;
-        if let Some(known) = &self.known_caps {
-            known.principals.insert(principal.clone(), caps);
-        }
-        Ok(())
+        let write = self.store.set_cap_override(principal, caps);
+        let written = match &self.known_caps {
+            Some(known) => known.set(Some(principal), None, write).await,
+            None => write.await,
+        };
+        written.map_err(store_failure)
     }
 
     /// Sets the own cap of conversation `row` (`session_id`).
@@ -248,11 +284,11 @@ impl Shared {
         session_id: &SessionId,
         usd: f64,
     ) -> Result<(), StoreError> {
-        self.store.set_session_cap(row, usd).await?;
-        if let Some(known) = &self.known_caps {
-            known.conversations.insert(session_id.clone(), Some(usd));
+        let write = self.store.set_session_cap(row, usd);
+        match &self.known_caps {
+            Some(known) => known.set(None, Some(session_id), write).await,
+            None => write.await,
         }
-        Ok(())
     }
 
     /// The caps of `principal`, `set` by an admin or else the configured ones, and what they
@@ -299,7 +335,7 @@ impl Shared {
         conversation: Option<(RowId, &SessionId)>,
     ) -> Result<Option<f64>, Refusal> {
         let stored = self.caps(principal, conversation).await?;
-        let budget = self.budget_under(principal, stored.set).await?;
+        let budget = self.budget_under(principal, stored.principal).await?;
         let mut caps = vec![
             ("daily", budget.daily_usd, budget.daily_spent_usd),
             ("monthly", budget.monthly_usd, budget.monthly_spent_usd),
@@ -693,6 +729,31 @@ mod tests {
         assert!(live.outdated_by(0.0, &terms("b", Some(1.0))), "new key");
         assert!(live.outdated_by(0.0, &terms("a", None)), "cap removed");
         assert!(!terms("a", None).outdated_by(3.0, &terms("a", None)));
+    }
+
+    /// What a read of the store finds is kept unless a set began meanwhile; a set forgets
+    /// what was known of what it sets, and nothing else.
+    #[tokio::test]
+    async fn known_caps_never_keep_what_a_set_overtook() {
+        let known = KnownCaps::default();
+        let alice = Principal::from("alice");
+        let id = SessionId::new();
+        let stored = Caps {
+            principal: None,
+            conversation: Some(1.0),
+        };
+        let before = known.sets.load(Ordering::Acquire);
+        known.set(None, Some(&id), async {}).await;
+        known.read(before, &alice, Some(&id), stored);
+        assert_eq!(known.get(&alice, Some(&id)), None, "overtaken: read again");
+        let now = known.sets.load(Ordering::Acquire);
+        known.read(now, &alice, Some(&id), stored);
+        assert_eq!(known.get(&alice, Some(&id)), Some(stored));
+        known.set(Some(&alice), None, async {}).await;
+        assert_eq!(known.get(&alice, None), None, "set: read again");
+        assert_eq!(known.conversations.get(&id).map(|c| *c), Some(Some(1.0)));
+        known.forget(&id);
+        assert!(known.conversations.get(&id).is_none());
     }
 
     #[test]

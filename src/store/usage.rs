@@ -117,7 +117,7 @@ pub struct CapOverride {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Caps {
     /// The principal's, when an admin set them.
-    pub set: Option<CapOverride>,
+    pub principal: Option<CapOverride>,
     /// The conversation's own.
     pub conversation: Option<f64>,
 }
@@ -210,7 +210,7 @@ macro_rules! usage_store {
             }
 
             async fn caps(&self, principal: &Principal, row: Option<RowId>) -> Result<Caps> {
-                let (set, daily_usd, monthly_usd, conversation): (
+                let (overridden, daily_usd, monthly_usd, conversation): (
                     bool,
                     Option<f64>,
                     Option<f64>,
@@ -226,7 +226,7 @@ macro_rules! usage_store {
                 .fetch_one(self.pool())
                 .await?;
                 Ok(Caps {
-                    set: set.then_some(CapOverride {
+                    principal: overridden.then_some(CapOverride {
                         daily_usd,
                         monthly_usd,
                     }),

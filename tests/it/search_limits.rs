@@ -106,14 +106,14 @@ async fn a_principal_runs_at_most_its_searches_at_once() {
     let waiting = |n: i64| {
         let url = url.clone();
         async move {
-            // Only searches read `m.words`: the server's own work on `messages` (a batch of
-            // its writer) may wait behind the lock too, and is not counted.
+            // Only searches match words (`@@`): the server's own work on `messages` (a batch
+            // of its writer) may wait behind the lock too, and is not counted.
             eventually(&format!("{n} searches wait for the lock"), || async {
                 let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
                 let waiting: i64 = sqlx::query_scalar(
                     "select count(*) from pg_stat_activity
                      where datname = current_database() and application_name = 'agentmux'
-                       and wait_event_type = 'Lock' and query like '%m.words%'",
+                       and wait_event_type = 'Lock' and query like '%@@%'",
                 )
                 .fetch_one(&mut conn)
                 .await

@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use agentmux::metrics::Metrics;
-use agentmux::protocol::{AgentId, SessionId};
+use agentmux::protocol::{AgentId, Principal, SessionId};
 use agentmux::store::postgres::{PgSettings, PgStore};
 use agentmux::store::push::{ActionRow, PushStore, SubscriptionRow};
 use agentmux::store::schedules::{ScheduleRow, ScheduleStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
+use agentmux::store::usage::{CapOverride, Caps};
 use agentmux::store::{
     NewMessage, NewSession, PageSize, PageStart, RowId, RunningTurn, SessionQuery, Store,
     StoreError,
@@ -168,6 +169,7 @@ on_both_engines!(
     nul_characters_are_stored_and_fail_no_one,
     forks_and_imports_keep_their_rules,
     a_forks_results_keep_their_turn_cost,
+    caps_are_read_as_they_were_set,
     ids_changed_behind_the_servers_back_are_refused,
     pages_are_bounded_in_rows_and_in_bytes,
     a_pause_keeps_a_change_made_since_the_schedule_was_read,
@@ -704,6 +706,54 @@ async fn nul_characters_are_stored_and_fail_no_one(fx: Fixture) {
     store.close().await;
 }
 
+/// The caps a turn starts under are read as they were set: none at first; an admin's caps
+/// that are both unlimited count as set (they replace the configured ones); the conversation's
+/// own, and never another conversation's or another principal's.
+async fn caps_are_read_as_they_were_set(fx: Fixture) {
+    let store = fx.open().await;
+    let a = store
+        .create_session(new_session("alice", "a"))
+        .await
+        .unwrap();
+    let b = store
+        .create_session(new_session("alice", "b"))
+        .await
+        .unwrap();
+    let (alice, bob) = (Principal::new("alice"), Principal::new("bob"));
+    assert_eq!(
+        store.caps(&alice, Some(a.row)).await.unwrap(),
+        Caps::default()
+    );
+    let unlimited = CapOverride::default();
+    store
+        .set_cap_override(&alice, Some(unlimited))
+        .await
+        .unwrap();
+    store.set_session_cap(a.row, 2.5).await.unwrap();
+    let set = Caps {
+        principal: Some(unlimited),
+        conversation: Some(2.5),
+    };
+    assert_eq!(store.caps(&alice, Some(a.row)).await.unwrap(), set);
+    let caps = store.caps(&alice, Some(b.row)).await.unwrap();
+    assert_eq!(caps.conversation, None);
+    let caps = store.caps(&alice, None).await.unwrap();
+    assert_eq!((caps.principal, caps.conversation), (Some(unlimited), None));
+    assert_eq!(store.caps(&bob, None).await.unwrap().principal, None);
+    let daily = CapOverride {
+        daily_usd: Some(1.0),
+        monthly_usd: None,
+    };
+    store.set_cap_override(&alice, Some(daily)).await.unwrap();
+    assert_eq!(
+        store.caps(&alice, None).await.unwrap().principal,
+        Some(daily)
+    );
+    store.set_cap_override(&alice, None).await.unwrap();
+    assert_eq!(store.caps(&alice, None).await.unwrap(), Caps::default());
+    store.close().await;
+}
+
 /// A fork's copied `result`s keep what their turn cost, so its turn footers show it as the
 /// original's do.
 async fn a_forks_results_keep_their_turn_cost(fx: Fixture) {
@@ -1046,9 +1096,14 @@ async fn an_earlier_run_under_the_same_name_can_not_write() {
 /// unavailable when it is read, never handed on as an id; other conversations read as before.
 async fn ids_changed_behind_the_servers_back_are_refused(fx: Fixture) {
     let store = fx.open().await;
-    for agent_id in ["session", "agent", "bystander"] {
+    // `agent` is another principal's, so that the listing below holds no other bad row.
+    for (principal, agent_id) in [
+        ("local", "session"),
+        ("other", "agent"),
+        ("local", "bystander"),
+    ] {
         store
-            .create_session(new_session("local", agent_id))
+            .create_session(new_session(principal, agent_id))
             .await
             .unwrap();
     }
@@ -1070,7 +1125,7 @@ async fn ids_changed_behind_the_servers_back_are_refused(fx: Fixture) {
         search: None,
         count: false,
     };
-    match store.list_sessions(&"local".into(), &listing).await {
+    match store.list_sessions(&"other".into(), &listing).await {
         Err(StoreError::Unavailable(why)) => assert!(why.contains("agent_id"), "{why}"),
         other => panic!("-rf /: {other:?}"),
     }
