@@ -25,6 +25,7 @@ mod checks;
 mod cli_sessions;
 mod cluster;
 mod commands;
+pub mod credentials;
 mod errors;
 pub mod events;
 mod history;

@@ -17,7 +17,8 @@ use super::principal_named;
 use super::sessions::{FrameBody, agent_id};
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
-use crate::session::spend::{AgentCredentials, Budget, CredentialName};
+use crate::session::credentials::{AgentCredentials, CredentialName};
+use crate::session::spend::Budget;
 use crate::session::{Audit, CapOverride, GroupBy, UsageQuery, UsageRow};
 
 /// The caller's credentials for every agent that takes some.
