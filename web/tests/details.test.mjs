@@ -149,10 +149,12 @@ test('an ordinary session subscribes to nothing that does not exist, and remembe
   await page.getByRole('button', { name: /^second conversation/ }).waitFor();
   assert.equal(await errors(first.url, 'unknown_agent'), 0);
 
-  // The same address, a server with a fresh data dir: nothing of the first one shows.
+  // The same address, a server with a fresh data dir: nothing of the first one shows. The page
+  // is away while the address has no server, so nothing of it fails to reach one meanwhile.
+  await page.goto('about:blank');
   await first.stop();
   const second = await server({ port: first.port });
-  await page.reload();
+  await page.goto(first.url);
   await page.getByRole('status', { name: 'Connection', exact: true }).filter({ hasText: /^Connected$/ }).waitFor();
   await page.getByRole('heading', { level: 1, name: 'New session' }).waitFor();
   await until(async () => (await page.locator('#sessions .session').count()) <= 1, 'the old list to go');
