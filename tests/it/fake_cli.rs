@@ -116,6 +116,18 @@ impl Cli {
             .await;
     }
 
+    /// Writes a prompt to a CLI that may refuse to start: one that already exited closed the
+    /// pipe, and that is its answer too.
+    async fn offer(&mut self, text: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        let line = json!({"type": "user", "message": {"role": "user", "content": text}});
+        let written = stdin.write_all(format!("{line}\n").as_bytes()).await;
+        match written.and(stdin.flush().await) {
+            Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => panic!("write: {err}"),
+            _ => {}
+        }
+    }
+
     async fn next(&mut self) -> Option<Value> {
         let line = tokio::time::timeout(TIMEOUT, self.stdout.next_line())
             .await
@@ -281,7 +293,7 @@ async fn fake_claude_refuses_unknown_resume_and_bad_input() {
     let home = Home::new();
     let unknown = new_id();
     let mut cli = home.spawn(&[&format!("--resume={unknown}")], &[]);
-    cli.prompt("hello").await;
+    cli.offer("hello").await;
     let (status, rest, stderr) = cli.finish().await;
     assert_eq!(status.code(), Some(1));
     let message = format!("No conversation found with session ID: {unknown}");
@@ -629,7 +641,7 @@ async fn fake_claude_refuses_what_the_real_cli_refuses() {
         ),
     ] {
         let mut cli = home.spawn(&args, &[]);
-        cli.prompt("hello").await;
+        cli.offer("hello").await;
         let (status, frames, stderr) = cli.finish().await;
         assert_eq!(status.code(), Some(1), "{args:?}");
         assert!(frames.is_empty(), "{args:?}: {frames:?}");
