@@ -95,12 +95,15 @@ pub async fn upgrade(
     );
     let open = app.open_sockets.token();
     configure(ws, &app.config.socket).on_upgrade(move |socket| {
+        // Boxed: a task keeps what its future captured for as long as it runs, and an `async
+        // fn` keeps its `self` twice (as passed, and as its body's), so a socket's state
+        // moved into the task by value would be paid two or three times over by every idle
+        // socket.
+        let connection = Box::new(Connection::new(socket, app.clone(), principal, permit));
         async move {
             let _open = open;
             app.metrics.sockets(1);
-            Connection::new(socket, app.clone(), principal, permit)
-                .run()
-                .await;
+            connection.run().await;
             app.metrics.sockets(-1);
         }
         .instrument(span)
@@ -206,7 +209,7 @@ impl Connection {
         }
     }
 
-    async fn run(mut self) {
+    async fn run(mut self: Box<Self>) {
         let idle = Duration::from_secs(self.app.config.socket.idle_timeout_secs);
         let shutdown = self.app.shutdown.clone();
         let mut deadline = Instant::now() + idle;
