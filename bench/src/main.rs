@@ -52,6 +52,10 @@ enum Scenario {
         /// Sockets, spread evenly over the sessions.
         #[arg(long, default_value_t = 200)]
         sockets: usize,
+        /// Start each session's turns this many milliseconds apart instead of each right
+        /// after the last one's result (a paced load: latency at a set rate).
+        #[arg(long)]
+        pace_ms: Option<u64>,
         #[command(flatten)]
         common: Common,
     },
@@ -362,8 +366,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Scenario::Fanout {
             sessions,
             sockets,
+            pace_ms,
             common,
-        } => (load::fanout(sessions, sockets, &common).await?, common.json),
+        } => {
+            let pace = pace_ms.map(Duration::from_millis);
+            (
+                load::fanout(sessions, sockets, pace, &common).await?,
+                common.json,
+            )
+        }
         Scenario::ManySessions {
             sessions,
             sockets,

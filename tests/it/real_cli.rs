@@ -132,7 +132,9 @@ pub fn running(pid: u32) -> bool {
     stat(pid).is_some_and(|(state, _)| state != 'Z')
 }
 
-/// pids of the running `bin` processes the server started (other tests run CLIs too).
+/// pids of the running `bin` processes the server started (other tests run CLIs too), but not
+/// the ones asking the CLI about itself (`--version`, `auth status`), which the server runs
+/// once at its start, beside the first conversations' CLIs.
 pub fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
     let bin = bin.canonicalize().unwrap();
     let server = server.child.id().expect("the server runs");
@@ -141,7 +143,17 @@ pub fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| stat(*pid).is_some_and(|(state, ppid)| ppid == server && state != 'Z'))
         .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == bin))
+        .filter(|pid| !asks_about_itself(*pid))
         .collect()
+}
+
+/// Whether a CLI process runs one of the server's questions about the CLI itself.
+fn asks_about_itself(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).skip(1).collect();
+    matches!(args.first(), Some(&b"--version" | &b"auth"))
 }
 
 pub async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) -> TestServer {

@@ -44,16 +44,29 @@ fn fan_out(ids: &[String], sockets: usize) -> Vec<Plan> {
         .collect()
 }
 
-/// Many sockets on few sessions.
-pub async fn fanout(sessions: usize, sockets: usize, common: &Common) -> anyhow::Result<Report> {
+/// Many sockets on few sessions: each session's turns in a closed loop, or started `pace`
+/// apart.
+pub async fn fanout(
+    sessions: usize,
+    sockets: usize,
+    pace: Option<Duration>,
+    common: &Common,
+) -> anyhow::Result<Report> {
     let mut report = Report::new(
         "fanout",
-        json!({"sessions": sessions, "sockets": sockets, "secs": common.secs, "max_batch": common.max_batch}),
+        json!({"sessions": sessions, "sockets": sockets, "pace_ms": pace.map(|p| p.as_millis()), "secs": common.secs, "max_batch": common.max_batch}),
     );
     let ids = session_ids("fan", sessions);
-    let label = format!("{sockets}x{sessions}");
+    let label = match pace {
+        Some(pace) => format!("{sockets}x{sessions} every {} ms", pace.as_millis()),
+        None => format!("{sockets}x{sessions}"),
+    };
     compare(&mut report, &label, common, &tweaks(common), |_| {
-        fan_out(&ids, sockets)
+        let mut plans = fan_out(&ids, sockets);
+        for p in &mut plans {
+            p.pace = pace;
+        }
+        plans
     })
     .await?;
     Ok(report)
