@@ -54,7 +54,7 @@ enum Scenario {
         sockets: usize,
         /// Start each session's turns this many milliseconds apart instead of each right
         /// after the last one's result (a paced load: latency at a set rate).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         pace_ms: Option<u64>,
         #[command(flatten)]
         common: Common,

@@ -95,10 +95,10 @@ pub async fn upgrade(
     );
     let open = app.open_sockets.token();
     configure(ws, &app.config.socket).on_upgrade(move |socket| {
-        // Boxed: a task keeps what its future captured for as long as it runs, and an `async
-        // fn` keeps its `self` twice (as passed, and as its body's), so a socket's state
-        // moved into the task by value would be paid two or three times over by every idle
-        // socket.
+        // Boxed: an `async fn` taking `self` by value keeps it twice (as passed, and as its
+        // body's), and a task keeps what its future captured for as long as it runs, so a
+        // socket's state moved into the task by value was paid twice by every idle socket,
+        // and the arguments it was made from once more.
         let connection = Box::new(Connection::new(socket, app.clone(), principal, permit));
         async move {
             let _open = open;

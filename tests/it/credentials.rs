@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::claude::Fixture;
 use crate::common::*;
-use crate::real_cli::{RealSetup, cli_children, real_cli};
+use crate::real_cli::{RealSetup, args_of, cli_children, real_cli};
 use crate::repos::rest;
 use crate::security::{TOKENS, connect_as};
 
@@ -510,10 +510,8 @@ async fn the_server_refuses_to_start_without_the_key_that_opens_the_credentials(
 
 /// The value of `--max-budget-usd=` in the command line of process `pid`.
 fn budget_arg(pid: u32) -> Option<f64> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    cmdline
-        .split(|b| *b == 0)
-        .filter_map(|arg| std::str::from_utf8(arg).ok())
+    args_of(pid)
+        .iter()
         .find_map(|arg| arg.strip_prefix("--max-budget-usd="))
         .and_then(|v| v.parse().ok())
 }

@@ -149,11 +149,24 @@ pub fn cli_children(server: &TestServer, bin: &Path) -> Vec<u32> {
 
 /// Whether a CLI process runs one of the server's questions about the CLI itself.
 fn asks_about_itself(pid: u32) -> bool {
+    matches!(
+        args_of(pid).first().map(String::as_str),
+        Some("--version" | "auth")
+    )
+}
+
+/// The arguments process `pid` was started with (without the program), from
+/// `/proc/<pid>/cmdline`; none once it is gone.
+pub fn args_of(pid: u32) -> Vec<String> {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
+        return Vec::new();
     };
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).skip(1).collect();
-    matches!(args.first(), Some(&b"--version" | &b"auth"))
+    cmdline
+        .split(|b| *b == 0)
+        .skip(1)
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect()
 }
 
 pub async fn start_server(data_dir: &Path, cli: &Path, api: &FakeApi, config: &str) -> TestServer {
@@ -439,12 +452,10 @@ async fn real_cli_killed_between_turns_is_respawned() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let respawned = respawned.expect("a new CLI within 3 s, without a chat");
-    let cmdline = std::fs::read_to_string(format!("/proc/{respawned}/cmdline")).unwrap();
+    let args = args_of(respawned);
     assert!(
-        cmdline
-            .split('\0')
-            .any(|a| a == format!("--resume={session_id}")),
-        "{cmdline:?}"
+        args.iter().any(|a| *a == format!("--resume={session_id}")),
+        "{args:?}"
     );
 
     chat_ack(&mut c, "rk", "hello two").await;
