@@ -13,6 +13,7 @@
 
 mod client;
 mod content;
+mod control;
 mod ids;
 mod options;
 mod server;
@@ -23,6 +24,7 @@ pub use content::{
     Content, ContentBlock, IMAGE_MEDIA_TYPES, ImageSource, MAX_BLOCKS, MAX_IMAGES, PayloadMessage,
     StoredPayload, strict_json,
 };
+pub use control::*;
 pub use ids::{AgentId, Principal, Role, SessionId, valid_session_id};
 pub use options::*;
 pub use server::*;

@@ -9,10 +9,10 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::sessions::FrameBody;
 use super::shares::owned;
 use super::summaries::SessionSummary;
 use super::summaries::acting_summary;
+use super::turns::FrameBody;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::Role;

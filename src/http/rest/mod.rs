@@ -18,6 +18,7 @@ mod sessions;
 mod shares;
 mod spend;
 mod summaries;
+mod turns;
 
 pub(super) use sessions::{agent_id, last_event_id};
 
@@ -64,13 +65,13 @@ fn authenticated() -> OpenApiRouter<AppState> {
             sessions::rename,
             sessions::delete
         ))
-        .routes(routes!(sessions::messages, sessions::chat))
+        .routes(routes!(sessions::messages, turns::chat))
         .routes(routes!(sessions::export))
-        .routes(routes!(sessions::rewind))
-        .routes(routes!(sessions::fork))
-        .routes(routes!(sessions::warm))
-        .routes(routes!(sessions::interrupt))
-        .routes(routes!(sessions::answer_permission))
+        .routes(routes!(turns::rewind))
+        .routes(routes!(turns::fork))
+        .routes(routes!(turns::warm))
+        .routes(routes!(turns::interrupt))
+        .routes(routes!(turns::answer_permission))
         .routes(routes!(changes::get_changes))
         .routes(routes!(changes::commit))
         .routes(routes!(changes::merge))

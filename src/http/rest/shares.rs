@@ -11,9 +11,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::principal_named;
-use super::sessions::{FrameBody, agent_id};
+use super::sessions::agent_id;
 use super::summaries::SessionSummary;
 use super::summaries::shared_summaries;
+use super::turns::FrameBody;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::protocol::Role;

@@ -14,7 +14,8 @@ use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use super::principal_named;
-use super::sessions::{FrameBody, agent_id};
+use super::sessions::agent_id;
+use super::turns::FrameBody;
 use crate::http::auth::Principal;
 use crate::http::{ApiError, AppState, ErrorBody};
 use crate::session::credentials::{AgentCredentials, CredentialName};
