@@ -29,7 +29,7 @@ const CLIENT_FRAME_CODES: &[&str] = &[
     "invalid_options",
     "invalid_seq",
 ];
-/// `agent_id`: 1–128 characters of `[A-Za-z0-9._:-]`.
+/// A key of the client's own: 1–128 characters of `[A-Za-z0-9._:-]`.
 fn agent_id_ok(id: &Value) -> bool {
     id.as_str().is_some_and(|id| {
         (1..=128).contains(&id.chars().count())
@@ -37,6 +37,18 @@ fn agent_id_ok(id: &Value) -> bool {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
     })
+}
+
+/// A frame's `agent_id`: a key of the client's own, or the alias of a conversation shared with
+/// the client: `~` and 16 lowercase letters and digits.
+fn agent_id_or_alias_ok(id: &Value) -> bool {
+    agent_id_ok(id)
+        || id.as_str().and_then(|id| id.strip_prefix('~')).is_some_and(|alias| {
+            alias.len() == 16
+                && alias
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
 }
 
 /// `model`: `[A-Za-z0-9._:-]{1,64}`, not starting with `-`.
@@ -91,7 +103,7 @@ fn check_accepted(input: &Map<String, Value>, frame: &Map<String, Value>) {
     assert!(keys.iter().all(|k| allowed.contains(k)), "{ty}: {keys:?}");
     if !["ping", "watch", "unwatch"].contains(&ty) {
         assert_eq!(input.get("agent_id"), Some(&frame["agent_id"]));
-        assert!(agent_id_ok(&frame["agent_id"]));
+        assert!(agent_id_or_alias_ok(&frame["agent_id"]));
     }
     match ty {
         "chat" => {

@@ -442,13 +442,17 @@ pub fn decode_fork(
     obj: &Map<String, Value>,
 ) -> Result<(AgentId, Option<i64>), FrameError> {
     let new_agent_id = match obj.get("new_agent_id") {
-        Some(Value::String(id)) if valid_agent_id(id) && *agent_id != id.as_str() => {
+        // The fork is the caller's own conversation: never named like a shared one's alias.
+        Some(Value::String(id))
+            if valid_agent_id(id) && !is_share_alias(id) && *agent_id != id.as_str() =>
+        {
             AgentId::parse(id.as_str())?
         }
         _ => {
             return Err(FrameError::new(
                 ErrorCode::InvalidAgentId,
-                "`new_agent_id` must be 1-128 characters of [A-Za-z0-9._:-], other than `agent_id`",
+                "`new_agent_id` must be 1-128 characters of [A-Za-z0-9._:-] (not starting with \
+                 `~`), other than `agent_id`",
             ));
         }
     };

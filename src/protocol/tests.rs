@@ -224,6 +224,31 @@ fn bad_rewind_and_fork_frames_have_their_codes() {
     );
 }
 
+/// A frame's `agent_id` may be the alias of a conversation shared with the client (`~` and 16
+/// lowercase letters and digits); nothing else starting with `~` is, and a fork's new
+/// conversation is always the client's own key, never an alias.
+#[test]
+fn a_share_alias_names_a_conversation_but_never_a_new_one() {
+    assert_eq!(
+        decode(
+            r#"{"type":"interrupt","agent_id":"~permissimodelava"}"#,
+            LIMITS
+        )
+        .unwrap(),
+        ClientFrame::Interrupt {
+            agent_id: "~permissimodelava".into()
+        }
+    );
+    for bad in ["~short", "~Permissimodelava", "~permissimodelavaa", "~"] {
+        let frame = json!({"type": "interrupt", "agent_id": bad}).to_string();
+        assert_eq!(code(&frame), ErrorCode::InvalidAgentId, "{bad}");
+    }
+    assert_eq!(
+        code(r#"{"type":"fork","agent_id":"x","new_agent_id":"~permissimodelava"}"#),
+        ErrorCode::InvalidAgentId
+    );
+}
+
 /// A permission mode is decoded by its form only (the agent knows its own ids): CLI names
 /// and other agents' ids pass, flag-like, path-like, overlong or odd ones don't.
 #[test]
