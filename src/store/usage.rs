@@ -182,10 +182,10 @@ macro_rules! usage_store {
             }
 
             async fn spent_in_session(&self, session_id: &str) -> Result<f64> {
-                let (spent,): (Option<f64>,) =
-                    sqlx::query_as("select sum(cost_usd) from turn_usage where session_id = $1")
+                let spent: Option<f64> =
+                    sqlx::query_scalar("select spent_usd from session_info where session_id = $1")
                         .bind(session_id)
-                        .fetch_one(self.pool())
+                        .fetch_optional(self.pool())
                         .await?;
                 Ok(spent.unwrap_or(0.0))
             }

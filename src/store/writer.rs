@@ -389,6 +389,9 @@ const INSERT_USAGE: &str = "insert into turn_usage (principal, session_id, agent
         cache_creation_tokens)
      values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
+/// Adds what a turn cost to its conversation's own sum (no row changes when it is gone).
+const ADD_SPENT: &str = "update session_info set spent_usd = spent_usd + ?2 where session_id = ?1";
+
 /// Stores every request of `batch` in one transaction: one UPDATE per conversation assigns its
 /// seqs, one INSERT per row stores it and one more indexes its words, then the audit entries
 /// and turns' costs, each statement prepared once per connection. A request whose
@@ -485,6 +488,8 @@ fn write_batch(conn: &Connection, whole: &Batch) -> rusqlite::Result<Vec<Result<
             u.cache_read_tokens,
             u.cache_creation_tokens
         ])?;
+        conn.prepare_cached(ADD_SPENT)?
+            .execute(params![u.session_id, u.cost_usd])?;
     }
     conn.execute_batch("commit")?;
     Ok(outcomes)

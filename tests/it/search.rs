@@ -507,35 +507,7 @@ async fn a_search_that_runs_too_long_is_stopped(fx: Fixture) {
 /// A store written before the search index had one is indexed when opened: its messages and
 /// titles are found, progress is logged, and what is stored from then on is found too.
 async fn an_older_store_is_indexed_when_opened(fx: Fixture) {
-    let (dir, last) = match fx.pg_url() {
-        Some(_) => ("migrations/postgres", 6),
-        None => ("migrations/sqlite", 13),
-    };
-    let mut old = sqlx::migrate::Migrator::new(std::path::Path::new(dir))
-        .await
-        .unwrap();
-    old.migrations = old
-        .migrations
-        .iter()
-        .filter(|m| m.version <= last)
-        .cloned()
-        .collect::<Vec<_>>()
-        .into();
-    match fx.pg_url() {
-        Some(url) => {
-            let pool = sqlx::PgPool::connect(&url).await.unwrap();
-            old.run(&pool).await.unwrap();
-            pool.close().await;
-        }
-        None => {
-            let options = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(fx.dir.path().join("agentmux.db"))
-                .create_if_missing(true);
-            let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-            old.run(&pool).await.unwrap();
-            pool.close().await;
-        }
-    }
+    fx.migrate_to(13, 6).await;
     // The server holds a SQLite file alone while it runs: this connection closes first.
     let sql = fx.sql().await;
     let payloads = [

@@ -10,7 +10,7 @@ use agentmux::store::postgres::{PgSettings, PgStore};
 use agentmux::store::push::{ActionRow, PushStore, SubscriptionRow};
 use agentmux::store::schedules::{ScheduleRow, ScheduleStore};
 use agentmux::store::sqlite::{SqliteSettings, SqliteStore};
-use agentmux::store::usage::{CapOverride, Caps};
+use agentmux::store::usage::{CapOverride, Caps, TurnUsage};
 use agentmux::store::{
     NewMessage, NewSession, PageSize, PageStart, RowId, RunningTurn, SessionQuery, Store,
     StoreError,
@@ -98,6 +98,40 @@ impl Fixture {
         }
     }
 
+    /// Brings this test's fresh database to the schema of migration `sqlite` or `postgres`
+    /// (by engine), as a store of an older release left it.
+    pub(crate) async fn migrate_to(&self, sqlite: i64, postgres: i64) {
+        let (dir, last) = match self.pg_url() {
+            Some(_) => ("migrations/postgres", postgres),
+            None => ("migrations/sqlite", sqlite),
+        };
+        let mut old = sqlx::migrate::Migrator::new(std::path::Path::new(dir))
+            .await
+            .unwrap();
+        old.migrations = old
+            .migrations
+            .iter()
+            .filter(|m| m.version <= last)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        match self.pg_url() {
+            Some(url) => {
+                let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                old.run(&pool).await.unwrap();
+                pool.close().await;
+            }
+            None => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(self.dir.path().join("agentmux.db"))
+                    .create_if_missing(true);
+                let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+                old.run(&pool).await.unwrap();
+                pool.close().await;
+            }
+        }
+    }
+
     /// A connection to the same database, for checks in SQL both engines take.
     pub(crate) async fn sql(&self) -> sqlx::AnyPool {
         sqlx::any::install_default_drivers();
@@ -170,6 +204,7 @@ on_both_engines!(
     forks_and_imports_keep_their_rules,
     a_forks_results_keep_their_turn_cost,
     caps_are_read_as_they_were_set,
+    what_a_conversation_spent_is_summed_and_kept_through_the_upgrade,
     ids_changed_behind_the_servers_back_are_refused,
     pages_are_bounded_in_rows_and_in_bytes,
     a_pause_keeps_a_change_made_since_the_schedule_was_read,
@@ -754,6 +789,73 @@ async fn caps_are_read_as_they_were_set(fx: Fixture) {
     store.close().await;
 }
 
+/// What a conversation spent (for its own cap) is the sum of its turns' costs: carried over
+/// from a store written before the sum was kept, added to by each turn stored since, and never
+/// another conversation's.
+async fn what_a_conversation_spent_is_summed_and_kept_through_the_upgrade(fx: Fixture) {
+    fx.migrate_to(19, 12).await;
+    let sql = fx.sql().await;
+    let ids = [SessionId::new(), SessionId::new()];
+    for (n, id) in ids.iter().enumerate() {
+        sqlx::query(
+            "insert into session_info (principal, agent_id, session_id, backend, cwd,
+                created_at, last_active_at)
+             values ('alice', $1, $2, 'demo', '/tmp/x', 't', 't')",
+        )
+        .bind(format!("c{n}"))
+        .bind(id.as_str())
+        .execute(&sql)
+        .await
+        .unwrap();
+    }
+    for (id, cost) in [(&ids[0], 0.25), (&ids[0], 0.5), (&ids[1], 1.0)] {
+        sqlx::query(
+            "insert into turn_usage (principal, session_id, agent_id, agent, model, at,
+                cost_usd, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens)
+             values ('alice', $1, 'c', 'demo', 'default', 't', $2, 1, 1, 0, 0)",
+        )
+        .bind(id.as_str())
+        .bind(cost)
+        .execute(&sql)
+        .await
+        .unwrap();
+    }
+    sql.close().await;
+    let store = fx.open().await;
+    assert_eq!(store.spent_in_session(ids[0].as_str()).await.unwrap(), 0.75);
+    assert_eq!(store.spent_in_session(ids[1].as_str()).await.unwrap(), 1.0);
+    assert_eq!(store.spent_in_session("no-such-id").await.unwrap(), 0.0);
+    let c0 = store
+        .find_session(&"alice".into(), &agent("c0"))
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .record_usage(TurnUsage {
+            principal: "alice".into(),
+            session_id: ids[0].to_string(),
+            agent_id: "c0".into(),
+            agent: "demo".into(),
+            model: "default".into(),
+            at: "t".into(),
+            cost_usd: 0.125,
+            input_tokens: 1,
+            output_tokens: 1,
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+        })
+        .await
+        .unwrap();
+    // Stored with the next batch.
+    store.append(c0.row, vec![prompt("next")]).await.unwrap();
+    assert_eq!(
+        store.spent_in_session(ids[0].as_str()).await.unwrap(),
+        0.875
+    );
+    assert_eq!(store.spent_in_session(ids[1].as_str()).await.unwrap(), 1.0);
+    store.close().await;
+}
+
 /// A fork's copied `result`s keep what their turn cost, so its turn footers show it as the
 /// original's do.
 async fn a_forks_results_keep_their_turn_cost(fx: Fixture) {
@@ -1328,28 +1430,9 @@ async fn each_tick_of_a_schedule_is_claimed_by_one_node() {
 #[tokio::test]
 async fn an_older_sqlite_file_keeps_its_messages_through_the_upgrade() {
     let fx = Fixture::sqlite();
-    let path = fx.dir.path().join("agentmux.db");
+    fx.migrate_to(10, 0).await;
     {
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(
-                sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(&path)
-                    .create_if_missing(true),
-            )
-            .await
-            .unwrap();
-        let mut old = sqlx::migrate::Migrator::new(std::path::Path::new("migrations/sqlite"))
-            .await
-            .unwrap();
-        old.migrations = old
-            .migrations
-            .iter()
-            .filter(|m| m.version <= 10)
-            .cloned()
-            .collect::<Vec<_>>()
-            .into();
-        old.run(&pool).await.unwrap();
+        let pool = fx.sql().await;
         for (id, agent) in [(1, "a"), (2, "b")] {
             sqlx::query(
                 "insert into session_info (id, principal, agent_id, session_id, backend, cwd,

@@ -330,6 +330,17 @@ async fn store_records(
         .bind(int(|u| u.cache_creation_tokens))
         .execute(&mut *tx)
         .await?;
+        sqlx::query(
+            "update session_info s set spent_usd = s.spent_usd + u.cost \
+             from (select session_id, sum(cost) as cost \
+                   from unnest($1::text[], $2::float8[]) as t (session_id, cost) \
+                   group by session_id) u \
+             where s.session_id = u.session_id",
+        )
+        .bind(texts(|u| &u.session_id))
+        .bind(usage.iter().map(|u| u.cost_usd).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
     }
     Ok(())
 }
