@@ -4,6 +4,7 @@
 //! stored first and published after the commit, so a frame with a `seq` is never seen before
 //! it is durable. Events that arrive together are stored in one append.
 
+mod figures;
 mod files;
 mod handover;
 mod output;

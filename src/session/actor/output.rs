@@ -4,8 +4,10 @@
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::figures::{ResultFigures, UsageFigures};
 use super::permissions::resolved;
 use super::publish::Out;
+use super::ratelimit::Limited;
 use super::turns::Released;
 use super::{Actor, EVENT_BATCH};
 use crate::agent::{AgentEvent, AgentMessage};
@@ -173,7 +175,13 @@ impl Actor {
             self.turns.saw_assistant(uuid.clone());
         }
         if message_type == "result" {
-            stored.totals = Some(self.result_totals(&stored.payload));
+            let figures = ResultFigures::read(&stored.payload);
+            let totals = self.result_totals(&figures);
+            stored.totals = Some(totals);
+            // Queued before the result's append: committed with it or earlier, so a budget
+            // read after the result counts it.
+            self.record_usage(&figures, totals, &stored.created_at)
+                .await;
             // The turn is over from here on: a release or an exit reported in the same batch
             // finds nothing running.
             let finished = self.turns.finish();
@@ -181,8 +189,10 @@ impl Actor {
             stored.turn_anchor = finished.and_then(|r| r.last_assistant_uuid);
             if *turn_ended {
                 stored.running = Some(self.turn_ends());
-                self.limit_hit =
-                    super::ratelimit::limited(&stored.payload, self.announced_reset.take());
+                let announced = self.announced_reset.take();
+                self.limit_hit = figures.rate_limited().then_some(Limited {
+                    reset_ms: announced,
+                });
             }
         }
         stored.sdk_uuid = uuid;
@@ -208,105 +218,18 @@ impl Actor {
     }
 
     /// What one result adds to the totals: the agent reports cost cumulatively per process.
-    fn result_totals(&mut self, raw: &str) -> Totals {
-        let Some(figures) = ResultFigures::read(raw) else {
-            return Totals::default();
-        };
+    fn result_totals(&mut self, figures: &ResultFigures) -> Totals {
         let cumulative = figures.total_cost_usd.unwrap_or(0.0);
         let cost = (cumulative - self.process_cost).max(0.0);
         self.process_cost = cumulative.max(self.process_cost);
-        let usage = figures.usage.unwrap_or_default();
+        let usage = |count: fn(&UsageFigures) -> Option<i64>| {
+            figures.usage.as_ref().and_then(count).unwrap_or(0)
+        };
         Totals {
             cost_usd: cost,
-            input_tokens: usage.input_tokens.unwrap_or(0),
-            output_tokens: usage.output_tokens.unwrap_or(0),
+            input_tokens: usage(|u| u.input_tokens),
+            output_tokens: usage(|u| u.output_tokens),
             duration_ms: figures.duration_ms.unwrap_or(0),
         }
-    }
-}
-
-/// The figures of a `result` that add to a conversation's totals; a field that is absent or
-/// of another type counts as absent.
-#[derive(Debug, PartialEq, serde::Deserialize)]
-struct ResultFigures {
-    total_cost_usd: Option<f64>,
-    usage: Option<UsageFigures>,
-    duration_ms: Option<i64>,
-}
-
-#[derive(Debug, Default, PartialEq, serde::Deserialize)]
-struct UsageFigures {
-    input_tokens: Option<i64>,
-    output_tokens: Option<i64>,
-}
-
-impl ResultFigures {
-    /// Reads the figures of a result, skipping the rest of it (its reply text and so on)
-    /// without building a value tree. A result that the typed read refuses (a field of
-    /// another type, a key given twice) is read from a value tree instead, field by field.
-    fn read(raw: &str) -> Option<Self> {
-        serde_json::from_str(raw).ok().or_else(|| {
-            let v: Value = serde_json::from_str(raw).ok()?;
-            Some(ResultFigures {
-                total_cost_usd: v["total_cost_usd"].as_f64(),
-                usage: Some(UsageFigures {
-                    input_tokens: v["usage"]["input_tokens"].as_i64(),
-                    output_tokens: v["usage"]["output_tokens"].as_i64(),
-                }),
-                duration_ms: v["duration_ms"].as_i64(),
-            })
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{ResultFigures, UsageFigures};
-
-    #[test]
-    fn a_result_s_figures_are_read_whatever_else_it_holds() {
-        let figures = |cost, input, output, duration| {
-            Some(ResultFigures {
-                total_cost_usd: cost,
-                usage: Some(UsageFigures {
-                    input_tokens: input,
-                    output_tokens: output,
-                }),
-                duration_ms: duration,
-            })
-        };
-        let read = |raw: &str| {
-            ResultFigures::read(raw).map(|mut f| {
-                f.usage.get_or_insert_default();
-                f
-            })
-        };
-        assert_eq!(
-            read(
-                r#"{"type":"result","result":"a \"long\" reply","total_cost_usd":0.25,"usage":{"input_tokens":3,"output_tokens":5,"cache":{"x":1}},"duration_ms":12,"errors":[]}"#
-            ),
-            figures(Some(0.25), Some(3), Some(5), Some(12))
-        );
-        // Absent, null, or of another type: absent, and the other figures are still read.
-        assert_eq!(
-            read(
-                r#"{"type":"result","total_cost_usd":"1","usage":{"input_tokens":2.5,"output_tokens":7},"duration_ms":null}"#
-            ),
-            figures(None, None, Some(7), None)
-        );
-        assert_eq!(
-            read(r#"{"type":"result","usage":5,"duration_ms":9}"#),
-            figures(None, None, None, Some(9))
-        );
-        assert_eq!(
-            read(r#"{"type":"result","total_cost_usd":1}"#),
-            figures(Some(1.0), None, None, None)
-        );
-        // A key given twice counts once, with its last value, as everywhere else.
-        assert_eq!(
-            read(r#"{"type":"result","duration_ms":1,"duration_ms":2}"#),
-            figures(None, None, None, Some(2))
-        );
-        assert_eq!(read("not json"), None);
     }
 }

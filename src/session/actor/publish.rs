@@ -157,15 +157,6 @@ impl Actor {
                 _ => None,
             })
             .collect();
-        // What a turn cost is queued before its result: the writer commits it with the result
-        // or earlier, so a budget read after the result counts it.
-        for m in &stored {
-            if m.message_type == "result"
-                && let Some(totals) = m.totals
-            {
-                self.record_usage(&m.payload, totals, &m.created_at).await;
-            }
-        }
         let mut seq = None;
         let count = stored.len() as i64;
         let idle_after = std::mem::take(&mut self.idle_after_batch);

@@ -51,21 +51,6 @@ pub(super) fn announced_reset(raw: &str) -> Option<i64> {
     (secs.is_finite() && secs > 0.0 && secs < 1e11).then_some((secs * 1000.0) as i64)
 }
 
-/// Whether a `result` ends a turn the model API rate-limited (HTTP 429, or a `rate_limit`
-/// error), with the reset `announced` during the turn.
-pub(super) fn limited(raw: &str, announced: Option<i64>) -> Option<Limited> {
-    let v: Value = serde_json::from_str(raw).ok()?;
-    if v["is_error"] != true {
-        return None;
-    }
-    let by_limit = v["api_error_status"] == 429
-        || v["api_error_type"] == "rate_limit_error"
-        || v["error"] == "rate_limit";
-    by_limit.then_some(Limited {
-        reset_ms: announced,
-    })
-}
-
 /// When to continue after the `tries + 1`-th rate-limited turn in a row, at `now_ms`: at the
 /// reset time, else after the back-off (doubling with each try, capped), plus `jitter_ms`.
 pub(super) fn plan(
@@ -348,33 +333,6 @@ mod tests {
         assert_eq!(announced_reset(&event("rejected", "-5")), None);
         assert_eq!(announced_reset(&event("rejected", "1e300")), None);
         assert_eq!(announced_reset("not json"), None);
-    }
-
-    #[test]
-    fn only_a_result_of_a_rate_limit_is_limited() {
-        let at = Some(5);
-        assert_eq!(
-            limited(
-                r#"{"type":"result","is_error":true,"api_error_status":429}"#,
-                at
-            ),
-            Some(Limited { reset_ms: at })
-        );
-        assert_eq!(
-            limited(
-                r#"{"type":"result","is_error":true,"api_error_status":null,"error":"rate_limit"}"#,
-                None
-            ),
-            Some(Limited { reset_ms: None })
-        );
-        for other in [
-            r#"{"type":"result","is_error":false,"api_error_status":429}"#,
-            r#"{"type":"result","is_error":true,"api_error_status":500}"#,
-            r#"{"type":"result","is_error":true,"api_error_status":"429"}"#,
-            "[]",
-        ] {
-            assert_eq!(limited(other, at), None, "{other}");
-        }
     }
 
     #[test]

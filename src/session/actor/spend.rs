@@ -4,9 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use serde_json::Value;
-
 use super::Actor;
+use super::figures::{ResultFigures, UsageFigures};
 use crate::protocol;
 use crate::session::SessionError;
 use crate::session::spend::{OverCap, Refusal, Terms};
@@ -90,26 +89,27 @@ impl Actor {
         }
     }
 
-    /// Records what a stored `result` (with its `totals`) cost, in the ledger and the metrics.
-    pub(super) async fn record_usage(&self, payload: &str, totals: Totals, at: &str) {
-        let figures: Value = serde_json::from_str(payload).unwrap_or_default();
-        let usage = &figures["usage"];
-        let count = |key: &str| usage[key].as_i64().unwrap_or(0);
+    /// Records what a `result` (with its `totals`) cost, in the ledger and the metrics.
+    pub(super) async fn record_usage(&self, figures: &ResultFigures, totals: Totals, at: &str) {
+        let count = |count: fn(&UsageFigures) -> Option<i64>| {
+            figures.usage.as_ref().and_then(count).unwrap_or(0)
+        };
         let c = &self.conversation;
         let record = TurnUsage {
             principal: c.principal.to_string(),
             session_id: c.session_id.to_string(),
             agent_id: c.agent_id.to_string(),
             agent: c.agent.clone(),
-            model: model_of(&figures)
+            model: figures
+                .costliest_model()
                 .or_else(|| self.model.clone())
                 .unwrap_or_else(|| "default".into()),
             at: at.to_owned(),
             cost_usd: totals.cost_usd,
             input_tokens: totals.input_tokens,
             output_tokens: totals.output_tokens,
-            cache_read_tokens: count("cache_read_input_tokens"),
-            cache_creation_tokens: count("cache_creation_input_tokens"),
+            cache_read_tokens: count(|u| u.cache_read_input_tokens),
+            cache_creation_tokens: count(|u| u.cache_creation_input_tokens),
         };
         self.shared
             .metrics
@@ -118,35 +118,5 @@ impl Actor {
         if let Err(err) = self.shared.store.record_usage(record).await {
             tracing::error!(agent_id = %c.agent_id, error = %err, cost_usd, "could not record what a turn cost");
         }
-    }
-}
-
-/// The model that cost the most in a result's `modelUsage`, if it names any.
-fn model_of(result: &Value) -> Option<String> {
-    result["modelUsage"]
-        .as_object()?
-        .iter()
-        .max_by(|a, b| {
-            let cost = |v: &Value| v["costUSD"].as_f64().unwrap_or(0.0);
-            cost(a.1).total_cmp(&cost(b.1))
-        })
-        .map(|(model, _)| crate::protocol::truncate_chars(model, 128).to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::model_of;
-
-    #[test]
-    fn a_turn_counts_for_the_model_that_cost_the_most() {
-        let result = json!({"modelUsage": {
-            "claude-haiku": {"costUSD": 0.001},
-            "claude-opus-5-5": {"costUSD": 0.01},
-        }});
-        assert_eq!(model_of(&result).as_deref(), Some("claude-opus-5-5"));
-        assert_eq!(model_of(&json!({"modelUsage": {}})), None);
-        assert_eq!(model_of(&json!({})), None);
     }
 }
