@@ -210,24 +210,32 @@ impl DemoAgent {
         self.events.send(AgentEvent::Message(message)).await.is_ok()
     }
 
-    /// Sends one word's `stream_event`. It is the demo's hottest line (one per word), so it is
-    /// assembled from fixed text around the word instead of serialized field by field (the
-    /// tests check it is the CLI's `content_block_delta` line).
-    async fn emit_delta(&self, piece: &str) -> bool {
-        let uuid = new_uuid();
-        let text = serde_json::to_string(piece).expect("a string serializes");
-        let mut raw = String::with_capacity(
-            DELTA_HEAD.len() + text.len() + self.delta_tail.len() + uuid.len() + 2,
+    /// Sends one word's `stream_event`, the word followed by a space unless it is the `last`.
+    /// It is the demo's hottest line (one per word), so it is assembled in one buffer from
+    /// fixed text around the word instead of serialized field by field (the tests check it is
+    /// the CLI's `content_block_delta` line).
+    async fn emit_delta(&self, word: &str, last: bool) -> bool {
+        let mut uuid = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let uuid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid);
+        let mut raw = Vec::with_capacity(
+            DELTA_HEAD.len() + word.len() + self.delta_tail.len() + uuid.len() + 8,
         );
-        for part in [DELTA_HEAD, &text, &self.delta_tail, &uuid, "\"}"] {
-            raw.push_str(part);
+        raw.extend_from_slice(DELTA_HEAD.as_bytes());
+        serde_json::to_writer(&mut raw, word).expect("a string serializes");
+        if !last {
+            // Inside the string's closing quote.
+            raw.pop();
+            raw.extend_from_slice(b" \"");
+        }
+        for part in [self.delta_tail.as_str(), uuid, "\"}"] {
+            raw.extend_from_slice(part.as_bytes());
         }
         let message = AgentMessage {
             kind: "stream_event".to_owned(),
             subtype: None,
-            uuid: Some(uuid),
+            uuid: Some(uuid.to_owned()),
             session_id: Some(self.session_id.clone()),
-            raw,
+            raw: String::from_utf8(raw).expect("a line of UTF-8 pieces"),
         };
         self.events.send(AgentEvent::Message(message)).await.is_ok()
     }
@@ -271,17 +279,16 @@ impl DemoAgent {
         let mut said = String::with_capacity(reply.len());
         let mut end = TurnEnd::Completed;
         for (i, word) in words.iter().enumerate() {
-            let piece = if i + 1 < words.len() {
-                format!("{word} ")
-            } else {
-                (*word).to_owned()
-            };
+            let last = i + 1 == words.len();
             if let Some(e) = check_input(input, pending) {
                 end = e;
                 break;
             }
-            said.push_str(&piece);
-            if !self.emit_delta(&piece).await {
+            said.push_str(word);
+            if !last {
+                said.push(' ');
+            }
+            if !self.emit_delta(word, last).await {
                 return TurnEnd::Closed;
             }
             if i == 0

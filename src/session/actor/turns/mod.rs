@@ -236,14 +236,15 @@ impl Actor {
         };
         self.set_auto_continue(chat.options.auto_continue).await;
         let busy = self.turns.is_busy();
-        let mut payload = serde_json::json!({
-            "type": "user",
-            "message": { "role": "user", "content": chat.content },
-        });
-        if let Some(sender) = &chat.sender {
-            payload["sender"] = sender.as_str().into();
-        }
-        let payload = payload.to_string();
+        let payload = serde_json::to_string(&UserLine {
+            kind: "user",
+            message: UserMessage {
+                role: "user",
+                content: &chat.content,
+            },
+            sender: chat.sender.as_ref().map(Principal::as_str),
+        })
+        .expect("a user message serializes");
         let mut message = NewMessage::new("user", payload.clone());
         message.prompt = true;
         // A turn that runs at once is recorded as running in the same write.
@@ -615,6 +616,23 @@ pub(in crate::session) async fn rewind_store(
         Ok((frame, rewound.status_seq, rewound.next_launch))
     })
     .await
+}
+
+/// A stored user message: the prompt as the agent's own transcript has it, and who sent it
+/// when that is not the owner.
+#[derive(serde::Serialize)]
+struct UserLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: UserMessage<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sender: Option<&'a str>,
+}
+
+#[derive(serde::Serialize)]
+struct UserMessage<'a> {
+    role: &'static str,
+    content: &'a protocol::Content,
 }
 
 #[cfg(test)]
