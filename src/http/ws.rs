@@ -580,8 +580,15 @@ impl Connection {
         while let Some((agent_id, item)) = next.take() {
             match item {
                 Ok(frames) => {
+                    // Stored frames already sent are skipped, and so is everything of a shared
+                    // conversation the socket no longer follows (its share ended).
+                    let mut followed = self.followed.get_mut(&*agent_id);
                     for frame in frames {
-                        if self.is_new(&agent_id, &frame) {
+                        let new = match followed.as_mut() {
+                            Some(followed) => followed.cursor.admit(&frame),
+                            None => !is_share_alias(&agent_id),
+                        };
+                        if new {
                             self.sent.add(frame.kind);
                             let frame = named(&agent_id, frame);
                             self.socket.feed(text_message(frame)).await?;
@@ -600,15 +607,6 @@ impl Connection {
         }
         self.app.metrics.frames_out(&mut self.sent);
         self.socket.flush().await
-    }
-
-    /// Whether a live frame should be sent: stored frames already sent are skipped, and so is
-    /// everything of a shared conversation the socket no longer follows (its share ended).
-    fn is_new(&mut self, agent_id: &str, frame: &Frame) -> bool {
-        match self.followed.get_mut(agent_id) {
-            Some(followed) => followed.cursor.admit(frame),
-            None => !is_share_alias(agent_id),
-        }
     }
 
     /// Sends a frame of conversation `agent_id` as the client names it.
