@@ -215,8 +215,7 @@ impl DemoAgent {
     /// fixed text around the word instead of serialized field by field (the tests check it is
     /// the CLI's `content_block_delta` line).
     async fn emit_delta(&self, word: &str, last: bool) -> bool {
-        let mut uuid = [0u8; uuid::fmt::Hyphenated::LENGTH];
-        let uuid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid);
+        let uuid = new_uuid();
         let mut raw = Vec::with_capacity(
             DELTA_HEAD.len() + word.len() + self.delta_tail.len() + uuid.len() + 8,
         );
@@ -227,13 +226,13 @@ impl DemoAgent {
             raw.pop();
             raw.extend_from_slice(b" \"");
         }
-        for part in [self.delta_tail.as_str(), uuid, "\"}"] {
+        for part in [self.delta_tail.as_str(), &uuid, "\"}"] {
             raw.extend_from_slice(part.as_bytes());
         }
         let message = AgentMessage {
             kind: "stream_event".to_owned(),
             subtype: None,
-            uuid: Some(uuid.to_owned()),
+            uuid: Some(uuid),
             session_id: Some(self.session_id.clone()),
             raw: String::from_utf8(raw).expect("a line of UTF-8 pieces"),
         };

@@ -157,12 +157,13 @@ pub fn session_frame(
     turn_cost_usd: Option<f64>,
 ) -> Frame {
     // One buffer, sized for the header's fixed text and the payload: the header is written
-    // into it, its closing brace taken off, and the payload spliced in after it.
-    let mut text = Vec::with_capacity(
+    // into it (checked as UTF-8 on its own), its closing brace taken off, and the payload
+    // spliced in after it.
+    let mut header = Vec::with_capacity(
         192 + tag.agent_id.len() + tag.session_id.len() + timestamp.len() + payload.len(),
     );
     serde_json::to_writer(
-        &mut text,
+        &mut header,
         &SessionHeader {
             message_type,
             agent_id: tag.agent_id,
@@ -173,11 +174,12 @@ pub fn session_frame(
         },
     )
     .expect("header serializes");
-    text.pop();
+    header.pop();
+    let mut text = String::from_utf8(header).expect("serde_json writes UTF-8");
     if is_agent_message(message_type) || LIVE_AGENT_MESSAGE_TYPES.contains(&message_type) {
-        text.extend_from_slice(b",\"message\":");
-        text.extend_from_slice(payload.as_bytes());
-        text.push(b'}');
+        text.push_str(",\"message\":");
+        text.push_str(payload);
+        text.push('}');
     } else {
         let inner = payload.trim();
         let inner = inner
@@ -188,12 +190,11 @@ pub fn session_frame(
         if inner.contains('\\') || names_a_header_key(inner) {
             push_fields_but_header(&mut text, payload);
         } else if !inner.trim().is_empty() {
-            text.push(b',');
-            text.extend_from_slice(inner.as_bytes());
+            text.push(',');
+            text.push_str(inner);
         }
-        text.push(b'}');
+        text.push('}');
     }
-    let text = String::from_utf8(text).expect("a frame of UTF-8 pieces");
     Frame {
         seq,
         kind: static_type(message_type),
@@ -211,7 +212,7 @@ fn names_a_header_key(json: &str) -> bool {
 
 /// Appends `,"key":value` for each field of the object `payload` except the header's keys
 /// (nothing when `payload` is not a JSON object).
-fn push_fields_but_header(text: &mut Vec<u8>, payload: &str) {
+fn push_fields_but_header(text: &mut String, payload: &str) {
     let Ok(fields) = serde_json::from_str::<serde_json::Map<String, Value>>(payload) else {
         return;
     };
@@ -219,10 +220,10 @@ fn push_fields_but_header(text: &mut Vec<u8>, payload: &str) {
         .iter()
         .filter(|(key, _)| !HEADER_KEYS.contains(&key.as_str()))
     {
-        text.push(b',');
-        serde_json::to_writer(&mut *text, key).expect("strings serialize");
-        text.push(b':');
-        serde_json::to_writer(&mut *text, value).expect("JSON values serialize");
+        text.push(',');
+        text.push_str(&serde_json::to_string(key).expect("strings serialize"));
+        text.push(':');
+        text.push_str(&serde_json::to_string(value).expect("JSON values serialize"));
     }
 }
 

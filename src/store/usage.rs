@@ -1,8 +1,9 @@
 //! Stored spending: the ledger of what each turn cost (its agent's own figures), the caps an
 //! admin set per principal and a conversation's own cap, and the sums budgets and usage reports
-//! are made of, summed by the engine itself. Their own tables, read and written through the pool
-//! on both engines with the same SQL, but for the ledger's rows: the store's writer stores
-//! those with the next batch of messages ([`super::batch`]).
+//! are made of, summed by the engine itself (but a conversation's own, which its row keeps as
+//! the ledger grows). Their own tables, read and written through the pool on both engines with
+//! the same SQL, but for the ledger's rows: the store's writer stores those, and adds them to
+//! their conversation's sum, with the next batch of messages ([`super::batch`]).
 
 use async_trait::async_trait;
 use serde::Serialize;

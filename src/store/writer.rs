@@ -394,7 +394,8 @@ const ADD_SPENT: &str = "update session_info set spent_usd = spent_usd + ?2 wher
 
 /// Stores every request of `batch` in one transaction: one UPDATE per conversation assigns its
 /// seqs, one INSERT per row stores it and one more indexes its words, then the audit entries
-/// and turns' costs, each statement prepared once per connection. A request whose
+/// and turns' costs (each added to its conversation's own sum), each statement prepared once
+/// per connection. A request whose
 /// conversation vanished fails alone; a database error fails them all (the caller rolls
 /// back).
 fn write_batch(conn: &Connection, whole: &Batch) -> rusqlite::Result<Vec<Result<i64>>> {

@@ -98,8 +98,8 @@ impl Fixture {
         }
     }
 
-    /// Brings this test's fresh database to the schema of migration `sqlite` or `postgres`
-    /// (by engine), as a store of an older release left it.
+    /// Brings this test's fresh database to the schema an older release left: up to migration
+    /// `sqlite` on SQLite, `postgres` on PostgreSQL.
     pub(crate) async fn migrate_to(&self, sqlite: i64, postgres: i64) {
         let (dir, last) = match self.pg_url() {
             Some(_) => ("migrations/postgres", postgres),
@@ -830,27 +830,29 @@ async fn what_a_conversation_spent_is_summed_and_kept_through_the_upgrade(fx: Fi
         .await
         .unwrap()
         .unwrap();
-    store
-        .record_usage(TurnUsage {
-            principal: "alice".into(),
-            session_id: ids[0].to_string(),
-            agent_id: "c0".into(),
-            agent: "demo".into(),
-            model: "default".into(),
-            at: "t".into(),
-            cost_usd: 0.125,
-            input_tokens: 1,
-            output_tokens: 1,
-            cache_read_tokens: 0,
-            cache_creation_tokens: 0,
-        })
-        .await
-        .unwrap();
-    // Stored with the next batch.
+    // Two turns of one conversation (often in one batch), then a batch that stores them.
+    for cost_usd in [0.125, 0.0625] {
+        store
+            .record_usage(TurnUsage {
+                principal: "alice".into(),
+                session_id: ids[0].to_string(),
+                agent_id: "c0".into(),
+                agent: "demo".into(),
+                model: "default".into(),
+                at: "t".into(),
+                cost_usd,
+                input_tokens: 1,
+                output_tokens: 1,
+                cache_read_tokens: 0,
+                cache_creation_tokens: 0,
+            })
+            .await
+            .unwrap();
+    }
     store.append(c0.row, vec![prompt("next")]).await.unwrap();
     assert_eq!(
         store.spent_in_session(ids[0].as_str()).await.unwrap(),
-        0.875
+        0.9375
     );
     assert_eq!(store.spent_in_session(ids[1].as_str()).await.unwrap(), 1.0);
     store.close().await;

@@ -1,5 +1,5 @@
-//! The figures of an agent's `result`, read once per turn: what it cost and used, the model
-//! that cost the most, and whether the model API's rate limit ended it.
+//! The figures of an agent's `result`, read without a value tree: what it cost and used, the
+//! model that cost the most, and whether the model API's rate limit ended it.
 
 use serde_json::{Map, Value};
 
@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 pub(super) struct ResultFigures {
     /// The agent's running total for its process, in US dollars.
     pub(super) total_cost_usd: Option<f64>,
-    pub(super) usage: Option<UsageFigures>,
+    usage: Option<UsageFigures>,
     pub(super) duration_ms: Option<i64>,
     is_error: Option<bool>,
     api_error_status: Option<i64>,
@@ -54,6 +54,11 @@ impl ResultFigures {
                 model_usage: v["modelUsage"].as_object().cloned(),
             }
         })
+    }
+
+    /// A count of the result's `usage` (0 when absent).
+    pub(super) fn tokens(&self, count: fn(&UsageFigures) -> Option<i64>) -> i64 {
+        self.usage.as_ref().and_then(count).unwrap_or(0)
     }
 
     /// Whether the model API's rate limit ended the turn (an error with HTTP 429, or a

@@ -4,7 +4,7 @@
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::figures::{ResultFigures, UsageFigures};
+use super::figures::ResultFigures;
 use super::permissions::resolved;
 use super::publish::Out;
 use super::ratelimit::Limited;
@@ -176,12 +176,7 @@ impl Actor {
         }
         if message_type == "result" {
             let figures = ResultFigures::read(&stored.payload);
-            let totals = self.result_totals(&figures);
-            stored.totals = Some(totals);
-            // Queued before the result's append: committed with it or earlier, so a budget
-            // read after the result counts it.
-            self.record_usage(&figures, totals, &stored.created_at)
-                .await;
+            stored.totals = Some(self.result_totals(&figures));
             // The turn is over from here on: a release or an exit reported in the same batch
             // finds nothing running.
             let finished = self.turns.finish();
@@ -222,13 +217,10 @@ impl Actor {
         let cumulative = figures.total_cost_usd.unwrap_or(0.0);
         let cost = (cumulative - self.process_cost).max(0.0);
         self.process_cost = cumulative.max(self.process_cost);
-        let usage = |count: fn(&UsageFigures) -> Option<i64>| {
-            figures.usage.as_ref().and_then(count).unwrap_or(0)
-        };
         Totals {
             cost_usd: cost,
-            input_tokens: usage(|u| u.input_tokens),
-            output_tokens: usage(|u| u.output_tokens),
+            input_tokens: figures.tokens(|u| u.input_tokens),
+            output_tokens: figures.tokens(|u| u.output_tokens),
             duration_ms: figures.duration_ms.unwrap_or(0),
         }
     }

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 
 use super::Actor;
+use super::figures::ResultFigures;
 use crate::protocol::{self, Activity, ErrorCode, Frame, Role};
 use crate::push::Event;
 use crate::session::SessionError;
@@ -157,6 +158,17 @@ impl Actor {
                 _ => None,
             })
             .collect();
+        // What a turn cost is queued before its result: the writer commits it with the result
+        // or earlier, so a budget read after the result counts it. Every stored result has a
+        // ledger row, a turn that ended without the agent's own (a crash, say) at no cost.
+        for m in &stored {
+            if m.message_type == "result"
+                && let Some(totals) = m.totals
+            {
+                let figures = ResultFigures::read(&m.payload);
+                self.record_usage(&figures, totals, &m.created_at).await;
+            }
+        }
         let mut seq = None;
         let count = stored.len() as i64;
         let idle_after = std::mem::take(&mut self.idle_after_batch);

@@ -1,5 +1,5 @@
-//! Turns a rate limit ends: reading the limit and its reset time from what the agent reported,
-//! the wait for the "continue" turn that follows (stored, so it outlives the server), and its
+//! Turns a rate limit ends (a result that says so, see [`super::figures`]): the reset time the
+//! agent announced, the wait for the "continue" turn that follows (stored, so it outlives the server), and its
 //! end by an interrupt, by a turn someone else sends, or by its "continue" turn refused.
 
 use chrono::{DateTime, Utc};

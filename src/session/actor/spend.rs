@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Actor;
-use super::figures::{ResultFigures, UsageFigures};
+use super::figures::ResultFigures;
 use crate::protocol;
 use crate::session::SessionError;
 use crate::session::spend::{OverCap, Refusal, Terms};
@@ -91,9 +91,6 @@ impl Actor {
 
     /// Records what a `result` (with its `totals`) cost, in the ledger and the metrics.
     pub(super) async fn record_usage(&self, figures: &ResultFigures, totals: Totals, at: &str) {
-        let count = |count: fn(&UsageFigures) -> Option<i64>| {
-            figures.usage.as_ref().and_then(count).unwrap_or(0)
-        };
         let c = &self.conversation;
         let record = TurnUsage {
             principal: c.principal.to_string(),
@@ -108,8 +105,8 @@ impl Actor {
             cost_usd: totals.cost_usd,
             input_tokens: totals.input_tokens,
             output_tokens: totals.output_tokens,
-            cache_read_tokens: count(|u| u.cache_read_input_tokens),
-            cache_creation_tokens: count(|u| u.cache_creation_input_tokens),
+            cache_read_tokens: figures.tokens(|u| u.cache_read_input_tokens),
+            cache_creation_tokens: figures.tokens(|u| u.cache_creation_input_tokens),
         };
         self.shared
             .metrics

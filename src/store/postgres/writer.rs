@@ -311,11 +311,18 @@ async fn store_records(
         let texts =
             |f: fn(&TurnUsage) -> &str| usage.iter().map(|u| text(f(u))).collect::<Vec<_>>();
         let int = |f: fn(&TurnUsage) -> i64| usage.iter().map(|u| f(u)).collect::<Vec<_>>();
+        // The ledger's rows, and what they add to each conversation's own sum (a batch may
+        // hold two turns of one conversation).
         sqlx::query(
-            "insert into turn_usage (principal, session_id, agent_id, agent, model, at, \
-             cost_usd, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens) \
+            "with added as (insert into turn_usage (principal, session_id, agent_id, agent, \
+             model, at, cost_usd, input_tokens, output_tokens, cache_read_tokens, \
+             cache_creation_tokens) \
              select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-             $6::text[], $7::float8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[])",
+             $6::text[], $7::float8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[]) \
+             returning session_id, cost_usd) \
+             update session_info s set spent_usd = s.spent_usd + a.cost \
+             from (select session_id, sum(cost_usd) as cost from added group by session_id) a \
+             where s.session_id = a.session_id",
         )
         .bind(texts(|u| &u.principal))
         .bind(texts(|u| &u.session_id))
@@ -328,17 +335,6 @@ async fn store_records(
         .bind(int(|u| u.output_tokens))
         .bind(int(|u| u.cache_read_tokens))
         .bind(int(|u| u.cache_creation_tokens))
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "update session_info s set spent_usd = s.spent_usd + u.cost \
-             from (select session_id, sum(cost) as cost \
-                   from unnest($1::text[], $2::float8[]) as t (session_id, cost) \
-                   group by session_id) u \
-             where s.session_id = u.session_id",
-        )
-        .bind(texts(|u| &u.session_id))
-        .bind(usage.iter().map(|u| u.cost_usd).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
     }

@@ -168,3 +168,32 @@ fn clearing_drops_the_running_and_the_queued_turns() {
     assert!(!turns.is_busy());
     assert_eq!(turns.push(turn(5)), 0);
 }
+
+/// A stored user message is the prompt in the shape of the agent's own transcript (`type`,
+/// then `message` with its `role` and `content`), and names who sent it only when someone
+/// other than the owner did.
+#[test]
+fn a_user_message_is_stored_in_the_transcript_s_shape() {
+    use crate::protocol::ContentBlock;
+
+    let line = |content: &Content, sender| {
+        serde_json::to_string(&super::UserLine {
+            kind: "user",
+            message: super::UserMessage {
+                role: "user",
+                content,
+            },
+            sender,
+        })
+        .unwrap()
+    };
+    assert_eq!(
+        line(&Content::Text("say \"hi\"".into()), None),
+        r#"{"type":"user","message":{"role":"user","content":"say \"hi\""}}"#
+    );
+    let blocks = Content::Blocks(vec![ContentBlock::Text { text: "a".into() }]);
+    assert_eq!(
+        line(&blocks, Some("bob")),
+        r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"a"}]},"sender":"bob"}"#
+    );
+}
