@@ -211,30 +211,30 @@ impl DemoAgent {
     }
 
     /// Sends one word's `stream_event`, the word followed by a space unless it is the `last`.
-    /// It is the demo's hottest line (one per word), so it is assembled in one buffer from
-    /// fixed text around the word instead of serialized field by field (the tests check it is
-    /// the CLI's `content_block_delta` line).
+    /// It is the demo's hottest line (one per word), so it is assembled from fixed text around
+    /// the word instead of serialized field by field (the tests check it is the CLI's
+    /// `content_block_delta` line).
     async fn emit_delta(&self, word: &str, last: bool) -> bool {
         let uuid = new_uuid();
-        let mut raw = Vec::with_capacity(
-            DELTA_HEAD.len() + word.len() + self.delta_tail.len() + uuid.len() + 8,
+        let text = serde_json::to_string(word).expect("a string serializes");
+        let mut raw = String::with_capacity(
+            DELTA_HEAD.len() + text.len() + self.delta_tail.len() + uuid.len() + 4,
         );
-        raw.extend_from_slice(DELTA_HEAD.as_bytes());
-        serde_json::to_writer(&mut raw, word).expect("a string serializes");
+        raw.push_str(DELTA_HEAD);
+        // The word's string, with the space inside its closing quote.
+        raw.push_str(&text[..text.len() - 1]);
         if !last {
-            // Inside the string's closing quote.
-            raw.pop();
-            raw.extend_from_slice(b" \"");
+            raw.push(' ');
         }
-        for part in [self.delta_tail.as_str(), &uuid, "\"}"] {
-            raw.extend_from_slice(part.as_bytes());
+        for part in ["\"", &self.delta_tail, &uuid, "\"}"] {
+            raw.push_str(part);
         }
         let message = AgentMessage {
             kind: "stream_event".to_owned(),
             subtype: None,
             uuid: Some(uuid),
             session_id: Some(self.session_id.clone()),
-            raw: String::from_utf8(raw).expect("a line of UTF-8 pieces"),
+            raw,
         };
         self.events.send(AgentEvent::Message(message)).await.is_ok()
     }
