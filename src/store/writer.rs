@@ -35,8 +35,11 @@ use super::words::title_words;
 use super::{Page, PageSize, Result, RowId, StoreError};
 use crate::metrics::Metrics;
 
-/// Pages written to the WAL between two wake-ups of the checkpointer (4 MiB).
-const CHECKPOINT_EVERY_PAGES: u64 = 1024;
+/// The share of `store.wal_restart_mib` written to the WAL between two wake-ups of the
+/// checkpointer (16 MiB of the default 64): a pass copies a page once however many commits
+/// rewrote it since the last one, and commits rewrite the same pages (the index by seq, the
+/// conversations' rows) again and again.
+const PASSES_PER_RESTART: u64 = 4;
 /// The checkpointer also runs this often while rows keep coming in slowly.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -243,9 +246,9 @@ struct Writer {
     checkpointer: Checkpointer,
     pages_since_checkpoint: u64,
     pages_since_restart: u64,
-    /// Set once the WAL is due to start over: the checkpointer's passes finished by then. The
-    /// restart waits for one more, so that what it copies itself, with commits held, is only
-    /// what was committed during that pass.
+    /// Set once the WAL is due to start over, to one more than the checkpointer's passes
+    /// finished by then: the restart waits for the pass after that one, so that what it copies
+    /// itself, with commits held, is only what was committed during that last pass.
     restart_after_pass: Option<u64>,
     /// Pages written to the WAL after which it is made to start over.
     wal_restart_pages: u64,
@@ -275,9 +278,12 @@ impl Writer {
         }
     }
 
-    /// After a commit: wakes the checkpointer every [`CHECKPOINT_EVERY_PAGES`] written, and
-    /// has it restart the WAL once `wal_restart_pages` have been written and it has since
-    /// finished a pass, or at once (after its pass) when twice that much has been written.
+    /// After a commit: wakes the checkpointer every `wal_restart_pages / PASSES_PER_RESTART`
+    /// written, and has it restart the WAL once `wal_restart_pages` have been written and it
+    /// has since finished two passes, or at once (after its pass) when twice that much has been
+    /// written. The first of the two copies everything since the last pass; the second only
+    /// what was committed during the first, and the restart, with commits held, only what was
+    /// committed during the second.
     fn pace_checkpoints(&mut self) {
         let pages = self.pages_written();
         self.pages_since_checkpoint += pages;
@@ -293,13 +299,15 @@ impl Writer {
                 self.pages_since_checkpoint = 0;
                 self.restart_after_pass = None;
             }
-            // Waiting for the pass: looked at again after the next commit.
+            // The first pass is done: the second (unless one is already asked for).
+            Some(due) if passes == due => self.checkpointer.wake(),
+            // Waiting for a pass: looked at again after the next commit.
             Some(_) => {}
             None if self.pages_since_restart >= self.wal_restart_pages => {
-                self.restart_after_pass = Some(passes);
+                self.restart_after_pass = Some(passes + 1);
                 self.checkpointer.wake();
             }
-            None if self.pages_since_checkpoint >= CHECKPOINT_EVERY_PAGES => {
+            None if self.pages_since_checkpoint >= self.wal_restart_pages / PASSES_PER_RESTART => {
                 self.pages_since_checkpoint = 0;
                 self.checkpointer.wake();
             }
