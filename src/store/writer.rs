@@ -4,15 +4,16 @@
 //! The writer stores each batch ([`super::batch`]) in one transaction with statements prepared
 //! once. Checkpoints (copying the WAL back into the database and syncing it) run beside the
 //! commits: the writer's connection has automatic checkpoints off and wakes the checkpointer,
-//! whose passive checkpoints never block it. Passive checkpoints alone never let the WAL start
-//! over while commits keep coming, so after every `store.wal_restart_mib` it has written, the
-//! writer has the checkpointer restart the WAL between two commits, right after one of its
-//! passes, so that the restart copies only what was committed during that pass; a pass slowed
-//! so much that twice that much has been written meanwhile is waited for, with commits held,
-//! so the log stays under about twice the setting (unless readers hold its old pages past
-//! the busy timeout, when a restart gives up until the next one is due). Only the
-//! checkpointer's connection ever checkpoints, so a restart never finds another checkpoint
-//! under way.
+//! whose passive checkpoints never block it, every quarter of `store.wal_restart_mib` written
+//! (so a page that many commits rewrote is copied once). Passive checkpoints alone never let
+//! the WAL start over while commits keep coming, so after every `store.wal_restart_mib` it has
+//! written, the writer has the checkpointer restart the WAL between two commits, right after
+//! two more of its passes: the restart copies only what was committed during the second, short
+//! one. A pass slowed so much that twice that much has been written meanwhile is waited for,
+//! with commits held, so the log stays under about twice the setting (unless readers hold its
+//! old pages past the busy timeout, when a restart gives up until the next one is due). Only
+//! the checkpointer's connection ever checkpoints, so a restart never finds another
+//! checkpoint under way.
 //!
 //! Every connection uses SQLite's `unix-excl` VFS: the WAL's index lives in the process's
 //! memory, not in a memory-mapped `-shm` file that another process could truncate (the next
