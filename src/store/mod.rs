@@ -15,6 +15,7 @@ pub mod credentials;
 mod edits;
 mod leases;
 mod listing;
+mod pacing;
 pub use leases::{NodeStatus, cluster_status};
 pub mod links;
 pub mod postgres;

@@ -4,16 +4,13 @@
 //! The writer stores each batch ([`super::batch`]) in one transaction with statements prepared
 //! once. Checkpoints (copying the WAL back into the database and syncing it) run beside the
 //! commits: the writer's connection has automatic checkpoints off and wakes the checkpointer,
-//! whose passive checkpoints never block it, every quarter of `store.wal_restart_mib` written
-//! (so a page that many commits rewrote is copied once). Passive checkpoints alone never let
-//! the WAL start over while commits keep coming, so after every `store.wal_restart_mib` it has
-//! written, the writer has the checkpointer restart the WAL between two commits, right after
-//! two more of its passes: the restart copies only what was committed during the second, short
-//! one. A pass slowed so much that twice that much has been written meanwhile is waited for,
-//! with commits held, so the log stays under about twice the setting (unless readers hold its
-//! old pages past the busy timeout, when a restart gives up until the next one is due). Only
-//! the checkpointer's connection ever checkpoints, so a restart never finds another
-//! checkpoint under way.
+//! whose passive checkpoints never block it. Passive checkpoints alone never let the WAL start
+//! over while commits keep coming, so after every `store.wal_restart_mib` it has written, the
+//! writer has the checkpointer restart the WAL between two commits, with commits held until it
+//! is done (unless readers hold its old pages past the busy timeout, when a restart gives up
+//! until the next one is due). When to do either is [`super::pacing`]'s decision. Only the
+//! checkpointer's connection ever checkpoints, so a restart never finds another checkpoint
+//! under way.
 //!
 //! Every connection uses SQLite's `unix-excl` VFS: the WAL's index lives in the process's
 //! memory, not in a memory-mapped `-shm` file that another process could truncate (the next
@@ -32,15 +29,11 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Batch, WriteOp};
+use super::pacing::{Pacer, Passes, Step};
 use super::words::title_words;
 use super::{Page, PageSize, Result, RowId, StoreError};
 use crate::metrics::Metrics;
 
-/// The share of `store.wal_restart_mib` written to the WAL between two wake-ups of the
-/// checkpointer (16 MiB of the default 64): a pass copies a page once however many commits
-/// rewrote it since the last one, and commits rewrite the same pages (the index by seq, the
-/// conversations' rows) again and again.
-const PASSES_PER_RESTART: u64 = 4;
 /// The checkpointer also runs this often while rows keep coming in slowly.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -87,10 +80,7 @@ pub(super) fn start(
                 max_batch: settings.max_batch.max(1),
                 metrics,
                 checkpointer,
-                pages_since_checkpoint: 0,
-                pages_since_restart: 0,
-                restart_after_pass: None,
-                wal_restart_pages: settings.wal_restart_pages,
+                pacer: Pacer::new(settings.wal_restart_pages),
             }
             .run(rx)
         })?;
@@ -133,20 +123,21 @@ enum Job {
 fn spawn_checkpointer(path: &Path) -> anyhow::Result<Checkpointer> {
     let conn = open(path, false, 0)?;
     let (tx, rx) = std_mpsc::sync_channel::<Job>(1);
-    let passes = Arc::new(AtomicU64::new(0));
-    let done = passes.clone();
+    let passes = Arc::new(PassCounts::default());
+    let counts = passes.clone();
     let thread = std::thread::Builder::new()
         .name("store-checkpoint".into())
         .spawn(move || {
             loop {
                 match rx.recv_timeout(CHECKPOINT_INTERVAL) {
                     Ok(Job::Pass) | Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                        counts.started.fetch_add(1, Ordering::Release);
                         if let Err(err) = conn.execute_batch("pragma wal_checkpoint(passive)") {
                             tracing::warn!(error = %err, "WAL checkpoint failed");
                         } else if let Err(err) = sync_database(&conn) {
                             tracing::warn!(error = %err, "syncing the database file failed");
                         }
-                        done.fetch_add(1, Ordering::Release);
+                        counts.finished.fetch_add(1, Ordering::Release);
                     }
                     Ok(Job::Restart(answer)) => {
                         restart_wal(&conn);
@@ -211,15 +202,30 @@ fn sync_database(conn: &Connection) -> std::result::Result<(), String> {
     }
 }
 
+/// The checkpointer's passes, started and finished, counted by its thread.
+#[derive(Default)]
+struct PassCounts {
+    started: AtomicU64,
+    finished: AtomicU64,
+}
+
 /// The writer's handle on the checkpointer thread.
 struct Checkpointer {
     jobs: std_mpsc::SyncSender<Job>,
-    /// Passes the checkpointer has finished.
-    passes: Arc<AtomicU64>,
+    passes: Arc<PassCounts>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl Checkpointer {
+    /// The passes so far (a pass counted as finished has been counted as started).
+    fn passes(&self) -> Passes {
+        let finished = self.passes.finished.load(Ordering::Acquire);
+        Passes {
+            started: self.passes.started.load(Ordering::Acquire),
+            finished,
+        }
+    }
+
     /// Asks for a pass unless one is already asked for.
     fn wake(&self) {
         let _ = self.jobs.try_send(Job::Pass);
@@ -245,14 +251,7 @@ struct Writer {
     max_batch: usize,
     metrics: Metrics,
     checkpointer: Checkpointer,
-    pages_since_checkpoint: u64,
-    pages_since_restart: u64,
-    /// Set once the WAL is due to start over, to one more than the checkpointer's passes
-    /// finished by then: the restart waits for the pass after that one, so that what it copies
-    /// itself, with commits held, is only what was committed during that last pass.
-    restart_after_pass: Option<u64>,
-    /// Pages written to the WAL after which it is made to start over.
-    wal_restart_pages: u64,
+    pacer: Pacer,
 }
 
 impl Writer {
@@ -279,40 +278,15 @@ impl Writer {
         }
     }
 
-    /// After a commit: wakes the checkpointer every `wal_restart_pages / PASSES_PER_RESTART`
-    /// written, and has it restart the WAL once `wal_restart_pages` have been written and it
-    /// has since finished two passes, or at once (after its pass) when twice that much has been
-    /// written. The first of the two copies everything since the last pass; the second only
-    /// what was committed during the first, and the restart, with commits held, only what was
-    /// committed during the second.
+    /// After a commit: wakes the checkpointer or has it restart the WAL when it is time.
     fn pace_checkpoints(&mut self) {
-        let pages = self.pages_written();
-        self.pages_since_checkpoint += pages;
-        self.pages_since_restart += pages;
-        let passes = self.checkpointer.passes.load(Ordering::Acquire);
-        match self.restart_after_pass {
-            Some(due)
-                if passes > due
-                    || self.pages_since_restart >= self.wal_restart_pages.saturating_mul(2) =>
-            {
-                self.checkpointer.restart();
-                self.pages_since_restart = 0;
-                self.pages_since_checkpoint = 0;
-                self.restart_after_pass = None;
-            }
-            // The first pass is done: the second (unless one is already asked for).
-            Some(due) if passes == due => self.checkpointer.wake(),
-            // Waiting for a pass: looked at again after the next commit.
-            Some(_) => {}
-            None if self.pages_since_restart >= self.wal_restart_pages => {
-                self.restart_after_pass = Some(passes + 1);
-                self.checkpointer.wake();
-            }
-            None if self.pages_since_checkpoint >= self.wal_restart_pages / PASSES_PER_RESTART => {
-                self.pages_since_checkpoint = 0;
-                self.checkpointer.wake();
-            }
-            None => {}
+        match self
+            .pacer
+            .after_commit(self.pages_written(), self.checkpointer.passes())
+        {
+            Step::Nothing => {}
+            Step::Pass => self.checkpointer.wake(),
+            Step::Restart => self.checkpointer.restart(),
         }
     }
 

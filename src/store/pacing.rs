@@ -1,0 +1,135 @@
+//! When the SQLite writer wakes its checkpointer and when it has the WAL start over: a decision
+//! made after every commit from the pages written and the checkpointer's pass counts, kept
+//! apart from the threads so that it can be tested step by step.
+//!
+//! A pass every [`PAGES_BETWEEN_PASSES`] written. A restart that is due waits for a pass that
+//! starts after it is due (not one already under way), so that what the restart copies itself,
+//! with commits held, is what was committed during that one short pass. The WAL grown to twice
+//! the setting restarts at once.
+
+/// WAL pages written between two passes (4 MiB). Passes four times rarer copy less in all (a
+/// page that many commits rewrote is copied once), but each is a burst of work four times as
+/// long beside the commits, which the first token's tail pays for (see the benchmarks' notes).
+pub(super) const PAGES_BETWEEN_PASSES: u64 = 1024;
+
+/// What the writer does after a commit.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    Nothing,
+    /// Ask the checkpointer for a pass.
+    Pass,
+    /// Restart the WAL, with commits held until it is done.
+    Restart,
+}
+
+/// The checkpointer's passes so far: those it has started and those it has finished (one at a
+/// time, so the pass that was the n-th to start has finished once n have).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Passes {
+    pub started: u64,
+    pub finished: u64,
+}
+
+/// The writer's count of pages since the last pass and restart, and the restart it waits for:
+/// the number of the pass it waits for, counted as they start.
+pub(super) struct Pacer {
+    restart_pages: u64,
+    since_pass: u64,
+    since_restart: u64,
+    due: Option<u64>,
+}
+
+impl Pacer {
+    /// A pacer that restarts the WAL every `restart_pages` written.
+    pub(super) fn new(restart_pages: u64) -> Self {
+        Pacer {
+            restart_pages,
+            since_pass: 0,
+            since_restart: 0,
+            due: None,
+        }
+    }
+
+    /// The step after a commit that wrote `pages` pages, the checkpointer having made `passes`.
+    pub(super) fn after_commit(&mut self, pages: u64, passes: Passes) -> Step {
+        self.since_pass += pages;
+        self.since_restart += pages;
+        match self.due {
+            Some(pass)
+                if passes.finished >= pass
+                    || self.since_restart >= self.restart_pages.saturating_mul(2) =>
+            {
+                self.since_pass = 0;
+                self.since_restart = 0;
+                self.due = None;
+                Step::Restart
+            }
+            // Waiting for the pass: looked at again after the next commit.
+            Some(_) => Step::Nothing,
+            None if self.since_restart >= self.restart_pages => {
+                // The next pass to start: the one asked for now, or one already asked for.
+                self.due = Some(passes.started + 1);
+                Step::Pass
+            }
+            None if self.since_pass >= PAGES_BETWEEN_PASSES => {
+                self.since_pass = 0;
+                Step::Pass
+            }
+            None => Step::Nothing,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passes(started: u64, finished: u64) -> Passes {
+        Passes { started, finished }
+    }
+
+    #[test]
+    fn a_pass_every_4_mib_written() {
+        let mut pacer = Pacer::new(64 * 256);
+        assert_eq!(pacer.after_commit(1023, passes(0, 0)), Step::Nothing);
+        assert_eq!(pacer.after_commit(1, passes(0, 0)), Step::Pass);
+        assert_eq!(pacer.after_commit(1000, passes(1, 1)), Step::Nothing);
+        assert_eq!(pacer.after_commit(100, passes(1, 1)), Step::Pass);
+    }
+
+    #[test]
+    fn a_due_restart_waits_for_the_pass_asked_for_then() {
+        let mut pacer = Pacer::new(4096);
+        for n in 0..3 {
+            assert_eq!(pacer.after_commit(1024, passes(n, n)), Step::Pass);
+        }
+        // The restart is due: a pass is asked for, and nothing more while it runs.
+        assert_eq!(pacer.after_commit(1024, passes(3, 3)), Step::Pass);
+        assert_eq!(pacer.after_commit(10, passes(3, 3)), Step::Nothing);
+        assert_eq!(pacer.after_commit(2000, passes(4, 3)), Step::Nothing);
+        // It is done: the restart.
+        assert_eq!(pacer.after_commit(10, passes(4, 4)), Step::Restart);
+        // Counting starts over.
+        assert_eq!(pacer.after_commit(1023, passes(4, 4)), Step::Nothing);
+        assert_eq!(pacer.after_commit(1, passes(4, 4)), Step::Pass);
+    }
+
+    #[test]
+    fn a_pass_under_way_when_the_restart_falls_due_is_not_the_one_it_waits_for() {
+        let mut pacer = Pacer::new(4096);
+        // A pass (the timer's, say) has started and not finished as the restart falls due.
+        assert_eq!(pacer.after_commit(4096, passes(1, 0)), Step::Pass);
+        // It finishes: the restart still waits for the next.
+        assert_eq!(pacer.after_commit(10, passes(1, 1)), Step::Nothing);
+        assert_eq!(pacer.after_commit(10, passes(2, 1)), Step::Nothing);
+        assert_eq!(pacer.after_commit(10, passes(2, 2)), Step::Restart);
+    }
+
+    #[test]
+    fn a_wal_twice_the_restart_size_restarts_without_waiting_for_the_pass() {
+        let mut pacer = Pacer::new(4096);
+        assert_eq!(pacer.after_commit(4096, passes(0, 0)), Step::Pass);
+        assert_eq!(pacer.after_commit(4000, passes(1, 0)), Step::Nothing);
+        assert_eq!(pacer.after_commit(96, passes(1, 0)), Step::Restart);
+    }
+}
