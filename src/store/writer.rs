@@ -217,7 +217,8 @@ struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// The passes so far (a pass counted as finished has been counted as started).
+    /// The passes so far. `finished` is read first, so that the snapshot never shows more
+    /// passes finished than started (a pass is counted as started before it runs).
     fn passes(&self) -> Passes {
         let finished = self.passes.finished.load(Ordering::Acquire);
         Passes {
