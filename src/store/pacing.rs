@@ -84,54 +84,81 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Step::{Nothing, Pass, Restart};
 
-    fn passes(started: u64, finished: u64) -> Passes {
-        Passes { started, finished }
+    /// Runs a pacer restarting every `restart_pages` through commits of (pages written, passes
+    /// started, passes finished), checking the step after each.
+    fn check(restart_pages: u64, commits: &[(u64, u64, u64, Step)]) {
+        let mut pacer = Pacer::new(restart_pages);
+        for (i, (pages, started, finished, step)) in commits.iter().enumerate() {
+            let passes = Passes {
+                started: *started,
+                finished: *finished,
+            };
+            assert_eq!(pacer.after_commit(*pages, passes), *step, "commit {i}");
+        }
     }
 
     #[test]
     fn a_pass_every_4_mib_written() {
-        let mut pacer = Pacer::new(64 * 256);
-        assert_eq!(pacer.after_commit(1023, passes(0, 0)), Step::Nothing);
-        assert_eq!(pacer.after_commit(1, passes(0, 0)), Step::Pass);
-        assert_eq!(pacer.after_commit(1000, passes(1, 1)), Step::Nothing);
-        assert_eq!(pacer.after_commit(100, passes(1, 1)), Step::Pass);
+        check(
+            64 * 256,
+            &[
+                (1023, 0, 0, Nothing),
+                (1, 0, 0, Pass),
+                (1000, 1, 1, Nothing),
+                (100, 1, 1, Pass),
+            ],
+        );
     }
 
     #[test]
     fn a_due_restart_waits_for_the_pass_asked_for_then() {
-        let mut pacer = Pacer::new(4096);
-        for n in 0..3 {
-            assert_eq!(pacer.after_commit(1024, passes(n, n)), Step::Pass);
-        }
-        // The restart is due: a pass is asked for, and nothing more while it runs.
-        assert_eq!(pacer.after_commit(1024, passes(3, 3)), Step::Pass);
-        assert_eq!(pacer.after_commit(10, passes(3, 3)), Step::Nothing);
-        assert_eq!(pacer.after_commit(2000, passes(4, 3)), Step::Nothing);
-        // It is done: the restart.
-        assert_eq!(pacer.after_commit(10, passes(4, 4)), Step::Restart);
-        // Counting starts over.
-        assert_eq!(pacer.after_commit(1023, passes(4, 4)), Step::Nothing);
-        assert_eq!(pacer.after_commit(1, passes(4, 4)), Step::Pass);
+        check(
+            4096,
+            &[
+                (1024, 0, 0, Pass),
+                (1024, 1, 1, Pass),
+                (1024, 2, 2, Pass),
+                // The restart is due: a pass is asked for, and nothing more while it runs.
+                (1024, 3, 3, Pass),
+                (10, 3, 3, Nothing),
+                (2000, 4, 3, Nothing),
+                // It is done: the restart.
+                (10, 4, 4, Restart),
+                // Counting starts over.
+                (1023, 4, 4, Nothing),
+                (1, 4, 4, Pass),
+            ],
+        );
     }
 
     #[test]
     fn a_pass_under_way_when_the_restart_falls_due_is_not_the_one_it_waits_for() {
-        let mut pacer = Pacer::new(4096);
-        // A pass (the timer's, say) has started and not finished as the restart falls due.
-        assert_eq!(pacer.after_commit(4096, passes(1, 0)), Step::Pass);
-        // It finishes: the restart still waits for the next.
-        assert_eq!(pacer.after_commit(10, passes(1, 1)), Step::Nothing);
-        assert_eq!(pacer.after_commit(10, passes(2, 1)), Step::Nothing);
-        assert_eq!(pacer.after_commit(10, passes(2, 2)), Step::Restart);
+        check(
+            4096,
+            &[
+                // A pass (the timer's, say) has started and not finished as the restart falls
+                // due.
+                (4096, 1, 0, Pass),
+                // It finishes: the restart still waits for the next.
+                (10, 1, 1, Nothing),
+                (10, 2, 1, Nothing),
+                (10, 2, 2, Restart),
+            ],
+        );
     }
 
     #[test]
     fn a_wal_twice_the_restart_size_restarts_without_waiting_for_the_pass() {
-        let mut pacer = Pacer::new(4096);
-        assert_eq!(pacer.after_commit(3072, passes(0, 0)), Step::Pass);
-        assert_eq!(pacer.after_commit(1024, passes(0, 0)), Step::Pass);
-        assert_eq!(pacer.after_commit(4000, passes(1, 0)), Step::Nothing);
-        assert_eq!(pacer.after_commit(96, passes(1, 0)), Step::Restart);
+        check(
+            4096,
+            &[
+                (3072, 0, 0, Pass),
+                (1024, 0, 0, Pass),
+                (4000, 1, 0, Nothing),
+                (96, 1, 0, Restart),
+            ],
+        );
     }
 }
