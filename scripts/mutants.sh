@@ -24,7 +24,7 @@ command -v cargo-mutants >/dev/null 2>&1 || cargo install cargo-mutants --locked
 SETS=(
   "isolation|src/http/rest/sessions.rs src/http/rest/schedules.rs src/http/rest/projects.rs src/http/sse.rs src/session/activity.rs||--test it|isolation:: security:: activity:: schedules::"
   "confinement|src/projects.rs||--lib --test it|projects::"
-  "limits|src/limits.rs src/http/ws.rs|RateLimiter|Quota|within_rate|configure|--lib --test it|limits::"
+  "limits|src/limits.rs src/http/ws/mod.rs|RateLimiter|Quota|within_rate|configure|--lib --test it|limits::"
   "fence|src/store/leases.rs src/store/postgres/mod.rs src/store/postgres/writer.rs|Leases::|PgStore::append|flush|--test it|store::a_node_that_lost store::an_earlier_run cluster::a_stalled"
   "seq|src/store/batch.rs src/store/writer.rs||--test it|store::seqs_are store::only_the_running store::rewind store::forks_and_imports history::"
 )
