@@ -12,6 +12,7 @@ pub mod audit;
 mod backfill;
 pub mod backup;
 mod batch;
+mod checkpointer;
 pub mod credentials;
 mod edits;
 mod leases;
@@ -26,6 +27,7 @@ pub use records::{
 pub mod links;
 pub mod postgres;
 pub mod push;
+mod readers;
 mod records;
 pub mod schedules;
 mod schema;

@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 use super::batch::{self, WriteOp};
 use super::edits::{self, EditTx};
 use super::listing::{self, Engine, SearchLimits};
-use super::writer::{Readers, WriterSettings};
+use super::readers::Readers;
+use super::writer::WriterSettings;
 use super::{
     NewMessage, NewSession, Page, PageSize, Result, Rewound, RewoundStatus, RowId, RunningTurn,
     SessionPage, SessionQuery, SessionRecord, Store, StoreError,

@@ -1,41 +1,26 @@
-//! The store's synchronous SQLite connections: the writer thread doing group commits, the
-//! thread checkpointing the WAL beside it, and the readers of stored messages.
-//!
-//! The writer stores each batch ([`super::batch`]) in one transaction with statements prepared
-//! once. Checkpoints (copying the WAL back into the database and syncing it) run beside the
-//! commits: the writer's connection has automatic checkpoints off and wakes the checkpointer,
-//! whose passive checkpoints never block it. Passive checkpoints alone never let the WAL start
-//! over while commits keep coming, so after every `store.wal_restart_mib` it has written, the
-//! writer has the checkpointer restart the WAL between two commits, with commits held until it
-//! is done (unless readers hold its old pages past the busy timeout, when a restart gives up
-//! until the next one is due). When to do either is [`super::pacing`]'s decision. Only the
-//! checkpointer's connection ever checkpoints, so a restart never finds another checkpoint
-//! under way.
+//! The SQLite writer: one thread doing group commits, each batch ([`super::batch`]) in one
+//! transaction with statements prepared once, after which it has the checkpointer
+//! ([`super::checkpointer`]) do what [`super::pacing`] decides. Also how every connection of
+//! the store is opened.
 //!
 //! Every connection uses SQLite's `unix-excl` VFS: the WAL's index lives in the process's
 //! memory, not in a memory-mapped `-shm` file that another process could truncate (the next
 //! access to such a mapping ends the process with `SIGBUS`). The price is that the server holds
 //! the database file alone while it runs.
-//! Stored messages are read a page at a time on blocking threads, with no hand-off per row.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Batch, WriteOp};
-use super::pacing::{Pacer, Passes, Step};
+use super::checkpointer::{Checkpointer, spawn_checkpointer};
+use super::pacing::{Pacer, Step};
 use super::words::title_words;
-use super::{Page, PageSize, Result, RowId, StoreError};
+use super::{Result, RowId};
 use crate::metrics::Metrics;
-
-/// The checkpointer also runs this often while rows keep coming in slowly.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
 
 /// How the writer's connections are opened.
 pub(super) struct WriterSettings {
@@ -91,7 +76,11 @@ pub(super) fn start(
 pub(super) const VFS: &str = "unix-excl";
 
 /// A connection to `path` with the store's settings and automatic checkpoints off.
-fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::Result<Connection> {
+pub(super) fn open(
+    path: &Path,
+    synchronous_full: bool,
+    max_page_count: u64,
+) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags_and_vfs(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -108,143 +97,6 @@ fn open(path: &Path, synchronous_full: bool, max_page_count: u64) -> rusqlite::R
         conn.execute_batch(&format!("pragma max_page_count = {max_page_count}"))?;
     }
     Ok(conn)
-}
-
-/// What the writer asks of the checkpointer.
-enum Job {
-    /// A passive checkpoint beside the commits.
-    Pass,
-    /// A restart of the WAL while the writer waits for the answer, so no commit runs meanwhile.
-    Restart(std_mpsc::SyncSender<()>),
-}
-
-/// Starts the thread that checkpoints the WAL whenever the writer asks (and every
-/// [`CHECKPOINT_INTERVAL`]); it ends when the writer drops the sender.
-fn spawn_checkpointer(path: &Path) -> anyhow::Result<Checkpointer> {
-    let conn = open(path, false, 0)?;
-    let (tx, rx) = std_mpsc::sync_channel::<Job>(1);
-    let passes = Arc::new(PassCounts::default());
-    let counts = passes.clone();
-    let thread = std::thread::Builder::new()
-        .name("store-checkpoint".into())
-        .spawn(move || {
-            loop {
-                match rx.recv_timeout(CHECKPOINT_INTERVAL) {
-                    Ok(Job::Pass) | Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                        counts.started.fetch_add(1, Ordering::Release);
-                        if let Err(err) = conn.execute_batch("pragma wal_checkpoint(passive)") {
-                            tracing::warn!(error = %err, "WAL checkpoint failed");
-                        } else if let Err(err) = sync_database(&conn) {
-                            tracing::warn!(error = %err, "syncing the database file failed");
-                        }
-                        counts.finished.fetch_add(1, Ordering::Release);
-                    }
-                    Ok(Job::Restart(answer)) => {
-                        restart_wal(&conn);
-                        let _ = answer.send(());
-                    }
-                    Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            }
-        })?;
-    Ok(Checkpointer {
-        jobs: tx,
-        passes,
-        thread,
-    })
-}
-
-/// Checkpoints what earlier passes have not yet copied, waits for readers of the old pages (the
-/// connection's busy timeout), and so makes the next commit write from the WAL's beginning. A
-/// restart that fails or times out is tried again after the next `store.wal_restart_mib`.
-fn restart_wal(conn: &Connection) {
-    // (busy, pages in the WAL, pages copied back)
-    match conn.query_row("pragma wal_checkpoint(restart)", [], |r| r.get::<_, i64>(0)) {
-        Ok(0) => {}
-        Ok(_) => tracing::warn!("WAL restart timed out waiting for readers"),
-        Err(err) => tracing::warn!(error = %err, "WAL restart failed"),
-    }
-}
-
-/// Flushes what checkpoints wrote into the database file to disk, through the connection's own
-/// file handle (opening another would release the process's locks on the file when closed).
-///
-/// A passive checkpoint that is overtaken by new commits copies pages into the database file
-/// but leaves the file's sync to a later checkpoint that catches up. Under steady load that is
-/// the WAL restart, which then syncs every page copied since the last one while commits wait.
-/// Syncing after each pass, beside the commits, leaves it only the pages of its own copy.
-fn sync_database(conn: &Connection) -> std::result::Result<(), String> {
-    use rusqlite::ffi;
-    let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
-    // SAFETY: the handle is this open connection's, used on its own thread. The file control
-    // writes the main database's open file object (owned by the connection, alive while it is
-    // open) into `file`; its methods' `xSync` only flushes that file.
-    let rc = unsafe {
-        let rc = ffi::sqlite3_file_control(
-            conn.handle(),
-            c"main".as_ptr(),
-            ffi::SQLITE_FCNTL_FILE_POINTER,
-            (&raw mut file).cast(),
-        );
-        match (rc, file.as_ref().and_then(|f| f.pMethods.as_ref())) {
-            (ffi::SQLITE_OK, Some(methods)) => match methods.xSync {
-                Some(sync) => sync(file, ffi::SQLITE_SYNC_NORMAL),
-                None => ffi::SQLITE_OK,
-            },
-            (ffi::SQLITE_OK, None) => ffi::SQLITE_OK,
-            (rc, _) => rc,
-        }
-    };
-    if rc == ffi::SQLITE_OK {
-        Ok(())
-    } else {
-        Err(format!("SQLite error code {rc}"))
-    }
-}
-
-/// The checkpointer's passes, started and finished, counted by its thread.
-#[derive(Default)]
-struct PassCounts {
-    started: AtomicU64,
-    finished: AtomicU64,
-}
-
-/// The writer's handle on the checkpointer thread.
-struct Checkpointer {
-    jobs: std_mpsc::SyncSender<Job>,
-    passes: Arc<PassCounts>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Checkpointer {
-    /// The passes so far. `finished` is read first, so that the snapshot never shows more
-    /// passes finished than started (a pass is counted as started before it runs).
-    fn passes(&self) -> Passes {
-        let finished = self.passes.finished.load(Ordering::Acquire);
-        Passes {
-            started: self.passes.started.load(Ordering::Acquire),
-            finished,
-        }
-    }
-
-    /// Asks for a pass unless one is already asked for.
-    fn wake(&self) {
-        let _ = self.jobs.try_send(Job::Pass);
-    }
-
-    /// Has the WAL restarted and waits until it has (after a pass already asked for).
-    fn restart(&self) {
-        let (tx, rx) = std_mpsc::sync_channel(1);
-        if self.jobs.send(Job::Restart(tx)).is_ok() {
-            let _ = rx.recv();
-        }
-    }
-
-    /// Ends the thread once its current job is done.
-    fn stop(self) {
-        drop(self.jobs);
-        let _ = self.thread.join();
-    }
 }
 
 struct Writer {
@@ -478,97 +330,4 @@ fn write_batch(conn: &Connection, whole: &Batch) -> rusqlite::Result<Vec<Result<
     }
     conn.execute_batch("commit")?;
     Ok(outcomes)
-}
-
-/// Connections that read stored messages on blocking threads, kept for reuse: a page of a
-/// replay is read and decoded there without a hand-off per row.
-pub(super) struct Readers {
-    path: PathBuf,
-    idle: std::sync::Mutex<Vec<Connection>>,
-    /// Reads running at once (each on a blocking thread with its own connection).
-    running: tokio::sync::Semaphore,
-}
-
-/// Most reads of stored messages running at once; as many connections are kept open.
-const READERS: usize = 4;
-
-/// Stored frames of one conversation after a seq, in order (one more than a page holds, to
-/// tell whether more follow).
-const MESSAGES_AFTER: &str =
-    "select seq, message_type, sdk_uuid, payload, created_at, turn_cost_usd
-     from messages where session_pk = ?1 and seq > ?2 order by seq limit ?3 + 1";
-
-impl Readers {
-    pub(super) fn new(path: PathBuf) -> Self {
-        Readers {
-            path,
-            idle: std::sync::Mutex::new(Vec::new()),
-            running: tokio::sync::Semaphore::new(READERS),
-        }
-    }
-
-    /// Closes the idle connections.
-    pub(super) fn close(&self) {
-        self.idle.lock().expect("readers lock").clear();
-    }
-
-    /// Stored frames of `row` with `seq > after_seq`, in order, at most `size` of them.
-    pub(super) async fn messages_after(
-        self: &std::sync::Arc<Self>,
-        row: RowId,
-        after_seq: i64,
-        size: PageSize,
-    ) -> Result<Page> {
-        let _running = self
-            .running
-            .acquire()
-            .await
-            .map_err(|_| StoreError::Unavailable("store is closed".into()))?;
-        let readers = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = match readers.idle.lock().expect("readers lock").pop() {
-                Some(conn) => conn,
-                None => open(&readers.path, false, 0)?,
-            };
-            let rows = read_after(&conn, row, after_seq, size);
-            readers.idle.lock().expect("readers lock").push(conn);
-            rows
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(e.to_string()))?
-        .map_err(|e| StoreError::Unavailable(e.to_string()))
-    }
-}
-
-/// Reads a page row by row, stopping at the first row that would not fit: its payload's size
-/// is looked at where SQLite holds it, before anything of it is copied.
-fn read_after(
-    conn: &Connection,
-    row: RowId,
-    after_seq: i64,
-    size: PageSize,
-) -> rusqlite::Result<Page> {
-    let mut stmt = conn.prepare_cached(MESSAGES_AFTER)?;
-    let mut rows = stmt.query(params![row.0, after_seq, size.rows])?;
-    let mut page = Page::default();
-    let mut bytes = 0usize;
-    while let Some(r) = rows.next()? {
-        let len = r.get_ref(3)?.as_bytes()?.len();
-        let full = page.rows.len() >= size.rows as usize
-            || (!page.rows.is_empty() && bytes.saturating_add(len) > size.bytes);
-        if full {
-            page.more = true;
-            break;
-        }
-        bytes += len;
-        page.rows.push(super::StoredMessage {
-            seq: r.get(0)?,
-            message_type: r.get(1)?,
-            sdk_uuid: r.get(2)?,
-            payload: r.get(3)?,
-            created_at: r.get(4)?,
-            turn_cost_usd: r.get(5)?,
-        });
-    }
-    Ok(page)
 }
