@@ -1,10 +1,11 @@
 //! The NATS bus between the nodes that share a PostgreSQL store: its messages (a forwarded
-//! command and its answer, a published frame), each sealed with the cluster secret ([`seal`])
+//! command and its answer, in [`messages`]; a published frame), each sealed with the cluster secret ([`seal`])
 //! and checked as it is read; sending a command to a node and answering those sent to this one;
 //! publishing committed frames and relaying other nodes' to followers, filling a `seq` gap from
 //! the store. Which node a command goes to is decided by `routing`.
 
 mod connect;
+mod messages;
 mod revocations;
 mod seal;
 
@@ -14,20 +15,18 @@ use std::time::Duration;
 
 use async_nats::{Client, client::RequestErrorKind};
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub(super) use self::messages::{Answer, NoOwner};
+use self::messages::{Forward, frames_subject, node_subject};
 use self::seal::{Kind, Refusal, Seal};
 use super::{Command, Conversation, Manager, replay};
 use crate::config::ClusterConfig;
 use crate::metrics::Metrics;
-use crate::protocol::{
-    self, AgentId, DecodeLimits, ErrorCode, Frame, MAX_PRINCIPAL_BYTES, Principal,
-};
-use crate::session::SessionError;
-use crate::store::{NewMessage, PageSize, RowId, Store};
+use crate::protocol::{AgentId, DecodeLimits, ErrorCode, Frame, Principal};
+use crate::store::{PageSize, RowId, Store};
 
 /// Header of a published frame: its `seq`, when stored.
 const SEQ: &str = "Agentmux-Seq";
@@ -45,160 +44,6 @@ pub struct Bus {
     metrics: Metrics,
     /// `session.page_bytes`: the most a page of frames read to fill a gap holds.
     page_bytes: usize,
-}
-
-/// A command forwarded to the node that runs its conversation, as it goes over the bus: the
-/// principal it acts for and the command as the client frame it mirrors (for a schedule's run,
-/// with the status that marks it), read there as this node reads a socket's frame.
-#[derive(Serialize, Deserialize)]
-struct Forward {
-    principal: Principal,
-    /// Who sent the command (the owner, or a principal it is shared with); the owner when
-    /// absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    sender: Option<Principal>,
-    frame: Box<RawValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    marker: Option<Marker>,
-}
-
-impl Forward {
-    /// `command` for conversation `agent_id` of `principal`, as it is sent.
-    fn new(
-        principal: &Principal,
-        sender: &Principal,
-        agent_id: &AgentId,
-        command: &Command,
-    ) -> Self {
-        let marker = match command {
-            Command::Chat { marker, .. } => marker.as_deref().map(Marker::of),
-            _ => None,
-        };
-        let frame = command.clone().into_frame(agent_id.clone());
-        Forward {
-            principal: principal.to_owned(),
-            sender: (sender != principal).then(|| sender.to_owned()),
-            frame: serde_json::value::to_raw_value(&frame).expect("frames serialize"),
-            marker,
-        }
-    }
-
-    /// Whether what it names is what a node sends: a principal of an accepted length, and a
-    /// marker whose payload is a JSON object.
-    fn is_sound(&self) -> bool {
-        let sound = |p: &Principal| (1..=MAX_PRINCIPAL_BYTES).contains(&p.len());
-        sound(&self.principal)
-            && self.sender.as_ref().is_none_or(sound)
-            && self.marker.as_ref().is_none_or(Marker::is_object)
-    }
-
-    /// The command it carries and that command's conversation, once its frame reads as a
-    /// client's command frame of a kind that is forwarded (a fork never is: it runs on the node
-    /// that got it, from the store); else the answer refusing it.
-    fn command(&self, limits: DecodeLimits) -> Result<(AgentId, Command), Answer> {
-        let frame = protocol::decode(self.frame.get(), limits)
-            .map_err(|err| Answer::from_error(err.into()))?;
-        match Command::from_frame(frame) {
-            None => Err(Answer::Error {
-                code: ErrorCode::BadFrame,
-                message: "only chat, interrupt, permission_response and rewind are forwarded"
-                    .into(),
-            }),
-            Some((agent_id, Command::Chat { chat, .. })) => {
-                let marker = self.marker.clone().map(|m| Box::new(m.into_message()));
-                Ok((agent_id, Command::Chat { chat, marker }))
-            }
-            Some(forwarded) => Ok(forwarded),
-        }
-    }
-}
-
-/// The `status` stored just before a forwarded chat's user message, as it goes over the bus.
-#[derive(Clone, Serialize, Deserialize)]
-struct Marker {
-    payload: String,
-    title: Option<String>,
-    schedule_id: Option<String>,
-}
-
-impl Marker {
-    /// The marker of a stored `status` message.
-    fn of(message: &NewMessage) -> Self {
-        Marker {
-            payload: message.payload.clone(),
-            title: message.title.clone(),
-            schedule_id: message.schedule_id.clone(),
-        }
-    }
-
-    /// The `status` message it marks a chat with.
-    fn into_message(self) -> NewMessage {
-        let mut message = NewMessage::new("status", self.payload);
-        message.title = self.title;
-        message.schedule_id = self.schedule_id;
-        message
-    }
-
-    /// Whether its payload is a JSON object, as every stored `status` payload must be.
-    fn is_object(&self) -> bool {
-        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&self.payload).is_ok()
-    }
-}
-
-/// The owner's answer to a forwarded command.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "answer", rename_all = "snake_case")]
-pub(super) enum Answer {
-    /// A chat was stored and queued.
-    Chat { seq: i64, queue_position: usize },
-    /// An interrupt was handled.
-    Interrupt {
-        was_running: bool,
-        #[serde(default)]
-        cancelled_wait: bool,
-    },
-    /// A permission answer was taken.
-    Done,
-    /// A rewind stored this status frame.
-    Rewound {
-        seq: Option<i64>,
-        message_type: String,
-        text: String,
-    },
-    /// The command failed.
-    Error { code: ErrorCode, message: String },
-}
-
-impl Answer {
-    pub(super) fn from_error(err: SessionError) -> Self {
-        Answer::Error {
-            code: err.code,
-            message: err.message,
-        }
-    }
-
-    /// The error this answer carries, as the frame's own.
-    pub(super) fn into_error(self) -> SessionError {
-        match self {
-            Answer::Error { code, message } => SessionError::new(code, message),
-            other => SessionError::new(
-                ErrorCode::BackendUnavailable,
-                format!("the owning node answered {other:?}"),
-            ),
-        }
-    }
-}
-
-/// Nobody answers for the node a command was meant for: it is gone.
-pub(super) struct NoOwner;
-
-fn frames_subject(row: RowId) -> String {
-    format!("agentmux.frames.{}", row.0)
-}
-
-/// The subject of a node's commands: its name in hex, as a name may hold `.`.
-fn node_subject(node: &str) -> String {
-    format!("agentmux.node.{}", hex::encode(node))
 }
 
 /// The seal of node `node` with the secret of `cluster`.
@@ -600,10 +445,8 @@ fn relayed_frame(
 async fn answer(manager: &Manager, request: Forward, limits: DecodeLimits) -> Answer {
     match request.command(limits) {
         Ok((agent_id, command)) => {
-            let sender = request.sender.as_ref().unwrap_or(&request.principal);
-            manager
-                .answer(&request.principal, &agent_id, sender, command)
-                .await
+            let (principal, sender) = request.acting();
+            manager.answer(principal, &agent_id, sender, command).await
         }
         Err(refused) => refused,
     }

@@ -1,7 +1,12 @@
 //! Unit tests of the cluster bus.
 
+use serde_json::value::RawValue;
+
+use super::messages::Marker;
 use super::*;
+use crate::protocol::MAX_PRINCIPAL_BYTES;
 use crate::protocol::{Chat, ChatOptions, ClientFrame, Content, PermissionDecision, SessionId};
+use crate::store::NewMessage;
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 const LIMITS: DecodeLimits = DecodeLimits {
