@@ -177,9 +177,9 @@ fn a_user_message_is_stored_in_the_transcript_s_shape() {
     use crate::protocol::ContentBlock;
 
     let line = |content: &Content, sender| {
-        serde_json::to_string(&super::UserLine {
+        serde_json::to_string(&super::run::UserLine {
             kind: "user",
-            message: super::UserMessage {
+            message: super::run::UserMessage {
                 role: "user",
                 content,
             },
