@@ -1,10 +1,11 @@
 //! The agent task of one conversation: it waits for a process slot, starts the CLI (or adopts
 //! the pre-warmed spare), then runs the turn loop: prompts in, stdout lines out as events,
-//! held interrupts, permission requests, settings changes, and fresh starts when the CLI
-//! refuses to resume.
+//! held interrupts, permission requests, settings changes (asked as [`options`] says), and
+//! fresh starts when the CLI refuses to resume.
+
+mod options;
 
 use std::collections::{HashMap, VecDeque};
-use std::io;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -129,62 +130,6 @@ impl AgentTask {
             options_pending: 0,
             options_refused: None,
             reported_session_id: None,
-        }
-    }
-
-    /// The model and permission mode the session wants (the configured ones by default).
-    fn wanted_options(&self) -> (Option<String>, Option<String>) {
-        (
-            self.spec
-                .model
-                .clone()
-                .or_else(|| self.settings.config.model.clone()),
-            self.spec
-                .permission_mode
-                .clone()
-                .or_else(|| self.settings.config.permission_mode.clone()),
-        )
-    }
-
-    /// Between turns: asks the CLI to switch to the settings the session now wants, through
-    /// the control protocol. Prompts wait until the CLI has answered.
-    async fn switch_options(&mut self, proc: &mut Proc) -> io::Result<()> {
-        let wanted = self.wanted_options();
-        if wanted.0 != self.applied.0 {
-            let model = wanted.0.as_deref().unwrap_or("default");
-            proc.write(&control::request("options_model", Request::SetModel(model)))
-                .await?;
-            self.options_pending += 1;
-        }
-        if wanted.1 != self.applied.1 {
-            let mode = wanted.1.as_deref().unwrap_or("default");
-            proc.write(&control::request(
-                "options_mode",
-                Request::SetPermissionMode(mode),
-            ))
-            .await?;
-            self.options_pending += 1;
-        }
-        self.applied = wanted;
-        Ok(())
-    }
-
-    /// Counts an answer to [`Self::switch_options`]; a refusal is kept for the main loop.
-    fn on_options_answer(&mut self, raw: &str) {
-        let Ok(v) = serde_json::from_str::<Value>(raw) else {
-            return;
-        };
-        let response = &v["response"];
-        if !matches!(
-            response["request_id"].as_str(),
-            Some("options_model" | "options_mode")
-        ) {
-            return;
-        }
-        self.options_pending = self.options_pending.saturating_sub(1);
-        if response["subtype"] == "error" {
-            let why = response["error"].as_str().unwrap_or("refused");
-            self.options_refused = Some(format!("the agent refused the new settings ({why})"));
         }
     }
 
@@ -316,22 +261,6 @@ impl AgentTask {
                 proc.stop(self.settings.stop_grace()).await;
                 Ok(None)
             }
-        }
-    }
-
-    /// A pre-warmed process runs with the default model and mode; switch if asked otherwise.
-    async fn adopt_options(&self, proc: &mut Proc) {
-        if let Some(model) = &self.spec.model
-            && self.settings.config.model.as_ref() != Some(model)
-        {
-            let request = control::request("set_model", Request::SetModel(model));
-            let _ = proc.write(&request).await;
-        }
-        if let Some(mode) = &self.spec.permission_mode
-            && self.settings.config.permission_mode.as_ref() != Some(mode)
-        {
-            let request = control::request("set_permission_mode", Request::SetPermissionMode(mode));
-            let _ = proc.write(&request).await;
         }
     }
 
