@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::super::Command;
 use crate::protocol::{self, AgentId, DecodeLimits, ErrorCode, MAX_PRINCIPAL_BYTES, Principal};
+use crate::session::Command;
 use crate::session::SessionError;
 use crate::store::{NewMessage, RowId};
 
@@ -15,14 +15,14 @@ use crate::store::{NewMessage, RowId};
 /// with the status that marks it), read there as this node reads a socket's frame.
 #[derive(Serialize, Deserialize)]
 pub(super) struct Forward {
-    pub(super) principal: Principal,
+    principal: Principal,
     /// Who sent the command (the owner, or a principal it is shared with); the owner when
     /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) sender: Option<Principal>,
-    pub(super) frame: Box<RawValue>,
+    sender: Option<Principal>,
+    frame: Box<RawValue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) marker: Option<Marker>,
+    marker: Option<Marker>,
 }
 
 impl Forward {
@@ -86,10 +86,10 @@ impl Forward {
 
 /// The `status` stored just before a forwarded chat's user message, as it goes over the bus.
 #[derive(Clone, Serialize, Deserialize)]
-pub(super) struct Marker {
-    pub(super) payload: String,
-    pub(super) title: Option<String>,
-    pub(super) schedule_id: Option<String>,
+struct Marker {
+    payload: String,
+    title: Option<String>,
+    schedule_id: Option<String>,
 }
 
 impl Marker {
@@ -163,6 +163,7 @@ impl Answer {
 /// Nobody answers for the node a command was meant for: it is gone.
 pub(in crate::session) struct NoOwner;
 
+/// The subject of a conversation's published frames.
 pub(super) fn frames_subject(row: RowId) -> String {
     format!("agentmux.frames.{}", row.0)
 }
@@ -170,4 +171,68 @@ pub(super) fn frames_subject(row: RowId) -> String {
 /// The subject of a node's commands: its name in hex, as a name may hold `.`.
 pub(super) fn node_subject(node: &str) -> String {
     format!("agentmux.node.{}", hex::encode(node))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ClientFrame;
+
+    const LIMITS: DecodeLimits = DecodeLimits {
+        max_content_bytes: 1 << 20,
+    };
+
+    #[test]
+    fn a_forwarded_command_must_name_a_principal_and_carry_a_json_marker() {
+        let forward = |principal: &str, payload: Option<&str>| Forward {
+            principal: Principal::new(principal),
+            sender: None,
+            frame: RawValue::from_string("null".into()).unwrap(),
+            marker: payload.map(|p| Marker {
+                payload: p.into(),
+                title: None,
+                schedule_id: None,
+            }),
+        };
+        assert!(forward("alice", None).is_sound());
+        assert!(forward("alice", Some(r#"{"status":"scheduled"}"#)).is_sound());
+        assert!(!forward("alice", Some("not json")).is_sound());
+        assert!(!forward("alice", Some(r#"{"a":1,}"#)).is_sound());
+        assert!(!forward("alice", Some("[1]")).is_sound());
+        assert!(!forward("", None).is_sound());
+        assert!(!forward(&"p".repeat(MAX_PRINCIPAL_BYTES + 1), None).is_sound());
+        let mut by_nobody = forward("alice", None);
+        by_nobody.sender = Some(Principal::new(""));
+        assert!(!by_nobody.is_sound());
+    }
+
+    /// Only what a node forwards is run: a fork (which runs on the node that got it) and a
+    /// frame that is no command are refused alike.
+    #[test]
+    fn a_fork_or_a_frame_that_is_no_command_is_not_run_when_forwarded() {
+        let agent_id = AgentId::parse("x").unwrap();
+        let fork = ClientFrame::Fork {
+            agent_id: agent_id.clone(),
+            new_agent_id: AgentId::parse("y").unwrap(),
+            at_seq: None,
+        };
+        let alice = Principal::new("alice");
+        let forward = |frame: String| Forward {
+            principal: alice.clone(),
+            sender: None,
+            frame: RawValue::from_string(frame).unwrap(),
+            marker: None,
+        };
+        let fork = serde_json::to_string(&fork).unwrap();
+        for forward in [forward(fork), forward(r#"{"type":"ping"}"#.into())] {
+            let Err(Answer::Error { code, message }) = forward.command(LIMITS) else {
+                panic!("run");
+            };
+            assert_eq!(code, ErrorCode::BadFrame);
+            assert_eq!(
+                message,
+                "only chat, interrupt, permission_response and rewind are forwarded"
+            );
+        }
+    }
 }

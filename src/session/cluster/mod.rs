@@ -1,8 +1,8 @@
 //! The NATS bus between the nodes that share a PostgreSQL store: its messages (a forwarded
-//! command and its answer, in [`messages`]; a published frame), each sealed with the cluster secret ([`seal`])
-//! and checked as it is read; sending a command to a node and answering those sent to this one;
-//! publishing committed frames and relaying other nodes' to followers, filling a `seq` gap from
-//! the store. Which node a command goes to is decided by `routing`.
+//! command and its answer, in [`messages`]; a published frame), each sealed with the cluster
+//! secret ([`seal`]) and checked as it is read; sending a command to a node and answering
+//! those sent to this one; publishing committed frames and relaying other nodes' to followers,
+//! filling a `seq` gap from the store. Which node a command goes to is decided by `routing`.
 
 mod connect;
 mod messages;

@@ -1,10 +1,6 @@
 //! Unit tests of the cluster bus.
 
-use serde_json::value::RawValue;
-
-use super::messages::Marker;
 use super::*;
-use crate::protocol::MAX_PRINCIPAL_BYTES;
 use crate::protocol::{Chat, ChatOptions, ClientFrame, Content, PermissionDecision, SessionId};
 use crate::store::NewMessage;
 
@@ -74,30 +70,6 @@ fn a_relayed_frame_must_name_its_conversation_and_agree_with_its_headers() {
     assert!(relayed(None, "assistant", &unstored).is_some());
 }
 
-#[test]
-fn a_forwarded_command_must_name_a_principal_and_carry_a_json_marker() {
-    let forward = |principal: &str, payload: Option<&str>| Forward {
-        principal: Principal::new(principal),
-        sender: None,
-        frame: RawValue::from_string("null".into()).unwrap(),
-        marker: payload.map(|p| Marker {
-            payload: p.into(),
-            title: None,
-            schedule_id: None,
-        }),
-    };
-    assert!(forward("alice", None).is_sound());
-    assert!(forward("alice", Some(r#"{"status":"scheduled"}"#)).is_sound());
-    assert!(!forward("alice", Some("not json")).is_sound());
-    assert!(!forward("alice", Some(r#"{"a":1,}"#)).is_sound());
-    assert!(!forward("alice", Some("[1]")).is_sound());
-    assert!(!forward("", None).is_sound());
-    assert!(!forward(&"p".repeat(MAX_PRINCIPAL_BYTES + 1), None).is_sound());
-    let mut by_nobody = forward("alice", None);
-    by_nobody.sender = Some(Principal::new(""));
-    assert!(!by_nobody.is_sound());
-}
-
 /// A command goes over the bus as one message: serialized, sealed by the sending node,
 /// opened by the owner, read back to the same command (a schedule's run with its marker);
 /// the same message changed on the way is refused.
@@ -155,40 +127,9 @@ fn a_forwarded_command_comes_back_as_sent_and_a_changed_one_is_refused() {
         assert_eq!(opened.ok().map(|o| o.from), Some("a".to_owned()));
         let read: Forward = serde_json::from_slice(&payload).unwrap();
         assert!(read.is_sound());
-        assert_eq!(read.principal, "alice");
-        assert_eq!(read.sender.as_ref().map(Principal::as_str), Some("bob"));
+        assert_eq!(read.acting(), (&alice, &bob));
         let (to, back) = read.command(LIMITS).ok().unwrap();
         assert_eq!(to, agent_id);
         assert_eq!(asked(&agent_id, back), asked(&agent_id, command));
-    }
-}
-
-/// Only what a node forwards is run: a fork (which runs on the node that got it) and a
-/// frame that is no command are refused alike.
-#[test]
-fn a_fork_or_a_frame_that_is_no_command_is_not_run_when_forwarded() {
-    let agent_id = AgentId::parse("x").unwrap();
-    let fork = ClientFrame::Fork {
-        agent_id: agent_id.clone(),
-        new_agent_id: AgentId::parse("y").unwrap(),
-        at_seq: None,
-    };
-    let alice = Principal::new("alice");
-    let forward = |frame: String| Forward {
-        principal: alice.clone(),
-        sender: None,
-        frame: RawValue::from_string(frame).unwrap(),
-        marker: None,
-    };
-    let fork = serde_json::to_string(&fork).unwrap();
-    for forward in [forward(fork), forward(r#"{"type":"ping"}"#.into())] {
-        let Err(Answer::Error { code, message }) = forward.command(LIMITS) else {
-            panic!("run");
-        };
-        assert_eq!(code, ErrorCode::BadFrame);
-        assert_eq!(
-            message,
-            "only chat, interrupt, permission_response and rewind are forwarded"
-        );
     }
 }
