@@ -1,10 +1,10 @@
 //! Rewinding a conversation: its stored messages after a `result` dropped, its worktree's files
 //! restored, and its agent made to forget them.
 
-use super::super::Actor;
-use super::super::files::Files;
 use crate::protocol::{self, ErrorCode, Frame, Principal};
 use crate::session::SessionError;
+use crate::session::actor::Actor;
+use crate::session::actor::files::{self, Files};
 use crate::session::{Conversation, Shared};
 use crate::store::{NewMessage, NextLaunch};
 
@@ -48,7 +48,7 @@ pub(in crate::session) async fn rewind_store(
 ) -> Result<(Frame, i64, NextLaunch), SessionError> {
     let agent_id = conversation.agent_id.as_str();
     let sender = sender.to_string();
-    super::super::files::rewind_files(shared, conversation, to_seq, async |files: Files| {
+    files::rewind_files(shared, conversation, to_seq, async |files: Files| {
         let sender = sender.clone();
         let status = Box::new(move |dropped_seqs: &[i64]| {
             let dropped = match dropped_seqs {

@@ -6,12 +6,11 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::super::Actor;
-use super::super::publish::Out;
 use super::{Interrupt, Turn};
 use crate::agent::AgentInput;
 use crate::protocol::{self, Activity, Chat, ChatOptions, ErrorCode, Principal};
 use crate::session::SessionError;
+use crate::session::actor::{Actor, publish::Out};
 use crate::session::spend::{Refusal, Terms};
 use crate::store::{NewMessage, RunningTurn};
 
@@ -57,15 +56,7 @@ impl Actor {
         };
         self.set_auto_continue(chat.options.auto_continue).await;
         let busy = self.turns.is_busy();
-        let payload = serde_json::to_string(&UserLine {
-            kind: "user",
-            message: UserMessage {
-                role: "user",
-                content: &chat.content,
-            },
-            sender: chat.sender.as_ref().map(Principal::as_str),
-        })
-        .expect("a user message serializes");
+        let payload = user_payload(&chat.content, chat.sender.as_ref().map(Principal::as_str));
         let mut message = NewMessage::new("user", payload.clone());
         message.prompt = true;
         // A turn that runs at once is recorded as running in the same write.
@@ -357,19 +348,33 @@ impl Actor {
     }
 }
 
+/// The stored payload of a user message with `content`, sent by `sender` when that is not
+/// the owner (see [`UserLine`]).
+pub(super) fn user_payload(content: &protocol::Content, sender: Option<&str>) -> String {
+    serde_json::to_string(&UserLine {
+        kind: "user",
+        message: UserMessage {
+            role: "user",
+            content,
+        },
+        sender,
+    })
+    .expect("a user message serializes")
+}
+
 /// A stored user message: the prompt as the agent's own transcript has it, and who sent it
 /// when that is not the owner.
 #[derive(serde::Serialize)]
-pub(super) struct UserLine<'a> {
+struct UserLine<'a> {
     #[serde(rename = "type")]
-    pub(super) kind: &'static str,
-    pub(super) message: UserMessage<'a>,
+    kind: &'static str,
+    message: UserMessage<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) sender: Option<&'a str>,
+    sender: Option<&'a str>,
 }
 
 #[derive(serde::Serialize)]
-pub(super) struct UserMessage<'a> {
-    pub(super) role: &'static str,
-    pub(super) content: &'a protocol::Content,
+struct UserMessage<'a> {
+    role: &'static str,
+    content: &'a protocol::Content,
 }

@@ -176,17 +176,7 @@ fn clearing_drops_the_running_and_the_queued_turns() {
 fn a_user_message_is_stored_in_the_transcript_s_shape() {
     use crate::protocol::ContentBlock;
 
-    let line = |content: &Content, sender| {
-        serde_json::to_string(&super::run::UserLine {
-            kind: "user",
-            message: super::run::UserMessage {
-                role: "user",
-                content,
-            },
-            sender,
-        })
-        .unwrap()
-    };
+    let line = |content: &Content, sender| super::run::user_payload(content, sender);
     assert_eq!(
         line(&Content::Text("say \"hi\"".into()), None),
         r#"{"type":"user","message":{"role":"user","content":"say \"hi\""}}"#
