@@ -72,7 +72,7 @@ pub fn copy(db: &Path, to: &Path, wait: Duration) -> Result<(), CopyError> {
     let conn = Connection::open_with_flags_and_vfs(
         db,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        super::writer::VFS,
+        super::connection::VFS,
     )
     .map_err(failed)?;
     conn.busy_timeout(wait).map_err(failed)?;
@@ -106,7 +106,7 @@ pub fn check_in_place(db: &Path) -> Result<Summary, CopyError> {
     let conn = Connection::open_with_flags_and_vfs(
         db,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        super::writer::VFS,
+        super::connection::VFS,
     )
     .map_err(|e| failed(e.into()))?;
     conn.busy_timeout(Duration::ZERO)
@@ -236,7 +236,7 @@ fn settle(db: &Path) -> anyhow::Result<()> {
     let conn = Connection::open_with_flags_and_vfs(
         db,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        super::writer::VFS,
+        super::connection::VFS,
     )?;
     // A server holding the file answers at once (rusqlite would wait 5 s by default).
     conn.busy_timeout(Duration::ZERO)?;

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use super::connection::open;
 use super::pacing::Passes;
-use super::writer::open;
 
 /// The checkpointer also runs this often while rows keep coming in slowly.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);

@@ -13,13 +13,13 @@ mod backfill;
 pub mod backup;
 mod batch;
 mod checkpointer;
+mod connection;
 pub mod credentials;
 mod edits;
 mod leases;
 mod listing;
 mod pacing;
 pub use leases::{NodeStatus, cluster_status};
-pub(crate) use records::worktree_json;
 pub use records::{
     Cursor, NewMessage, NewSession, NextLaunch, Page, PageSize, PageStart, Rewound, RewoundStatus,
     RowId, RunningTurn, SessionPage, SessionQuery, SessionRecord, StoredMessage, Totals,
@@ -42,8 +42,9 @@ mod writer;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::protocol::{AgentId, LaunchOptions, Principal};
 use async_trait::async_trait;
+
+use crate::protocol::{AgentId, LaunchOptions, Principal};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use rusqlite::{Connection, params};
 
-use super::writer::open;
+use super::connection::open;
 use super::{Page, PageSize, Result, RowId, StoreError};
 
 /// Connections that read stored messages on blocking threads, kept for reuse: a page of a

@@ -1,6 +1,8 @@
 //! The records the store reads and writes: a conversation's row ([`SessionRecord`]) and what
-//! creates one ([`NewSession`]), a frame to store ([`NewMessage`]) and a stored one
-//! ([`StoredMessage`]), their pages and listing cursors, and how an agent's next launch starts.
+//! creates one ([`NewSession`]), a frame to store ([`NewMessage`]) with a result's figures
+//! ([`Totals`]) and the running-turn mark ([`RunningTurn`]), a stored frame ([`StoredMessage`]),
+//! their pages and listing cursors, what a rewind leaves ([`Rewound`]), and how an agent's
+//! next launch starts ([`NextLaunch`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -267,7 +269,7 @@ pub struct NewSession {
 }
 
 /// The stored form of a conversation's worktree.
-pub(crate) fn worktree_json(worktree: Option<&Worktree>) -> Option<String> {
+pub(super) fn worktree_json(worktree: Option<&Worktree>) -> Option<String> {
     worktree.map(|w| serde_json::to_string(w).expect("serializes"))
 }
 

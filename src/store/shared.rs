@@ -45,7 +45,7 @@ macro_rules! store_impl {
                 .bind(super::edits::launch_json(&new.launch_options))
                 .bind(&now)
                 .bind(pending)
-                .bind(super::worktree_json(new.worktree.as_ref()))
+                .bind(super::records::worktree_json(new.worktree.as_ref()))
                 // Read to the end: SQLite commits a statement that returns rows when it is
                 // done, and a commit that fails (a full disk) is reported only there; a read
                 // of the first row alone would miss it.
@@ -392,7 +392,7 @@ macro_rules! edit_tx_impl {
                 .bind(&fork.next_launch)
                 .bind(fork.memory_from_seq)
                 .bind(source)
-                .bind(super::worktree_json(new.worktree.as_ref()))
+                .bind(super::records::worktree_json(new.worktree.as_ref()))
                 .fetch_optional(&mut *self.0)
                 .await?)
             }

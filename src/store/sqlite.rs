@@ -103,7 +103,7 @@ impl SqliteStore {
         }
         let mut options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
-            .vfs(super::writer::VFS)
+            .vfs(super::connection::VFS)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(if settings.synchronous_full {

@@ -1,22 +1,17 @@
 //! The SQLite writer: one thread doing group commits, each batch ([`super::batch`]) in one
 //! transaction with statements prepared once, after which it has the checkpointer
-//! ([`super::checkpointer`]) do what [`super::pacing`] decides. Also how every connection of
-//! the store is opened.
-//!
-//! Every connection uses SQLite's `unix-excl` VFS: the WAL's index lives in the process's
-//! memory, not in a memory-mapped `-shm` file that another process could truncate (the next
-//! access to such a mapping ends the process with `SIGBUS`). The price is that the server holds
-//! the database file alone while it runs.
+//! ([`super::checkpointer`]) do what [`super::pacing`] decides.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Instant;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Batch, WriteOp};
 use super::checkpointer::{Checkpointer, spawn_checkpointer};
+use super::connection::open;
 use super::pacing::{Pacer, Step};
 use super::words::title_words;
 use super::{Result, RowId};
@@ -70,33 +65,6 @@ pub(super) fn start(
             .run(rx)
         })?;
     Ok(())
-}
-
-/// The SQLite VFS of every connection of the store (see the module's opening).
-pub(super) const VFS: &str = "unix-excl";
-
-/// A connection to `path` with the store's settings and automatic checkpoints off.
-pub(super) fn open(
-    path: &Path,
-    synchronous_full: bool,
-    max_page_count: u64,
-) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags_and_vfs(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        VFS,
-    )?;
-    conn.busy_timeout(Duration::from_secs(10))?;
-    let synchronous = if synchronous_full { "full" } else { "normal" };
-    conn.execute_batch(&format!(
-        "pragma journal_mode = wal; pragma synchronous = {synchronous};
-         pragma wal_autocheckpoint = 0; pragma cache_size = -8192; pragma temp_store = memory;
-         pragma foreign_keys = on;"
-    ))?;
-    if max_page_count > 0 {
-        conn.execute_batch(&format!("pragma max_page_count = {max_page_count}"))?;
-    }
-    Ok(conn)
 }
 
 struct Writer {
