@@ -1,6 +1,6 @@
 //! One message from an agent as the server routes it: the line kept verbatim, with its
-//! `type`, `subtype`, `uuid` and `session_id` read without building a value tree of the whole
-//! line where that reads them as a value tree would.
+//! `type`, `subtype`, `uuid` and `session_id` read without a value tree of the whole line when
+//! that is sure to agree with one (and through one otherwise).
 
 use serde_json::Value;
 

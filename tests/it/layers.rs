@@ -3,14 +3,13 @@
 //! through `session`; `session` never reaches up into `http`; `protocol` is a leaf; the store
 //! and the agents never reach up into `session` or `http`, and the agents never into the
 //! store; `config` holds no store code (no `crate::store`, no `sqlx`); `worktrees` (git) uses
-//! nothing above it; `push` (Web Push) is below `session`, which feeds it, and `http`. And every
-//! module opens by saying what it owns, and a long one says it is one job.
+//! nothing above it; `push` (Web Push) is below `session`, which feeds it, and `http`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Every `.rs` file under `dir`.
-fn sources(dir: &Path) -> Vec<PathBuf> {
+pub fn sources(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();
@@ -137,57 +136,4 @@ fn the_checker_sees_a_violation() {
     assert!(named.contains("axum"));
     assert!(named.contains("crate::store"));
     assert_eq!(named.len(), 2, "{named:?}");
-}
-
-/// Most lines of code (before a file's tests) a file under `src/` has unless its opening
-/// comment says it is one job and why it is that long.
-const MAX_LINES: usize = 550;
-
-/// A file's opening comment (its `//!` lines, joined) and its lines before its unit tests.
-fn opening_and_length(text: &str) -> (String, usize) {
-    let opening = text
-        .lines()
-        .take_while(|l| l.starts_with("//!"))
-        .map(|l| l.trim_start_matches("//!").trim())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let length = text
-        .lines()
-        .take_while(|l| !l.starts_with("#[cfg(test)]"))
-        .count();
-    (opening, length)
-}
-
-/// Every module opens by saying what it owns, and no file is over [`MAX_LINES`] lines of code
-/// unless it is one job and says so (and why) in that opening; unit tests don't count.
-#[test]
-fn every_module_says_what_it_owns_and_long_ones_are_one_job() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut broken = Vec::new();
-    for file in sources(&src) {
-        let rel = file.strip_prefix(&src).unwrap().display().to_string();
-        let (opening, mut length) = opening_and_length(&std::fs::read_to_string(&file).unwrap());
-        // A module of unit tests is all tests.
-        if rel.ends_with("tests.rs") || rel.contains("tests/") {
-            length = 0;
-        }
-        if opening.is_empty() {
-            broken.push(format!("src/{rel} has no opening `//!` comment"));
-        } else if length > MAX_LINES && !opening.to_lowercase().contains("one job") {
-            broken.push(format!(
-                "src/{rel} is {length} lines and its opening comment does not say it is one job"
-            ));
-        }
-    }
-    assert!(broken.is_empty(), "{}", broken.join("\n"));
-}
-
-#[test]
-fn the_length_check_sees_the_opening_and_stops_at_the_tests() {
-    let text = "//! Owns a thing.\n//! One\n//! job.\n\nfn a() {}\n#[cfg(test)]\nmod tests {}\n";
-    assert_eq!(
-        opening_and_length(text),
-        ("Owns a thing. One job.".to_owned(), 5)
-    );
-    assert_eq!(opening_and_length("fn a() {}\n").0, "");
 }

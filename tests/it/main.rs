@@ -33,6 +33,7 @@ mod limit_waits;
 mod limits;
 mod links;
 mod metrics;
+mod modules;
 mod operate;
 mod permissions;
 mod projects;

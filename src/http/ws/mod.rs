@@ -7,6 +7,8 @@
 //! replayed from the store from that `seq`; stored frames it already has are skipped, so it
 //! sees every stored frame exactly once and in order.
 
+mod commands;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,8 +38,6 @@ use crate::session::replay::Cursor;
 use crate::session::{ChatAccepted, SessionError, Viewing};
 
 use super::shared::{self, Ended, Revocations, named};
-
-mod commands;
 
 /// Most frames written before one flush.
 const WRITE_BATCH: usize = 256;
