@@ -112,13 +112,13 @@ impl Sealer {
                 self.ids().join(", ")
             ));
         };
-        if var.nonce.len() != 12 {
+        let Ok(nonce) = <[u8; 12]>::try_from(var.nonce.as_slice()) else {
             return Err("its nonce is damaged".into());
-        }
+        };
         let aad = bound_to(&var.principal, &var.agent, &var.name);
         let clear = cipher
             .decrypt(
-                Nonce::from_slice(&var.nonce),
+                &Nonce::from(nonce),
                 Payload {
                     msg: &var.sealed,
                     aad: &aad,
@@ -282,6 +282,18 @@ mod tests {
         assert_eq!(rotated.open(&sealed).as_deref(), Ok("sk-alice"));
         assert!(rotated.is_stale(&sealed));
         assert!(!one.is_stale(&sealed));
+        // A row whose nonce is not 12 bytes is refused, not a panic.
+        for nonce in [
+            vec![],
+            sealed.nonce[..11].to_vec(),
+            [sealed.nonce.clone(), vec![0]].concat(),
+        ] {
+            let damaged = SealedVar {
+                nonce,
+                ..sealed.clone()
+            };
+            assert_eq!(one.open(&damaged), Err("its nonce is damaged".to_owned()));
+        }
     }
 
     #[test]

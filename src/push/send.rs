@@ -63,12 +63,12 @@ fn keys(p256dh: &str, auth: &str) -> Result<(p256::PublicKey, web_push_native::A
         .ok()
         .and_then(|b| p256::PublicKey::from_sec1_bytes(&b).ok())
         .ok_or("`keys.p256dh` is not a base64url P-256 public key")?;
-    let secret = B64
+    let secret: [u8; 16] = B64
         .decode(auth.trim_end_matches('='))
         .ok()
-        .filter(|b| b.len() == 16)
+        .and_then(|b| b.try_into().ok())
         .ok_or("`keys.auth` is not 16 bytes of base64url")?;
-    Ok((point, web_push_native::Auth::clone_from_slice(&secret)))
+    Ok((point, web_push_native::Auth::from(secret)))
 }
 
 impl Sender {
