@@ -28,10 +28,20 @@ pub fn rss_kib(server: &TestServer) -> u64 {
         .expect("VmRSS in /proc/<pid>/status")
 }
 
-/// Open file descriptors of the server.
+/// Open file descriptors of the server, but for its store's own files: each connection of the
+/// store's pools and readers holds the database and its WAL open, and their number grows with
+/// concurrent use, up to the pools' limits, and stays.
 pub fn fds(server: &TestServer) -> usize {
     std::fs::read_dir(format!("/proc/{}/fd", pid(server)))
         .unwrap()
+        .flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path()).map_or(true, |target| {
+                !target
+                    .file_name()
+                    .is_some_and(|n| n == "agentmux.db" || n == "agentmux.db-wal")
+            })
+        })
         .count()
 }
 
