@@ -2,14 +2,15 @@
 //! and ACP agents): leases, eviction of an idle process (one nobody follows first, else the
 //! least recently used) for a start that waits for a place, and the wait itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::sync::{Notify, mpsc};
 
-use crate::agent::{AgentEvent, AgentInput, Reports, Watched};
+use crate::agent::{AgentEvent, AgentInput, Reports, SpawnSpec, Watched};
+use crate::protocol::Content;
 
 /// The cap on live processes, with least-recently-used eviction of idle ones.
 pub(crate) struct Pool {
@@ -121,10 +122,40 @@ pub(crate) trait Waiter {
     fn inputs(&mut self) -> &mut mpsc::Receiver<AgentInput>;
     /// Where it reports.
     fn reports(&self) -> &Reports;
+    /// The prompts waiting for the process.
+    fn prompts(&mut self) -> &mut VecDeque<Content>;
+    /// What its process is started with (its model and permission mode among it).
+    fn spec(&mut self) -> &mut SpawnSpec;
+    /// Ends a turn interrupted before its prompt reached the agent.
+    async fn abort_unsent_turn(&self);
+
     /// Whether a prompt waits for the process.
-    fn has_prompts(&self) -> bool;
+    fn has_prompts(&mut self) -> bool {
+        !self.prompts().is_empty()
+    }
+
     /// Keeps an input that came before the process is ready. False when the session is gone.
-    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool;
+    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
+        match input {
+            None => return false,
+            Some(AgentInput::Prompt(p)) => self.prompts().push_back(p),
+            Some(AgentInput::Interrupt) => {
+                if self.prompts().pop_front().is_some() {
+                    self.abort_unsent_turn().await;
+                }
+            }
+            Some(AgentInput::SetOptions {
+                model,
+                permission_mode,
+            }) => {
+                let spec = self.spec();
+                spec.model = model;
+                spec.permission_mode = permission_mode;
+            }
+            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
+        }
+        true
+    }
 }
 
 /// Waits for a place in `pool` for `task`'s process, buffering its inputs meanwhile; the

@@ -112,30 +112,17 @@ impl Waiter for AcpTask {
         &self.events
     }
 
-    fn has_prompts(&self) -> bool {
-        !self.prompts.is_empty()
+    fn prompts(&mut self) -> &mut VecDeque<Content> {
+        &mut self.prompts
     }
 
-    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
-        match input {
-            None => return false,
-            Some(AgentInput::Prompt(p)) => self.prompts.push_back(p),
-            Some(AgentInput::Interrupt) => {
-                if self.prompts.pop_front().is_some() {
-                    self.emit_aborted("Interrupted before the agent started.")
-                        .await;
-                }
-            }
-            Some(AgentInput::SetOptions {
-                model,
-                permission_mode,
-            }) => {
-                self.spec.model = model;
-                self.spec.permission_mode = permission_mode;
-            }
-            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => {}
-        }
-        true
+    fn spec(&mut self) -> &mut SpawnSpec {
+        &mut self.spec
+    }
+
+    async fn abort_unsent_turn(&self) {
+        self.emit_aborted("Interrupted before the agent started.")
+            .await;
     }
 }
 

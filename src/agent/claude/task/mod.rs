@@ -54,34 +54,16 @@ impl Waiter for AgentTask {
         &self.events
     }
 
-    fn has_prompts(&self) -> bool {
-        !self.prompts.is_empty()
+    fn prompts(&mut self) -> &mut VecDeque<Content> {
+        &mut self.prompts
     }
 
-    async fn buffer_input(&mut self, input: Option<AgentInput>) -> bool {
-        match input {
-            None => false,
-            Some(AgentInput::Prompt(p)) => {
-                self.prompts.push_back(p);
-                true
-            }
-            Some(AgentInput::Interrupt) => {
-                // The turn never reached the CLI: end it here.
-                if self.prompts.pop_front().is_some() {
-                    self.emit_aborted().await;
-                }
-                true
-            }
-            Some(AgentInput::Permission { .. } | AgentInput::PermissionTimedOut { .. }) => true,
-            Some(AgentInput::SetOptions {
-                model,
-                permission_mode,
-            }) => {
-                self.spec.model = model;
-                self.spec.permission_mode = permission_mode;
-                true
-            }
-        }
+    fn spec(&mut self) -> &mut SpawnSpec {
+        &mut self.spec
+    }
+
+    async fn abort_unsent_turn(&self) {
+        self.emit_aborted().await;
     }
 }
 
